@@ -1,0 +1,77 @@
+#include "common/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/check.h"
+
+namespace syncopate {
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  tmp_ = path_ + ".tmp." + std::to_string(::getpid());
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  SYN_CHECK(fd_ >= 0, fmt::format("cannot create '{}': {}", tmp_, std::strerror(errno)),
+            "check that the directory exists and is writable");
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+  }
+}
+
+void AtomicFile::write(const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd_, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    SYN_CHECK(w > 0, fmt::format("write to '{}' failed: {}", tmp_, std::strerror(errno)),
+              "check free disk space");
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void AtomicFile::commit() {
+  SYN_CHECK(::fsync(fd_) == 0, fmt::format("fsync '{}' failed: {}", tmp_, std::strerror(errno)), "check the disk");
+  ::close(fd_);
+  fd_ = -1;
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    int e = errno;
+    ::unlink(tmp_.c_str());
+    SYN_FAIL(fmt::format("rename '{}' -> '{}' failed: {}", tmp_, path_, std::strerror(e)), "check permissions");
+  }
+  auto parent = std::filesystem::path(path_).parent_path();
+  fsync_dir(parent.empty() ? "." : parent.string());
+}
+
+void write_file_atomic(const std::string& path, const std::string& contents) {
+  AtomicFile f(path);
+  f.write(contents);
+  f.commit();
+}
+
+void fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;  // best effort: some filesystems do not allow opening directories
+  ::fsync(fd);
+  ::close(fd);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  SYN_CHECK(in.good(), fmt::format("cannot open '{}'", path), "check the path");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace syncopate

@@ -1,0 +1,103 @@
+// Config loading, overrides and validation: bad values are rejected with the field's name.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "common/check.h"
+#include "common/config_schema.h"
+#include "tests/test_helpers.h"
+#include "worker/run_config.h"
+
+using namespace syncopate;
+
+namespace {
+struct Fixture {
+  RunConfig cfg;
+  ConfigSchema schema;
+  Fixture() { cfg.bind(schema); }
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Config, DefaultsAndOverrides) {
+  Fixture f;
+  EXPECT_EQ(f.cfg.train.steps, 600);
+  f.schema.apply_args({"--train.steps=20", "--optim.lr", "3e-4", "--train.device=cpu", "--model.qkv_bias=false"});
+  EXPECT_EQ(f.cfg.train.steps, 20);
+  EXPECT_DOUBLE_EQ(f.cfg.optim.lr, 3e-4);
+  EXPECT_EQ(f.cfg.train.device, "cpu");
+  EXPECT_FALSE(f.cfg.model.qkv_bias);
+}
+
+TEST(Config, PresetResetsModelAndFieldsAfterItWin) {
+  Fixture f;
+  f.schema.apply_args({"--model.n_layer=3", "--model.preset=gpt2"});  // preset applied first
+  EXPECT_EQ(f.cfg.model.n_embd, 768);
+  EXPECT_EQ(f.cfg.model.vocab_size, 50257);
+  EXPECT_EQ(f.cfg.model.padded_vocab(), 50304);
+  EXPECT_EQ(f.cfg.model.n_layer, 3);
+}
+
+TEST(Config, TomlFileRoundTrip) {
+  test::TempDir d;
+  Fixture a;
+  a.schema.apply_args({"--train.steps=7", "--eval.sample_prompt=he said \"hi\"\\n"});
+  std::ofstream(d.str("c.toml")) << a.schema.to_toml();
+  Fixture b;
+  b.schema.load_file(d.str("c.toml"));
+  EXPECT_EQ(b.cfg.train.steps, 7);
+  EXPECT_EQ(b.cfg.eval.sample_prompt, a.cfg.eval.sample_prompt);
+  EXPECT_EQ(b.schema.to_toml(), a.schema.to_toml());
+}
+
+TEST(Config, RejectsOutOfRangeWithFieldName) {
+  Fixture f;
+  auto e = error_of([&] { f.schema.apply_override("train.steps", "0"); });
+  EXPECT_NE(e.find("train.steps"), std::string::npos) << e;
+  EXPECT_NE(e.find("out of range"), std::string::npos) << e;
+  e = error_of([&] { f.schema.apply_override("optim.lr", "fast"); });
+  EXPECT_NE(e.find("optim.lr"), std::string::npos) << e;
+  e = error_of([&] { f.schema.apply_override("train.device", "tpu"); });
+  EXPECT_NE(e.find("auto, cpu, cuda"), std::string::npos) << e;
+  e = error_of([&] { f.schema.apply_override("train.stepz", "3"); });
+  EXPECT_NE(e.find("unknown config field 'train.stepz'"), std::string::npos) << e;
+}
+
+TEST(Config, RejectsMalformedAndMissingFiles) {
+  test::TempDir d;
+  std::ofstream(d.str("bad.toml")) << "[train]\nsteps = = 3\n";
+  Fixture f;
+  auto e = error_of([&] { f.schema.load_file(d.str("bad.toml")); });
+  EXPECT_NE(e.find("malformed TOML"), std::string::npos) << e;
+  EXPECT_NE(e.find("bad.toml:2"), std::string::npos) << e;
+  e = error_of([&] { f.schema.load_file(d.str("missing.toml")); });
+  EXPECT_NE(e.find("could not be opened"), std::string::npos) << e;
+  std::ofstream(d.str("typo.toml")) << "[trian]\nsteps = 3\n";
+  e = error_of([&] { f.schema.load_file(d.str("typo.toml")); });
+  EXPECT_NE(e.find("trian.steps"), std::string::npos) << e;
+}
+
+TEST(Config, CrossFieldValidation) {
+  Fixture f;
+  f.schema.apply_args({"--model.n_embd=100", "--model.n_head=3"});
+  auto e = error_of([&] { f.cfg.validate(); });
+  EXPECT_NE(e.find("does not divide"), std::string::npos) << e;
+  Fixture g;
+  g.schema.apply_args({"--schedule.min_lr=1", "--optim.lr=0.1"});
+  e = error_of([&] { g.cfg.validate(); });
+  EXPECT_NE(e.find("schedule.min_lr"), std::string::npos) << e;
+}
+
+TEST(Config, HelpListsEveryField) {
+  Fixture f;
+  const std::string h = f.schema.help();
+  for (const auto& b : f.schema.fields()) EXPECT_NE(h.find("--" + b.section + "." + b.name + "="), std::string::npos);
+}

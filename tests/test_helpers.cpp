@@ -1,0 +1,70 @@
+#include "tests/test_helpers.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <fstream>
+#include <random>
+
+namespace syncopate::test {
+
+TempDir::TempDir() {
+  std::random_device rd;
+  path_ = std::filesystem::temp_directory_path() / ("syncopate-test-" + std::to_string(::getpid()) + "-" + std::to_string(rd()));
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::string write_tiny_corpus(const TempDir& dir, size_t bytes) {
+  const std::string path = dir.str("corpus.txt");
+  std::ofstream f(path, std::ios::binary);
+  const char* lines[] = {"the quick brown fox jumps over the lazy dog.\n", "def add(a, b):\n    return a + b\n",
+                         "a stitch in time saves nine.\n", "for i in range(10):\n    print(i)\n"};
+  size_t n = 0;
+  for (size_t i = 0; n < bytes; ++i) {
+    std::string l = lines[(i * 7 + i / 3) % 4];
+    f << l;
+    n += l.size();
+  }
+  return path;
+}
+
+RunConfig tiny_run_config(const TempDir& dir) {
+  RunConfig c;
+  c.model.preset = "tiny";
+  c.model.n_layer = 2;
+  c.model.n_embd = 32;
+  c.model.n_head = 2;
+  c.model.block_size = 32;
+  c.data.corpus = write_tiny_corpus(dir);
+  c.data.cache_dir = dir.str("cache");
+  c.train.steps = 6;
+  c.train.batch_size = 4;
+  c.train.threads = 1;
+  c.schedule.warmup_steps = 2;
+  c.eval.every = 0;
+  c.eval.batches = 2;
+  c.eval.sample_every = 0;
+  c.eval.sample_tokens = 8;
+  c.checkpoint.every = 0;
+  return c;
+}
+
+CommandResult run_command(const std::string& cmd) {
+  CommandResult r{-1, ""};
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+}  // namespace syncopate::test

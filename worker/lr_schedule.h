@@ -1,0 +1,26 @@
+// Learning-rate schedule: linear warmup from warmup_start_lr to the peak over warmup_steps, then
+// cosine decay from the peak to min_lr at the last step. Plain functions, no torch.
+#pragma once
+#include <cstdint>
+
+namespace syncopate {
+
+struct ScheduleConfig {
+  int64_t warmup_steps = 10;      // optimizer steps of linear warmup
+  double warmup_start_lr = 3e-5;  // learning rate at step 0
+  double min_lr = 1e-6;           // learning rate reached at the final step
+
+  template <class V>
+  void fields(V& v) {
+    v("warmup_steps", warmup_steps, "optimizer steps of linear warmup", int64_t{0}, int64_t{1} << 40);
+    v("warmup_start_lr", warmup_start_lr, "learning rate at step 0", 0.0, 10.0);
+    v("min_lr", min_lr, "floor of the cosine decay, reached at the last step", 0.0, 10.0);
+  }
+};
+
+// Learning rate for optimizer step `step` (0-based) of `total_steps`, peak `peak_lr`:
+//   step <  warmup:  start + (peak - start) * step / warmup
+//   step >= warmup:  min + (peak - min) * (1 + cos(pi * (step - warmup) / max(1, total - 1 - warmup))) / 2
+double lr_at(const ScheduleConfig& c, double peak_lr, int64_t step, int64_t total_steps);
+
+}  // namespace syncopate

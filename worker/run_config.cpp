@@ -1,0 +1,24 @@
+#include "worker/run_config.h"
+
+#include <fmt/format.h>
+
+#include "common/check.h"
+
+namespace syncopate {
+
+void RunConfig::validate() const {
+  syncopate::validate(model);
+  SYN_CHECK(schedule.min_lr <= optim.lr,
+            fmt::format("schedule.min_lr={} exceeds optim.lr={}", schedule.min_lr, optim.lr),
+            "the cosine decay goes down from optim.lr to schedule.min_lr: lower min_lr");
+  SYN_CHECK(schedule.warmup_steps <= train.steps,
+            fmt::format("schedule.warmup_steps={} exceeds train.steps={}", schedule.warmup_steps, train.steps),
+            "shorten the warmup or train longer");
+  SYN_CHECK(!(data.train_file.empty() ^ data.val_file.empty()) || data.val_file.empty(),
+            "data.val_file is set but data.train_file is not", "set both token files, or neither to use data.corpus");
+  SYN_CHECK(!data.train_file.empty() || model.vocab_size >= 257,
+            fmt::format("model.vocab_size={} is too small for the byte-level corpus (257 tokens)", model.vocab_size),
+            "use model.vocab_size >= 257 or give token files of a smaller vocabulary");
+}
+
+}  // namespace syncopate

@@ -1,0 +1,185 @@
+#include "worker/trainer.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "common/atomic_file.h"
+#include "common/byte_tokenizer.h"
+#include "common/check.h"
+#include "common/flat_adamw.h"
+#include "model/generate.h"
+#include "model/gpt.h"
+#include "worker/autocast.h"
+#include "worker/checkpoint.h"
+#include "worker/flat_parameters.h"
+#include "worker/metrics_log.h"
+#include "worker/token_file.h"
+#include "worker/window_sampler.h"
+
+namespace fs = std::filesystem;
+
+namespace syncopate {
+
+struct Trainer::Impl {
+  RunConfig cfg;
+  std::string out;
+  bool verbose;
+  torch::Device device{torch::kCPU};
+  bool bf16 = false;
+  GPT model{nullptr};
+  std::unique_ptr<FlatParameters> flat;
+  std::unique_ptr<FlatAdamW> opt;
+  TokenFiles files;
+  std::unique_ptr<TokenFile> train_tokens, val_tokens;
+  std::unique_ptr<WindowSampler> train_sampler, val_sampler;
+  std::unique_ptr<MetricsLog> metrics;
+  int64_t step = 0;
+  int64_t tokens = 0;
+  double time_offset = 0;  // training seconds before a resume
+  std::string config_toml;
+
+  Impl(const RunConfig& c, const std::string& out_dir, bool resume, const std::string& toml, bool verb)
+      : cfg(c), out(out_dir), verbose(verb), config_toml(toml) {
+    cfg.validate();
+    if (cfg.train.threads > 0) torch::set_num_threads(static_cast<int>(cfg.train.threads));
+    const bool cuda = torch::cuda::is_available();
+    SYN_CHECK(cfg.train.device != "cuda" || cuda, "train.device=cuda but no CUDA device is visible",
+              "use train.device=auto or cpu, or check CUDA_VISIBLE_DEVICES and the driver");
+    if (cfg.train.device == "cuda" || (cfg.train.device == "auto" && cuda)) device = torch::Device(torch::kCUDA, 0);
+    SYN_CHECK(cfg.train.precision != "bf16" || device.is_cuda(), "train.precision=bf16 needs a CUDA device",
+              "use precision auto or fp32 on CPU");
+    bf16 = device.is_cuda() && cfg.train.precision != "fp32";
+
+    files = prepare_token_files(cfg.data, verbose);
+    train_tokens = std::make_unique<TokenFile>(files.train, cfg.model.block_size + 1);
+    val_tokens = std::make_unique<TokenFile>(files.val, cfg.model.block_size + 1);
+    train_sampler = std::make_unique<WindowSampler>(*train_tokens, cfg.model.block_size, cfg.train.seed);
+    val_sampler = std::make_unique<WindowSampler>(*val_tokens, cfg.model.block_size, cfg.train.seed + 1);
+
+    torch::manual_seed(static_cast<uint64_t>(cfg.train.seed));
+    model = GPT(cfg.model);
+    model->to(device);
+    model->train();
+    flat = std::make_unique<FlatParameters>(*model);
+    opt = std::make_unique<FlatAdamW>(cfg.optim, flat->numel(), flat->decay_ranges(), flat->params.options());
+
+    fs::create_directories(out);
+    const std::string ckroot = (fs::path(out) / "checkpoints").string();
+    if (resume) {
+      const std::string dir = latest_checkpoint(ckroot);
+      SYN_CHECK(!dir.empty(), fmt::format("--resume given but '{}' holds no checkpoint", ckroot),
+                "run without --resume to start fresh, or point --out at the run to resume");
+      auto meta = load_checkpoint(dir, *model, *opt);
+      step = meta.at("step").get<int64_t>();
+      tokens = meta.at("tokens").get<int64_t>();
+      time_offset = meta.value("time_s", 0.0);
+      if (verbose) std::cout << fmt::format("[train] resumed from {} (step {})\n", dir, step);
+    }
+    write_file_atomic((fs::path(out) / "config.toml").string(), config_toml);
+    metrics = std::make_unique<MetricsLog>((fs::path(out) / "metrics.jsonl").string(), resume);
+  }
+
+  // Micro-batch `micro` of optimizer step `s`: the sampler's rule with one replica.
+  std::pair<torch::Tensor, torch::Tensor> batch(const WindowSampler& sampler, int64_t first, int64_t b) {
+    const int64_t T = cfg.model.block_size;
+    auto x = torch::empty({b, T}, torch::kLong), y = torch::empty({b, T}, torch::kLong);
+    sampler.fill(first, b, x.data_ptr<int64_t>(), y.data_ptr<int64_t>());
+    return {x.to(device, /*non_blocking=*/true), y.to(device, true)};
+  }
+
+  double evaluate() {
+    torch::NoGradGuard no_grad;
+    model->eval();
+    double sum = 0;
+    for (int64_t i = 0; i < cfg.eval.batches; ++i) {
+      auto [x, y] = batch(*val_sampler, i * cfg.train.batch_size, cfg.train.batch_size);
+      AutocastGuard ac(bf16);
+      sum += model->loss(x, y).item<double>();
+    }
+    model->train();
+    return sum / cfg.eval.batches;
+  }
+
+  std::string sample_text() {
+    auto ids = ByteTokenizer::encode(cfg.eval.sample_prompt);
+    if (ids.empty()) ids.push_back(ByteTokenizer::kEod);
+    return ByteTokenizer::decode(generate(*model, ids, cfg.eval.sample_tokens, SamplingOptions{}));
+  }
+
+  nlohmann::json meta(double elapsed) const {
+    return {{"step", step}, {"tokens", tokens}, {"time_s", elapsed}, {"config", config_toml},
+            {"data", {{"train_file", files.train}, {"val_file", files.val}, {"next_step", step},
+                      {"seed", cfg.train.seed}}}};
+  }
+
+  static bool due(int64_t step, int64_t every, int64_t last) { return step == last || (every > 0 && step % every == 0); }
+
+  void run() {
+    const auto& tc = cfg.train;
+    const int64_t tokens_per_step = tc.batch_size * tc.grad_accum * cfg.model.block_size;
+    Progress progress(tc.steps, tc.log_every);
+    const double t0 = now_seconds() - time_offset;
+    std::ofstream samples((fs::path(out) / "samples.txt").string(), std::ios::app);
+    while (step < tc.steps) {
+      const double t_step = now_seconds();
+      const double lr = lr_at(cfg.schedule, cfg.optim.lr, step, tc.steps);
+      flat->zero_grad();
+      double loss = 0;
+      for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
+        auto [x, y] = batch(*train_sampler, WindowSampler::first_sample(step, micro, tc.grad_accum, 0, 1, tc.batch_size),
+                            tc.batch_size);
+        torch::Tensor l;
+        {
+          AutocastGuard ac(bf16);
+          l = model->loss(x, y) / static_cast<double>(tc.grad_accum);
+        }
+        l.backward();
+        loss += l.item<double>();
+      }
+      const double gnorm = clip_grad_norm(flat->grads, cfg.optim.grad_clip);
+      opt->step(flat->params, flat->grads, lr);
+      ++step;
+      tokens += tokens_per_step;
+
+      const double now = now_seconds();
+      const double tok_s = tokens_per_step / std::max(now - t_step, 1e-9);
+      metrics->write({{"step", step}, {"time_s", now - t0}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
+                      {"tokens", tokens}, {"tokens_per_s", tok_s}});
+      if (verbose) progress.step(step, loss, lr, tok_s);
+
+      if (due(step, cfg.eval.every, tc.steps)) {
+        const double vl = evaluate();
+        metrics->write({{"step", step}, {"time_s", now_seconds() - t0}, {"val_loss", vl}});
+        if (verbose) progress.line(fmt::format("[eval] step {}: train loss {:.4f}, val loss {:.4f}", step, loss, vl));
+      }
+      if (cfg.eval.sample_tokens > 0 && due(step, cfg.eval.sample_every, tc.steps)) {
+        const std::string s = sample_text();
+        samples << "--- step " << step << " ---\n" << s << "\n";
+        samples.flush();
+        if (verbose) progress.line(fmt::format("[sample] step {}:\n{}\n", step, s));
+      }
+      if (due(step, cfg.checkpoint.every, tc.steps)) {
+        const std::string dir = save_checkpoint((fs::path(out) / "checkpoints").string(), step, *model, *opt,
+                                                meta(now_seconds() - t0), cfg.checkpoint.keep);
+        if (verbose) progress.line(fmt::format("[checkpoint] {}", dir));
+      }
+    }
+    if (verbose) progress.finish();
+  }
+};
+
+Trainer::Trainer(const RunConfig& cfg, const std::string& out_dir, bool resume, const std::string& config_toml,
+                 bool verbose)
+    : impl_(std::make_unique<Impl>(cfg, out_dir, resume, config_toml, verbose)) {}
+Trainer::~Trainer() = default;
+void Trainer::run() { impl_->run(); }
+double Trainer::evaluate() { return impl_->evaluate(); }
+std::string Trainer::sample_text() { return impl_->sample_text(); }
+int64_t Trainer::step() const { return impl_->step; }
+GPTImpl& Trainer::model() { return *impl_->model; }
+FlatParameters& Trainer::flat() { return *impl_->flat; }
+
+}  // namespace syncopate
