@@ -1,6 +1,7 @@
 #include "model/gpt.h"
 
 #include <cmath>
+#include <limits>
 
 #include <torch/autograd.h>
 #include <torch/nn/functional.h>
@@ -133,6 +134,8 @@ void GPTImpl::init_weights() {
       p.normal_(0.0, std);
     }
   }
+  const int64_t V = cfg_.vocab_size, P = cfg_.padded_vocab();
+  if (P > V) wte->weight.narrow(0, V, P - V).zero_();  // padding rows: never used, kept at zero
 }
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
@@ -150,7 +153,12 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
       x = block->forward(x);
   }
   x = ln_f(x);
-  return F::linear(x, wte->weight);  // LM head tied to the token embedding
+  auto logits = F::linear(x, wte->weight);  // LM head tied to the token embedding
+  // Padded vocabulary entries are not tokens: -inf logits give them zero probability and zero
+  // gradient, so the model is exactly a vocab_size model (and exports to HF losslessly).
+  const int64_t V = cfg_.vocab_size, P = cfg_.padded_vocab();
+  if (P > V) logits.narrow(-1, V, P - V).fill_(-std::numeric_limits<float>::infinity());
+  return logits;
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets) {

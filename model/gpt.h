@@ -53,7 +53,8 @@ TORCH_MODULE(Block);
 class GPTImpl : public torch::nn::Module {
  public:
   explicit GPTImpl(const GPTConfig& c);
-  // idx: [B, T] int64 token ids, T <= block_size. Returns logits [B, T, padded_vocab].
+  // idx: [B, T] int64 token ids, T <= block_size. Returns logits [B, T, padded_vocab]; the
+  // padded entries (ids >= vocab_size) are -inf.
   torch::Tensor forward(const torch::Tensor& idx);
   // Mean cross-entropy of next-token prediction; targets [B, T] int64.
   torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets);

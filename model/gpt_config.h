@@ -27,7 +27,7 @@ struct GPTConfig {
   bool activation_checkpointing = false;  // recompute each block in backward to save memory
 
   // Embedding rows: vocab_size rounded up to a multiple of 64 (efficient kernels); the extra
-  // rows are never targets and are excluded when sampling and when exporting to Hugging Face.
+  // rows stay zero, their logits are -inf, and they are dropped when exporting to Hugging Face.
   int64_t padded_vocab() const { return (vocab_size + 63) / 64 * 64; }
 
   template <class V>

@@ -44,21 +44,23 @@ std::vector<std::pair<std::string, at::Tensor>> to_hf_tensors(GPTImpl& model) {
 void load_hf_tensors(GPTImpl& model, const Safetensors& st, const std::string& source) {
   torch::NoGradGuard no_grad;
   const std::string hint = "the file holds another model shape: pass the matching --model.* fields or preset";
+  // Pass 1 validates every tensor, pass 2 copies: a mismatch leaves the model untouched.
+  std::vector<std::pair<at::Tensor, at::Tensor>> plan;  // (parameter handle, source)
   for (auto& kv : model.named_parameters()) {
     const std::string& name = kv.key();
     const at::Tensor* src = lookup(st, name);
     SYN_CHECK(src, fmt::format("'{}' has no tensor '{}'", source, name), hint);
     at::Tensor t = is_conv1d_weight(name) ? src->t() : *src;
     at::Tensor& dst = kv.value();
-    if (name == "wte.weight" && t.dim() == 2 && t.size(0) <= dst.size(0) && t.size(1) == dst.size(1)) {
-      dst.zero_();  // padded rows
-      dst.narrow(0, 0, t.size(0)).copy_(t);
-      continue;
-    }
-    SYN_CHECK(t.sizes() == dst.sizes(),
+    const bool padded_wte = name == "wte.weight" && t.dim() == 2 && t.size(0) <= dst.size(0) && t.size(1) == dst.size(1);
+    SYN_CHECK(padded_wte || t.sizes() == dst.sizes(),
               fmt::format("'{}': tensor '{}' has shape {} but the model expects {}", source, name,
                           fmt::join(t.sizes(), "x"), fmt::join(dst.sizes(), "x")), hint);
-    dst.copy_(t);
+    plan.emplace_back(dst, t);
+  }
+  for (auto& [dst, t] : plan) {
+    if (t.dim() > 0 && t.size(0) < dst.size(0)) dst.narrow(0, t.size(0), dst.size(0) - t.size(0)).zero_();  // padded rows
+    (t.dim() > 0 ? dst.narrow(0, 0, t.size(0)) : dst).copy_(t);
   }
 }
 

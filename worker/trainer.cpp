@@ -117,13 +117,14 @@ struct Trainer::Impl {
 
   static bool due(int64_t step, int64_t every, int64_t last) { return step == last || (every > 0 && step % every == 0); }
 
-  void run() {
+  void run(int64_t stop_at) {
     const auto& tc = cfg.train;
+    const int64_t last = stop_at >= 0 ? std::min(stop_at, tc.steps) : tc.steps;
     const int64_t tokens_per_step = tc.batch_size * tc.grad_accum * cfg.model.block_size;
     Progress progress(tc.steps, tc.log_every);
     const double t0 = now_seconds() - time_offset;
     std::ofstream samples((fs::path(out) / "samples.txt").string(), std::ios::app);
-    while (step < tc.steps) {
+    while (step < last) {
       const double t_step = now_seconds();
       const double lr = lr_at(cfg.schedule, cfg.optim.lr, step, tc.steps);
       flat->zero_grad();
@@ -175,7 +176,7 @@ Trainer::Trainer(const RunConfig& cfg, const std::string& out_dir, bool resume, 
                  bool verbose)
     : impl_(std::make_unique<Impl>(cfg, out_dir, resume, config_toml, verbose)) {}
 Trainer::~Trainer() = default;
-void Trainer::run() { impl_->run(); }
+void Trainer::run(int64_t stop_at) { impl_->run(stop_at); }
 double Trainer::evaluate() { return impl_->evaluate(); }
 std::string Trainer::sample_text() { return impl_->sample_text(); }
 int64_t Trainer::step() const { return impl_->step; }

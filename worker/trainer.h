@@ -19,7 +19,9 @@ class Trainer {
           bool verbose = true);
   ~Trainer();
 
-  void run();                    // trains from the current step to cfg.train.steps
+  // Trains from the current step to cfg.train.steps, or only up to step stop_at when it is
+  // smaller (the schedule still spans cfg.train.steps: used to simulate an interrupted run).
+  void run(int64_t stop_at = -1);
   double evaluate();             // mean validation loss over the fixed validation batches
   std::string sample_text();     // greedy sample from eval.sample_prompt
   int64_t step() const;          // optimizer steps completed
