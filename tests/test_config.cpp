@@ -29,7 +29,8 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(Config, DefaultsAndOverrides) {
   Fixture f;
-  EXPECT_EQ(f.cfg.train.steps, 600);
+  EXPECT_EQ(f.cfg.train.steps, 2000);
+  EXPECT_DOUBLE_EQ(f.cfg.optim.lr, 2e-3);
   f.schema.apply_args({"--train.steps=20", "--optim.lr", "3e-4", "--train.device=cpu", "--model.qkv_bias=false"});
   EXPECT_EQ(f.cfg.train.steps, 20);
   EXPECT_DOUBLE_EQ(f.cfg.optim.lr, 3e-4);
