@@ -1,0 +1,43 @@
+// Rendezvous of the nodes of one job and the ring connections between them.
+//
+// Node 0 listens on MASTER_ADDR:MASTER_PORT just for the rendezvous. Every other node connects,
+// sends one JSON line {token digest, node_rank, host, port, fingerprint} (host:port is its own
+// data listener, bound to the address it reaches the master from), and node 0 answers every node
+// with the table of all nodes, or with an error (wrong token, duplicate rank, another model/config
+// fingerprint) that every node then reports. Node 0's rendezvous socket closes afterwards.
+// Then node r connects to node r+1's data listener and accepts node r-1; both connections start
+// with the token handshake.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/transport/connection.h"
+
+namespace syncopate {
+
+struct RendezvousOptions {
+  std::string master_addr = "127.0.0.1";  // node 0's address (MASTER_ADDR)
+  uint16_t master_port = 29500;           // rendezvous port on node 0 (MASTER_PORT); 0 = ephemeral (tests)
+  int nnodes = 1;                         // nodes in the job (NNODES)
+  int node_rank = 0;                      // this node (NODE_RANK), 0..nnodes-1
+  std::string token;                      // shared job secret (SYNCOPATE_TOKEN)
+  std::string fingerprint;                // digest of model + config; must agree on every node
+  double timeout_s = 60;                  // for the rendezvous and every later blocking send/recv
+  std::function<void(uint16_t)> on_listening;  // called by node 0 with its rendezvous port
+};
+
+struct Ring {
+  int rank = 0, world = 1;
+  std::shared_ptr<void> transport;   // keeps the transport's context alive as long as the links
+  std::unique_ptr<Connection> next;  // to (rank+1) % world; null when world == 1
+  std::unique_ptr<Connection> prev;  // from (rank-1) % world
+};
+
+// Blocks until all nodes arrived and the ring is connected; throws syncopate::Error with a message
+// naming the missing or mismatched node otherwise.
+Ring connect_ring(const RendezvousOptions& opt);
+
+}  // namespace syncopate

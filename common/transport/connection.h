@@ -1,0 +1,22 @@
+// A reliable, ordered byte stream to one peer: all that the collective algorithms see of the
+// network. Transports: memory (threads in one process, for tests) and tcp (Boost.Asio).
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace syncopate {
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  // Blocks until all n bytes are handed to the transport (the buffer may be reused afterwards).
+  // Throws syncopate::Error naming the peer if it is gone or stalls past the transport's timeout.
+  virtual void send(const void* data, size_t n) = 0;
+  // Blocks until exactly n bytes have arrived. Throws syncopate::Error naming the peer if it closed
+  // the connection, died, or sent nothing within the transport's timeout.
+  virtual void recv(void* data, size_t n) = 0;
+  // Who is at the other end, for error messages ("node 2 at 10.0.0.3:29501").
+  virtual std::string peer() const = 0;
+};
+
+}  // namespace syncopate

@@ -1,0 +1,245 @@
+// Ring all-reduce: exact sums for n = 1..8 ranks and awkward sizes over the memory transport,
+// agreement with the naive reference, the bf16 wire format, and the same algorithm over real TCP
+// links built by the rendezvous (ranks as threads, loopback, ephemeral ports).
+#include <gtest/gtest.h>
+
+#include <future>
+#include <random>
+#include <thread>
+
+#include <boost/asio/write.hpp>
+
+#include "common/check.h"
+#include "common/rendezvous.h"
+#include "common/ring_allreduce.h"
+#include "common/transport/memory_connection.h"
+#include "common/transport/tcp_connection.h"
+
+using namespace syncopate;
+
+namespace {
+
+// Runs fn(rank, next, prev) on `world` threads joined in a ring of memory channels.
+template <class Fn>
+void run_memory_ring(int world, Fn fn) {
+  std::vector<std::unique_ptr<Connection>> send_end(world), recv_end(world);
+  for (int r = 0; r < world; ++r) {
+    auto [s, rcv] = memory_channel(64 << 10, fmt::format("channel {}->{}", r, (r + 1) % world));
+    send_end[r] = std::move(s);
+    recv_end[(r + 1) % world] = std::move(rcv);
+  }
+  std::vector<std::future<void>> fs;
+  for (int r = 0; r < world; ++r)
+    fs.push_back(std::async(std::launch::async, [&, r] { fn(r, *send_end[r], *recv_end[r]); }));
+  for (auto& f : fs) f.get();
+}
+
+std::vector<float> rank_data(int rank, size_t n) {  // small integers: every summation order is exact
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>((i * 7 + static_cast<size_t>(rank) * 13) % 101) - 50.0f;
+  return v;
+}
+
+}  // namespace
+
+class RingSizes : public ::testing::TestWithParam<std::tuple<int, size_t>> {};
+
+TEST_P(RingSizes, EqualsExactSum) {
+  const auto [world, n] = GetParam();
+  std::vector<float> expect(n, 0.0f);
+  for (int r = 0; r < world; ++r) {
+    auto d = rank_data(r, n);
+    for (size_t i = 0; i < n; ++i) expect[i] += d[i];
+  }
+  std::vector<std::vector<float>> out(world);
+  RingAllreduceOptions opt;
+  opt.segment_bytes = 4096;  // many segments even for small sizes: exercises the pipelining
+  run_memory_ring(world, [&](int r, Connection& next, Connection& prev) {
+    out[r] = rank_data(r, n);
+    ring_allreduce_sum(out[r].data(), n, r, world, next, prev, opt);
+  });
+  for (int r = 0; r < world; ++r) ASSERT_EQ(out[r], expect) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllWorlds, RingSizes,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 6, 7, 8),
+                                            ::testing::Values(size_t{0}, size_t{1}, size_t{5}, size_t{4099},
+                                                              size_t{(1 << 20) + 3})));
+
+TEST(RingAllreduce, AgreesWithNaiveReferenceOnRandomData) {
+  const int world = 4;
+  const size_t n = 100003;
+  std::vector<std::vector<float>> fast(world), ref(world);
+  for (int r = 0; r < world; ++r) {
+    std::mt19937 g(r);
+    std::normal_distribution<float> d;
+    fast[r].resize(n);
+    for (auto& x : fast[r]) x = d(g);
+    ref[r] = fast[r];
+  }
+  run_memory_ring(world, [&](int r, Connection& next, Connection& prev) {
+    ring_allreduce_sum(fast[r].data(), n, r, world, next, prev);
+  });
+  run_memory_ring(world, [&](int r, Connection& next, Connection& prev) {
+    naive_allreduce_sum(ref[r].data(), n, r, world, next, prev);
+  });
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(fast[r], fast[0]) << "replicas must be identical, rank " << r;
+    for (size_t i = 0; i < n; ++i) ASSERT_NEAR(fast[r][i], ref[r][i], 1e-5) << i;
+  }
+}
+
+TEST(RingAllreduce, Bf16WireKeepsReplicasIdenticalWithBoundedError) {
+  const int world = 3;
+  const size_t n = 50001;
+  std::vector<std::vector<float>> v(world);
+  std::vector<float> exact(n, 0.0f);
+  for (int r = 0; r < world; ++r) {
+    std::mt19937 g(r + 10);
+    std::uniform_real_distribution<float> d(0.5f, 1.5f);
+    v[r].resize(n);
+    for (size_t i = 0; i < n; ++i) exact[i] += (v[r][i] = d(g));
+  }
+  RingAllreduceOptions opt;
+  opt.bf16_wire = true;
+  run_memory_ring(world, [&](int r, Connection& next, Connection& prev) {
+    ring_allreduce_sum(v[r].data(), n, r, world, next, prev, opt);
+  });
+  double worst = 0;
+  for (size_t i = 0; i < n; ++i) worst = std::max(worst, static_cast<double>(std::abs(v[0][i] - exact[i]) / exact[i]));
+  for (int r = 1; r < world; ++r) EXPECT_EQ(v[r], v[0]);
+  EXPECT_LT(worst, 3 * 0.0078125);  // bf16 keeps 8 significant bits: <= 2^-8 relative per rounding
+  EXPECT_GT(worst, 0.0);            // and it really did round
+}
+
+namespace {
+// Joins `world` threads into a TCP ring through the rendezvous on an ephemeral port.
+std::vector<Ring> tcp_ring(int world, const std::vector<std::string>& fingerprints = {}, double timeout = 20) {
+  std::promise<uint16_t> port;
+  auto port_f = port.get_future().share();
+  std::vector<std::future<Ring>> fs;
+  for (int r = 0; r < world; ++r)
+    fs.push_back(std::async(std::launch::async, [&, r] {
+      RendezvousOptions o;
+      o.master_port = r == 0 ? 0 : port_f.get();
+      o.nnodes = world;
+      o.node_rank = r;
+      o.token = "test-job";
+      o.fingerprint = fingerprints.empty() ? "same" : fingerprints[r];
+      o.timeout_s = timeout;
+      if (r == 0) o.on_listening = [&](uint16_t p) { port.set_value(p); };
+      return connect_ring(o);
+    }));
+  std::vector<Ring> rings;
+  for (auto& f : fs) rings.push_back(f.get());
+  return rings;
+}
+}  // namespace
+
+TEST(TcpRing, AllreduceOverLoopbackSockets) {
+  const int world = 3;
+  auto rings = tcp_ring(world);
+  const size_t n = 300007;
+  std::vector<std::vector<float>> v(world);
+  std::vector<std::future<void>> fs;
+  for (int r = 0; r < world; ++r)
+    fs.push_back(std::async(std::launch::async, [&, r] {
+      v[r] = rank_data(r, n);
+      ring_allreduce_sum(v[r].data(), n, r, world, *rings[r].next, *rings[r].prev);
+    }));
+  for (auto& f : fs) f.get();
+  std::vector<float> expect(n, 0.0f);
+  for (int r = 0; r < world; ++r) {
+    auto d = rank_data(r, n);
+    for (size_t i = 0; i < n; ++i) expect[i] += d[i];
+  }
+  for (int r = 0; r < world; ++r) EXPECT_EQ(v[r], expect);
+}
+
+TEST(TcpRing, FingerprintMismatchFailsEveryNodeWithAMessage) {
+  try {
+    tcp_ring(2, {"model-a", "model-b"});
+    FAIL() << "expected a rendezvous error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("another model/config"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TcpRing, MissingNodeTimesOutNamingIt) {
+  RendezvousOptions o;
+  o.master_port = 0;
+  o.nnodes = 3;
+  o.token = "t";
+  o.timeout_s = 0.5;
+  try {
+    connect_ring(o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("node(s) 1, 2 did not connect"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TcpRing, GarbageAndWrongTokenAtRendezvousAreRefused) {
+  std::promise<uint16_t> port;
+  auto pf = port.get_future().share();
+  auto master = std::async(std::launch::async, [&] {
+    RendezvousOptions o;
+    o.master_port = 0;
+    o.nnodes = 2;
+    o.token = "job";
+    o.timeout_s = 20;
+    o.on_listening = [&](uint16_t p) { port.set_value(p); };
+    return connect_ring(o);
+  });
+  const uint16_t p = pf.get();
+  asio::io_context io;
+  {  // garbage
+    auto s = tcp_connect(io, "127.0.0.1", p, 5, "master");
+    asio::write(s, asio::buffer(std::string("\x01\x02garbage\n")));
+  }
+  {  // another job's node
+    RendezvousOptions o;
+    o.master_port = p;
+    o.nnodes = 2;
+    o.node_rank = 1;
+    o.token = "other-job";
+    o.timeout_s = 5;
+    EXPECT_THROW(connect_ring(o), Error);
+  }
+  RendezvousOptions o;  // the real node still gets in
+  o.master_port = p;
+  o.nnodes = 2;
+  o.node_rank = 1;
+  o.token = "job";
+  o.timeout_s = 20;
+  Ring r1 = connect_ring(o);
+  Ring r0 = master.get();
+  float a = 1, b = 2;
+  auto t = std::async(std::launch::async, [&] { ring_allreduce_sum(&a, 1, 0, 2, *r0.next, *r0.prev); });
+  ring_allreduce_sum(&b, 1, 1, 2, *r1.next, *r1.prev);
+  t.get();
+  EXPECT_EQ(a, 3.0f);
+  EXPECT_EQ(b, 3.0f);
+}
+
+TEST(TcpRing, DeadPeerIsAnErrorNamingIt) {
+  auto rings = tcp_ring(3, {}, /*timeout=*/5);
+  rings[2] = Ring{};  // node 2 dies: its sockets close
+  const size_t n = 1 << 16;
+  std::vector<std::future<void>> fs;
+  std::vector<std::string> errors(2);
+  for (int r = 0; r < 2; ++r)
+    fs.push_back(std::async(std::launch::async, [&, r] {
+      std::vector<float> v(n, 1.0f);
+      try {
+        ring_allreduce_sum(v.data(), n, r, 3, *rings[r].next, *rings[r].prev);
+      } catch (const Error& e) {
+        errors[r] = e.what();
+        rings[r] = Ring{};  // a failed node exits, closing its links, as the worker process does
+      }
+    }));
+  for (auto& f : fs) f.get();
+  EXPECT_NE(errors[0].find("receiving from node 2"), std::string::npos) << errors[0];  // 0 receives from 2
+  // Node 1 sends to the dead node 2 or hears node 0 go away: either way a prompt, named error.
+  EXPECT_TRUE(errors[1].find("node 2") != std::string::npos || errors[1].find("node 0") != std::string::npos) << errors[1];
+}
