@@ -68,3 +68,81 @@ CommandResult run_command(const std::string& cmd) {
 }
 
 }  // namespace syncopate::test
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <fcntl.h>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace syncopate::test {
+
+Process::Process(const std::vector<std::string>& argv, const std::vector<std::string>& env_add, const std::string& log) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  for (const auto& e : env_add) env.push_back(e);
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> a, en;
+    for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+    for (auto& s : env) en.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    en.push_back(nullptr);
+    ::execve(a[0], a.data(), en.data());
+    ::_exit(127);
+  }
+}
+
+Process::~Process() {
+  if (!reaped_ && pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, &status_, 0);
+  }
+}
+
+int Process::wait(double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (!reaped_) {
+    int r = ::waitpid(pid_, &status_, WNOHANG);
+    if (r == pid_) {
+      reaped_ = true;
+      break;
+    }
+    if (std::chrono::steady_clock::now() > deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return WIFEXITED(status_) ? WEXITSTATUS(status_) : -2;
+}
+
+void Process::kill_hard() {
+  if (!reaped_) ::kill(pid_, SIGKILL);
+}
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace syncopate::test

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "worker/run_config.h"
 
@@ -32,5 +33,30 @@ struct CommandResult {
 };
 // Runs a shell command and captures its output.
 CommandResult run_command(const std::string& cmd);
+
+}  // namespace syncopate::test
+
+namespace syncopate::test {
+
+// A child process with its own environment additions; stdout+stderr go to log_path.
+class Process {
+ public:
+  Process(const std::vector<std::string>& argv, const std::vector<std::string>& env_add, const std::string& log_path);
+  ~Process();  // kills the process if still running
+  // Waits up to timeout_s; returns the exit code, or -1 if it is still running (or was killed by a signal: -2).
+  int wait(double timeout_s);
+  void kill_hard();  // SIGKILL
+  int pid() const { return pid_; }
+
+ private:
+  int pid_ = -1;
+  int status_ = 0;
+  bool reaped_ = false;
+};
+
+// An unused TCP port on 127.0.0.1 (bound and released; tests use it at once).
+int free_port();
+// Reads a whole text file ("" if missing).
+std::string slurp(const std::string& path);
 
 }  // namespace syncopate::test

@@ -6,6 +6,19 @@
 
 namespace syncopate {
 
+std::string RunConfig::fingerprint() const {
+  RunConfig copy = *this;
+  ConfigSchema s;
+  s.section("model", copy.model);
+  s.section("optim", copy.optim);
+  s.section("schedule", copy.schedule);
+  std::string text = s.to_toml() + fmt::format("steps={} batch={} accum={} seed={}", train.steps, train.batch_size,
+                                               train.grad_accum, train.seed);
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ULL;
+  return fmt::format("{:016x}", h);
+}
+
 void RunConfig::validate() const {
   syncopate::validate(model);
   SYN_CHECK(schedule.min_lr <= optim.lr,

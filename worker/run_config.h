@@ -3,11 +3,13 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/config_schema.h"
 #include "common/flat_adamw.h"
 #include "model/gpt_config.h"
 #include "worker/data_config.h"
+#include "worker/dist_config.h"
 #include "worker/lr_schedule.h"
 
 namespace syncopate {
@@ -78,6 +80,7 @@ struct RunConfig {
   ScheduleConfig schedule;
   EvalConfig eval;
   CheckpointConfig checkpoint;
+  DistConfig dist;
 
   void bind(ConfigSchema& s) {
     s.section("model", model);
@@ -87,7 +90,10 @@ struct RunConfig {
     s.section("schedule", schedule);
     s.section("eval", eval);
     s.section("checkpoint", checkpoint);
+    s.section("dist", dist);
   }
+  // Digest of everything replicas must agree on (model, optimizer, schedule, batch, seed).
+  std::string fingerprint() const;
   // Cross-field checks, with messages that say how to fix the problem.
   void validate() const;
 };

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -16,6 +17,7 @@
 #include "worker/checkpoint.h"
 #include "worker/flat_parameters.h"
 #include "worker/metrics_log.h"
+#include "worker/replicas.h"
 #include "worker/token_file.h"
 #include "worker/window_sampler.h"
 
@@ -32,6 +34,7 @@ struct Trainer::Impl {
   GPT model{nullptr};
   std::unique_ptr<FlatParameters> flat;
   std::unique_ptr<FlatAdamW> opt;
+  std::unique_ptr<Replicas> replicas;
   TokenFiles files;
   std::unique_ptr<TokenFile> train_tokens, val_tokens;
   std::unique_ptr<WindowSampler> train_sampler, val_sampler;
@@ -66,6 +69,18 @@ struct Trainer::Impl {
     flat = std::make_unique<FlatParameters>(*model);
     opt = std::make_unique<FlatAdamW>(cfg.optim, flat->numel(), flat->decay_ranges(), flat->params.options());
 
+    resolve_from_environment(cfg.dist);
+    std::string token = job_token_from_environment();
+    if (token.empty() && cfg.dist.mode != "none") {
+      token = "syncopate-insecure-default";
+      std::cerr << "[dist] warning: SYNCOPATE_TOKEN is not set; any local process can join this job\n";
+    }
+    if (verbose && cfg.dist.mode != "none")
+      std::cout << fmt::format("[dist] node {}/{}: rendezvous at {}:{} ...\n", cfg.dist.node_rank, cfg.dist.nnodes,
+                               cfg.dist.master_addr, cfg.dist.master_port);
+    replicas = make_replicas(cfg.dist, token, cfg.fingerprint());
+    verbose = verbose && replicas->rank() == 0;  // rank 0 prints, every node logs metrics
+
     fs::create_directories(out);
     const std::string ckroot = (fs::path(out) / "checkpoints").string();
     if (resume) {
@@ -78,6 +93,7 @@ struct Trainer::Impl {
       time_offset = meta.value("time_s", 0.0);
       if (verbose) std::cout << fmt::format("[train] resumed from {} (step {})\n", dir, step);
     }
+    replicas->broadcast_from_rank0(flat->params);  // every replica starts from node 0's weights
     write_file_atomic((fs::path(out) / "config.toml").string(), config_toml);
     metrics = std::make_unique<MetricsLog>((fs::path(out) / "metrics.jsonl").string(), resume);
   }
@@ -120,7 +136,7 @@ struct Trainer::Impl {
   void run(int64_t stop_at) {
     const auto& tc = cfg.train;
     const int64_t last = stop_at >= 0 ? std::min(stop_at, tc.steps) : tc.steps;
-    const int64_t tokens_per_step = tc.batch_size * tc.grad_accum * cfg.model.block_size;
+    const int64_t tokens_per_step = tc.batch_size * tc.grad_accum * cfg.model.block_size * replicas->world();  // global
     Progress progress(tc.steps, tc.log_every);
     const double t0 = now_seconds() - time_offset;
     std::ofstream samples((fs::path(out) / "samples.txt").string(), std::ios::app);
@@ -130,7 +146,8 @@ struct Trainer::Impl {
       flat->zero_grad();
       double loss = 0;
       for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
-        auto [x, y] = batch(*train_sampler, WindowSampler::first_sample(step, micro, tc.grad_accum, 0, 1, tc.batch_size),
+        auto [x, y] = batch(*train_sampler, WindowSampler::first_sample(step, micro, tc.grad_accum, replicas->rank(),
+                                                                               replicas->world(), tc.batch_size),
                             tc.batch_size);
         torch::Tensor l;
         {
@@ -140,10 +157,13 @@ struct Trainer::Impl {
         l.backward();
         loss += l.item<double>();
       }
+      replicas->average_gradients(flat->grads);
+      loss = replicas->average(loss);
       const double gnorm = clip_grad_norm(flat->grads, cfg.optim.grad_clip);
       opt->step(flat->params, flat->grads, lr);
       ++step;
       tokens += tokens_per_step;
+      if (cfg.dist.check_every > 0 && step % cfg.dist.check_every == 0) replicas->check_identical(flat->params, step);
 
       const double now = now_seconds();
       const double tok_s = tokens_per_step / std::max(now - t_step, 1e-9);

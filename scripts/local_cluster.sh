@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Simulates a cluster of N nodes on this machine: one syncopate-worker per node, joined through
+# the torchrun-style environment (MASTER_ADDR, MASTER_PORT, NNODES, NODE_RANK) on loopback.
+# Each node writes DIR/node<i>/ (metrics, checkpoints) and its log to DIR/logs/node<i>.log.
+# All processes are stopped on exit, on Ctrl-C, or as soon as one of them fails.
+#
+#   scripts/local_cluster.sh --nodes N --out DIR [--port P] [--netns --link-gbit G] -- <worker args>
+#
+# --netns gives every node its own network namespace (10.77.0.<i+1>/24) and a G Gbit/s
+# rate-limited link (tbf qdisc on both ends of its veth) through a bridge namespace; needs root.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+NODES=2 OUT="" PORT="" NETNS=0 GBIT=1 WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --nodes) NODES=$2; shift 2;;
+    --out) OUT=$2; shift 2;;
+    --port) PORT=$2; shift 2;;
+    --netns) NETNS=1; shift;;
+    --link-gbit) GBIT=$2; shift 2;;
+    --) shift; break;;
+    *) echo "local_cluster.sh: unknown option $1 (see the header of this script)" >&2; exit 2;;
+  esac
+done
+[ -n "$OUT" ] || { echo "local_cluster.sh: --out DIR is required" >&2; exit 2; }
+[ -x "$WORKER" ] || { echo "local_cluster.sh: $WORKER not built; run scripts/build.sh" >&2; exit 2; }
+mkdir -p "$OUT/logs"
+if [ -z "$PORT" ]; then
+  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+fi
+export SYNCOPATE_TOKEN=${SYNCOPATE_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+export NNODES=$NODES MASTER_PORT=$PORT
+
+PIDS=()
+NS_PREFIX="syn$$"
+cleanup() {
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [ "$NETNS" = 1 ]; then
+    for i in $(seq 0 $((NODES - 1))); do ip netns del "${NS_PREFIX}n$i" 2>/dev/null || true; done
+    ip netns del "${NS_PREFIX}br" 2>/dev/null || true
+  fi
+}
+trap cleanup EXIT INT TERM
+
+if [ "$NETNS" = 1 ]; then
+  # Bridge namespace + one namespace per node, veth pairs rate-limited with tbf on both ends.
+  ip netns add "${NS_PREFIX}br"
+  ip -n "${NS_PREFIX}br" link add br0 type bridge
+  ip -n "${NS_PREFIX}br" link set br0 up
+  for i in $(seq 0 $((NODES - 1))); do
+    ns="${NS_PREFIX}n$i"
+    ip netns add "$ns"
+    ip link add "v$$n$i" type veth peer name "b$$n$i"
+    ip link set "v$$n$i" netns "$ns"
+    ip link set "b$$n$i" netns "${NS_PREFIX}br"
+    ip -n "$ns" addr add "10.77.0.$((i + 1))/24" dev "v$$n$i"
+    ip -n "$ns" link set "v$$n$i" up
+    ip -n "$ns" link set lo up
+    ip -n "${NS_PREFIX}br" link set "b$$n$i" master br0
+    ip -n "${NS_PREFIX}br" link set "b$$n$i" up
+    ip netns exec "$ns" tc qdisc add dev "v$$n$i" root tbf rate "${GBIT}gbit" burst 1mb latency 50ms
+    ip netns exec "${NS_PREFIX}br" tc qdisc add dev "b$$n$i" root tbf rate "${GBIT}gbit" burst 1mb latency 50ms
+  done
+  export MASTER_ADDR=10.77.0.1
+else
+  export MASTER_ADDR=127.0.0.1
+fi
+
+for i in $(seq 0 $((NODES - 1))); do
+  if [ "$NETNS" = 1 ]; then
+    NODE_RANK=$i ip netns exec "${NS_PREFIX}n$i" "$WORKER" --out "$OUT/node$i" "$@" > "$OUT/logs/node$i.log" 2>&1 &
+  else
+    NODE_RANK=$i "$WORKER" --out "$OUT/node$i" "$@" > "$OUT/logs/node$i.log" 2>&1 &
+  fi
+  PIDS+=($!)
+done
+echo "[cluster] $NODES nodes, rendezvous $MASTER_ADDR:$PORT, logs in $OUT/logs/"
+[ -t 1 ] && tail -n +1 -f "$OUT/logs/node0.log" --pid "${PIDS[0]}" &
+
+declare -A LIVE
+for p in "${PIDS[@]}"; do LIVE[$p]=1; done
+while [ ${#LIVE[@]} -gt 0 ]; do
+  done_pid=""
+  if wait -n -p done_pid "${!LIVE[@]}"; then
+    unset "LIVE[$done_pid]"
+  else
+    status=$?
+    echo "[cluster] a node failed (exit $status); stopping the others. Logs:" >&2
+    for i in $(seq 0 $((NODES - 1))); do echo "--- node $i ---" >&2; tail -n 5 "$OUT/logs/node$i.log" >&2; done
+    exit $status
+  fi
+done
+echo "[cluster] all $NODES nodes finished"

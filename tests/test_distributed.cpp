@@ -1,0 +1,116 @@
+// Ring mode with real processes on loopback: n nodes with per-node batch b end with the weights of
+// one process with batch n*b; replicas stay identical; a dead node or a mismatched config is a
+// prompt, named error.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "common/safetensors.h"
+#include "tests/test_helpers.h"
+
+using namespace syncopate;
+namespace fs = std::filesystem;
+
+namespace {
+const std::string kWorker = std::string(SYNCOPATE_BIN_DIR) + "/syncopate-worker";
+
+std::vector<std::string> worker_args(const test::TempDir& d, const std::string& corpus, const std::string& out, int batch,
+                                     int steps, int accum) {
+  return {kWorker, "--out", out, "--model.n_embd=32", "--model.n_head=2", "--model.block_size=32",
+          "--train.threads=1", "--schedule.warmup_steps=2", "--eval.every=0", "--eval.batches=1",
+          "--eval.sample_tokens=0", "--checkpoint.every=0", "--dist.check_every=2",
+          "--data.corpus=" + corpus, "--data.cache_dir=" + d.str("cache"),
+          "--train.batch_size=" + std::to_string(batch), "--train.steps=" + std::to_string(steps),
+          "--train.grad_accum=" + std::to_string(accum)};
+}
+
+at::Tensor final_weights(const std::string& out, int steps) {
+  auto st = load_safetensors(fmt::format("{}/checkpoints/step_{:06d}/model.safetensors", out, steps));
+  std::vector<at::Tensor> all;
+  for (auto& [name, t] : st.tensors) all.push_back(t.reshape(-1));
+  return torch::cat(all);
+}
+
+// Runs `nodes` ring workers (batch b each) and one single process (batch nodes*b); compares.
+void expect_ring_equals_single(int nodes, int b, int accum) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  const int steps = 5;
+  const int port = test::free_port();
+  std::vector<std::unique_ptr<test::Process>> ps;
+  for (int r = 0; r < nodes; ++r) {
+    auto args = worker_args(d, corpus, d.str("node" + std::to_string(r)), b, steps, accum);
+    args.push_back("--dist.mode=ring");
+    ps.push_back(std::make_unique<test::Process>(
+        args, std::vector<std::string>{"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
+                                       "NNODES=" + std::to_string(nodes), "NODE_RANK=" + std::to_string(r),
+                                       "SYNCOPATE_TOKEN=test"},
+        d.str("node" + std::to_string(r) + ".log")));
+  }
+  for (int r = 0; r < nodes; ++r) ASSERT_EQ(ps[r]->wait(120), 0) << test::slurp(d.str("node" + std::to_string(r) + ".log"));
+  test::Process single(worker_args(d, corpus, d.str("single"), nodes * b, steps, accum), {}, d.str("single.log"));
+  ASSERT_EQ(single.wait(120), 0) << test::slurp(d.str("single.log"));
+
+  auto w0 = final_weights(d.str("node0"), steps), ws = final_weights(d.str("single"), steps);
+  for (int r = 1; r < nodes; ++r) EXPECT_TRUE(torch::equal(final_weights(d.str("node" + std::to_string(r)), steps), w0)) << r;
+  EXPECT_TRUE(torch::allclose(w0, ws, 1e-4, 1e-5)) << "max diff " << (w0 - ws).abs().max().item<double>();
+}
+}  // namespace
+
+TEST(RingTraining, TwoNodesEqualOneProcessWithDoubleBatch) { expect_ring_equals_single(2, 2, 1); }
+TEST(RingTraining, ThreeNodesWithAccumulationEqualOneProcess) { expect_ring_equals_single(3, 2, 2); }
+
+TEST(RingTraining, DeadNodeStopsTheOthersWithItsName) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  const int port = test::free_port();
+  std::vector<std::unique_ptr<test::Process>> ps;
+  for (int r = 0; r < 2; ++r) {
+    auto args = worker_args(d, corpus, d.str("node" + std::to_string(r)), 2, 100000, 1);
+    args.push_back("--dist.mode=ring");
+    args.push_back("--dist.timeout_s=3");
+    ps.push_back(std::make_unique<test::Process>(
+        args, std::vector<std::string>{"MASTER_PORT=" + std::to_string(port), "NNODES=2",
+                                       "NODE_RANK=" + std::to_string(r), "SYNCOPATE_TOKEN=test"},
+        d.str("node" + std::to_string(r) + ".log")));
+  }
+  // Wait until training is under way, then kill node 1.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (test::slurp(d.str("node0/metrics.jsonl")).size() < 300 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ps[1]->kill_hard();
+  const auto t0 = std::chrono::steady_clock::now();
+  const int code = ps[0]->wait(30);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string log = test::slurp(d.str("node0.log"));
+  EXPECT_EQ(code, 1) << log;
+  EXPECT_LT(took, 10.0);
+  EXPECT_NE(log.find("node 1"), std::string::npos) << log;
+}
+
+TEST(RingTraining, MismatchedConfigIsRefused) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  const int port = test::free_port();
+  std::vector<std::unique_ptr<test::Process>> ps;
+  for (int r = 0; r < 2; ++r) {
+    auto args = worker_args(d, corpus, d.str("node" + std::to_string(r)), 2, 5, 1);
+    args.push_back("--dist.mode=ring");
+    if (r == 1) args.push_back("--model.n_layer=3");
+    ps.push_back(std::make_unique<test::Process>(
+        args, std::vector<std::string>{"MASTER_PORT=" + std::to_string(port), "NNODES=2",
+                                       "NODE_RANK=" + std::to_string(r), "SYNCOPATE_TOKEN=test"},
+        d.str("node" + std::to_string(r) + ".log")));
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ps[r]->wait(60), 1);
+    EXPECT_NE(test::slurp(d.str("node" + std::to_string(r) + ".log")).find("another model/config"), std::string::npos)
+        << test::slurp(d.str("node" + std::to_string(r) + ".log"));
+  }
+}

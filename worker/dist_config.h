@@ -1,0 +1,42 @@
+// How this process joins the other replicas of the job. Empty/zero fields are filled from the
+// environment the way torchrun and Slurm set it (see resolve_from_environment).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace syncopate {
+
+struct DistConfig {
+  std::string mode = "none";     // "none": one replica; "ring": synchronous ring all-reduce between nodes
+  std::string master_addr = "";  // node 0's IP; "" = $MASTER_ADDR, else the first host of $SLURM_JOB_NODELIST... , else 127.0.0.1
+  int64_t master_port = 0;       // rendezvous TCP port on node 0; 0 = $MASTER_PORT, else 29500
+  int64_t nnodes = 0;            // nodes in the job; 0 = $NNODES, else $SLURM_NTASKS, else 1
+  int64_t node_rank = -1;        // this node; -1 = $NODE_RANK, else $SLURM_PROCID, else 0
+  double timeout_s = 60;         // rendezvous deadline and the longest a peer may stay silent, seconds
+  int64_t check_every = 100;     // steps between checks that all replicas hold identical weights; 0 = off
+  bool bf16_wire = false;        // ring sends bfloat16 (half the bytes; ~0.4% relative error per hop)
+  int64_t segment_kb = 256;      // ring pipelining segment, KiB
+
+  template <class V>
+  void fields(V& v) {
+    v("mode", mode, "data-parallel mode", std::vector<std::string>{"none", "ring"});
+    v("master_addr", master_addr, "node 0's IP address (default $MASTER_ADDR or 127.0.0.1)");
+    v("master_port", master_port, "rendezvous port on node 0 (0 = $MASTER_PORT or 29500)", int64_t{0}, int64_t{65535});
+    v("nnodes", nnodes, "nodes in the job (0 = $NNODES / $SLURM_NTASKS / 1)", int64_t{0}, int64_t{4096});
+    v("node_rank", node_rank, "this node's rank (-1 = $NODE_RANK / $SLURM_PROCID / 0)", int64_t{-1}, int64_t{4095});
+    v("timeout_s", timeout_s, "rendezvous deadline and peer silence limit, seconds", 0.1, 86400.0);
+    v("check_every", check_every, "steps between replica-identity checks (0 = off)", int64_t{0}, int64_t{1} << 40);
+    v("bf16_wire", bf16_wire, "send bfloat16 on the ring");
+    v("segment_kb", segment_kb, "ring pipelining segment, KiB", int64_t{1}, int64_t{1} << 20);
+  }
+};
+
+// Fills unset fields from MASTER_ADDR, MASTER_PORT, NNODES, NODE_RANK (torchrun) or SLURM_PROCID,
+// SLURM_NTASKS, SLURM_JOB_NODELIST (Slurm), then defaults. mode "none" forces one node.
+void resolve_from_environment(DistConfig& c);
+
+// The job token from $SYNCOPATE_TOKEN, or the contents of $SYNCOPATE_TOKEN_FILE; "" if neither.
+std::string job_token_from_environment();
+
+}  // namespace syncopate

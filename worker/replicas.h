@@ -1,0 +1,35 @@
+// What the training loop sees of the other data-parallel replicas: average the gradient, start
+// from rank 0's weights, verify that the replicas still agree. A single process gets an object
+// whose methods do nothing, so the loop has no branches for it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "worker/dist_config.h"
+
+namespace syncopate {
+
+class Replicas {
+ public:
+  virtual ~Replicas() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  // grads <- mean of grads over replicas (in place).
+  virtual void average_gradients(at::Tensor& grads) = 0;
+  // Mean of a scalar over replicas (for logging the global loss).
+  virtual double average(double x) = 0;
+  // params <- rank 0's params (in place), exactly.
+  virtual void broadcast_from_rank0(at::Tensor& params) = 0;
+  // Throws syncopate::Error naming the ranks whose params differ from rank 0's.
+  virtual void check_identical(const at::Tensor& params, int64_t step) = 0;
+};
+
+// mode "none" -> one replica; "ring" -> rendezvous with the other nodes (blocks until they
+// arrive) and a TCP ring. `fingerprint` identifies the model and training config; nodes whose
+// fingerprints differ are refused.
+std::unique_ptr<Replicas> make_replicas(const DistConfig& c, const std::string& token, const std::string& fingerprint);
+
+}  // namespace syncopate
