@@ -32,36 +32,18 @@ export SYNCOPATE_TOKEN=${SYNCOPATE_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx
 export NNODES=$NODES MASTER_PORT=$PORT
 
 PIDS=()
-NS_PREFIX="syn$$"
+NS_PREFIX="sc$$"
 cleanup() {
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  if [ "$NETNS" = 1 ]; then
-    for i in $(seq 0 $((NODES - 1))); do ip netns del "${NS_PREFIX}n$i" 2>/dev/null || true; done
-    ip netns del "${NS_PREFIX}br" 2>/dev/null || true
-  fi
+  [ "$NETNS" = 1 ] && netns_down "$NS_PREFIX" "$NODES"
+  return 0
 }
 trap cleanup EXIT INT TERM
 
 if [ "$NETNS" = 1 ]; then
-  # Bridge namespace + one namespace per node, veth pairs rate-limited with tbf on both ends.
-  ip netns add "${NS_PREFIX}br"
-  ip -n "${NS_PREFIX}br" link add br0 type bridge
-  ip -n "${NS_PREFIX}br" link set br0 up
-  for i in $(seq 0 $((NODES - 1))); do
-    ns="${NS_PREFIX}n$i"
-    ip netns add "$ns"
-    ip link add "v$$n$i" type veth peer name "b$$n$i"
-    ip link set "v$$n$i" netns "$ns"
-    ip link set "b$$n$i" netns "${NS_PREFIX}br"
-    ip -n "$ns" addr add "10.77.0.$((i + 1))/24" dev "v$$n$i"
-    ip -n "$ns" link set "v$$n$i" up
-    ip -n "$ns" link set lo up
-    ip -n "${NS_PREFIX}br" link set "b$$n$i" master br0
-    ip -n "${NS_PREFIX}br" link set "b$$n$i" up
-    ip netns exec "$ns" tc qdisc add dev "v$$n$i" root tbf rate "${GBIT}gbit" burst 1mb latency 50ms
-    ip netns exec "${NS_PREFIX}br" tc qdisc add dev "b$$n$i" root tbf rate "${GBIT}gbit" burst 1mb latency 50ms
-  done
+  source "$ROOT/scripts/netns.sh"
+  netns_up "$NS_PREFIX" "$NODES" "$GBIT"
   export MASTER_ADDR=10.77.0.1
 else
   export MASTER_ADDR=127.0.0.1
@@ -69,7 +51,7 @@ fi
 
 for i in $(seq 0 $((NODES - 1))); do
   if [ "$NETNS" = 1 ]; then
-    NODE_RANK=$i ip netns exec "${NS_PREFIX}n$i" "$WORKER" --out "$OUT/node$i" "$@" > "$OUT/logs/node$i.log" 2>&1 &
+    NODE_RANK=$i netns_run "$NS_PREFIX" "$i" "$WORKER" --out "$OUT/node$i" "$@" > "$OUT/logs/node$i.log" 2>&1 &
   else
     NODE_RANK=$i "$WORKER" --out "$OUT/node$i" "$@" > "$OUT/logs/node$i.log" 2>&1 &
   fi

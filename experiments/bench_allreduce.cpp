@@ -1,0 +1,76 @@
+// syncopate-bench-allreduce: times the ring all-reduce across the nodes of a job, nccl-tests style.
+// Run one process per node with MASTER_ADDR/MASTER_PORT/NNODES/NODE_RANK/SYNCOPATE_TOKEN set
+// (scripts/bench_allreduce.sh does this). Node 0 prints one row per size:
+//   size_bytes time_us algbw_GBps busbw_GBps
+// algbw = size / time; busbw = algbw * 2(n-1)/n (the bytes each link really carries).
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "common/check.h"
+#include "common/rendezvous.h"
+#include "common/ring_allreduce.h"
+#include "worker/dist_config.h"
+
+using namespace syncopate;
+
+int main(int argc, char** argv) {
+  CLI::App app{"ring all-reduce benchmark"};
+  std::string sizes = "1048576,4194304,16777216,67108864";
+  int iters = 10, warmup = 3;
+  bool bf16 = false;
+  int64_t segment_kb = 256;
+  app.add_option("--sizes", sizes, "comma-separated buffer sizes, bytes");
+  app.add_option("--iters", iters, "timed iterations per size");
+  app.add_option("--warmup", warmup, "untimed iterations per size");
+  app.add_option("--segment-kb", segment_kb, "pipelining segment, KiB");
+  app.add_flag("--bf16-wire", bf16, "send bfloat16");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    DistConfig dc;
+    dc.mode = "ring";
+    resolve_from_environment(dc);
+    RendezvousOptions o;
+    o.master_addr = dc.master_addr;
+    o.master_port = static_cast<uint16_t>(dc.master_port);
+    o.nnodes = static_cast<int>(dc.nnodes);
+    o.node_rank = static_cast<int>(dc.node_rank);
+    o.token = job_token_from_environment();
+    o.fingerprint = "bench";
+    o.timeout_s = 120;
+    Ring ring = connect_ring(o);
+    RingAllreduceOptions opt;
+    opt.bf16_wire = bf16;
+    opt.segment_bytes = static_cast<size_t>(segment_kb) << 10;
+    const int n = ring.world;
+    auto barrier = [&] {
+      float x = 0;
+      ring_allreduce_sum(&x, 1, ring.rank, n, *ring.next, *ring.prev);
+    };
+    if (ring.rank == 0) std::cout << "size_bytes time_us algbw_GBps busbw_GBps\n";
+    std::stringstream ss(sizes);
+    std::string tok;
+    while (std::getline(ss, tok, ',')) {
+      const size_t bytes = std::stoull(tok), count = bytes / 4;
+      std::vector<float> buf(count, 1.0f);
+      for (int i = 0; i < warmup; ++i) ring_allreduce_sum(buf.data(), count, ring.rank, n, *ring.next, *ring.prev, opt);
+      barrier();
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) ring_allreduce_sum(buf.data(), count, ring.rank, n, *ring.next, *ring.prev, opt);
+      barrier();
+      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+      const double alg = bytes / us / 1e3;
+      if (ring.rank == 0)
+        std::cout << fmt::format("{} {:.1f} {:.3f} {:.3f}", bytes, us, alg, alg * 2.0 * (n - 1) / n) << std::endl;
+    }
+  } catch (const Error& e) {
+    std::cerr << "syncopate-bench-allreduce: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,34 @@
+"""Reference peer for scripts/bench_allreduce.sh: torch.distributed's Gloo all-reduce (CPU, TCP) on
+the same nodes and sizes, printing the same columns. One process per node; reads MASTER_ADDR,
+MASTER_PORT, NNODES, NODE_RANK from the environment."""
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--sizes", default="1048576,4194304,16777216,67108864")
+ap.add_argument("--iters", type=int, default=10)
+ap.add_argument("--warmup", type=int, default=3)
+a = ap.parse_args()
+rank, world = int(os.environ["NODE_RANK"]), int(os.environ["NNODES"])
+dist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+                        rank=rank, world_size=world)
+if rank == 0:
+    print("size_bytes time_us algbw_GBps busbw_GBps", flush=True)
+for size in map(int, a.sizes.split(",")):
+    t = torch.ones(size // 4)
+    for _ in range(a.warmup):
+        dist.all_reduce(t)
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(a.iters):
+        dist.all_reduce(t)
+    dist.barrier()
+    us = (time.perf_counter() - t0) / a.iters * 1e6
+    alg = size / us / 1e3
+    if rank == 0:
+        print(f"{size} {us:.1f} {alg:.3f} {alg * 2 * (world - 1) / world:.3f}", flush=True)
+dist.destroy_process_group()

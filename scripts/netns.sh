@@ -1,0 +1,36 @@
+# Emulated hosts on one machine (sourced by local_cluster.sh and bench_allreduce.sh; needs root).
+#   netns_up PREFIX N GBIT   N namespaces PREFIXn0..n{N-1} at 10.77.0.1..N/24, each joined to a bridge
+#                            namespace PREFIXbr by a veth pair rate-limited to GBIT Gbit/s (tbf qdisc
+#                            on both ends, so each host's link is GBIT in each direction)
+#   netns_run PREFIX I CMD.. runs CMD inside host I
+#   netns_down PREFIX N      removes them (veths go with their namespaces)
+# netem is not available on these machines: latency/slowness is modelled elsewhere.
+netns_up() {
+  local p=$1 n=$2 gbit=$3 i
+  ip netns add "${p}br"
+  ip -n "${p}br" link add br0 type bridge
+  ip -n "${p}br" link set br0 up
+  for i in $(seq 0 $((n - 1))); do
+    ip netns add "${p}n$i"
+    ip link add "${p}v$i" type veth peer name "${p}b$i"
+    ip link set "${p}v$i" netns "${p}n$i"
+    ip link set "${p}b$i" netns "${p}br"
+    ip -n "${p}n$i" addr add "10.77.0.$((i + 1))/24" dev "${p}v$i"
+    ip -n "${p}n$i" link set "${p}v$i" up
+    ip -n "${p}n$i" link set lo up
+    ip -n "${p}br" link set "${p}b$i" master br0
+    ip -n "${p}br" link set "${p}b$i" up
+    ip netns exec "${p}n$i" tc qdisc add dev "${p}v$i" root tbf rate "${gbit}gbit" burst 1mb latency 50ms
+    ip netns exec "${p}br" tc qdisc add dev "${p}b$i" root tbf rate "${gbit}gbit" burst 1mb latency 50ms
+  done
+}
+netns_run() {
+  local p=$1 i=$2
+  shift 2
+  ip netns exec "${p}n$i" "$@"
+}
+netns_down() {
+  local p=$1 n=$2 i
+  for i in $(seq 0 $((n - 1))); do ip netns del "${p}n$i" 2>/dev/null || true; done
+  ip netns del "${p}br" 2>/dev/null || true
+}
