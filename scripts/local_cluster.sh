@@ -4,18 +4,22 @@
 # Each node writes DIR/node<i>/ (metrics, checkpoints) and its log to DIR/logs/node<i>.log.
 # All processes are stopped on exit, on Ctrl-C, or as soon as one of them fails.
 #
-#   scripts/local_cluster.sh --nodes N --out DIR [--port P] [--netns --link-gbit G] -- <worker args>
+#   scripts/local_cluster.sh --nodes N --out DIR [--port P] [--max-restarts K] [--netns --link-gbit G] -- <worker args>
+#
+# Each node runs through scripts/launch_node.sh, so --max-restarts K restarts a failed job from
+# its latest checkpoints.
 #
 # --netns gives every node its own network namespace (10.77.0.<i+1>/24) and a G Gbit/s
 # rate-limited link (tbf qdisc on both ends of its veth) through a bridge namespace; needs root.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-NODES=2 OUT="" PORT="" NETNS=0 GBIT=1 WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
+NODES=2 OUT="" PORT="" NETNS=0 GBIT=1 RESTARTS=0 WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) NODES=$2; shift 2;;
     --out) OUT=$2; shift 2;;
     --port) PORT=$2; shift 2;;
+    --max-restarts) RESTARTS=$2; shift 2;;
     --netns) NETNS=1; shift;;
     --link-gbit) GBIT=$2; shift 2;;
     --) shift; break;;
@@ -24,6 +28,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$OUT" ] || { echo "local_cluster.sh: --out DIR is required" >&2; exit 2; }
 [ -x "$WORKER" ] || { echo "local_cluster.sh: $WORKER not built; run scripts/build.sh" >&2; exit 2; }
+export SYNCOPATE_WORKER=$WORKER
 mkdir -p "$OUT/logs"
 if [ -z "$PORT" ]; then
   PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -34,7 +39,11 @@ export NNODES=$NODES MASTER_PORT=$PORT
 PIDS=()
 NS_PREFIX="sc$$"
 cleanup() {
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]:-}"; do
+    [ -n "$p" ] || continue
+    pkill -P "$p" 2>/dev/null || true  # the node's worker (child of launch_node.sh)
+    kill "$p" 2>/dev/null || true
+  done
   wait 2>/dev/null || true
   [ "$NETNS" = 1 ] && netns_down "$NS_PREFIX" "$NODES"
   return 0
@@ -51,9 +60,9 @@ fi
 
 for i in $(seq 0 $((NODES - 1))); do
   if [ "$NETNS" = 1 ]; then
-    NODE_RANK=$i netns_run "$NS_PREFIX" "$i" "$WORKER" --out "$OUT/node$i" "$@" > "$OUT/logs/node$i.log" 2>&1 &
+    NODE_RANK=$i netns_run "$NS_PREFIX" "$i" "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "$@" > "$OUT/logs/node$i.log" 2>&1 &
   else
-    NODE_RANK=$i "$WORKER" --out "$OUT/node$i" "$@" > "$OUT/logs/node$i.log" 2>&1 &
+    NODE_RANK=$i "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "$@" > "$OUT/logs/node$i.log" 2>&1 &
   fi
   PIDS+=($!)
 done

@@ -69,18 +69,6 @@ struct Trainer::Impl {
     flat = std::make_unique<FlatParameters>(*model);
     opt = std::make_unique<FlatAdamW>(cfg.optim, flat->numel(), flat->decay_ranges(), flat->params.options());
 
-    resolve_from_environment(cfg.dist);
-    std::string token = job_token_from_environment();
-    if (token.empty() && cfg.dist.mode != "none") {
-      token = "syncopate-insecure-default";
-      std::cerr << "[dist] warning: SYNCOPATE_TOKEN is not set; any local process can join this job\n";
-    }
-    if (verbose && cfg.dist.mode != "none")
-      std::cout << fmt::format("[dist] node {}/{}: rendezvous at {}:{} ...\n", cfg.dist.node_rank, cfg.dist.nnodes,
-                               cfg.dist.master_addr, cfg.dist.master_port);
-    replicas = make_replicas(cfg.dist, token, cfg.fingerprint());
-    verbose = verbose && replicas->rank() == 0;  // rank 0 prints, every node logs metrics
-
     fs::create_directories(out);
     const std::string ckroot = (fs::path(out) / "checkpoints").string();
     if (resume) {
@@ -93,6 +81,19 @@ struct Trainer::Impl {
       time_offset = meta.value("time_s", 0.0);
       if (verbose) std::cout << fmt::format("[train] resumed from {} (step {})\n", dir, step);
     }
+    resolve_from_environment(cfg.dist);
+    std::string token = job_token_from_environment();
+    if (token.empty() && cfg.dist.mode != "none") {
+      token = "syncopate-insecure-default";
+      std::cerr << "[dist] warning: SYNCOPATE_TOKEN is not set; any local process can join this job\n";
+    }
+    if (verbose && cfg.dist.mode != "none")
+      std::cout << fmt::format("[dist] node {}/{}: rendezvous at {}:{} ...\n", cfg.dist.node_rank, cfg.dist.nnodes,
+                               cfg.dist.master_addr, cfg.dist.master_port);
+    // Nodes must agree on model, config and the step they resume from.
+    replicas = make_replicas(cfg.dist, token, fmt::format("{}@step{}", cfg.fingerprint(), step));
+    verbose = verbose && replicas->rank() == 0;  // rank 0 prints, every node logs metrics
+
     replicas->broadcast_from_rank0(flat->params);  // every replica starts from node 0's weights
     write_file_atomic((fs::path(out) / "config.toml").string(), config_toml);
     metrics = std::make_unique<MetricsLog>((fs::path(out) / "metrics.jsonl").string(), resume);
