@@ -7,6 +7,7 @@ hyper-parameters, same thread count. Prints one JSON line per step: {"step", "dt
 import argparse
 import json
 import math
+import os
 import time
 
 import numpy as np
@@ -72,6 +73,12 @@ def main():
     torch.manual_seed(0)
     V, T, L, H, C = PRESETS[a.preset]
     model = GPT(V, T, L, H, C).train()
+    world = int(os.environ.get("NNODES", "1"))
+    if world > 1:  # PyTorch DDP over Gloo, the synchronous reference for ring mode
+        import torch.distributed as dist
+        dist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+                                rank=int(os.environ["NODE_RANK"]), world_size=world)
+        model = torch.nn.parallel.DistributedDataParallel(model)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
