@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "common/check.h"
+#include "common/job_token.h"
 #include "common/rendezvous.h"
 #include "common/ring_allreduce.h"
 #include "worker/dist_config.h"

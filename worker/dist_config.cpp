@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include "common/atomic_file.h"
 #include "common/check.h"
 
 namespace syncopate {
@@ -55,16 +54,6 @@ void resolve_from_environment(DistConfig& c) {
             "set NODE_RANK (or --dist.node_rank) below NNODES on every node");
   SYN_CHECK(c.master_port >= 1 && c.master_port <= 65535, fmt::format("MASTER_PORT {} is not a TCP port", c.master_port),
             "use a port between 1024 and 65535");
-}
-
-std::string job_token_from_environment() {
-  if (env("SYNCOPATE_TOKEN")) return env("SYNCOPATE_TOKEN");
-  if (env("SYNCOPATE_TOKEN_FILE")) {
-    std::string t = read_file(env("SYNCOPATE_TOKEN_FILE"));
-    t.erase(t.find_last_not_of(" \n\r\t") + 1);
-    return t;
-  }
-  return "";
 }
 
 }  // namespace syncopate

@@ -8,7 +8,8 @@
 namespace syncopate {
 
 struct DistConfig {
-  std::string mode = "none";     // "none": one replica; "ring": synchronous ring all-reduce between nodes
+  std::string mode = "none";     // "none": one replica; "ring": synchronous ring all-reduce between nodes;
+                                 // "ps": push/pull to sharded parameter servers (consistency set on the servers)
   std::string master_addr = "";  // node 0's IP; "" = $MASTER_ADDR, else the first host of $SLURM_JOB_NODELIST... , else 127.0.0.1
   int64_t master_port = 0;       // rendezvous TCP port on node 0; 0 = $MASTER_PORT, else 29500
   int64_t nnodes = 0;            // nodes in the job; 0 = $NNODES, else $SLURM_NTASKS, else 1
@@ -17,10 +18,11 @@ struct DistConfig {
   int64_t check_every = 100;     // steps between checks that all replicas hold identical weights; 0 = off
   bool bf16_wire = false;        // ring sends bfloat16 (half the bytes; ~0.4% relative error per hop)
   int64_t segment_kb = 256;      // ring pipelining segment, KiB
+  std::string servers = "";      // ps: comma-separated server endpoints, tcp://IP:PORT,...; shard k = k-th
 
   template <class V>
   void fields(V& v) {
-    v("mode", mode, "data-parallel mode", std::vector<std::string>{"none", "ring"});
+    v("mode", mode, "data-parallel mode", std::vector<std::string>{"none", "ring", "ps"});
     v("master_addr", master_addr, "node 0's IP address (default $MASTER_ADDR or 127.0.0.1)");
     v("master_port", master_port, "rendezvous port on node 0 (0 = $MASTER_PORT or 29500)", int64_t{0}, int64_t{65535});
     v("nnodes", nnodes, "nodes in the job (0 = $NNODES / $SLURM_NTASKS / 1)", int64_t{0}, int64_t{4096});
@@ -29,14 +31,12 @@ struct DistConfig {
     v("check_every", check_every, "steps between replica-identity checks (0 = off)", int64_t{0}, int64_t{1} << 40);
     v("bf16_wire", bf16_wire, "send bfloat16 on the ring");
     v("segment_kb", segment_kb, "ring pipelining segment, KiB", int64_t{1}, int64_t{1} << 20);
+    v("servers", servers, "ps mode: parameter-server endpoints tcp://IP:PORT, comma-separated");
   }
 };
 
 // Fills unset fields from MASTER_ADDR, MASTER_PORT, NNODES, NODE_RANK (torchrun) or SLURM_PROCID,
 // SLURM_NTASKS, SLURM_JOB_NODELIST (Slurm), then defaults. mode "none" forces one node.
 void resolve_from_environment(DistConfig& c);
-
-// The job token from $SYNCOPATE_TOKEN, or the contents of $SYNCOPATE_TOKEN_FILE; "" if neither.
-std::string job_token_from_environment();
 
 }  // namespace syncopate

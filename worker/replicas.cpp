@@ -10,14 +10,20 @@
 namespace syncopate {
 namespace {
 
-class SingleReplica : public Replicas {
+// One replica, or one of several that never talk to each other directly (`ps` mode: they meet
+// only through the parameter servers, so there is nothing to average or check here).
+class IndependentReplica : public Replicas {
  public:
-  int rank() const override { return 0; }
-  int world() const override { return 1; }
+  IndependentReplica(int rank, int world) : rank_(rank), world_(world) {}
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
   void average_gradients(at::Tensor&) override {}
   double average(double x) override { return x; }
   void broadcast_from_rank0(at::Tensor&) override {}
   void check_identical(const at::Tensor&, int64_t) override {}
+
+ private:
+  int rank_, world_;
 };
 
 // 64-bit digest of a float buffer's bytes.
@@ -84,7 +90,8 @@ class RingReplicas : public Replicas {
 }  // namespace
 
 std::unique_ptr<Replicas> make_replicas(const DistConfig& c, const std::string& token, const std::string& fingerprint) {
-  if (c.mode == "none" || c.nnodes <= 1) return std::make_unique<SingleReplica>();
+  if (c.mode == "none" || c.nnodes <= 1) return std::make_unique<IndependentReplica>(0, 1);
+  if (c.mode == "ps") return std::make_unique<IndependentReplica>(static_cast<int>(c.node_rank), static_cast<int>(c.nnodes));
   RendezvousOptions o;
   o.master_addr = c.master_addr;
   o.master_port = static_cast<uint16_t>(c.master_port);

@@ -10,6 +10,7 @@
 #include "common/atomic_file.h"
 #include "common/byte_tokenizer.h"
 #include "common/check.h"
+#include "common/job_token.h"
 #include "common/flat_adamw.h"
 #include "model/generate.h"
 #include "model/gpt.h"
@@ -17,6 +18,8 @@
 #include "worker/checkpoint.h"
 #include "worker/flat_parameters.h"
 #include "worker/metrics_log.h"
+#include "worker/parameter_update.h"
+#include "worker/ps_client.h"
 #include "worker/replicas.h"
 #include "worker/token_file.h"
 #include "worker/window_sampler.h"
@@ -35,6 +38,7 @@ struct Trainer::Impl {
   std::unique_ptr<FlatParameters> flat;
   std::unique_ptr<FlatAdamW> opt;
   std::unique_ptr<Replicas> replicas;
+  std::unique_ptr<ParameterUpdate> update;
   TokenFiles files;
   std::unique_ptr<TokenFile> train_tokens, val_tokens;
   std::unique_ptr<WindowSampler> train_sampler, val_sampler;
@@ -95,6 +99,14 @@ struct Trainer::Impl {
     verbose = verbose && replicas->rank() == 0;  // rank 0 prints, every node logs metrics
 
     replicas->broadcast_from_rank0(flat->params);  // every replica starts from node 0's weights
+    if (cfg.dist.mode == "ps") {  // the servers hold the optimizer; INIT gives every worker the same start
+      auto client = std::make_unique<PsClient>(PsClient::parse_endpoints(cfg.dist.servers), token, replicas->rank(),
+                                               replicas->world(), cfg.dist.timeout_s);
+      client->init(flat->params, flat->decay_ranges(), cfg.optim);
+      update = make_ps_update(std::move(client));
+    } else {
+      update = make_local_update(*opt);
+    }
     write_file_atomic((fs::path(out) / "config.toml").string(), config_toml);
     metrics = std::make_unique<MetricsLog>((fs::path(out) / "metrics.jsonl").string(), resume);
   }
@@ -161,14 +173,14 @@ struct Trainer::Impl {
       replicas->average_gradients(flat->grads);
       loss = replicas->average(loss);
       const double gnorm = clip_grad_norm(flat->grads, cfg.optim.grad_clip);
-      opt->step(flat->params, flat->grads, lr);
+      const double staleness = update->apply(flat->params, flat->grads, lr, step);
       ++step;
       tokens += tokens_per_step;
       if (cfg.dist.check_every > 0 && step % cfg.dist.check_every == 0) replicas->check_identical(flat->params, step);
 
       const double now = now_seconds();
       const double tok_s = tokens_per_step / std::max(now - t_step, 1e-9);
-      metrics->write({{"step", step}, {"time_s", now - t0}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
+      metrics->write({{"step", step}, {"time_s", now - t0}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm}, {"staleness", staleness},
                       {"tokens", tokens}, {"tokens_per_s", tok_s}});
       if (verbose) progress.step(step, loss, lr, tok_s);
 

@@ -1,0 +1,50 @@
+// Parameter-server wire protocol (docs/PROTOCOL.md). A message is a ZeroMQ multipart message:
+// frame 0 a msgpack map (MsgHeader, at most kMaxHeaderBytes), then raw little-endian data
+// frames (float32 values, or int64 pairs for INIT's weight-decay ranges), sent without copying.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <msgpack.hpp>
+
+namespace syncopate {
+
+constexpr uint32_t kPsProtocolVersion = 1;
+constexpr size_t kMaxHeaderBytes = 4096;
+
+enum class MsgType : int {
+  kInit = 1,      // worker -> server: shard range, optimizer settings, initial values (+ decay ranges)
+  kPushPull = 2,  // worker -> server: gradient of the range; reply: parameters after the update
+  kPull = 3,      // worker -> server: reply carries the current parameters
+  kStats = 4,     // reply header's `text` is a JSON object of counters and the staleness histogram
+  kShutdown = 5,  // server exits after replying
+  kOk = 100,      // reply
+  kError = 101,   // reply; `text` says what was wrong
+};
+
+struct MsgHeader {
+  int type = 0;
+  uint32_t version = kPsProtocolVersion;
+  uint64_t token = 0;          // digest of the job token
+  int32_t worker = -1;         // worker id, 0..workers-1
+  int32_t workers = 0;         // INIT: workers in the job
+  int64_t clock = 0;           // worker's step of this gradient
+  int64_t param_version = 0;   // PUSH: parameter version the gradient was computed on; replies: current version
+  int64_t offset = 0;          // range in the flat parameter vector, elements
+  int64_t length = 0;
+  std::string dtype = "f32";   // data frame element type; only f32 is accepted
+  double lr = 0;               // PUSH: learning rate of this update; INIT: unused
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;  // INIT: AdamW settings
+  int64_t staleness = 0;       // reply to PUSH: staleness of that update (versions applied since it was read)
+  std::string text;            // errors, stats JSON
+  MSGPACK_DEFINE_MAP(type, version, token, worker, workers, clock, param_version, offset, length, dtype, lr, beta1,
+                     beta2, eps, weight_decay, staleness, text)
+};
+
+std::string encode_header(const MsgHeader& h);
+// Decodes and sanity-checks a header frame; throws syncopate::Error (never crashes) on anything
+// malformed: oversize, not msgpack, wrong field types, unknown type, wrong protocol version.
+MsgHeader decode_header(const void* data, size_t n);
+
+}  // namespace syncopate

@@ -1,0 +1,128 @@
+#include "server/parameter_shard.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/check.h"
+
+namespace syncopate {
+
+void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t* decay, size_t pairs) {
+  SYN_CHECK(h.workers >= 1 && h.workers <= 4096, fmt::format("INIT with {} workers", h.workers), "workers must be 1..4096");
+  if (initialized_) {
+    SYN_CHECK(h.offset == offset_ && h.length == length_ && h.workers == workers_,
+              fmt::format("INIT for range [{}, +{}) x {} workers, but this shard holds [{}, +{}) x {}", h.offset, h.length,
+                          h.workers, offset_, length_, workers_),
+              "every worker must run the same model and NNODES");
+    return;
+  }
+  offset_ = h.offset;
+  length_ = h.length;
+  workers_ = h.workers;
+  params_ = at::empty({length_}, at::kFloat);
+  if (length_) std::memcpy(params_.data_ptr<float>(), values, static_cast<size_t>(length_) * sizeof(float));
+  grad_sum_ = at::zeros({length_}, at::kFloat);
+  std::vector<std::pair<int64_t, int64_t>> local;  // decay ranges intersected with this shard
+  for (size_t i = 0; i < pairs; ++i) {
+    const int64_t b = std::max(decay[2 * i], offset_), e = std::min(decay[2 * i] + decay[2 * i + 1], offset_ + length_);
+    if (e > b) local.emplace_back(b - offset_, e - b);
+  }
+  AdamWConfig oc;
+  oc.beta1 = h.beta1;
+  oc.beta2 = h.beta2;
+  oc.eps = h.eps;
+  oc.weight_decay = h.weight_decay;
+  opt_ = std::make_unique<FlatAdamW>(oc, length_, local, params_.options());
+  clock_.assign(static_cast<size_t>(workers_), -1);
+  last_stale_.assign(static_cast<size_t>(workers_), 0);
+  backup_.assign(static_cast<size_t>(workers_), at::Tensor());
+  initialized_ = true;
+}
+
+void ParameterShard::check(const MsgHeader& h) const {
+  SYN_CHECK(initialized_, "shard not initialized yet", "a worker must send INIT first");
+  SYN_CHECK(h.worker >= 0 && h.worker < workers_, fmt::format("worker id {} outside 0..{}", h.worker, workers_ - 1),
+            "check NODE_RANK / NNODES of the workers");
+  SYN_CHECK(h.offset == offset_ && h.length == length_,
+            fmt::format("range [{}, +{}) does not match this shard's [{}, +{})", h.offset, h.length, offset_, length_),
+            "workers and servers disagree on the sharding: same model and server list everywhere");
+  SYN_CHECK(h.dtype == "f32", fmt::format("dtype '{}' not supported", h.dtype), "send float32");
+  SYN_CHECK(std::isfinite(h.lr) && h.lr >= 0 && h.lr < 1e3, fmt::format("learning rate {} is not sane", h.lr), "check the schedule");
+  SYN_CHECK(h.clock >= 0 && h.param_version >= 0 && h.param_version <= version_,
+            fmt::format("clock {} / parameter version {} invalid (current version {})", h.clock, h.param_version, version_),
+            "the worker's state is corrupt; restart it");
+}
+
+void ParameterShard::apply(const at::Tensor& grad, double lr) {
+  opt_->step(params_, grad, lr);
+  ++version_;
+  ++updates_;
+}
+
+void ParameterShard::pulled(int worker) {
+  if (cfg_.mitigation == "dc_asgd") backup_[static_cast<size_t>(worker)] = params_.clone();
+}
+
+std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data) {
+  check(h);
+  const size_t w = static_cast<size_t>(h.worker);
+  at::Tensor g = at::from_blob(const_cast<float*>(data), {length_}, at::kFloat);
+  const int64_t stale = version_ - h.param_version;
+  last_stale_[w] = stale;
+  ++staleness_hist_[stale];
+  clock_[w] = std::max(clock_[w], h.clock);
+
+  if (cfg_.consistency == "bsp") {
+    grad_sum_.add_(g);
+    waiting_.insert(h.worker);
+    bsp_lr_ = h.lr;
+    if (static_cast<int>(waiting_.size()) < workers_) return {};
+    grad_sum_.div_(workers_);
+    apply(grad_sum_, bsp_lr_);
+    grad_sum_.zero_();
+    std::vector<int> ready(waiting_.begin(), waiting_.end());
+    waiting_.clear();
+    return ready;
+  }
+  // ASP and SSP apply every gradient on arrival, with the optional staleness mitigation.
+  double lr = h.lr;
+  at::Tensor gg = g;
+  if (cfg_.mitigation == "lr_scale" && stale > 1) lr /= static_cast<double>(stale);
+  if (cfg_.mitigation == "dc_asgd" && backup_[w].defined()) gg = g + cfg_.dc_lambda * g * g * (params_ - backup_[w]);
+  apply(gg, lr);
+  if (cfg_.consistency == "asp") return {h.worker};
+  waiting_.insert(h.worker);
+  return ready_ssp();
+}
+
+std::vector<int> ParameterShard::ready_ssp() {
+  const int64_t slowest = *std::min_element(clock_.begin(), clock_.end());
+  std::vector<int> ready;
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (clock_[static_cast<size_t>(*it)] - slowest <= cfg_.staleness_bound) {
+      ready.push_back(*it);
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return ready;
+}
+
+int64_t ParameterShard::last_staleness(int worker) const { return last_stale_[static_cast<size_t>(worker)]; }
+
+std::string ParameterShard::stats_json(int64_t errors) const {
+  nlohmann::json hist = nlohmann::json::object();
+  for (auto& [s, n] : staleness_hist_) hist[std::to_string(s)] = n;
+  return nlohmann::json{{"version", version_}, {"updates", updates_}, {"offset", offset_}, {"length", length_},
+                        {"workers", workers_}, {"consistency", cfg_.consistency}, {"bad_messages", errors},
+                        {"staleness_histogram", hist}}
+      .dump();
+}
+
+}  // namespace syncopate

@@ -1,0 +1,66 @@
+// One parameter-server shard: a contiguous range of the flat parameter vector, its AdamW state
+// (the same FlatAdamW as every other mode) and the consistency rule. Transport-free: the server
+// feeds it decoded messages and sends the replies it says are ready.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "common/flat_adamw.h"
+#include "common/ps_protocol.h"
+#include "server/ps_config.h"
+
+namespace syncopate {
+
+class ParameterShard {
+ public:
+  explicit ParameterShard(const PsConfig& cfg) : cfg_(cfg) {}
+
+  // First INIT defines the range, the worker count, the optimizer and the initial values; later
+  // INITs (from the other workers) must match it and are otherwise ignored. decay: [offset, length)
+  // pairs in flat-vector coordinates. Throws syncopate::Error on a mismatch.
+  void init(const MsgHeader& h, const float* values, const int64_t* decay, size_t decay_pairs);
+  bool initialized() const { return initialized_; }
+
+  // Validates a header against the shard (range, worker id); throws syncopate::Error.
+  void check(const MsgHeader& h) const;
+
+  // Applies or buffers a gradient per the consistency rule; returns the workers whose replies are
+  // ready now (possibly others that were waiting, possibly none).
+  std::vector<int> push(const MsgHeader& h, const float* grad);
+  // Records that `worker` read the current parameters (DC-ASGD backup, staleness reference).
+  void pulled(int worker);
+
+  const at::Tensor& params() const { return params_; }
+  int64_t version() const { return version_; }
+  int64_t last_staleness(int worker) const;
+  int64_t offset() const { return offset_; }
+  int64_t length() const { return length_; }
+  // {"version", "updates", "staleness_histogram": {"0": n, ...}, "consistency", ...}
+  std::string stats_json(int64_t errors) const;
+
+ private:
+  void apply(const at::Tensor& grad, double lr);
+  std::vector<int> ready_ssp();
+
+  PsConfig cfg_;
+  bool initialized_ = false;
+  int64_t offset_ = 0, length_ = 0;
+  int workers_ = 0;
+  at::Tensor params_, grad_sum_;
+  std::unique_ptr<FlatAdamW> opt_;
+  int64_t version_ = 0, updates_ = 0;
+  std::map<int64_t, int64_t> staleness_hist_;
+  std::vector<int64_t> clock_;        // last clock pushed, per worker (-1: none yet)
+  std::vector<int64_t> last_stale_;   // staleness of each worker's last update
+  std::vector<at::Tensor> backup_;    // DC-ASGD: params each worker last read
+  std::set<int> waiting_;             // BSP/SSP: pushed, reply held back
+  int bsp_count_ = 0;
+  double bsp_lr_ = 0;
+};
+
+}  // namespace syncopate

@@ -1,0 +1,39 @@
+// Consistency and staleness settings of the parameter servers (the `ps` mode's [dist] section).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace syncopate {
+
+struct PsConfig {
+  std::string consistency = "asp";  // "bsp": wait for every worker's gradient of a clock, apply the mean once;
+                                    // "ssp": apply on arrival, hold a worker more than staleness_bound clocks
+                                    // ahead of the slowest; "asp": apply every push on arrival
+  int64_t staleness_bound = 2;      // SSP bound s, clocks
+  std::string mitigation = "none";  // "none", "lr_scale" (lr / staleness), "dc_asgd" (delay compensation)
+  double dc_lambda = 0.04;          // DC-ASGD lambda
+
+  template <class V>
+  void fields(V& v) {
+    v("consistency", consistency, "parameter-server consistency", std::vector<std::string>{"bsp", "ssp", "asp"});
+    v("staleness_bound", staleness_bound, "SSP bound, clocks", int64_t{0}, int64_t{1} << 20);
+    v("mitigation", mitigation, "staleness mitigation", std::vector<std::string>{"none", "lr_scale", "dc_asgd"});
+    v("dc_lambda", dc_lambda, "DC-ASGD lambda", 0.0, 100.0);
+  }
+};
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";  // address to listen on (only this one)
+  int64_t port = 0;                // TCP port; 0 = $MASTER_PORT + 1 + shard
+  int64_t shard = 0;               // this server's index (for the default port and logs)
+
+  template <class V>
+  void fields(V& v) {
+    v("host", host, "IP address to listen on");
+    v("port", port, "TCP port (0 = MASTER_PORT + 1 + shard)", int64_t{0}, int64_t{65535});
+    v("shard", shard, "server index", int64_t{0}, int64_t{4095});
+  }
+};
+
+}  // namespace syncopate

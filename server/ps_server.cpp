@@ -1,0 +1,140 @@
+#include "server/ps_server.h"
+
+#include <iostream>
+#include <map>
+#include <vector>
+
+#include <fmt/format.h>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "common/check.h"
+#include "common/ps_protocol.h"
+#include "common/transport/tcp_connection.h"
+#include "server/parameter_shard.h"
+
+namespace syncopate {
+
+struct PsServer::Impl {
+  ServerConfig scfg;
+  ParameterShard shard;
+  uint64_t token;
+  zmq::context_t ctx{1};
+  zmq::socket_t sock{ctx, zmq::socket_type::router};
+  std::map<int, zmq::message_t> identity;  // worker -> its DEALER identity, for deferred replies
+  int64_t errors = 0;
+
+  Impl(const ServerConfig& s, const PsConfig& p, const std::string& tok) : scfg(s), shard(p), token(token_digest(tok)) {}
+
+  void send(const zmq::message_t& id, const MsgHeader& h, const void* data, size_t bytes) {
+    std::string hdr = encode_header(h);
+    zmq::message_t idc(id.data(), id.size());
+    sock.send(idc, zmq::send_flags::sndmore);
+    sock.send(zmq::buffer(hdr), bytes || h.type == static_cast<int>(MsgType::kOk) ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    if (bytes || h.type == static_cast<int>(MsgType::kOk)) sock.send(zmq::buffer(data, bytes), zmq::send_flags::none);
+  }
+
+  void reply_params(int worker) {
+    MsgHeader r;
+    r.type = static_cast<int>(MsgType::kOk);
+    r.worker = worker;
+    r.offset = shard.offset();
+    r.length = shard.length();
+    r.param_version = shard.version();
+    r.staleness = shard.last_staleness(worker);
+    shard.pulled(worker);
+    send(identity.at(worker), r, shard.params().data_ptr(), static_cast<size_t>(shard.length()) * sizeof(float));
+  }
+
+  void error(const zmq::message_t& id, const std::string& what) {
+    ++errors;
+    MsgHeader r;
+    r.type = static_cast<int>(MsgType::kError);
+    r.text = what;
+    send(id, r, nullptr, 0);
+  }
+
+  // Returns false on SHUTDOWN.
+  bool handle(std::vector<zmq::message_t>& parts) {
+    const zmq::message_t& id = parts[0];
+    try {
+      SYN_CHECK(parts.size() >= 2 && parts.size() <= 3, fmt::format("message of {} frames", parts.size()),
+                "expected [header] or [header, data]");
+      MsgHeader h = decode_header(parts[1].data(), parts[1].size());
+      SYN_CHECK(h.token == token, "wrong job token", "give workers and servers the same SYNCOPATE_TOKEN");
+      const size_t data_bytes = parts.size() == 3 ? parts[2].size() : 0;
+      switch (static_cast<MsgType>(h.type)) {
+        case MsgType::kInit: {
+          SYN_CHECK(data_bytes >= static_cast<size_t>(h.length) * 4 && (data_bytes - h.length * 4) % 16 == 0,
+                    fmt::format("INIT data of {} bytes for {} values", data_bytes, h.length), "send values then decay pairs");
+          const char* d = parts.size() == 3 ? static_cast<const char*>(parts[2].data()) : nullptr;
+          std::vector<int64_t> pairs((data_bytes - h.length * 4) / 8);
+          if (!pairs.empty()) std::memcpy(pairs.data(), d + h.length * 4, pairs.size() * 8);
+          shard.init(h, reinterpret_cast<const float*>(d), pairs.data(), pairs.size() / 2);
+          shard.check(h);
+          identity[h.worker] = zmq::message_t(id.data(), id.size());
+          reply_params(h.worker);
+          return true;
+        }
+        case MsgType::kPushPull: {
+          shard.check(h);
+          SYN_CHECK(data_bytes == static_cast<size_t>(h.length) * 4,
+                    fmt::format("gradient of {} bytes for {} values", data_bytes, h.length), "send length float32 values");
+          identity[h.worker] = zmq::message_t(id.data(), id.size());
+          for (int w : shard.push(h, static_cast<const float*>(parts[2].data()))) reply_params(w);
+          return true;
+        }
+        case MsgType::kPull:
+          shard.check(h);
+          identity[h.worker] = zmq::message_t(id.data(), id.size());
+          reply_params(h.worker);
+          return true;
+        case MsgType::kStats: {
+          MsgHeader r;
+          r.type = static_cast<int>(MsgType::kOk);
+          r.text = shard.initialized() ? shard.stats_json(errors) : fmt::format("{{\"bad_messages\": {}}}", errors);
+          send(id, r, nullptr, 0);
+          return true;
+        }
+        case MsgType::kShutdown: {
+          MsgHeader r;
+          r.type = static_cast<int>(MsgType::kOk);
+          send(id, r, nullptr, 0);
+          return false;
+        }
+        default:
+          SYN_FAIL(fmt::format("message type {} is not a request", h.type), "send INIT, PUSH_PULL, PULL, STATS or SHUTDOWN");
+      }
+    } catch (const Error& e) {
+      error(id, e.what());
+    } catch (const std::exception& e) {
+      error(id, std::string("internal error: ") + e.what());
+    }
+    return true;
+  }
+};
+
+PsServer::PsServer(const ServerConfig& s, const PsConfig& p, const std::string& token) : impl_(new Impl(s, p, token)) {}
+PsServer::~PsServer() { delete impl_; }
+
+void PsServer::run(const std::function<void(const std::string&)>& on_listening) {
+  auto& s = impl_->sock;
+  s.set(zmq::sockopt::maxmsgsize, int64_t{1} << 34);
+  s.set(zmq::sockopt::linger, 0);
+  const std::string ep = fmt::format("tcp://{}:{}", impl_->scfg.host, impl_->scfg.port == 0 ? std::string("*") : std::to_string(impl_->scfg.port));
+  try {
+    s.bind(impl_->scfg.port == 0 ? fmt::format("tcp://{}:*", impl_->scfg.host) : ep);
+  } catch (const zmq::error_t& e) {
+    SYN_FAIL(fmt::format("cannot listen on {}: {}", ep, e.what()), "the port may be in use: pick another --server.port");
+  }
+  const std::string bound = s.get(zmq::sockopt::last_endpoint);
+  std::cout << "[server " << impl_->scfg.shard << "] listening on " << bound << std::endl;
+  if (on_listening) on_listening(bound);
+  for (;;) {
+    std::vector<zmq::message_t> parts;
+    if (!zmq::recv_multipart(s, std::back_inserter(parts))) continue;
+    if (!impl_->handle(parts)) break;
+  }
+}
+
+}  // namespace syncopate

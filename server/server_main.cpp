@@ -1,0 +1,48 @@
+// syncopate-server: one parameter-server shard. Start K of them (scripts/local_cluster.sh --servers K
+// does it per node); workers in `ps` mode shard the flat parameter vector across them.
+//   syncopate-server [--server.host=IP] [--server.port=P] [--server.shard=I] [--dist.consistency=bsp|ssp|asp]
+//                    [--dist.staleness_bound=S] [--dist.mitigation=none|lr_scale|dc_asgd]
+// The job token comes from $SYNCOPATE_TOKEN (or the file named by $SYNCOPATE_TOKEN_FILE).
+#include <cstdlib>
+#include <iostream>
+
+#include "common/check.h"
+#include "common/job_token.h"
+#include "common/config_schema.h"
+#include "server/ps_server.h"
+
+using namespace syncopate;
+
+int main(int argc, char** argv) {
+  ServerConfig sc;
+  PsConfig pc;
+  ConfigSchema schema;
+  schema.section("server", sc);
+  schema.section("dist", pc);
+  try {
+    auto rest = schema.apply_args(std::vector<std::string>(argv + 1, argv + argc));
+    for (auto& a : rest) {
+      if (a == "--help" || a == "-h") {
+        std::cout << "usage: syncopate-server [--section.field=value ...]\n" << schema.help();
+        return 0;
+      }
+      SYN_FAIL("unknown argument '" + a + "'", "see syncopate-server --help");
+    }
+    if (sc.port == 0 && std::getenv("MASTER_PORT")) sc.port = std::atoi(std::getenv("MASTER_PORT")) + 1 + sc.shard;
+  } catch (const Error& e) {
+    std::cerr << "syncopate-server: config error: " << e.what() << "\n";
+    return 2;
+  }
+  std::string token = job_token_from_environment();
+  if (token.empty()) {
+    token = "syncopate-insecure-default";
+    std::cerr << "[server] warning: SYNCOPATE_TOKEN is not set; any local process can talk to this server\n";
+  }
+  try {
+    PsServer(sc, pc, token).run();
+  } catch (const Error& e) {
+    std::cerr << "syncopate-server: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

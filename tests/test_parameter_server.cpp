@@ -1,0 +1,267 @@
+// Parameter servers: the shard's consistency rules (transport-free), the header decoder against
+// garbage, a live server under hostile messages, and real processes: one ASP worker equals
+// single-process training, BSP over the servers equals the ring.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <future>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "common/check.h"
+#include "common/ps_protocol.h"
+#include "common/safetensors.h"
+#include "common/transport/tcp_connection.h"
+#include "server/parameter_shard.h"
+#include "server/ps_server.h"
+#include "tests/test_helpers.h"
+#include "worker/ps_client.h"
+
+using namespace syncopate;
+
+namespace {
+MsgHeader init_header(int workers, int64_t n) {
+  MsgHeader h;
+  h.type = static_cast<int>(MsgType::kInit);
+  h.workers = workers;
+  h.length = n;
+  h.weight_decay = 0;
+  return h;
+}
+MsgHeader push_header(int worker, int64_t clock, int64_t version, int64_t n) {
+  MsgHeader h;
+  h.type = static_cast<int>(MsgType::kPushPull);
+  h.worker = worker;
+  h.clock = clock;
+  h.param_version = version;
+  h.length = n;
+  h.lr = 0.1;
+  return h;
+}
+}  // namespace
+
+TEST(ParameterShard, BspWaitsForEveryWorkerAndAppliesTheMeanOnce) {
+  PsConfig c;
+  c.consistency = "bsp";
+  ParameterShard s(c);
+  std::vector<float> init(4, 1.0f), g0(4, 1.0f), g1(4, 3.0f);
+  s.init(init_header(2, 4), init.data(), nullptr, 0);
+  EXPECT_TRUE(s.push(push_header(0, 0, 0, 4), g0.data()).empty());  // held back
+  EXPECT_EQ(s.version(), 0);
+  auto ready = s.push(push_header(1, 0, 0, 4), g1.data());
+  EXPECT_EQ(ready, (std::vector<int>{0, 1}));
+  EXPECT_EQ(s.version(), 1);
+  // One AdamW step on the mean gradient (2.0): the first step moves every weight by lr.
+  EXPECT_TRUE(torch::allclose(s.params(), torch::full({4}, 1.0f - 0.1f), 1e-6, 1e-6)) << s.params();
+}
+
+TEST(ParameterShard, AspStalenessHistogramMatchesTheSchedule) {
+  ParameterShard s(PsConfig{});  // asp
+  std::vector<float> init(2, 0.0f), g(2, 1.0f);
+  s.init(init_header(2, 2), init.data(), nullptr, 0);
+  // Worker 0 pulls v0 and pushes every step; worker 1 computes on v0 and pushes after 3 updates.
+  s.push(push_header(0, 0, 0, 2), g.data());  // staleness 0 -> v1
+  s.push(push_header(0, 1, 1, 2), g.data());  // 0 -> v2
+  s.push(push_header(0, 2, 2, 2), g.data());  // 0 -> v3
+  s.push(push_header(1, 0, 0, 2), g.data());  // 3 -> v4
+  s.push(push_header(0, 3, 3, 2), g.data());  // 1 -> v5
+  auto stats = nlohmann::json::parse(s.stats_json(0));
+  EXPECT_EQ(stats["staleness_histogram"], (nlohmann::json{{"0", 3}, {"1", 1}, {"3", 1}}));
+  EXPECT_EQ(stats["version"], 5);
+  EXPECT_EQ(s.last_staleness(1), 3);
+}
+
+TEST(ParameterShard, SspNeverLetsAWorkerRunMoreThanTheBoundAhead) {
+  PsConfig c;
+  c.consistency = "ssp";
+  c.staleness_bound = 2;
+  ParameterShard s(c);
+  std::vector<float> init(2, 0.0f), g(2, 1.0f);
+  s.init(init_header(2, 2), init.data(), nullptr, 0);
+  // Worker 1 is slow: worker 0 keeps pushing; it must be held once it is 3 clocks ahead.
+  std::vector<int64_t> clocks = {-1, -1};
+  bool held = false;
+  int64_t next0 = 0, next1 = 0;
+  for (int round = 0; round < 12; ++round) {
+    if (!held) {
+      auto r = s.push(push_header(0, next0, s.version(), 2), g.data());
+      clocks[0] = next0++;
+      held = std::find(r.begin(), r.end(), 0) == r.end();
+    }
+    if (round % 3 == 2) {  // the slow worker pushes every third round
+      auto r = s.push(push_header(1, next1, s.version(), 2), g.data());
+      clocks[1] = next1++;
+      if (std::find(r.begin(), r.end(), 0) != r.end()) held = false;  // released
+    }
+    // A worker proceeds past clock c only if c - slowest <= s.
+    if (!held) {
+      EXPECT_LE(clocks[0] - clocks[1], c.staleness_bound) << "round " << round;
+    }
+  }
+  EXPECT_GT(next0, next1);  // the fast worker did run ahead, within the bound
+}
+
+TEST(ParameterShard, RejectsMismatchedRangesWorkersAndVersions) {
+  ParameterShard s(PsConfig{});
+  std::vector<float> init(4, 0.0f), g(4, 1.0f);
+  s.init(init_header(2, 4), init.data(), nullptr, 0);
+  auto bad = push_header(0, 0, 0, 4);
+  bad.length = 3;
+  EXPECT_THROW(s.push(bad, g.data()), Error);
+  EXPECT_THROW(s.push(push_header(5, 0, 0, 4), g.data()), Error);   // no such worker
+  EXPECT_THROW(s.push(push_header(0, 0, 9, 4), g.data()), Error);   // version from the future
+  auto nan_lr = push_header(0, 0, 0, 4);
+  nan_lr.lr = std::nan("");
+  EXPECT_THROW(s.push(nan_lr, g.data()), Error);
+  EXPECT_THROW(s.init(init_header(3, 4), init.data(), nullptr, 0), Error);  // other worker count
+  EXPECT_EQ(s.version(), 0);
+}
+
+TEST(PsProtocol, DecoderSurvivesRandomBytes) {
+  std::mt19937 rng(7);
+  int rejected = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string junk(rng() % 200, '\0');
+    for (auto& ch : junk) ch = static_cast<char>(rng());
+    if (i % 4 == 0 && junk.size() > 2) junk[0] = static_cast<char>(0x80 | (rng() % 16));  // msgpack map prefix
+    try {
+      decode_header(junk.data(), junk.size());
+    } catch (const Error&) {
+      ++rejected;
+    }
+  }
+  EXPECT_GT(rejected, 19000);
+  MsgHeader h;
+  h.type = static_cast<int>(MsgType::kPull);
+  h.length = 5;
+  std::string enc = encode_header(h);
+  EXPECT_EQ(decode_header(enc.data(), enc.size()).length, 5);
+  std::string big(kMaxHeaderBytes + 1, 'x');
+  EXPECT_THROW(decode_header(big.data(), big.size()), Error);
+}
+
+TEST(PsServer, HostileMessagesGetErrorRepliesAndTheServerKeepsServing) {
+  std::promise<std::string> ep;
+  auto epf = ep.get_future();
+  std::thread server([&] {
+    ServerConfig sc;
+    PsServer(sc, PsConfig{}, "job").run([&](const std::string& e) { ep.set_value(e); });
+  });
+  const std::string endpoint = epf.get();
+  {
+    zmq::context_t ctx;
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::rcvtimeo, 5000);
+    s.connect(endpoint);
+    auto expect_error = [&](std::vector<std::string> frames, const std::string& needle) {
+      for (size_t i = 0; i < frames.size(); ++i)
+        s.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      std::vector<zmq::message_t> parts;
+      ASSERT_TRUE(zmq::recv_multipart(s, std::back_inserter(parts)));
+      MsgHeader r = decode_header(parts[0].data(), parts[0].size());
+      EXPECT_EQ(r.type, static_cast<int>(MsgType::kError));
+      EXPECT_NE(r.text.find(needle), std::string::npos) << r.text;
+    };
+    expect_error({"\x01\x02garbage"}, "msgpack");
+    MsgHeader h;
+    h.type = static_cast<int>(MsgType::kPull);
+    h.token = token_digest("other-job");
+    expect_error({encode_header(h)}, "wrong job token");
+    h.token = token_digest("job");
+    expect_error({encode_header(h)}, "not initialized");
+    h.type = 77;
+    expect_error({encode_header(h)}, "unknown message type");
+    expect_error({"a", "b", "c", "d"}, "frames");
+  }
+  // A real client still works afterwards.
+  PsClient c({endpoint}, "job", 0, 1, 10);
+  auto params = torch::ones({10});
+  c.init(params, {}, AdamWConfig{});
+  auto grads = torch::ones({10});
+  c.push_pull(grads, params, 0, 0.01);
+  auto stats = nlohmann::json::parse(c.stats(0));
+  EXPECT_EQ(stats["version"], 1);
+  EXPECT_EQ(stats["bad_messages"], 5);
+  EXPECT_LT(params[0].item<float>(), 1.0f);
+  c.shutdown_servers();
+  server.join();
+}
+
+namespace {
+const std::string kBin = std::string(SYNCOPATE_BIN_DIR);
+
+std::vector<std::string> train_args(const test::TempDir& d, const std::string& corpus, const std::string& out, int batch) {
+  return {kBin + "/syncopate-worker", "--out", out, "--model.n_embd=32", "--model.n_head=2", "--model.block_size=32",
+          "--train.threads=1", "--schedule.warmup_steps=2", "--eval.every=0", "--eval.batches=1",
+          "--eval.sample_tokens=0", "--checkpoint.every=0", "--data.corpus=" + corpus,
+          "--data.cache_dir=" + d.str("cache"), "--train.steps=6", "--optim.grad_clip=0",
+          "--train.batch_size=" + std::to_string(batch)};
+}
+at::Tensor weights(const std::string& out) {
+  auto st = load_safetensors(out + "/checkpoints/step_000006/model.safetensors");
+  std::vector<at::Tensor> all;
+  for (auto& [n, t] : st.tensors) all.push_back(t.reshape(-1));
+  return torch::cat(all);
+}
+// Starts K servers on free ports; returns the endpoint list.
+std::string start_servers(const test::TempDir& d, int k, const std::string& consistency,
+                          std::vector<std::unique_ptr<test::Process>>& ps) {
+  std::string eps;
+  for (int i = 0; i < k; ++i) {
+    const int port = test::free_port();
+    ps.push_back(std::make_unique<test::Process>(
+        std::vector<std::string>{kBin + "/syncopate-server", "--server.port=" + std::to_string(port),
+                                 "--server.shard=" + std::to_string(i), "--dist.consistency=" + consistency},
+        std::vector<std::string>{"SYNCOPATE_TOKEN=t"}, d.str(fmt::format("server{}.log", i))));
+    eps += (i ? "," : "") + fmt::format("tcp://127.0.0.1:{}", port);
+  }
+  return eps;
+}
+}  // namespace
+
+TEST(PsTraining, OneAspWorkerEqualsSingleProcess) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  std::vector<std::unique_ptr<test::Process>> servers;
+  const std::string eps = start_servers(d, 2, "asp", servers);
+  auto args = train_args(d, corpus, d.str("ps"), 4);
+  args.insert(args.end(), {"--dist.mode=ps", "--dist.servers=" + eps, "--dist.timeout_s=20"});
+  test::Process w(args, {"SYNCOPATE_TOKEN=t"}, d.str("ps.log"));
+  ASSERT_EQ(w.wait(120), 0) << test::slurp(d.str("ps.log")) << test::slurp(d.str("server0.log"));
+  test::Process single(train_args(d, corpus, d.str("single"), 4), {}, d.str("single.log"));
+  ASSERT_EQ(single.wait(120), 0) << test::slurp(d.str("single.log"));
+  auto a = weights(d.str("ps")), b = weights(d.str("single"));
+  EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-7)) << (a - b).abs().max().item<double>();
+}
+
+TEST(PsTraining, BspOverServersEqualsRing) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  std::vector<std::unique_ptr<test::Process>> servers;
+  const std::string eps = start_servers(d, 2, "bsp", servers);
+  const int port = test::free_port();
+  std::vector<std::unique_ptr<test::Process>> ps;
+  for (int r = 0; r < 2; ++r) {
+    auto a = train_args(d, corpus, d.str(fmt::format("ps{}", r)), 2);
+    a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + eps});
+    ps.push_back(std::make_unique<test::Process>(a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", "NNODES=2",
+                                                                             "NODE_RANK=" + std::to_string(r)},
+                                                 d.str(fmt::format("ps{}.log", r))));
+    auto b = train_args(d, corpus, d.str(fmt::format("ring{}", r)), 2);
+    b.push_back("--dist.mode=ring");
+    ps.push_back(std::make_unique<test::Process>(
+        b, std::vector<std::string>{"SYNCOPATE_TOKEN=t", "NNODES=2", "NODE_RANK=" + std::to_string(r),
+                                    "MASTER_PORT=" + std::to_string(port)},
+        d.str(fmt::format("ring{}.log", r))));
+  }
+  for (auto& p : ps) ASSERT_EQ(p->wait(120), 0) << test::slurp(d.str("ps0.log")) << test::slurp(d.str("ring0.log"));
+  auto a = weights(d.str("ps0")), b = weights(d.str("ring0"));
+  EXPECT_TRUE(torch::equal(a, weights(d.str("ps1"))));  // BSP workers end identical
+  EXPECT_TRUE(torch::allclose(a, b, 1e-5, 1e-6)) << (a - b).abs().max().item<double>();
+}

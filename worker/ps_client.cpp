@@ -1,0 +1,157 @@
+#include "worker/ps_client.h"
+
+#include <cstring>
+#include <sstream>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "common/check.h"
+#include "common/ps_protocol.h"
+#include "common/transport/tcp_connection.h"
+
+namespace syncopate {
+
+struct PsClient::Impl {
+  zmq::context_t ctx{1};
+  std::vector<zmq::socket_t> socks;
+  std::vector<std::string> endpoints;
+  std::vector<int64_t> begin;        // shard k holds [begin[k], begin[k+1])
+  std::vector<int64_t> version;      // parameter version last pulled from shard k
+  uint64_t token;
+  int worker, workers;
+  double timeout_s;
+
+  MsgHeader header(MsgType t, int k) const {
+    MsgHeader h;
+    h.type = static_cast<int>(t);
+    h.token = token;
+    h.worker = worker;
+    h.workers = workers;
+    if (!begin.empty()) {
+      h.offset = begin[k];
+      h.length = begin[k + 1] - begin[k];
+      h.param_version = version[k];
+    }
+    return h;
+  }
+  void send(int k, const MsgHeader& h, const void* data, size_t bytes) {
+    std::string hdr = encode_header(h);
+    auto& s = socks[static_cast<size_t>(k)];
+    if (bytes == 0 && h.type != static_cast<int>(MsgType::kPushPull)) {
+      s.send(zmq::buffer(hdr), zmq::send_flags::none);
+      return;
+    }
+    s.send(zmq::buffer(hdr), zmq::send_flags::sndmore);
+    // Zero-copy: the buffer stays valid until the reply arrives, which implies ZeroMQ is done with it.
+    zmq::message_t body(const_cast<void*>(data), bytes, [](void*, void*) {}, nullptr);
+    s.send(body, zmq::send_flags::none);
+  }
+  // Receives shard k's reply; copies its data into dst (if given). Throws on error or timeout.
+  MsgHeader recv(int k, float* dst) {
+    std::vector<zmq::message_t> parts;
+    auto r = zmq::recv_multipart(socks[static_cast<size_t>(k)], std::back_inserter(parts));
+    SYN_CHECK(r.has_value(), fmt::format("parameter server {} ({}) did not reply within {} s", k, endpoints[k], timeout_s),
+              "check that syncopate-server is running there (its log), or raise dist.timeout_s");
+    MsgHeader h = decode_header(parts[0].data(), parts[0].size());
+    SYN_CHECK(h.type != static_cast<int>(MsgType::kError), fmt::format("parameter server {} refused: {}", k, h.text),
+              "workers and servers must share token, model and worker count");
+    if (dst) {
+      const size_t want = static_cast<size_t>(begin[k + 1] - begin[k]) * sizeof(float);
+      SYN_CHECK(parts.size() == 2 && parts[1].size() == want,
+                fmt::format("parameter server {} sent {} bytes, expected {}", k, parts.size() == 2 ? parts[1].size() : 0, want),
+                "server and worker disagree on the sharding");
+      std::memcpy(dst, parts[1].data(), want);
+      version[k] = h.param_version;
+    }
+    return h;
+  }
+};
+
+std::vector<std::string> PsClient::parse_endpoints(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  std::string e;
+  while (std::getline(ss, e, ','))
+    if (!e.empty()) out.push_back(e);
+  SYN_CHECK(!out.empty(), "dist.mode=ps needs dist.servers", "e.g. --dist.servers=tcp://127.0.0.1:29501,tcp://127.0.0.1:29502");
+  return out;
+}
+
+PsClient::PsClient(const std::vector<std::string>& endpoints, const std::string& token, int worker, int workers,
+                   double timeout_s)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->endpoints = endpoints;
+  impl_->token = token_digest(token);
+  impl_->worker = worker;
+  impl_->workers = workers;
+  impl_->timeout_s = timeout_s;
+  for (const auto& ep : endpoints) {
+    zmq::socket_t s(impl_->ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::rcvtimeo, static_cast<int>(timeout_s * 1000));
+    s.set(zmq::sockopt::linger, 0);
+    try {
+      s.connect(ep);
+    } catch (const zmq::error_t& e) {
+      SYN_FAIL(fmt::format("bad parameter-server endpoint '{}': {}", ep, e.what()), "write tcp://IP:PORT");
+    }
+    impl_->socks.push_back(std::move(s));
+  }
+}
+
+PsClient::~PsClient() = default;
+
+void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int64_t>>& decay, const AdamWConfig& oc) {
+  auto& I = *impl_;
+  const int64_t n = params.numel();
+  const int K = static_cast<int>(I.socks.size());
+  I.begin.clear();
+  for (int k = 0; k <= K; ++k) I.begin.push_back(n * k / K);
+  I.version.assign(static_cast<size_t>(K), 0);
+  std::vector<int64_t> pairs;
+  for (auto& [o, l] : decay) pairs.insert(pairs.end(), {o, l});
+  std::vector<std::vector<char>> bodies(static_cast<size_t>(K));
+  for (int k = 0; k < K; ++k) {
+    MsgHeader h = I.header(MsgType::kInit, k);
+    h.beta1 = oc.beta1;
+    h.beta2 = oc.beta2;
+    h.eps = oc.eps;
+    h.weight_decay = oc.weight_decay;
+    auto& b = bodies[static_cast<size_t>(k)];
+    b.resize(static_cast<size_t>(h.length) * 4 + pairs.size() * 8);
+    std::memcpy(b.data(), params.data_ptr<float>() + h.offset, static_cast<size_t>(h.length) * 4);
+    if (!pairs.empty()) std::memcpy(b.data() + h.length * 4, pairs.data(), pairs.size() * 8);
+    I.send(k, h, b.data(), b.size());
+  }
+  for (int k = 0; k < K; ++k) I.recv(k, params.data_ptr<float>() + I.begin[k]);
+}
+
+double PsClient::push_pull(const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr) {
+  auto& I = *impl_;
+  const int K = static_cast<int>(I.socks.size());
+  for (int k = 0; k < K; ++k) {
+    MsgHeader h = I.header(MsgType::kPushPull, k);
+    h.clock = clock;
+    h.lr = lr;
+    I.send(k, h, grads.data_ptr<float>() + h.offset, static_cast<size_t>(h.length) * sizeof(float));
+  }
+  double stale = 0;
+  for (int k = 0; k < K; ++k) stale += static_cast<double>(I.recv(k, params.data_ptr<float>() + I.begin[k]).staleness);
+  return stale / K;
+}
+
+std::string PsClient::stats(int k) {
+  impl_->send(k, impl_->header(MsgType::kStats, k), nullptr, 0);
+  return impl_->recv(k, nullptr).text;
+}
+
+void PsClient::shutdown_servers() {
+  for (int k = 0; k < static_cast<int>(impl_->socks.size()); ++k) {
+    impl_->send(k, impl_->header(MsgType::kShutdown, k), nullptr, 0);
+    impl_->recv(k, nullptr);
+  }
+}
+
+}  // namespace syncopate

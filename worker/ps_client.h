@@ -1,0 +1,43 @@
+// Worker side of the `ps` mode: one ZeroMQ DEALER per parameter-server shard. The flat parameter
+// vector is split into contiguous, size-balanced ranges, range k on server k (a large tensor such
+// as the embedding spreads over several servers). Pushes go to all shards at once, then the
+// replies are gathered, so the shards work in parallel.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "common/flat_adamw.h"
+
+namespace syncopate {
+
+class PsClient {
+ public:
+  // endpoints: tcp://IP:PORT of each shard; worker: this worker's id of `workers`.
+  PsClient(const std::vector<std::string>& endpoints, const std::string& token, int worker, int workers,
+           double timeout_s);
+  ~PsClient();
+
+  // Sends INIT (range, AdamW settings, initial values, decay ranges) to every shard and loads the
+  // shards' current values into params (the first worker's INIT wins; later joiners get the latest).
+  void init(at::Tensor& params, const std::vector<std::pair<int64_t, int64_t>>& decay, const AdamWConfig& opt);
+  // Pushes the gradient (computed at `clock` on the last pulled parameters) with learning rate lr
+  // and replaces params with the shards' reply. Returns the mean staleness of this update.
+  double push_pull(const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr);
+  // The STATS JSON of shard k.
+  std::string stats(int k);
+  // Asks every shard to exit.
+  void shutdown_servers();
+
+  static std::vector<std::string> parse_endpoints(const std::string& comma_separated);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace syncopate
