@@ -4,7 +4,12 @@
 # Each node writes DIR/node<i>/ (metrics, checkpoints) and its log to DIR/logs/node<i>.log.
 # All processes are stopped on exit, on Ctrl-C, or as soon as one of them fails.
 #
-#   scripts/local_cluster.sh --nodes N --out DIR [--port P] [--max-restarts K] [--netns --link-gbit G] -- <worker args>
+#   scripts/local_cluster.sh --nodes N --out DIR [--port P] [--max-restarts K] [--servers K]
+#                            [--consistency bsp|ssp|asp] [--staleness-bound S] [--mitigation M]
+#                            [--slow-node I --slowdown F] [--netns --link-gbit G] -- <worker args>
+#
+# --servers K starts K syncopate-server shards (on node 0's host, ports MASTER_PORT+1..K) and runs
+# the workers in ps mode against them; --slow-node I makes node I a straggler (train.slowdown=F).
 #
 # Each node runs through scripts/launch_node.sh, so --max-restarts K restarts a failed job from
 # its latest checkpoints.
@@ -13,13 +18,19 @@
 # rate-limited link (tbf qdisc on both ends of its veth) through a bridge namespace; needs root.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-NODES=2 OUT="" PORT="" NETNS=0 GBIT=1 RESTARTS=0 WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
+NODES=2 OUT="" PORT="" NETNS=0 GBIT=1 RESTARTS=0 SERVERS=0 CONSISTENCY=asp BOUND=2 MITIGATION=none SLOW=-1 SLOWDOWN=2 WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) NODES=$2; shift 2;;
     --out) OUT=$2; shift 2;;
     --port) PORT=$2; shift 2;;
     --max-restarts) RESTARTS=$2; shift 2;;
+    --servers) SERVERS=$2; shift 2;;
+    --consistency) CONSISTENCY=$2; shift 2;;
+    --staleness-bound) BOUND=$2; shift 2;;
+    --mitigation) MITIGATION=$2; shift 2;;
+    --slow-node) SLOW=$2; shift 2;;
+    --slowdown) SLOWDOWN=$2; shift 2;;
     --netns) NETNS=1; shift;;
     --link-gbit) GBIT=$2; shift 2;;
     --) shift; break;;
@@ -37,6 +48,7 @@ export SYNCOPATE_TOKEN=${SYNCOPATE_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx
 export NNODES=$NODES MASTER_PORT=$PORT
 
 PIDS=()
+SERVER_PIDS=()
 NS_PREFIX="sc$$"
 cleanup() {
   for p in "${PIDS[@]:-}"; do
@@ -58,19 +70,42 @@ else
   export MASTER_ADDR=127.0.0.1
 fi
 
+MODE_ARGS=(--dist.mode=ring)
+if [ "$SERVERS" -gt 0 ]; then
+  EPS=""
+  for k in $(seq 0 $((SERVERS - 1))); do
+    sport=$((PORT + 1 + k))
+    sargs=(--server.host="$MASTER_ADDR" --server.port="$sport" --server.shard="$k" --dist.consistency="$CONSISTENCY"
+           --dist.staleness_bound="$BOUND" --dist.mitigation="$MITIGATION")
+    if [ "$NETNS" = 1 ]; then
+      netns_run "$NS_PREFIX" 0 "$(dirname "$WORKER")/syncopate-server" "${sargs[@]}" > "$OUT/logs/server$k.log" 2>&1 &
+    else
+      "$(dirname "$WORKER")/syncopate-server" "${sargs[@]}" > "$OUT/logs/server$k.log" 2>&1 &
+    fi
+    PIDS+=($!)
+    SERVER_PIDS+=($!)
+    EPS="$EPS${EPS:+,}tcp://$MASTER_ADDR:$sport"
+  done
+  MODE_ARGS=(--dist.mode=ps --dist.servers="$EPS")
+fi
+
+WORKER_PIDS=()
 for i in $(seq 0 $((NODES - 1))); do
+  NODE_ARGS=("${MODE_ARGS[@]}")
+  [ "$i" = "$SLOW" ] && NODE_ARGS+=(--train.slowdown="$SLOWDOWN")
   if [ "$NETNS" = 1 ]; then
-    NODE_RANK=$i netns_run "$NS_PREFIX" "$i" "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "$@" > "$OUT/logs/node$i.log" 2>&1 &
+    NODE_RANK=$i netns_run "$NS_PREFIX" "$i" "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "${NODE_ARGS[@]}" "$@" > "$OUT/logs/node$i.log" 2>&1 &
   else
-    NODE_RANK=$i "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "$@" > "$OUT/logs/node$i.log" 2>&1 &
+    NODE_RANK=$i "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "${NODE_ARGS[@]}" "$@" > "$OUT/logs/node$i.log" 2>&1 &
   fi
   PIDS+=($!)
+  WORKER_PIDS+=($!)
 done
 echo "[cluster] $NODES nodes, rendezvous $MASTER_ADDR:$PORT, logs in $OUT/logs/"
 [ -t 1 ] && tail -n +1 -f "$OUT/logs/node0.log" --pid "${PIDS[0]}" &
 
 declare -A LIVE
-for p in "${PIDS[@]}"; do LIVE[$p]=1; done
+for p in "${WORKER_PIDS[@]}"; do LIVE[$p]=1; done
 while [ ${#LIVE[@]} -gt 0 ]; do
   done_pid=""
   if wait -n -p done_pid "${!LIVE[@]}"; then
@@ -83,3 +118,6 @@ while [ ${#LIVE[@]} -gt 0 ]; do
   fi
 done
 echo "[cluster] all $NODES nodes finished"
+for k in $(seq 0 $((SERVERS - 1))); do
+  [ "$SERVERS" -gt 0 ] && echo "[cluster] server $k: $(grep -c . "$OUT/logs/server$k.log") log lines"
+done

@@ -17,6 +17,7 @@ class IndependentReplica : public Replicas {
   IndependentReplica(int rank, int world) : rank_(rank), world_(world) {}
   int rank() const override { return rank_; }
   int world() const override { return world_; }
+  bool synchronous() const override { return world_ == 1; }
   void average_gradients(at::Tensor&) override {}
   double average(double x) override { return x; }
   void broadcast_from_rank0(at::Tensor&) override {}
@@ -43,6 +44,7 @@ class RingReplicas : public Replicas {
   }
   int rank() const override { return ring_.rank; }
   int world() const override { return ring_.world; }
+  bool synchronous() const override { return true; }
 
   void average_gradients(at::Tensor& grads) override {
     sum(grads, opt_);

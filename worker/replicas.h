@@ -17,6 +17,9 @@ class Replicas {
   virtual ~Replicas() = default;
   virtual int rank() const = 0;
   virtual int world() const = 0;
+  // True when every replica takes every step together (ring): a step then consumes world x the
+  // local batch. False in ps mode, where each worker's step is its own.
+  virtual bool synchronous() const = 0;
   // grads <- mean of grads over replicas (in place).
   virtual void average_gradients(at::Tensor& grads) = 0;
   // Mean of a scalar over replicas (for logging the global loss).

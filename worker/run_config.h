@@ -23,6 +23,7 @@ struct TrainConfig {
   std::string precision = "auto";  // "auto" (bf16 autocast on CUDA, fp32 on CPU), "fp32", "bf16"
   int64_t threads = 0;           // CPU intra-op threads; 0 = LibTorch's default
   int64_t log_every = 10;        // steps between plain-text progress lines (no terminal)
+  double slowdown = 1.0;         // straggler emulation: each step takes this many times its compute time
 
   template <class V>
   void fields(V& v) {
@@ -34,6 +35,7 @@ struct TrainConfig {
     v("precision", precision, "compute precision (weights stay fp32)", std::vector<std::string>{"auto", "fp32", "bf16"});
     v("threads", threads, "CPU threads for LibTorch ops; 0 = default", int64_t{0}, int64_t{4096});
     v("log_every", log_every, "steps between progress lines when not on a terminal", int64_t{1}, int64_t{1} << 40);
+    v("slowdown", slowdown, "straggler emulation: stretch each step's compute time by this factor", 1.0, 1000.0);
   }
 };
 

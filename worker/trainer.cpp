@@ -1,6 +1,8 @@
 #include "worker/trainer.h"
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 #include <fstream>
 #include <iostream>
 
@@ -149,7 +151,9 @@ struct Trainer::Impl {
   void run(int64_t stop_at) {
     const auto& tc = cfg.train;
     const int64_t last = stop_at >= 0 ? std::min(stop_at, tc.steps) : tc.steps;
-    const int64_t tokens_per_step = tc.batch_size * tc.grad_accum * cfg.model.block_size * replicas->world();  // global
+    // Tokens one step consumes: across all replicas when they step together, else this worker's.
+    const int64_t tokens_per_step =
+        tc.batch_size * tc.grad_accum * cfg.model.block_size * (replicas->synchronous() ? replicas->world() : 1);
     Progress progress(tc.steps, tc.log_every);
     const double t0 = now_seconds() - time_offset;
     std::ofstream samples((fs::path(out) / "samples.txt").string(), std::ios::app);
@@ -170,6 +174,8 @@ struct Trainer::Impl {
         l.backward();
         loss += l.item<double>();
       }
+      if (tc.slowdown > 1.0)  // a slower machine: compute takes `slowdown` times as long
+        std::this_thread::sleep_for(std::chrono::duration<double>((now_seconds() - t_step) * (tc.slowdown - 1.0)));
       replicas->average_gradients(flat->grads);
       loss = replicas->average(loss);
       const double gnorm = clip_grad_norm(flat->grads, cfg.optim.grad_clip);
