@@ -17,14 +17,6 @@ struct Fixture {
   Fixture() { cfg.bind(schema); }
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 }  // namespace
 
 TEST(Config, DefaultsAndOverrides) {
@@ -61,14 +53,14 @@ TEST(Config, TomlFileRoundTrip) {
 
 TEST(Config, RejectsOutOfRangeWithFieldName) {
   Fixture f;
-  auto e = error_of([&] { f.schema.apply_override("train.steps", "0"); });
+  auto e = test::error_of([&] { f.schema.apply_override("train.steps", "0"); });
   EXPECT_NE(e.find("train.steps"), std::string::npos) << e;
   EXPECT_NE(e.find("out of range"), std::string::npos) << e;
-  e = error_of([&] { f.schema.apply_override("optim.lr", "fast"); });
+  e = test::error_of([&] { f.schema.apply_override("optim.lr", "fast"); });
   EXPECT_NE(e.find("optim.lr"), std::string::npos) << e;
-  e = error_of([&] { f.schema.apply_override("train.device", "tpu"); });
+  e = test::error_of([&] { f.schema.apply_override("train.device", "tpu"); });
   EXPECT_NE(e.find("auto, cpu, cuda"), std::string::npos) << e;
-  e = error_of([&] { f.schema.apply_override("train.stepz", "3"); });
+  e = test::error_of([&] { f.schema.apply_override("train.stepz", "3"); });
   EXPECT_NE(e.find("unknown config field 'train.stepz'"), std::string::npos) << e;
 }
 
@@ -76,24 +68,24 @@ TEST(Config, RejectsMalformedAndMissingFiles) {
   test::TempDir d;
   std::ofstream(d.str("bad.toml")) << "[train]\nsteps = = 3\n";
   Fixture f;
-  auto e = error_of([&] { f.schema.load_file(d.str("bad.toml")); });
+  auto e = test::error_of([&] { f.schema.load_file(d.str("bad.toml")); });
   EXPECT_NE(e.find("malformed TOML"), std::string::npos) << e;
   EXPECT_NE(e.find("bad.toml:2"), std::string::npos) << e;
-  e = error_of([&] { f.schema.load_file(d.str("missing.toml")); });
+  e = test::error_of([&] { f.schema.load_file(d.str("missing.toml")); });
   EXPECT_NE(e.find("could not be opened"), std::string::npos) << e;
   std::ofstream(d.str("typo.toml")) << "[trian]\nsteps = 3\n";
-  e = error_of([&] { f.schema.load_file(d.str("typo.toml")); });
+  e = test::error_of([&] { f.schema.load_file(d.str("typo.toml")); });
   EXPECT_NE(e.find("trian.steps"), std::string::npos) << e;
 }
 
 TEST(Config, CrossFieldValidation) {
   Fixture f;
   f.schema.apply_args({"--model.n_embd=100", "--model.n_head=3"});
-  auto e = error_of([&] { f.cfg.validate(); });
+  auto e = test::error_of([&] { f.cfg.validate(); });
   EXPECT_NE(e.find("does not divide"), std::string::npos) << e;
   Fixture g;
   g.schema.apply_args({"--schedule.min_lr=1", "--optim.lr=0.1"});
-  e = error_of([&] { g.cfg.validate(); });
+  e = test::error_of([&] { g.cfg.validate(); });
   EXPECT_NE(e.find("schedule.min_lr"), std::string::npos) << e;
 }
 

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <thread>
 
@@ -30,6 +31,22 @@ std::vector<std::string> worker_args(const test::TempDir& d, const std::string& 
           "--train.grad_accum=" + std::to_string(accum)};
 }
 
+// Starts `nodes` ring workers on the rendezvous port, node r with args_for(r); logs DIR/node<r>.log.
+std::vector<std::unique_ptr<test::Process>> start_ring(const test::TempDir& d, int nodes, int port,
+                                                       const std::function<std::vector<std::string>(int)>& args_for) {
+  std::vector<std::unique_ptr<test::Process>> ps;
+  for (int r = 0; r < nodes; ++r) {
+    auto args = args_for(r);
+    args.push_back("--dist.mode=ring");
+    ps.push_back(std::make_unique<test::Process>(
+        args, std::vector<std::string>{"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
+                                       "NNODES=" + std::to_string(nodes), "NODE_RANK=" + std::to_string(r),
+                                       "SYNCOPATE_TOKEN=test"},
+        d.str("node" + std::to_string(r) + ".log")));
+  }
+  return ps;
+}
+
 at::Tensor final_weights(const std::string& out, int steps) {
   auto st = load_safetensors(fmt::format("{}/checkpoints/step_{:06d}/model.safetensors", out, steps));
   std::vector<at::Tensor> all;
@@ -43,16 +60,7 @@ void expect_ring_equals_single(int nodes, int b, int accum) {
   const std::string corpus = test::write_tiny_corpus(d);
   const int steps = 5;
   const int port = test::free_port();
-  std::vector<std::unique_ptr<test::Process>> ps;
-  for (int r = 0; r < nodes; ++r) {
-    auto args = worker_args(d, corpus, d.str("node" + std::to_string(r)), b, steps, accum);
-    args.push_back("--dist.mode=ring");
-    ps.push_back(std::make_unique<test::Process>(
-        args, std::vector<std::string>{"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
-                                       "NNODES=" + std::to_string(nodes), "NODE_RANK=" + std::to_string(r),
-                                       "SYNCOPATE_TOKEN=test"},
-        d.str("node" + std::to_string(r) + ".log")));
-  }
+  auto ps = start_ring(d, nodes, port, [&](int r) { return worker_args(d, corpus, d.str("node" + std::to_string(r)), b, steps, accum); });
   for (int r = 0; r < nodes; ++r) ASSERT_EQ(ps[r]->wait(120), 0) << test::slurp(d.str("node" + std::to_string(r) + ".log"));
   test::Process single(worker_args(d, corpus, d.str("single"), nodes * b, steps, accum), {}, d.str("single.log"));
   ASSERT_EQ(single.wait(120), 0) << test::slurp(d.str("single.log"));
@@ -70,16 +78,11 @@ TEST(RingTraining, DeadNodeStopsTheOthersWithItsName) {
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);
   const int port = test::free_port();
-  std::vector<std::unique_ptr<test::Process>> ps;
-  for (int r = 0; r < 2; ++r) {
-    auto args = worker_args(d, corpus, d.str("node" + std::to_string(r)), 2, 100000, 1);
-    args.push_back("--dist.mode=ring");
-    args.push_back("--dist.timeout_s=3");
-    ps.push_back(std::make_unique<test::Process>(
-        args, std::vector<std::string>{"MASTER_PORT=" + std::to_string(port), "NNODES=2",
-                                       "NODE_RANK=" + std::to_string(r), "SYNCOPATE_TOKEN=test"},
-        d.str("node" + std::to_string(r) + ".log")));
-  }
+  auto ps = start_ring(d, 2, port, [&](int r) {
+    auto a = worker_args(d, corpus, d.str("node" + std::to_string(r)), 2, 100000, 1);
+    a.push_back("--dist.timeout_s=3");
+    return a;
+  });
   // Wait until training is under way, then kill node 1.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (test::slurp(d.str("node0/metrics.jsonl")).size() < 300 && std::chrono::steady_clock::now() < deadline)
@@ -98,16 +101,11 @@ TEST(RingTraining, MismatchedConfigIsRefused) {
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);
   const int port = test::free_port();
-  std::vector<std::unique_ptr<test::Process>> ps;
-  for (int r = 0; r < 2; ++r) {
-    auto args = worker_args(d, corpus, d.str("node" + std::to_string(r)), 2, 5, 1);
-    args.push_back("--dist.mode=ring");
-    if (r == 1) args.push_back("--model.n_layer=3");
-    ps.push_back(std::make_unique<test::Process>(
-        args, std::vector<std::string>{"MASTER_PORT=" + std::to_string(port), "NNODES=2",
-                                       "NODE_RANK=" + std::to_string(r), "SYNCOPATE_TOKEN=test"},
-        d.str("node" + std::to_string(r) + ".log")));
-  }
+  auto ps = start_ring(d, 2, port, [&](int r) {
+    auto a = worker_args(d, corpus, d.str("node" + std::to_string(r)), 2, 5, 1);
+    if (r == 1) a.push_back("--model.n_layer=3");  // another model shape on node 1
+    return a;
+  });
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(ps[r]->wait(60), 1);
     EXPECT_NE(test::slurp(d.str("node" + std::to_string(r) + ".log")).find("another model/config"), std::string::npos)

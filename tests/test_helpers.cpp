@@ -1,5 +1,7 @@
 #include "tests/test_helpers.h"
 
+#include "common/check.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -53,6 +55,15 @@ RunConfig tiny_run_config(const TempDir& dir) {
   c.eval.sample_tokens = 8;
   c.checkpoint.every = 0;
   return c;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 CommandResult run_command(const std::string& cmd) {

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ std::string write_tiny_corpus(const TempDir& dir, size_t bytes = 200000);
 
 // A config that trains in well under a second per step on one CPU core.
 RunConfig tiny_run_config(const TempDir& dir);
+
+// Runs f and returns the message of the syncopate::Error it throws ("" if it throws none).
+std::string error_of(const std::function<void()>& f);
 
 struct CommandResult {
   int exit_code;

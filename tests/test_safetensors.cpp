@@ -16,14 +16,6 @@ using namespace syncopate;
 namespace fs = std::filesystem;
 
 namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 void write_raw(const std::string& path, const std::string& header, size_t data_bytes) {
   std::ofstream f(path, std::ios::binary);
   uint64_t n = header.size();
@@ -51,21 +43,21 @@ TEST(Safetensors, HostileFilesAreErrors) {
   test::TempDir d;
   const std::string p = d.str("bad.safetensors");
   std::ofstream(p) << "abc";
-  EXPECT_NE(error_of([&] { load_safetensors(p); }).find("too short"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { load_safetensors(p); }).find("too short"), std::string::npos);
   write_raw(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8);  // truncated data
-  EXPECT_NE(error_of([&] { load_safetensors(p); }).find("outside the file"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { load_safetensors(p); }).find("outside the file"), std::string::npos);
   write_raw(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[5],\"data_offsets\":[0,16]}}", 16);  // size mismatch
-  EXPECT_NE(error_of([&] { load_safetensors(p); }).find("needs 20 bytes"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { load_safetensors(p); }).find("needs 20 bytes"), std::string::npos);
   write_raw(p, "{not json", 0);
-  EXPECT_NE(error_of([&] { load_safetensors(p); }).find("not valid JSON"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { load_safetensors(p); }).find("not valid JSON"), std::string::npos);
   write_raw(p, "{\"a\":{\"dtype\":\"Q9\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1);
-  EXPECT_NE(error_of([&] { load_safetensors(p); }).find("unsupported"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { load_safetensors(p); }).find("unsupported"), std::string::npos);
   {  // header length far beyond the file
     std::ofstream f(p, std::ios::binary);
     uint64_t n = 1ull << 40;
     f.write(reinterpret_cast<const char*>(&n), 8);
   }
-  EXPECT_NE(error_of([&] { load_safetensors(p); }).find("exceeds the file size"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { load_safetensors(p); }).find("exceeds the file size"), std::string::npos);
 }
 
 TEST(HfWeights, ExportImportRoundTripAndInference) {

@@ -65,12 +65,11 @@ IoResult wait_ready(int fd, short events, double timeout_s) {
 }
 }  // namespace
 
-void TcpConnection::send(const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
+void TcpConnection::transfer(char* p, size_t n, bool sending) {
   const int fd = socket_.native_handle();
   while (n > 0) {
-    IoResult r = wait_ready(fd, POLLOUT, timeout_s_);
-    ssize_t k = r == IoResult::kOk ? ::send(fd, p, n, MSG_NOSIGNAL) : -1;
+    IoResult r = wait_ready(fd, sending ? POLLOUT : POLLIN, timeout_s_);
+    ssize_t k = r != IoResult::kOk ? -1 : sending ? ::send(fd, p, n, MSG_NOSIGNAL) : ::recv(fd, p, n, 0);
     if (k > 0) {
       p += k;
       n -= static_cast<size_t>(k);
@@ -78,33 +77,17 @@ void TcpConnection::send(const void* data, size_t n) {
     }
     if (k < 0 && r == IoResult::kOk && (errno == EINTR || errno == EAGAIN)) continue;
     const bool timeout = r == IoResult::kTimeout;
-    SYN_FAIL(fmt::format("sending to {} failed: {}", peer_,
-                         timeout ? fmt::format("no progress for {} s", timeout_s_) : std::string(std::strerror(errno))),
-             timeout ? "the peer is hung or the link is down; check its log"
-                     : "the peer died; check its log, then relaunch (with --resume)");
-  }
-}
-
-void TcpConnection::recv(void* data, size_t n) {
-  char* p = static_cast<char*>(data);
-  const int fd = socket_.native_handle();
-  while (n > 0) {
-    IoResult r = wait_ready(fd, POLLIN, timeout_s_);
-    ssize_t k = r == IoResult::kOk ? ::recv(fd, p, n, 0) : -1;
-    if (k > 0) {
-      p += k;
-      n -= static_cast<size_t>(k);
-      continue;
-    }
-    if (k < 0 && r == IoResult::kOk && (errno == EINTR || errno == EAGAIN)) continue;
-    const bool timeout = r == IoResult::kTimeout;
-    SYN_FAIL(fmt::format("receiving from {} failed: {}", peer_,
-                         timeout ? fmt::format("nothing arrived for {} s", timeout_s_)
-                                 : k == 0 ? std::string("the connection was closed") : std::string(std::strerror(errno))),
+    const std::string why = timeout ? fmt::format("{} for {} s", sending ? "no progress" : "nothing arrived", timeout_s_)
+                            : k == 0 ? std::string("the connection was closed")
+                                     : std::string(std::strerror(errno));
+    SYN_FAIL(fmt::format("{} {} failed: {}", sending ? "sending to" : "receiving from", peer_, why),
              timeout ? "the peer is hung or too slow; check its log or raise dist.timeout_s"
                      : "the peer died; check its log, then relaunch (with --resume)");
   }
 }
+
+void TcpConnection::send(const void* data, size_t n) { transfer(static_cast<char*>(const_cast<void*>(data)), n, true); }
+void TcpConnection::recv(void* data, size_t n) { transfer(static_cast<char*>(data), n, false); }
 
 TcpListener::TcpListener(asio::io_context& io, const std::string& host, uint16_t port) : acceptor_(io) {
   where_ = fmt::format("{}:{}", host, port);

@@ -32,6 +32,7 @@ class TcpConnection : public Connection {
   asio::ip::tcp::socket& socket() { return socket_; }
 
  private:
+  void transfer(char* p, size_t n, bool sending);  // poll + send/recv until n bytes moved, or throw
   asio::ip::tcp::socket socket_;
   std::string peer_;
   double timeout_s_;
