@@ -19,6 +19,7 @@ enum class MsgType : int {
   kPull = 3,      // worker -> server: reply carries the current parameters
   kStats = 4,     // reply header's `text` is a JSON object of counters and the staleness histogram
   kShutdown = 5,  // server exits after replying
+  kHeartbeat = 6, // worker -> server, no reply: the worker is alive (sent every timeout/4 by a side thread)
   kOk = 100,      // reply
   kError = 101,   // reply; `text` says what was wrong
 };

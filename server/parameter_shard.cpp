@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -12,7 +13,7 @@
 
 namespace syncopate {
 
-void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t* decay, size_t pairs) {
+void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t* decay, size_t pairs, double now_s) {
   SYN_CHECK(h.workers >= 1 && h.workers <= 4096, fmt::format("INIT with {} workers", h.workers), "workers must be 1..4096");
   if (initialized_) {
     SYN_CHECK(h.offset == offset_ && h.length == length_ && h.workers == workers_,
@@ -41,6 +42,8 @@ void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t
   clock_.assign(static_cast<size_t>(workers_), -1);
   last_stale_.assign(static_cast<size_t>(workers_), 0);
   backup_.assign(static_cast<size_t>(workers_), at::Tensor());
+  last_seen_.assign(static_cast<size_t>(workers_), now_s);
+  live_.assign(static_cast<size_t>(workers_), true);
   initialized_ = true;
 }
 
@@ -81,13 +84,7 @@ std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data) {
     grad_sum_.add_(g);
     waiting_.insert(h.worker);
     bsp_lr_ = h.lr;
-    if (static_cast<int>(waiting_.size()) < workers_) return {};
-    grad_sum_.div_(workers_);
-    apply(grad_sum_, bsp_lr_);
-    grad_sum_.zero_();
-    std::vector<int> ready(waiting_.begin(), waiting_.end());
-    waiting_.clear();
-    return ready;
+    return release_bsp();
   }
   // ASP and SSP apply every gradient on arrival, with the optional staleness mitigation.
   double lr = h.lr;
@@ -100,8 +97,43 @@ std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data) {
   return ready_ssp();
 }
 
+// BSP: once every live worker has pushed this clock, apply the mean of the gradients received.
+std::vector<int> ParameterShard::release_bsp() {
+  if (waiting_.empty() || static_cast<int>(waiting_.size()) < live_workers()) return {};
+  grad_sum_.div_(static_cast<double>(waiting_.size()));
+  apply(grad_sum_, bsp_lr_);
+  grad_sum_.zero_();
+  std::vector<int> ready(waiting_.begin(), waiting_.end());
+  waiting_.clear();
+  return ready;
+}
+
+int ParameterShard::live_workers() const { return static_cast<int>(std::count(live_.begin(), live_.end(), true)); }
+
+void ParameterShard::seen(int worker, double now) {
+  if (!initialized_ || worker < 0 || worker >= workers_) return;
+  last_seen_[static_cast<size_t>(worker)] = now;
+  live_[static_cast<size_t>(worker)] = true;
+}
+
+std::vector<int> ParameterShard::expire(double now) {
+  if (!initialized_) return {};
+  bool changed = false;
+  for (int w = 0; w < workers_; ++w) {
+    if (live_[w] && !waiting_.count(w) && now - last_seen_[w] > cfg_.worker_timeout_s) {
+      live_[w] = false;
+      ++dead_events_;
+      changed = true;
+    }
+  }
+  if (!changed) return {};
+  return cfg_.consistency == "bsp" ? release_bsp() : cfg_.consistency == "ssp" ? ready_ssp() : std::vector<int>{};
+}
+
 std::vector<int> ParameterShard::ready_ssp() {
-  const int64_t slowest = *std::min_element(clock_.begin(), clock_.end());
+  int64_t slowest = std::numeric_limits<int64_t>::max();  // over live workers only
+  for (int w = 0; w < workers_; ++w)
+    if (live_[w]) slowest = std::min(slowest, clock_[w]);
   std::vector<int> ready;
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (clock_[static_cast<size_t>(*it)] - slowest <= cfg_.staleness_bound) {
@@ -120,7 +152,8 @@ std::string ParameterShard::stats_json(int64_t errors) const {
   nlohmann::json hist = nlohmann::json::object();
   for (auto& [s, n] : staleness_hist_) hist[std::to_string(s)] = n;
   return nlohmann::json{{"version", version_}, {"updates", updates_}, {"offset", offset_}, {"length", length_},
-                        {"workers", workers_}, {"consistency", cfg_.consistency}, {"bad_messages", errors},
+                        {"workers", workers_}, {"live_workers", live_workers()}, {"dead_events", dead_events_},
+                        {"consistency", cfg_.consistency}, {"bad_messages", errors},
                         {"staleness_histogram", hist}}
       .dump();
 }

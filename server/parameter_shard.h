@@ -23,7 +23,8 @@ class ParameterShard {
   // First INIT defines the range, the worker count, the optimizer and the initial values; later
   // INITs (from the other workers) must match it and are otherwise ignored. decay: [offset, length)
   // pairs in flat-vector coordinates. Throws syncopate::Error on a mismatch.
-  void init(const MsgHeader& h, const float* values, const int64_t* decay, size_t decay_pairs);
+  // now_s starts every worker's liveness clock (a worker that never speaks expires after the timeout).
+  void init(const MsgHeader& h, const float* values, const int64_t* decay, size_t decay_pairs, double now_s = 0.0);
   bool initialized() const { return initialized_; }
 
   // Validates a header against the shard (range, worker id); throws syncopate::Error.
@@ -34,6 +35,12 @@ class ParameterShard {
   std::vector<int> push(const MsgHeader& h, const float* grad);
   // Records that `worker` read the current parameters (DC-ASGD backup, staleness reference).
   void pulled(int worker);
+  // Liveness: `seen` marks a worker alive at time now_s (it rejoins if it was dead); `expire`
+  // drops workers silent for longer than worker_timeout_s from the BSP/SSP count and returns the
+  // replies that this releases.
+  void seen(int worker, double now_s);
+  std::vector<int> expire(double now_s);
+  int live_workers() const;
 
   const at::Tensor& params() const { return params_; }
   int64_t version() const { return version_; }
@@ -59,6 +66,10 @@ class ParameterShard {
   std::vector<int64_t> last_stale_;   // staleness of each worker's last update
   std::vector<at::Tensor> backup_;    // DC-ASGD: params each worker last read
   std::set<int> waiting_;             // BSP/SSP: pushed, reply held back
+  std::vector<double> last_seen_;     // per worker, seconds
+  std::vector<bool> live_;
+  int64_t dead_events_ = 0;
+  std::vector<int> release_bsp();
   int bsp_count_ = 0;
   double bsp_lr_ = 0;
 };

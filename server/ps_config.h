@@ -13,6 +13,8 @@ struct PsConfig {
   int64_t staleness_bound = 2;      // SSP bound s, clocks
   std::string mitigation = "none";  // "none", "lr_scale" (lr / staleness), "dc_asgd" (delay compensation)
   double dc_lambda = 0.04;          // DC-ASGD lambda
+  double worker_timeout_s = 30;     // a worker silent this long (no push, pull or heartbeat) leaves the
+                                    // BSP/SSP count so the others continue; it rejoins when it speaks again
 
   template <class V>
   void fields(V& v) {
@@ -20,6 +22,7 @@ struct PsConfig {
     v("staleness_bound", staleness_bound, "SSP bound, clocks", int64_t{0}, int64_t{1} << 20);
     v("mitigation", mitigation, "staleness mitigation", std::vector<std::string>{"none", "lr_scale", "dc_asgd"});
     v("dc_lambda", dc_lambda, "DC-ASGD lambda", 0.0, 100.0);
+    v("worker_timeout_s", worker_timeout_s, "seconds of silence after which a worker is considered dead", 0.1, 86400.0);
   }
 };
 

@@ -1,5 +1,6 @@
 #include "server/ps_server.h"
 
+#include <chrono>
 #include <iostream>
 #include <map>
 #include <vector>
@@ -23,6 +24,10 @@ struct PsServer::Impl {
   zmq::socket_t sock{ctx, zmq::socket_type::router};
   std::map<int, zmq::message_t> identity;  // worker -> its DEALER identity, for deferred replies
   int64_t errors = 0;
+
+  static double now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
 
   Impl(const ServerConfig& s, const PsConfig& p, const std::string& tok) : scfg(s), shard(p), token(token_digest(tok)) {}
 
@@ -63,6 +68,7 @@ struct PsServer::Impl {
       MsgHeader h = decode_header(parts[1].data(), parts[1].size());
       SYN_CHECK(h.token == token, "wrong job token", "give workers and servers the same SYNCOPATE_TOKEN");
       const size_t data_bytes = parts.size() == 3 ? parts[2].size() : 0;
+      if (h.type != static_cast<int>(MsgType::kInit)) shard.seen(h.worker, now());
       switch (static_cast<MsgType>(h.type)) {
         case MsgType::kInit: {
           SYN_CHECK(data_bytes >= static_cast<size_t>(h.length) * 4 && (data_bytes - h.length * 4) % 16 == 0,
@@ -70,8 +76,9 @@ struct PsServer::Impl {
           const char* d = parts.size() == 3 ? static_cast<const char*>(parts[2].data()) : nullptr;
           std::vector<int64_t> pairs((data_bytes - h.length * 4) / 8);
           if (!pairs.empty()) std::memcpy(pairs.data(), d + h.length * 4, pairs.size() * 8);
-          shard.init(h, reinterpret_cast<const float*>(d), pairs.data(), pairs.size() / 2);
+          shard.init(h, reinterpret_cast<const float*>(d), pairs.data(), pairs.size() / 2, now());
           shard.check(h);
+          shard.seen(h.worker, now());
           identity[h.worker] = zmq::message_t(id.data(), id.size());
           reply_params(h.worker);
           return true;
@@ -96,6 +103,8 @@ struct PsServer::Impl {
           send(id, r, nullptr, 0);
           return true;
         }
+        case MsgType::kHeartbeat:
+          return true;  // liveness only (recorded above); no reply
         case MsgType::kShutdown: {
           MsgHeader r;
           r.type = static_cast<int>(MsgType::kOk);
@@ -130,7 +139,9 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening) 
   const std::string bound = s.get(zmq::sockopt::last_endpoint);
   std::cout << "[server " << impl_->scfg.shard << "] listening on " << bound << std::endl;
   if (on_listening) on_listening(bound);
+  s.set(zmq::sockopt::rcvtimeo, 200);  // wake up to expire silent workers
   for (;;) {
+    for (int w : impl_->shard.expire(Impl::now())) impl_->reply_params(w);
     std::vector<zmq::message_t> parts;
     if (!zmq::recv_multipart(s, std::back_inserter(parts))) continue;
     if (!impl_->handle(parts)) break;

@@ -265,3 +265,78 @@ TEST(PsTraining, BspOverServersEqualsRing) {
   EXPECT_TRUE(torch::equal(a, weights(d.str("ps1"))));  // BSP workers end identical
   EXPECT_TRUE(torch::allclose(a, b, 1e-5, 1e-6)) << (a - b).abs().max().item<double>();
 }
+
+TEST(ParameterShard, BspDropsASilentWorkerAndTakesItBackWhenItSpeaks) {
+  PsConfig c;
+  c.consistency = "bsp";
+  c.worker_timeout_s = 5;
+  ParameterShard s(c);
+  std::vector<float> init(2, 0.0f), g(2, 1.0f);
+  s.init(init_header(3, 2), init.data(), nullptr, 0);
+  for (int w = 0; w < 3; ++w) s.seen(w, 0.0);
+  EXPECT_TRUE(s.push(push_header(0, 0, 0, 2), g.data()).empty());
+  EXPECT_TRUE(s.push(push_header(1, 0, 0, 2), g.data()).empty());  // worker 2 is silent
+  EXPECT_TRUE(s.expire(4.0).empty());                                // not yet past the timeout
+  EXPECT_EQ(s.expire(6.0), (std::vector<int>{0, 1}));                // worker 2 declared dead: round completes
+  EXPECT_EQ(s.live_workers(), 2);
+  EXPECT_EQ(s.version(), 1);
+  s.seen(2, 7.0);  // it comes back
+  EXPECT_EQ(s.live_workers(), 3);
+  EXPECT_TRUE(s.push(push_header(0, 1, 1, 2), g.data()).empty());   // rounds wait for it again
+}
+
+TEST(PsTraining, KilledBspWorkerDoesNotHangTheOthers) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  const int port = test::free_port();
+  test::Process server({kBin + "/syncopate-server", "--server.port=" + std::to_string(port), "--dist.consistency=bsp",
+                        "--dist.worker_timeout_s=2"},
+                       {"SYNCOPATE_TOKEN=t"}, d.str("server.log"));
+  const std::string ep = fmt::format("tcp://127.0.0.1:{}", port);
+  std::vector<std::unique_ptr<test::Process>> ws;
+  for (int r = 0; r < 2; ++r) {
+    auto a = train_args(d, corpus, d.str(fmt::format("w{}", r)), 2);
+    a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + ep, "--train.steps=300", "--dist.timeout_s=30"});
+    ws.push_back(std::make_unique<test::Process>(a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", "NNODES=2",
+                                                                             "NODE_RANK=" + std::to_string(r)},
+                                                 d.str(fmt::format("w{}.log", r))));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (test::slurp(d.str("w1/metrics.jsonl")).size() < 500 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ws[1]->kill_hard();
+  EXPECT_EQ(ws[0]->wait(90), 0) << test::slurp(d.str("w0.log")) << test::slurp(d.str("server.log"));
+}
+
+TEST(PsTraining, GarbageSentToALiveServerDuringTrainingDoesNotStopIt) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  const int port = test::free_port();
+  test::Process server({kBin + "/syncopate-server", "--server.port=" + std::to_string(port)}, {"SYNCOPATE_TOKEN=t"},
+                       d.str("server.log"));
+  const std::string ep = fmt::format("tcp://127.0.0.1:{}", port);
+  auto a = train_args(d, corpus, d.str("w"), 2);
+  a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + ep, "--train.steps=60"});
+  test::Process w(a, {"SYNCOPATE_TOKEN=t"}, d.str("w.log"));
+  std::mt19937 rng(3);
+  int sent = 0;
+  {
+    zmq::context_t ctx;
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(ep);
+    while (w.wait(0) == -1 && sent < 2000) {  // bounded: at most 2000 hostile messages
+      std::string junk(rng() % 64 + 1, '\0');
+      for (auto& ch : junk) ch = static_cast<char>(rng());
+      s.send(zmq::buffer(junk), zmq::send_flags::dontwait);
+      ++sent;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  EXPECT_EQ(w.wait(60), 0) << test::slurp(d.str("w.log"));
+  EXPECT_GT(sent, 10);
+  PsClient c({ep}, "t", 0, 1, 10);
+  auto stats = nlohmann::json::parse(c.stats(0));
+  EXPECT_GE(stats["bad_messages"].get<int>(), 10) << stats.dump();
+  EXPECT_EQ(stats["version"], 60);
+}

@@ -1,6 +1,10 @@
 #include "worker/ps_client.h"
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <sstream>
 
 #include <ATen/ATen.h>
@@ -16,6 +20,12 @@ namespace syncopate {
 
 struct PsClient::Impl {
   zmq::context_t ctx{1};
+  // Liveness: a side thread with its own DEALERs sends HEARTBEAT every second, so that a worker
+  // in a long step is not taken for dead by the servers' BSP/SSP bookkeeping.
+  std::thread heartbeat;
+  std::mutex hb_mu;
+  std::condition_variable hb_cv;
+  bool hb_stop = false;
   std::vector<zmq::socket_t> socks;
   std::vector<std::string> endpoints;
   std::vector<int64_t> begin;        // shard k holds [begin[k], begin[k+1])
@@ -49,6 +59,32 @@ struct PsClient::Impl {
     zmq::message_t body(const_cast<void*>(data), bytes, [](void*, void*) {}, nullptr);
     s.send(body, zmq::send_flags::none);
   }
+  void heartbeat_loop() {
+    std::vector<zmq::socket_t> hs;
+    for (const auto& ep : endpoints) {
+      hs.emplace_back(ctx, zmq::socket_type::dealer);
+      hs.back().set(zmq::sockopt::linger, 0);
+      hs.back().set(zmq::sockopt::sndhwm, 4);
+      hs.back().connect(ep);
+    }
+    MsgHeader h;
+    h.type = static_cast<int>(MsgType::kHeartbeat);
+    h.token = token;
+    h.worker = worker;
+    const std::string hdr = encode_header(h);
+    std::unique_lock<std::mutex> l(hb_mu);
+    while (!hb_cv.wait_for(l, std::chrono::seconds(1), [&] { return hb_stop; }))
+      for (auto& s : hs) s.send(zmq::buffer(hdr), zmq::send_flags::dontwait);
+  }
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> l(hb_mu);
+      hb_stop = true;
+    }
+    hb_cv.notify_all();
+    if (heartbeat.joinable()) heartbeat.join();
+  }
+
   // Receives shard k's reply; copies its data into dst (if given). Throws on error or timeout.
   MsgHeader recv(int k, float* dst) {
     std::vector<zmq::message_t> parts;
@@ -99,6 +135,7 @@ PsClient::PsClient(const std::vector<std::string>& endpoints, const std::string&
     }
     impl_->socks.push_back(std::move(s));
   }
+  impl_->heartbeat = std::thread([this] { impl_->heartbeat_loop(); });
 }
 
 PsClient::~PsClient() = default;
