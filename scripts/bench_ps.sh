@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Parameter-server push-and-pull throughput: W worker processes x K server shards, each worker
+# pushing a gradient of --bytes and pulling the parameters back, --iters times. BSP off (asp), so
+# workers do not wait for each other. Prints one line per worker and the aggregate.
+#   scripts/bench_ps.sh [--workers W] [--servers K] [--bytes B] [--iters N] [--netns --link-gbit G]
+# --netns: servers and workers each on their own emulated host with a G Gbit/s link (root).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+W=1 K=1 BYTES=67108864 ITERS=10 NETNS=0 GBIT=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --workers) W=$2; shift 2;; --servers) K=$2; shift 2;; --bytes) BYTES=$2; shift 2;;
+    --iters) ITERS=$2; shift 2;; --netns) NETNS=1; shift;; --link-gbit) GBIT=$2; shift 2;;
+    *) echo "unknown option $1" >&2; exit 2;;
+  esac
+done
+BIN="$ROOT/build/bin"
+P="pb$$"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  [ "$NETNS" = 1 ] && netns_down "$P" $((W + K))
+  return 0
+}
+trap cleanup EXIT INT TERM
+export SYNCOPATE_TOKEN=bench-$$ NNODES=$W
+[ "$NETNS" = 1 ] && { source "$ROOT/scripts/netns.sh"; netns_up "$P" $((W + K)) "$GBIT"; }
+run_on() {  # run_on HOST CMD...: host index in the namespace layout, or plain loopback
+  local h=$1; shift
+  if [ "$NETNS" = 1 ]; then netns_run "$P" "$h" "$@"; else "$@"; fi
+}
+EPS=""
+for k in $(seq 0 $((K - 1))); do
+  host=127.0.0.1; [ "$NETNS" = 1 ] && host=10.77.0.$((k + 1))
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  run_on "$k" "$BIN/syncopate-server" --server.host="$host" --server.port="$port" --server.shard="$k" > /dev/null 2>&1 &
+  PIDS+=($!)
+  EPS="$EPS${EPS:+,}tcp://$host:$port"
+done
+sleep 0.5
+OUT=$(mktemp -d)
+WP=()
+for i in $(seq 0 $((W - 1))); do
+  NODE_RANK=$i run_on $((K + i)) "$BIN/syncopate-bench-ps" --servers "$EPS" --bytes "$BYTES" --iters "$ITERS" > "$OUT/w$i" 2>&1 &
+  WP+=($!)
+done
+for p in "${WP[@]}"; do wait "$p"; done
+echo "# $W workers x $K servers, $BYTES bytes, $([ "$NETNS" = 1 ] && echo "${GBIT} Gbit/s links" || echo loopback)"
+echo "worker bytes iters time_s push_pull_GBps updates_per_s"
+cat "$OUT"/w*
+awk '{s+=$5} END {printf "aggregate push_pull_GBps %.3f\n", s}' "$OUT"/w*
+rm -rf "$OUT"
