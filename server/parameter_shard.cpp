@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 
 #include <ATen/ATen.h>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/check.h"
+#include "common/safetensors.h"
 
 namespace syncopate {
 
@@ -33,6 +35,11 @@ void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t
     const int64_t b = std::max(decay[2 * i], offset_), e = std::min(decay[2 * i] + decay[2 * i + 1], offset_ + length_);
     if (e > b) local.emplace_back(b - offset_, e - b);
   }
+  cfg_beta1_ = h.beta1;
+  cfg_beta2_ = h.beta2;
+  cfg_eps_ = h.eps;
+  cfg_wd_ = h.weight_decay;
+  decay_ = local;
   AdamWConfig oc;
   oc.beta1 = h.beta1;
   oc.beta2 = h.beta2;
@@ -56,8 +63,10 @@ void ParameterShard::check(const MsgHeader& h) const {
             "workers and servers disagree on the sharding: same model and server list everywhere");
   SYN_CHECK(h.dtype == "f32", fmt::format("dtype '{}' not supported", h.dtype), "send float32");
   SYN_CHECK(std::isfinite(h.lr) && h.lr >= 0 && h.lr < 1e3, fmt::format("learning rate {} is not sane", h.lr), "check the schedule");
-  SYN_CHECK(h.clock >= 0 && h.param_version >= 0 && h.param_version <= version_,
-            fmt::format("clock {} / parameter version {} invalid (current version {})", h.clock, h.param_version, version_),
+  // A parameter version above ours is legal: this shard restarted from a checkpoint older than
+  // what the worker last read. Its staleness then counts as 0.
+  SYN_CHECK(h.clock >= 0 && h.param_version >= 0,
+            fmt::format("clock {} / parameter version {} invalid", h.clock, h.param_version),
             "the worker's state is corrupt; restart it");
 }
 
@@ -74,11 +83,15 @@ void ParameterShard::pulled(int worker) {
 std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data) {
   check(h);
   const size_t w = static_cast<size_t>(h.worker);
+  if (h.clock <= clock_[w]) {  // a resent push (the worker timed out waiting): never apply twice
+    ++duplicates_;
+    return waiting_.count(h.worker) ? std::vector<int>{} : std::vector<int>{h.worker};
+  }
   at::Tensor g = at::from_blob(const_cast<float*>(data), {length_}, at::kFloat);
-  const int64_t stale = version_ - h.param_version;
+  const int64_t stale = std::max<int64_t>(0, version_ - h.param_version);
   last_stale_[w] = stale;
   ++staleness_hist_[stale];
-  clock_[w] = std::max(clock_[w], h.clock);
+  clock_[w] = h.clock;
 
   if (cfg_.consistency == "bsp") {
     grad_sum_.add_(g);
@@ -106,6 +119,10 @@ std::vector<int> ParameterShard::release_bsp() {
   std::vector<int> ready(waiting_.begin(), waiting_.end());
   waiting_.clear();
   return ready;
+}
+
+void ParameterShard::registered(int worker, int64_t clock) {
+  if (initialized_ && worker >= 0 && worker < workers_ && clock >= 0) clock_[static_cast<size_t>(worker)] = clock - 1;
 }
 
 int ParameterShard::live_workers() const { return static_cast<int>(std::count(live_.begin(), live_.end(), true)); }
@@ -146,6 +163,45 @@ std::vector<int> ParameterShard::ready_ssp() {
   return ready;
 }
 
+void ParameterShard::save(const std::string& path) const {
+  nlohmann::json meta = {{"offset", offset_}, {"length", length_}, {"workers", workers_}, {"version", version_},
+                         {"updates", updates_}, {"opt_steps", opt_->steps()}, {"clocks", clock_},
+                         {"beta1", cfg_beta1_}, {"beta2", cfg_beta2_}, {"eps", cfg_eps_}, {"weight_decay", cfg_wd_},
+                         {"decay", decay_}};
+  save_safetensors(path, {{"params", params_}, {"exp_avg", opt_->exp_avg()}, {"exp_avg_sq", opt_->exp_avg_sq()}},
+                   {{"shard", meta.dump()}});
+}
+
+bool ParameterShard::load(const std::string& path, double now_s) {
+  if (!std::filesystem::exists(path)) return false;
+  Safetensors st = load_safetensors(path);
+  SYN_CHECK(st.metadata.count("shard") && st.tensors.count("params") && st.tensors.count("exp_avg") &&
+                st.tensors.count("exp_avg_sq"),
+            fmt::format("'{}' is not a shard checkpoint", path), "delete it to start the shard from the workers' INIT");
+  nlohmann::json m = nlohmann::json::parse(st.metadata["shard"]);
+  MsgHeader h;
+  h.offset = m.at("offset");
+  h.length = m.at("length");
+  h.workers = m.at("workers");
+  h.beta1 = m.at("beta1");
+  h.beta2 = m.at("beta2");
+  h.eps = m.at("eps");
+  h.weight_decay = m.at("weight_decay");
+  SYN_CHECK(st.tensors["params"].numel() == h.length && st.tensors["exp_avg"].numel() == h.length,
+            fmt::format("'{}' is inconsistent (length {} vs {} values)", path, h.length, st.tensors["params"].numel()),
+            "the checkpoint is corrupt: delete it or restore a good copy");
+  std::vector<int64_t> pairs;
+  for (auto& p : m.at("decay")) pairs.insert(pairs.end(), {p[0].get<int64_t>() + h.offset, p[1].get<int64_t>()});
+  init(h, st.tensors["params"].data_ptr<float>(), pairs.data(), pairs.size() / 2, now_s);
+  opt_->exp_avg().copy_(st.tensors["exp_avg"]);
+  opt_->exp_avg_sq().copy_(st.tensors["exp_avg_sq"]);
+  opt_->set_steps(m.at("opt_steps"));
+  version_ = m.at("version");
+  updates_ = m.at("updates");
+  clock_ = m.at("clocks").get<std::vector<int64_t>>();
+  return true;
+}
+
 int64_t ParameterShard::last_staleness(int worker) const { return last_stale_[static_cast<size_t>(worker)]; }
 
 std::string ParameterShard::stats_json(int64_t errors) const {
@@ -153,7 +209,7 @@ std::string ParameterShard::stats_json(int64_t errors) const {
   for (auto& [s, n] : staleness_hist_) hist[std::to_string(s)] = n;
   return nlohmann::json{{"version", version_}, {"updates", updates_}, {"offset", offset_}, {"length", length_},
                         {"workers", workers_}, {"live_workers", live_workers()}, {"dead_events", dead_events_},
-                        {"consistency", cfg_.consistency}, {"bad_messages", errors},
+                        {"consistency", cfg_.consistency}, {"bad_messages", errors}, {"duplicates", duplicates_},
                         {"staleness_histogram", hist}}
       .dump();
 }

@@ -26,6 +26,9 @@ class ParameterShard {
   // now_s starts every worker's liveness clock (a worker that never speaks expires after the timeout).
   void init(const MsgHeader& h, const float* values, const int64_t* decay, size_t decay_pairs, double now_s = 0.0);
   bool initialized() const { return initialized_; }
+  // A worker (re)registers at step `clock`: its next push is that clock (a restarted worker goes
+  // back to its checkpoint's step; its pushes must not be taken for duplicates).
+  void registered(int worker, int64_t clock);
 
   // Validates a header against the shard (range, worker id); throws syncopate::Error.
   void check(const MsgHeader& h) const;
@@ -41,6 +44,14 @@ class ParameterShard {
   void seen(int worker, double now_s);
   std::vector<int> expire(double now_s);
   int live_workers() const;
+
+  // Atomic checkpoint of everything the shard needs to resume: values, AdamW moments and step,
+  // version, clocks, worker count, range. load() returns false if there is no file; throws on a
+  // corrupt one.
+  void save(const std::string& path) const;
+  bool load(const std::string& path, double now_s);
+  int64_t clock(int worker) const { return clock_[static_cast<size_t>(worker)]; }
+  int64_t updates() const { return updates_; }
 
   const at::Tensor& params() const { return params_; }
   int64_t version() const { return version_; }
@@ -68,7 +79,9 @@ class ParameterShard {
   std::set<int> waiting_;             // BSP/SSP: pushed, reply held back
   std::vector<double> last_seen_;     // per worker, seconds
   std::vector<bool> live_;
-  int64_t dead_events_ = 0;
+  int64_t dead_events_ = 0, duplicates_ = 0;
+  double cfg_beta1_ = 0, cfg_beta2_ = 0, cfg_eps_ = 0, cfg_wd_ = 0;  // AdamW settings from INIT (saved)
+  std::vector<std::pair<int64_t, int64_t>> decay_;                    // shard-relative decay ranges
   std::vector<int> release_bsp();
   int bsp_count_ = 0;
   double bsp_lr_ = 0;

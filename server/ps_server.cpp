@@ -1,6 +1,7 @@
 #include "server/ps_server.h"
 
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <vector>
@@ -47,6 +48,7 @@ struct PsServer::Impl {
     r.length = shard.length();
     r.param_version = shard.version();
     r.staleness = shard.last_staleness(worker);
+    r.clock = shard.clock(worker);  // lets the worker match replies to (possibly resent) requests
     shard.pulled(worker);
     send(identity.at(worker), r, shard.params().data_ptr(), static_cast<size_t>(shard.length()) * sizeof(float));
   }
@@ -57,6 +59,18 @@ struct PsServer::Impl {
     r.type = static_cast<int>(MsgType::kError);
     r.text = what;
     send(id, r, nullptr, 0);
+  }
+
+  std::string checkpoint_path() const {
+    return scfg.checkpoint_dir.empty() ? "" : fmt::format("{}/shard_{}.safetensors", scfg.checkpoint_dir, scfg.shard);
+  }
+  int64_t last_checkpoint = 0;
+  void maybe_checkpoint(bool force) {
+    if (checkpoint_path().empty() || !shard.initialized()) return;
+    if (!force && shard.updates() - last_checkpoint < scfg.checkpoint_every) return;
+    std::filesystem::create_directories(scfg.checkpoint_dir);
+    shard.save(checkpoint_path());
+    last_checkpoint = shard.updates();
   }
 
   // Returns false on SHUTDOWN.
@@ -79,6 +93,7 @@ struct PsServer::Impl {
           shard.init(h, reinterpret_cast<const float*>(d), pairs.data(), pairs.size() / 2, now());
           shard.check(h);
           shard.seen(h.worker, now());
+          shard.registered(h.worker, h.clock);
           identity[h.worker] = zmq::message_t(id.data(), id.size());
           reply_params(h.worker);
           return true;
@@ -89,6 +104,7 @@ struct PsServer::Impl {
                     fmt::format("gradient of {} bytes for {} values", data_bytes, h.length), "send length float32 values");
           identity[h.worker] = zmq::message_t(id.data(), id.size());
           for (int w : shard.push(h, static_cast<const float*>(parts[2].data()))) reply_params(w);
+          maybe_checkpoint(false);
           return true;
         }
         case MsgType::kPull:
@@ -106,6 +122,7 @@ struct PsServer::Impl {
         case MsgType::kHeartbeat:
           return true;  // liveness only (recorded above); no reply
         case MsgType::kShutdown: {
+          maybe_checkpoint(true);
           MsgHeader r;
           r.type = static_cast<int>(MsgType::kOk);
           send(id, r, nullptr, 0);
@@ -135,6 +152,11 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening) 
     s.bind(impl_->scfg.port == 0 ? fmt::format("tcp://{}:*", impl_->scfg.host) : ep);
   } catch (const zmq::error_t& e) {
     SYN_FAIL(fmt::format("cannot listen on {}: {}", ep, e.what()), "the port may be in use: pick another --server.port");
+  }
+  if (!impl_->checkpoint_path().empty() && impl_->shard.load(impl_->checkpoint_path(), Impl::now())) {
+    impl_->last_checkpoint = impl_->shard.updates();
+    std::cout << "[server " << impl_->scfg.shard << "] resumed from " << impl_->checkpoint_path() << " (version "
+              << impl_->shard.version() << ")" << std::endl;
   }
   const std::string bound = s.get(zmq::sockopt::last_endpoint);
   std::cout << "[server " << impl_->scfg.shard << "] listening on " << bound << std::endl;

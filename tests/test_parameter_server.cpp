@@ -115,7 +115,7 @@ TEST(ParameterShard, RejectsMismatchedRangesWorkersAndVersions) {
   bad.length = 3;
   EXPECT_THROW(s.push(bad, g.data()), Error);
   EXPECT_THROW(s.push(push_header(5, 0, 0, 4), g.data()), Error);   // no such worker
-  EXPECT_THROW(s.push(push_header(0, 0, 9, 4), g.data()), Error);   // version from the future
+  EXPECT_THROW(s.push(push_header(0, -1, 0, 4), g.data()), Error);  // negative clock
   auto nan_lr = push_header(0, 0, 0, 4);
   nan_lr.lr = std::nan("");
   EXPECT_THROW(s.push(nan_lr, g.data()), Error);
@@ -339,4 +339,31 @@ TEST(PsTraining, GarbageSentToALiveServerDuringTrainingDoesNotStopIt) {
   auto stats = nlohmann::json::parse(c.stats(0));
   EXPECT_GE(stats["bad_messages"].get<int>(), 10) << stats.dump();
   EXPECT_EQ(stats["version"], 60);
+}
+
+TEST(PsTraining, KilledAndRestartedServerResumesFromItsCheckpoint) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  const int port = test::free_port();
+  const std::vector<std::string> server_args = {kBin + "/syncopate-server", "--server.port=" + std::to_string(port),
+                                                "--server.checkpoint_dir=" + d.str("ckpt"), "--server.checkpoint_every=5"};
+  auto server = std::make_unique<test::Process>(server_args, std::vector<std::string>{"SYNCOPATE_TOKEN=t"}, d.str("server1.log"));
+  const std::string ep = fmt::format("tcp://127.0.0.1:{}", port);
+  auto a = train_args(d, corpus, d.str("w"), 2);
+  a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + ep, "--train.steps=400", "--dist.timeout_s=60"});
+  test::Process w(a, {"SYNCOPATE_TOKEN=t"}, d.str("w.log"));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(d.str("ckpt/shard_0.safetensors")) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  server->kill_hard();  // the server dies mid-training...
+  server->wait(10);
+  server = std::make_unique<test::Process>(server_args, std::vector<std::string>{"SYNCOPATE_TOKEN=t"}, d.str("server2.log"));
+  ASSERT_EQ(w.wait(120), 0) << test::slurp(d.str("w.log")) << test::slurp(d.str("server2.log"));  // ...training finishes
+  EXPECT_NE(test::slurp(d.str("server2.log")).find("resumed from"), std::string::npos) << test::slurp(d.str("server2.log"));
+  PsClient c({ep}, "t", 0, 1, 10);
+  auto stats = nlohmann::json::parse(c.stats(0));
+  // Every step after the checkpoint is applied exactly once more; none twice.
+  EXPECT_LE(stats["version"].get<int>(), 400) << stats.dump();
+  EXPECT_GT(stats["version"].get<int>(), 300) << stats.dump();
 }

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
+#include <iostream>
 #include <mutex>
 #include <thread>
 #include <sstream>
@@ -85,24 +87,41 @@ struct PsClient::Impl {
     if (heartbeat.joinable()) heartbeat.join();
   }
 
-  // Receives shard k's reply; copies its data into dst (if given). Throws on error or timeout.
-  MsgHeader recv(int k, float* dst) {
-    std::vector<zmq::message_t> parts;
-    auto r = zmq::recv_multipart(socks[static_cast<size_t>(k)], std::back_inserter(parts));
-    SYN_CHECK(r.has_value(), fmt::format("parameter server {} ({}) did not reply within {} s", k, endpoints[k], timeout_s),
-              "check that syncopate-server is running there (its log), or raise dist.timeout_s");
-    MsgHeader h = decode_header(parts[0].data(), parts[0].size());
-    SYN_CHECK(h.type != static_cast<int>(MsgType::kError), fmt::format("parameter server {} refused: {}", k, h.text),
-              "workers and servers must share token, model and worker count");
-    if (dst) {
-      const size_t want = static_cast<size_t>(begin[k + 1] - begin[k]) * sizeof(float);
-      SYN_CHECK(parts.size() == 2 && parts[1].size() == want,
-                fmt::format("parameter server {} sent {} bytes, expected {}", k, parts.size() == 2 ? parts[1].size() : 0, want),
-                "server and worker disagree on the sharding");
-      std::memcpy(dst, parts[1].data(), want);
-      version[k] = h.param_version;
+  // Receives shard k's reply and copies its data into dst (if given). A reply whose clock is not
+  // `expect_clock` (>= 0) belongs to an earlier, resent request and is dropped. When the shard is
+  // silent (it may have died and been restarted from its checkpoint; ZeroMQ reconnects by itself)
+  // the request is resent with exponential backoff, up to timeout_s in all; the server drops
+  // duplicate pushes by clock, so nothing is applied twice.
+  MsgHeader recv(int k, float* dst, int64_t expect_clock, const std::function<void()>& resend) {
+    auto& sock = socks[static_cast<size_t>(k)];
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    double attempt_s = std::min(timeout_s, 5.0);
+    for (;;) {
+      sock.set(zmq::sockopt::rcvtimeo, static_cast<int>(attempt_s * 1000));
+      std::vector<zmq::message_t> parts;
+      if (!zmq::recv_multipart(sock, std::back_inserter(parts))) {
+        SYN_CHECK(std::chrono::steady_clock::now() < deadline,
+                  fmt::format("parameter server {} ({}) did not reply within {} s", k, endpoints[k], timeout_s),
+                  "check that syncopate-server is running there (its log), or raise dist.timeout_s");
+        std::cerr << fmt::format("[ps] server {} silent for {:.0f} s; resending\n", k, attempt_s);
+        resend();
+        attempt_s = std::min(attempt_s * 2, 60.0);
+        continue;
+      }
+      MsgHeader h = decode_header(parts[0].data(), parts[0].size());
+      SYN_CHECK(h.type != static_cast<int>(MsgType::kError), fmt::format("parameter server {} refused: {}", k, h.text),
+                "workers and servers must share token, model and worker count");
+      if (expect_clock >= 0 && h.clock != expect_clock) continue;  // reply to an earlier copy
+      if (dst) {
+        const size_t want = static_cast<size_t>(begin[k + 1] - begin[k]) * sizeof(float);
+        SYN_CHECK(parts.size() == 2 && parts[1].size() == want,
+                  fmt::format("parameter server {} sent {} bytes, expected {}", k, parts.size() == 2 ? parts[1].size() : 0, want),
+                  "server and worker disagree on the sharding");
+        std::memcpy(dst, parts[1].data(), want);
+        version[k] = h.param_version;
+      }
+      return h;
     }
-    return h;
   }
 };
 
@@ -126,7 +145,6 @@ PsClient::PsClient(const std::vector<std::string>& endpoints, const std::string&
   impl_->timeout_s = timeout_s;
   for (const auto& ep : endpoints) {
     zmq::socket_t s(impl_->ctx, zmq::socket_type::dealer);
-    s.set(zmq::sockopt::rcvtimeo, static_cast<int>(timeout_s * 1000));
     s.set(zmq::sockopt::linger, 0);
     try {
       s.connect(ep);
@@ -140,7 +158,8 @@ PsClient::PsClient(const std::vector<std::string>& endpoints, const std::string&
 
 PsClient::~PsClient() = default;
 
-void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int64_t>>& decay, const AdamWConfig& oc) {
+void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int64_t>>& decay, const AdamWConfig& oc,
+                    int64_t start_step) {
   auto& I = *impl_;
   const int64_t n = params.numel();
   const int K = static_cast<int>(I.socks.size());
@@ -156,38 +175,55 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
     h.beta2 = oc.beta2;
     h.eps = oc.eps;
     h.weight_decay = oc.weight_decay;
+    h.clock = start_step;
     auto& b = bodies[static_cast<size_t>(k)];
     b.resize(static_cast<size_t>(h.length) * 4 + pairs.size() * 8);
     std::memcpy(b.data(), params.data_ptr<float>() + h.offset, static_cast<size_t>(h.length) * 4);
     if (!pairs.empty()) std::memcpy(b.data() + h.length * 4, pairs.data(), pairs.size() * 8);
     I.send(k, h, b.data(), b.size());
   }
-  for (int k = 0; k < K; ++k) I.recv(k, params.data_ptr<float>() + I.begin[k]);
+  for (int k = 0; k < K; ++k) {
+    MsgHeader h = I.header(MsgType::kInit, k);
+    h.beta1 = oc.beta1;
+    h.beta2 = oc.beta2;
+    h.eps = oc.eps;
+    h.weight_decay = oc.weight_decay;
+    h.clock = start_step;
+    const auto& b = bodies[static_cast<size_t>(k)];
+    I.recv(k, params.data_ptr<float>() + I.begin[k], -1, [&] { I.send(k, h, b.data(), b.size()); });
+  }
 }
 
 double PsClient::push_pull(const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr) {
   auto& I = *impl_;
   const int K = static_cast<int>(I.socks.size());
+  std::vector<MsgHeader> hs;
+  auto push = [&](int k) {
+    I.send(k, hs[k], grads.data_ptr<float>() + hs[k].offset, static_cast<size_t>(hs[k].length) * sizeof(float));
+  };
   for (int k = 0; k < K; ++k) {
-    MsgHeader h = I.header(MsgType::kPushPull, k);
-    h.clock = clock;
-    h.lr = lr;
-    I.send(k, h, grads.data_ptr<float>() + h.offset, static_cast<size_t>(h.length) * sizeof(float));
+    hs.push_back(I.header(MsgType::kPushPull, k));
+    hs[k].clock = clock;
+    hs[k].lr = lr;
+    push(k);
   }
   double stale = 0;
-  for (int k = 0; k < K; ++k) stale += static_cast<double>(I.recv(k, params.data_ptr<float>() + I.begin[k]).staleness);
+  for (int k = 0; k < K; ++k)
+    stale += static_cast<double>(I.recv(k, params.data_ptr<float>() + I.begin[k], clock, [&] { push(k); }).staleness);
   return stale / K;
 }
 
 std::string PsClient::stats(int k) {
-  impl_->send(k, impl_->header(MsgType::kStats, k), nullptr, 0);
-  return impl_->recv(k, nullptr).text;
+  auto ask = [&] { impl_->send(k, impl_->header(MsgType::kStats, k), nullptr, 0); };
+  ask();
+  return impl_->recv(k, nullptr, -1, ask).text;
 }
 
 void PsClient::shutdown_servers() {
   for (int k = 0; k < static_cast<int>(impl_->socks.size()); ++k) {
-    impl_->send(k, impl_->header(MsgType::kShutdown, k), nullptr, 0);
-    impl_->recv(k, nullptr);
+    auto ask = [&] { impl_->send(k, impl_->header(MsgType::kShutdown, k), nullptr, 0); };
+    ask();
+    impl_->recv(k, nullptr, -1, ask);
   }
 }
 

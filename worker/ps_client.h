@@ -22,9 +22,11 @@ class PsClient {
            double timeout_s);
   ~PsClient();
 
-  // Sends INIT (range, AdamW settings, initial values, decay ranges) to every shard and loads the
-  // shards' current values into params (the first worker's INIT wins; later joiners get the latest).
-  void init(at::Tensor& params, const std::vector<std::pair<int64_t, int64_t>>& decay, const AdamWConfig& opt);
+  // Sends INIT (range, AdamW settings, initial values, decay ranges, the step this worker starts
+  // at) to every shard and loads the shards' current values into params (the first worker's INIT
+  // wins; later joiners and restarted workers get the latest).
+  void init(at::Tensor& params, const std::vector<std::pair<int64_t, int64_t>>& decay, const AdamWConfig& opt,
+            int64_t start_step = 0);
   // Pushes the gradient (computed at `clock` on the last pulled parameters) with learning rate lr
   // and replaces params with the shards' reply. Returns the mean staleness of this update.
   double push_pull(const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr);
