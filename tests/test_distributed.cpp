@@ -55,12 +55,16 @@ at::Tensor final_weights(const std::string& out, int steps) {
 }
 
 // Runs `nodes` ring workers (batch b each) and one single process (batch nodes*b); compares.
-void expect_ring_equals_single(int nodes, int b, int accum) {
+void expect_ring_equals_single(int nodes, int b, int accum, const std::vector<std::string>& ring_args) {
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);
   const int steps = 5;
   const int port = test::free_port();
-  auto ps = start_ring(d, nodes, port, [&](int r) { return worker_args(d, corpus, d.str("node" + std::to_string(r)), b, steps, accum); });
+  auto ps = start_ring(d, nodes, port, [&](int r) {
+    auto a = worker_args(d, corpus, d.str("node" + std::to_string(r)), b, steps, accum);
+    a.insert(a.end(), ring_args.begin(), ring_args.end());
+    return a;
+  });
   for (int r = 0; r < nodes; ++r) ASSERT_EQ(ps[r]->wait(120), 0) << test::slurp(d.str("node" + std::to_string(r) + ".log"));
   test::Process single(worker_args(d, corpus, d.str("single"), nodes * b, steps, accum), {}, d.str("single.log"));
   ASSERT_EQ(single.wait(120), 0) << test::slurp(d.str("single.log"));
@@ -71,8 +75,13 @@ void expect_ring_equals_single(int nodes, int b, int accum) {
 }
 }  // namespace
 
-TEST(RingTraining, TwoNodesEqualOneProcessWithDoubleBatch) { expect_ring_equals_single(2, 2, 1); }
-TEST(RingTraining, ThreeNodesWithAccumulationEqualOneProcess) { expect_ring_equals_single(3, 2, 2); }
+// Whole-buffer reduction after backward.
+TEST(RingTraining, TwoNodesEqualOneProcessWithDoubleBatch) { expect_ring_equals_single(2, 2, 1, {"--dist.overlap=false"}); }
+// Buckets of a few KiB reduced during backward (many buckets even for this small model), with
+// accumulation (only the last micro-batch's backward triggers them).
+TEST(RingTraining, ThreeNodesBucketedOverlapWithAccumulationEqualOneProcess) {
+  expect_ring_equals_single(3, 2, 2, {"--dist.bucket_kb=16", "--dist.first_bucket_kb=4"});
+}
 
 TEST(RingTraining, DeadNodeStopsTheOthersWithItsName) {
   test::TempDir d;

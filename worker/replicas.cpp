@@ -1,6 +1,14 @@
 #include "worker/replicas.h"
 
+#include <condition_variable>
+#include <deque>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <fmt/format.h>
 
 #include "common/check.h"
@@ -38,16 +46,74 @@ uint64_t digest(const at::Tensor& t) {
 
 class RingReplicas : public Replicas {
  public:
-  RingReplicas(Ring ring, const DistConfig& c) : ring_(std::move(ring)) {
+  RingReplicas(Ring ring, const DistConfig& c) : ring_(std::move(ring)), cfg_(c) {
     opt_.bf16_wire = c.bf16_wire;
     opt_.segment_bytes = static_cast<size_t>(c.segment_kb) << 10;
+  }
+  ~RingReplicas() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (comm_.joinable()) comm_.join();
+  }
+
+  // Buckets: parameters in reverse registration order (the order backward produces them), cut
+  // at first_bucket_kb, then bucket_kb; each bucket is one contiguous range of the flat buffer.
+  void attach(const std::vector<at::Tensor>& params, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+              at::Tensor flat_grads) override {
+    if (!cfg_.overlap || !flat_grads.is_cpu()) return;  // GPU buffers: whole-buffer reduction after backward
+    grads_ = flat_grads;
+    int64_t cap = cfg_.first_bucket_kb * 1024 / 4, size = 0;
+    for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
+      if (buckets_.empty() || size >= cap) {
+        if (!buckets_.empty()) cap = cfg_.bucket_kb * 1024 / 4;
+        buckets_.push_back({ranges[i].first + ranges[i].second, ranges[i].first + ranges[i].second, 0});
+        size = 0;
+      }
+      Bucket& b = buckets_.back();
+      b.lo = ranges[i].first;
+      ++b.params;
+      size += ranges[i].second;
+      const int bi = static_cast<int>(buckets_.size()) - 1;
+      // Post-hook of the parameter's AccumulateGrad node: runs once its .grad (a view into the flat
+      // buffer) holds this backward's final gradient.
+      auto acc = torch::autograd::impl::grad_accumulator(params[i]);
+      acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [this, bi](const torch::autograd::variable_list& out, const torch::autograd::variable_list&) {
+            on_ready(bi);
+            return out;
+          }));
+      accumulators_.push_back(acc);
+    }
+    comm_ = std::thread([this] { comm_loop(); });
+    if (ring_.rank == 0)
+      std::cout << fmt::format("[dist] {} gradient buckets, all-reduced during backward\n", buckets_.size());
+  }
+
+  void arm_overlap() override {
+    if (buckets_.empty()) return;
+    std::lock_guard<std::mutex> l(mu_);
+    armed_ = true;
+    for (auto& b : buckets_) b.pending = b.params;
+    next_launch_ = 0;
+    done_ = 0;
   }
   int rank() const override { return ring_.rank; }
   int world() const override { return ring_.world; }
   bool synchronous() const override { return true; }
 
   void average_gradients(at::Tensor& grads) override {
-    sum(grads, opt_);
+    if (armed_) {
+      std::unique_lock<std::mutex> l(mu_);
+      launch_ready(/*all=*/true);  // parameters without a gradient this step: reduce them now, in order
+      cv_.wait(l, [&] { return done_ == static_cast<int>(buckets_.size()) || error_; });
+      armed_ = false;
+      if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    } else {
+      sum(grads, opt_);
+    }
     grads.div_(ring_.world);
   }
   double average(double x) override {
@@ -85,8 +151,57 @@ class RingReplicas : public Replicas {
       t.copy_(host);
     }
   }
+  struct Bucket {
+    int64_t lo, hi;   // [lo, hi) of the flat gradient buffer
+    int params;       // parameters in the bucket
+    int pending = 0;  // of them, not yet final in this backward
+  };
+  void on_ready(int bi) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!armed_ || --buckets_[bi].pending > 0) return;
+    launch_ready(false);
+  }
+  // Queues buckets for the communication thread strictly in index order (the same on every rank).
+  void launch_ready(bool all) {
+    while (next_launch_ < static_cast<int>(buckets_.size()) && (all || buckets_[next_launch_].pending <= 0))
+      queue_.push_back(next_launch_++);
+    cv_.notify_all();
+  }
+  void comm_loop() {
+    std::unique_lock<std::mutex> l(mu_);
+    for (;;) {
+      cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      const Bucket b = buckets_[queue_.front()];
+      queue_.pop_front();
+      l.unlock();
+      std::exception_ptr err;
+      try {
+        ring_allreduce_sum(grads_.data_ptr<float>() + b.lo, static_cast<size_t>(b.hi - b.lo), ring_.rank, ring_.world,
+                           *ring_.next, *ring_.prev, opt_);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      l.lock();
+      if (err) error_ = err;
+      ++done_;
+      cv_.notify_all();
+    }
+  }
+
   Ring ring_;
+  DistConfig cfg_;
   RingAllreduceOptions opt_;
+  at::Tensor grads_;
+  std::vector<Bucket> buckets_;
+  std::vector<decltype(torch::autograd::impl::grad_accumulator(at::Tensor()))> accumulators_;  // keep hooks alive
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<int> queue_;
+  int next_launch_ = 0, done_ = 0;
+  bool armed_ = false, stop_ = false;
+  std::exception_ptr error_;
+  std::thread comm_;  // started in attach()
 };
 
 }  // namespace

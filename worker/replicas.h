@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -20,7 +22,14 @@ class Replicas {
   // True when every replica takes every step together (ring): a step then consumes world x the
   // local batch. False in ps mode, where each worker's step is its own.
   virtual bool synchronous() const = 0;
-  // grads <- mean of grads over replicas (in place).
+  // Registers the parameters (registration order) and their [offset, length) in the flat
+  // gradient buffer, so that reduction can start per bucket while backward still runs.
+  virtual void attach(const std::vector<at::Tensor>& params, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                      at::Tensor flat_grads) {}
+  // Called before the backward pass whose gradients are to be reduced (the last micro-batch):
+  // buckets are reduced as soon as their gradients are final.
+  virtual void arm_overlap() {}
+  // grads <- mean of grads over replicas (in place); waits for buckets in flight.
   virtual void average_gradients(at::Tensor& grads) = 0;
   // Mean of a scalar over replicas (for logging the global loss).
   virtual double average(double x) = 0;

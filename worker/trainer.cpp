@@ -101,6 +101,11 @@ struct Trainer::Impl {
     verbose = verbose && replicas->rank() == 0;  // rank 0 prints, every node logs metrics
 
     replicas->broadcast_from_rank0(flat->params);  // every replica starts from node 0's weights
+    {
+      std::vector<std::pair<int64_t, int64_t>> ranges;
+      for (const auto& seg : flat->segments) ranges.emplace_back(seg.offset, seg.numel);
+      replicas->attach(model->parameters(), ranges, flat->grads);
+    }
     if (cfg.dist.mode == "ps") {  // the servers hold the optimizer; INIT gives every worker the same start
       auto client = std::make_unique<PsClient>(PsClient::parse_endpoints(cfg.dist.servers), token, replicas->rank(),
                                                replicas->world(), cfg.dist.timeout_s);
@@ -166,6 +171,7 @@ struct Trainer::Impl {
         auto [x, y] = batch(*train_sampler, WindowSampler::first_sample(step, micro, tc.grad_accum, replicas->rank(),
                                                                                replicas->world(), tc.batch_size),
                             tc.batch_size);
+        if (micro == tc.grad_accum - 1) replicas->arm_overlap();  // reduce during the last backward only
         torch::Tensor l;
         {
           AutocastGuard ac(bf16);
