@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <random>
 #include <thread>
@@ -366,4 +367,27 @@ TEST(PsTraining, KilledAndRestartedServerResumesFromItsCheckpoint) {
   // Every step after the checkpoint is applied exactly once more; none twice.
   EXPECT_LE(stats["version"].get<int>(), 400) << stats.dump();
   EXPECT_GT(stats["version"].get<int>(), 300) << stats.dump();
+}
+
+TEST(PsTraining, OverlappedPushPullAddsOneStepOfStaleness) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  std::vector<std::unique_ptr<test::Process>> servers;
+  const std::string eps = start_servers(d, 2, "asp", servers);
+  auto a = train_args(d, corpus, d.str("w"), 2);
+  a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + eps, "--dist.ps_overlap=true", "--train.steps=20",
+                     "--checkpoint.every=0", "--eval.every=0"});
+  test::Process w(a, {"SYNCOPATE_TOKEN=t"}, d.str("w.log"));
+  ASSERT_EQ(w.wait(120), 0) << test::slurp(d.str("w.log"));
+  std::ifstream f(d.str("w/metrics.jsonl"));
+  std::string line;
+  std::vector<double> stale;
+  while (std::getline(f, line)) {
+    auto m = nlohmann::json::parse(line);
+    if (m.contains("staleness")) stale.push_back(m["staleness"]);
+  }
+  ASSERT_EQ(stale.size(), 20u);
+  // One worker, gradients computed one round trip behind: every update after the first has
+  // staleness exactly 1 (each step reports the previous round trip's).
+  for (size_t i = 2; i < stale.size(); ++i) EXPECT_EQ(stale[i], 1.0) << "step " << i + 1;
 }

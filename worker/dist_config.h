@@ -21,6 +21,8 @@ struct DistConfig {
   bool overlap = true;           // ring: reduce gradient buckets during backward (as DDP does)
   int64_t bucket_kb = 25600;     // ring: bucket size cap, KiB (DDP's 25 MiB)
   int64_t first_bucket_kb = 1024;  // ring: the first bucket (last layers' gradients) is smaller, so communication starts early
+  bool ps_overlap = false;       // ps: push/pull on a communication thread while the next step computes
+                                 // (one more step of staleness); false = wait for the own round trip
   std::string servers = "";      // ps: comma-separated server endpoints, tcp://IP:PORT,...; shard k = k-th
 
   template <class V>
@@ -37,6 +39,7 @@ struct DistConfig {
     v("overlap", overlap, "ring: all-reduce gradient buckets while backward runs");
     v("bucket_kb", bucket_kb, "ring: gradient bucket cap, KiB", int64_t{1}, int64_t{1} << 24);
     v("first_bucket_kb", first_bucket_kb, "ring: first gradient bucket cap, KiB", int64_t{1}, int64_t{1} << 24);
+    v("ps_overlap", ps_overlap, "ps: overlap push/pull with the next step (one more step of staleness)");
     v("servers", servers, "ps mode: parameter-server endpoints tcp://IP:PORT, comma-separated");
   }
 };

@@ -194,7 +194,10 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
   }
 }
 
-double PsClient::push_pull(const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr) {
+std::vector<int64_t> PsClient::versions() const { return impl_->version; }
+
+double PsClient::push_pull(const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr,
+                           const std::vector<int64_t>* computed_on) {
   auto& I = *impl_;
   const int K = static_cast<int>(I.socks.size());
   std::vector<MsgHeader> hs;
@@ -205,6 +208,7 @@ double PsClient::push_pull(const at::Tensor& grads, at::Tensor& params, int64_t 
     hs.push_back(I.header(MsgType::kPushPull, k));
     hs[k].clock = clock;
     hs[k].lr = lr;
+    if (computed_on) hs[k].param_version = (*computed_on)[static_cast<size_t>(k)];
     push(k);
   }
   double stale = 0;

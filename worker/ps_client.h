@@ -29,7 +29,12 @@ class PsClient {
             int64_t start_step = 0);
   // Pushes the gradient (computed at `clock` on the last pulled parameters) with learning rate lr
   // and replaces params with the shards' reply. Returns the mean staleness of this update.
-  double push_pull(const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr);
+  // computed_on: per-shard parameter versions the gradient was computed on (default: the versions
+  // of the last replies, right when the worker waits for each round trip).
+  double push_pull(const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr,
+                   const std::vector<int64_t>* computed_on = nullptr);
+  // Parameter versions of the last replies, per shard.
+  std::vector<int64_t> versions() const;
   // The STATS JSON of shard k.
   std::string stats(int k);
   // Asks every shard to exit.

@@ -110,7 +110,7 @@ struct Trainer::Impl {
       auto client = std::make_unique<PsClient>(PsClient::parse_endpoints(cfg.dist.servers), token, replicas->rank(),
                                                replicas->world(), cfg.dist.timeout_s);
       client->init(flat->params, flat->decay_ranges(), cfg.optim, step);
-      update = make_ps_update(std::move(client));
+      update = make_ps_update(std::move(client), cfg.dist.ps_overlap);
     } else {
       update = make_local_update(*opt);
     }
@@ -196,18 +196,21 @@ struct Trainer::Impl {
                       {"tokens", tokens}, {"tokens_per_s", tok_s}});
       if (verbose) progress.step(step, loss, lr, tok_s);
 
-      if (due(step, cfg.eval.every, tc.steps)) {
+      const bool eval_due = due(step, cfg.eval.every, tc.steps), ckpt_due = due(step, cfg.checkpoint.every, tc.steps);
+      const bool sample_due = cfg.eval.sample_tokens > 0 && due(step, cfg.eval.sample_every, tc.steps);
+      if (eval_due || ckpt_due || sample_due || step == last) update->synchronize(flat->params);
+      if (eval_due) {
         const double vl = evaluate();
         metrics->write({{"step", step}, {"time_s", now_seconds() - t0}, {"val_loss", vl}});
         if (verbose) progress.line(fmt::format("[eval] step {}: train loss {:.4f}, val loss {:.4f}", step, loss, vl));
       }
-      if (cfg.eval.sample_tokens > 0 && due(step, cfg.eval.sample_every, tc.steps)) {
+      if (sample_due) {
         const std::string s = sample_text();
         samples << "--- step " << step << " ---\n" << s << "\n";
         samples.flush();
         if (verbose) progress.line(fmt::format("[sample] step {}:\n{}\n", step, s));
       }
-      if (due(step, cfg.checkpoint.every, tc.steps)) {
+      if (ckpt_due) {
         const std::string dir = save_checkpoint((fs::path(out) / "checkpoints").string(), step, *model, *opt,
                                                 meta(now_seconds() - t0), cfg.checkpoint.keep);
         if (verbose) progress.line(fmt::format("[checkpoint] {}", dir));
