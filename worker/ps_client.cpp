@@ -168,6 +168,7 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
   I.version.assign(static_cast<size_t>(K), 0);
   std::vector<int64_t> pairs;
   for (auto& [o, l] : decay) pairs.insert(pairs.end(), {o, l});
+  std::vector<MsgHeader> hs;
   std::vector<std::vector<char>> bodies(static_cast<size_t>(K));
   for (int k = 0; k < K; ++k) {
     MsgHeader h = I.header(MsgType::kInit, k);
@@ -180,18 +181,11 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
     b.resize(static_cast<size_t>(h.length) * 4 + pairs.size() * 8);
     std::memcpy(b.data(), params.data_ptr<float>() + h.offset, static_cast<size_t>(h.length) * 4);
     if (!pairs.empty()) std::memcpy(b.data() + h.length * 4, pairs.data(), pairs.size() * 8);
-    I.send(k, h, b.data(), b.size());
+    hs.push_back(h);
   }
-  for (int k = 0; k < K; ++k) {
-    MsgHeader h = I.header(MsgType::kInit, k);
-    h.beta1 = oc.beta1;
-    h.beta2 = oc.beta2;
-    h.eps = oc.eps;
-    h.weight_decay = oc.weight_decay;
-    h.clock = start_step;
-    const auto& b = bodies[static_cast<size_t>(k)];
-    I.recv(k, params.data_ptr<float>() + I.begin[k], -1, [&] { I.send(k, h, b.data(), b.size()); });
-  }
+  auto send_init = [&](int k) { I.send(k, hs[k], bodies[k].data(), bodies[k].size()); };
+  for (int k = 0; k < K; ++k) send_init(k);  // all shards first, so they work in parallel
+  for (int k = 0; k < K; ++k) I.recv(k, params.data_ptr<float>() + I.begin[k], -1, [&] { send_init(k); });
 }
 
 std::vector<int64_t> PsClient::versions() const { return impl_->version; }
