@@ -29,6 +29,9 @@ void RunConfig::validate() const {
             "shorten the warmup or train longer");
   SYN_CHECK(!(data.train_file.empty() ^ data.val_file.empty()) || data.val_file.empty(),
             "data.val_file is set but data.train_file is not", "set both token files, or neither to use data.corpus");
+  SYN_CHECK(dist.mode != "ps" || !dist.servers.empty(), "dist.mode=ps needs dist.servers",
+            "list the parameter-server endpoints, e.g. --dist.servers=tcp://10.0.0.1:29501,tcp://10.0.0.2:29501 "
+            "(scripts/local_cluster.sh --servers K does it for a local cluster)");
   SYN_CHECK(!data.train_file.empty() || model.vocab_size >= 257,
             fmt::format("model.vocab_size={} is too small for the byte-level corpus (257 tokens)", model.vocab_size),
             "use model.vocab_size >= 257 or give token files of a smaller vocabulary");
