@@ -30,6 +30,8 @@ struct ServerConfig {
   std::string host = "127.0.0.1";  // address to listen on (only this one)
   int64_t port = 0;                // TCP port; 0 = $MASTER_PORT + 1 + shard
   int64_t shard = 0;               // this server's index (for the default port and logs)
+  std::string curve_key_file = ""; // CURVE encryption: file with this server's "PUBLIC SECRET" Z85 keys
+                                   // (syncopate-server --generate-curve-keys writes one); "" = plain TCP
   std::string checkpoint_dir = ""; // where shard_<shard>.safetensors is kept; "" = no checkpoints
   int64_t checkpoint_every = 500;  // updates between checkpoints (one is also written on SHUTDOWN)
 
@@ -38,6 +40,7 @@ struct ServerConfig {
     v("host", host, "IP address to listen on");
     v("port", port, "TCP port (0 = MASTER_PORT + 1 + shard)", int64_t{0}, int64_t{65535});
     v("shard", shard, "server index", int64_t{0}, int64_t{4095});
+    v("curve_key_file", curve_key_file, "CURVE key file (PUBLIC SECRET, Z85); empty = no encryption");
     v("checkpoint_dir", checkpoint_dir, "directory for shard checkpoints; a restarted server resumes from it");
     v("checkpoint_every", checkpoint_every, "updates between shard checkpoints", int64_t{1}, int64_t{1} << 40);
   }

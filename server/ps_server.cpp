@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 #include <map>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "common/atomic_file.h"
 #include "common/check.h"
 #include "common/ps_protocol.h"
 #include "common/transport/tcp_connection.h"
@@ -146,6 +148,16 @@ PsServer::~PsServer() { delete impl_; }
 void PsServer::run(const std::function<void(const std::string&)>& on_listening) {
   auto& s = impl_->sock;
   s.set(zmq::sockopt::maxmsgsize, int64_t{1} << 34);
+  if (!impl_->scfg.curve_key_file.empty()) {  // CURVE: encrypted and authenticated transport
+    std::istringstream keys(read_file(impl_->scfg.curve_key_file));
+    std::string pub, sec;
+    keys >> pub >> sec;
+    SYN_CHECK(pub.size() == 40 && sec.size() == 40,
+              fmt::format("'{}' does not hold a Z85 CURVE key pair", impl_->scfg.curve_key_file),
+              "create one with syncopate-server --generate-curve-keys > FILE");
+    s.set(zmq::sockopt::curve_server, 1);
+    s.set(zmq::sockopt::curve_secretkey, sec);
+  }
   s.set(zmq::sockopt::linger, 0);
   const std::string ep = fmt::format("tcp://{}:{}", impl_->scfg.host, impl_->scfg.port == 0 ? std::string("*") : std::to_string(impl_->scfg.port));
   try {

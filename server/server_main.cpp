@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <iostream>
 
+#include <zmq.h>
+
 #include "common/check.h"
 #include "common/job_token.h"
 #include "common/config_schema.h"
@@ -22,6 +24,12 @@ int main(int argc, char** argv) {
   try {
     auto rest = schema.apply_args(std::vector<std::string>(argv + 1, argv + argc));
     for (auto& a : rest) {
+      if (a == "--generate-curve-keys") {  // "PUBLIC SECRET": give PUBLIC to the workers (dist.curve_server_key)
+        char pub[41], sec[41];
+        SYN_CHECK(zmq_curve_keypair(pub, sec) == 0, "this libzmq has no CURVE support", "install libzmq built with libsodium");
+        std::cout << pub << " " << sec << "\n";
+        return 0;
+      }
       if (a == "--help" || a == "-h") {
         std::cout << "usage: syncopate-server [--section.field=value ...]\n" << schema.help();
         return 0;

@@ -391,3 +391,39 @@ TEST(PsTraining, OverlappedPushPullAddsOneStepOfStaleness) {
   // staleness exactly 1 (each step reports the previous round trip's).
   for (size_t i = 2; i < stale.size(); ++i) EXPECT_EQ(stale[i], 1.0) << "step " << i + 1;
 }
+
+TEST(PsServer, CurveEncryptionAdmitsOnlyClientsWithTheServerKey) {
+  test::TempDir d;
+  auto gen = test::run_command(kBin + "/syncopate-server --generate-curve-keys");
+  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+  std::ofstream(d.str("keys")) << gen.output;
+  const std::string server_public = gen.output.substr(0, 40);
+  std::promise<std::string> ep;
+  auto epf = ep.get_future();
+  std::thread server([&] {
+    ServerConfig sc;
+    sc.curve_key_file = d.str("keys");
+    PsServer(sc, PsConfig{}, "job").run([&](const std::string& e) { ep.set_value(e); });
+  });
+  const std::string endpoint = epf.get();
+  {  // no CURVE: the handshake fails, nothing is ever answered
+    PsClient plain({endpoint}, "job", 0, 1, /*timeout_s=*/1.0);
+    auto p = torch::ones({4});
+    EXPECT_THROW(plain.init(p, {}, AdamWConfig{}), Error);
+  }
+  char wrong_pub[41], wrong_sec[41];
+  zmq_curve_keypair(wrong_pub, wrong_sec);
+  {  // the wrong server key: same
+    PsClient wrong({endpoint}, "job", 0, 1, 1.0, wrong_pub);
+    auto p = torch::ones({4});
+    EXPECT_THROW(wrong.init(p, {}, AdamWConfig{}), Error);
+  }
+  PsClient good({endpoint}, "job", 0, 1, 10, server_public);
+  auto p = torch::ones({4});
+  good.init(p, {}, AdamWConfig{});
+  auto g = torch::ones({4});
+  good.push_pull(g, p, 0, 0.1);
+  EXPECT_LT(p[0].item<float>(), 1.0f);
+  good.shutdown_servers();
+  server.join();
+}

@@ -33,6 +33,13 @@ struct PsClient::Impl {
   std::vector<int64_t> begin;        // shard k holds [begin[k], begin[k+1])
   std::vector<int64_t> version;      // parameter version last pulled from shard k
   uint64_t token;
+  std::vector<std::string> curve;  // server public, own public, own secret (Z85); empty = plain
+  void secure(zmq::socket_t& s) const {
+    if (curve.empty()) return;
+    s.set(zmq::sockopt::curve_serverkey, curve[0]);
+    s.set(zmq::sockopt::curve_publickey, curve[1]);
+    s.set(zmq::sockopt::curve_secretkey, curve[2]);
+  }
   int worker, workers;
   double timeout_s;
 
@@ -67,6 +74,7 @@ struct PsClient::Impl {
       hs.emplace_back(ctx, zmq::socket_type::dealer);
       hs.back().set(zmq::sockopt::linger, 0);
       hs.back().set(zmq::sockopt::sndhwm, 4);
+      secure(hs.back());
       hs.back().connect(ep);
     }
     MsgHeader h;
@@ -136,8 +144,15 @@ std::vector<std::string> PsClient::parse_endpoints(const std::string& list) {
 }
 
 PsClient::PsClient(const std::vector<std::string>& endpoints, const std::string& token, int worker, int workers,
-                   double timeout_s)
+                   double timeout_s, const std::string& curve_server_key)
     : impl_(std::make_unique<Impl>()) {
+  if (!curve_server_key.empty()) {
+    SYN_CHECK(curve_server_key.size() == 40, "dist.curve_server_key is not a 40-character Z85 key",
+              "copy the PUBLIC half printed by syncopate-server --generate-curve-keys");
+    char pub[41], sec[41];
+    SYN_CHECK(zmq_curve_keypair(pub, sec) == 0, "this libzmq has no CURVE support", "install libzmq built with libsodium");
+    impl_->curve = {curve_server_key, pub, sec};  // an ephemeral client key pair per worker
+  }
   impl_->endpoints = endpoints;
   impl_->token = token_digest(token);
   impl_->worker = worker;
@@ -146,6 +161,7 @@ PsClient::PsClient(const std::vector<std::string>& endpoints, const std::string&
   for (const auto& ep : endpoints) {
     zmq::socket_t s(impl_->ctx, zmq::socket_type::dealer);
     s.set(zmq::sockopt::linger, 0);
+    impl_->secure(s);
     try {
       s.connect(ep);
     } catch (const zmq::error_t& e) {

@@ -18,8 +18,10 @@ namespace syncopate {
 class PsClient {
  public:
   // endpoints: tcp://IP:PORT of each shard; worker: this worker's id of `workers`.
+  // curve_server_key: the servers' CURVE public key (Z85) to encrypt and authenticate every
+  // connection; "" = plain TCP.
   PsClient(const std::vector<std::string>& endpoints, const std::string& token, int worker, int workers,
-           double timeout_s);
+           double timeout_s, const std::string& curve_server_key = "");
   ~PsClient();
 
   // Sends INIT (range, AdamW settings, initial values, decay ranges, the step this worker starts

@@ -108,7 +108,7 @@ struct Trainer::Impl {
     }
     if (cfg.dist.mode == "ps") {  // the servers hold the optimizer; INIT gives every worker the same start
       auto client = std::make_unique<PsClient>(PsClient::parse_endpoints(cfg.dist.servers), token, replicas->rank(),
-                                               replicas->world(), cfg.dist.timeout_s);
+                                               replicas->world(), cfg.dist.timeout_s, cfg.dist.curve_server_key);
       client->init(flat->params, flat->decay_ranges(), cfg.optim, step);
       update = make_ps_update(std::move(client), cfg.dist.ps_overlap);
     } else {
