@@ -35,16 +35,9 @@ int main(int argc, char** argv) {
   try {
     DistConfig dc;
     dc.mode = "ring";
+    dc.timeout_s = 120;
     resolve_from_environment(dc);
-    RendezvousOptions o;
-    o.master_addr = dc.master_addr;
-    o.master_port = static_cast<uint16_t>(dc.master_port);
-    o.nnodes = static_cast<int>(dc.nnodes);
-    o.node_rank = static_cast<int>(dc.node_rank);
-    o.token = job_token_from_environment();
-    o.fingerprint = "bench";
-    o.timeout_s = 120;
-    Ring ring = connect_ring(o);
+    Ring ring = connect_ring(rendezvous_options(dc, job_token_from_environment(), "bench"));
     RingAllreduceOptions opt;
     opt.bf16_wire = bf16;
     opt.segment_bytes = static_cast<size_t>(segment_kb) << 10;

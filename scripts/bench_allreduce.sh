@@ -7,6 +7,7 @@
 # --netns: every process in its own network namespace with a G Gbit/s link (needs root).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$ROOT/scripts/lib.sh"
 NODES=2 SIZES=1048576,4194304,16777216,67108864 ITERS=10 NETNS=0 GBIT=1 GLOO=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -43,7 +44,7 @@ export NNODES=$NODES SYNCOPATE_TOKEN=bench-$$
 run_all() {  # run_all LABEL CMD...: one process per node, prints node 0's output
   local label=$1 i
   shift
-  export MASTER_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  export MASTER_PORT=$(free_port)
   PIDS=()
   local out
   out=$(mktemp)

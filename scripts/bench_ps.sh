@@ -6,6 +6,7 @@
 # --netns: servers and workers each on their own emulated host with a G Gbit/s link (root).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$ROOT/scripts/lib.sh"
 W=1 K=1 BYTES=67108864 ITERS=10 NETNS=0 GBIT=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -32,7 +33,7 @@ run_on() {  # run_on HOST CMD...: host index in the namespace layout, or plain l
 EPS=""
 for k in $(seq 0 $((K - 1))); do
   host=127.0.0.1; [ "$NETNS" = 1 ] && host=10.77.0.$((k + 1))
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  port=$(free_port)
   run_on "$k" "$BIN/syncopate-server" --server.host="$host" --server.port="$port" --server.shard="$k" > /dev/null 2>&1 &
   PIDS+=($!)
   EPS="$EPS${EPS:+,}tcp://$host:$port"

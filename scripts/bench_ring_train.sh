@@ -5,6 +5,7 @@
 # Prints global tokens/s (median over steps after the first 5) for both and the ratio.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$ROOT/scripts/lib.sh"
 NODES=2 PRESET=tiny BATCH=16 STEPS=40 THREADS=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -22,7 +23,7 @@ trap 'rm -rf "$TMP"' EXIT
   --data.cache_dir="$ROOT/data/cache" > /dev/null
 DATA=$(ls "$ROOT"/data/cache/bytes-*/train.bin | head -1)
 export NNODES=$NODES MASTER_ADDR=127.0.0.1
-export MASTER_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+export MASTER_PORT=$(free_port)
 PIDS=()
 for i in $(seq 0 $((NODES - 1))); do
   NODE_RANK=$i "$PY" "$ROOT/scripts/ref_gpt_train.py" --preset "$PRESET" --batch "$BATCH" --steps "$STEPS" \

@@ -18,6 +18,7 @@
 # rate-limited link (tbf qdisc on both ends of its veth) through a bridge namespace; needs root.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$ROOT/scripts/lib.sh"
 NODES=2 OUT="" PORT="" NETNS=0 GBIT=1 RESTARTS=0 SERVERS=0 CONSISTENCY=asp BOUND=2 MITIGATION=none SLOW=-1 SLOWDOWN=2 WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -42,7 +43,7 @@ done
 export SYNCOPATE_WORKER=$WORKER
 mkdir -p "$OUT/logs"
 if [ -z "$PORT" ]; then
-  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  PORT=$(free_port)
 fi
 export SYNCOPATE_TOKEN=${SYNCOPATE_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 export NNODES=$NODES MASTER_PORT=$PORT

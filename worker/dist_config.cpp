@@ -56,4 +56,16 @@ void resolve_from_environment(DistConfig& c) {
             "use a port between 1024 and 65535");
 }
 
+RendezvousOptions rendezvous_options(const DistConfig& c, const std::string& token, const std::string& fingerprint) {
+  RendezvousOptions o;
+  o.master_addr = c.master_addr;
+  o.master_port = static_cast<uint16_t>(c.master_port);
+  o.nnodes = static_cast<int>(c.nnodes);
+  o.node_rank = static_cast<int>(c.node_rank);
+  o.token = token;
+  o.fingerprint = fingerprint;
+  o.timeout_s = c.timeout_s;
+  return o;
+}
+
 }  // namespace syncopate

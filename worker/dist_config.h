@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "common/rendezvous.h"
+
 namespace syncopate {
 
 struct DistConfig {
@@ -49,5 +51,8 @@ struct DistConfig {
 // Fills unset fields from MASTER_ADDR, MASTER_PORT, NNODES, NODE_RANK (torchrun) or SLURM_PROCID,
 // SLURM_NTASKS, SLURM_JOB_NODELIST (Slurm), then defaults. mode "none" forces one node.
 void resolve_from_environment(DistConfig& c);
+
+// Rendezvous settings of a resolved config (ring mode and the ring benchmark).
+RendezvousOptions rendezvous_options(const DistConfig& c, const std::string& token, const std::string& fingerprint);
 
 }  // namespace syncopate

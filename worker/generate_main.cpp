@@ -12,7 +12,6 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "common/atomic_file.h"
 #include "common/byte_tokenizer.h"
 #include "common/check.h"
 #include "common/config_schema.h"
@@ -20,6 +19,7 @@
 #include "model/generate.h"
 #include "model/gpt.h"
 #include "model/hf_weights.h"
+#include "worker/checkpoint.h"
 
 using namespace syncopate;
 namespace fs = std::filesystem;
@@ -48,11 +48,8 @@ int main(int argc, char** argv) {
               "e.g. --checkpoint runs/demo/checkpoints");
     GPTConfig base = preset.empty() ? GPTConfig{} : gpt_preset(preset);
     if (!checkpoint.empty()) {
-      if (fs::exists(fs::path(checkpoint) / "latest")) {
-        std::string name = read_file((fs::path(checkpoint) / "latest").string());
-        name.erase(name.find_last_not_of(" \n\r\t") + 1);
-        checkpoint = (fs::path(checkpoint) / name).string();
-      }
+      const std::string latest = latest_checkpoint(checkpoint);  // a checkpoints/ root: its newest step
+      if (!latest.empty()) checkpoint = latest;
       weights = (fs::path(checkpoint) / "model.safetensors").string();
     }
     Safetensors st = load_safetensors(weights);

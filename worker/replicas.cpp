@@ -209,15 +209,7 @@ class RingReplicas : public Replicas {
 std::unique_ptr<Replicas> make_replicas(const DistConfig& c, const std::string& token, const std::string& fingerprint) {
   if (c.mode == "none" || c.nnodes <= 1) return std::make_unique<IndependentReplica>(0, 1);
   if (c.mode == "ps") return std::make_unique<IndependentReplica>(static_cast<int>(c.node_rank), static_cast<int>(c.nnodes));
-  RendezvousOptions o;
-  o.master_addr = c.master_addr;
-  o.master_port = static_cast<uint16_t>(c.master_port);
-  o.nnodes = static_cast<int>(c.nnodes);
-  o.node_rank = static_cast<int>(c.node_rank);
-  o.token = token;
-  o.fingerprint = fingerprint;
-  o.timeout_s = c.timeout_s;
-  return std::make_unique<RingReplicas>(connect_ring(o), c);
+  return std::make_unique<RingReplicas>(connect_ring(rendezvous_options(c, token, fingerprint)), c);
 }
 
 }  // namespace syncopate

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/check.h"
+#include "common/fnv1a.h"
 
 namespace syncopate {
 
@@ -14,9 +15,7 @@ std::string RunConfig::fingerprint() const {
   s.section("schedule", copy.schedule);
   std::string text = s.to_toml() + fmt::format("steps={} batch={} accum={} seed={}", train.steps, train.batch_size,
                                                train.grad_accum, train.seed);
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ULL;
-  return fmt::format("{:016x}", h);
+  return fmt::format("{:016x}", fnv1a64(text));
 }
 
 void RunConfig::validate() const {

@@ -14,6 +14,7 @@
 #include <boost/asio/write.hpp>
 
 #include "common/check.h"
+#include "common/fnv1a.h"
 
 namespace syncopate {
 void set_socket_timeouts(asio::ip::tcp::socket& s, double timeout_s) {
@@ -39,11 +40,7 @@ struct Hello {
 
 }  // namespace
 
-uint64_t token_digest(const std::string& token) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : token) h = (h ^ c) * 0x100000001b3ULL;
-  return h;
-}
+uint64_t token_digest(const std::string& token) { return fnv1a64(token); }
 
 TcpConnection::TcpConnection(asio::ip::tcp::socket socket, std::string peer_name, double timeout_s)
     : socket_(std::move(socket)), peer_(std::move(peer_name)), timeout_s_(timeout_s) {
