@@ -64,6 +64,13 @@ if [ ${#need[@]} -gt 0 ]; then
   "$VPY" -m pip install -q "${need[@]}" || log "warning: could not install ${need[*]}; tests that compare against them will fail"
 fi
 
+# Megatron-LM's own indexed-dataset reader checks the .bin/.idx files syncopate-data writes. Its
+# other dependencies (Transformer Engine, Apex, ...) are not needed for that: --no-deps.
+if ! "$VPY" -c "import megatron.core.datasets.indexed_dataset" >/dev/null 2>&1; then
+  log "installing megatron-core (its indexed-dataset reader, without dependencies)"
+  "$VPY" -m pip install -q --no-deps megatron-core || log "warning: could not install megatron-core; the Megatron reader test will fail"
+fi
+
 cat > .syncopate-env <<EOF
 TORCH_PREFIX=$TORCH_PREFIX
 PYTHON=$VPY

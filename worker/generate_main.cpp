@@ -2,6 +2,7 @@
 //
 //   syncopate-generate (--checkpoint DIR | --weights FILE.safetensors) [--prompt TEXT | --prompt-ids 1,2,3]
 //                      [--max-new-tokens N] [--greedy | --temperature T --top-k K] [--print-ids]
+//                      [--tokenizer-type gpt2-bpe --vocab-file vocab.json --merge-file merges.txt]
 // The model shape is inferred from the weights (n_head from the file's metadata, the checkpoint's
 // config, --n-head, or --preset), so most files need no shape flags.
 #include <filesystem>
@@ -12,7 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "common/byte_tokenizer.h"
+#include "common/text/tokenizer.h"
 #include "common/check.h"
 #include "common/config_schema.h"
 #include "common/safetensors.h"
@@ -32,7 +33,11 @@ int main(int argc, char** argv) {
   bool greedy = false, print_ids = false;
   app.add_option("--checkpoint", checkpoint, "checkpoint directory (step_N, or a checkpoints/ root: uses latest)");
   app.add_option("--weights", weights, "model.safetensors in Hugging Face GPT-2 layout");
-  app.add_option("--prompt", prompt, "prompt text (byte tokenizer)");
+  TokenizerConfig tc;
+  app.add_option("--prompt", prompt, "prompt text");
+  app.add_option("--tokenizer-type", tc.type, "byte or gpt2-bpe (the run's data.tokenizer)")->capture_default_str();
+  app.add_option("--vocab-file", tc.vocab_file, "gpt2-bpe vocab.json");
+  app.add_option("--merge-file", tc.merge_file, "gpt2-bpe merges.txt");
   app.add_option("--prompt-ids", prompt_ids, "prompt as comma-separated token ids");
   app.add_option("--max-new-tokens", max_new, "tokens to generate")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_flag("--greedy", greedy, "argmax decoding");
@@ -59,6 +64,7 @@ int main(int argc, char** argv) {
     GPT model(cfg);
     load_hf_tensors(*model, st, weights);
 
+    const auto tokenizer = make_tokenizer(tc);
     std::vector<int64_t> ids;
     if (!prompt_ids.empty()) {
       std::stringstream ss(prompt_ids);
@@ -71,9 +77,11 @@ int main(int argc, char** argv) {
         }
       }
     } else {
-      SYN_CHECK(cfg.vocab_size >= 257 || prompt.empty(), "text prompts use the byte tokenizer (257 tokens) but the model has fewer",
-                "use --prompt-ids");
-      ids = ByteTokenizer::encode(prompt);
+      SYN_CHECK(cfg.vocab_size >= tokenizer->vocab_size() || prompt.empty(),
+                fmt::format("the {} tokenizer has {} ids but the model only {}", tokenizer->name(),
+                            tokenizer->vocab_size(), cfg.vocab_size),
+                "pass the run's tokenizer (--tokenizer-type, --vocab-file, --merge-file) or use --prompt-ids");
+      for (int32_t id : tokenizer->encode(prompt)) ids.push_back(id);
     }
     SamplingOptions opt;
     opt.greedy = greedy;
@@ -85,7 +93,7 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < out.size(); ++i) std::cout << (i ? "," : "") << out[i];
       std::cout << "\n";
     } else {
-      std::cout << ByteTokenizer::decode(out) << "\n";
+      std::cout << tokenizer->decode(out) << "\n";
     }
   } catch (const Error& e) {
     std::cerr << "syncopate-generate: error: " << e.what() << "\n";

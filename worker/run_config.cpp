@@ -26,14 +26,16 @@ void RunConfig::validate() const {
   SYN_CHECK(schedule.warmup_steps <= train.steps,
             fmt::format("schedule.warmup_steps={} exceeds train.steps={}", schedule.warmup_steps, train.steps),
             "shorten the warmup or train longer");
-  SYN_CHECK(!(data.train_file.empty() ^ data.val_file.empty()) || data.val_file.empty(),
-            "data.val_file is set but data.train_file is not", "set both token files, or neither to use data.corpus");
+  SYN_CHECK(data.val_file.empty() || !data.train_file.empty(), "data.val_file is set but data.train_file is not",
+            "set data.train_file too, or neither (data.corpus is then split)");
   SYN_CHECK(dist.mode != "ps" || !dist.servers.empty(), "dist.mode=ps needs dist.servers",
             "list the parameter-server endpoints, e.g. --dist.servers=tcp://10.0.0.1:29501,tcp://10.0.0.2:29501 "
             "(scripts/local_cluster.sh --servers K does it for a local cluster)");
-  SYN_CHECK(!data.train_file.empty() || model.vocab_size >= 257,
-            fmt::format("model.vocab_size={} is too small for the byte-level corpus (257 tokens)", model.vocab_size),
-            "use model.vocab_size >= 257 or give token files of a smaller vocabulary");
+  SYN_CHECK(data.tokenizer == "byte" || data.tokenizer == "gpt2-bpe",
+            fmt::format("data.tokenizer='{}' is not a tokenizer", data.tokenizer), "use byte or gpt2-bpe");
+  SYN_CHECK(data.tokenizer != "gpt2-bpe" || (!data.vocab_file.empty() && !data.merge_file.empty()),
+            "data.tokenizer=gpt2-bpe needs data.vocab_file and data.merge_file",
+            "point them at the tokenizer's vocab.json and merges.txt");
 }
 
 }  // namespace syncopate

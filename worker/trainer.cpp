@@ -10,7 +10,7 @@
 #include <torch/torch.h>
 
 #include "common/atomic_file.h"
-#include "common/byte_tokenizer.h"
+#include "common/text/tokenizer.h"
 #include "common/check.h"
 #include "common/job_token.h"
 #include "common/flat_adamw.h"
@@ -23,7 +23,7 @@
 #include "worker/parameter_update.h"
 #include "worker/ps_client.h"
 #include "worker/replicas.h"
-#include "worker/token_file.h"
+#include "worker/data_config.h"
 #include "worker/window_sampler.h"
 
 namespace fs = std::filesystem;
@@ -41,9 +41,10 @@ struct Trainer::Impl {
   std::unique_ptr<FlatAdamW> opt;
   std::unique_ptr<Replicas> replicas;
   std::unique_ptr<ParameterUpdate> update;
-  TokenFiles files;
-  std::unique_ptr<TokenFile> train_tokens, val_tokens;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<TrainingData> data;
   std::unique_ptr<WindowSampler> train_sampler, val_sampler;
+  int64_t data_position = 0;  // training samples consumed by this worker's steps so far (see WindowSampler)
   std::unique_ptr<MetricsLog> metrics;
   int64_t step = 0;
   int64_t tokens = 0;
@@ -62,11 +63,14 @@ struct Trainer::Impl {
               "use precision auto or fp32 on CPU");
     bf16 = device.is_cuda() && cfg.train.precision != "fp32";
 
-    files = prepare_token_files(cfg.data, verbose);
-    train_tokens = std::make_unique<TokenFile>(files.train, cfg.model.block_size + 1);
-    val_tokens = std::make_unique<TokenFile>(files.val, cfg.model.block_size + 1);
-    train_sampler = std::make_unique<WindowSampler>(*train_tokens, cfg.model.block_size, cfg.train.seed);
-    val_sampler = std::make_unique<WindowSampler>(*val_tokens, cfg.model.block_size, cfg.train.seed + 1);
+    tokenizer = make_tokenizer(cfg.data.tokenizer_config());
+    SYN_CHECK(tokenizer->vocab_size() <= cfg.model.vocab_size,
+              fmt::format("the {} tokenizer has {} ids but model.vocab_size is {}", tokenizer->name(),
+                          tokenizer->vocab_size(), cfg.model.vocab_size),
+              fmt::format("set --model.vocab_size={} (or larger)", tokenizer->vocab_size()));
+    data = std::make_unique<TrainingData>(open_training_data(cfg.data, *tokenizer, cfg.model.block_size, verbose));
+    train_sampler = std::make_unique<WindowSampler>(data->train, cfg.model.block_size, cfg.train.seed, cfg.model.vocab_size);
+    val_sampler = std::make_unique<WindowSampler>(data->val, cfg.model.block_size, cfg.train.seed + 1, cfg.model.vocab_size);
 
     torch::manual_seed(static_cast<uint64_t>(cfg.train.seed));
     model = GPT(cfg.model);
@@ -85,6 +89,7 @@ struct Trainer::Impl {
       step = meta.at("step").get<int64_t>();
       tokens = meta.at("tokens").get<int64_t>();
       time_offset = meta.value("time_s", 0.0);
+      data_position = meta.at("data").value("position", int64_t{-1});  // -1: older checkpoint, derived below
       if (verbose) std::cout << fmt::format("[train] resumed from {} (step {})\n", dir, step);
     }
     resolve_from_environment(cfg.dist);
@@ -99,6 +104,7 @@ struct Trainer::Impl {
     // Nodes must agree on model, config and the step they resume from.
     replicas = make_replicas(cfg.dist, token, fmt::format("{}@step{}", cfg.fingerprint(), step));
     verbose = verbose && replicas->rank() == 0;  // rank 0 prints, every node logs metrics
+    if (data_position < 0) data_position = step * cfg.train.batch_size * cfg.train.grad_accum * replicas->world();
 
     replicas->broadcast_from_rank0(flat->params);  // every replica starts from node 0's weights
     {
@@ -118,7 +124,6 @@ struct Trainer::Impl {
     metrics = std::make_unique<MetricsLog>((fs::path(out) / "metrics.jsonl").string(), resume);
   }
 
-  // Micro-batch `micro` of optimizer step `s`: the sampler's rule with one replica.
   std::pair<torch::Tensor, torch::Tensor> batch(const WindowSampler& sampler, int64_t first, int64_t b) {
     const int64_t T = cfg.model.block_size;
     auto x = torch::empty({b, T}, torch::kLong), y = torch::empty({b, T}, torch::kLong);
@@ -140,15 +145,16 @@ struct Trainer::Impl {
   }
 
   std::string sample_text() {
-    auto ids = ByteTokenizer::encode(cfg.eval.sample_prompt);
-    if (ids.empty()) ids.push_back(ByteTokenizer::kEod);
-    return ByteTokenizer::decode(generate(*model, ids, cfg.eval.sample_tokens, SamplingOptions{}));
+    std::vector<int64_t> ids;
+    for (int32_t id : tokenizer->encode(cfg.eval.sample_prompt)) ids.push_back(id);
+    if (ids.empty()) ids.push_back(std::max<int64_t>(tokenizer->eod(), 0));
+    return tokenizer->decode(generate(*model, ids, cfg.eval.sample_tokens, SamplingOptions{}));
   }
 
   nlohmann::json meta(double elapsed) const {
     return {{"step", step}, {"tokens", tokens}, {"time_s", elapsed}, {"config", config_toml},
-            {"data", {{"train_file", files.train}, {"val_file", files.val}, {"next_step", step},
-                      {"seed", cfg.train.seed}}}};
+            {"data", {{"train", data->train.describe()}, {"val", data->val.describe()}, {"position", data_position},
+                      {"epoch", train_sampler->epoch(data_position)}, {"seed", cfg.train.seed}}}};
   }
 
   static bool due(int64_t step, int64_t every, int64_t last) { return step == last || (every > 0 && step % every == 0); }
@@ -168,8 +174,8 @@ struct Trainer::Impl {
       flat->zero_grad();
       double loss = 0;
       for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
-        auto [x, y] = batch(*train_sampler, WindowSampler::first_sample(step, micro, tc.grad_accum, replicas->rank(),
-                                                                               replicas->world(), tc.batch_size),
+        auto [x, y] = batch(*train_sampler,
+                            WindowSampler::first_sample(data_position, micro, replicas->rank(), replicas->world(), tc.batch_size),
                             tc.batch_size);
         if (micro == tc.grad_accum - 1) replicas->arm_overlap();  // reduce during the last backward only
         torch::Tensor l;
@@ -188,6 +194,7 @@ struct Trainer::Impl {
       const double staleness = update->apply(flat->params, flat->grads, lr, step);
       ++step;
       tokens += tokens_per_step;
+      data_position += tc.batch_size * tc.grad_accum * replicas->world();
       if (cfg.dist.check_every > 0 && step % cfg.dist.check_every == 0) replicas->check_identical(flat->params, step);
 
       const double now = now_seconds();

@@ -1,0 +1,112 @@
+// Megatron-LM's .bin/.idx: our writer, our reader, Megatron's own reader, damaged files.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "common/check.h"
+#include "common/data/indexed_dataset.h"
+#include "tests/test_helpers.h"
+
+using namespace syncopate;
+namespace fs = std::filesystem;
+
+namespace {
+std::vector<std::vector<int32_t>> random_docs(int n, int32_t vocab, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int32_t>> docs(static_cast<size_t>(n));
+  for (auto& d : docs) {
+    d.resize(rng() % 50);  // empty documents included
+    for (auto& t : d) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  }
+  return docs;
+}
+void write(const std::string& prefix, const std::vector<std::vector<int32_t>>& docs, TokenDtype dt) {
+  IndexedDatasetWriter w(prefix, dt);
+  for (const auto& d : docs) w.add_document(d.data(), d.size());
+  w.finish();
+}
+}  // namespace
+
+TEST(IndexedDataset, RoundTripsEveryDocumentInBothDtypes) {
+  test::TempDir dir;
+  for (auto [dt, vocab] : {std::pair{TokenDtype::kUint16, 50257}, std::pair{TokenDtype::kInt32, 200000}}) {
+    const auto docs = random_docs(300, vocab, 3);
+    write(dir.str("ds"), docs, dt);
+    IndexedDataset ds(dir.str("ds"));
+    ASSERT_EQ(ds.documents(), 300);
+    EXPECT_EQ(ds.dtype(), dt);
+    int64_t tokens = 0;
+    for (int i = 0; i < 300; ++i) {
+      EXPECT_EQ(ds.document(i), docs[static_cast<size_t>(i)]) << i;
+      EXPECT_EQ(ds.document_start(i), tokens);
+      tokens += static_cast<int64_t>(docs[static_cast<size_t>(i)].size());
+    }
+    EXPECT_EQ(ds.tokens(), tokens);
+    EXPECT_EQ(static_cast<int64_t>(fs::file_size(dir.str("ds.bin"))), tokens * static_cast<int64_t>(dtype_bytes(dt)));
+  }
+  EXPECT_EQ(dtype_for_vocab(50257), TokenDtype::kUint16);
+  EXPECT_EQ(dtype_for_vocab(65500), TokenDtype::kInt32);
+}
+
+TEST(IndexedDataset, MegatronsOwnReaderReadsWhatWeWrite) {
+  test::TempDir dir;
+  const auto docs = random_docs(40, 50257, 5);
+  write(dir.str("ds"), docs, TokenDtype::kUint16);
+  const auto r = test::run_command(fmt::format("{} {}/tests/megatron_reader.py {} 2>/dev/null", SYNCOPATE_PYTHON,
+                                               SYNCOPATE_SOURCE_DIR, dir.str("ds")));
+  ASSERT_EQ(r.exit_code, 0) << "megatron-core missing? scripts/setup.sh installs it\n" << r.output;
+  const auto j = nlohmann::json::parse(r.output.substr(r.output.rfind("\n{") + 1));  // the last line: torch may log before it
+  EXPECT_EQ(j["dtype"], "uint16");
+  ASSERT_EQ(j["docs"].size(), docs.size());
+  for (size_t i = 0; i < docs.size(); ++i) EXPECT_EQ(j["docs"][i].get<std::vector<int32_t>>(), docs[i]) << i;
+  EXPECT_EQ(j["document_indices"].size(), docs.size() + 1);
+}
+
+TEST(IndexedDataset, DamagedFilesAreClearErrors) {
+  test::TempDir dir;
+  write(dir.str("ds"), random_docs(20, 1000, 9), TokenDtype::kUint16);
+  auto copy_cut = [&](const std::string& name, const std::string& which, int64_t cut) {
+    fs::copy_file(dir.str("ds.idx"), dir.str(name + ".idx"));
+    fs::copy_file(dir.str("ds.bin"), dir.str(name + ".bin"));
+    const std::string p = dir.str(name + "." + which);
+    fs::resize_file(p, static_cast<uintmax_t>(static_cast<int64_t>(fs::file_size(p)) + cut));
+  };
+  copy_cut("short_idx", "idx", -8);
+  std::string msg = test::error_of([&] { IndexedDataset(dir.str("short_idx")); });
+  EXPECT_NE(msg.find("truncated or corrupt"), std::string::npos) << msg;
+  copy_cut("short_bin", "bin", -2);
+  msg = test::error_of([&] { IndexedDataset(dir.str("short_bin")); });
+  EXPECT_NE(msg.find("describes"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("short_bin.bin"), std::string::npos) << msg;
+  copy_cut("long_bin", "bin", +6);
+  EXPECT_NE(test::error_of([&] { IndexedDataset(dir.str("long_bin")); }), "");
+  std::ofstream(dir.str("magic.idx")) << "NOTANINDEX-and-some-more-bytes-to-be-long-enough";
+  std::ofstream(dir.str("magic.bin")) << "";
+  EXPECT_NE(test::error_of([&] { IndexedDataset(dir.str("magic")); }).find("no MMIDIDX header"), std::string::npos);
+  fs::copy_file(dir.str("ds.idx"), dir.str("nobin.idx"));
+  EXPECT_NE(test::error_of([&] { IndexedDataset(dir.str("nobin")); }).find("nobin.bin"), std::string::npos);
+  {  // a header claiming 2^60 sequences must not allocate or overflow
+    std::string idx = test::slurp(dir.str("ds.idx"));
+    const uint64_t huge = uint64_t{1} << 60;
+    std::memcpy(&idx[18], &huge, 8);
+    std::ofstream(dir.str("huge.idx"), std::ios::binary) << idx;
+    fs::copy_file(dir.str("ds.bin"), dir.str("huge.bin"));
+    EXPECT_NE(test::error_of([&] { IndexedDataset(dir.str("huge")); }).find("truncated or corrupt"), std::string::npos);
+  }
+}
+
+TEST(IndexedDataset, AnUnfinishedWriterLeavesNoFiles) {
+  test::TempDir dir;
+  {
+    IndexedDatasetWriter w(dir.str("ds"), TokenDtype::kUint16);
+    std::vector<int32_t> d = {1, 2, 3};
+    w.add_document(d.data(), d.size());
+    std::vector<int32_t> big = {70000};
+    EXPECT_NE(test::error_of([&] { w.add_document(big.data(), 1); }).find("does not fit"), std::string::npos);
+  }
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+}
