@@ -67,6 +67,11 @@ TEST(Trainer, ResumeIsBitIdentical) {
     Trainer t(c, d.str("b"), false, "", false);
     t.run(/*stop_at=*/4);  // "crash" after the checkpoint at step 4
   }
+  {  // the data position travels in the checkpoint: 4 steps x 2 micro-batches x batch 4
+    const auto meta = nlohmann::json::parse(test::slurp(d.str("b/checkpoints/step_000004/meta.json")));
+    EXPECT_EQ(meta["data"]["position"], 4 * 2 * 4);
+    EXPECT_EQ(meta["data"]["epoch"], 0);
+  }
   {
     Trainer t(c, d.str("b"), true, "", false);
     EXPECT_EQ(t.step(), 4);
@@ -130,4 +135,41 @@ TEST(Checkpoint, TruncatedCheckpointIsAClearError) {
   }
   // A missing checkpoint on --resume is an error too, not a silent fresh start.
   EXPECT_THROW(Trainer(c, d.str("empty"), true, "", false), Error);
+}
+
+// Loose JSON + a GPT-2 BPE vocabulary (trained here, as tests never download) straight into the
+// trainer: tokenized on first use into the cache, trained on, sampled as text.
+TEST(Trainer, TrainsOnJsonLinesWithGpt2Bpe) {
+  test::TempDir d;
+  {
+    std::ofstream corpus(d.str("corpus.txt")), jsonl(d.str("docs.jsonl"));
+    for (int i = 0; i < 400; ++i) {
+      const std::string text = fmt::format("Document {}: the quick brown fox didn't jump over {} lazy dogs.", i, i % 13);
+      corpus << text << "\n";
+      jsonl << nlohmann::json{{"id", i}, {"text", text}}.dump() << "\n";
+    }
+  }
+  const auto r = test::run_command(fmt::format("{} {}/tests/bpe_reference.py train {} {} 400 2>&1", SYNCOPATE_PYTHON,
+                                               SYNCOPATE_SOURCE_DIR, d.str("corpus.txt"), d.str("vocab")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  RunConfig c = test::tiny_run_config(d);
+  c.data.corpus = d.str("docs.jsonl");
+  c.data.tokenizer = "gpt2-bpe";
+  c.data.vocab_file = d.str("vocab/vocab.json");
+  c.data.merge_file = d.str("vocab/merges.txt");
+  const int64_t vocab = static_cast<int64_t>(nlohmann::json::parse(test::slurp(c.data.vocab_file)).size());
+  c.model.vocab_size = vocab - 1;  // smaller than the vocabulary: refused with the size to use
+  const std::string msg = test::error_of([&] { Trainer(c, d.str("small"), false, "", false); });
+  EXPECT_NE(msg.find(fmt::format("set --model.vocab_size={}", vocab)), std::string::npos) << msg;
+  c.model.vocab_size = vocab;
+  c.train.steps = 30;
+  c.optim.lr = 3e-3;
+  c.eval.sample_prompt = "the quick";
+  Trainer t(c, d.str("run"), false, "", false);
+  const double before = t.evaluate();
+  t.run();
+  EXPECT_LT(t.evaluate(), before - 1.0);
+  const std::string sample = t.sample_text();
+  EXPECT_EQ(sample.rfind("the quick", 0), 0u) << sample;  // decoded text that starts with the prompt
+  EXPECT_GT(sample.size(), std::string("the quick").size());
 }
