@@ -172,11 +172,13 @@ struct Trainer::Impl {
       const double t_step = now_seconds();
       const double lr = lr_at(cfg.schedule, cfg.optim.lr, step, tc.steps);
       flat->zero_grad();
-      double loss = 0;
+      double loss = 0, data_s = 0;  // data_s: time spent assembling batches (the loader's overhead)
       for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
+        const double t_data = now_seconds();
         auto [x, y] = batch(*train_sampler,
                             WindowSampler::first_sample(data_position, micro, replicas->rank(), replicas->world(), tc.batch_size),
                             tc.batch_size);
+        data_s += now_seconds() - t_data;
         if (micro == tc.grad_accum - 1) replicas->arm_overlap();  // reduce during the last backward only
         torch::Tensor l;
         {
@@ -200,7 +202,8 @@ struct Trainer::Impl {
       const double now = now_seconds();
       const double tok_s = tokens_per_step / std::max(now - t_step, 1e-9);
       metrics->write({{"step", step}, {"time_s", now - t0}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm}, {"staleness", staleness},
-                      {"tokens", tokens}, {"tokens_per_s", tok_s}});
+                      {"tokens", tokens}, {"tokens_per_s", tok_s},
+                      {"step_s", now - t_step}, {"data_s", data_s}, {"epoch", train_sampler->epoch(data_position)}});
       if (verbose) progress.step(step, loss, lr, tok_s);
 
       const bool eval_due = due(step, cfg.eval.every, tc.steps), ckpt_due = due(step, cfg.checkpoint.every, tc.steps);
