@@ -2,10 +2,14 @@
 
 #include <chrono>
 #include <future>
+#include <algorithm>
+#include <iterator>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
+#include <fmt/ranges.h>
 
 #include "common/check.h"
 #include "common/transport/tcp_connection.h"
@@ -38,6 +42,27 @@ json read_line(Connection& c) {
 
 }  // namespace
 
+int64_t newest_common_step(const std::vector<std::vector<int64_t>>& per_node) {
+  if (per_node.empty()) return -1;
+  std::set<int64_t> common(per_node[0].begin(), per_node[0].end());
+  for (size_t i = 1; i < per_node.size(); ++i) {
+    std::set<int64_t> mine(per_node[i].begin(), per_node[i].end()), both;
+    std::set_intersection(common.begin(), common.end(), mine.begin(), mine.end(), std::inserter(both, both.end()));
+    common.swap(both);
+  }
+  return common.empty() ? -1 : *common.rbegin();
+}
+
+namespace {
+std::string describe_steps(const std::vector<std::vector<int64_t>>& per_node) {
+  std::string s;
+  for (size_t r = 0; r < per_node.size(); ++r)
+    s += fmt::format("{}node {}: {}", r ? "; " : "", r,
+                     per_node[r].empty() ? std::string("none") : fmt::format("{}", fmt::join(per_node[r], ",")));
+  return s;
+}
+}  // namespace
+
 Ring connect_ring(const RendezvousOptions& o) {
   SYN_CHECK(o.nnodes >= 1 && o.node_rank >= 0 && o.node_rank < o.nnodes,
             fmt::format("NODE_RANK={} is outside 0..NNODES-1 (NNODES={})", o.node_rank, o.nnodes),
@@ -45,7 +70,10 @@ Ring connect_ring(const RendezvousOptions& o) {
   Ring ring;
   ring.rank = o.node_rank;
   ring.world = o.nnodes;
-  if (o.nnodes == 1) return ring;
+  if (o.nnodes == 1) {
+    ring.resume_step = o.checkpoints.empty() ? -1 : *std::max_element(o.checkpoints.begin(), o.checkpoints.end());
+    return ring;
+  }
 
   auto io_owner = std::make_shared<asio::io_context>();
   asio::io_context& io = *io_owner;
@@ -60,6 +88,8 @@ Ring connect_ring(const RendezvousOptions& o) {
     data = std::make_unique<TcpListener>(io, o.master_addr, 0);
     nodes[0] = {o.master_addr, data->port()};
     std::map<int, std::unique_ptr<TcpConnection>> peers;
+    std::vector<std::vector<int64_t>> steps(static_cast<size_t>(o.nnodes));
+    steps[0] = o.checkpoints;
     std::string error;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.timeout_s);
     while (static_cast<int>(peers.size()) < o.nnodes - 1) {
@@ -87,15 +117,26 @@ Ring connect_ring(const RendezvousOptions& o) {
       }
       if (r > 0 && r < o.nnodes && !peers.count(r)) {
         nodes[static_cast<size_t>(r)] = {hello.value("host", ""), hello.value("port", uint16_t{0})};
+        try {
+          steps[static_cast<size_t>(r)] = hello.value("checkpoints", std::vector<int64_t>{});
+        } catch (const json::exception&) {
+          error = fmt::format("node {} sent a malformed checkpoint list", r);
+        }
         peers.emplace(r, std::move(s));
       }
       if (!error.empty()) break;
     }
+    bool any = false;
+    for (const auto& v : steps) any = any || !v.empty();
+    ring.resume_step = newest_common_step(steps);
+    if (error.empty() && any && ring.resume_step < 0)
+      error = "no checkpoint step is held by every node (" + describe_steps(steps) +
+              "); copy a checkpoint to the nodes that lack it, or start without --resume";
     json table = json::array();
     for (auto& [h, p] : nodes) table.push_back({{"host", h}, {"port", p}});
     for (auto& [r, s] : peers) {
       try {
-        write_line(*s, error.empty() ? json{{"nodes", table}} : json{{"error", error}});
+        write_line(*s, error.empty() ? json{{"nodes", table}, {"resume_step", ring.resume_step}} : json{{"error", error}});
       } catch (...) {}
     }
     SYN_CHECK(error.empty(), "rendezvous failed: " + error, "start every node with the same config and distinct NODE_RANKs");
@@ -105,10 +146,11 @@ Ring connect_ring(const RendezvousOptions& o) {
     const std::string my_host = s.socket().local_endpoint().address().to_string();
     data = std::make_unique<TcpListener>(io, my_host, 0);
     write_line(s, {{"token", digest}, {"node_rank", o.node_rank}, {"host", my_host}, {"port", data->port()},
-                   {"fingerprint", o.fingerprint}});
+                   {"fingerprint", o.fingerprint}, {"checkpoints", o.checkpoints}});
     json reply = read_line(s);
     SYN_CHECK(!reply.contains("error"), "rendezvous failed: " + reply.value("error", std::string()),
               "start every node with the same config, token and distinct NODE_RANKs");
+    ring.resume_step = reply.value("resume_step", int64_t{-1});
     for (size_t r = 0; r < nodes.size(); ++r)
       nodes[r] = {reply["nodes"][r]["host"].get<std::string>(), reply["nodes"][r]["port"].get<uint16_t>()};
   }

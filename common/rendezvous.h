@@ -5,6 +5,9 @@
 // data listener, bound to the address it reaches the master from), and node 0 answers every node
 // with the table of all nodes, or with an error (wrong token, duplicate rank, another model/config
 // fingerprint) that every node then reports. Node 0's rendezvous socket closes afterwards.
+// On a restart each node also lists the checkpoint steps it holds; node 0 answers with the newest
+// step every node holds, so that all resume from the same point even when one node died before
+// writing its last checkpoint.
 // Then node r connects to node r+1's data listener and accepts node r-1; both connections start
 // with the token handshake.
 #pragma once
@@ -25,6 +28,7 @@ struct RendezvousOptions {
   int node_rank = 0;                      // this node (NODE_RANK), 0..nnodes-1
   std::string token;                      // shared job secret (SYNCOPATE_TOKEN)
   std::string fingerprint;                // digest of model + config; must agree on every node
+  std::vector<int64_t> checkpoints;       // steps this node can resume from (empty: a fresh start)
   double timeout_s = 60;                  // for the rendezvous and every later blocking send/recv
   std::function<void(uint16_t)> on_listening;  // called by node 0 with its rendezvous port
 };
@@ -34,7 +38,11 @@ struct Ring {
   std::shared_ptr<void> transport;   // keeps the transport's context alive as long as the links
   std::unique_ptr<Connection> next;  // to (rank+1) % world; null when world == 1
   std::unique_ptr<Connection> prev;  // from (rank-1) % world
+  int64_t resume_step = -1;          // newest checkpoint step on every node; -1: none (fresh start)
 };
+
+// The newest step present in every list, or -1 if the lists share none.
+int64_t newest_common_step(const std::vector<std::vector<int64_t>>& per_node);
 
 // Blocks until all nodes arrived and the ring is connected; throws syncopate::Error with a message
 // naming the missing or mismatched node otherwise.

@@ -110,3 +110,30 @@ TEST(IndexedDataset, AnUnfinishedWriterLeavesNoFiles) {
   }
   EXPECT_TRUE(fs::is_empty(dir.path()));
 }
+
+// Random damage to a valid index: every result is either a readable dataset (all documents
+// inside the .bin) or a syncopate::Error; never a crash, never an out-of-bounds read.
+TEST(IndexedDataset, RandomlyDamagedIndexNeverCrashes) {
+  test::TempDir dir;
+  write(dir.str("ds"), random_docs(30, 1000, 11), TokenDtype::kUint16);
+  const std::string good = test::slurp(dir.str("ds.idx"));
+  fs::copy_file(dir.str("ds.bin"), dir.str("m.bin"));
+  std::mt19937 rng(2026);
+  int opened = 0, refused = 0;
+  for (int i = 0; i < 400; ++i) {
+    std::string idx = good;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) idx[rng() % idx.size()] = static_cast<char>(rng());
+    if (rng() % 4 == 0) idx.resize(rng() % idx.size());
+    std::ofstream(dir.str("m.idx"), std::ios::binary | std::ios::trunc) << idx;
+    try {
+      IndexedDataset ds(dir.str("m"));
+      for (int64_t d = 0; d < ds.documents(); ++d) ds.document(d);
+      ++opened;
+    } catch (const Error&) {
+      ++refused;
+    }
+  }
+  EXPECT_EQ(opened + refused, 400);
+  EXPECT_GT(refused, 200);  // most damage is detected (a document index that stays monotone is not: it is still a valid index)
+}

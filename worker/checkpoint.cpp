@@ -29,8 +29,7 @@ std::vector<std::pair<std::string, at::Tensor>> rng_states(const at::Device& dev
 
 std::string save_checkpoint(const std::string& root, int64_t step, GPTImpl& model, FlatAdamW& opt,
                             const nlohmann::json& meta, int64_t keep) {
-  const std::string name = fmt::format("step_{:06d}", step);
-  const fs::path final_dir = fs::path(root) / name, tmp = fs::path(root) / (name + ".tmp");
+  const fs::path final_dir = checkpoint_dir(root, step), tmp = final_dir.string() + ".tmp";
   fs::create_directories(root);
   fs::remove_all(tmp);
   fs::create_directories(tmp);
@@ -44,6 +43,7 @@ std::string save_checkpoint(const std::string& root, int64_t step, GPTImpl& mode
   fsync_dir(tmp.string());
 
   fs::remove_all(final_dir);
+  const std::string name = final_dir.filename().string();
   fs::rename(tmp, final_dir);
   fsync_dir(root);
   write_file_atomic((fs::path(root) / "latest").string(), name + "\n");
@@ -69,6 +69,26 @@ std::string latest_checkpoint(const std::string& root) {
             fmt::format("'{}' names checkpoint '{}', which does not exist", latest.string(), name),
             "restore the checkpoint directory, or delete the 'latest' file to start from scratch");
   return dir.string();
+}
+
+std::vector<int64_t> list_checkpoints(const std::string& root) {
+  std::vector<int64_t> steps;
+  if (!fs::is_directory(root)) return steps;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string n = e.path().filename().string();
+    if (!e.is_directory() || n.rfind("step_", 0) != 0 || n.find_first_not_of("0123456789", 5) != std::string::npos ||
+        n.size() == 5)
+      continue;
+    bool whole = true;
+    for (const char* f : {"meta.json", "model.safetensors", "optimizer.safetensors"}) whole = whole && fs::exists(e.path() / f);
+    if (whole) steps.push_back(std::stoll(n.substr(5)));
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+std::string checkpoint_dir(const std::string& root, int64_t step) {
+  return (fs::path(root) / fmt::format("step_{:06d}", step)).string();
 }
 
 nlohmann::json load_checkpoint(const std::string& dir, GPTImpl& model, FlatAdamW& opt) {

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +24,11 @@ std::string save_checkpoint(const std::string& root, int64_t step, GPTImpl& mode
 
 // Directory of the newest complete checkpoint under root, or "" if there is none.
 std::string latest_checkpoint(const std::string& root);
+
+// Steps of the complete checkpoints under root (step_N/ with all three files), ascending.
+std::vector<int64_t> list_checkpoints(const std::string& root);
+// Directory of checkpoint `step` under root.
+std::string checkpoint_dir(const std::string& root, int64_t step);
 
 // Restores model weights, optimizer state and RNG states from `dir`; returns its meta.json.
 // Throws syncopate::Error (and changes nothing it has not validated) for a missing, truncated or

@@ -6,6 +6,7 @@
 //                  --tokenizer-type GPT2BPETokenizer --vocab-file vocab.json --merge-file merges.txt
 //                  --append-eod --workers 8 [--valid-fraction 0.01] [--output-format flat]
 #include <iostream>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 
@@ -17,6 +18,7 @@ using namespace syncopate;
 int main(int argc, char** argv) {
   CLI::App app{"syncopate-data: text or loose JSON -> Megatron .bin/.idx (or flat uint16) token datasets"};
   PreprocessConfig c;
+  c.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));  // every core
   std::string impl = "mmap";
   double max_mb = 0;
   int log_interval_s = 2;

@@ -1,5 +1,7 @@
 #include "worker/metrics_log.h"
 
+#include <fstream>
+
 #include <unistd.h>
 
 #include <chrono>
@@ -7,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "common/atomic_file.h"
 #include "common/check.h"
 
 namespace syncopate {
@@ -16,8 +19,20 @@ double now_seconds() {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
-MetricsLog::MetricsLog(const std::string& path, bool append) {
-  f_ = std::fopen(path.c_str(), append ? "a" : "w");
+MetricsLog::MetricsLog(const std::string& path, int64_t resume_step) {
+  std::string kept;
+  if (resume_step >= 0) {
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+      try {
+        if (nlohmann::json::parse(line).value("step", int64_t{0}) <= resume_step) kept += line + "\n";
+      } catch (const nlohmann::json::exception&) {  // a line cut short by the crash
+      }
+    }
+  }
+  write_file_atomic(path, kept);
+  f_ = std::fopen(path.c_str(), "a");
   SYN_CHECK(f_, fmt::format("cannot open metrics file '{}'", path), "check that --out is writable");
 }
 

@@ -12,8 +12,9 @@ namespace syncopate {
 
 class MetricsLog {
  public:
-  // append=true keeps earlier lines (resume).
-  MetricsLog(const std::string& path, bool append);
+  // resume_step >= 0 keeps the earlier lines of steps up to resume_step (a resumed run; lines of
+  // later steps, from a run that got further before it died, are dropped); -1 starts afresh.
+  MetricsLog(const std::string& path, int64_t resume_step);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;

@@ -1,5 +1,7 @@
 #include "worker/replicas.h"
 
+#include <algorithm>
+
 #include <condition_variable>
 #include <deque>
 #include <iostream>
@@ -23,6 +25,7 @@ namespace {
 class IndependentReplica : public Replicas {
  public:
   IndependentReplica(int rank, int world) : rank_(rank), world_(world) {}
+  void set_resume_step(int64_t s) { resume_step_ = s; }
   int rank() const override { return rank_; }
   int world() const override { return world_; }
   bool synchronous() const override { return world_ == 1; }
@@ -47,6 +50,7 @@ uint64_t digest(const at::Tensor& t) {
 class RingReplicas : public Replicas {
  public:
   RingReplicas(Ring ring, const DistConfig& c) : ring_(std::move(ring)), cfg_(c) {
+    resume_step_ = ring_.resume_step;
     opt_.bf16_wire = c.bf16_wire;
     opt_.segment_bytes = static_cast<size_t>(c.segment_kb) << 10;
   }
@@ -206,10 +210,17 @@ class RingReplicas : public Replicas {
 
 }  // namespace
 
-std::unique_ptr<Replicas> make_replicas(const DistConfig& c, const std::string& token, const std::string& fingerprint) {
-  if (c.mode == "none" || c.nnodes <= 1) return std::make_unique<IndependentReplica>(0, 1);
-  if (c.mode == "ps") return std::make_unique<IndependentReplica>(static_cast<int>(c.node_rank), static_cast<int>(c.nnodes));
-  return std::make_unique<RingReplicas>(connect_ring(rendezvous_options(c, token, fingerprint)), c);
+std::unique_ptr<Replicas> make_replicas(const DistConfig& c, const std::string& token, const std::string& fingerprint,
+                                        const std::vector<int64_t>& checkpoints) {
+  if (c.mode == "none" || c.nnodes <= 1 || c.mode == "ps") {  // no peers to agree with: the newest local one
+    auto r = c.mode == "ps" ? std::make_unique<IndependentReplica>(static_cast<int>(c.node_rank), static_cast<int>(c.nnodes))
+                            : std::make_unique<IndependentReplica>(0, 1);
+    r->set_resume_step(checkpoints.empty() ? -1 : *std::max_element(checkpoints.begin(), checkpoints.end()));
+    return r;
+  }
+  RendezvousOptions o = rendezvous_options(c, token, fingerprint);
+  o.checkpoints = checkpoints;
+  return std::make_unique<RingReplicas>(connect_ring(o), c);
 }
 
 }  // namespace syncopate

@@ -37,11 +37,18 @@ class Replicas {
   virtual void broadcast_from_rank0(at::Tensor& params) = 0;
   // Throws syncopate::Error naming the ranks whose params differ from rank 0's.
   virtual void check_identical(const at::Tensor& params, int64_t step) = 0;
+  // The checkpoint step to resume from, agreed by every replica of the ring (the newest one all
+  // hold); -1 for a fresh start.
+  int64_t resume_step() const { return resume_step_; }
+
+ protected:
+  int64_t resume_step_ = -1;
 };
 
 // mode "none" -> one replica; "ring" -> rendezvous with the other nodes (blocks until they
 // arrive) and a TCP ring. `fingerprint` identifies the model and training config; nodes whose
-// fingerprints differ are refused.
-std::unique_ptr<Replicas> make_replicas(const DistConfig& c, const std::string& token, const std::string& fingerprint);
+// fingerprints differ are refused. `checkpoints` are the steps this node could resume from.
+std::unique_ptr<Replicas> make_replicas(const DistConfig& c, const std::string& token, const std::string& fingerprint,
+                                        const std::vector<int64_t>& checkpoints);
 
 }  // namespace syncopate

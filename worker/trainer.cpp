@@ -81,17 +81,8 @@ struct Trainer::Impl {
 
     fs::create_directories(out);
     const std::string ckroot = (fs::path(out) / "checkpoints").string();
-    if (resume) {
-      const std::string dir = latest_checkpoint(ckroot);
-      SYN_CHECK(!dir.empty(), fmt::format("--resume given but '{}' holds no checkpoint", ckroot),
-                "run without --resume to start fresh, or point --out at the run to resume");
-      auto meta = load_checkpoint(dir, *model, *opt);
-      step = meta.at("step").get<int64_t>();
-      tokens = meta.at("tokens").get<int64_t>();
-      time_offset = meta.value("time_s", 0.0);
-      data_position = meta.at("data").value("position", int64_t{-1});  // -1: older checkpoint, derived below
-      if (verbose) std::cout << fmt::format("[train] resumed from {} (step {})\n", dir, step);
-    }
+    // Checkpoint steps this node could resume from; with none, the rendezvous tells every node.
+    const std::vector<int64_t> available = resume ? list_checkpoints(ckroot) : std::vector<int64_t>{};
     resolve_from_environment(cfg.dist);
     std::string token = job_token_from_environment();
     if (token.empty() && cfg.dist.mode != "none") {
@@ -101,9 +92,24 @@ struct Trainer::Impl {
     if (verbose && cfg.dist.mode != "none")
       std::cout << fmt::format("[dist] node {}/{}: rendezvous at {}:{} ...\n", cfg.dist.node_rank, cfg.dist.nnodes,
                                cfg.dist.master_addr, cfg.dist.master_port);
-    // Nodes must agree on model, config and the step they resume from.
-    replicas = make_replicas(cfg.dist, token, fmt::format("{}@step{}", cfg.fingerprint(), step));
+    // Nodes must agree on model and config, and resume from the newest checkpoint all of them hold.
+    replicas = make_replicas(cfg.dist, token, cfg.fingerprint(), available);
     verbose = verbose && replicas->rank() == 0;  // rank 0 prints, every node logs metrics
+    SYN_CHECK(!resume || replicas->resume_step() >= 0, fmt::format("--resume given but '{}' holds no checkpoint", ckroot),
+              "run without --resume to start fresh, or point --out at the run to resume");
+    if (replicas->resume_step() >= 0) {
+      const std::string dir = checkpoint_dir(ckroot, replicas->resume_step());
+      auto meta = load_checkpoint(dir, *model, *opt);
+      step = meta.at("step").get<int64_t>();
+      tokens = meta.at("tokens").get<int64_t>();
+      time_offset = meta.value("time_s", 0.0);
+      data_position = meta.at("data").value("position", int64_t{-1});  // -1: older checkpoint, derived below
+      if (verbose)
+        std::cout << fmt::format("[train] resumed from {} (step {}{})\n", dir, step,
+                                 step < available.back() ? fmt::format("; the newest checkpoint every node holds, "
+                                                                       "local step {} ignored", available.back())
+                                                         : "");
+    }
     if (data_position < 0) data_position = step * cfg.train.batch_size * cfg.train.grad_accum * replicas->world();
 
     replicas->broadcast_from_rank0(flat->params);  // every replica starts from node 0's weights
@@ -121,7 +127,7 @@ struct Trainer::Impl {
       update = make_local_update(*opt);
     }
     write_file_atomic((fs::path(out) / "config.toml").string(), config_toml);
-    metrics = std::make_unique<MetricsLog>((fs::path(out) / "metrics.jsonl").string(), resume);
+    metrics = std::make_unique<MetricsLog>((fs::path(out) / "metrics.jsonl").string(), resume ? step : -1);
   }
 
   std::pair<torch::Tensor, torch::Tensor> batch(const WindowSampler& sampler, int64_t first, int64_t b) {
