@@ -87,6 +87,14 @@ TEST(Config, CrossFieldValidation) {
   g.schema.apply_args({"--schedule.min_lr=1", "--optim.lr=0.1"});
   e = test::error_of([&] { g.cfg.validate(); });
   EXPECT_NE(e.find("schedule.min_lr"), std::string::npos) << e;
+  Fixture h;  // a push during backward cannot wait for the global norm
+  h.schema.apply_args({"--dist.ps_push_in_backward=true"});
+  e = test::error_of([&] { h.cfg.validate(); });
+  EXPECT_NE(e.find("--optim.grad_clip=0"), std::string::npos) << e;
+  Fixture k;
+  k.schema.apply_args({"--data.tokenizer=gpt2-bpe"});
+  e = test::error_of([&] { k.cfg.validate(); });
+  EXPECT_NE(e.find("needs data.vocab_file and data.merge_file"), std::string::npos) << e;
 }
 
 TEST(Config, HelpListsEveryField) {

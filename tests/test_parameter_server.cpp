@@ -226,22 +226,33 @@ std::string start_servers(const test::TempDir& d, int k, const std::string& cons
 }
 }  // namespace
 
-TEST(PsTraining, OneAspWorkerEqualsSingleProcess) {
+class PsPushModes : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(AfterBackwardOrDuring, PsPushModes, ::testing::Values(false, true));
+
+// With --dist.ps_push_in_backward=true every shard's push leaves from a gradient hook during
+// backward (and with grad_accum=2 only during the last micro-batch); the result must not change.
+TEST_P(PsPushModes, OneAspWorkerEqualsSingleProcess) {
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);
   std::vector<std::unique_ptr<test::Process>> servers;
-  const std::string eps = start_servers(d, 2, "asp", servers);
+  const std::string eps = start_servers(d, 3, "asp", servers);
   auto args = train_args(d, corpus, d.str("ps"), 4);
-  args.insert(args.end(), {"--dist.mode=ps", "--dist.servers=" + eps, "--dist.timeout_s=20"});
+  args.insert(args.end(), {"--dist.mode=ps", "--dist.servers=" + eps, "--dist.timeout_s=20", "--train.grad_accum=2",
+                           fmt::format("--dist.ps_push_in_backward={}", GetParam())});
   test::Process w(args, {"SYNCOPATE_TOKEN=t"}, d.str("ps.log"));
   ASSERT_EQ(w.wait(120), 0) << test::slurp(d.str("ps.log")) << test::slurp(d.str("server0.log"));
-  test::Process single(train_args(d, corpus, d.str("single"), 4), {}, d.str("single.log"));
+  auto single_args = train_args(d, corpus, d.str("single"), 4);
+  single_args.push_back("--train.grad_accum=2");
+  test::Process single(single_args, {}, d.str("single.log"));
   ASSERT_EQ(single.wait(120), 0) << test::slurp(d.str("single.log"));
   auto a = weights(d.str("ps")), b = weights(d.str("single"));
   EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-7)) << (a - b).abs().max().item<double>();
+  if (GetParam())  // every shard of every step left from a hook: 6 steps x 3 shards
+    EXPECT_NE(test::slurp(d.str("ps.log")).find("[ps] 18 of 18 shard pushes left during backward"), std::string::npos)
+        << test::slurp(d.str("ps.log"));
 }
 
-TEST(PsTraining, BspOverServersEqualsRing) {
+TEST_P(PsPushModes, BspOverServersEqualsRing) {
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);
   std::vector<std::unique_ptr<test::Process>> servers;
@@ -250,7 +261,7 @@ TEST(PsTraining, BspOverServersEqualsRing) {
   std::vector<std::unique_ptr<test::Process>> ps;
   for (int r = 0; r < 2; ++r) {
     auto a = train_args(d, corpus, d.str(fmt::format("ps{}", r)), 2);
-    a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + eps});
+    a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + eps, fmt::format("--dist.ps_push_in_backward={}", GetParam())});
     ps.push_back(std::make_unique<test::Process>(a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", "NNODES=2",
                                                                              "NODE_RANK=" + std::to_string(r)},
                                                  d.str(fmt::format("ps{}.log", r))));

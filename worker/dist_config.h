@@ -24,6 +24,7 @@ struct DistConfig {
   int64_t bucket_kb = 25600;     // ring: bucket size cap, KiB (DDP's 25 MiB)
   int64_t first_bucket_kb = 1024;  // ring: the first bucket (last layers' gradients) is smaller, so communication starts early
   bool ps_overlap = false;       // ps: push/pull on a communication thread while the next step computes
+  bool ps_push_in_backward = false;  // ps: push each shard's gradient range as soon as backward finishes it
                                  // (one more step of staleness); false = wait for the own round trip
   std::string curve_server_key = "";  // ps: the servers' CURVE public key (Z85); "" = plain TCP
   std::string servers = "";      // ps: comma-separated server endpoints, tcp://IP:PORT,...; shard k = k-th
@@ -43,6 +44,8 @@ struct DistConfig {
     v("bucket_kb", bucket_kb, "ring: gradient bucket cap, KiB", int64_t{1}, int64_t{1} << 24);
     v("first_bucket_kb", first_bucket_kb, "ring: first gradient bucket cap, KiB", int64_t{1}, int64_t{1} << 24);
     v("ps_overlap", ps_overlap, "ps: overlap push/pull with the next step (one more step of staleness)");
+    v("ps_push_in_backward", ps_push_in_backward,
+      "ps: push each shard's gradient as backward finishes it (needs optim.grad_clip=0, ps_overlap=false)");
     v("curve_server_key", curve_server_key, "ps: servers' CURVE public key (Z85, 40 chars); empty = no encryption");
     v("servers", servers, "ps mode: parameter-server endpoints tcp://IP:PORT, comma-separated");
   }

@@ -1,11 +1,15 @@
 #include "worker/parameter_update.h"
 
 #include <future>
+#include <iostream>
+#include <mutex>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 
 #include "common/flat_adamw.h"
+#include "worker/gradient_readiness.h"
 #include "worker/ps_client.h"
 
 namespace syncopate {
@@ -25,11 +29,36 @@ class LocalUpdate : public ParameterUpdate {
 
 class PsUpdate : public ParameterUpdate {
  public:
-  PsUpdate(std::unique_ptr<PsClient> c, bool overlap) : client_(std::move(c)), overlap_(overlap) {}
+  PsUpdate(std::unique_ptr<PsClient> c, bool overlap, bool push_in_backward)
+      : client_(std::move(c)), overlap_(overlap), push_in_backward_(push_in_backward && !overlap) {}
   ~PsUpdate() override {
     if (inflight_.valid()) inflight_.wait();
+    if (ready_ && rounds_ > 0)
+      std::cerr << fmt::format("[ps] {} of {} shard pushes left during backward\n", early_, rounds_ * shards_);
+  }
+  void attach(const std::vector<at::Tensor>& params, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+              const at::Tensor& flat_grads) override {
+    if (!push_in_backward_) return;
+    grads_ = flat_grads;
+    ready_ = std::make_unique<GradientReadiness>(params, ranges, client_->shard_bounds(), [this](int k) {
+      std::lock_guard<std::mutex> l(mu_);  // hooks may run on autograd worker threads
+      client_->push_shard(k, grads_, step_, lr_);
+      ++early_;
+    });
+    shards_ = static_cast<int64_t>(client_->shard_bounds().size()) - 1;
+  }
+  void arm(double lr, int64_t step) override {
+    if (!ready_) return;
+    lr_ = lr, step_ = step;
+    ready_->arm();
   }
   double apply(at::Tensor& params, at::Tensor& grads, double lr, int64_t step) override {
+    if (ready_) {  // shards finished during backward are on their way; gather pushes the others
+      ready_->pending();
+      std::lock_guard<std::mutex> l(mu_);
+      ++rounds_;
+      return client_->gather(grads, params, step, lr);
+    }
     if (!overlap_) return client_->push_pull(grads, params, step, lr);
     // The gradient was computed on `params`, whose versions are in_use_ (from the round trip
     // before last); finish the last round trip and adopt its result, then send this gradient.
@@ -58,7 +87,12 @@ class PsUpdate : public ParameterUpdate {
     return stale;
   }
   std::unique_ptr<PsClient> client_;
-  bool overlap_;
+  bool overlap_, push_in_backward_;
+  std::unique_ptr<GradientReadiness> ready_;  // push_in_backward: fires per finished shard range
+  at::Tensor grads_;
+  std::mutex mu_;
+  double lr_ = 0;
+  int64_t step_ = 0, early_ = 0, rounds_ = 0, shards_ = 0;  // pushes sent from hooks, of rounds x shards
   at::Tensor outgoing_, incoming_;
   std::vector<int64_t> in_use_;  // parameter versions of the values in params
   std::future<double> inflight_;
@@ -67,8 +101,8 @@ class PsUpdate : public ParameterUpdate {
 }  // namespace
 
 std::unique_ptr<ParameterUpdate> make_local_update(FlatAdamW& opt) { return std::make_unique<LocalUpdate>(opt); }
-std::unique_ptr<ParameterUpdate> make_ps_update(std::unique_ptr<PsClient> c, bool overlap) {
-  return std::make_unique<PsUpdate>(std::move(c), overlap);
+std::unique_ptr<ParameterUpdate> make_ps_update(std::unique_ptr<PsClient> c, bool overlap, bool push_in_backward) {
+  return std::make_unique<PsUpdate>(std::move(c), overlap, push_in_backward);
 }
 
 }  // namespace syncopate

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -22,11 +24,20 @@ class ParameterUpdate {
   // Brings params fully up to date (waits for an update still in flight). Called before
   // evaluations, checkpoints and at the end.
   virtual void synchronize(at::Tensor& params) {}
+  // Where the parameters live in the flat buffers (params[i] is ranges[i] of flat_grads), for
+  // updates that start during backward; and arm(): the next backward is the step's last, at
+  // learning rate lr for optimizer step `step`. No-ops unless the update pushes during backward.
+  virtual void attach(const std::vector<at::Tensor>& params, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                      const at::Tensor& flat_grads) {}
+  virtual void arm(double lr, int64_t step) {}
 };
 
 std::unique_ptr<ParameterUpdate> make_local_update(FlatAdamW& opt);
 // overlap=true: the push/pull of step t runs on a communication thread while step t+1 computes on
 // the parameters of step t-1 (one more step of staleness, no waiting for the round trip).
-std::unique_ptr<ParameterUpdate> make_ps_update(std::unique_ptr<PsClient> client, bool overlap);
+// push_in_backward=true (with overlap=false): each shard's range of the gradient is pushed the
+// moment backward has finished it (the tail of the flat buffer first), so pushes overlap the rest
+// of backward; the gradient must then be final before clipping (optim.grad_clip=0).
+std::unique_ptr<ParameterUpdate> make_ps_update(std::unique_ptr<PsClient> client, bool overlap, bool push_in_backward);
 
 }  // namespace syncopate

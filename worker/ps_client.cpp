@@ -42,6 +42,11 @@ struct PsClient::Impl {
   }
   int worker, workers;
   double timeout_s;
+  // The round in progress: which shards were pushed, with which headers (for resends), and the
+  // parameter versions the gradient was computed on (empty: the versions of the last replies).
+  std::vector<bool> pushed;
+  std::vector<MsgHeader> round;
+  std::vector<int64_t> computed_on;
 
   MsgHeader header(MsgType t, int k) const {
     MsgHeader h;
@@ -206,26 +211,44 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
 
 std::vector<int64_t> PsClient::versions() const { return impl_->version; }
 
-double PsClient::push_pull(const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr,
-                           const std::vector<int64_t>* computed_on) {
+void PsClient::push_shard(int k, const at::Tensor& grads, int64_t clock, double lr) {
+  auto& I = *impl_;
+  if (I.pushed.empty()) I.pushed.assign(I.socks.size(), false), I.round.resize(I.socks.size());
+  MsgHeader& h = I.round[static_cast<size_t>(k)];
+  h = I.header(MsgType::kPushPull, k);
+  h.clock = clock;
+  h.lr = lr;
+  if (!I.computed_on.empty()) h.param_version = I.computed_on[static_cast<size_t>(k)];
+  I.send(k, h, grads.data_ptr<float>() + h.offset, static_cast<size_t>(h.length) * sizeof(float));
+  I.pushed[static_cast<size_t>(k)] = true;
+}
+
+double PsClient::gather(const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr) {
   auto& I = *impl_;
   const int K = static_cast<int>(I.socks.size());
-  std::vector<MsgHeader> hs;
-  auto push = [&](int k) {
-    I.send(k, hs[k], grads.data_ptr<float>() + hs[k].offset, static_cast<size_t>(hs[k].length) * sizeof(float));
-  };
-  for (int k = 0; k < K; ++k) {
-    hs.push_back(I.header(MsgType::kPushPull, k));
-    hs[k].clock = clock;
-    hs[k].lr = lr;
-    if (computed_on) hs[k].param_version = (*computed_on)[static_cast<size_t>(k)];
-    push(k);
-  }
-  double stale = 0;
   for (int k = 0; k < K; ++k)
-    stale += static_cast<double>(I.recv(k, params.data_ptr<float>() + I.begin[k], clock, [&] { push(k); }).staleness);
+    if (I.pushed.empty() || !I.pushed[static_cast<size_t>(k)]) push_shard(k, grads, clock, lr);
+  double stale = 0;
+  for (int k = 0; k < K; ++k) {
+    auto resend = [&] {
+      const MsgHeader& h = I.round[static_cast<size_t>(k)];
+      I.send(k, h, grads.data_ptr<float>() + h.offset, static_cast<size_t>(h.length) * sizeof(float));
+    };
+    stale += static_cast<double>(I.recv(k, params.data_ptr<float>() + I.begin[k], clock, resend).staleness);
+  }
+  I.pushed.assign(static_cast<size_t>(K), false);
+  I.computed_on.clear();
   return stale / K;
 }
+
+double PsClient::push_pull(const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr,
+                           const std::vector<int64_t>* computed_on) {
+  if (computed_on) impl_->computed_on = *computed_on;
+  for (int k = 0; k < static_cast<int>(impl_->socks.size()); ++k) push_shard(k, grads, clock, lr);
+  return gather(grads, params, clock, lr);
+}
+
+std::vector<int64_t> PsClient::shard_bounds() const { return impl_->begin; }
 
 std::string PsClient::stats(int k) {
   auto ask = [&] { impl_->send(k, impl_->header(MsgType::kStats, k), nullptr, 0); };

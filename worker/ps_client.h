@@ -35,6 +35,14 @@ class PsClient {
   // of the last replies, right when the worker waits for each round trip).
   double push_pull(const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr,
                    const std::vector<int64_t>* computed_on = nullptr);
+  // The same in two halves, so that a shard's push can leave as soon as its range of the gradient
+  // is final (during backward): push_shard sends shard k's range of grads without waiting (grads
+  // must stay untouched until gather returns); gather pushes the shards not pushed yet, then
+  // waits for every reply and writes params. Thread-compatible: one caller at a time.
+  void push_shard(int k, const at::Tensor& grads, int64_t clock, double lr);
+  double gather(const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr);
+  // Shard boundaries in the flat vector: shard k holds [b[k], b[k+1]) (after init()).
+  std::vector<int64_t> shard_bounds() const;
   // Parameter versions of the last replies, per shard.
   std::vector<int64_t> versions() const;
   // The STATS JSON of shard k.

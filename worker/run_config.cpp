@@ -31,6 +31,10 @@ void RunConfig::validate() const {
   SYN_CHECK(dist.mode != "ps" || !dist.servers.empty(), "dist.mode=ps needs dist.servers",
             "list the parameter-server endpoints, e.g. --dist.servers=tcp://10.0.0.1:29501,tcp://10.0.0.2:29501 "
             "(scripts/local_cluster.sh --servers K does it for a local cluster)");
+  SYN_CHECK(!dist.ps_push_in_backward || (optim.grad_clip == 0 && !dist.ps_overlap),
+            "dist.ps_push_in_backward sends each shard's gradient before backward ends, so it cannot be clipped by the "
+            "global norm first, and it replaces the overlap thread",
+            "set --optim.grad_clip=0 and --dist.ps_overlap=false, or turn ps_push_in_backward off");
   SYN_CHECK(data.tokenizer == "byte" || data.tokenizer == "gpt2-bpe",
             fmt::format("data.tokenizer='{}' is not a tokenizer", data.tokenizer), "use byte or gpt2-bpe");
   SYN_CHECK(data.tokenizer != "gpt2-bpe" || (!data.vocab_file.empty() && !data.merge_file.empty()),

@@ -113,19 +113,18 @@ struct Trainer::Impl {
     if (data_position < 0) data_position = step * cfg.train.batch_size * cfg.train.grad_accum * replicas->world();
 
     replicas->broadcast_from_rank0(flat->params);  // every replica starts from node 0's weights
-    {
-      std::vector<std::pair<int64_t, int64_t>> ranges;
-      for (const auto& seg : flat->segments) ranges.emplace_back(seg.offset, seg.numel);
-      replicas->attach(model->parameters(), ranges, flat->grads);
-    }
+    std::vector<std::pair<int64_t, int64_t>> ranges;  // where each parameter lives in the flat buffers
+    for (const auto& seg : flat->segments) ranges.emplace_back(seg.offset, seg.numel);
+    replicas->attach(model->parameters(), ranges, flat->grads);
     if (cfg.dist.mode == "ps") {  // the servers hold the optimizer; INIT gives every worker the same start
       auto client = std::make_unique<PsClient>(PsClient::parse_endpoints(cfg.dist.servers), token, replicas->rank(),
                                                replicas->world(), cfg.dist.timeout_s, cfg.dist.curve_server_key);
       client->init(flat->params, flat->decay_ranges(), cfg.optim, step);
-      update = make_ps_update(std::move(client), cfg.dist.ps_overlap);
+      update = make_ps_update(std::move(client), cfg.dist.ps_overlap, cfg.dist.ps_push_in_backward);
     } else {
       update = make_local_update(*opt);
     }
+    update->attach(model->parameters(), ranges, flat->grads);
     write_file_atomic((fs::path(out) / "config.toml").string(), config_toml);
     metrics = std::make_unique<MetricsLog>((fs::path(out) / "metrics.jsonl").string(), resume ? step : -1);
   }
@@ -185,7 +184,10 @@ struct Trainer::Impl {
                             WindowSampler::first_sample(data_position, micro, replicas->rank(), replicas->world(), tc.batch_size),
                             tc.batch_size);
         data_s += now_seconds() - t_data;
-        if (micro == tc.grad_accum - 1) replicas->arm_overlap();  // reduce during the last backward only
+        if (micro == tc.grad_accum - 1) {  // reduce (ring) or push (ps) during the last backward only
+          replicas->arm_overlap();
+          update->arm(lr, step);
+        }
         torch::Tensor l;
         {
           AutocastGuard ac(bf16);
