@@ -15,7 +15,7 @@ while [ $# -gt 0 ]; do
     *) echo "unknown option $1" >&2; exit 2;;
   esac
 done
-BIN="$ROOT/build/bin"
+BIN="${SYNCOPATE_BIN:-$ROOT/build/bin}"  # SYNCOPATE_BIN: another build to compare
 P="pb$$"
 PIDS=()
 cleanup() {

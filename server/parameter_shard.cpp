@@ -71,6 +71,9 @@ void ParameterShard::check(const MsgHeader& h) const {
 }
 
 void ParameterShard::apply(const at::Tensor& grad, double lr) {
+  // Replies send params_ without copying: ZeroMQ holds a reference until the bytes are on the
+  // wire. An update while such a reply is in flight writes into a fresh copy instead.
+  if (params_.use_count() > 1) params_ = params_.clone();
   opt_->step(params_, grad, lr);
   ++version_;
   ++updates_;

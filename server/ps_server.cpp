@@ -52,7 +52,21 @@ struct PsServer::Impl {
     r.staleness = shard.last_staleness(worker);
     r.clock = shard.clock(worker);  // lets the worker match replies to (possibly resent) requests
     shard.pulled(worker);
-    send(identity.at(worker), r, shard.params().data_ptr(), static_cast<size_t>(shard.length()) * sizeof(float));
+    send_params(identity.at(worker), r, shard.params());
+  }
+
+  // Like send(), but the body is `t` itself, sent without a copy: the message keeps a reference
+  // to the tensor until ZeroMQ has sent it (the shard copies on write meanwhile).
+  void send_params(const zmq::message_t& id, const MsgHeader& h, const at::Tensor& t) {
+    if (t.numel() == 0) return send(id, h, nullptr, 0);
+    std::string hdr = encode_header(h);
+    zmq::message_t idc(id.data(), id.size());
+    auto* keep = new at::Tensor(t);
+    zmq::message_t body(keep->data_ptr(), static_cast<size_t>(t.numel()) * sizeof(float),
+                        [](void*, void* hint) { delete static_cast<at::Tensor*>(hint); }, keep);
+    sock.send(idc, zmq::send_flags::sndmore);
+    sock.send(zmq::buffer(hdr), zmq::send_flags::sndmore);
+    sock.send(body, zmq::send_flags::none);
   }
 
   void error(const zmq::message_t& id, const std::string& what) {

@@ -62,6 +62,23 @@ TEST(ParameterShard, BspWaitsForEveryWorkerAndAppliesTheMeanOnce) {
   EXPECT_TRUE(torch::allclose(s.params(), torch::full({4}, 1.0f - 0.1f), 1e-6, 1e-6)) << s.params();
 }
 
+// A reply holds a reference to the parameters while ZeroMQ sends them (no copy); an update meanwhile
+// must not change what is being sent, and must still land in the shard.
+TEST(ParameterShard, UpdateDuringAnInFlightReplyCopiesOnWrite) {
+  ParameterShard s(PsConfig{});  // asp
+  std::vector<float> init(3, 1.0f), g(3, 1.0f);
+  s.init(init_header(1, 3), init.data(), nullptr, 0);
+  const at::Tensor in_flight = s.params();  // what ps_server's zero-copy message holds
+  const float* sent = in_flight.data_ptr<float>();
+  s.push(push_header(0, 0, 0, 3), g.data());
+  EXPECT_TRUE(torch::equal(in_flight, torch::ones({3})));  // the bytes on the wire are unchanged
+  EXPECT_NE(s.params().data_ptr<float>(), sent);
+  EXPECT_TRUE(torch::allclose(s.params(), torch::full({3}, 0.9f), 1e-6, 1e-6)) << s.params();
+  const float* now = s.params().data_ptr<float>();
+  s.push(push_header(0, 1, 1, 3), g.data());  // no reply in flight: updated in place, no copy
+  EXPECT_EQ(s.params().data_ptr<float>(), now);
+}
+
 TEST(ParameterShard, AspStalenessHistogramMatchesTheSchedule) {
   ParameterShard s(PsConfig{});  // asp
   std::vector<float> init(2, 0.0f), g(2, 1.0f);
