@@ -3,16 +3,9 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/splitmix64.h"
 
 namespace syncopate {
-namespace {
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-}  // namespace
 
 int64_t permute(int64_t i, int64_t n, uint64_t key) {
   if (n <= 1) return 0;

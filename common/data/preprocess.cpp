@@ -13,6 +13,7 @@
 
 #include "common/atomic_file.h"
 #include "common/check.h"
+#include "common/splitmix64.h"
 #include "common/data/indexed_dataset.h"
 #include "common/text/utf8.h"
 
@@ -23,13 +24,6 @@ namespace {
 
 constexpr size_t kBlockBytes = 1 << 20;  // a unit of work: about 1 MB of input
 constexpr int kReportedSkips = 5;        // skips described one by one; the rest only counted
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 bool is_json_lines(const fs::path& p) { return p.extension() == ".jsonl" || p.extension() == ".json"; }
 
