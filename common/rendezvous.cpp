@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "common/check.h"
+#include "common/transport/striped_connection.h"
 #include "common/transport/tcp_connection.h"
 
 namespace syncopate {
@@ -112,6 +113,9 @@ Ring connect_ring(const RendezvousOptions& o) {
       const int r = hello.value("node_rank", -1);
       if (r <= 0 || r >= o.nnodes || peers.count(r)) {
         error = fmt::format("a node announced NODE_RANK={} which is {}", r, r <= 0 || r >= o.nnodes ? "out of range" : "taken twice");
+      } else if (hello.value("streams", 1) != o.streams) {
+        error = fmt::format("node {} opens {} TCP streams per ring link, node 0 opens {}", r, hello.value("streams", 1),
+                            o.streams);
       } else if (hello.value("fingerprint", "") != o.fingerprint) {
         error = fmt::format("node {} runs another model/config (fingerprint {} != {})", r, hello.value("fingerprint", ""), o.fingerprint);
       }
@@ -139,14 +143,15 @@ Ring connect_ring(const RendezvousOptions& o) {
         write_line(*s, error.empty() ? json{{"nodes", table}, {"resume_step", ring.resume_step}} : json{{"error", error}});
       } catch (...) {}
     }
-    SYN_CHECK(error.empty(), "rendezvous failed: " + error, "start every node with the same config and distinct NODE_RANKs");
+    SYN_CHECK(error.empty(), "rendezvous failed: " + error,
+              "start every node with the same config (dist.streams included) and distinct NODE_RANKs");
   } else {
     TcpConnection s(tcp_connect(io, o.master_addr, o.master_port, o.timeout_s, "node 0 (rendezvous)"),
                     fmt::format("node 0 at {}:{}", o.master_addr, o.master_port), o.timeout_s);
     const std::string my_host = s.socket().local_endpoint().address().to_string();
     data = std::make_unique<TcpListener>(io, my_host, 0);
     write_line(s, {{"token", digest}, {"node_rank", o.node_rank}, {"host", my_host}, {"port", data->port()},
-                   {"fingerprint", o.fingerprint}, {"checkpoints", o.checkpoints}});
+                   {"fingerprint", o.fingerprint}, {"checkpoints", o.checkpoints}, {"streams", o.streams}});
     json reply = read_line(s);
     SYN_CHECK(!reply.contains("error"), "rendezvous failed: " + reply.value("error", std::string()),
               "start every node with the same config, token and distinct NODE_RANKs");
@@ -158,27 +163,36 @@ Ring connect_ring(const RendezvousOptions& o) {
   // Ring links: connect to the next node while accepting the previous one.
   const int next = (o.node_rank + 1) % o.nnodes, prev = (o.node_rank + o.nnodes - 1) % o.nnodes;
   auto name = [&](int r) { return fmt::format("node {} at {}:{}", r, nodes[r].first, nodes[r].second); };
+  const int k = std::max(1, o.streams);
   auto out = std::async(std::launch::async, [&] {
-    auto c = std::make_unique<TcpConnection>(
-        tcp_connect(io, nodes[next].first, nodes[next].second, o.timeout_s, name(next)), name(next), o.timeout_s);
-    exchange_hello(*c, digest, o.node_rank, next);
-    return c;
+    std::vector<std::unique_ptr<Connection>> links;
+    for (int i = 0; i < k; ++i) {
+      auto c = std::make_unique<TcpConnection>(
+          tcp_connect(io, nodes[next].first, nodes[next].second, o.timeout_s, name(next)), name(next), o.timeout_s);
+      exchange_hello(*c, digest, o.node_rank, next);
+      links.push_back(std::move(c));
+    }
+    return links;
   });
-  std::unique_ptr<TcpConnection> in;
+  std::vector<std::unique_ptr<Connection>> in;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.timeout_s);
-  while (!in) {  // a stranger on the data port is refused; keep waiting for the real neighbour
+  while (static_cast<int>(in.size()) < k) {  // a stranger on the data port is refused; keep waiting for the neighbour
     const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
     auto c = std::make_unique<TcpConnection>(data->accept(std::max(left, 0.0), name(prev)), name(prev), o.timeout_s);
     try {
       exchange_hello(*c, digest, o.node_rank, prev);
-      in = std::move(c);
+      in.push_back(std::move(c));
     } catch (const Error&) {
       SYN_CHECK(std::chrono::steady_clock::now() < deadline, fmt::format("{} never completed the handshake", name(prev)),
                 "check SYNCOPATE_TOKEN on every node");
     }
   }
-  ring.next = out.get();
-  ring.prev = std::move(in);
+  auto join = [](std::vector<std::unique_ptr<Connection>> links) -> std::unique_ptr<Connection> {
+    if (links.size() == 1) return std::move(links[0]);
+    return std::make_unique<StripedConnection>(std::move(links));
+  };
+  ring.next = join(out.get());
+  ring.prev = join(std::move(in));
   return ring;
 }
 

@@ -9,7 +9,9 @@
 // step every node holds, so that all resume from the same point even when one node died before
 // writing its last checkpoint.
 // Then node r connects to node r+1's data listener and accepts node r-1; both connections start
-// with the token handshake.
+// with the token handshake. With streams = k > 1 each link is k TCP connections, opened one after
+// another (each handshake completes before the next connect, so both ends agree on their order)
+// and used as one StripedConnection.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -29,6 +31,7 @@ struct RendezvousOptions {
   std::string token;                      // shared job secret (SYNCOPATE_TOKEN)
   std::string fingerprint;                // digest of model + config; must agree on every node
   std::vector<int64_t> checkpoints;       // steps this node can resume from (empty: a fresh start)
+  int streams = 1;                        // TCP streams per ring link (>1: StripedConnection); same on all nodes
   double timeout_s = 60;                  // for the rendezvous and every later blocking send/recv
   std::function<void(uint16_t)> on_listening;  // called by node 0 with its rendezvous port
 };
@@ -39,6 +42,19 @@ struct Ring {
   std::unique_ptr<Connection> next;  // to (rank+1) % world; null when world == 1
   std::unique_ptr<Connection> prev;  // from (rank-1) % world
   int64_t resume_step = -1;          // newest checkpoint step on every node; -1: none (fresh start)
+
+  Ring() = default;
+  Ring(Ring&&) = default;
+  // The links go before the context they live in (member-wise assignment would free it first).
+  Ring& operator=(Ring&& o) noexcept {
+    next.reset();
+    prev.reset();
+    rank = o.rank, world = o.world, resume_step = o.resume_step;
+    transport = std::move(o.transport);
+    next = std::move(o.next);
+    prev = std::move(o.prev);
+    return *this;
+  }
 };
 
 // The newest step present in every list, or -1 if the lists share none.

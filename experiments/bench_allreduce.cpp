@@ -31,11 +31,14 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed iterations per size");
   app.add_option("--segment-kb", segment_kb, "pipelining segment, KiB");
   app.add_flag("--bf16-wire", bf16, "send bfloat16");
+  int64_t streams = 1;
+  app.add_option("--streams", streams, "TCP streams per neighbour");
   CLI11_PARSE(app, argc, argv);
   try {
     DistConfig dc;
     dc.mode = "ring";
     dc.timeout_s = 120;
+    dc.streams = streams;
     resolve_from_environment(dc);
     Ring ring = connect_ring(rendezvous_options(dc, job_token_from_environment(), "bench"));
     RingAllreduceOptions opt;

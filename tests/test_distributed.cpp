@@ -85,6 +85,11 @@ TEST(RingTraining, ThreeNodesBucketedOverlapWithAccumulationEqualOneProcess) {
   expect_ring_equals_single(3, 2, 2, {"--dist.bucket_kb=16", "--dist.first_bucket_kb=4"});
 }
 
+// Whole-buffer reduction striped over two TCP streams per neighbour.
+TEST(RingTraining, TwoStreamsPerNeighbourEqualOneProcess) {
+  expect_ring_equals_single(2, 2, 1, {"--dist.overlap=false", "--dist.streams=2"});
+}
+
 TEST(RingTraining, DeadNodeStopsTheOthersWithItsName) {
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);

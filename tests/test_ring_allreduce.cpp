@@ -13,6 +13,7 @@
 #include "common/rendezvous.h"
 #include "common/ring_allreduce.h"
 #include "common/transport/memory_connection.h"
+#include "common/transport/striped_connection.h"
 #include "common/transport/tcp_connection.h"
 
 using namespace syncopate;
@@ -114,7 +115,8 @@ TEST(RingAllreduce, Bf16WireKeepsReplicasIdenticalWithBoundedError) {
 
 namespace {
 // Joins `world` threads into a TCP ring through the rendezvous on an ephemeral port.
-std::vector<Ring> tcp_ring(int world, const std::vector<std::string>& fingerprints = {}, double timeout = 20) {
+std::vector<Ring> tcp_ring(int world, const std::vector<std::string>& fingerprints = {}, double timeout = 20,
+                           const std::vector<int>& streams = {}) {
   std::promise<uint16_t> port;
   auto port_f = port.get_future().share();
   std::vector<std::future<Ring>> fs;
@@ -127,6 +129,7 @@ std::vector<Ring> tcp_ring(int world, const std::vector<std::string>& fingerprin
       o.token = "test-job";
       o.fingerprint = fingerprints.empty() ? "same" : fingerprints[r];
       o.timeout_s = timeout;
+      o.streams = streams.empty() ? 1 : streams[r];
       if (r == 0) o.on_listening = [&](uint16_t p) { port.set_value(p); };
       return connect_ring(o);
     }));
@@ -136,9 +139,14 @@ std::vector<Ring> tcp_ring(int world, const std::vector<std::string>& fingerprin
 }
 }  // namespace
 
-TEST(TcpRing, AllreduceOverLoopbackSockets) {
+class TcpRingStreams : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(OneAndThree, TcpRingStreams, ::testing::Values(1, 3));
+
+// With 3 streams per neighbour the messages are striped over three sockets per link.
+TEST_P(TcpRingStreams, AllreduceOverLoopbackSockets) {
   const int world = 3;
-  auto rings = tcp_ring(world);
+  auto rings = tcp_ring(world, {}, 20, std::vector<int>(world, GetParam()));
+  if (GetParam() > 1) EXPECT_NE(rings[0].next->peer().find("(3 streams)"), std::string::npos) << rings[0].next->peer();
   const size_t n = 300007;
   std::vector<std::vector<float>> v(world);
   std::vector<std::future<void>> fs;
@@ -242,4 +250,50 @@ TEST(TcpRing, DeadPeerIsAnErrorNamingIt) {
   EXPECT_NE(errors[0].find("receiving from node 2"), std::string::npos) << errors[0];  // 0 receives from 2
   // Node 1 sends to the dead node 2 or hears node 0 go away: either way a prompt, named error.
   EXPECT_TRUE(errors[1].find("node 2") != std::string::npos || errors[1].find("node 0") != std::string::npos) << errors[1];
+}
+
+// Several links used as one: the ring over striped memory channels (3 per neighbour, stripes of
+// at least 1 KiB, so large messages use all three and small ones one) equals the exact sum.
+TEST(StripedRing, EqualsExactSumOverThreeLinksPerNeighbour) {
+  for (int world : {2, 3, 5}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{700}, size_t{100003}}) {
+      std::vector<std::unique_ptr<Connection>> send_end(world), recv_end(world);
+      for (int r = 0; r < world; ++r) {
+        std::vector<std::unique_ptr<Connection>> outs, ins;
+        for (int i = 0; i < 3; ++i) {
+          auto [s, rcv] = memory_channel(16 << 10);
+          outs.push_back(std::move(s));
+          ins.push_back(std::move(rcv));
+        }
+        send_end[r] = std::make_unique<StripedConnection>(std::move(outs), 1024);
+        recv_end[(r + 1) % world] = std::make_unique<StripedConnection>(std::move(ins), 1024);
+      }
+      std::vector<float> expect(n, 0.0f);
+      for (int r = 0; r < world; ++r) {
+        auto d = rank_data(r, n);
+        for (size_t i = 0; i < n; ++i) expect[i] += d[i];
+      }
+      std::vector<std::vector<float>> out(world);
+      std::vector<std::future<void>> fs;
+      for (int r = 0; r < world; ++r)
+        fs.push_back(std::async(std::launch::async, [&, r] {
+          out[r] = rank_data(r, n);
+          RingAllreduceOptions opt;
+          opt.segment_bytes = 8192;
+          ring_allreduce_sum(out[r].data(), n, r, world, *send_end[r], *recv_end[r], opt);
+        }));
+      for (auto& f : fs) f.get();
+      for (int r = 0; r < world; ++r) ASSERT_EQ(out[r], expect) << "world " << world << " n " << n << " rank " << r;
+    }
+  }
+}
+
+TEST(TcpRing, StreamCountMismatchIsRefusedByName) {
+  try {
+    tcp_ring(2, {}, 10, {2, 4});
+    FAIL() << "a ring with 2 and 4 streams per link was built";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("node 1 opens 4 TCP streams per ring link, node 0 opens 2"), std::string::npos)
+        << e.what();
+  }
 }

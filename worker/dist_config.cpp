@@ -65,6 +65,7 @@ RendezvousOptions rendezvous_options(const DistConfig& c, const std::string& tok
   o.token = token;
   o.fingerprint = fingerprint;
   o.timeout_s = c.timeout_s;
+  o.streams = static_cast<int>(c.streams);
   return o;
 }
 

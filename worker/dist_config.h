@@ -20,6 +20,7 @@ struct DistConfig {
   int64_t check_every = 100;     // steps between checks that all replicas hold identical weights; 0 = off
   bool bf16_wire = false;        // ring sends bfloat16 (half the bytes; ~0.4% relative error per hop)
   int64_t segment_kb = 256;      // ring pipelining segment, KiB
+  int64_t streams = 1;           // ring: TCP streams per neighbour (messages striped across them)
   bool overlap = true;           // ring: reduce gradient buckets during backward (as DDP does)
   int64_t bucket_kb = 25600;     // ring: bucket size cap, KiB (DDP's 25 MiB)
   int64_t first_bucket_kb = 1024;  // ring: the first bucket (last layers' gradients) is smaller, so communication starts early
@@ -40,6 +41,7 @@ struct DistConfig {
     v("check_every", check_every, "steps between replica-identity checks (0 = off)", int64_t{0}, int64_t{1} << 40);
     v("bf16_wire", bf16_wire, "send bfloat16 on the ring");
     v("segment_kb", segment_kb, "ring pipelining segment, KiB", int64_t{1}, int64_t{1} << 20);
+    v("streams", streams, "ring: TCP streams per neighbour (same on every node)", int64_t{1}, int64_t{16});
     v("overlap", overlap, "ring: all-reduce gradient buckets while backward runs");
     v("bucket_kb", bucket_kb, "ring: gradient bucket cap, KiB", int64_t{1}, int64_t{1} << 24);
     v("first_bucket_kb", first_bucket_kb, "ring: first gradient bucket cap, KiB", int64_t{1}, int64_t{1} << 24);
