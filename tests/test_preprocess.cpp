@@ -128,6 +128,30 @@ TEST(Preprocess, BadDocumentsAreCountedSkipsWithFileAndLine) {
             std::string::npos);
 }
 
+// Several rounds of blocks (about 4 MB at 1 MB per block, 2 blocks per round with one worker):
+// every skip is counted once, however many rounds it takes.
+TEST(Preprocess, SkipCountsAreExactOverManyRounds) {
+  test::TempDir d;
+  int bad = 0;
+  {
+    std::ofstream f(d.str("many.jsonl"));
+    for (int i = 0; i < 4000; ++i) {
+      if (i % 250 == 7) {
+        f << "not json " << i << "\n";
+        ++bad;
+      } else {
+        f << nlohmann::json{{"text", std::string(1000, static_cast<char>('a' + i % 26))}}.dump() << "\n";
+      }
+    }
+  }
+  std::ostringstream log;
+  const auto st = preprocess(config(d.str("many.jsonl"), d.str("m")), log);
+  EXPECT_EQ(st.skipped_bad_json, bad);
+  EXPECT_EQ(st.skipped(), bad);
+  EXPECT_EQ(st.documents, 4000 - bad);
+  EXPECT_EQ(IndexedDataset(d.str("m_text_document")).documents(), 4000 - bad);
+}
+
 TEST(Preprocess, TextFilesFlatOutputAndSeveralKeys) {
   test::TempDir d;
   fs::create_directories(d.str("txt/sub"));

@@ -128,6 +128,9 @@ class BlockTokenizer {
     const size_t K = c_.json_keys.size();
     b.ids.assign(2 * K, {});
     b.lengths.assign(2 * K, {});
+    b.invalid_utf8 = b.empty = b.bad_json = b.missing_key = 0;  // blocks are reused round after round
+    b.skip_notes.clear();
+    b.error.clear();
     for (const auto& d : b.docs) {
       const bool valid = c_.valid_fraction > 0 && splitmix64(d.ordinal ^ splitmix64(c_.split_seed)) < valid_cut_;
       if (const size_t bad = utf8_invalid_at(d.text); bad != std::string::npos) {

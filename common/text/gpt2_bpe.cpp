@@ -1,5 +1,6 @@
 #include "common/text/gpt2_bpe.h"
 
+#include <atomic>
 #include <fstream>
 #include <queue>
 #include <sstream>
@@ -35,13 +36,15 @@ std::string read_all(const std::string& path, const char* what, const char* flag
 
 // Most words repeat: each thread remembers the ids of the pieces it has encoded.
 struct PieceCache {
-  const Gpt2Bpe* owner = nullptr;
+  uint64_t owner = 0;  // instance id of the tokenizer the entries belong to (an address could be reused)
   std::unordered_map<std::string, std::vector<int32_t>> map;
 };
 
 }  // namespace
 
 Gpt2Bpe::Gpt2Bpe(const std::string& vocab_file, const std::string& merge_file) {
+  static std::atomic<uint64_t> instances{0};
+  instance_ = ++instances;
   SYN_CHECK(!vocab_file.empty(), "the GPT-2 BPE tokenizer needs a vocabulary file",
             "pass --vocab-file vocab.json (data.vocab_file in a run config)");
   SYN_CHECK(!merge_file.empty(), fmt::format("vocabulary '{}' was given without its merges", vocab_file),
@@ -123,7 +126,7 @@ Gpt2Bpe::Gpt2Bpe(const std::string& vocab_file, const std::string& merge_file) {
 
 void Gpt2Bpe::bpe(std::string_view piece, std::vector<int32_t>& out) const {
   thread_local PieceCache cache;
-  if (cache.owner != this) cache.owner = this, cache.map.clear();
+  if (cache.owner != instance_) cache.owner = instance_, cache.map.clear();
   if (auto it = cache.map.find(std::string(piece)); it != cache.map.end()) {
     out.insert(out.end(), it->second.begin(), it->second.end());
     return;

@@ -42,6 +42,7 @@ class Gpt2Bpe final : public Tokenizer {
   std::unordered_map<uint64_t, uint64_t> merge_;    // (left << 32 | right) -> (rank << 32 | merged id)
   int64_t eod_ = -1;
   uint64_t fingerprint_ = 0;
+  uint64_t instance_ = 0;  // unique per object, never reused: keys the per-thread piece cache
 };
 
 }  // namespace syncopate
