@@ -9,13 +9,12 @@
 #include <thread>
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
 #include <fmt/format.h>
 
 #include "common/check.h"
 #include "common/rendezvous.h"
 #include "common/ring_allreduce.h"
+#include "worker/gradient_readiness.h"
 
 namespace syncopate {
 namespace {
@@ -61,10 +60,14 @@ class RingReplicas : public Replicas {
     }
     cv_.notify_all();
     if (comm_.joinable()) comm_.join();
+    if (rounds_ > 0 && ring_.rank == 0)
+      std::cout << fmt::format("[dist] {} of {} bucket reductions started during backward\n", early_,
+                               rounds_ * static_cast<int64_t>(buckets_.size()));
   }
 
   // Buckets: parameters in reverse registration order (the order backward produces them), cut
   // at first_bucket_kb, then bucket_kb; each bucket is one contiguous range of the flat buffer.
+  // GradientReadiness reports a bucket once all its parameters' gradients are final.
   void attach(const std::vector<at::Tensor>& params, const std::vector<std::pair<int64_t, int64_t>>& ranges,
               at::Tensor flat_grads) override {
     if (!cfg_.overlap || !flat_grads.is_cpu()) return;  // GPU buffers: whole-buffer reduction after backward
@@ -73,24 +76,24 @@ class RingReplicas : public Replicas {
     for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
       if (buckets_.empty() || size >= cap) {
         if (!buckets_.empty()) cap = cfg_.bucket_kb * 1024 / 4;
-        buckets_.push_back({ranges[i].first + ranges[i].second, ranges[i].first + ranges[i].second, 0});
+        buckets_.push_back({ranges[i].first + ranges[i].second, ranges[i].first + ranges[i].second});
         size = 0;
       }
-      Bucket& b = buckets_.back();
-      b.lo = ranges[i].first;
-      ++b.params;
+      buckets_.back().lo = ranges[i].first;
       size += ranges[i].second;
-      const int bi = static_cast<int>(buckets_.size()) - 1;
-      // Post-hook of the parameter's AccumulateGrad node: runs once its .grad (a view into the flat
-      // buffer) holds this backward's final gradient.
-      auto acc = torch::autograd::impl::grad_accumulator(params[i]);
-      acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-          [this, bi](const torch::autograd::variable_list& out, const torch::autograd::variable_list&) {
-            on_ready(bi);
-            return out;
-          }));
-      accumulators_.push_back(acc);
     }
+    // Regions in ascending buffer order: region r is bucket B-1-r.
+    const int B = static_cast<int>(buckets_.size());
+    std::vector<int64_t> bounds;
+    for (int b = B - 1; b >= 0; --b) bounds.push_back(buckets_[b].lo);
+    bounds.push_back(buckets_.front().hi);
+    ready_ = std::make_unique<GradientReadiness>(params, ranges, bounds, [this, B](int region) {
+      std::lock_guard<std::mutex> l(mu_);
+      buckets_[B - 1 - region].final = true;
+      const int before = next_launch_;
+      launch_ready(false);
+      early_ += next_launch_ - before;
+    });
     comm_ = std::thread([this] { comm_loop(); });
     if (ring_.rank == 0)
       std::cout << fmt::format("[dist] {} gradient buckets, all-reduced during backward\n", buckets_.size());
@@ -100,9 +103,10 @@ class RingReplicas : public Replicas {
     if (buckets_.empty()) return;
     std::lock_guard<std::mutex> l(mu_);
     armed_ = true;
-    for (auto& b : buckets_) b.pending = b.params;
+    for (auto& b : buckets_) b.final = false;
     next_launch_ = 0;
     done_ = 0;
+    ready_->arm();
   }
   int rank() const override { return ring_.rank; }
   int world() const override { return ring_.world; }
@@ -110,7 +114,9 @@ class RingReplicas : public Replicas {
 
   void average_gradients(at::Tensor& grads) override {
     if (armed_) {
+      ready_->pending();  // disarm: backward is over; later backwards must not launch anything
       std::unique_lock<std::mutex> l(mu_);
+      ++rounds_;
       launch_ready(/*all=*/true);  // parameters without a gradient this step: reduce them now, in order
       cv_.wait(l, [&] { return done_ == static_cast<int>(buckets_.size()) || error_; });
       armed_ = false;
@@ -156,18 +162,12 @@ class RingReplicas : public Replicas {
     }
   }
   struct Bucket {
-    int64_t lo, hi;   // [lo, hi) of the flat gradient buffer
-    int params;       // parameters in the bucket
-    int pending = 0;  // of them, not yet final in this backward
+    int64_t lo, hi;      // [lo, hi) of the flat gradient buffer
+    bool final = false;  // every gradient in it is final in this backward
   };
-  void on_ready(int bi) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (!armed_ || --buckets_[bi].pending > 0) return;
-    launch_ready(false);
-  }
   // Queues buckets for the communication thread strictly in index order (the same on every rank).
   void launch_ready(bool all) {
-    while (next_launch_ < static_cast<int>(buckets_.size()) && (all || buckets_[next_launch_].pending <= 0))
+    while (next_launch_ < static_cast<int>(buckets_.size()) && (all || buckets_[next_launch_].final))
       queue_.push_back(next_launch_++);
     cv_.notify_all();
   }
@@ -198,7 +198,8 @@ class RingReplicas : public Replicas {
   RingAllreduceOptions opt_;
   at::Tensor grads_;
   std::vector<Bucket> buckets_;
-  std::vector<decltype(torch::autograd::impl::grad_accumulator(at::Tensor()))> accumulators_;  // keep hooks alive
+  std::unique_ptr<GradientReadiness> ready_;
+  int64_t early_ = 0, rounds_ = 0;  // buckets launched from hooks, of rounds x buckets
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<int> queue_;
