@@ -1,5 +1,7 @@
 #include "server/parameter_shard.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -80,7 +82,23 @@ void ParameterShard::apply(const at::Tensor& grad, double lr) {
 }
 
 void ParameterShard::pulled(int worker) {
-  if (cfg_.mitigation == "dc_asgd") backup_[static_cast<size_t>(worker)] = params_.clone();
+  if (cfg_.mitigation != "dc_asgd") return;
+  at::Tensor& b = backup_[static_cast<size_t>(worker)];
+  if (b.defined() && b.numel() == params_.numel()) b.copy_(params_);  // reuse: no fresh pages per pull
+  else b = params_.clone();
+}
+
+// DC-ASGD's compensated gradient g + lambda * g * g * (w_now - w_backup), in one pass.
+const at::Tensor& ParameterShard::delay_compensated(const float* g, const at::Tensor& backup) {
+  if (!dc_buf_.defined() || dc_buf_.numel() != length_) dc_buf_ = at::empty({length_}, at::kFloat);
+  const float lam = static_cast<float>(cfg_.dc_lambda);
+  const float* w = params_.data_ptr<float>();
+  const float* b = backup.data_ptr<float>();
+  float* out = dc_buf_.data_ptr<float>();
+  at::parallel_for(0, length_, int64_t{1} << 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) out[i] = g[i] + lam * g[i] * g[i] * (w[i] - b[i]);
+  });
+  return dc_buf_;
 }
 
 std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data) {
@@ -106,7 +124,7 @@ std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data) {
   double lr = h.lr;
   at::Tensor gg = g;
   if (cfg_.mitigation == "lr_scale" && stale > 1) lr /= static_cast<double>(stale);
-  if (cfg_.mitigation == "dc_asgd" && backup_[w].defined()) gg = g + cfg_.dc_lambda * g * g * (params_ - backup_[w]);
+  if (cfg_.mitigation == "dc_asgd" && backup_[w].defined()) gg = delay_compensated(data, backup_[w]);
   apply(gg, lr);
   if (cfg_.consistency == "asp") return {h.worker};
   waiting_.insert(h.worker);

@@ -76,6 +76,8 @@ class ParameterShard {
   std::vector<int64_t> clock_;        // last clock pushed, per worker (-1: none yet)
   std::vector<int64_t> last_stale_;   // staleness of each worker's last update
   std::vector<at::Tensor> backup_;    // DC-ASGD: params each worker last read
+  at::Tensor dc_buf_;                 // DC-ASGD: the compensated gradient (reused)
+  const at::Tensor& delay_compensated(const float* g, const at::Tensor& backup);
   std::set<int> waiting_;             // BSP/SSP: pushed, reply held back
   std::vector<double> last_seen_;     // per worker, seconds
   std::vector<bool> live_;
