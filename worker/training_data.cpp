@@ -85,6 +85,7 @@ std::string tokenize_cached(const DataConfig& c, const std::string& source, cons
   pc.append_eod = tok.eod() >= 0;
   pc.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   pc.max_bytes = c.max_corpus_mb << 20;
+  pc.warn_empty = false;  // empty files (__init__.py) are common in source trees: counted, not listed
   std::ostringstream log;
   const PreprocessStats st = preprocess(pc, log);
   if (verbose)

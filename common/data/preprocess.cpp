@@ -166,7 +166,8 @@ class BlockTokenizer {
  private:
   void add(Block& b, size_t key, bool valid, const RawDoc& d, const std::string& text) const {
     if (text.empty()) {
-      skip(b, b.empty, d, "empty document");
+      if (c_.warn_empty || c_.strict) skip(b, b.empty, d, "empty document");
+      else ++b.empty;
       return;
     }
     auto& ids = b.ids[key * 2 + valid];

@@ -26,6 +26,7 @@ struct PreprocessConfig {
   bool strict = false;       // a document that cannot be read is an error rather than a counted skip
   int64_t max_bytes = 0;     // stop after this many bytes of input (0: read everything)
   double progress_every_s = 0;  // seconds between progress lines on the log (0: none)
+  bool warn_empty = true;    // describe empty documents on the log (they are counted either way)
 };
 
 struct PreprocessStats {
