@@ -309,8 +309,9 @@ PreprocessStats preprocess(const PreprocessConfig& c, std::ostream& log) {
     if (s) s->finish(), st.outputs.push_back(s->out_);
   st.bytes = reader.bytes();
   st.seconds = std::chrono::duration<double>(clock::now() - t0).count();
-  if (st.skipped() > std::min<int64_t>(notes, kReportedSkips))
-    log << fmt::format("[data] ... {} more skipped documents not shown\n", st.skipped() - std::min<int64_t>(notes, kReportedSkips));
+  const int64_t shown = std::min<int64_t>(notes, kReportedSkips);
+  if (shown > 0 && st.skipped() > shown)
+    log << fmt::format("[data] ... {} more skipped documents not shown\n", st.skipped() - shown);
   return st;
 }
 
