@@ -193,7 +193,7 @@ class BlockTokenizer {
 // Where one dataset's documents go.
 class Sink {
  public:
-  Sink(const std::string& name, const std::string& format, TokenDtype dtype) : format_(format) {
+  Sink(const std::string& name, const std::string& format, TokenDtype dtype) {
     if (format == "mmidx") writer_ = std::make_unique<IndexedDatasetWriter>(name, dtype);
     else flat_ = std::make_unique<AtomicFile>(name + ".bin");
     out_ = format == "mmidx" ? name : name + ".bin";
@@ -222,7 +222,6 @@ class Sink {
   std::string out_;
 
  private:
-  std::string format_;
   std::unique_ptr<IndexedDatasetWriter> writer_;
   std::unique_ptr<AtomicFile> flat_;
 };
