@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -31,11 +32,12 @@ float from_bf16(uint16_t h) {
 // caller's receiving and reducing. Errors are kept and rethrown by finish().
 class SegmentSender {
  public:
-  SegmentSender(Connection& c, bool bf16) : conn_(c), bf16_(bf16), thread_([this] { loop(); }) {}
+  explicit SegmentSender(Connection& c) : conn_(c), thread_([this] { loop(); }) {}
   ~SegmentSender() {
     stop();
     thread_.join();
   }
+  void set_bf16(bool b) { bf16_ = b; }  // between collectives only (nothing queued)
   void push(const float* p, size_t n) {
     std::lock_guard<std::mutex> l(mu_);
     q_.emplace_back(p, n);
@@ -46,6 +48,13 @@ class SegmentSender {
     std::unique_lock<std::mutex> l(mu_);
     done_cv_.wait(l, [&] { return (q_.empty() && !busy_) || error_; });
     if (error_) std::rethrow_exception(error_);
+  }
+  // The collective failed on the receive side: drop what is queued and wait for the segment being
+  // sent, so that nothing reads the caller's buffer after the call returns.
+  void abandon() {
+    std::unique_lock<std::mutex> l(mu_);
+    q_.clear();
+    done_cv_.wait(l, [&] { return !busy_ || error_; });
   }
 
  private:
@@ -90,7 +99,7 @@ class SegmentSender {
   }
 
   Connection& conn_;
-  bool bf16_;
+  bool bf16_ = false;
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   std::deque<std::pair<const float*, size_t>> q_;
@@ -101,10 +110,35 @@ class SegmentSender {
 
 }  // namespace
 
+struct RingAllreducer::Impl {
+  Impl(int r, int w, Connection& n, Connection& p) : rank(r), world(w), next(n), prev(p) {
+    SYN_CHECK(rank >= 0 && rank < world, fmt::format("ring rank {} outside world {}", rank, world), "this is a bug");
+  }
+  void sum(float* data, size_t count, const RingAllreduceOptions& opt);
+
+  int rank, world;
+  Connection &next, &prev;
+  std::vector<float> staging;   // one received segment (float32 wire)
+  std::vector<uint16_t> wire;   // one received segment (bf16 wire)
+  std::unique_ptr<SegmentSender> sender;  // started on first use (world > 1)
+  std::exception_ptr broken;    // a failed collective leaves the links in an unknown state
+};
+
+RingAllreducer::RingAllreducer(int rank, int world, Connection& next, Connection& prev)
+    : impl_(std::make_unique<Impl>(rank, world, next, prev)) {}
+RingAllreducer::~RingAllreducer() = default;
+
+void RingAllreducer::sum(float* data, size_t count, const RingAllreduceOptions& opt) { impl_->sum(data, count, opt); }
+
 void ring_allreduce_sum(float* data, size_t count, int rank, int world, Connection& next, Connection& prev,
                         const RingAllreduceOptions& opt) {
   if (world <= 1 || count == 0) return;
-  SYN_CHECK(rank >= 0 && rank < world, fmt::format("ring rank {} outside world {}", rank, world), "this is a bug");
+  RingAllreducer(rank, world, next, prev).sum(data, count, opt);
+}
+
+void RingAllreducer::Impl::sum(float* data, size_t count, const RingAllreduceOptions& opt) {
+  if (world <= 1 || count == 0) return;
+  if (broken) std::rethrow_exception(broken);
   const size_t n = static_cast<size_t>(world);
   const size_t seg = std::max<size_t>(1, opt.segment_bytes / sizeof(float));
   auto begin = [&](size_t c) { return count * c / n; };
@@ -112,42 +146,47 @@ void ring_allreduce_sum(float* data, size_t count, int rank, int world, Connecti
   auto for_segments = [&](size_t c, auto&& fn) {
     for (size_t o = begin(c); o < begin(c + 1); o += seg) fn(data + o, std::min(seg, begin(c + 1) - o));
   };
-
-  std::vector<float> staging(seg);
-  std::vector<uint16_t> wire(opt.bf16_wire ? seg : 0);
+  if (staging.size() < seg) staging.resize(seg);
+  if (opt.bf16_wire && wire.size() < seg) wire.resize(seg);
+  if (!sender) sender = std::make_unique<SegmentSender>(next);
+  sender->set_bf16(opt.bf16_wire);
   auto receive = [&](float* dst, size_t len) {  // into dst (float32) or wire (bf16)
     if (opt.bf16_wire) prev.recv(wire.data(), len * 2);
     else prev.recv(dst, len * sizeof(float));
   };
-
-  SegmentSender sender(next, opt.bf16_wire);
-  for_segments(static_cast<size_t>(rank), [&](float* p, size_t len) { sender.push(p, len); });
-  // Reduce-scatter: receive chunk (r-s-1), add it in, and forward it at once (the last one
-  // received is the fully reduced chunk (r+1), which all-gather step 0 sends).
-  for (int s = 0; s < world - 1; ++s) {
-    const bool last = s == world - 2;
-    for_segments(mod(rank - s - 1), [&](float* p, size_t len) {
-      receive(staging.data(), len);
-      if (opt.bf16_wire) {
-        for (size_t i = 0; i < len; ++i) p[i] += from_bf16(wire[i]);
-        // The owner rounds its reduced chunk like the wire does, so replicas stay identical.
-        if (last) for (size_t i = 0; i < len; ++i) p[i] = from_bf16(to_bf16(p[i]));
-      } else {
-        for (size_t i = 0; i < len; ++i) p[i] += staging[i];
-      }
-      sender.push(p, len);
-    });
+  try {
+    for_segments(static_cast<size_t>(rank), [&](float* p, size_t len) { sender->push(p, len); });
+    // Reduce-scatter: receive chunk (r-s-1), add it in, and forward it at once (the last one
+    // received is the fully reduced chunk (r+1), which all-gather step 0 sends).
+    for (int s = 0; s < world - 1; ++s) {
+      const bool last = s == world - 2;
+      for_segments(mod(rank - s - 1), [&](float* p, size_t len) {
+        receive(staging.data(), len);
+        if (opt.bf16_wire) {
+          for (size_t i = 0; i < len; ++i) p[i] += from_bf16(wire[i]);
+          // The owner rounds its reduced chunk like the wire does, so replicas stay identical.
+          if (last) for (size_t i = 0; i < len; ++i) p[i] = from_bf16(to_bf16(p[i]));
+        } else {
+          for (size_t i = 0; i < len; ++i) p[i] += staging[i];
+        }
+        sender->push(p, len);
+      });
+    }
+    // All-gather: receive the reduced chunk (r-s) in place and forward it, except on the last step.
+    for (int s = 0; s < world - 1; ++s) {
+      for_segments(mod(rank - s), [&](float* p, size_t len) {
+        receive(p, len);
+        if (opt.bf16_wire)
+          for (size_t i = 0; i < len; ++i) p[i] = from_bf16(wire[i]);
+        if (s < world - 2) sender->push(p, len);
+      });
+    }
+    sender->finish();
+  } catch (...) {
+    broken = std::current_exception();
+    sender->abandon();
+    throw;
   }
-  // All-gather: receive the reduced chunk (r-s) in place and forward it, except on the last step.
-  for (int s = 0; s < world - 1; ++s) {
-    for_segments(mod(rank - s), [&](float* p, size_t len) {
-      receive(p, len);
-      if (opt.bf16_wire)
-        for (size_t i = 0; i < len; ++i) p[i] = from_bf16(wire[i]);
-      if (s < world - 2) sender.push(p, len);
-    });
-  }
-  sender.finish();
 }
 
 void naive_allreduce_sum(float* data, size_t count, int rank, int world, Connection& next, Connection& prev) {

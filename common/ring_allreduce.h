@@ -13,6 +13,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "common/transport/connection.h"
 
@@ -23,7 +24,22 @@ struct RingAllreduceOptions {
   bool bf16_wire = false;            // send bfloat16 instead of float32: half the bytes, ~3 significant digits per hop
 };
 
-// Sums `data[0..count)` across `world` ranks in place; every rank passes the same count. `next`
+// The ring all-reduce of one rank over one pair of links, with its receive buffers and its sender
+// thread made once and reused by every call (a training step reduces many buckets). Calls must
+// not overlap. After a failed call (a peer died) every later call rethrows that failure.
+class RingAllreducer {
+ public:
+  RingAllreducer(int rank, int world, Connection& next, Connection& prev);
+  ~RingAllreducer();
+  // Sums data[0..count) across the ranks in place; see ring_allreduce_sum.
+  void sum(float* data, size_t count, const RingAllreduceOptions& opt = {});
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Sums `data[0..count)` across `world` ranks in place (a RingAllreducer for one call); every rank passes the same count. `next`
 // is the connection to rank (rank+1) mod world (send side), `prev` the one from (rank-1) mod world
 // (receive side). world == 1 or count == 0 returns at once. Throws syncopate::Error naming the
 // peer on a lost or stalled connection.

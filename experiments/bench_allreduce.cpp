@@ -45,9 +45,10 @@ int main(int argc, char** argv) {
     opt.bf16_wire = bf16;
     opt.segment_bytes = static_cast<size_t>(segment_kb) << 10;
     const int n = ring.world;
+    RingAllreducer ar(ring.rank, n, *ring.next, *ring.prev);  // as the trainer does: made once, reused
     auto barrier = [&] {
       float x = 0;
-      ring_allreduce_sum(&x, 1, ring.rank, n, *ring.next, *ring.prev);
+      ar.sum(&x, 1);
     };
     if (ring.rank == 0) std::cout << "size_bytes time_us algbw_GBps busbw_GBps\n";
     std::stringstream ss(sizes);
@@ -55,10 +56,10 @@ int main(int argc, char** argv) {
     while (std::getline(ss, tok, ',')) {
       const size_t bytes = std::stoull(tok), count = bytes / 4;
       std::vector<float> buf(count, 1.0f);
-      for (int i = 0; i < warmup; ++i) ring_allreduce_sum(buf.data(), count, ring.rank, n, *ring.next, *ring.prev, opt);
+      for (int i = 0; i < warmup; ++i) ar.sum(buf.data(), count, opt);
       barrier();
       auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) ring_allreduce_sum(buf.data(), count, ring.rank, n, *ring.next, *ring.prev, opt);
+      for (int i = 0; i < iters; ++i) ar.sum(buf.data(), count, opt);
       barrier();
       const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
       const double alg = bytes / us / 1e3;

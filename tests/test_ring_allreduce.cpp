@@ -297,3 +297,29 @@ TEST(TcpRing, StreamCountMismatchIsRefusedByName) {
         << e.what();
   }
 }
+
+// One RingAllreducer per rank, reused for a run of collectives of different sizes and segment
+// sizes (as the trainer reduces its buckets): every result is the exact sum.
+TEST(RingAllreducer, ReusedAcrossCallsOfEverySize) {
+  const int world = 3;
+  const std::vector<size_t> sizes = {5, 4099, 0, 1, 100003, 7, 65536};
+  std::vector<std::vector<std::vector<float>>> out(world);
+  run_memory_ring(world, [&](int r, Connection& next, Connection& prev) {
+    RingAllreducer ar(r, world, next, prev);
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      auto v = rank_data(r + static_cast<int>(k), sizes[k]);
+      RingAllreduceOptions opt;
+      opt.segment_bytes = k % 2 ? 4096 : 1 << 16;
+      ar.sum(v.data(), v.size(), opt);
+      out[r].push_back(v);
+    }
+  });
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    std::vector<float> expect(sizes[k], 0.0f);
+    for (int r = 0; r < world; ++r) {
+      auto d = rank_data(r + static_cast<int>(k), sizes[k]);
+      for (size_t i = 0; i < d.size(); ++i) expect[i] += d[i];
+    }
+    for (int r = 0; r < world; ++r) EXPECT_EQ(out[r][k], expect) << "call " << k << " rank " << r;
+  }
+}

@@ -48,7 +48,9 @@ uint64_t digest(const at::Tensor& t) {
 
 class RingReplicas : public Replicas {
  public:
-  RingReplicas(Ring ring, const DistConfig& c) : ring_(std::move(ring)), cfg_(c) {
+  RingReplicas(Ring ring, const DistConfig& c)
+      : ring_(std::move(ring)), cfg_(c),
+        allreducer_(std::make_unique<RingAllreducer>(ring_.rank, ring_.world, *ring_.next, *ring_.prev)) {
     resume_step_ = ring_.resume_step;
     opt_.bf16_wire = c.bf16_wire;
     opt_.segment_bytes = static_cast<size_t>(c.segment_kb) << 10;
@@ -128,7 +130,7 @@ class RingReplicas : public Replicas {
   }
   double average(double x) override {
     float v = static_cast<float>(x);
-    ring_allreduce_sum(&v, 1, ring_.rank, ring_.world, *ring_.next, *ring_.prev);
+    allreducer_->sum(&v, 1);
     return v / ring_.world;
   }
   void broadcast_from_rank0(at::Tensor& params) override {
@@ -141,7 +143,7 @@ class RingReplicas : public Replicas {
     std::vector<float> slots(2 * static_cast<size_t>(ring_.world), 0.0f);
     slots[2 * ring_.rank] = static_cast<float>(d & 0xffffff);
     slots[2 * ring_.rank + 1] = static_cast<float>((d >> 24) & 0xffffff);
-    ring_allreduce_sum(slots.data(), slots.size(), ring_.rank, ring_.world, *ring_.next, *ring_.prev);
+    allreducer_->sum(slots.data(), slots.size());
     std::string bad;
     for (int r = 1; r < ring_.world; ++r)
       if (slots[2 * r] != slots[0] || slots[2 * r + 1] != slots[1]) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
@@ -154,10 +156,10 @@ class RingReplicas : public Replicas {
     SYN_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous(), "ring all-reduce needs a contiguous float32 buffer",
               "this is a bug");
     if (t.is_cpu()) {
-      ring_allreduce_sum(t.data_ptr<float>(), static_cast<size_t>(t.numel()), ring_.rank, ring_.world, *ring_.next, *ring_.prev, o);
+      allreducer_->sum(t.data_ptr<float>(), static_cast<size_t>(t.numel()), o);
     } else {  // GPU tensors go through host memory between nodes
       at::Tensor host = t.to(at::kCPU);
-      ring_allreduce_sum(host.data_ptr<float>(), static_cast<size_t>(host.numel()), ring_.rank, ring_.world, *ring_.next, *ring_.prev, o);
+      allreducer_->sum(host.data_ptr<float>(), static_cast<size_t>(host.numel()), o);
       t.copy_(host);
     }
   }
@@ -181,8 +183,7 @@ class RingReplicas : public Replicas {
       l.unlock();
       std::exception_ptr err;
       try {
-        ring_allreduce_sum(grads_.data_ptr<float>() + b.lo, static_cast<size_t>(b.hi - b.lo), ring_.rank, ring_.world,
-                           *ring_.next, *ring_.prev, opt_);
+        allreducer_->sum(grads_.data_ptr<float>() + b.lo, static_cast<size_t>(b.hi - b.lo), opt_);
       } catch (...) {
         err = std::current_exception();
       }
@@ -195,6 +196,7 @@ class RingReplicas : public Replicas {
 
   Ring ring_;
   DistConfig cfg_;
+  std::unique_ptr<RingAllreducer> allreducer_;  // one sender thread and buffer set for every collective
   RingAllreduceOptions opt_;
   at::Tensor grads_;
   std::vector<Bucket> buckets_;
