@@ -75,8 +75,9 @@ void expect_ring_equals_single(int nodes, int b, int accum, const std::vector<st
   auto w0 = final_weights(d.str("node0"), steps), ws = final_weights(d.str("single"), steps);
   for (int r = 1; r < nodes; ++r) EXPECT_TRUE(torch::equal(final_weights(d.str("node" + std::to_string(r)), steps), w0)) << r;
   EXPECT_TRUE(torch::allclose(w0, ws, 1e-4, 1e-5)) << "max diff " << (w0 - ws).abs().max().item<double>();
-  if (!node0_log_has.empty())
+  if (!node0_log_has.empty()) {
     EXPECT_NE(test::slurp(d.str("node0.log")).find(node0_log_has), std::string::npos) << test::slurp(d.str("node0.log"));
+  }
 }
 }  // namespace
 

@@ -305,9 +305,10 @@ TEST_P(PsPushModes, OneAspWorkerEqualsSingleProcess) {
   ASSERT_EQ(single.wait(120), 0) << test::slurp(d.str("single.log"));
   auto a = weights(d.str("ps")), b = weights(d.str("single"));
   EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-7)) << (a - b).abs().max().item<double>();
-  if (GetParam())  // every shard of every step left from a hook: 6 steps x 3 shards
+  if (GetParam()) {  // every shard of every step left from a hook: 6 steps x 3 shards
     EXPECT_NE(test::slurp(d.str("ps.log")).find("[ps] 18 of 18 shard pushes left during backward"), std::string::npos)
         << test::slurp(d.str("ps.log"));
+  }
 }
 
 TEST_P(PsPushModes, BspOverServersEqualsRing) {

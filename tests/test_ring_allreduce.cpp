@@ -146,7 +146,9 @@ INSTANTIATE_TEST_SUITE_P(OneAndThree, TcpRingStreams, ::testing::Values(1, 3));
 TEST_P(TcpRingStreams, AllreduceOverLoopbackSockets) {
   const int world = 3;
   auto rings = tcp_ring(world, {}, 20, std::vector<int>(world, GetParam()));
-  if (GetParam() > 1) EXPECT_NE(rings[0].next->peer().find("(3 streams)"), std::string::npos) << rings[0].next->peer();
+  if (GetParam() > 1) {
+    EXPECT_NE(rings[0].next->peer().find("(3 streams)"), std::string::npos) << rings[0].next->peer();
+  }
   const size_t n = 300007;
   std::vector<std::vector<float>> v(world);
   std::vector<std::future<void>> fs;
