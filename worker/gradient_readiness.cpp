@@ -53,10 +53,7 @@ GradientReadiness::GradientReadiness(const std::vector<at::Tensor>& params,
   s.fired.assign(static_cast<size_t>(R), false);
 }
 
-GradientReadiness::~GradientReadiness() {
-  std::lock_guard<std::mutex> l(state_->mu);
-  state_->armed = false;
-}
+GradientReadiness::~GradientReadiness() { disarm(); }
 
 void GradientReadiness::arm() {
   std::lock_guard<std::mutex> l(state_->mu);
@@ -65,13 +62,9 @@ void GradientReadiness::arm() {
   state_->fired.assign(state_->fired.size(), false);
 }
 
-std::vector<int> GradientReadiness::pending() {
+void GradientReadiness::disarm() {
   std::lock_guard<std::mutex> l(state_->mu);
-  std::vector<int> out;
-  for (size_t r = 0; r < state_->fired.size(); ++r)
-    if (!state_->fired[r]) out.push_back(static_cast<int>(r));
   state_->armed = false;
-  return out;
 }
 
 }  // namespace syncopate

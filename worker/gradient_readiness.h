@@ -5,7 +5,7 @@
 // last parameter overlapping region r is, `ready(r)` runs (on the autograd thread, during
 // backward). Only backwards after arm() count, each region fires at most once per arm(), so with
 // gradient accumulation only the last micro-batch triggers it. Regions whose parameters receive
-// no gradient never fire: callers handle the rest after backward (pending()).
+// no gradient never fire: callers handle the rest after backward, then disarm().
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -25,8 +25,8 @@ class GradientReadiness {
                     std::vector<int64_t> bounds, std::function<void(int)> ready);
   ~GradientReadiness();
   void arm();
-  // Regions that have not fired since arm(); disarms.
-  std::vector<int> pending();
+  // Backward is over: later backwards (the next step's first micro-batches) fire nothing.
+  void disarm();
 
  private:
   struct State;

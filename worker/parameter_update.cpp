@@ -54,7 +54,7 @@ class PsUpdate : public ParameterUpdate {
   }
   double apply(at::Tensor& params, at::Tensor& grads, double lr, int64_t step) override {
     if (ready_) {  // shards finished during backward are on their way; gather pushes the others
-      ready_->pending();
+      ready_->disarm();
       std::lock_guard<std::mutex> l(mu_);
       ++rounds_;
       return client_->gather(grads, params, step, lr);

@@ -116,7 +116,7 @@ class RingReplicas : public Replicas {
 
   void average_gradients(at::Tensor& grads) override {
     if (armed_) {
-      ready_->pending();  // disarm: backward is over; later backwards must not launch anything
+      ready_->disarm();  // backward is over; later backwards must not launch anything
       std::unique_lock<std::mutex> l(mu_);
       ++rounds_;
       launch_ready(/*all=*/true);  // parameters without a gradient this step: reduce them now, in order

@@ -110,7 +110,7 @@ struct Trainer::Impl {
                                                                        "local step {} ignored", available.back())
                                                          : "");
     }
-    if (data_position < 0) data_position = step * cfg.train.batch_size * cfg.train.grad_accum * replicas->world();
+    if (data_position < 0) data_position = step * samples_per_step();
 
     replicas->broadcast_from_rank0(flat->params);  // every replica starts from node 0's weights
     std::vector<std::pair<int64_t, int64_t>> ranges;  // where each parameter lives in the flat buffers
@@ -128,6 +128,9 @@ struct Trainer::Impl {
     write_file_atomic((fs::path(out) / "config.toml").string(), config_toml);
     metrics = std::make_unique<MetricsLog>((fs::path(out) / "metrics.jsonl").string(), resume ? step : -1);
   }
+
+  // Samples one optimizer step takes from the data order: every replica's micro-batches (see WindowSampler).
+  int64_t samples_per_step() const { return cfg.train.batch_size * cfg.train.grad_accum * replicas->world(); }
 
   std::pair<torch::Tensor, torch::Tensor> batch(const WindowSampler& sampler, int64_t first, int64_t b) {
     const int64_t T = cfg.model.block_size;
@@ -204,7 +207,7 @@ struct Trainer::Impl {
       const double staleness = update->apply(flat->params, flat->grads, lr, step);
       ++step;
       tokens += tokens_per_step;
-      data_position += tc.batch_size * tc.grad_accum * replicas->world();
+      data_position += samples_per_step();
       if (cfg.dist.check_every > 0 && step % cfg.dist.check_every == 0) replicas->check_identical(flat->params, step);
 
       const double now = now_seconds();
