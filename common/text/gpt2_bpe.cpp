@@ -35,9 +35,14 @@ std::string read_all(const std::string& path, const char* what, const char* flag
 }
 
 // Most words repeat: each thread remembers the ids of the pieces it has encoded.
+// Lookups by string_view, so that a hit (most pieces) allocates nothing.
+struct PieceHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
 struct PieceCache {
   uint64_t owner = 0;  // instance id of the tokenizer the entries belong to (an address could be reused)
-  std::unordered_map<std::string, std::vector<int32_t>> map;
+  std::unordered_map<std::string, std::vector<int32_t>, PieceHash, std::equal_to<>> map;
 };
 
 }  // namespace
@@ -127,7 +132,7 @@ Gpt2Bpe::Gpt2Bpe(const std::string& vocab_file, const std::string& merge_file) {
 void Gpt2Bpe::bpe(std::string_view piece, std::vector<int32_t>& out) const {
   thread_local PieceCache cache;
   if (cache.owner != instance_) cache.owner = instance_, cache.map.clear();
-  if (auto it = cache.map.find(std::string(piece)); it != cache.map.end()) {
+  if (auto it = cache.map.find(piece); it != cache.map.end()) {
     out.insert(out.end(), it->second.begin(), it->second.end());
     return;
   }
