@@ -42,11 +42,9 @@ struct PsClient::Impl {
   }
   int worker, workers;
   double timeout_s;
-  // The round in progress: which shards were pushed, with which headers (for resends), and the
-  // parameter versions the gradient was computed on (empty: the versions of the last replies).
+  // The round in progress: which shards were pushed, with which headers (for resends).
   std::vector<bool> pushed;
   std::vector<MsgHeader> round;
-  std::vector<int64_t> computed_on;
 
   MsgHeader header(MsgType t, int k) const {
     MsgHeader h;
@@ -211,14 +209,14 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
 
 std::vector<int64_t> PsClient::versions() const { return impl_->version; }
 
-void PsClient::push_shard(int k, const at::Tensor& grads, int64_t clock, double lr) {
+void PsClient::push_shard(int k, const at::Tensor& grads, int64_t clock, double lr, int64_t computed_on) {
   auto& I = *impl_;
   if (I.pushed.empty()) I.pushed.assign(I.socks.size(), false), I.round.resize(I.socks.size());
   MsgHeader& h = I.round[static_cast<size_t>(k)];
   h = I.header(MsgType::kPushPull, k);
   h.clock = clock;
   h.lr = lr;
-  if (!I.computed_on.empty()) h.param_version = I.computed_on[static_cast<size_t>(k)];
+  if (computed_on >= 0) h.param_version = computed_on;
   I.send(k, h, grads.data_ptr<float>() + h.offset, static_cast<size_t>(h.length) * sizeof(float));
   I.pushed[static_cast<size_t>(k)] = true;
 }
@@ -237,14 +235,13 @@ double PsClient::gather(const at::Tensor& grads, at::Tensor& params, int64_t clo
     stale += static_cast<double>(I.recv(k, params.data_ptr<float>() + I.begin[k], clock, resend).staleness);
   }
   I.pushed.assign(static_cast<size_t>(K), false);
-  I.computed_on.clear();
   return stale / K;
 }
 
 double PsClient::push_pull(const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr,
                            const std::vector<int64_t>* computed_on) {
-  if (computed_on) impl_->computed_on = *computed_on;
-  for (int k = 0; k < static_cast<int>(impl_->socks.size()); ++k) push_shard(k, grads, clock, lr);
+  for (int k = 0; k < static_cast<int>(impl_->socks.size()); ++k)
+    push_shard(k, grads, clock, lr, computed_on ? (*computed_on)[static_cast<size_t>(k)] : -1);
   return gather(grads, params, clock, lr);
 }
 

@@ -39,7 +39,8 @@ class PsClient {
   // is final (during backward): push_shard sends shard k's range of grads without waiting (grads
   // must stay untouched until gather returns); gather pushes the shards not pushed yet, then
   // waits for every reply and writes params. Thread-compatible: one caller at a time.
-  void push_shard(int k, const at::Tensor& grads, int64_t clock, double lr);
+  // computed_on: the shard's parameter version the gradient was computed on (-1: the last reply's).
+  void push_shard(int k, const at::Tensor& grads, int64_t clock, double lr, int64_t computed_on = -1);
   double gather(const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr);
   // Shard boundaries in the flat vector: shard k holds [b[k], b[k+1]) (after init()).
   std::vector<int64_t> shard_bounds() const;
