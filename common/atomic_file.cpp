@@ -1,5 +1,7 @@
 #include "common/atomic_file.h"
 
+#include <atomic>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,7 +17,9 @@
 namespace syncopate {
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
-  tmp_ = path_ + ".tmp." + std::to_string(::getpid());
+  // pid + a per-process counter: writers in different processes or threads never share a temp file.
+  static std::atomic<uint64_t> counter{0};
+  tmp_ = fmt::format("{}.tmp.{}.{}", path_, ::getpid(), counter.fetch_add(1));
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   SYN_CHECK(fd_ >= 0, fmt::format("cannot create '{}': {}", tmp_, std::strerror(errno)),
             "check that the directory exists and is writable");

@@ -116,6 +116,8 @@ Ring connect_ring(const RendezvousOptions& o) {
       } else if (hello.value("streams", 1) != o.streams) {
         error = fmt::format("node {} opens {} TCP streams per ring link, node 0 opens {}", r, hello.value("streams", 1),
                             o.streams);
+      } else if (hello.value("lanes", 1) != o.lanes) {
+        error = fmt::format("node {} runs {} local replicas, node 0 runs {}", r, hello.value("lanes", 1), o.lanes);
       } else if (hello.value("fingerprint", "") != o.fingerprint) {
         error = fmt::format("node {} runs another model/config (fingerprint {} != {})", r, hello.value("fingerprint", ""), o.fingerprint);
       }
@@ -144,14 +146,15 @@ Ring connect_ring(const RendezvousOptions& o) {
       } catch (...) {}
     }
     SYN_CHECK(error.empty(), "rendezvous failed: " + error,
-              "start every node with the same config (dist.streams included) and distinct NODE_RANKs");
+              "start every node with the same config (dist.streams included), the same number of local replicas "
+              "(dist.local_replicas, or the same GPU count) and distinct NODE_RANKs");
   } else {
     TcpConnection s(tcp_connect(io, o.master_addr, o.master_port, o.timeout_s, "node 0 (rendezvous)"),
                     fmt::format("node 0 at {}:{}", o.master_addr, o.master_port), o.timeout_s);
     const std::string my_host = s.socket().local_endpoint().address().to_string();
     data = std::make_unique<TcpListener>(io, my_host, 0);
     write_line(s, {{"token", digest}, {"node_rank", o.node_rank}, {"host", my_host}, {"port", data->port()},
-                   {"fingerprint", o.fingerprint}, {"checkpoints", o.checkpoints}, {"streams", o.streams}});
+                   {"fingerprint", o.fingerprint}, {"checkpoints", o.checkpoints}, {"streams", o.streams}, {"lanes", o.lanes}});
     json reply = read_line(s);
     SYN_CHECK(!reply.contains("error"), "rendezvous failed: " + reply.value("error", std::string()),
               "start every node with the same config, token and distinct NODE_RANKs");
@@ -163,10 +166,10 @@ Ring connect_ring(const RendezvousOptions& o) {
   // Ring links: connect to the next node while accepting the previous one.
   const int next = (o.node_rank + 1) % o.nnodes, prev = (o.node_rank + o.nnodes - 1) % o.nnodes;
   auto name = [&](int r) { return fmt::format("node {} at {}:{}", r, nodes[r].first, nodes[r].second); };
-  const int k = std::max(1, o.streams);
+  const int k = std::max(1, o.streams), total = k * std::max(1, o.lanes);
   auto out = std::async(std::launch::async, [&] {
     std::vector<std::unique_ptr<Connection>> links;
-    for (int i = 0; i < k; ++i) {
+    for (int i = 0; i < total; ++i) {
       auto c = std::make_unique<TcpConnection>(
           tcp_connect(io, nodes[next].first, nodes[next].second, o.timeout_s, name(next)), name(next), o.timeout_s);
       exchange_hello(*c, digest, o.node_rank, next);
@@ -176,7 +179,7 @@ Ring connect_ring(const RendezvousOptions& o) {
   });
   std::vector<std::unique_ptr<Connection>> in;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.timeout_s);
-  while (static_cast<int>(in.size()) < k) {  // a stranger on the data port is refused; keep waiting for the neighbour
+  while (static_cast<int>(in.size()) < total) {  // a stranger on the data port is refused; keep waiting for the neighbour
     const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
     auto c = std::make_unique<TcpConnection>(data->accept(std::max(left, 0.0), name(prev)), name(prev), o.timeout_s);
     try {
@@ -187,12 +190,20 @@ Ring connect_ring(const RendezvousOptions& o) {
                 "check SYNCOPATE_TOKEN on every node");
     }
   }
-  auto join = [](std::vector<std::unique_ptr<Connection>> links) -> std::unique_ptr<Connection> {
-    if (links.size() == 1) return std::move(links[0]);
-    return std::make_unique<StripedConnection>(std::move(links));
+  // Lane l is connections [l*k, l*k+k): one connection, or k striped together.
+  auto join = [k](std::vector<std::unique_ptr<Connection>>& links, int lane) -> std::unique_ptr<Connection> {
+    if (k == 1) return std::move(links[static_cast<size_t>(lane)]);
+    std::vector<std::unique_ptr<Connection>> mine;
+    for (int i = 0; i < k; ++i) mine.push_back(std::move(links[static_cast<size_t>(lane * k + i)]));
+    return std::make_unique<StripedConnection>(std::move(mine));
   };
-  ring.next = join(out.get());
-  ring.prev = join(std::move(in));
+  std::vector<std::unique_ptr<Connection>> outs = out.get();
+  ring.next = join(outs, 0);
+  ring.prev = join(in, 0);
+  for (int lane = 1; lane < total / k; ++lane) {
+    ring.more_next.push_back(join(outs, lane));
+    ring.more_prev.push_back(join(in, lane));
+  }
   return ring;
 }
 

@@ -11,7 +11,9 @@
 // Then node r connects to node r+1's data listener and accepts node r-1; both connections start
 // with the token handshake. With streams = k > 1 each link is k TCP connections, opened one after
 // another (each handshake completes before the next connect, so both ends agree on their order)
-// and used as one StripedConnection.
+// and used as one StripedConnection. With lanes = L > 1 each link is L independent rings' worth of
+// connections (lane l = connections l*k .. l*k+k-1): local replica l of every node rings its own
+// slice over lane l (hierarchical all-reduce).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -32,6 +34,7 @@ struct RendezvousOptions {
   std::string fingerprint;                // digest of model + config; must agree on every node
   std::vector<int64_t> checkpoints;       // steps this node can resume from (empty: a fresh start)
   int streams = 1;                        // TCP streams per ring link (>1: StripedConnection); same on all nodes
+  int lanes = 1;                          // independent rings over the same nodes (one per local replica); same on all nodes
   double timeout_s = 60;                  // for the rendezvous and every later blocking send/recv
   std::function<void(uint16_t)> on_listening;  // called by node 0 with its rendezvous port
 };
@@ -42,6 +45,11 @@ struct Ring {
   std::unique_ptr<Connection> next;  // to (rank+1) % world; null when world == 1
   std::unique_ptr<Connection> prev;  // from (rank-1) % world
   int64_t resume_step = -1;          // newest checkpoint step on every node; -1: none (fresh start)
+  std::vector<std::unique_ptr<Connection>> more_next, more_prev;  // lanes 1..L-1 (lane 0 is next/prev)
+
+  int lanes() const { return world == 1 ? 0 : 1 + static_cast<int>(more_next.size()); }
+  Connection& next_of(int lane) { return lane == 0 ? *next : *more_next.at(static_cast<size_t>(lane - 1)); }
+  Connection& prev_of(int lane) { return lane == 0 ? *prev : *more_prev.at(static_cast<size_t>(lane - 1)); }
 
   Ring() = default;
   Ring(Ring&&) = default;
@@ -49,10 +57,14 @@ struct Ring {
   Ring& operator=(Ring&& o) noexcept {
     next.reset();
     prev.reset();
+    more_next.clear();
+    more_prev.clear();
     rank = o.rank, world = o.world, resume_step = o.resume_step;
     transport = std::move(o.transport);
     next = std::move(o.next);
     prev = std::move(o.prev);
+    more_next = std::move(o.more_next);
+    more_prev = std::move(o.more_prev);
     return *this;
   }
 };

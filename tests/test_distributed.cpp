@@ -56,9 +56,10 @@ at::Tensor final_weights(const std::string& out, int steps) {
   return torch::cat(all);
 }
 
-// Runs `nodes` ring workers (batch b each) and one single process (batch nodes*b); compares.
+// Runs `nodes` ring workers of `local` replicas (batch b each) and one single process (batch
+// nodes*local*b); compares.
 void expect_ring_equals_single(int nodes, int b, int accum, const std::vector<std::string>& ring_args,
-                               const std::string& node0_log_has = "") {
+                               const std::string& node0_log_has = "", int local = 1) {
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);
   const int steps = 5;
@@ -66,10 +67,11 @@ void expect_ring_equals_single(int nodes, int b, int accum, const std::vector<st
   auto ps = start_ring(d, nodes, port, [&](int r) {
     auto a = worker_args(d, corpus, d.str("node" + std::to_string(r)), b, steps, accum);
     a.insert(a.end(), ring_args.begin(), ring_args.end());
+    a.push_back("--dist.local_replicas=" + std::to_string(local));
     return a;
   });
   for (int r = 0; r < nodes; ++r) ASSERT_EQ(ps[r]->wait(120), 0) << test::slurp(d.str("node" + std::to_string(r) + ".log"));
-  test::Process single(worker_args(d, corpus, d.str("single"), nodes * b, steps, accum), {}, d.str("single.log"));
+  test::Process single(worker_args(d, corpus, d.str("single"), nodes * local * b, steps, accum), {}, d.str("single.log"));
   ASSERT_EQ(single.wait(120), 0) << test::slurp(d.str("single.log"));
 
   auto w0 = final_weights(d.str("node0"), steps), ws = final_weights(d.str("single"), steps);
@@ -95,6 +97,75 @@ TEST(RingTraining, ThreeNodesBucketedOverlapWithAccumulationEqualOneProcess) {
 // Whole-buffer reduction striped over two TCP streams per neighbour.
 TEST(RingTraining, TwoStreamsPerNeighbourEqualOneProcess) {
   expect_ring_equals_single(2, 2, 1, {"--dist.overlap=false", "--dist.streams=2"});
+}
+
+// Two nodes of two CPU replicas each (threads, the stand-in for a node's GPUs): buckets go through
+// the hierarchical all-reduce (reduce-scatter in the node, one ring lane per local replica,
+// all-gather), with accumulation, and the four replicas match one process with batch 4b.
+TEST(RingTraining, TwoNodesOfTwoLocalReplicasEqualOneProcess) {
+  expect_ring_equals_single(2, 2, 2, {"--dist.bucket_kb=16", "--dist.first_bucket_kb=4"},
+                            "2 local replica(s) (cpu)", /*local=*/2);
+}
+TEST(RingTraining, ThreeNodesOfTwoLocalReplicasWholeBufferEqualOneProcess) {
+  expect_ring_equals_single(3, 1, 1, {"--dist.overlap=false"}, "", /*local=*/2);
+}
+
+// One node, no ring: its three local replicas average through the local group alone.
+TEST(LocalReplicas, ThreeReplicasOfOneNodeEqualOneProcess) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  auto a = worker_args(d, corpus, d.str("node"), 2, 5, 2);
+  a.push_back("--dist.local_replicas=3");
+  test::Process node(a, {}, d.str("node.log"));
+  ASSERT_EQ(node.wait(120), 0) << test::slurp(d.str("node.log"));
+  test::Process single(worker_args(d, corpus, d.str("single"), 6, 5, 2), {}, d.str("single.log"));
+  ASSERT_EQ(single.wait(120), 0) << test::slurp(d.str("single.log"));
+  auto w = final_weights(d.str("node"), 5), ws = final_weights(d.str("single"), 5);
+  EXPECT_TRUE(torch::allclose(w, ws, 1e-4, 1e-5)) << "max diff " << (w - ws).abs().max().item<double>();
+  // Local replica 0 alone writes the node's outputs: one metrics line per step.
+  std::istringstream lines(test::slurp(d.str("node/metrics.jsonl")));
+  int n = 0;
+  for (std::string l; std::getline(lines, l);) n += l.find("\"loss\"") != std::string::npos;
+  EXPECT_EQ(n, 5);
+}
+
+TEST(RingTraining, DifferentLocalReplicaCountsAreRefused) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  auto ps = start_ring(d, 2, test::free_port(), [&](int r) {
+    auto a = worker_args(d, corpus, d.str("node" + std::to_string(r)), 2, 5, 1);
+    a.push_back(r == 0 ? "--dist.local_replicas=2" : "--dist.local_replicas=1");
+    return a;
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ps[r]->wait(60), 1);
+    const std::string log = test::slurp(d.str("node" + std::to_string(r) + ".log"));
+    EXPECT_NE(log.find("node 1 runs 1 local replicas, node 0 runs 2"), std::string::npos) << log;
+  }
+}
+
+// A dead node stops every local replica of the others (their ring lanes fail, the node's other
+// replicas abort their collectives) with the dead node's name.
+TEST(RingTraining, DeadNodeStopsNodesOfSeveralLocalReplicas) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  const int port = test::free_port();
+  auto ps = start_ring(d, 2, port, [&](int r) {
+    auto a = worker_args(d, corpus, d.str("node" + std::to_string(r)), 2, 100000, 1);
+    a.insert(a.end(), {"--dist.timeout_s=3", "--dist.local_replicas=2"});
+    return a;
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (test::slurp(d.str("node0/metrics.jsonl")).size() < 300 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ps[1]->kill_hard();
+  const auto t0 = std::chrono::steady_clock::now();
+  const int code = ps[0]->wait(30);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string log = test::slurp(d.str("node0.log"));
+  EXPECT_EQ(code, 1) << log;
+  EXPECT_LT(took, 10.0);
+  EXPECT_NE(log.find("node 1"), std::string::npos) << log;
 }
 
 TEST(RingTraining, DeadNodeStopsTheOthersWithItsName) {

@@ -16,6 +16,8 @@ struct DistConfig {
   int64_t master_port = 0;       // rendezvous TCP port on node 0; 0 = $MASTER_PORT, else 29500
   int64_t nnodes = 0;            // nodes in the job; 0 = $NNODES, else $SLURM_NTASKS, else 1
   int64_t node_rank = -1;        // this node; -1 = $NODE_RANK, else $SLURM_PROCID, else 0
+  int64_t local_replicas = 0;    // replicas on this node, one thread each: 0 = one per visible GPU (CUDA_VISIBLE_DEVICES),
+                                 // or 1 on CPU; N = the first N GPUs, or N CPU replicas (a multi-GPU node in miniature)
   double timeout_s = 60;         // rendezvous deadline and the longest a peer may stay silent, seconds
   int64_t check_every = 100;     // steps between checks that all replicas hold identical weights; 0 = off
   bool bf16_wire = false;        // ring sends bfloat16 (half the bytes; ~0.4% relative error per hop)
@@ -37,6 +39,8 @@ struct DistConfig {
     v("master_port", master_port, "rendezvous port on node 0 (0 = $MASTER_PORT or 29500)", int64_t{0}, int64_t{65535});
     v("nnodes", nnodes, "nodes in the job (0 = $NNODES / $SLURM_NTASKS / 1)", int64_t{0}, int64_t{4096});
     v("node_rank", node_rank, "this node's rank (-1 = $NODE_RANK / $SLURM_PROCID / 0)", int64_t{-1}, int64_t{4095});
+    v("local_replicas", local_replicas, "replicas on this node, one thread each (0 = every visible GPU, or 1 on CPU)",
+      int64_t{0}, int64_t{64});
     v("timeout_s", timeout_s, "rendezvous deadline and peer silence limit, seconds", 0.1, 86400.0);
     v("check_every", check_every, "steps between replica-identity checks (0 = off)", int64_t{0}, int64_t{1} << 40);
     v("bf16_wire", bf16_wire, "send bfloat16 on the ring");

@@ -11,6 +11,7 @@
 #include "common/flat_adamw.h"
 #include "worker/gradient_readiness.h"
 #include "worker/ps_client.h"
+#include "worker/replicas.h"
 
 namespace syncopate {
 namespace {
@@ -98,7 +99,37 @@ class PsUpdate : public ParameterUpdate {
   std::future<double> inflight_;
 };
 
+// One update for the node: replica 0 applies it, the others receive its parameters.
+class NodeSharedUpdate : public ParameterUpdate {
+ public:
+  NodeSharedUpdate(std::unique_ptr<ParameterUpdate> inner, Replicas& replicas) : inner_(std::move(inner)), replicas_(replicas) {}
+  double apply(at::Tensor& params, at::Tensor& grads, double lr, int64_t step) override {
+    const double staleness = inner_ ? inner_->apply(params, grads, lr, step) : 0.0;
+    replicas_.broadcast_from_rank0(params);
+    return staleness;
+  }
+  void synchronize(at::Tensor& params) override {
+    if (inner_) inner_->synchronize(params);
+  }
+  void attach(const std::vector<at::Tensor>& params, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+              const at::Tensor& flat_grads) override {
+    if (inner_) inner_->attach(params, ranges, flat_grads);
+  }
+  void arm(double lr, int64_t step) override {
+    if (inner_) inner_->arm(lr, step);
+  }
+
+ private:
+  std::unique_ptr<ParameterUpdate> inner_;
+  Replicas& replicas_;
+};
+
 }  // namespace
+
+std::unique_ptr<ParameterUpdate> make_node_shared_update(std::unique_ptr<ParameterUpdate> inner, Replicas& replicas) {
+  if (replicas.local_size() == 1) return inner;
+  return std::make_unique<NodeSharedUpdate>(std::move(inner), replicas);
+}
 
 std::unique_ptr<ParameterUpdate> make_local_update(FlatAdamW& opt) { return std::make_unique<LocalUpdate>(opt); }
 std::unique_ptr<ParameterUpdate> make_ps_update(std::unique_ptr<PsClient> c, bool overlap, bool push_in_backward) {

@@ -13,6 +13,7 @@
 namespace syncopate {
 class FlatAdamW;
 class PsClient;
+class Replicas;
 
 class ParameterUpdate {
  public:
@@ -38,6 +39,11 @@ std::unique_ptr<ParameterUpdate> make_local_update(FlatAdamW& opt);
 // push_in_backward=true (with overlap=false): each shard's range of the gradient is pushed the
 // moment backward has finished it (the tail of the flat buffer first), so pushes overlap the rest
 // of backward; the gradient must then be final before clipping (optim.grad_clip=0).
+// The node's local replicas share one update: local replica 0 runs `inner` (the others pass null)
+// and every replica then takes replica 0's parameters (Replicas::broadcast_from_rank0, inside the
+// node). With one local replica this is `inner` itself.
+std::unique_ptr<ParameterUpdate> make_node_shared_update(std::unique_ptr<ParameterUpdate> inner, Replicas& replicas);
+
 std::unique_ptr<ParameterUpdate> make_ps_update(std::unique_ptr<PsClient> client, bool overlap, bool push_in_backward);
 
 }  // namespace syncopate

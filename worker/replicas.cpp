@@ -15,27 +15,11 @@
 #include "common/rendezvous.h"
 #include "common/ring_allreduce.h"
 #include "worker/gradient_readiness.h"
+#include "worker/local_group.h"
+#include "worker/node_allreduce.h"
 
 namespace syncopate {
 namespace {
-
-// One replica, or one of several that never talk to each other directly (`ps` mode: they meet
-// only through the parameter servers, so there is nothing to average or check here).
-class IndependentReplica : public Replicas {
- public:
-  IndependentReplica(int rank, int world) : rank_(rank), world_(world) {}
-  void set_resume_step(int64_t s) { resume_step_ = s; }
-  int rank() const override { return rank_; }
-  int world() const override { return world_; }
-  bool synchronous() const override { return world_ == 1; }
-  void average_gradients(at::Tensor&) override {}
-  double average(double x) override { return x; }
-  void broadcast_from_rank0(at::Tensor&) override {}
-  void check_identical(const at::Tensor&, int64_t) override {}
-
- private:
-  int rank_, world_;
-};
 
 // 64-bit digest of a float buffer's bytes.
 uint64_t digest(const at::Tensor& t) {
@@ -46,12 +30,83 @@ uint64_t digest(const at::Tensor& t) {
   return h;
 }
 
+at::TensorOptions on_device(int device) {
+  return at::TensorOptions().dtype(at::kFloat).device(device < 0 ? at::Device(at::kCPU) : at::Device(at::kCUDA, device));
+}
+
+// All-gathers 24-bit pieces of every replica's digest (exact in float32) with one sum over
+// `world` replicas, and names the replicas whose weights differ from replica 0's.
+template <class Sum>
+void check_digests(const at::Tensor& params, int64_t step, int rank, int world, int local_size, int device, Sum&& sum) {
+  const uint64_t d = digest(params);
+  at::Tensor slots = at::zeros({2 * static_cast<int64_t>(world)}, on_device(device));
+  slots[2 * rank] = static_cast<float>(d & 0xffffff);
+  slots[2 * rank + 1] = static_cast<float>((d >> 24) & 0xffffff);
+  sum(slots);
+  at::Tensor s = slots.to(at::kCPU);
+  const float* v = s.data_ptr<float>();
+  std::string bad;
+  for (int r = 1; r < world; ++r)
+    if (v[2 * r] != v[0] || v[2 * r + 1] != v[1])
+      bad += fmt::format("{}{} (node {}, local {})", bad.empty() ? "" : ", ", r, r / local_size, r % local_size);
+  SYN_CHECK(bad.empty(), fmt::format("step {}: the weights of replica(s) {} differ from replica 0's", step, bad),
+            "replicas diverged (non-deterministic kernels or a bug); resume every node from the same checkpoint");
+}
+
+// Replicas that never talk to other nodes directly: one replica alone, or the nodes of `ps` mode
+// (they meet only through the parameter servers). The node's local replicas, if several, still
+// average their gradients and share their weights through the local group.
+class IndependentReplicas : public Replicas {
+ public:
+  IndependentReplicas(int node, int nnodes, int local, std::shared_ptr<LocalGroup> group, int device, int64_t resume)
+      : node_(node), nnodes_(nnodes), local_(local), group_(std::move(group)), device_(device) {
+    resume_step_ = resume;
+  }
+  int rank() const override { return node_ * local_size() + local_; }
+  int world() const override { return nnodes_ * local_size(); }
+  int local_rank() const override { return local_; }
+  int local_size() const override { return group_ ? group_->size() : 1; }
+  int replicas_per_step() const override { return local_size(); }
+  void abort(const std::string& why) override {
+    if (group_) group_->abort(why);
+  }
+  void average_gradients(at::Tensor& grads) override {
+    if (!group_) return;
+    group_->all_reduce_sum(local_, grads);
+    grads.div_(local_size());
+  }
+  double average(double x) override {
+    if (!group_) return x;
+    at::Tensor t = at::full({1}, x, on_device(device_));
+    group_->all_reduce_sum(local_, t);
+    return t.item<double>() / local_size();
+  }
+  void broadcast_from_rank0(at::Tensor& params) override {
+    if (group_) group_->broadcast(local_, params, 0);
+  }
+  void check_identical(const at::Tensor& params, int64_t step) override {
+    if (!group_) return;
+    check_digests(params, step, local_, local_size(), local_size(), device_,
+                  [&](at::Tensor& t) { group_->all_reduce_sum(local_, t); });
+  }
+
+ private:
+  int node_, nnodes_, local_;
+  std::shared_ptr<LocalGroup> group_;
+  int device_;
+};
+
+// Every replica of the job takes every step together: gradients are summed over the local group
+// and the ring (NodeAllreduce), bucket by bucket while backward runs (CPU buffers) or as one
+// buffer after it.
 class RingReplicas : public Replicas {
  public:
-  RingReplicas(Ring ring, const DistConfig& c)
-      : ring_(std::move(ring)), cfg_(c),
-        allreducer_(std::make_unique<RingAllreducer>(ring_.rank, ring_.world, *ring_.next, *ring_.prev)) {
-    resume_step_ = ring_.resume_step;
+  RingReplicas(std::shared_ptr<Ring> ring, std::shared_ptr<LocalGroup> group, int local, int device, const DistConfig& c)
+      : ring_(std::move(ring)), group_(std::move(group)), local_(local), local_size_(group_ ? group_->size() : 1),
+        device_(device), cfg_(c),
+        allreducer_(std::make_unique<RingAllreducer>(ring_->rank, ring_->world, ring_->next_of(local), ring_->prev_of(local))),
+        node_(group_.get(), local, allreducer_.get()) {
+    resume_step_ = ring_->resume_step;
     opt_.bf16_wire = c.bf16_wire;
     opt_.segment_bytes = static_cast<size_t>(c.segment_kb) << 10;
   }
@@ -62,7 +117,7 @@ class RingReplicas : public Replicas {
     }
     cv_.notify_all();
     if (comm_.joinable()) comm_.join();
-    if (rounds_ > 0 && ring_.rank == 0)
+    if (rounds_ > 0 && rank() == 0)
       std::cout << fmt::format("[dist] {} of {} bucket reductions started during backward\n", early_,
                                rounds_ * static_cast<int64_t>(buckets_.size()));
   }
@@ -97,7 +152,7 @@ class RingReplicas : public Replicas {
       early_ += next_launch_ - before;
     });
     comm_ = std::thread([this] { comm_loop(); });
-    if (ring_.rank == 0)
+    if (rank() == 0)
       std::cout << fmt::format("[dist] {} gradient buckets, all-reduced during backward\n", buckets_.size());
   }
 
@@ -110,9 +165,14 @@ class RingReplicas : public Replicas {
     done_ = 0;
     ready_->arm();
   }
-  int rank() const override { return ring_.rank; }
-  int world() const override { return ring_.world; }
-  bool synchronous() const override { return true; }
+  int rank() const override { return ring_->rank * local_size_ + local_; }
+  int world() const override { return ring_->world * local_size_; }
+  int local_rank() const override { return local_; }
+  int local_size() const override { return local_size_; }
+  int replicas_per_step() const override { return world(); }
+  void abort(const std::string& why) override {
+    if (group_) group_->abort(why);
+  }
 
   void average_gradients(at::Tensor& grads) override {
     if (armed_) {
@@ -124,45 +184,25 @@ class RingReplicas : public Replicas {
       armed_ = false;
       if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
     } else {
-      sum(grads, opt_);
+      node_.sum(grads, opt_);
     }
-    grads.div_(ring_.world);
+    grads.div_(world());
   }
   double average(double x) override {
-    float v = static_cast<float>(x);
-    allreducer_->sum(&v, 1);
-    return v / ring_.world;
+    at::Tensor t = at::full({1}, x, on_device(device_));
+    node_.sum(t, exact());
+    return t.item<double>() / world();
   }
   void broadcast_from_rank0(at::Tensor& params) override {
-    if (ring_.rank != 0) params.zero_();
-    sum(params, RingAllreduceOptions{opt_.segment_bytes, /*bf16_wire=*/false});  // x + 0 + ... + 0 == x exactly
+    if (rank() != 0) params.zero_();
+    node_.sum(params, exact());  // x + 0 + ... + 0 == x exactly
   }
   void check_identical(const at::Tensor& params, int64_t step) override {
-    // All-gather 24-bit pieces of every rank's digest (exact in float32) with one all-reduce.
-    const uint64_t d = digest(params);
-    std::vector<float> slots(2 * static_cast<size_t>(ring_.world), 0.0f);
-    slots[2 * ring_.rank] = static_cast<float>(d & 0xffffff);
-    slots[2 * ring_.rank + 1] = static_cast<float>((d >> 24) & 0xffffff);
-    allreducer_->sum(slots.data(), slots.size());
-    std::string bad;
-    for (int r = 1; r < ring_.world; ++r)
-      if (slots[2 * r] != slots[0] || slots[2 * r + 1] != slots[1]) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
-    SYN_CHECK(bad.empty(), fmt::format("step {}: the weights of node(s) {} differ from node 0's", step, bad),
-              "replicas diverged (non-deterministic kernels or a bug); resume every node from the same checkpoint");
+    check_digests(params, step, rank(), world(), local_size_, device_, [&](at::Tensor& t) { node_.sum(t, exact()); });
   }
 
  private:
-  void sum(at::Tensor& t, const RingAllreduceOptions& o) {
-    SYN_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous(), "ring all-reduce needs a contiguous float32 buffer",
-              "this is a bug");
-    if (t.is_cpu()) {
-      allreducer_->sum(t.data_ptr<float>(), static_cast<size_t>(t.numel()), o);
-    } else {  // GPU tensors go through host memory between nodes
-      at::Tensor host = t.to(at::kCPU);
-      allreducer_->sum(host.data_ptr<float>(), static_cast<size_t>(host.numel()), o);
-      t.copy_(host);
-    }
-  }
+  RingAllreduceOptions exact() const { return RingAllreduceOptions{opt_.segment_bytes, /*bf16_wire=*/false}; }
   struct Bucket {
     int64_t lo, hi;      // [lo, hi) of the flat gradient buffer
     bool final = false;  // every gradient in it is final in this backward
@@ -183,7 +223,7 @@ class RingReplicas : public Replicas {
       l.unlock();
       std::exception_ptr err;
       try {
-        allreducer_->sum(grads_.data_ptr<float>() + b.lo, static_cast<size_t>(b.hi - b.lo), opt_);
+        node_.sum(grads_.slice(0, b.lo, b.hi), opt_);
       } catch (...) {
         err = std::current_exception();
       }
@@ -194,9 +234,12 @@ class RingReplicas : public Replicas {
     }
   }
 
-  Ring ring_;
+  std::shared_ptr<Ring> ring_;  // shared by the node's local replicas; replica l rings over lane l
+  std::shared_ptr<LocalGroup> group_;  // null: one local replica
+  int local_, local_size_, device_;
   DistConfig cfg_;
   std::unique_ptr<RingAllreducer> allreducer_;  // one sender thread and buffer set for every collective
+  NodeAllreduce node_;
   RingAllreduceOptions opt_;
   at::Tensor grads_;
   std::vector<Bucket> buckets_;
@@ -213,17 +256,27 @@ class RingReplicas : public Replicas {
 
 }  // namespace
 
-std::unique_ptr<Replicas> make_replicas(const DistConfig& c, const std::string& token, const std::string& fingerprint,
-                                        const std::vector<int64_t>& checkpoints) {
-  if (c.mode == "none" || c.nnodes <= 1 || c.mode == "ps") {  // no peers to agree with: the newest local one
-    auto r = c.mode == "ps" ? std::make_unique<IndependentReplica>(static_cast<int>(c.node_rank), static_cast<int>(c.nnodes))
-                            : std::make_unique<IndependentReplica>(0, 1);
-    r->set_resume_step(checkpoints.empty() ? -1 : *std::max_element(checkpoints.begin(), checkpoints.end()));
-    return r;
+std::vector<std::unique_ptr<Replicas>> make_replicas(const DistConfig& c, const std::string& token,
+                                                     const std::string& fingerprint,
+                                                     const std::vector<int64_t>& checkpoints,
+                                                     std::shared_ptr<LocalGroup> group, const std::vector<int>& devices) {
+  const int L = group ? group->size() : 1;
+  auto device = [&](int l) { return devices.empty() ? -1 : devices[static_cast<size_t>(l)]; };
+  std::vector<std::unique_ptr<Replicas>> out;
+  if (c.mode == "ring" && c.nnodes > 1) {
+    RendezvousOptions o = rendezvous_options(c, token, fingerprint);
+    o.checkpoints = checkpoints;
+    o.lanes = L;
+    auto ring = std::make_shared<Ring>(connect_ring(o));
+    for (int l = 0; l < L; ++l) out.push_back(std::make_unique<RingReplicas>(ring, group, l, device(l), c));
+  } else {  // no peers to agree with: the newest local checkpoint
+    const int64_t resume = checkpoints.empty() ? -1 : *std::max_element(checkpoints.begin(), checkpoints.end());
+    const bool ps = c.mode == "ps";
+    for (int l = 0; l < L; ++l)
+      out.push_back(std::make_unique<IndependentReplicas>(ps ? static_cast<int>(c.node_rank) : 0,
+                                                          ps ? static_cast<int>(c.nnodes) : 1, l, group, device(l), resume));
   }
-  RendezvousOptions o = rendezvous_options(c, token, fingerprint);
-  o.checkpoints = checkpoints;
-  return std::make_unique<RingReplicas>(connect_ring(o), c);
+  return out;
 }
 
 }  // namespace syncopate

@@ -1,6 +1,10 @@
 // What the training loop sees of the other data-parallel replicas: average the gradient, start
 // from rank 0's weights, verify that the replicas still agree. A single process gets an object
 // whose methods do nothing, so the loop has no branches for it.
+//
+// A node runs L local replicas (one thread per GPU, or L CPU replicas), numbered globally
+// rank = node_rank * L + local_rank of world = nnodes * L. Inside a node they meet through a
+// LocalGroup (NCCL or threads); between nodes through the ring (see NodeAllreduce).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -13,15 +17,21 @@
 #include "worker/dist_config.h"
 
 namespace syncopate {
+class LocalGroup;
 
 class Replicas {
  public:
   virtual ~Replicas() = default;
   virtual int rank() const = 0;
   virtual int world() const = 0;
-  // True when every replica takes every step together (ring): a step then consumes world x the
-  // local batch. False in ps mode, where each worker's step is its own.
-  virtual bool synchronous() const = 0;
+  virtual int local_rank() const { return 0; }
+  virtual int local_size() const { return 1; }
+  // Replicas whose batches make up one optimizer step of this replica: world when every replica
+  // takes every step together (ring), the node's local replicas in ps mode (each node's step is
+  // its own), 1 alone.
+  virtual int replicas_per_step() const = 0;
+  // One local replica failed with `why`: the others stop waiting for it and throw.
+  virtual void abort(const std::string& why) {}
   // Registers the parameters (registration order) and their [offset, length) in the flat
   // gradient buffer, so that reduction can start per bucket while backward still runs.
   virtual void attach(const std::vector<at::Tensor>& params, const std::vector<std::pair<int64_t, int64_t>>& ranges,
@@ -45,10 +55,16 @@ class Replicas {
   int64_t resume_step_ = -1;
 };
 
-// mode "none" -> one replica; "ring" -> rendezvous with the other nodes (blocks until they
-// arrive) and a TCP ring. `fingerprint` identifies the model and training config; nodes whose
-// fingerprints differ are refused. `checkpoints` are the steps this node could resume from.
-std::unique_ptr<Replicas> make_replicas(const DistConfig& c, const std::string& token, const std::string& fingerprint,
-                                        const std::vector<int64_t>& checkpoints);
+// The node's local replicas, element l for local replica l: one per member of `group` (one when
+// it is null), on CUDA device devices[l] (CPU when `devices` is empty). mode "none" -> this node alone; "ring" ->
+// rendezvous with the other nodes (blocks until they arrive) and a TCP ring with one lane per
+// local replica; "ps" -> nodes that meet only at the parameter servers. `fingerprint`
+// identifies the model and training config; nodes whose fingerprints differ are refused.
+// `checkpoints` are the steps this node could resume from.
+// `group` joins the local replicas (null when there is one; see make_local_group).
+std::vector<std::unique_ptr<Replicas>> make_replicas(const DistConfig& c, const std::string& token,
+                                                     const std::string& fingerprint,
+                                                     const std::vector<int64_t>& checkpoints,
+                                                     std::shared_ptr<LocalGroup> group, const std::vector<int>& devices);
 
 }  // namespace syncopate

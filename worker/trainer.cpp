@@ -1,6 +1,7 @@
 #include "worker/trainer.h"
 
 #include <chrono>
+#include <mutex>
 #include <filesystem>
 #include <thread>
 #include <fstream>
@@ -23,6 +24,7 @@
 #include "worker/parameter_update.h"
 #include "worker/ps_client.h"
 #include "worker/replicas.h"
+#include "worker/local_group.h"
 #include "worker/data_config.h"
 #include "worker/window_sampler.h"
 
@@ -51,54 +53,54 @@ struct Trainer::Impl {
   double time_offset = 0;  // training seconds before a resume
   std::string config_toml;
 
-  Impl(const RunConfig& c, const std::string& out_dir, bool resume, const std::string& toml, bool verb)
+  Impl(const RunConfig& c, const std::string& out_dir, bool resume, const std::string& toml, JobMembership& job,
+       int local, bool verb)
       : cfg(c), out(out_dir), verbose(verb), config_toml(toml) {
     cfg.validate();
-    if (cfg.train.threads > 0) torch::set_num_threads(static_cast<int>(cfg.train.threads));
-    const bool cuda = torch::cuda::is_available();
-    SYN_CHECK(cfg.train.device != "cuda" || cuda, "train.device=cuda but no CUDA device is visible",
-              "use train.device=auto or cpu, or check CUDA_VISIBLE_DEVICES and the driver");
-    if (cfg.train.device == "cuda" || (cfg.train.device == "auto" && cuda)) device = torch::Device(torch::kCUDA, 0);
+    const int dev = job.devices.empty() ? -1 : job.devices.at(static_cast<size_t>(local));
+    if (dev >= 0) device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dev));
     SYN_CHECK(cfg.train.precision != "bf16" || device.is_cuda(), "train.precision=bf16 needs a CUDA device",
               "use precision auto or fp32 on CPU");
     bf16 = device.is_cuda() && cfg.train.precision != "fp32";
+    replicas = std::move(job.replicas.at(static_cast<size_t>(local)));
+    writer = replicas->local_rank() == 0;
+    verbose = verbose && replicas->rank() == 0;  // rank 0 prints, local replica 0 of every node writes outputs
 
-    tokenizer = make_tokenizer(cfg.data.tokenizer_config());
-    SYN_CHECK(tokenizer->vocab_size() <= cfg.model.vocab_size,
-              fmt::format("the {} tokenizer has {} ids but model.vocab_size is {}", tokenizer->name(),
-                          tokenizer->vocab_size(), cfg.model.vocab_size),
-              fmt::format("set --model.vocab_size={} (or larger)", tokenizer->vocab_size()));
-    data = std::make_unique<TrainingData>(open_training_data(cfg.data, *tokenizer, cfg.model.block_size, verbose));
+    {
+      // The node's local replicas open the data one after another: the first tokenizes raw text
+      // into the cache, the others map what it wrote.
+      static std::mutex data_mu;
+      std::lock_guard<std::mutex> l(data_mu);
+      tokenizer = make_tokenizer(cfg.data.tokenizer_config());
+      SYN_CHECK(tokenizer->vocab_size() <= cfg.model.vocab_size,
+                fmt::format("the {} tokenizer has {} ids but model.vocab_size is {}", tokenizer->name(),
+                            tokenizer->vocab_size(), cfg.model.vocab_size),
+                fmt::format("set --model.vocab_size={} (or larger)", tokenizer->vocab_size()));
+      data = std::make_unique<TrainingData>(open_training_data(cfg.data, *tokenizer, cfg.model.block_size, verbose));
+    }
     train_sampler = std::make_unique<WindowSampler>(data->train, cfg.model.block_size, cfg.train.seed, cfg.model.vocab_size);
     val_sampler = std::make_unique<WindowSampler>(data->val, cfg.model.block_size, cfg.train.seed + 1, cfg.model.vocab_size);
 
-    torch::manual_seed(static_cast<uint64_t>(cfg.train.seed));
-    model = GPT(cfg.model);
+    {
+      // Local replicas build their models on threads of one process: one at a time, so that each
+      // draws its initial weights from the seed alone (the global generator is shared).
+      static std::mutex init_mu;
+      std::lock_guard<std::mutex> l(init_mu);
+      torch::manual_seed(static_cast<uint64_t>(cfg.train.seed));
+      model = GPT(cfg.model);
+    }
     model->to(device);
     model->train();
     flat = std::make_unique<FlatParameters>(*model);
     opt = std::make_unique<FlatAdamW>(cfg.optim, flat->numel(), flat->decay_ranges(), flat->params.options());
 
-    fs::create_directories(out);
     const std::string ckroot = (fs::path(out) / "checkpoints").string();
-    // Checkpoint steps this node could resume from; with none, the rendezvous tells every node.
-    const std::vector<int64_t> available = resume ? list_checkpoints(ckroot) : std::vector<int64_t>{};
-    resolve_from_environment(cfg.dist);
-    std::string token = job_token_from_environment();
-    if (token.empty() && cfg.dist.mode != "none") {
-      token = "syncopate-insecure-default";
-      std::cerr << "[dist] warning: SYNCOPATE_TOKEN is not set; any local process can join this job\n";
-    }
-    if (verbose && cfg.dist.mode != "none")
-      std::cout << fmt::format("[dist] node {}/{}: rendezvous at {}:{} ...\n", cfg.dist.node_rank, cfg.dist.nnodes,
-                               cfg.dist.master_addr, cfg.dist.master_port);
-    // Nodes must agree on model and config, and resume from the newest checkpoint all of them hold.
-    replicas = make_replicas(cfg.dist, token, cfg.fingerprint(), available);
-    verbose = verbose && replicas->rank() == 0;  // rank 0 prints, every node logs metrics
     SYN_CHECK(!resume || replicas->resume_step() >= 0, fmt::format("--resume given but '{}' holds no checkpoint", ckroot),
               "run without --resume to start fresh, or point --out at the run to resume");
     if (replicas->resume_step() >= 0) {
       const std::string dir = checkpoint_dir(ckroot, replicas->resume_step());
+      const std::vector<int64_t> held = list_checkpoints(ckroot);
+      const int64_t newest = held.empty() ? step : held.back();
       auto meta = load_checkpoint(dir, *model, *opt);
       step = meta.at("step").get<int64_t>();
       tokens = meta.at("tokens").get<int64_t>();
@@ -106,31 +108,41 @@ struct Trainer::Impl {
       data_position = meta.at("data").value("position", int64_t{-1});  // -1: older checkpoint, derived below
       if (verbose)
         std::cout << fmt::format("[train] resumed from {} (step {}{})\n", dir, step,
-                                 step < available.back() ? fmt::format("; the newest checkpoint every node holds, "
-                                                                       "local step {} ignored", available.back())
-                                                         : "");
+                                 step < newest ? fmt::format("; the newest checkpoint every node holds, "
+                                                             "local step {} ignored", newest)
+                                               : "");
     }
     if (data_position < 0) data_position = step * samples_per_step();
 
-    replicas->broadcast_from_rank0(flat->params);  // every replica starts from node 0's weights
+    replicas->broadcast_from_rank0(flat->params);  // every replica starts from replica 0's weights
     std::vector<std::pair<int64_t, int64_t>> ranges;  // where each parameter lives in the flat buffers
     for (const auto& seg : flat->segments) ranges.emplace_back(seg.offset, seg.numel);
     replicas->attach(model->parameters(), ranges, flat->grads);
     if (cfg.dist.mode == "ps") {  // the servers hold the optimizer; INIT gives every worker the same start
-      auto client = std::make_unique<PsClient>(PsClient::parse_endpoints(cfg.dist.servers), token, replicas->rank(),
-                                               replicas->world(), cfg.dist.timeout_s, cfg.dist.curve_server_key);
-      client->init(flat->params, flat->decay_ranges(), cfg.optim, step);
-      update = make_ps_update(std::move(client), cfg.dist.ps_overlap, cfg.dist.ps_push_in_backward);
+      // Local replica 0 talks to the servers for its node and shares the result with the others.
+      std::unique_ptr<ParameterUpdate> node_update;
+      if (writer) {
+        auto client = std::make_unique<PsClient>(PsClient::parse_endpoints(cfg.dist.servers), job.token,
+                                                 static_cast<int>(cfg.dist.node_rank), static_cast<int>(cfg.dist.nnodes),
+                                                 cfg.dist.timeout_s, cfg.dist.curve_server_key);
+        client->init(flat->params, flat->decay_ranges(), cfg.optim, step);
+        node_update = make_ps_update(std::move(client), cfg.dist.ps_overlap, cfg.dist.ps_push_in_backward);
+      }
+      update = make_node_shared_update(std::move(node_update), *replicas);
+      replicas->broadcast_from_rank0(flat->params);  // the servers' start, on every local replica
     } else {
       update = make_local_update(*opt);
     }
     update->attach(model->parameters(), ranges, flat->grads);
-    write_file_atomic((fs::path(out) / "config.toml").string(), config_toml);
-    metrics = std::make_unique<MetricsLog>((fs::path(out) / "metrics.jsonl").string(), resume ? step : -1);
+    if (writer) {
+      write_file_atomic((fs::path(out) / "config.toml").string(), config_toml);
+      metrics = std::make_unique<MetricsLog>((fs::path(out) / "metrics.jsonl").string(), resume ? step : -1);
+    }
   }
 
   // Samples one optimizer step takes from the data order: every replica's micro-batches (see WindowSampler).
   int64_t samples_per_step() const { return cfg.train.batch_size * cfg.train.grad_accum * replicas->world(); }
+  bool writer = true;  // local replica 0: writes metrics, samples and checkpoints for its node
 
   std::pair<torch::Tensor, torch::Tensor> batch(const WindowSampler& sampler, int64_t first, int64_t b) {
     const int64_t T = cfg.model.block_size;
@@ -170,12 +182,12 @@ struct Trainer::Impl {
   void run(int64_t stop_at) {
     const auto& tc = cfg.train;
     const int64_t last = stop_at >= 0 ? std::min(stop_at, tc.steps) : tc.steps;
-    // Tokens one step consumes: across all replicas when they step together, else this worker's.
-    const int64_t tokens_per_step =
-        tc.batch_size * tc.grad_accum * cfg.model.block_size * (replicas->synchronous() ? replicas->world() : 1);
+    // Tokens one step consumes: across all replicas when they step together, else this node's.
+    const int64_t tokens_per_step = tc.batch_size * tc.grad_accum * cfg.model.block_size * replicas->replicas_per_step();
     Progress progress(tc.steps, tc.log_every);
     const double t0 = now_seconds() - time_offset;
-    std::ofstream samples((fs::path(out) / "samples.txt").string(), std::ios::app);
+    std::ofstream samples;
+    if (writer) samples.open((fs::path(out) / "samples.txt").string(), std::ios::app);
     while (step < last) {
       const double t_step = now_seconds();
       const double lr = lr_at(cfg.schedule, cfg.optim.lr, step, tc.steps);
@@ -212,13 +224,15 @@ struct Trainer::Impl {
 
       const double now = now_seconds();
       const double tok_s = tokens_per_step / std::max(now - t_step, 1e-9);
-      metrics->write({{"step", step}, {"time_s", now - t0}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm}, {"staleness", staleness},
+      if (writer) metrics->write({{"step", step}, {"time_s", now - t0}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm}, {"staleness", staleness},
                       {"tokens", tokens}, {"tokens_per_s", tok_s},
                       {"step_s", now - t_step}, {"data_s", data_s}, {"epoch", train_sampler->epoch(data_position)}});
       if (verbose) progress.step(step, loss, lr, tok_s);
 
-      const bool eval_due = due(step, cfg.eval.every, tc.steps), ckpt_due = due(step, cfg.checkpoint.every, tc.steps);
-      const bool sample_due = cfg.eval.sample_tokens > 0 && due(step, cfg.eval.sample_every, tc.steps);
+      // Evaluation, samples and checkpoints: local replica 0 of each node (the others hold the same weights).
+      const bool eval_due = writer && due(step, cfg.eval.every, tc.steps);
+      const bool ckpt_due = writer && due(step, cfg.checkpoint.every, tc.steps);
+      const bool sample_due = writer && cfg.eval.sample_tokens > 0 && due(step, cfg.eval.sample_every, tc.steps);
       if (eval_due || ckpt_due || sample_due || step == last) update->synchronize(flat->params);
       if (eval_due) {
         const double vl = evaluate();
@@ -241,9 +255,60 @@ struct Trainer::Impl {
   }
 };
 
+JobMembership::JobMembership() = default;
+JobMembership::JobMembership(JobMembership&&) noexcept = default;
+JobMembership::~JobMembership() = default;
+
+JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, int local) {
+  cfg.validate();
+  JobMembership job;
+  if (cfg.train.threads > 0) torch::set_num_threads(static_cast<int>(cfg.train.threads));
+  const bool cuda = torch::cuda::is_available();
+  SYN_CHECK(cfg.train.device != "cuda" || cuda, "train.device=cuda but no CUDA device is visible",
+            "use train.device=auto or cpu, or check CUDA_VISIBLE_DEVICES and the driver");
+  if (local <= 0) local = static_cast<int>(cfg.dist.local_replicas);
+  if (cfg.train.device == "cuda" || (cfg.train.device == "auto" && cuda)) {
+    const int visible = static_cast<int>(torch::cuda::device_count());
+    if (local <= 0) local = visible;
+    SYN_CHECK(local <= visible, fmt::format("dist.local_replicas={} but only {} GPU(s) are visible", local, visible),
+              "lower dist.local_replicas, or 0 for one replica per visible GPU");
+    for (int d = 0; d < local; ++d) job.devices.push_back(d);
+  }
+  if (local <= 0) local = 1;
+  SYN_CHECK(local == 1 || cfg.dist.mode != "ps" || (!cfg.dist.ps_overlap && !cfg.dist.ps_push_in_backward),
+            fmt::format("{} local replicas in ps mode share one round trip per step; dist.ps_overlap and "
+                        "dist.ps_push_in_backward are for one replica per node", local),
+            "set --dist.ps_overlap=false --dist.ps_push_in_backward=false, or --dist.local_replicas=1");
+  if (local > 1) job.group = make_local_group(local, job.devices);
+
+  fs::create_directories(out_dir);
+  // Checkpoint steps this node could resume from; with none, the rendezvous tells every node.
+  const std::vector<int64_t> available =
+      resume ? list_checkpoints((fs::path(out_dir) / "checkpoints").string()) : std::vector<int64_t>{};
+  resolve_from_environment(cfg.dist);
+  job.token = job_token_from_environment();
+  if (job.token.empty() && cfg.dist.mode != "none") {
+    job.token = "syncopate-insecure-default";
+    std::cerr << "[dist] warning: SYNCOPATE_TOKEN is not set; any local process can join this job\n";
+  }
+  if (cfg.dist.mode != "none" && cfg.dist.node_rank == 0)
+    std::cout << fmt::format("[dist] node {}/{}: {} local replica(s) ({}); rendezvous at {}:{} ...\n", cfg.dist.node_rank,
+                             cfg.dist.nnodes, local, job.devices.empty() ? "cpu" : "cuda", cfg.dist.master_addr,
+                             cfg.dist.master_port);
+  // Nodes must agree on model and config, and resume from the newest checkpoint all of them hold.
+  job.replicas = make_replicas(cfg.dist, job.token, cfg.fingerprint(), available, job.group, job.devices);
+  return job;
+}
+
 Trainer::Trainer(const RunConfig& cfg, const std::string& out_dir, bool resume, const std::string& config_toml,
-                 bool verbose)
-    : impl_(std::make_unique<Impl>(cfg, out_dir, resume, config_toml, verbose)) {}
+                 bool verbose) {
+  RunConfig c = cfg;
+  JobMembership job = join_job(c, out_dir, resume, 1);
+  impl_ = std::make_unique<Impl>(c, out_dir, resume, config_toml, job, 0, verbose);
+}
+Trainer::Trainer(const RunConfig& cfg, const std::string& out_dir, bool resume, const std::string& config_toml,
+                 JobMembership& job, int local, bool verbose)
+    : impl_(std::make_unique<Impl>(cfg, out_dir, resume, config_toml, job, local, verbose)) {}
 Trainer::~Trainer() = default;
 void Trainer::run(int64_t stop_at) { impl_->run(stop_at); }
 double Trainer::evaluate() { return impl_->evaluate(); }

@@ -3,20 +3,42 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "worker/run_config.h"
 
 namespace syncopate {
 class GPTImpl;
 class FlatParameters;
+class Replicas;
+class LocalGroup;
+
+// This node's share of the job: the local replicas' views of it (see make_replicas), their
+// devices (-1: CPU) and the job token. join_job resolves cfg.dist from the environment, lists
+// the checkpoints this node could resume from, and meets the other nodes (ring mode).
+struct JobMembership {
+  std::vector<std::unique_ptr<Replicas>> replicas;
+  std::shared_ptr<LocalGroup> group;  // null with one local replica; abort() it when one replica fails
+  std::vector<int> devices;
+  std::string token;
+  JobMembership();
+  JobMembership(JobMembership&&) noexcept;
+  ~JobMembership();
+};
+// local = 0: dist.local_replicas decides (every visible GPU, or one CPU replica); local > 0: that many.
+JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, int local = 0);
 
 class Trainer {
  public:
-  // out_dir receives metrics.jsonl, samples.txt, config.toml and checkpoints/.
-  // resume=true continues from out_dir/checkpoints/latest (an error if there is none).
-  // config_toml is the full resolved config, saved with the run and into checkpoints.
+  // out_dir receives metrics.jsonl, samples.txt, config.toml and checkpoints/ (written by local
+  // replica 0 only). resume=true continues from out_dir/checkpoints/latest (an error if there is
+  // none). config_toml is the full resolved config, saved with the run and into checkpoints.
+  // This constructor joins the job with one local replica.
   Trainer(const RunConfig& cfg, const std::string& out_dir, bool resume, const std::string& config_toml,
           bool verbose = true);
+  // Local replica `local` of a node that has joined the job (cfg as resolved by join_job).
+  Trainer(const RunConfig& cfg, const std::string& out_dir, bool resume, const std::string& config_toml,
+          JobMembership& job, int local, bool verbose = true);
   ~Trainer();
 
   // Trains from the current step to cfg.train.steps, or only up to step stop_at when it is

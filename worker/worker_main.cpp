@@ -11,7 +11,7 @@
 #include "common/check.h"
 #include "common/config_schema.h"
 #include "worker/run_config.h"
-#include "worker/trainer.h"
+#include "worker/node_training.h"
 
 using namespace syncopate;
 
@@ -73,8 +73,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    Trainer trainer(cfg, out, resume, schema.to_toml());
-    trainer.run();
+    train_node(cfg, out, resume, schema.to_toml());
   } catch (const Error& e) {
     std::cerr << "syncopate-worker: error: " << e.what() << "\n";
     return 1;

@@ -1,0 +1,166 @@
+// Collectives among a node's local replicas (threads; NCCL when a GPU build runs on GPUs), and
+// the hierarchical all-reduce over nodes x local replicas: exact sums for awkward sizes, every
+// replica bit-identical, an aborted group releases its waiters.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "common/check.h"
+#include "common/ring_allreduce.h"
+#include "common/transport/memory_connection.h"
+#include "worker/local_group.h"
+#include "worker/node_allreduce.h"
+
+using namespace syncopate;
+
+namespace {
+// Small integers: every summation order gives the same, exact float sum.
+at::Tensor replica_data(int replica, int64_t n) {
+  return (torch::arange(n, torch::kFloat) * 7 + replica * 13).remainder(101) - 50;
+}
+at::Tensor exact_sum(int replicas, int64_t n) {
+  at::Tensor s = torch::zeros({n});
+  for (int r = 0; r < replicas; ++r) s += replica_data(r, n);
+  return s;
+}
+template <class Fn>
+void on_threads(int n, Fn fn) {
+  std::vector<std::future<void>> fs;
+  for (int r = 0; r < n; ++r) fs.push_back(std::async(std::launch::async, [&, r] { fn(r); }));
+  for (auto& f : fs) f.get();
+}
+}  // namespace
+
+class LocalGroupSizes : public ::testing::TestWithParam<std::tuple<int, int64_t>> {};
+INSTANTIATE_TEST_SUITE_P(RanksAndSizes, LocalGroupSizes,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 5), ::testing::Values(0, 1, 4, 7, 1001)));
+
+TEST_P(LocalGroupSizes, ThreadGroupCollectivesAreExact) {
+  const auto [L, n] = GetParam();
+  auto g = make_local_group(L, {});
+  EXPECT_EQ(g->size(), L);
+  const at::Tensor expect = exact_sum(L, n);
+  on_threads(L, [&](int r) {
+    at::Tensor t = replica_data(r, n);
+    g->all_reduce_sum(r, t);
+    EXPECT_TRUE(torch::equal(t, expect)) << "all-reduce, rank " << r;
+
+    t = replica_data(r, n);
+    g->reduce_scatter_sum(r, t);
+    const int64_t lo = slice_begin(n, L, r), hi = slice_begin(n, L, r + 1);
+    EXPECT_TRUE(torch::equal(t.slice(0, lo, hi), expect.slice(0, lo, hi))) << "reduce-scatter, rank " << r;
+
+    t = torch::full({n}, -1.0f);  // all-gather: slice i comes from rank i
+    t.slice(0, lo, hi).fill_(static_cast<float>(r));
+    g->all_gather(r, t);
+    for (int i = 0; i < L; ++i) {
+      at::Tensor s = t.slice(0, slice_begin(n, L, i), slice_begin(n, L, i + 1));
+      EXPECT_TRUE(torch::equal(s, torch::full_like(s, static_cast<float>(i)))) << "all-gather slice " << i;
+    }
+
+    t = replica_data(r, n);
+    g->broadcast(r, t, L - 1);
+    EXPECT_TRUE(torch::equal(t, replica_data(L - 1, n))) << "broadcast, rank " << r;
+  });
+}
+
+TEST(LocalGroup, SlicesCoverTheBufferInOrder) {
+  for (int parts = 1; parts <= 9; ++parts)
+    for (int64_t n : {0, 1, 8, 9, 10, 1000}) {
+      EXPECT_EQ(slice_begin(n, parts, 0), 0);
+      EXPECT_EQ(slice_begin(n, parts, parts), n);
+      for (int i = 0; i < parts; ++i) {
+        const int64_t len = slice_begin(n, parts, i + 1) - slice_begin(n, parts, i);
+        EXPECT_TRUE(len == n / parts || len == n / parts + 1) << n << " " << parts << " " << i;
+      }
+    }
+}
+
+// One replica fails: the others, waiting in a collective for it, get an error naming the cause.
+TEST(LocalGroup, AbortReleasesTheWaitingReplicas) {
+  auto g = make_local_group(3, {});
+  std::vector<std::future<std::string>> waiting;
+  for (int r = 1; r < 3; ++r)
+    waiting.push_back(std::async(std::launch::async, [&, r]() -> std::string {
+      at::Tensor t = torch::ones({10});
+      try {
+        g->all_reduce_sum(r, t);
+      } catch (const Error& e) {
+        return e.what();
+      }
+      return "returned";
+    }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  g->abort("local replica 0 failed: out of memory");
+  for (auto& w : waiting) EXPECT_NE(w.get().find("local replica 0 failed: out of memory"), std::string::npos);
+  at::Tensor t = torch::ones({10});  // and every later collective fails at once
+  EXPECT_THROW(g->broadcast(0, t, 0), Error);
+}
+
+// nodes x local replicas as threads: lane l of the ring joins local replica l of every node.
+class NodeAllreduceShapes : public ::testing::TestWithParam<std::tuple<int, int, int64_t>> {};
+INSTANTIATE_TEST_SUITE_P(NodesLocalSizes, NodeAllreduceShapes,
+                         ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(1, 2, 3),
+                                            ::testing::Values(0, 1, 5, 7, 100003)));
+
+TEST_P(NodeAllreduceShapes, EqualsTheExactSumOnEveryReplica) {
+  const auto [nodes, L, n] = GetParam();
+  std::vector<std::shared_ptr<LocalGroup>> groups;
+  for (int k = 0; k < nodes; ++k) groups.push_back(L > 1 ? std::shared_ptr<LocalGroup>(make_local_group(L, {})) : nullptr);
+  // channel[l][k]: node k -> node k+1 on lane l.
+  std::vector<std::vector<std::unique_ptr<Connection>>> send(L), recv(L);
+  for (int l = 0; l < L; ++l) {
+    send[l].resize(nodes);
+    recv[l].resize(nodes);
+    for (int k = 0; k < nodes; ++k) {
+      auto [s, r] = memory_channel(64 << 10, fmt::format("lane {} node {}->{}", l, k, (k + 1) % nodes));
+      send[l][k] = std::move(s);
+      recv[l][(k + 1) % nodes] = std::move(r);
+    }
+  }
+  const at::Tensor expect = exact_sum(nodes * L, n);
+  RingAllreduceOptions opt;
+  opt.segment_bytes = 4096;
+  on_threads(nodes * L, [&](int replica) {
+    const int k = replica / L, l = replica % L;
+    std::unique_ptr<RingAllreducer> lane;
+    if (nodes > 1) lane = std::make_unique<RingAllreducer>(k, nodes, *send[l][k], *recv[l][k]);
+    NodeAllreduce ar(groups[k].get(), l, lane.get());
+    at::Tensor t = replica_data(replica, n);
+    ar.sum(t, opt);
+    EXPECT_TRUE(torch::equal(t, expect)) << "node " << k << " local " << l;
+  });
+}
+
+#ifdef SYNCOPATE_NCCL
+// The NCCL group gives the thread group's results on the GPUs this machine has (one GPU is a
+// group of one; two or more exercise NCCL for real). Skipped, and reported as skipped, without a GPU.
+TEST(LocalGroup, NcclGroupMatchesTheThreadGroup) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible";
+  const int L = std::min<int>(4, static_cast<int>(torch::cuda::device_count()));
+  std::vector<int> devices;
+  for (int d = 0; d < L; ++d) devices.push_back(d);
+  auto g = make_local_group(L, devices);
+  EXPECT_EQ(g->backend(), "nccl");
+  for (int64_t n : {1, 7, 1000003}) {
+    const at::Tensor expect = exact_sum(L, n);
+    on_threads(L, [&](int r) {
+      c10::DeviceGuard on(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(r)));
+      at::Tensor t = replica_data(r, n).to(torch::Device(torch::kCUDA, r));
+      g->all_reduce_sum(r, t);
+      EXPECT_TRUE(torch::equal(t.cpu(), expect)) << "all-reduce n=" << n << " rank " << r;
+      t = replica_data(r, n).to(torch::Device(torch::kCUDA, r));
+      g->reduce_scatter_sum(r, t);
+      g->all_gather(r, t);
+      EXPECT_TRUE(torch::equal(t.cpu(), expect)) << "reduce-scatter + all-gather n=" << n << " rank " << r;
+      t = replica_data(r, n).to(torch::Device(torch::kCUDA, r));
+      g->broadcast(r, t, 0);
+      EXPECT_TRUE(torch::equal(t.cpu(), replica_data(0, n))) << "broadcast n=" << n << " rank " << r;
+    });
+  }
+}
+#endif

@@ -1,0 +1,117 @@
+// LocalGroup over NCCL: one communicator per local GPU, all made at once by ncclCommInitAll on
+// the node's main thread; afterwards each device's thread uses only its own communicator, so no
+// ncclGroupStart is needed across threads. Uneven slices use grouped ncclReduce / ncclBroadcast
+// (one per slice, rooted at the slice's owner), which NCCL's own documentation recommends for
+// reduce-scatter and all-gather of unequal parts.
+#include <mutex>
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include "common/check.h"
+#include "worker/local_group.h"
+
+#define SYN_NCCL(call)                                                                                             \
+  do {                                                                                                             \
+    ncclResult_t r_ = (call);                                                                                      \
+    SYN_CHECK(r_ == ncclSuccess, fmt::format("{} failed: {}", #call, ncclGetErrorString(r_)),                      \
+              "set NCCL_DEBUG=INFO for NCCL's own account; check that every GPU is visible and healthy");          \
+  } while (0)
+
+namespace syncopate {
+namespace {
+
+class NcclGroup : public LocalGroup {
+ public:
+  explicit NcclGroup(const std::vector<int>& devices) : devices_(devices), comms_(devices.size()) {
+    SYN_NCCL(ncclCommInitAll(comms_.data(), static_cast<int>(devices_.size()), devices_.data()));
+    for (int d : devices_) streams_.push_back(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, d));
+  }
+  ~NcclGroup() override {
+    for (ncclComm_t c : comms_)
+      if (c) ncclCommDestroy(c);
+  }
+  int size() const override { return static_cast<int>(devices_.size()); }
+  std::string backend() const override { return "nccl"; }
+
+  void all_reduce_sum(int rank, at::Tensor& t) override {
+    run(rank, t, [&](float* p, int64_t n, ncclComm_t c, cudaStream_t s) {
+      SYN_NCCL(ncclAllReduce(p, p, static_cast<size_t>(n), ncclFloat, ncclSum, c, s));
+    });
+  }
+  void reduce_scatter_sum(int rank, at::Tensor& t) override {
+    run(rank, t, [&](float* p, int64_t n, ncclComm_t c, cudaStream_t s) {
+      SYN_NCCL(ncclGroupStart());
+      for (int i = 0; i < size(); ++i) {
+        const int64_t lo = slice_begin(n, size(), i), hi = slice_begin(n, size(), i + 1);
+        if (hi > lo) SYN_NCCL(ncclReduce(p + lo, p + lo, static_cast<size_t>(hi - lo), ncclFloat, ncclSum, i, c, s));
+      }
+      SYN_NCCL(ncclGroupEnd());
+    });
+  }
+  void all_gather(int rank, at::Tensor& t) override {
+    run(rank, t, [&](float* p, int64_t n, ncclComm_t c, cudaStream_t s) {
+      SYN_NCCL(ncclGroupStart());
+      for (int i = 0; i < size(); ++i) {
+        const int64_t lo = slice_begin(n, size(), i), hi = slice_begin(n, size(), i + 1);
+        if (hi > lo) SYN_NCCL(ncclBroadcast(p + lo, p + lo, static_cast<size_t>(hi - lo), ncclFloat, i, c, s));
+      }
+      SYN_NCCL(ncclGroupEnd());
+    });
+  }
+  void broadcast(int rank, at::Tensor& t, int root) override {
+    run(rank, t, [&](float* p, int64_t n, ncclComm_t c, cudaStream_t s) {
+      SYN_NCCL(ncclBroadcast(p, p, static_cast<size_t>(n), ncclFloat, root, c, s));
+    });
+  }
+  void abort(const std::string& why) override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!aborted_.empty()) return;
+    aborted_ = why.empty() ? "a local replica failed" : why;
+    for (ncclComm_t& c : comms_) {  // wakes kernels waiting for a peer that will never come
+      ncclCommAbort(c);
+      c = nullptr;
+    }
+  }
+
+ private:
+  // Runs one NCCL call for `rank` on its communication stream: after the work already queued on
+  // the caller's current stream (event), and before anything the caller queues next (event).
+  template <class F>
+  void run(int rank, at::Tensor& t, F&& call) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      SYN_CHECK(aborted_.empty(), "local collective aborted: " + aborted_, "see the first error above");
+    }
+    SYN_CHECK(t.is_cuda() && t.get_device() == devices_[rank] && t.scalar_type() == at::kFloat && t.is_contiguous(),
+              fmt::format("an NCCL collective of local rank {} needs a contiguous float32 buffer on cuda:{}", rank,
+                          devices_[rank]),
+              "this is a bug");
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(devices_[rank]));
+    c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(), comm = streams_[rank];
+    at::cuda::CUDAEvent ready, done;
+    ready.record(compute);
+    ready.block(comm);
+    call(t.data_ptr<float>(), t.numel(), comms_[rank], comm.stream());
+    done.record(comm);
+    done.block(compute);
+  }
+
+  std::vector<int> devices_;
+  std::vector<ncclComm_t> comms_;
+  std::vector<c10::cuda::CUDAStream> streams_;
+  std::mutex mu_;
+  std::string aborted_;
+};
+
+}  // namespace
+
+std::unique_ptr<LocalGroup> make_nccl_group(const std::vector<int>& devices) {
+  return std::make_unique<NcclGroup>(devices);
+}
+
+}  // namespace syncopate

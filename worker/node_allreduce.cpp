@@ -1,0 +1,39 @@
+#include "worker/node_allreduce.h"
+
+#include <ATen/ATen.h>
+
+#include "common/check.h"
+#include "worker/local_group.h"
+
+namespace syncopate {
+namespace {
+// The inter-node ring on host memory: GPU slices travel through a host copy.
+void ring_sum(RingAllreducer& lane, at::Tensor t, const RingAllreduceOptions& opt) {
+  if (t.is_cpu()) {
+    lane.sum(t.data_ptr<float>(), static_cast<size_t>(t.numel()), opt);
+  } else {
+    at::Tensor host = t.to(at::kCPU);  // waits for the work queued on t's stream
+    lane.sum(host.data_ptr<float>(), static_cast<size_t>(host.numel()), opt);
+    t.copy_(host);
+  }
+}
+}  // namespace
+
+void NodeAllreduce::sum(at::Tensor t, const RingAllreduceOptions& opt) const {
+  SYN_CHECK(t.scalar_type() == at::kFloat && t.dim() == 1 && t.is_contiguous(),
+            "all-reduce needs a contiguous 1-D float32 buffer", "this is a bug");
+  if (!group_ || group_->size() == 1) {
+    if (lane_) ring_sum(*lane_, t, opt);
+    return;
+  }
+  if (!lane_) {
+    group_->all_reduce_sum(local_rank_, t);
+    return;
+  }
+  group_->reduce_scatter_sum(local_rank_, t);
+  const int64_t n = t.numel(), L = group_->size();
+  ring_sum(*lane_, t.slice(0, slice_begin(n, L, local_rank_), slice_begin(n, L, local_rank_ + 1)), opt);
+  group_->all_gather(local_rank_, t);
+}
+
+}  // namespace syncopate

@@ -1,0 +1,34 @@
+// The sum of a float32 buffer over every replica of the job, hierarchically:
+//   1. reduce-scatter inside the node (NCCL on GPUs, threads on CPU): local rank l ends with the
+//      node's sum of slice l;
+//   2. local rank l ring-all-reduces its slice with local rank l of every other node, over its
+//      own ring lane (its own TCP connections): L rings run in parallel, each carrying 1/L;
+//   3. all-gather inside the node.
+// Between nodes each node sends 2(n-1)/n * S bytes in all, as a flat ring would, but the work of
+// reducing is spread over L threads and L connections. One node: steps 1-3 become one local
+// all-reduce. One local replica: only the ring.
+#pragma once
+#include <cstddef>
+
+#include <ATen/core/Tensor.h>
+
+#include "common/ring_allreduce.h"
+
+namespace syncopate {
+class LocalGroup;
+
+class NodeAllreduce {
+ public:
+  // group: null when the node has one replica; lane: null when the job has one node.
+  NodeAllreduce(LocalGroup* group, int local_rank, RingAllreducer* lane) : group_(group), local_rank_(local_rank), lane_(lane) {}
+  // t <- sum of t over all replicas (in place); t is a contiguous 1-D float32 buffer (a view of a
+  // larger one is fine) on this replica's device. Identical on every replica.
+  void sum(at::Tensor t, const RingAllreduceOptions& opt) const;
+
+ private:
+  LocalGroup* group_;
+  int local_rank_;
+  RingAllreducer* lane_;
+};
+
+}  // namespace syncopate
