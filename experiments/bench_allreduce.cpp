@@ -2,9 +2,14 @@
 // Run one process per node with MASTER_ADDR/MASTER_PORT/NNODES/NODE_RANK/SYNCOPATE_TOKEN set
 // (scripts/bench_allreduce.sh does this). Node 0 prints one row per size:
 //   size_bytes time_us algbw_GBps busbw_GBps
-// algbw = size / time; busbw = algbw * 2(n-1)/n (the bytes each link really carries).
+// algbw = size / time; busbw = algbw * 2(n-1)/n (the bytes each link really carries), n counting
+// every replica. With --local L each process runs L CPU replicas as threads and all-reduces
+// hierarchically (NodeAllreduce: reduce-scatter in the process, one ring lane per replica,
+// all-gather), as a node of L GPUs does; scripts/bench_allreduce.sh --local L compares that
+// with a flat ring of nodes x L processes in the same run.
 #include <chrono>
 #include <cstdlib>
+#include <future>
 #include <iostream>
 #include <sstream>
 #include <vector>
@@ -17,6 +22,10 @@
 #include "common/rendezvous.h"
 #include "common/ring_allreduce.h"
 #include "worker/dist_config.h"
+#include "worker/local_group.h"
+#include "worker/node_allreduce.h"
+
+#include <ATen/ATen.h>
 
 using namespace syncopate;
 
@@ -33,6 +42,8 @@ int main(int argc, char** argv) {
   app.add_flag("--bf16-wire", bf16, "send bfloat16");
   int64_t streams = 1;
   app.add_option("--streams", streams, "TCP streams per neighbour");
+  int local = 1;
+  app.add_option("--local", local, "replicas per process (threads), reduced hierarchically");
   CLI11_PARSE(app, argc, argv);
   try {
     DistConfig dc;
@@ -40,32 +51,42 @@ int main(int argc, char** argv) {
     dc.timeout_s = 120;
     dc.streams = streams;
     resolve_from_environment(dc);
-    Ring ring = connect_ring(rendezvous_options(dc, job_token_from_environment(), "bench"));
+    RendezvousOptions ro = rendezvous_options(dc, job_token_from_environment(), "bench");
+    ro.lanes = local;
+    Ring ring = connect_ring(ro);
     RingAllreduceOptions opt;
     opt.bf16_wire = bf16;
     opt.segment_bytes = static_cast<size_t>(segment_kb) << 10;
-    const int n = ring.world;
-    RingAllreducer ar(ring.rank, n, *ring.next, *ring.prev);  // as the trainer does: made once, reused
-    auto barrier = [&] {
-      float x = 0;
-      ar.sum(&x, 1);
-    };
+    const int n = ring.world * local;
+    std::shared_ptr<LocalGroup> group(local > 1 ? make_local_group(local, {}) : nullptr);
     if (ring.rank == 0) std::cout << "size_bytes time_us algbw_GBps busbw_GBps\n";
+    std::vector<size_t> all;
     std::stringstream ss(sizes);
-    std::string tok;
-    while (std::getline(ss, tok, ',')) {
-      const size_t bytes = std::stoull(tok), count = bytes / 4;
-      std::vector<float> buf(count, 1.0f);
-      for (int i = 0; i < warmup; ++i) ar.sum(buf.data(), count, opt);
-      barrier();
-      auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) ar.sum(buf.data(), count, opt);
-      barrier();
-      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
-      const double alg = bytes / us / 1e3;
-      if (ring.rank == 0)
-        std::cout << fmt::format("{} {:.1f} {:.3f} {:.3f}", bytes, us, alg, alg * 2.0 * (n - 1) / n) << std::endl;
-    }
+    for (std::string tok; std::getline(ss, tok, ',');) all.push_back(std::stoull(tok));
+    // Replica l of this process: its ring lane made once and reused, as the trainer does.
+    auto replica = [&](int l) {
+      std::unique_ptr<RingAllreducer> lane;
+      if (ring.world > 1) lane = std::make_unique<RingAllreducer>(ring.rank, ring.world, ring.next_of(l), ring.prev_of(l));
+      NodeAllreduce ar(group.get(), l, lane.get());
+      at::Tensor one = at::zeros({1});
+      auto barrier = [&] { ar.sum(one, opt); };
+      for (size_t bytes : all) {
+        at::Tensor buf = at::ones({static_cast<int64_t>(bytes / 4)});
+        for (int i = 0; i < warmup; ++i) ar.sum(buf, opt);
+        barrier();
+        auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < iters; ++i) ar.sum(buf, opt);
+        barrier();
+        const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+        const double alg = bytes / us / 1e3;
+        if (ring.rank == 0 && l == 0)
+          std::cout << fmt::format("{} {:.1f} {:.3f} {:.3f}", bytes, us, alg, alg * 2.0 * (n - 1) / n) << std::endl;
+      }
+    };
+    std::vector<std::future<void>> threads;
+    for (int l = 1; l < local; ++l) threads.push_back(std::async(std::launch::async, replica, l));
+    replica(0);
+    for (auto& t : threads) t.get();
   } catch (const Error& e) {
     std::cerr << "syncopate-bench-allreduce: " << e.what() << "\n";
     return 1;

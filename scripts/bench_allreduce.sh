@@ -3,15 +3,19 @@
 # the same N and sizes in the same run for comparison. Prints nccl-tests-style tables:
 #   size_bytes time_us algbw_GBps busbw_GBps
 #
-#   scripts/bench_allreduce.sh --nodes N [--sizes a,b,...] [--iters K] [--netns --link-gbit G] [-- extra args]
-# --netns: every process in its own network namespace with a G Gbit/s link (needs root).
+#   scripts/bench_allreduce.sh --nodes N [--local L] [--sizes a,b,...] [--iters K] [--netns --link-gbit G] [-- extra args]
+# --netns: every node in its own network namespace with a G Gbit/s link (needs root).
+# --local L: L replicas per node (threads, hierarchical all-reduce: reduce-scatter in the node,
+#   one ring lane per replica, all-gather), then, in the same run, the flat ring of N x L
+#   processes (L per node) that one-process-per-replica trainers use, then Gloo on N x L.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
-NODES=2 SIZES=1048576,4194304,16777216,67108864 ITERS=10 NETNS=0 GBIT=1 GLOO=1
+NODES=2 SIZES=1048576,4194304,16777216,67108864 ITERS=10 NETNS=0 GBIT=1 GLOO=1 LOCAL=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) NODES=$2; shift 2;;
+    --local) LOCAL=$2; shift 2;;
     --sizes) SIZES=$2; shift 2;;
     --iters) ITERS=$2; shift 2;;
     --netns) NETNS=1; shift;;
@@ -39,18 +43,18 @@ if [ "$NETNS" = 1 ]; then
 else
   export MASTER_ADDR=127.0.0.1
 fi
-export NNODES=$NODES SYNCOPATE_TOKEN=bench-$$
+export SYNCOPATE_TOKEN=bench-$$
 
-run_all() {  # run_all LABEL CMD...: one process per node, prints node 0's output
-  local label=$1 i
-  shift
-  export MASTER_PORT=$(free_port)
+run_all() {  # run_all LABEL PER_NODE CMD...: PER_NODE processes per node, prints rank 0's output
+  local label=$1 per=$2 i
+  shift 2
+  export MASTER_PORT=$(free_port) NNODES=$((NODES * per))
   PIDS=()
   local out
   out=$(mktemp)
-  for i in $(seq 0 $((NODES - 1))); do
+  for i in $(seq 0 $((NNODES - 1))); do
     if [ "$NETNS" = 1 ]; then
-      NODE_RANK=$i GLOO_SOCKET_IFNAME="${P}v$i" netns_run "$P" "$i" "$@" > "$out.$i" 2>&1 &
+      NODE_RANK=$i GLOO_SOCKET_IFNAME="${P}v$((i / per))" netns_run "$P" "$((i / per))" "$@" > "$out.$i" 2>&1 &
     else
       NODE_RANK=$i "$@" > "$out.$i" 2>&1 &
     fi
@@ -59,11 +63,16 @@ run_all() {  # run_all LABEL CMD...: one process per node, prints node 0's outpu
   local rc=0
   for p in "${PIDS[@]}"; do wait "$p" || rc=$?; done
   PIDS=()
-  echo "## $label ($NODES nodes$([ "$NETNS" = 1 ] && echo ", ${GBIT} Gbit/s links" || echo ", loopback"))"
+  echo "## $label ($NODES nodes x $LOCAL replicas$([ "$NETNS" = 1 ] && echo ", ${GBIT} Gbit/s links" || echo ", loopback"))"
   if [ $rc -ne 0 ]; then cat "$out".*; return $rc; fi
   cat "$out.0"
   rm -f "$out" "$out".*
 }
-run_all "syncopate ring" "$BENCH" --sizes "$SIZES" --iters "$ITERS" "$@"
-[ "$GLOO" = 1 ] && run_all "torch.distributed gloo" "$PY" "$ROOT/scripts/gloo_allreduce.py" --sizes "$SIZES" --iters "$ITERS"
+if [ "$LOCAL" -gt 1 ]; then
+  run_all "syncopate hierarchical ($LOCAL threads per node, $LOCAL ring lanes)" 1 "$BENCH" --local "$LOCAL" --sizes "$SIZES" --iters "$ITERS" "$@"
+  run_all "syncopate flat ring ($LOCAL processes per node)" "$LOCAL" "$BENCH" --sizes "$SIZES" --iters "$ITERS" "$@"
+else
+  run_all "syncopate ring" 1 "$BENCH" --sizes "$SIZES" --iters "$ITERS" "$@"
+fi
+[ "$GLOO" = 1 ] && run_all "torch.distributed gloo ($LOCAL processes per node)" "$LOCAL" "$PY" "$ROOT/scripts/gloo_allreduce.py" --sizes "$SIZES" --iters "$ITERS"
 exit 0
