@@ -459,27 +459,34 @@ TEST(PsTraining, KilledAndRestartedServerResumesFromItsCheckpoint) {
   EXPECT_GT(stats["version"].get<int>(), 300) << stats.dump();
 }
 
+// Also with a node of two local replicas: replica 0 overlaps the round trip for the node, and the
+// other replica takes the node's weights after every apply and synchronize (check_every=5 would
+// fail the run if the two ever differed).
 TEST(PsTraining, OverlappedPushPullAddsOneStepOfStaleness) {
-  test::TempDir d;
-  const std::string corpus = test::write_tiny_corpus(d);
-  std::vector<std::unique_ptr<test::Process>> servers;
-  const std::string eps = start_servers(d, 2, "asp", servers);
-  auto a = train_args(d, corpus, d.str("w"), 2);
-  a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + eps, "--dist.ps_overlap=true", "--train.steps=20",
-                     "--checkpoint.every=0", "--eval.every=0"});
-  test::Process w(a, {"SYNCOPATE_TOKEN=t"}, d.str("w.log"));
-  ASSERT_EQ(w.wait(120), 0) << test::slurp(d.str("w.log"));
-  std::ifstream f(d.str("w/metrics.jsonl"));
-  std::string line;
-  std::vector<double> stale;
-  while (std::getline(f, line)) {
-    auto m = nlohmann::json::parse(line);
-    if (m.contains("staleness")) stale.push_back(m["staleness"]);
+  for (int local : {1, 2}) {
+    SCOPED_TRACE(fmt::format("{} local replica(s)", local));
+    test::TempDir d;
+    const std::string corpus = test::write_tiny_corpus(d);
+    std::vector<std::unique_ptr<test::Process>> servers;
+    const std::string eps = start_servers(d, 2, "asp", servers);
+    auto a = train_args(d, corpus, d.str("w"), 2);
+    a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + eps, "--dist.ps_overlap=true", "--train.steps=20",
+                       "--checkpoint.every=0", "--eval.every=0", "--dist.check_every=5",
+                       fmt::format("--dist.local_replicas={}", local)});
+    test::Process w(a, {"SYNCOPATE_TOKEN=t"}, d.str("w.log"));
+    ASSERT_EQ(w.wait(120), 0) << test::slurp(d.str("w.log"));
+    std::ifstream f(d.str("w/metrics.jsonl"));
+    std::string line;
+    std::vector<double> stale;
+    while (std::getline(f, line)) {
+      auto m = nlohmann::json::parse(line);
+      if (m.contains("staleness")) stale.push_back(m["staleness"]);
+    }
+    ASSERT_EQ(stale.size(), 20u);
+    // One worker, gradients computed one round trip behind: every update after the first has
+    // staleness exactly 1 (each step reports the previous round trip's).
+    for (size_t i = 2; i < stale.size(); ++i) EXPECT_EQ(stale[i], 1.0) << "step " << i + 1;
   }
-  ASSERT_EQ(stale.size(), 20u);
-  // One worker, gradients computed one round trip behind: every update after the first has
-  // staleness exactly 1 (each step reports the previous round trip's).
-  for (size_t i = 2; i < stale.size(); ++i) EXPECT_EQ(stale[i], 1.0) << "step " << i + 1;
 }
 
 TEST(PsServer, CurveEncryptionAdmitsOnlyClientsWithTheServerKey) {

@@ -108,8 +108,10 @@ class NodeSharedUpdate : public ParameterUpdate {
     replicas_.broadcast_from_rank0(params);
     return staleness;
   }
+  // Collective: every local replica calls it at the same steps (the trainer's rule is the same on all).
   void synchronize(at::Tensor& params) override {
     if (inner_) inner_->synchronize(params);
+    replicas_.broadcast_from_rank0(params);
   }
   void attach(const std::vector<at::Tensor>& params, const std::vector<std::pair<int64_t, int64_t>>& ranges,
               const at::Tensor& flat_grads) override {

@@ -41,7 +41,9 @@ std::unique_ptr<ParameterUpdate> make_local_update(FlatAdamW& opt);
 // of backward; the gradient must then be final before clipping (optim.grad_clip=0).
 // The node's local replicas share one update: local replica 0 runs `inner` (the others pass null)
 // and every replica then takes replica 0's parameters (Replicas::broadcast_from_rank0, inside the
-// node). With one local replica this is `inner` itself.
+// node), after apply() and after synchronize() alike (an overlapped inner update installs the
+// previous round's parameters in apply and the newest in synchronize). With one local replica
+// this is `inner` itself.
 std::unique_ptr<ParameterUpdate> make_node_shared_update(std::unique_ptr<ParameterUpdate> inner, Replicas& replicas);
 
 std::unique_ptr<ParameterUpdate> make_ps_update(std::unique_ptr<PsClient> client, bool overlap, bool push_in_backward);

@@ -14,6 +14,7 @@
 #include "common/check.h"
 #include "common/rendezvous.h"
 #include "common/ring_allreduce.h"
+#include "worker/comm_stream.h"
 #include "worker/gradient_readiness.h"
 #include "worker/local_group.h"
 #include "worker/node_allreduce.h"
@@ -124,16 +125,19 @@ class RingReplicas : public Replicas {
 
   // Buckets: parameters in reverse registration order (the order backward produces them), cut
   // at first_bucket_kb, then bucket_kb; each bucket is one contiguous range of the flat buffer.
-  // GradientReadiness reports a bucket once all its parameters' gradients are final.
+  // GradientReadiness reports a bucket once all its parameters' gradients are final; on a GPU
+  // the hook also records where the compute stream is, and the bucket's reduction on the
+  // communication stream waits for that point only (CommStream).
   void attach(const std::vector<at::Tensor>& params, const std::vector<std::pair<int64_t, int64_t>>& ranges,
               at::Tensor flat_grads) override {
-    if (!cfg_.overlap || !flat_grads.is_cpu()) return;  // GPU buffers: whole-buffer reduction after backward
+    if (!cfg_.overlap) return;
     grads_ = flat_grads;
+    stream_ = make_comm_stream(device_);
     int64_t cap = cfg_.first_bucket_kb * 1024 / 4, size = 0;
     for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
       if (buckets_.empty() || size >= cap) {
         if (!buckets_.empty()) cap = cfg_.bucket_kb * 1024 / 4;
-        buckets_.push_back({ranges[i].first + ranges[i].second, ranges[i].first + ranges[i].second});
+        buckets_.push_back({ranges[i].first + ranges[i].second, ranges[i].first + ranges[i].second, false, nullptr});
         size = 0;
       }
       buckets_.back().lo = ranges[i].first;
@@ -145,8 +149,10 @@ class RingReplicas : public Replicas {
     for (int b = B - 1; b >= 0; --b) bounds.push_back(buckets_[b].lo);
     bounds.push_back(buckets_.front().hi);
     ready_ = std::make_unique<GradientReadiness>(params, ranges, bounds, [this, B](int region) {
+      auto fence = stream_->record_current();  // on the autograd thread: the bucket's gradient kernels are queued
       std::lock_guard<std::mutex> l(mu_);
       buckets_[B - 1 - region].final = true;
+      buckets_[B - 1 - region].fence = std::move(fence);
       const int before = next_launch_;
       launch_ready(false);
       early_ += next_launch_ - before;
@@ -177,12 +183,16 @@ class RingReplicas : public Replicas {
   void average_gradients(at::Tensor& grads) override {
     if (armed_) {
       ready_->disarm();  // backward is over; later backwards must not launch anything
+      auto fence = stream_->record_current();  // for buckets whose hooks did not fire
       std::unique_lock<std::mutex> l(mu_);
       ++rounds_;
+      for (auto& b : buckets_)
+        if (!b.final) b.fence = fence;
       launch_ready(/*all=*/true);  // parameters without a gradient this step: reduce them now, in order
       cv_.wait(l, [&] { return done_ == static_cast<int>(buckets_.size()) || error_; });
       armed_ = false;
       if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+      stream_->join_into_current();  // the optimizer's kernels wait for the last reduction
     } else {
       node_.sum(grads, opt_);
     }
@@ -206,6 +216,7 @@ class RingReplicas : public Replicas {
   struct Bucket {
     int64_t lo, hi;      // [lo, hi) of the flat gradient buffer
     bool final = false;  // every gradient in it is final in this backward
+    std::shared_ptr<CommStream::Fence> fence;  // GPU: the compute-stream point its reduction waits for
   };
   // Queues buckets for the communication thread strictly in index order (the same on every rank).
   void launch_ready(bool all) {
@@ -214,6 +225,7 @@ class RingReplicas : public Replicas {
     cv_.notify_all();
   }
   void comm_loop() {
+    stream_->enter();
     std::unique_lock<std::mutex> l(mu_);
     for (;;) {
       cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
@@ -223,6 +235,7 @@ class RingReplicas : public Replicas {
       l.unlock();
       std::exception_ptr err;
       try {
+        if (b.fence) stream_->wait(*b.fence);
         node_.sum(grads_.slice(0, b.lo, b.hi), opt_);
       } catch (...) {
         err = std::current_exception();
@@ -244,6 +257,7 @@ class RingReplicas : public Replicas {
   at::Tensor grads_;
   std::vector<Bucket> buckets_;
   std::unique_ptr<GradientReadiness> ready_;
+  std::unique_ptr<CommStream> stream_;  // where bucket reductions run (a CUDA stream, or nothing on CPU)
   int64_t early_ = 0, rounds_ = 0;  // buckets launched from hooks, of rounds x buckets
   std::mutex mu_;
   std::condition_variable cv_;

@@ -229,11 +229,10 @@ struct Trainer::Impl {
                       {"step_s", now - t_step}, {"data_s", data_s}, {"epoch", train_sampler->epoch(data_position)}});
       if (verbose) progress.step(step, loss, lr, tok_s);
 
-      // Evaluation, samples and checkpoints: local replica 0 of each node (the others hold the same weights).
-      const bool eval_due = writer && due(step, cfg.eval.every, tc.steps);
-      const bool ckpt_due = writer && due(step, cfg.checkpoint.every, tc.steps);
-      const bool sample_due = writer && cfg.eval.sample_tokens > 0 && due(step, cfg.eval.sample_every, tc.steps);
+      const bool eval_due = due(step, cfg.eval.every, tc.steps), ckpt_due = due(step, cfg.checkpoint.every, tc.steps);
+      const bool sample_due = cfg.eval.sample_tokens > 0 && due(step, cfg.eval.sample_every, tc.steps);
       if (eval_due || ckpt_due || sample_due || step == last) update->synchronize(flat->params);
+      if (!writer) continue;  // evaluation, samples, checkpoints: local replica 0 (the others hold the same weights)
       if (eval_due) {
         const double vl = evaluate();
         metrics->write({{"step", step}, {"time_s", now_seconds() - t0}, {"val_loss", vl}});
@@ -275,10 +274,10 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
     for (int d = 0; d < local; ++d) job.devices.push_back(d);
   }
   if (local <= 0) local = 1;
-  SYN_CHECK(local == 1 || cfg.dist.mode != "ps" || (!cfg.dist.ps_overlap && !cfg.dist.ps_push_in_backward),
-            fmt::format("{} local replicas in ps mode share one round trip per step; dist.ps_overlap and "
-                        "dist.ps_push_in_backward are for one replica per node", local),
-            "set --dist.ps_overlap=false --dist.ps_push_in_backward=false, or --dist.local_replicas=1");
+  SYN_CHECK(local == 1 || cfg.dist.mode != "ps" || !cfg.dist.ps_push_in_backward,
+            fmt::format("dist.ps_push_in_backward pushes from one replica's gradient hooks, but this node runs {} local "
+                        "replicas whose gradients are averaged after backward", local),
+            "set --dist.ps_push_in_backward=false, or --dist.local_replicas=1");
   if (local > 1) job.group = make_local_group(local, job.devices);
 
   fs::create_directories(out_dir);
