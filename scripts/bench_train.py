@@ -67,7 +67,7 @@ def main():
                             dts.append(tps / m["tokens_per_s"])
                 ours.append(median_tok_s(dts, tps))
                 ours_mem.append(mem)
-                data = sorted(glob.glob(f"{ROOT}/data/cache/bytes-*/train.bin"))[0]
+                data = sorted(glob.glob(f"{ROOT}/data/cache/byte-*/*_text_document.bin"))[0]
                 text, mem = run([py, os.path.join(ROOT, "scripts/ref_gpt_train.py"), "--preset", preset,
                                  "--batch", str(a.batch), "--steps", str(a.steps), "--threads", str(a.threads),
                                  "--data", data])
