@@ -83,21 +83,23 @@ class NcclGroup : public LocalGroup {
   // the caller's current stream (event), and before anything the caller queues next (event).
   template <class F>
   void run(int rank, at::Tensor& t, F&& call) {
+    ncclComm_t comm;
     {
       std::lock_guard<std::mutex> l(mu_);
       SYN_CHECK(aborted_.empty(), "local collective aborted: " + aborted_, "see the first error above");
+      comm = comms_[rank];
     }
     SYN_CHECK(t.is_cuda() && t.get_device() == devices_[rank] && t.scalar_type() == at::kFloat && t.is_contiguous(),
               fmt::format("an NCCL collective of local rank {} needs a contiguous float32 buffer on cuda:{}", rank,
                           devices_[rank]),
               "this is a bug");
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(devices_[rank]));
-    c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(), comm = streams_[rank];
+    c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(), stream = streams_[rank];
     at::cuda::CUDAEvent ready, done;
     ready.record(compute);
-    ready.block(comm);
-    call(t.data_ptr<float>(), t.numel(), comms_[rank], comm.stream());
-    done.record(comm);
+    ready.block(stream);
+    call(t.data_ptr<float>(), t.numel(), comm, stream.stream());
+    done.record(stream);
     done.block(compute);
   }
 
