@@ -98,14 +98,16 @@ class IndependentReplicas : public Replicas {
 };
 
 // Every replica of the job takes every step together: gradients are summed over the local group
-// and the ring (NodeAllreduce), bucket by bucket while backward runs (CPU buffers) or as one
-// buffer after it.
+// and the ring of nodes (NodeAllreduce; a job of one node has no ring), bucket by bucket while
+// backward runs (dist.overlap) or as one buffer after it.
 class RingReplicas : public Replicas {
  public:
   RingReplicas(std::shared_ptr<Ring> ring, std::shared_ptr<LocalGroup> group, int local, int device, const DistConfig& c)
       : ring_(std::move(ring)), group_(std::move(group)), local_(local), local_size_(group_ ? group_->size() : 1),
         device_(device), cfg_(c),
-        allreducer_(std::make_unique<RingAllreducer>(ring_->rank, ring_->world, ring_->next_of(local), ring_->prev_of(local))),
+        allreducer_(ring_->world > 1 ? std::make_unique<RingAllreducer>(ring_->rank, ring_->world, ring_->next_of(local),
+                                                                        ring_->prev_of(local))
+                                     : nullptr),
         node_(group_.get(), local, allreducer_.get()) {
     resume_step_ = ring_->resume_step;
     opt_.bf16_wire = c.bf16_wire;
@@ -277,15 +279,22 @@ std::vector<std::unique_ptr<Replicas>> make_replicas(const DistConfig& c, const 
   const int L = group ? group->size() : 1;
   auto device = [&](int l) { return devices.empty() ? -1 : devices[static_cast<size_t>(l)]; };
   std::vector<std::unique_ptr<Replicas>> out;
-  if (c.mode == "ring" && c.nnodes > 1) {
-    RendezvousOptions o = rendezvous_options(c, token, fingerprint);
-    o.checkpoints = checkpoints;
-    o.lanes = L;
-    auto ring = std::make_shared<Ring>(connect_ring(o));
+  const int64_t newest = checkpoints.empty() ? -1 : *std::max_element(checkpoints.begin(), checkpoints.end());
+  const bool ps = c.mode == "ps", ring_of_nodes = c.mode == "ring" && c.nnodes > 1;
+  if (ring_of_nodes || (!ps && L > 1)) {  // synchronous replicas: buckets reduced during backward
+    std::shared_ptr<Ring> ring;
+    if (ring_of_nodes) {
+      RendezvousOptions o = rendezvous_options(c, token, fingerprint);
+      o.checkpoints = checkpoints;
+      o.lanes = L;
+      ring = std::make_shared<Ring>(connect_ring(o));
+    } else {  // one node of several replicas: no ring, the local group alone
+      ring = std::make_shared<Ring>();
+      ring->resume_step = newest;
+    }
     for (int l = 0; l < L; ++l) out.push_back(std::make_unique<RingReplicas>(ring, group, l, device(l), c));
   } else {  // no peers to agree with: the newest local checkpoint
-    const int64_t resume = checkpoints.empty() ? -1 : *std::max_element(checkpoints.begin(), checkpoints.end());
-    const bool ps = c.mode == "ps";
+    const int64_t resume = newest;
     for (int l = 0; l < L; ++l)
       out.push_back(std::make_unique<IndependentReplicas>(ps ? static_cast<int>(c.node_rank) : 0,
                                                           ps ? static_cast<int>(c.nnodes) : 1, l, group, device(l), resume));

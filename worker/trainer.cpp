@@ -290,10 +290,12 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
     job.token = "syncopate-insecure-default";
     std::cerr << "[dist] warning: SYNCOPATE_TOKEN is not set; any local process can join this job\n";
   }
+  const std::string where = job.devices.empty() ? "cpu" : "cuda, " + std::string(job.group ? job.group->backend() : "one GPU");
   if (cfg.dist.mode != "none" && cfg.dist.node_rank == 0)
     std::cout << fmt::format("[dist] node {}/{}: {} local replica(s) ({}); rendezvous at {}:{} ...\n", cfg.dist.node_rank,
-                             cfg.dist.nnodes, local, job.devices.empty() ? "cpu" : "cuda", cfg.dist.master_addr,
-                             cfg.dist.master_port);
+                             cfg.dist.nnodes, local, where, cfg.dist.master_addr, cfg.dist.master_port);
+  else if (local > 1)
+    std::cout << fmt::format("[dist] one node: {} local replicas ({})\n", local, where);
   // Nodes must agree on model and config, and resume from the newest checkpoint all of them hold.
   job.replicas = make_replicas(cfg.dist, job.token, cfg.fingerprint(), available, job.group, job.devices);
   return job;
