@@ -117,7 +117,8 @@ Ring connect_ring(const RendezvousOptions& o) {
         error = fmt::format("node {} opens {} TCP streams per ring link, node 0 opens {}", r, hello.value("streams", 1),
                             o.streams);
       } else if (hello.value("lanes", 1) != o.lanes) {
-        error = fmt::format("node {} runs {} local replicas, node 0 runs {}", r, hello.value("lanes", 1), o.lanes);
+        error = fmt::format("node {} opens {} ring lanes, node 0 opens {} (one per local replica with dist.hierarchy=sliced, "
+                            "else one)", r, hello.value("lanes", 1), o.lanes);
       } else if (hello.value("fingerprint", "") != o.fingerprint) {
         error = fmt::format("node {} runs another model/config (fingerprint {} != {})", r, hello.value("fingerprint", ""), o.fingerprint);
       }

@@ -44,6 +44,8 @@ int main(int argc, char** argv) {
   app.add_option("--streams", streams, "TCP streams per neighbour");
   int local = 1;
   app.add_option("--local", local, "replicas per process (threads), reduced hierarchically");
+  std::string hierarchy = "sliced";
+  app.add_option("--hierarchy", hierarchy, "with --local: sliced (a ring lane per replica) or root (replica 0 rings)");
   CLI11_PARSE(app, argc, argv);
   try {
     DistConfig dc;
@@ -52,7 +54,8 @@ int main(int argc, char** argv) {
     dc.streams = streams;
     resolve_from_environment(dc);
     RendezvousOptions ro = rendezvous_options(dc, job_token_from_environment(), "bench");
-    ro.lanes = local;
+    const Hierarchy h = parse_hierarchy(hierarchy);
+    ro.lanes = h == Hierarchy::kSliced ? local : 1;
     Ring ring = connect_ring(ro);
     RingAllreduceOptions opt;
     opt.bf16_wire = bf16;
@@ -66,8 +69,9 @@ int main(int argc, char** argv) {
     // Replica l of this process: its ring lane made once and reused, as the trainer does.
     auto replica = [&](int l) {
       std::unique_ptr<RingAllreducer> lane;
-      if (ring.world > 1) lane = std::make_unique<RingAllreducer>(ring.rank, ring.world, ring.next_of(l), ring.prev_of(l));
-      NodeAllreduce ar(group.get(), l, lane.get());
+      if (ring.world > 1 && l < ring.lanes())
+        lane = std::make_unique<RingAllreducer>(ring.rank, ring.world, ring.next_of(l), ring.prev_of(l));
+      NodeAllreduce ar(group.get(), l, lane.get(), ring.world, h);
       at::Tensor one = at::zeros({1});
       auto barrier = [&] { ar.sum(one, opt); };
       for (size_t bytes : all) {

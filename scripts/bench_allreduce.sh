@@ -5,9 +5,10 @@
 #
 #   scripts/bench_allreduce.sh --nodes N [--local L] [--sizes a,b,...] [--iters K] [--netns --link-gbit G] [-- extra args]
 # --netns: every node in its own network namespace with a G Gbit/s link (needs root).
-# --local L: L replicas per node (threads, hierarchical all-reduce: reduce-scatter in the node,
-#   one ring lane per replica, all-gather), then, in the same run, the flat ring of N x L
-#   processes (L per node) that one-process-per-replica trainers use, then Gloo on N x L.
+# --local L: L replicas per node as threads, all-reduced hierarchically, first "sliced"
+#   (reduce-scatter in the node, one ring lane per replica, all-gather), then "root" (reduce to
+#   replica 0, which rings, broadcast); then, in the same run, the flat ring of N x L processes
+#   (L per node) that one-process-per-replica trainers use, then Gloo on N x L.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
@@ -69,7 +70,8 @@ run_all() {  # run_all LABEL PER_NODE CMD...: PER_NODE processes per node, print
   rm -f "$out" "$out".*
 }
 if [ "$LOCAL" -gt 1 ]; then
-  run_all "syncopate hierarchical ($LOCAL threads per node, $LOCAL ring lanes)" 1 "$BENCH" --local "$LOCAL" --sizes "$SIZES" --iters "$ITERS" "$@"
+  run_all "syncopate hierarchical sliced ($LOCAL threads per node, $LOCAL ring lanes)" 1 "$BENCH" --local "$LOCAL" --sizes "$SIZES" --iters "$ITERS" "$@"
+  run_all "syncopate hierarchical root ($LOCAL threads per node, replica 0 rings)" 1 "$BENCH" --local "$LOCAL" --hierarchy root --sizes "$SIZES" --iters "$ITERS" "$@"
   run_all "syncopate flat ring ($LOCAL processes per node)" "$LOCAL" "$BENCH" --sizes "$SIZES" --iters "$ITERS" "$@"
 else
   run_all "syncopate ring" 1 "$BENCH" --sizes "$SIZES" --iters "$ITERS" "$@"

@@ -109,6 +109,11 @@ TEST(RingTraining, TwoNodesOfTwoLocalReplicasEqualOneProcess) {
 TEST(RingTraining, ThreeNodesOfTwoLocalReplicasWholeBufferEqualOneProcess) {
   expect_ring_equals_single(3, 1, 1, {"--dist.overlap=false"}, "", /*local=*/2);
 }
+// The simpler hierarchy: reduce to replica 0, which alone rings, broadcast.
+TEST(RingTraining, TwoNodesOfThreeLocalReplicasRootHierarchyEqualOneProcess) {
+  expect_ring_equals_single(2, 1, 1, {"--dist.hierarchy=root", "--dist.bucket_kb=16", "--dist.first_bucket_kb=4"}, "",
+                            /*local=*/3);
+}
 
 // One node, no ring: its three local replicas average through the local group alone, bucket by
 // bucket during backward.
@@ -164,7 +169,7 @@ TEST(RingTraining, DifferentLocalReplicaCountsAreRefused) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(ps[r]->wait(60), 1);
     const std::string log = test::slurp(d.str("node" + std::to_string(r) + ".log"));
-    EXPECT_NE(log.find("node 1 runs 1 local replicas, node 0 runs 2"), std::string::npos) << log;
+    EXPECT_NE(log.find("node 1 opens 1 ring lanes, node 0 opens 2"), std::string::npos) << log;
   }
 }
 

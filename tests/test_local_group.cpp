@@ -63,6 +63,12 @@ TEST_P(LocalGroupSizes, ThreadGroupCollectivesAreExact) {
     }
 
     t = replica_data(r, n);
+    g->reduce_sum(r, t, L - 1);
+    if (r == L - 1) {
+      EXPECT_TRUE(torch::equal(t, expect)) << "reduce to the last rank";
+    }
+
+    t = replica_data(r, n);
     g->broadcast(r, t, L - 1);
     EXPECT_TRUE(torch::equal(t, replica_data(L - 1, n))) << "broadcast, rank " << r;
   });
@@ -102,13 +108,15 @@ TEST(LocalGroup, AbortReleasesTheWaitingReplicas) {
 }
 
 // nodes x local replicas as threads: lane l of the ring joins local replica l of every node.
-class NodeAllreduceShapes : public ::testing::TestWithParam<std::tuple<int, int, int64_t>> {};
+// Both hierarchies: "sliced" (lane l per local replica l) and "root" (replica 0 alone on lane 0).
+class NodeAllreduceShapes : public ::testing::TestWithParam<std::tuple<int, int, int64_t, Hierarchy>> {};
 INSTANTIATE_TEST_SUITE_P(NodesLocalSizes, NodeAllreduceShapes,
                          ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(1, 2, 3),
-                                            ::testing::Values(0, 1, 5, 7, 100003)));
+                                            ::testing::Values(0, 1, 5, 7, 100003),
+                                            ::testing::Values(Hierarchy::kSliced, Hierarchy::kRoot)));
 
 TEST_P(NodeAllreduceShapes, EqualsTheExactSumOnEveryReplica) {
-  const auto [nodes, L, n] = GetParam();
+  const auto [nodes, L, n, hierarchy] = GetParam();
   std::vector<std::shared_ptr<LocalGroup>> groups;
   for (int k = 0; k < nodes; ++k) groups.push_back(L > 1 ? std::shared_ptr<LocalGroup>(make_local_group(L, {})) : nullptr);
   // channel[l][k]: node k -> node k+1 on lane l.
@@ -128,8 +136,9 @@ TEST_P(NodeAllreduceShapes, EqualsTheExactSumOnEveryReplica) {
   on_threads(nodes * L, [&](int replica) {
     const int k = replica / L, l = replica % L;
     std::unique_ptr<RingAllreducer> lane;
-    if (nodes > 1) lane = std::make_unique<RingAllreducer>(k, nodes, *send[l][k], *recv[l][k]);
-    NodeAllreduce ar(groups[k].get(), l, lane.get());
+    if (nodes > 1 && (hierarchy == Hierarchy::kSliced || l == 0))
+      lane = std::make_unique<RingAllreducer>(k, nodes, *send[l][k], *recv[l][k]);
+    NodeAllreduce ar(groups[k].get(), l, lane.get(), nodes, hierarchy);
     at::Tensor t = replica_data(replica, n);
     ar.sum(t, opt);
     EXPECT_TRUE(torch::equal(t, expect)) << "node " << k << " local " << l;

@@ -18,6 +18,9 @@ struct DistConfig {
   int64_t node_rank = -1;        // this node; -1 = $NODE_RANK, else $SLURM_PROCID, else 0
   int64_t local_replicas = 0;    // replicas on this node, one thread each: 0 = one per visible GPU (CUDA_VISIBLE_DEVICES),
                                  // or 1 on CPU; N = the first N GPUs, or N CPU replicas (a multi-GPU node in miniature)
+  std::string hierarchy = "sliced";  // several local replicas and nodes: "sliced" = reduce-scatter in the node, each
+                                 // replica rings its slice over its own TCP lane, all-gather; "root" = reduce to
+                                 // replica 0, which rings the whole buffer, broadcast (the simpler scheme, to compare)
   double timeout_s = 60;         // rendezvous deadline and the longest a peer may stay silent, seconds
   int64_t check_every = 100;     // steps between checks that all replicas hold identical weights; 0 = off
   bool bf16_wire = false;        // ring sends bfloat16 (half the bytes; ~0.4% relative error per hop)
@@ -41,6 +44,8 @@ struct DistConfig {
     v("node_rank", node_rank, "this node's rank (-1 = $NODE_RANK / $SLURM_PROCID / 0)", int64_t{-1}, int64_t{4095});
     v("local_replicas", local_replicas, "replicas on this node, one thread each (0 = every visible GPU, or 1 on CPU)",
       int64_t{0}, int64_t{64});
+    v("hierarchy", hierarchy, "ring with several local replicas: sliced (a ring lane per replica) or root (replica 0 rings)",
+      std::vector<std::string>{"sliced", "root"});
     v("timeout_s", timeout_s, "rendezvous deadline and peer silence limit, seconds", 0.1, 86400.0);
     v("check_every", check_every, "steps between replica-identity checks (0 = off)", int64_t{0}, int64_t{1} << 40);
     v("bf16_wire", bf16_wire, "send bfloat16 on the ring");

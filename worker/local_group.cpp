@@ -42,6 +42,16 @@ class ThreadGroup : public LocalGroup {
     }
     meet();
   }
+  void reduce_sum(int rank, at::Tensor& t, int root) override {
+    reduce_scatter_sum(rank, t);  // rank i sums slice i, as for all_reduce_sum: the same values
+    publish(rank, t);
+    if (rank == root)
+      for (int r = 0; r < n_; ++r) {
+        const int64_t lo = slice_begin(t.numel(), n_, r), hi = slice_begin(t.numel(), n_, r + 1);
+        if (r != rank && hi > lo) t.slice(0, lo, hi).copy_(bufs_[r].slice(0, lo, hi));
+      }
+    meet();
+  }
   void broadcast(int rank, at::Tensor& t, int root) override {
     publish(rank, t);
     if (rank != root) t.copy_(bufs_[root]);

@@ -34,6 +34,8 @@ class LocalGroup {
   virtual void reduce_scatter_sum(int local_rank, at::Tensor& t) = 0;
   // Every slice i of every rank's t <- slice i of rank i's t.
   virtual void all_gather(int local_rank, at::Tensor& t) = 0;
+  // Rank `root`'s t <- sum over local ranks of t; the other ranks' t are left undefined.
+  virtual void reduce_sum(int local_rank, at::Tensor& t, int root) = 0;
   // t <- rank `root`'s t.
   virtual void broadcast(int local_rank, at::Tensor& t, int root) = 0;
   // Called when one local rank failed: every rank waiting in (or later entering) a collective

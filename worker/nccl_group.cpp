@@ -63,6 +63,11 @@ class NcclGroup : public LocalGroup {
       SYN_NCCL(ncclGroupEnd());
     });
   }
+  void reduce_sum(int rank, at::Tensor& t, int root) override {
+    run(rank, t, [&](float* p, int64_t n, ncclComm_t c, cudaStream_t s) {
+      SYN_NCCL(ncclReduce(p, p, static_cast<size_t>(n), ncclFloat, ncclSum, root, c, s));
+    });
+  }
   void broadcast(int rank, at::Tensor& t, int root) override {
     run(rank, t, [&](float* p, int64_t n, ncclComm_t c, cudaStream_t s) {
       SYN_NCCL(ncclBroadcast(p, p, static_cast<size_t>(n), ncclFloat, root, c, s));

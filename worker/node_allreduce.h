@@ -7,8 +7,11 @@
 // Between nodes each node sends 2(n-1)/n * S bytes in all, as a flat ring would, but the work of
 // reducing is spread over L threads and L connections. One node: steps 1-3 become one local
 // all-reduce. One local replica: only the ring.
+// Hierarchy::kRoot is the simpler scheme, kept to measure against: reduce to local replica 0,
+// which alone rings the whole buffer (over lane 0), then broadcast inside the node.
 #pragma once
 #include <cstddef>
+#include <string>
 
 #include <ATen/core/Tensor.h>
 
@@ -17,10 +20,14 @@
 namespace syncopate {
 class LocalGroup;
 
+enum class Hierarchy { kSliced, kRoot };
+
 class NodeAllreduce {
  public:
-  // group: null when the node has one replica; lane: null when the job has one node.
-  NodeAllreduce(LocalGroup* group, int local_rank, RingAllreducer* lane) : group_(group), local_rank_(local_rank), lane_(lane) {}
+  // group: null when the node has one replica; nodes: nodes in the job; lane: this replica's
+  // ring lane, null when nodes == 1 (and, with kRoot, on every local replica but 0).
+  NodeAllreduce(LocalGroup* group, int local_rank, RingAllreducer* lane, int nodes, Hierarchy h = Hierarchy::kSliced)
+      : group_(group), local_rank_(local_rank), lane_(lane), nodes_(nodes), hierarchy_(h) {}
   // t <- sum of t over all replicas (in place); t is a contiguous 1-D float32 buffer (a view of a
   // larger one is fine) on this replica's device. Identical on every replica.
   void sum(at::Tensor t, const RingAllreduceOptions& opt) const;
@@ -29,6 +36,11 @@ class NodeAllreduce {
   LocalGroup* group_;
   int local_rank_;
   RingAllreducer* lane_;
+  int nodes_;
+  Hierarchy hierarchy_;
 };
+
+// "sliced" or "root" (dist.hierarchy); anything else is an error naming the choices.
+Hierarchy parse_hierarchy(const std::string& name);
 
 }  // namespace syncopate

@@ -105,10 +105,10 @@ class RingReplicas : public Replicas {
   RingReplicas(std::shared_ptr<Ring> ring, std::shared_ptr<LocalGroup> group, int local, int device, const DistConfig& c)
       : ring_(std::move(ring)), group_(std::move(group)), local_(local), local_size_(group_ ? group_->size() : 1),
         device_(device), cfg_(c),
-        allreducer_(ring_->world > 1 ? std::make_unique<RingAllreducer>(ring_->rank, ring_->world, ring_->next_of(local),
-                                                                        ring_->prev_of(local))
-                                     : nullptr),
-        node_(group_.get(), local, allreducer_.get()) {
+        allreducer_(ring_->world > 1 && ring_->lanes() > local  // "root": only replica 0 has a lane
+                        ? std::make_unique<RingAllreducer>(ring_->rank, ring_->world, ring_->next_of(local), ring_->prev_of(local))
+                        : nullptr),
+        node_(group_.get(), local, allreducer_.get(), ring_->world, parse_hierarchy(c.hierarchy)) {
     resume_step_ = ring_->resume_step;
     opt_.bf16_wire = c.bf16_wire;
     opt_.segment_bytes = static_cast<size_t>(c.segment_kb) << 10;
@@ -286,7 +286,7 @@ std::vector<std::unique_ptr<Replicas>> make_replicas(const DistConfig& c, const 
     if (ring_of_nodes) {
       RendezvousOptions o = rendezvous_options(c, token, fingerprint);
       o.checkpoints = checkpoints;
-      o.lanes = L;
+      o.lanes = parse_hierarchy(c.hierarchy) == Hierarchy::kSliced ? L : 1;
       ring = std::make_shared<Ring>(connect_ring(o));
     } else {  // one node of several replicas: no ring, the local group alone
       ring = std::make_shared<Ring>();
