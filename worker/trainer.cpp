@@ -294,7 +294,7 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
   if (cfg.dist.mode != "none" && cfg.dist.node_rank == 0)
     std::cout << fmt::format("[dist] node {}/{}: {} local replica(s) ({}); rendezvous at {}:{} ...\n", cfg.dist.node_rank,
                              cfg.dist.nnodes, local, where, cfg.dist.master_addr, cfg.dist.master_port);
-  else if (local > 1)
+  else if (cfg.dist.mode == "none" && local > 1)
     std::cout << fmt::format("[dist] one node: {} local replicas ({})\n", local, where);
   // Nodes must agree on model and config, and resume from the newest checkpoint all of them hold.
   job.replicas = make_replicas(cfg.dist, job.token, cfg.fingerprint(), available, job.group, job.devices);
