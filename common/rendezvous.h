@@ -50,6 +50,13 @@ struct Ring {
   int lanes() const { return world == 1 ? 0 : 1 + static_cast<int>(more_next.size()); }
   Connection& next_of(int lane) { return lane == 0 ? *next : *more_next.at(static_cast<size_t>(lane - 1)); }
   Connection& prev_of(int lane) { return lane == 0 ? *prev : *more_prev.at(static_cast<size_t>(lane - 1)); }
+  // Ends every link of every lane (see Connection::shutdown); safe while other threads use them.
+  void shutdown() {
+    for (int l = 0; l < lanes(); ++l) {
+      next_of(l).shutdown();
+      prev_of(l).shutdown();
+    }
+  }
 
   Ring() = default;
   Ring(Ring&&) = default;

@@ -116,7 +116,7 @@ TEST(RingAllreduce, Bf16WireKeepsReplicasIdenticalWithBoundedError) {
 namespace {
 // Joins `world` threads into a TCP ring through the rendezvous on an ephemeral port.
 std::vector<Ring> tcp_ring(int world, const std::vector<std::string>& fingerprints = {}, double timeout = 20,
-                           const std::vector<int>& streams = {}) {
+                           const std::vector<int>& streams = {}, int lanes = 1) {
   std::promise<uint16_t> port;
   auto port_f = port.get_future().share();
   std::vector<std::future<Ring>> fs;
@@ -130,6 +130,7 @@ std::vector<Ring> tcp_ring(int world, const std::vector<std::string>& fingerprin
       o.fingerprint = fingerprints.empty() ? "same" : fingerprints[r];
       o.timeout_s = timeout;
       o.streams = streams.empty() ? 1 : streams[r];
+      o.lanes = lanes;
       if (r == 0) o.on_listening = [&](uint16_t p) { port.set_value(p); };
       return connect_ring(o);
     }));
@@ -230,6 +231,52 @@ TEST(TcpRing, GarbageAndWrongTokenAtRendezvousAreRefused) {
   t.get();
   EXPECT_EQ(a, 3.0f);
   EXPECT_EQ(b, 3.0f);
+}
+
+// Lanes: independent rings over the same nodes (one per local replica). Each sums on its own,
+// all at once.
+TEST(TcpRing, LanesAreIndependentRings) {
+  const int world = 3, lanes = 2;
+  auto rings = tcp_ring(world, {}, 20, {}, lanes);
+  for (auto& r : rings) EXPECT_EQ(r.lanes(), lanes);
+  const size_t n = 10007;
+  std::vector<std::future<void>> fs;
+  std::vector<std::vector<float>> v(world * lanes);
+  for (int r = 0; r < world; ++r)
+    for (int l = 0; l < lanes; ++l)
+      fs.push_back(std::async(std::launch::async, [&, r, l] {
+        v[r * lanes + l] = rank_data(r + 10 * l, n);
+        ring_allreduce_sum(v[r * lanes + l].data(), n, r, world, rings[r].next_of(l), rings[r].prev_of(l));
+      }));
+  for (auto& f : fs) f.get();
+  for (int l = 0; l < lanes; ++l) {
+    std::vector<float> expect(n, 0.0f);
+    for (int r = 0; r < world; ++r) {
+      auto d = rank_data(r + 10 * l, n);
+      for (size_t i = 0; i < n; ++i) expect[i] += d[i];
+    }
+    for (int r = 0; r < world; ++r) EXPECT_EQ(v[r * lanes + l], expect) << "lane " << l << " rank " << r;
+  }
+}
+
+// Ring::shutdown (a node's replica failed): a receive blocked on any lane fails at once, long
+// before the 30 s timeout, and the neighbour sees the node leave.
+TEST(TcpRing, ShutdownEndsBlockedTransfersAtOnce) {
+  auto rings = tcp_ring(2, {}, 30, {}, 2);
+  auto blocked = std::async(std::launch::async, [&] {
+    float x;
+    rings[0].prev_of(1).recv(&x, sizeof x);  // node 1 never sends on lane 1
+  });
+  auto neighbour = std::async(std::launch::async, [&] {
+    float x;
+    rings[1].prev_of(0).recv(&x, sizeof x);  // from node 0, which is about to shut down
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto t0 = std::chrono::steady_clock::now();
+  rings[0].shutdown();
+  EXPECT_THROW(blocked.get(), Error);
+  EXPECT_THROW(neighbour.get(), Error);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
 }
 
 TEST(TcpRing, DeadPeerIsAnErrorNamingIt) {

@@ -46,7 +46,7 @@ void train_node(RunConfig cfg, const std::string& out_dir, bool resume, const st
             first = std::current_exception();
           }
         }
-        job.group->abort(fmt::format("local replica {} failed: {}", l, why));
+        job.abort(fmt::format("local replica {} failed: {}", l, why));
       }
     });
   }

@@ -178,8 +178,11 @@ class RingReplicas : public Replicas {
   int local_rank() const override { return local_; }
   int local_size() const override { return local_size_; }
   int replicas_per_step() const override { return world(); }
+  // Also ends the node's ring links: replicas blocked on a lane fail at once instead of after
+  // dist.timeout_s, and the other nodes see this node leave.
   void abort(const std::string& why) override {
     if (group_) group_->abort(why);
+    ring_->shutdown();
   }
 
   void average_gradients(at::Tensor& grads) override {

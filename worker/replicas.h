@@ -30,7 +30,8 @@ class Replicas {
   // takes every step together (ring), the node's local replicas in ps mode (each node's step is
   // its own), 1 alone.
   virtual int replicas_per_step() const = 0;
-  // One local replica failed with `why`: the others stop waiting for it and throw.
+  // One local replica failed with `why`: the others stop waiting for it (local collectives and
+  // ring links alike) and throw. Safe to call from any thread, while the others run.
   virtual void abort(const std::string& why) {}
   // Registers the parameters (registration order) and their [offset, length) in the flat
   // gradient buffer, so that reduction can start per bucket while backward still runs.

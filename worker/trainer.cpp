@@ -41,7 +41,7 @@ struct Trainer::Impl {
   GPT model{nullptr};
   std::unique_ptr<FlatParameters> flat;
   std::unique_ptr<FlatAdamW> opt;
-  std::unique_ptr<Replicas> replicas;
+  std::shared_ptr<Replicas> replicas;  // this replica's view of the job (shared with JobMembership, for abort)
   std::unique_ptr<ParameterUpdate> update;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<TrainingData> data;
@@ -62,7 +62,7 @@ struct Trainer::Impl {
     SYN_CHECK(cfg.train.precision != "bf16" || device.is_cuda(), "train.precision=bf16 needs a CUDA device",
               "use precision auto or fp32 on CPU");
     bf16 = device.is_cuda() && cfg.train.precision != "fp32";
-    replicas = std::move(job.replicas.at(static_cast<size_t>(local)));
+    replicas = job.replicas.at(static_cast<size_t>(local));
     writer = replicas->local_rank() == 0;
     verbose = verbose && replicas->rank() == 0;  // rank 0 prints, local replica 0 of every node writes outputs
 
@@ -257,6 +257,9 @@ struct Trainer::Impl {
 JobMembership::JobMembership() = default;
 JobMembership::JobMembership(JobMembership&&) noexcept = default;
 JobMembership::~JobMembership() = default;
+void JobMembership::abort(const std::string& why) {
+  for (auto& r : replicas) r->abort(why);
+}
 
 JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, int local) {
   cfg.validate();
@@ -297,7 +300,8 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
   else if (cfg.dist.mode == "none" && local > 1)
     std::cout << fmt::format("[dist] one node: {} local replicas ({})\n", local, where);
   // Nodes must agree on model and config, and resume from the newest checkpoint all of them hold.
-  job.replicas = make_replicas(cfg.dist, job.token, cfg.fingerprint(), available, job.group, job.devices);
+  for (auto& r : make_replicas(cfg.dist, job.token, cfg.fingerprint(), available, job.group, job.devices))
+    job.replicas.push_back(std::move(r));
   return job;
 }
 

@@ -17,10 +17,12 @@ class LocalGroup;
 // devices (-1: CPU) and the job token. join_job resolves cfg.dist from the environment, lists
 // the checkpoints this node could resume from, and meets the other nodes (ring mode).
 struct JobMembership {
-  std::vector<std::unique_ptr<Replicas>> replicas;
-  std::shared_ptr<LocalGroup> group;  // null with one local replica; abort() it when one replica fails
+  std::vector<std::shared_ptr<Replicas>> replicas;  // shared with the Trainers, so that abort() can reach them
+  std::shared_ptr<LocalGroup> group;  // null with one local replica
   std::vector<int> devices;
   std::string token;
+  // One local replica failed: stop the others (Replicas::abort on every one).
+  void abort(const std::string& why);
   JobMembership();
   JobMembership(JobMembership&&) noexcept;
   ~JobMembership();

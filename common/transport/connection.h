@@ -17,6 +17,10 @@ class Connection {
   virtual void recv(void* data, size_t n) = 0;
   // Who is at the other end, for error messages ("node 2 at 10.0.0.3:29501").
   virtual std::string peer() const = 0;
+  // Ends the connection from any thread: a send/recv blocked on it (in another thread) fails at
+  // once, so does every later one, and the peer sees the connection closed. Used to stop a
+  // node's collectives promptly when one of its replicas failed.
+  virtual void shutdown() = 0;
 };
 
 }  // namespace syncopate

@@ -25,7 +25,8 @@ class MemoryEnd : public Connection {
  public:
   MemoryEnd(std::shared_ptr<Channel> ch, bool sender, std::string name)
       : ch_(std::move(ch)), sender_(sender), name_(std::move(name)) {}
-  ~MemoryEnd() override {
+  ~MemoryEnd() override { shutdown(); }
+  void shutdown() override {
     std::lock_guard<std::mutex> l(ch_->mu);
     ch_->closed = true;
     ch_->cv.notify_all();

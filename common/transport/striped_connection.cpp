@@ -89,6 +89,10 @@ namespace {
 std::pair<size_t, size_t> stripe(size_t n, size_t k, size_t i) { return {n * i / k, n * (i + 1) / k}; }
 }  // namespace
 
+void StripedConnection::shutdown() {
+  for (auto& l : links_) l->shutdown();
+}
+
 void StripedConnection::send(const void* data, size_t n) {
   const size_t k = std::min(links_.size(), std::max<size_t>(1, n / min_stripe_));
   if (k == 1) return links_[0]->send(data, n);

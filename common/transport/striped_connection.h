@@ -17,6 +17,7 @@ class StripedConnection : public Connection {
   ~StripedConnection() override;
   void send(const void* data, size_t n) override;
   void recv(void* data, size_t n) override;
+  void shutdown() override;
   std::string peer() const override;
 
  private:

@@ -83,6 +83,10 @@ void TcpConnection::transfer(char* p, size_t n, bool sending) {
   }
 }
 
+// A plain syscall on the descriptor, not Asio's socket object (not safe to share across threads):
+// poll() in a blocked transfer wakes with the connection ended.
+void TcpConnection::shutdown() { ::shutdown(socket_.native_handle(), SHUT_RDWR); }
+
 void TcpConnection::send(const void* data, size_t n) { transfer(static_cast<char*>(const_cast<void*>(data)), n, true); }
 void TcpConnection::recv(void* data, size_t n) { transfer(static_cast<char*>(data), n, false); }
 

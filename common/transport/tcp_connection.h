@@ -29,6 +29,7 @@ class TcpConnection : public Connection {
   void send(const void* data, size_t n) override;
   void recv(void* data, size_t n) override;
   std::string peer() const override { return peer_; }
+  void shutdown() override;
   asio::ip::tcp::socket& socket() { return socket_; }
 
  private:
