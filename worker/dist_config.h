@@ -17,7 +17,8 @@ struct DistConfig {
   int64_t nnodes = 0;            // nodes in the job; 0 = $NNODES, else $SLURM_NTASKS, else 1
   int64_t node_rank = -1;        // this node; -1 = $NODE_RANK, else $SLURM_PROCID, else 0
   int64_t local_replicas = 0;    // replicas on this node, one thread each: 0 = one per visible GPU (CUDA_VISIBLE_DEVICES),
-                                 // or 1 on CPU; N = the first N GPUs, or N CPU replicas (a multi-GPU node in miniature)
+                                 // or 1 on CPU; N = the first N GPUs, or N CPU replicas (a multi-GPU node in miniature;
+                                 // they share the process's train.threads intra-op threads)
   std::string hierarchy = "sliced";  // several local replicas and nodes: "sliced" = reduce-scatter in the node, each
                                  // replica rings its slice over its own TCP lane, all-gather; "root" = reduce to
                                  // replica 0, which rings the whole buffer, broadcast (the simpler scheme, to compare)

@@ -7,7 +7,7 @@
 //
 // Two implementations with the same results:
 //  - threads (CPU tensors, shared memory): the reference. Rank i sums slice i over every rank's
-//    buffer, in rank order, so every rank ends with bit-identical values; used for CPU replicas
+//    buffer, in a fixed order, so every rank ends with bit-identical values; used for CPU replicas
 //    (dist.local_replicas > 1 on a CPU machine: a multi-GPU node in miniature, for tests).
 //  - NCCL (CUDA tensors, one communicator per device, built with SYNCOPATE_NCCL): each call
 //    runs on the device's communication stream, ordered after the calling thread's current
