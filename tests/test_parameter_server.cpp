@@ -284,51 +284,51 @@ std::string start_servers(const test::TempDir& d, int k, const std::string& cons
 }
 }  // namespace
 
+namespace {
+// One ASP worker node on `shards` servers (worker batch `batch`, extra worker args) against one
+// process with batch `single_batch` (both with `common` args): the final weights agree within
+// rtol/atol. Returns the worker's log.
+std::string expect_asp_worker_equals_single(int shards, int batch, int single_batch, const std::vector<std::string>& common,
+                                            const std::vector<std::string>& worker, double rtol, double atol) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  std::vector<std::unique_ptr<test::Process>> servers;
+  const std::string eps = start_servers(d, shards, "asp", servers);
+  auto args = train_args(d, corpus, d.str("ps"), batch);
+  args.insert(args.end(), {"--dist.mode=ps", "--dist.servers=" + eps, "--dist.timeout_s=20"});
+  args.insert(args.end(), common.begin(), common.end());
+  args.insert(args.end(), worker.begin(), worker.end());
+  test::Process w(args, {"SYNCOPATE_TOKEN=t"}, d.str("ps.log"));
+  EXPECT_EQ(w.wait(120), 0) << test::slurp(d.str("ps.log")) << test::slurp(d.str("server0.log"));
+  auto single_args = train_args(d, corpus, d.str("single"), single_batch);
+  single_args.insert(single_args.end(), common.begin(), common.end());
+  test::Process single(single_args, {}, d.str("single.log"));
+  EXPECT_EQ(single.wait(120), 0) << test::slurp(d.str("single.log"));
+  auto a = weights(d.str("ps")), b = weights(d.str("single"));
+  EXPECT_TRUE(torch::allclose(a, b, rtol, atol)) << (a - b).abs().max().item<double>();
+  return test::slurp(d.str("ps.log"));
+}
+}  // namespace
+
 class PsPushModes : public ::testing::TestWithParam<bool> {};
 INSTANTIATE_TEST_SUITE_P(AfterBackwardOrDuring, PsPushModes, ::testing::Values(false, true));
 
 // With --dist.ps_push_in_backward=true every shard's push leaves from a gradient hook during
 // backward (and with grad_accum=2 only during the last micro-batch); the result must not change.
 TEST_P(PsPushModes, OneAspWorkerEqualsSingleProcess) {
-  test::TempDir d;
-  const std::string corpus = test::write_tiny_corpus(d);
-  std::vector<std::unique_ptr<test::Process>> servers;
-  const std::string eps = start_servers(d, 3, "asp", servers);
-  auto args = train_args(d, corpus, d.str("ps"), 4);
-  args.insert(args.end(), {"--dist.mode=ps", "--dist.servers=" + eps, "--dist.timeout_s=20", "--train.grad_accum=2",
-                           fmt::format("--dist.ps_push_in_backward={}", GetParam())});
-  test::Process w(args, {"SYNCOPATE_TOKEN=t"}, d.str("ps.log"));
-  ASSERT_EQ(w.wait(120), 0) << test::slurp(d.str("ps.log")) << test::slurp(d.str("server0.log"));
-  auto single_args = train_args(d, corpus, d.str("single"), 4);
-  single_args.push_back("--train.grad_accum=2");
-  test::Process single(single_args, {}, d.str("single.log"));
-  ASSERT_EQ(single.wait(120), 0) << test::slurp(d.str("single.log"));
-  auto a = weights(d.str("ps")), b = weights(d.str("single"));
-  EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-7)) << (a - b).abs().max().item<double>();
+  const std::string log = expect_asp_worker_equals_single(
+      3, 4, 4, {"--train.grad_accum=2"}, {fmt::format("--dist.ps_push_in_backward={}", GetParam())}, 1e-6, 1e-7);
   if (GetParam()) {  // every shard of every step left from a hook: 6 steps x 3 shards
-    EXPECT_NE(test::slurp(d.str("ps.log")).find("[ps] 18 of 18 shard pushes left during backward"), std::string::npos)
-        << test::slurp(d.str("ps.log"));
+    EXPECT_NE(log.find("[ps] 18 of 18 shard pushes left during backward"), std::string::npos) << log;
   }
 }
 
 // A node of two CPU replicas averages inside the node, and local replica 0 alone pushes and pulls
-// for it: one ASP worker node equals one process with the node's whole batch.
+// for it: one ASP worker node equals one process with the node's whole batch. fp32 tolerance as
+// in the ring tests: the mean of two half-batch gradients is not the full-batch gradient bit for
+// bit, and AdamW's normalisation magnifies the last bits.
 TEST(PsTraining, NodeOfTwoLocalReplicasEqualsSingleProcess) {
-  test::TempDir d;
-  const std::string corpus = test::write_tiny_corpus(d);
-  std::vector<std::unique_ptr<test::Process>> servers;
-  const std::string eps = start_servers(d, 2, "asp", servers);
-  auto args = train_args(d, corpus, d.str("ps"), 2);
-  args.insert(args.end(), {"--dist.mode=ps", "--dist.servers=" + eps, "--dist.timeout_s=20", "--dist.local_replicas=2",
-                           "--dist.check_every=2"});
-  test::Process w(args, {"SYNCOPATE_TOKEN=t"}, d.str("ps.log"));
-  ASSERT_EQ(w.wait(120), 0) << test::slurp(d.str("ps.log")) << test::slurp(d.str("server0.log"));
-  test::Process single(train_args(d, corpus, d.str("single"), 4), {}, d.str("single.log"));
-  ASSERT_EQ(single.wait(120), 0) << test::slurp(d.str("single.log"));
-  auto a = weights(d.str("ps")), b = weights(d.str("single"));
-  // fp32 tolerance as in the ring tests: the mean of two half-batch gradients is not the
-  // full-batch gradient bit for bit, and AdamW's normalisation magnifies the last bits.
-  EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-5)) << (a - b).abs().max().item<double>();
+  expect_asp_worker_equals_single(2, 2, 4, {}, {"--dist.local_replicas=2", "--dist.check_every=2"}, 1e-4, 1e-5);
 }
 
 TEST_P(PsPushModes, BspOverServersEqualsRing) {
