@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The checks that need a GPU, in one command, for a machine that has one (after scripts/build.sh):
+#   1. the NCCL local group gives the thread group's results (LocalGroup.NcclGroupMatchesTheThreadGroup
+#      must PASS here; without a GPU it reports itself skipped);
+#   2. one node driving every visible GPU (one thread each, NCCL, buckets on a communication
+#      stream), bf16, preset P: tokens/s and MFU;
+#   3. two simulated nodes of one GPU each, joined by the ring (both on the first visible GPU).
+#
+#   scripts/gpu_check.sh [--preset gpt2] [--batch 8] [--steps 30] [--peak-tflops 989]
+# MFU = tokens/s x (6 N + 12 layers x context x width) / peak (BRIEF.md section 3); N estimated
+# from the preset's shape (blocks 12 d^2 per layer + embeddings; biases and norms left out).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PRESET=gpt2 BATCH=8 STEPS=30 PEAK=989
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --preset) PRESET=$2; shift 2;; --batch) BATCH=$2; shift 2;; --steps) STEPS=$2; shift 2;;
+    --peak-tflops) PEAK=$2; shift 2;;
+    *) echo "gpu_check.sh: unknown option $1 (see the header of this script)" >&2; exit 2;;
+  esac
+done
+BIN="$ROOT/build/bin"
+[ -x "$BIN/syncopate_tests" ] || { echo "gpu_check.sh: build first (scripts/build.sh)" >&2; exit 2; }
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+
+echo "## 1. NCCL local group"
+"$BIN/syncopate_tests" --gtest_filter='LocalGroup.Nccl*' | tee "$OUT/nccl.log"
+grep -q "\[  PASSED  \] 1 test" "$OUT/nccl.log" && ! grep -q SKIPPED "$OUT/nccl.log" ||
+  { echo "gpu_check.sh: the NCCL test did not pass (skipped means no GPU is visible)" >&2; exit 1; }
+
+COMMON=(--model.preset="$PRESET" --train.batch_size="$BATCH" --train.steps="$STEPS" --train.device=cuda
+        --train.precision=bf16 --eval.every=0 --eval.sample_tokens=0 --eval.batches=1 --checkpoint.every=0
+        --dist.check_every=10)
+report() {  # report LABEL METRICS: median tokens/s after the first 5 steps, and MFU
+  "$ROOT/.venv/bin/python" - "$1" "$2" "$PRESET" "$PEAK" <<'PYEOF'
+import json, statistics, sys
+label, path, preset, peak = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+shape = {"tiny": (4, 128, 128), "small": (6, 256, 384), "gpt2": (12, 1024, 768), "gpt2-medium": (24, 1024, 1024)}[preset]
+layers, ctx, width = shape
+n = 12 * layers * width * width + 50304 * width + ctx * width  # blocks + embeddings (weights tied)
+tok = statistics.median([m["tokens_per_s"] for m in map(json.loads, open(path)) if "tokens_per_s" in m][5:])
+flops = tok * (6 * n + 12 * layers * ctx * width)
+print(f"{label}: {tok:.0f} tokens/s, {flops / 1e12:.1f} TFLOP/s, MFU {flops / (peak * 1e12):.3f} of {peak:g} TFLOP/s")
+PYEOF
+}
+
+echo "## 2. one node, every visible GPU"
+"$BIN/syncopate-worker" --out "$OUT/node" "${COMMON[@]}" > "$OUT/node.log" 2>&1 || { cat "$OUT/node.log"; exit 1; }
+grep "\[dist\]" "$OUT/node.log" || true
+report "one node" "$OUT/node/metrics.jsonl"
+
+echo "## 3. two simulated nodes of one GPU each, joined by the ring"
+"$ROOT/scripts/local_cluster.sh" --nodes 2 --out "$OUT/ring" -- "${COMMON[@]}" --dist.mode=ring \
+  --dist.local_replicas=1 > "$OUT/ring.log" 2>&1 || { cat "$OUT/ring.log" "$OUT"/ring/logs/*.log; exit 1; }
+report "2 nodes x 1 GPU" "$OUT/ring/node0/metrics.jsonl"
