@@ -2,11 +2,7 @@
 
 #include <algorithm>
 
-#include <condition_variable>
-#include <deque>
 #include <iostream>
-#include <mutex>
-#include <thread>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -14,8 +10,7 @@
 #include "common/check.h"
 #include "common/rendezvous.h"
 #include "common/ring_allreduce.h"
-#include "worker/comm_stream.h"
-#include "worker/gradient_readiness.h"
+#include "worker/bucket_reducer.h"
 #include "worker/local_group.h"
 #include "worker/node_allreduce.h"
 
@@ -114,64 +109,25 @@ class RingReplicas : public Replicas {
     opt_.segment_bytes = static_cast<size_t>(c.segment_kb) << 10;
   }
   ~RingReplicas() override {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    if (comm_.joinable()) comm_.join();
-    if (rounds_ > 0 && rank() == 0)
-      std::cout << fmt::format("[dist] {} of {} bucket reductions started during backward\n", early_,
-                               rounds_ * static_cast<int64_t>(buckets_.size()));
+    if (buckets_ && buckets_->reduced() > 0 && rank() == 0)
+      std::cout << fmt::format("[dist] {} of {} bucket reductions started during backward\n", buckets_->launched_early(),
+                               buckets_->reduced());
   }
 
-  // Buckets: parameters in reverse registration order (the order backward produces them), cut
-  // at first_bucket_kb, then bucket_kb; each bucket is one contiguous range of the flat buffer.
-  // GradientReadiness reports a bucket once all its parameters' gradients are final; on a GPU
-  // the hook also records where the compute stream is, and the bucket's reduction on the
-  // communication stream waits for that point only (CommStream).
+  // DDP's buckets (dist.first_bucket_kb, then dist.bucket_kb), each summed over every replica by
+  // NodeAllreduce as soon as backward has finished it.
   void attach(const std::vector<at::Tensor>& params, const std::vector<std::pair<int64_t, int64_t>>& ranges,
               at::Tensor flat_grads) override {
     if (!cfg_.overlap) return;
-    grads_ = flat_grads;
-    stream_ = make_comm_stream(device_);
-    int64_t cap = cfg_.first_bucket_kb * 1024 / 4, size = 0;
-    for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
-      if (buckets_.empty() || size >= cap) {
-        if (!buckets_.empty()) cap = cfg_.bucket_kb * 1024 / 4;
-        buckets_.push_back({ranges[i].first + ranges[i].second, ranges[i].first + ranges[i].second, false, nullptr});
-        size = 0;
-      }
-      buckets_.back().lo = ranges[i].first;
-      size += ranges[i].second;
-    }
-    // Regions in ascending buffer order: region r is bucket B-1-r.
-    const int B = static_cast<int>(buckets_.size());
-    std::vector<int64_t> bounds;
-    for (int b = B - 1; b >= 0; --b) bounds.push_back(buckets_[b].lo);
-    bounds.push_back(buckets_.front().hi);
-    ready_ = std::make_unique<GradientReadiness>(params, ranges, bounds, [this, B](int region) {
-      auto fence = stream_->record_current();  // on the autograd thread: the bucket's gradient kernels are queued
-      std::lock_guard<std::mutex> l(mu_);
-      buckets_[B - 1 - region].final = true;
-      buckets_[B - 1 - region].fence = std::move(fence);
-      const int before = next_launch_;
-      launch_ready(false);
-      early_ += next_launch_ - before;
-    });
-    comm_ = std::thread([this] { comm_loop(); });
+    buckets_ = std::make_unique<BucketReducer>(
+        params, ranges, flat_grads, bucket_bounds(ranges, cfg_.first_bucket_kb * 1024 / 4, cfg_.bucket_kb * 1024 / 4),
+        device_, [this](int, at::Tensor bucket) { node_.sum(bucket, opt_); });
     if (rank() == 0)
-      std::cout << fmt::format("[dist] {} gradient buckets, all-reduced during backward\n", buckets_.size());
+      std::cout << fmt::format("[dist] {} gradient buckets, all-reduced during backward\n", buckets_->regions());
   }
 
   void arm_overlap() override {
-    if (buckets_.empty()) return;
-    std::lock_guard<std::mutex> l(mu_);
-    armed_ = true;
-    for (auto& b : buckets_) b.final = false;
-    next_launch_ = 0;
-    done_ = 0;
-    ready_->arm();
+    if (buckets_) buckets_->arm();
   }
   int rank() const override { return ring_->rank * local_size_ + local_; }
   int world() const override { return ring_->world * local_size_; }
@@ -186,21 +142,7 @@ class RingReplicas : public Replicas {
   }
 
   void average_gradients(at::Tensor& grads) override {
-    if (armed_) {
-      ready_->disarm();  // backward is over; later backwards must not launch anything
-      auto fence = stream_->record_current();  // for buckets whose hooks did not fire
-      std::unique_lock<std::mutex> l(mu_);
-      ++rounds_;
-      for (auto& b : buckets_)
-        if (!b.final) b.fence = fence;
-      launch_ready(/*all=*/true);  // parameters without a gradient this step: reduce them now, in order
-      cv_.wait(l, [&] { return done_ == static_cast<int>(buckets_.size()) || error_; });
-      armed_ = false;
-      if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
-      stream_->join_into_current();  // the optimizer's kernels wait for the last reduction
-    } else {
-      node_.sum(grads, opt_);
-    }
+    if (!buckets_ || !buckets_->finish()) node_.sum(grads, opt_);  // not reduced during backward: all at once
     grads.div_(world());
   }
   double average(double x) override {
@@ -218,40 +160,6 @@ class RingReplicas : public Replicas {
 
  private:
   RingAllreduceOptions exact() const { return RingAllreduceOptions{opt_.segment_bytes, /*bf16_wire=*/false}; }
-  struct Bucket {
-    int64_t lo, hi;      // [lo, hi) of the flat gradient buffer
-    bool final = false;  // every gradient in it is final in this backward
-    std::shared_ptr<CommStream::Fence> fence;  // GPU: the compute-stream point its reduction waits for
-  };
-  // Queues buckets for the communication thread strictly in index order (the same on every rank).
-  void launch_ready(bool all) {
-    while (next_launch_ < static_cast<int>(buckets_.size()) && (all || buckets_[next_launch_].final))
-      queue_.push_back(next_launch_++);
-    cv_.notify_all();
-  }
-  void comm_loop() {
-    stream_->enter();
-    std::unique_lock<std::mutex> l(mu_);
-    for (;;) {
-      cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
-      if (stop_) return;
-      const Bucket b = buckets_[queue_.front()];
-      queue_.pop_front();
-      l.unlock();
-      std::exception_ptr err;
-      try {
-        if (b.fence) stream_->wait(*b.fence);
-        node_.sum(grads_.slice(0, b.lo, b.hi), opt_);
-      } catch (...) {
-        err = std::current_exception();
-      }
-      l.lock();
-      if (err) error_ = err;
-      ++done_;
-      cv_.notify_all();
-    }
-  }
-
   std::shared_ptr<Ring> ring_;  // shared by the node's local replicas; replica l rings over lane l
   std::shared_ptr<LocalGroup> group_;  // null: one local replica
   int local_, local_size_, device_;
@@ -259,18 +167,7 @@ class RingReplicas : public Replicas {
   std::unique_ptr<RingAllreducer> allreducer_;  // one sender thread and buffer set for every collective
   NodeAllreduce node_;
   RingAllreduceOptions opt_;
-  at::Tensor grads_;
-  std::vector<Bucket> buckets_;
-  std::unique_ptr<GradientReadiness> ready_;
-  std::unique_ptr<CommStream> stream_;  // where bucket reductions run (a CUDA stream, or nothing on CPU)
-  int64_t early_ = 0, rounds_ = 0;  // buckets launched from hooks, of rounds x buckets
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<int> queue_;
-  int next_launch_ = 0, done_ = 0;
-  bool armed_ = false, stop_ = false;
-  std::exception_ptr error_;
-  std::thread comm_;  // started in attach()
+  std::unique_ptr<BucketReducer> buckets_;  // dist.overlap: reductions during backward (made in attach())
 };
 
 }  // namespace

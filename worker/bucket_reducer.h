@@ -1,0 +1,53 @@
+// Reduces regions of the flat gradient buffer while backward still runs (what PyTorch DDP's
+// reducer does): a region is handed to a communication thread the moment every gradient in it
+// is final, regions strictly in one order (descending offset, the order backward produces them)
+// so that every replica issues the same collectives in the same sequence. Only the step's last
+// backward is reduced (arm() before it), so gradient accumulation costs no communication.
+// On a GPU the hook records where the compute stream is, the region's reduction waits for that
+// point on the communication stream, and finish() makes the compute stream wait for it all.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace syncopate {
+
+class BucketReducer {
+ public:
+  // bounds: ascending offsets into flat_grads, bounds.front() = 0 and bounds.back() = its size;
+  // region r is [bounds[r], bounds[r+1]). reduce(r, view) runs on the communication thread, one
+  // region at a time. device: the replica's CUDA device, -1 on CPU.
+  using Reduce = std::function<void(int region, at::Tensor view)>;
+  BucketReducer(const std::vector<at::Tensor>& params, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                at::Tensor flat_grads, std::vector<int64_t> bounds, int device, Reduce reduce);
+  ~BucketReducer();
+  BucketReducer(const BucketReducer&) = delete;
+  BucketReducer& operator=(const BucketReducer&) = delete;
+
+  // The next backward is the step's last: reduce its regions as they become final.
+  void arm();
+  // After that backward: reduces the regions no hook reported (parameters without a gradient this
+  // step), waits for every region, and rethrows the first failed reduction. Returns false (and
+  // does nothing) when arm() was not called before the backward.
+  bool finish();
+  int regions() const;
+  // Regions launched from gradient hooks during backward, and regions reduced in all, so far.
+  int64_t launched_early() const;
+  int64_t reduced() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// DDP's buckets: parameters in reverse registration order, cut once a bucket holds first_cap
+// elements (the first, so that communication starts early), then cap elements; each bucket is
+// one contiguous range of the flat buffer. Returns the ascending region bounds.
+std::vector<int64_t> bucket_bounds(const std::vector<std::pair<int64_t, int64_t>>& ranges, int64_t first_cap,
+                                   int64_t cap);
+
+}  // namespace syncopate
