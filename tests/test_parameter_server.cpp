@@ -330,6 +330,15 @@ TEST_P(PsPushModes, OneAspWorkerEqualsSingleProcess) {
 TEST(PsTraining, NodeOfTwoLocalReplicasEqualsSingleProcess) {
   expect_asp_worker_equals_single(2, 2, 4, {}, {"--dist.local_replicas=2", "--dist.check_every=2"}, 1e-4, 1e-5);
 }
+// The same node pushing during backward: each shard's range is reduced inside the node the moment
+// backward has finished it on both replicas, and replica 0 pushes the mean at once (6 steps x 2
+// shards, only in the last of 2 micro-batches).
+TEST(PsTraining, NodeOfTwoLocalReplicasPushingDuringBackwardEqualsSingleProcess) {
+  const std::string log = expect_asp_worker_equals_single(
+      2, 2, 4, {"--train.grad_accum=2"},
+      {"--dist.local_replicas=2", "--dist.check_every=2", "--dist.ps_push_in_backward=true"}, 1e-4, 1e-5);
+  EXPECT_NE(log.find("[ps] 12 of 12 shard pushes left during backward"), std::string::npos) << log;
+}
 
 TEST_P(PsPushModes, BspOverServersEqualsRing) {
   test::TempDir d;

@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include "common/flat_adamw.h"
-#include "worker/gradient_readiness.h"
 #include "worker/ps_client.h"
 #include "worker/replicas.h"
 
@@ -28,47 +27,60 @@ class LocalUpdate : public ParameterUpdate {
   FlatAdamW& opt_;
 };
 
+// Push/pull to the parameter servers. Runs on local replica 0 of a node (client_) and, with
+// push_in_backward, as a silent partner on the others (no client), which only take part in the
+// node's region reductions. GPU buffers go through host mirrors: the client reads and writes
+// host memory only.
 class PsUpdate : public ParameterUpdate {
  public:
-  PsUpdate(std::unique_ptr<PsClient> c, bool overlap, bool push_in_backward)
-      : client_(std::move(c)), overlap_(overlap), push_in_backward_(push_in_backward && !overlap) {}
+  PsUpdate(std::unique_ptr<PsClient> c, bool overlap, bool push_in_backward, Replicas& replicas, int shards)
+      : client_(std::move(c)), overlap_(overlap), push_in_backward_(push_in_backward && !overlap), replicas_(replicas),
+        shards_(shards) {}
   ~PsUpdate() override {
     if (inflight_.valid()) inflight_.wait();
-    if (ready_ && rounds_ > 0)
-      std::cerr << fmt::format("[ps] {} of {} shard pushes left during backward\n", early_, rounds_ * shards_);
   }
+  // push_in_backward: the node reduces the gradient shard by shard while backward runs
+  // (Replicas::reduce_during_backward), and each shard's mean leaves for its server at once.
   void attach(const std::vector<at::Tensor>& params, const std::vector<std::pair<int64_t, int64_t>>& ranges,
               const at::Tensor& flat_grads) override {
     if (!push_in_backward_) return;
-    grads_ = flat_grads;
-    ready_ = std::make_unique<GradientReadiness>(params, ranges, client_->shard_bounds(), [this](int k) {
-      std::lock_guard<std::mutex> l(mu_);  // hooks may run on autograd worker threads
-      client_->push_shard(k, grads_, step_, lr_);
-      ++early_;
-    });
-    shards_ = static_cast<int64_t>(client_->shard_bounds().size()) - 1;
+    const std::vector<int64_t> bounds = PsClient::even_bounds(flat_grads.numel(), shards_);
+    std::function<void(int)> push;
+    if (client_)
+      push = [this, flat_grads, bounds](int k) {  // on the communication thread, after the region's reduction
+        const at::Tensor g = host(flat_grads, host_grads_, bounds[k], bounds[k + 1]);
+        std::lock_guard<std::mutex> l(mu_);
+        client_->push_shard(k, g, step_, lr_);
+      };
+    replicas_.reduce_during_backward(bounds, std::move(push));
   }
   void arm(double lr, int64_t step) override {
-    if (!ready_) return;
+    std::lock_guard<std::mutex> l(mu_);
     lr_ = lr, step_ = step;
-    ready_->arm();
   }
   double apply(at::Tensor& params, at::Tensor& grads, double lr, int64_t step) override {
-    if (ready_) {  // shards finished during backward are on their way; gather pushes the others
-      ready_->disarm();
+    if (!client_) return 0;  // local replicas 1..L-1: replica 0 updates for the node
+    if (push_in_backward_) {  // every shard left during backward (Replicas::average_gradients waited for them)
       std::lock_guard<std::mutex> l(mu_);
-      ++rounds_;
-      return client_->gather(grads, params, step, lr);
+      at::Tensor p = mirror(params, host_params_);
+      const double stale = client_->gather(grads.is_cpu() ? grads : host_grads_, p, step, lr);
+      if (!params.is_cpu()) params.copy_(p);
+      return stale;
     }
-    if (!overlap_) return client_->push_pull(grads, params, step, lr);
+    if (!overlap_) {
+      at::Tensor p = mirror(params, host_params_);
+      const double stale = client_->push_pull(host(grads, host_grads_, 0, grads.numel()), p, step, lr);
+      if (!params.is_cpu()) params.copy_(p);
+      return stale;
+    }
     // The gradient was computed on `params`, whose versions are in_use_ (from the round trip
     // before last); finish the last round trip and adopt its result, then send this gradient.
     if (in_use_.empty()) in_use_ = client_->versions();  // first step: the INIT reply's values
     const std::vector<int64_t> computed_on = in_use_;
     const double stale = finish(params);
-    if (!outgoing_.defined()) {
-      outgoing_ = at::empty_like(grads);
-      incoming_ = at::empty_like(params);
+    if (!outgoing_.defined()) {  // host buffers: the round trip runs while the next step computes
+      outgoing_ = at::empty(grads.sizes(), grads.options().device(at::kCPU));
+      incoming_ = at::empty(params.sizes(), params.options().device(at::kCPU));
     }
     outgoing_.copy_(grads);
     incoming_.copy_(params);
@@ -80,6 +92,19 @@ class PsUpdate : public ParameterUpdate {
   void synchronize(at::Tensor& params) override { finish(params); }
 
  private:
+  // t itself on the host; else its host mirror, [lo, hi) copied from t.
+  static at::Tensor host(const at::Tensor& t, at::Tensor& mirror, int64_t lo, int64_t hi) {
+    if (t.is_cpu()) return t;
+    at::Tensor m = PsUpdate::mirror(t, mirror);
+    m.slice(0, lo, hi).copy_(t.slice(0, lo, hi));
+    return m;
+  }
+  // t itself on the host; else its (lazily made) host mirror, contents undefined.
+  static at::Tensor mirror(const at::Tensor& t, at::Tensor& m) {
+    if (t.is_cpu()) return t;
+    if (!m.defined()) m = at::empty(t.sizes(), t.options().device(at::kCPU));
+    return m;
+  }
   double finish(at::Tensor& params) {
     if (!inflight_.valid()) return 0;
     const double stale = inflight_.get();  // rethrows a failed round trip
@@ -87,13 +112,14 @@ class PsUpdate : public ParameterUpdate {
     in_use_ = client_->versions();
     return stale;
   }
-  std::unique_ptr<PsClient> client_;
+  std::unique_ptr<PsClient> client_;  // null on local replicas other than 0
   bool overlap_, push_in_backward_;
-  std::unique_ptr<GradientReadiness> ready_;  // push_in_backward: fires per finished shard range
-  at::Tensor grads_;
+  Replicas& replicas_;
+  int64_t shards_;
+  at::Tensor host_grads_, host_params_;  // GPU replicas: host mirrors of the flat buffers
   std::mutex mu_;
   double lr_ = 0;
-  int64_t step_ = 0, early_ = 0, rounds_ = 0, shards_ = 0;  // pushes sent from hooks, of rounds x shards
+  int64_t step_ = 0;
   at::Tensor outgoing_, incoming_;
   std::vector<int64_t> in_use_;  // parameter versions of the values in params
   std::future<double> inflight_;
@@ -134,8 +160,9 @@ std::unique_ptr<ParameterUpdate> make_node_shared_update(std::unique_ptr<Paramet
 }
 
 std::unique_ptr<ParameterUpdate> make_local_update(FlatAdamW& opt) { return std::make_unique<LocalUpdate>(opt); }
-std::unique_ptr<ParameterUpdate> make_ps_update(std::unique_ptr<PsClient> c, bool overlap, bool push_in_backward) {
-  return std::make_unique<PsUpdate>(std::move(c), overlap, push_in_backward);
+std::unique_ptr<ParameterUpdate> make_ps_update(std::unique_ptr<PsClient> c, bool overlap, bool push_in_backward,
+                                                Replicas& replicas, int shards) {
+  return std::make_unique<PsUpdate>(std::move(c), overlap, push_in_backward, replicas, shards);
 }
 
 }  // namespace syncopate

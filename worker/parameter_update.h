@@ -34,18 +34,22 @@ class ParameterUpdate {
 };
 
 std::unique_ptr<ParameterUpdate> make_local_update(FlatAdamW& opt);
-// overlap=true: the push/pull of step t runs on a communication thread while step t+1 computes on
-// the parameters of step t-1 (one more step of staleness, no waiting for the round trip).
-// push_in_backward=true (with overlap=false): each shard's range of the gradient is pushed the
-// moment backward has finished it (the tail of the flat buffer first), so pushes overlap the rest
-// of backward; the gradient must then be final before clipping (optim.grad_clip=0).
-// The node's local replicas share one update: local replica 0 runs `inner` (the others pass null)
-// and every replica then takes replica 0's parameters (Replicas::broadcast_from_rank0, inside the
-// node), after apply() and after synchronize() alike (an overlapped inner update installs the
-// previous round's parameters in apply and the newest in synchronize). With one local replica
-// this is `inner` itself.
-std::unique_ptr<ParameterUpdate> make_node_shared_update(std::unique_ptr<ParameterUpdate> inner, Replicas& replicas);
+// Push/pull to the parameter servers. overlap=true: the push/pull of step t runs on a
+// communication thread while step t+1 computes on the parameters of step t-1 (one more step of
+// staleness, no waiting for the round trip). push_in_backward=true (with overlap=false): the
+// node's mean gradient of each shard's range is pushed the moment backward has finished it on
+// every local replica (the tail of the flat buffer first; Replicas::reduce_during_backward), so
+// pushes overlap the rest of backward; the gradient must then be final before clipping
+// (optim.grad_clip=0). client: null on local replicas other than 0 (they only take part in the
+// node's reductions). shards: the servers' count. GPU buffers are staged through host memory.
+std::unique_ptr<ParameterUpdate> make_ps_update(std::unique_ptr<PsClient> client, bool overlap, bool push_in_backward,
+                                                Replicas& replicas, int shards);
 
-std::unique_ptr<ParameterUpdate> make_ps_update(std::unique_ptr<PsClient> client, bool overlap, bool push_in_backward);
+// The node's local replicas share one update: local replica 0 runs `inner` (the others pass
+// theirs, or null) and every replica then takes replica 0's parameters
+// (Replicas::broadcast_from_rank0, inside the node), after apply() and after synchronize() alike
+// (an overlapped inner update installs the previous round's parameters in apply and the newest
+// in synchronize). With one local replica this is `inner` itself.
+std::unique_ptr<ParameterUpdate> make_node_shared_update(std::unique_ptr<ParameterUpdate> inner, Replicas& replicas);
 
 }  // namespace syncopate

@@ -136,6 +136,12 @@ struct PsClient::Impl {
   }
 };
 
+void PsClient::require_host(const at::Tensor& t, const char* what) {
+  SYN_CHECK(t.is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous(),
+            fmt::format("PsClient::{} needs a contiguous float32 tensor in host memory", what),
+            "this is a bug: GPU replicas stage their buffers through host memory (ParameterUpdate)");
+}
+
 std::vector<std::string> PsClient::parse_endpoints(const std::string& list) {
   std::vector<std::string> out;
   std::stringstream ss(list);
@@ -180,10 +186,10 @@ PsClient::~PsClient() = default;
 void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int64_t>>& decay, const AdamWConfig& oc,
                     int64_t start_step) {
   auto& I = *impl_;
+  require_host(params, "init");
   const int64_t n = params.numel();
   const int K = static_cast<int>(I.socks.size());
-  I.begin.clear();
-  for (int k = 0; k <= K; ++k) I.begin.push_back(n * k / K);
+  I.begin = even_bounds(n, K);
   I.version.assign(static_cast<size_t>(K), 0);
   std::vector<int64_t> pairs;
   for (auto& [o, l] : decay) pairs.insert(pairs.end(), {o, l});
@@ -211,6 +217,7 @@ std::vector<int64_t> PsClient::versions() const { return impl_->version; }
 
 void PsClient::push_shard(int k, const at::Tensor& grads, int64_t clock, double lr, int64_t computed_on) {
   auto& I = *impl_;
+  require_host(grads, "push_shard");
   if (I.pushed.empty()) I.pushed.assign(I.socks.size(), false), I.round.resize(I.socks.size());
   MsgHeader& h = I.round[static_cast<size_t>(k)];
   h = I.header(MsgType::kPushPull, k);
@@ -223,6 +230,8 @@ void PsClient::push_shard(int k, const at::Tensor& grads, int64_t clock, double 
 
 double PsClient::gather(const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr) {
   auto& I = *impl_;
+  require_host(grads, "gather");
+  require_host(params, "gather");
   const int K = static_cast<int>(I.socks.size());
   for (int k = 0; k < K; ++k)
     if (I.pushed.empty() || !I.pushed[static_cast<size_t>(k)]) push_shard(k, grads, clock, lr);
@@ -246,6 +255,12 @@ double PsClient::push_pull(const at::Tensor& grads, at::Tensor& params, int64_t 
 }
 
 std::vector<int64_t> PsClient::shard_bounds() const { return impl_->begin; }
+
+std::vector<int64_t> PsClient::even_bounds(int64_t n, int shards) {
+  std::vector<int64_t> b;
+  for (int k = 0; k <= shards; ++k) b.push_back(n * k / shards);
+  return b;
+}
 
 std::string PsClient::stats(int k) {
   auto ask = [&] { impl_->send(k, impl_->header(MsgType::kStats, k), nullptr, 0); };

@@ -15,6 +15,8 @@
 
 namespace syncopate {
 
+// Every tensor passed in lives in host memory (a GPU replica stages through host buffers; see
+// parameter_update.cpp): frames are sent from, and replies copied into, its memory directly.
 class PsClient {
  public:
   // endpoints: tcp://IP:PORT of each shard; worker: this worker's id of `workers`.
@@ -44,6 +46,8 @@ class PsClient {
   double gather(const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr);
   // Shard boundaries in the flat vector: shard k holds [b[k], b[k+1]) (after init()).
   std::vector<int64_t> shard_bounds() const;
+  // The boundaries init() uses: n elements over `shards` contiguous, size-balanced ranges.
+  static std::vector<int64_t> even_bounds(int64_t n, int shards);
   // Parameter versions of the last replies, per shard.
   std::vector<int64_t> versions() const;
   // The STATS JSON of shard k.
@@ -54,6 +58,7 @@ class PsClient {
   static std::vector<std::string> parse_endpoints(const std::string& comma_separated);
 
  private:
+  static void require_host(const at::Tensor& t, const char* what);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -58,6 +58,30 @@ class IndependentReplicas : public Replicas {
       : node_(node), nnodes_(nnodes), local_(local), group_(std::move(group)), device_(device) {
     resume_step_ = resume;
   }
+  ~IndependentReplicas() override {
+    if (regions_ && regions_->reduced() > 0 && local_ == 0)  // each region is pushed the moment it is reduced
+      std::cerr << fmt::format("[ps] {} of {} shard pushes left during backward\n", regions_->launched_early(),
+                               regions_->reduced());
+  }
+  void attach(const std::vector<at::Tensor>& params, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+              at::Tensor flat_grads) override {
+    params_ = params, ranges_ = ranges, grads_ = flat_grads;
+  }
+  void reduce_during_backward(std::vector<int64_t> bounds, std::function<void(int)> on_region_mean) override {
+    SYN_CHECK(grads_.defined(), "reduce_during_backward before attach", "this is a bug");
+    regions_ = std::make_unique<BucketReducer>(
+        params_, ranges_, grads_, std::move(bounds), device_,
+        [this, done = std::move(on_region_mean)](int r, at::Tensor region) {
+          if (group_) {  // the node's mean, on local replica 0
+            group_->reduce_sum(local_, region, 0);
+            if (local_ == 0) region.div_(local_size());
+          }
+          if (local_ == 0 && done) done(r);
+        });
+  }
+  void arm_overlap() override {
+    if (regions_) regions_->arm();
+  }
   int rank() const override { return node_ * local_size() + local_; }
   int world() const override { return nnodes_ * local_size(); }
   int local_rank() const override { return local_; }
@@ -66,7 +90,10 @@ class IndependentReplicas : public Replicas {
   void abort(const std::string& why) override {
     if (group_) group_->abort(why);
   }
+  // With regions reduced during backward only local replica 0 holds the mean (the others take
+  // its weights after the update); otherwise every replica gets it.
   void average_gradients(at::Tensor& grads) override {
+    if (regions_ && regions_->finish()) return;
     if (!group_) return;
     group_->all_reduce_sum(local_, grads);
     grads.div_(local_size());
@@ -90,6 +117,10 @@ class IndependentReplicas : public Replicas {
   int node_, nnodes_, local_;
   std::shared_ptr<LocalGroup> group_;
   int device_;
+  std::vector<at::Tensor> params_;  // attach(): where gradients live, for reduce_during_backward
+  std::vector<std::pair<int64_t, int64_t>> ranges_;
+  at::Tensor grads_;
+  std::unique_ptr<BucketReducer> regions_;  // ps: shard regions reduced (and pushed) during backward
 };
 
 // Every replica of the job takes every step together: gradients are summed over the local group

@@ -7,6 +7,7 @@
 // LocalGroup (NCCL or threads); between nodes through the ring (see NodeAllreduce).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -40,6 +41,12 @@ class Replicas {
   // Called before the backward pass whose gradients are to be reduced (the last micro-batch):
   // buckets are reduced as soon as their gradients are final.
   virtual void arm_overlap() {}
+  // ps mode (after attach()): reduce the gradient region by region during the armed backward,
+  // regions [bounds[r], bounds[r+1]) (the servers' shards). Once region r holds the node's mean
+  // gradient on local replica 0, on_region_mean(r) runs there (on the communication thread);
+  // average_gradients() then only waits for the regions. Every local replica must call it, with
+  // the same bounds; on_region_mean may be empty on the others.
+  virtual void reduce_during_backward(std::vector<int64_t> bounds, std::function<void(int)> on_region_mean) {}
   // grads <- mean of grads over replicas (in place); waits for buckets in flight.
   virtual void average_gradients(at::Tensor& grads) = 0;
   // Mean of a scalar over replicas (for logging the global loss).

@@ -120,15 +120,18 @@ struct Trainer::Impl {
     replicas->attach(model->parameters(), ranges, flat->grads);
     if (cfg.dist.mode == "ps") {  // the servers hold the optimizer; INIT gives every worker the same start
       // Local replica 0 talks to the servers for its node and shares the result with the others.
-      std::unique_ptr<ParameterUpdate> node_update;
+      const auto endpoints = PsClient::parse_endpoints(cfg.dist.servers);
+      std::unique_ptr<PsClient> client;
       if (writer) {
-        auto client = std::make_unique<PsClient>(PsClient::parse_endpoints(cfg.dist.servers), job.token,
-                                                 static_cast<int>(cfg.dist.node_rank), static_cast<int>(cfg.dist.nnodes),
-                                                 cfg.dist.timeout_s, cfg.dist.curve_server_key);
-        client->init(flat->params, flat->decay_ranges(), cfg.optim, step);
-        node_update = make_ps_update(std::move(client), cfg.dist.ps_overlap, cfg.dist.ps_push_in_backward);
+        client = std::make_unique<PsClient>(endpoints, job.token, static_cast<int>(cfg.dist.node_rank),
+                                            static_cast<int>(cfg.dist.nnodes), cfg.dist.timeout_s, cfg.dist.curve_server_key);
+        at::Tensor start = flat->params.to(at::kCPU);  // the client reads and writes host memory
+        client->init(start, flat->decay_ranges(), cfg.optim, step);
+        flat->params.copy_(start);
       }
-      update = make_node_shared_update(std::move(node_update), *replicas);
+      update = make_node_shared_update(make_ps_update(std::move(client), cfg.dist.ps_overlap, cfg.dist.ps_push_in_backward,
+                                                      *replicas, static_cast<int>(endpoints.size())),
+                                       *replicas);
       replicas->broadcast_from_rank0(flat->params);  // the servers' start, on every local replica
     } else {
       update = make_local_update(*opt);
@@ -277,10 +280,6 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
     for (int d = 0; d < local; ++d) job.devices.push_back(d);
   }
   if (local <= 0) local = 1;
-  SYN_CHECK(local == 1 || cfg.dist.mode != "ps" || !cfg.dist.ps_push_in_backward,
-            fmt::format("dist.ps_push_in_backward pushes from one replica's gradient hooks, but this node runs {} local "
-                        "replicas whose gradients are averaged after backward", local),
-            "set --dist.ps_push_in_backward=false, or --dist.local_replicas=1");
   if (local > 1) job.group = make_local_group(local, job.devices);
 
   fs::create_directories(out_dir);
