@@ -92,6 +92,7 @@ BucketReducer::BucketReducer(const std::vector<at::Tensor>& params, const std::v
 }
 
 BucketReducer::~BucketReducer() {
+  impl_->ready->disarm();  // no hook may queue work from here on
   {
     std::lock_guard<std::mutex> l(impl_->mu);
     impl_->stop = true;
