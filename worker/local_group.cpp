@@ -22,36 +22,30 @@ class ThreadGroup : public LocalGroup {
   int size() const override { return n_; }
   std::string backend() const override { return "threads"; }
 
+  // Each collective is publish (a meeting), the work on slices, and a closing meeting; the
+  // composite ones keep the published buffers for their second half instead of publishing again.
   void all_reduce_sum(int rank, at::Tensor& t) override {
-    reduce_scatter_sum(rank, t);
-    all_gather(rank, t);
+    publish(rank, t);
+    sum_own_slice(rank, t);
+    meet();
+    take_other_slices(rank, t);
+    meet();
   }
   void reduce_scatter_sum(int rank, at::Tensor& t) override {
     publish(rank, t);
-    const int64_t lo = slice_begin(t.numel(), n_, rank), hi = slice_begin(t.numel(), n_, rank + 1);
-    if (hi > lo) {  // own values first, then the others in rank order: deterministic, in place
-      at::Tensor mine = t.slice(0, lo, hi);
-      for (int r = 0; r < n_; ++r)
-        if (r != rank) mine.add_(bufs_[r].slice(0, lo, hi));
-    }
+    sum_own_slice(rank, t);
     meet();
   }
   void all_gather(int rank, at::Tensor& t) override {
     publish(rank, t);
-    for (int r = 0; r < n_; ++r) {
-      const int64_t lo = slice_begin(t.numel(), n_, r), hi = slice_begin(t.numel(), n_, r + 1);
-      if (r != rank && hi > lo) t.slice(0, lo, hi).copy_(bufs_[r].slice(0, lo, hi));
-    }
+    take_other_slices(rank, t);
     meet();
   }
   void reduce_sum(int rank, at::Tensor& t, int root) override {
-    reduce_scatter_sum(rank, t);  // rank i sums slice i, as for all_reduce_sum: the same values
     publish(rank, t);
-    if (rank == root)
-      for (int r = 0; r < n_; ++r) {
-        const int64_t lo = slice_begin(t.numel(), n_, r), hi = slice_begin(t.numel(), n_, r + 1);
-        if (r != rank && hi > lo) t.slice(0, lo, hi).copy_(bufs_[r].slice(0, lo, hi));
-      }
+    sum_own_slice(rank, t);  // rank i sums slice i, as for all_reduce_sum: the same values
+    meet();
+    if (rank == root) take_other_slices(rank, t);
     meet();
   }
   void broadcast(int rank, at::Tensor& t, int root) override {
@@ -66,6 +60,21 @@ class ThreadGroup : public LocalGroup {
   }
 
  private:
+  // Slice `rank` of t <- itself plus that slice of every other rank's buffer, in rank order.
+  void sum_own_slice(int rank, at::Tensor& t) {
+    const int64_t lo = slice_begin(t.numel(), n_, rank), hi = slice_begin(t.numel(), n_, rank + 1);
+    if (hi <= lo) return;
+    at::Tensor mine = t.slice(0, lo, hi);
+    for (int r = 0; r < n_; ++r)
+      if (r != rank) mine.add_(bufs_[r].slice(0, lo, hi));
+  }
+  // Every other slice r of t <- slice r of rank r's buffer.
+  void take_other_slices(int rank, at::Tensor& t) {
+    for (int r = 0; r < n_; ++r) {
+      const int64_t lo = slice_begin(t.numel(), n_, r), hi = slice_begin(t.numel(), n_, r + 1);
+      if (r != rank && hi > lo) t.slice(0, lo, hi).copy_(bufs_[r].slice(0, lo, hi));
+    }
+  }
   void publish(int rank, const at::Tensor& t) {
     SYN_CHECK(t.is_cpu() && t.scalar_type() == at::kFloat && t.dim() == 1 && t.is_contiguous(),
               "a thread-group collective needs a contiguous 1-D float32 CPU buffer", "this is a bug");
