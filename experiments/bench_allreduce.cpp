@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
     resolve_from_environment(dc);
     RendezvousOptions ro = rendezvous_options(dc, job_token_from_environment(), "bench");
     const Hierarchy h = parse_hierarchy(hierarchy);
-    ro.lanes = h == Hierarchy::kSliced ? local : 1;
+    ro.lanes = ring_lanes(h, local);
     Ring ring = connect_ring(ro);
     RingAllreduceOptions opt;
     opt.bf16_wire = bf16;
@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
     // Replica l of this process: its ring lane made once and reused, as the trainer does.
     auto replica = [&](int l) {
       std::unique_ptr<RingAllreducer> lane;
-      if (ring.world > 1 && l < ring.lanes())
+      if (ring.world > 1 && rings(h, l))
         lane = std::make_unique<RingAllreducer>(ring.rank, ring.world, ring.next_of(l), ring.prev_of(l));
       NodeAllreduce ar(group.get(), l, lane.get(), ring.world, h);
       at::Tensor one = at::zeros({1});

@@ -136,7 +136,7 @@ TEST_P(NodeAllreduceShapes, EqualsTheExactSumOnEveryReplica) {
   on_threads(nodes * L, [&](int replica) {
     const int k = replica / L, l = replica % L;
     std::unique_ptr<RingAllreducer> lane;
-    if (nodes > 1 && (hierarchy == Hierarchy::kSliced || l == 0))
+    if (nodes > 1 && rings(hierarchy, l))
       lane = std::make_unique<RingAllreducer>(k, nodes, *send[l][k], *recv[l][k]);
     NodeAllreduce ar(groups[k].get(), l, lane.get(), nodes, hierarchy);
     at::Tensor t = replica_data(replica, n);

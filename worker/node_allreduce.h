@@ -43,4 +43,9 @@ class NodeAllreduce {
 // "sliced" or "root" (dist.hierarchy); anything else is an error naming the choices.
 Hierarchy parse_hierarchy(const std::string& name);
 
+// Ring lanes a node of `local` replicas opens to its neighbours (RendezvousOptions::lanes), and
+// whether local replica l rings over one (lane l): every replica when sliced, replica 0 for root.
+inline int ring_lanes(Hierarchy h, int local) { return h == Hierarchy::kSliced ? local : 1; }
+inline bool rings(Hierarchy h, int local_rank) { return h == Hierarchy::kSliced || local_rank == 0; }
+
 }  // namespace syncopate

@@ -131,7 +131,7 @@ class RingReplicas : public Replicas {
   RingReplicas(std::shared_ptr<Ring> ring, std::shared_ptr<LocalGroup> group, int local, int device, const DistConfig& c)
       : ring_(std::move(ring)), group_(std::move(group)), local_(local), local_size_(group_ ? group_->size() : 1),
         device_(device), cfg_(c),
-        allreducer_(ring_->world > 1 && ring_->lanes() > local  // "root": only replica 0 has a lane
+        allreducer_(ring_->world > 1 && rings(parse_hierarchy(c.hierarchy), local)
                         ? std::make_unique<RingAllreducer>(ring_->rank, ring_->world, ring_->next_of(local), ring_->prev_of(local))
                         : nullptr),
         node_(group_.get(), local, allreducer_.get(), ring_->world, parse_hierarchy(c.hierarchy)) {
@@ -217,7 +217,7 @@ std::vector<std::unique_ptr<Replicas>> make_replicas(const DistConfig& c, const 
     if (ring_of_nodes) {
       RendezvousOptions o = rendezvous_options(c, token, fingerprint);
       o.checkpoints = checkpoints;
-      o.lanes = parse_hierarchy(c.hierarchy) == Hierarchy::kSliced ? L : 1;
+      o.lanes = ring_lanes(parse_hierarchy(c.hierarchy), L);
       ring = std::make_shared<Ring>(connect_ring(o));
     } else {  // one node of several replicas: no ring, the local group alone
       ring = std::make_shared<Ring>();
