@@ -52,7 +52,7 @@ class PsUpdate : public ParameterUpdate {
         std::lock_guard<std::mutex> l(mu_);
         client_->push_shard(k, g, step_, lr_);
       };
-    replicas_.reduce_during_backward(bounds, std::move(push));
+    replicas_.reduce_during_backward(params, ranges, flat_grads, bounds, std::move(push));
   }
   void arm(double lr, int64_t step) override {
     std::lock_guard<std::mutex> l(mu_);

@@ -63,14 +63,11 @@ class IndependentReplicas : public Replicas {
       std::cerr << fmt::format("[ps] {} of {} shard pushes left during backward\n", regions_->launched_early(),
                                regions_->reduced());
   }
-  void attach(const std::vector<at::Tensor>& params, const std::vector<std::pair<int64_t, int64_t>>& ranges,
-              at::Tensor flat_grads) override {
-    params_ = params, ranges_ = ranges, grads_ = flat_grads;
-  }
-  void reduce_during_backward(std::vector<int64_t> bounds, std::function<void(int)> on_region_mean) override {
-    SYN_CHECK(grads_.defined(), "reduce_during_backward before attach", "this is a bug");
+  void reduce_during_backward(const std::vector<at::Tensor>& params, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                              at::Tensor flat_grads, std::vector<int64_t> bounds,
+                              std::function<void(int)> on_region_mean) override {
     regions_ = std::make_unique<BucketReducer>(
-        params_, ranges_, grads_, std::move(bounds), device_,
+        params, ranges, flat_grads, std::move(bounds), device_,
         [this, done = std::move(on_region_mean)](int r, at::Tensor region) {
           if (group_) {  // the node's mean, on local replica 0
             group_->reduce_sum(local_, region, 0);
@@ -117,9 +114,6 @@ class IndependentReplicas : public Replicas {
   int node_, nnodes_, local_;
   std::shared_ptr<LocalGroup> group_;
   int device_;
-  std::vector<at::Tensor> params_;  // attach(): where gradients live, for reduce_during_backward
-  std::vector<std::pair<int64_t, int64_t>> ranges_;
-  at::Tensor grads_;
   std::unique_ptr<BucketReducer> regions_;  // ps: shard regions reduced (and pushed) during backward
 };
 
@@ -203,13 +197,13 @@ class RingReplicas : public Replicas {
 
 }  // namespace
 
-std::vector<std::unique_ptr<Replicas>> make_replicas(const DistConfig& c, const std::string& token,
+std::vector<std::shared_ptr<Replicas>> make_replicas(const DistConfig& c, const std::string& token,
                                                      const std::string& fingerprint,
                                                      const std::vector<int64_t>& checkpoints,
                                                      std::shared_ptr<LocalGroup> group, const std::vector<int>& devices) {
   const int L = group ? group->size() : 1;
   auto device = [&](int l) { return devices.empty() ? -1 : devices[static_cast<size_t>(l)]; };
-  std::vector<std::unique_ptr<Replicas>> out;
+  std::vector<std::shared_ptr<Replicas>> out;
   const int64_t newest = checkpoints.empty() ? -1 : *std::max_element(checkpoints.begin(), checkpoints.end());
   const bool ps = c.mode == "ps", ring_of_nodes = c.mode == "ring" && c.nnodes > 1;
   if (ring_of_nodes || (!ps && L > 1)) {  // synchronous replicas: buckets reduced during backward

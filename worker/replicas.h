@@ -41,12 +41,14 @@ class Replicas {
   // Called before the backward pass whose gradients are to be reduced (the last micro-batch):
   // buckets are reduced as soon as their gradients are final.
   virtual void arm_overlap() {}
-  // ps mode (after attach()): reduce the gradient region by region during the armed backward,
-  // regions [bounds[r], bounds[r+1]) (the servers' shards). Once region r holds the node's mean
+  // ps mode: reduce the gradient region by region during the armed backward, regions
+  // [bounds[r], bounds[r+1]) of flat_grads (the servers' shards); params and ranges as for attach(). Once region r holds the node's mean
   // gradient on local replica 0, on_region_mean(r) runs there (on the communication thread);
   // average_gradients() then only waits for the regions. Every local replica must call it, with
   // the same bounds; on_region_mean may be empty on the others.
-  virtual void reduce_during_backward(std::vector<int64_t> bounds, std::function<void(int)> on_region_mean) {}
+  virtual void reduce_during_backward(const std::vector<at::Tensor>& params,
+                                      const std::vector<std::pair<int64_t, int64_t>>& ranges, at::Tensor flat_grads,
+                                      std::vector<int64_t> bounds, std::function<void(int)> on_region_mean) {}
   // grads <- mean of grads over replicas (in place); waits for buckets in flight.
   virtual void average_gradients(at::Tensor& grads) = 0;
   // Mean of a scalar over replicas (for logging the global loss).
@@ -70,7 +72,7 @@ class Replicas {
 // identifies the model and training config; nodes whose fingerprints differ are refused.
 // `checkpoints` are the steps this node could resume from.
 // `group` joins the local replicas (null when there is one; see make_local_group).
-std::vector<std::unique_ptr<Replicas>> make_replicas(const DistConfig& c, const std::string& token,
+std::vector<std::shared_ptr<Replicas>> make_replicas(const DistConfig& c, const std::string& token,
                                                      const std::string& fingerprint,
                                                      const std::vector<int64_t>& checkpoints,
                                                      std::shared_ptr<LocalGroup> group, const std::vector<int>& devices);

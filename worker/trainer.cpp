@@ -99,13 +99,12 @@ struct Trainer::Impl {
               "run without --resume to start fresh, or point --out at the run to resume");
     if (replicas->resume_step() >= 0) {
       const std::string dir = checkpoint_dir(ckroot, replicas->resume_step());
-      const std::vector<int64_t> held = list_checkpoints(ckroot);
-      const int64_t newest = held.empty() ? step : held.back();
       auto meta = load_checkpoint(dir, *model, *opt);
       step = meta.at("step").get<int64_t>();
       tokens = meta.at("tokens").get<int64_t>();
       time_offset = meta.value("time_s", 0.0);
       data_position = meta.at("data").value("position", int64_t{-1});  // -1: older checkpoint, derived below
+      const int64_t newest = job.checkpoints.empty() ? step : job.checkpoints.back();
       if (verbose)
         std::cout << fmt::format("[train] resumed from {} (step {}{})\n", dir, step,
                                  step < newest ? fmt::format("; the newest checkpoint every node holds, "
@@ -284,8 +283,7 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
 
   fs::create_directories(out_dir);
   // Checkpoint steps this node could resume from; with none, the rendezvous tells every node.
-  const std::vector<int64_t> available =
-      resume ? list_checkpoints((fs::path(out_dir) / "checkpoints").string()) : std::vector<int64_t>{};
+  if (resume) job.checkpoints = list_checkpoints((fs::path(out_dir) / "checkpoints").string());
   resolve_from_environment(cfg.dist);
   job.token = job_token_from_environment();
   if (job.token.empty() && cfg.dist.mode != "none") {
@@ -299,8 +297,7 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
   else if (cfg.dist.mode == "none" && local > 1)
     std::cout << fmt::format("[dist] one node: {} local replicas ({})\n", local, where);
   // Nodes must agree on model and config, and resume from the newest checkpoint all of them hold.
-  for (auto& r : make_replicas(cfg.dist, job.token, cfg.fingerprint(), available, job.group, job.devices))
-    job.replicas.push_back(std::move(r));
+  job.replicas = make_replicas(cfg.dist, job.token, cfg.fingerprint(), job.checkpoints, job.group, job.devices);
   return job;
 }
 

@@ -21,6 +21,7 @@ struct JobMembership {
   std::shared_ptr<LocalGroup> group;  // null with one local replica
   std::vector<int> devices;
   std::string token;
+  std::vector<int64_t> checkpoints;  // steps this node holds complete checkpoints of (with resume), ascending
   // One local replica failed: stop the others (Replicas::abort on every one).
   void abort(const std::string& why);
   JobMembership();
