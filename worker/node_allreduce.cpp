@@ -6,18 +6,20 @@
 #include "worker/local_group.h"
 
 namespace syncopate {
-namespace {
-// The inter-node ring on host memory: GPU slices travel through a host copy.
-void ring_sum(RingAllreducer& lane, at::Tensor t, const RingAllreduceOptions& opt) {
+// The inter-node ring on host memory: GPU slices travel through one pinned host buffer, grown to
+// the largest slice and reused by every later call (one per bucket per step).
+void NodeAllreduce::ring_sum(RingAllreducer& lane, at::Tensor t, const RingAllreduceOptions& opt) const {
   if (t.is_cpu()) {
     lane.sum(t.data_ptr<float>(), static_cast<size_t>(t.numel()), opt);
-  } else {
-    at::Tensor host = t.to(at::kCPU);  // waits for the work queued on t's stream
-    lane.sum(host.data_ptr<float>(), static_cast<size_t>(host.numel()), opt);
-    t.copy_(host);
+    return;
   }
+  if (!host_.defined() || host_.numel() < t.numel())
+    host_ = at::empty({t.numel()}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
+  at::Tensor host = host_.slice(0, 0, t.numel());
+  host.copy_(t);  // waits for the work queued on the current stream
+  lane.sum(host.data_ptr<float>(), static_cast<size_t>(host.numel()), opt);
+  t.copy_(host);
 }
-}  // namespace
 
 void NodeAllreduce::sum(at::Tensor t, const RingAllreduceOptions& opt) const {
   SYN_CHECK(t.scalar_type() == at::kFloat && t.dim() == 1 && t.is_contiguous(),

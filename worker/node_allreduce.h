@@ -29,10 +29,12 @@ class NodeAllreduce {
   NodeAllreduce(LocalGroup* group, int local_rank, RingAllreducer* lane, int nodes, Hierarchy h = Hierarchy::kSliced)
       : group_(group), local_rank_(local_rank), lane_(lane), nodes_(nodes), hierarchy_(h) {}
   // t <- sum of t over all replicas (in place); t is a contiguous 1-D float32 buffer (a view of a
-  // larger one is fine) on this replica's device. Identical on every replica.
+  // larger one is fine) on this replica's device. Identical on every replica. Calls must not overlap.
   void sum(at::Tensor t, const RingAllreduceOptions& opt) const;
 
  private:
+  void ring_sum(RingAllreducer& lane, at::Tensor t, const RingAllreduceOptions& opt) const;
+  mutable at::Tensor host_;  // GPU replicas: the host staging buffer of the ring
   LocalGroup* group_;
   int local_rank_;
   RingAllreducer* lane_;
