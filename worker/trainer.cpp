@@ -43,8 +43,8 @@ struct Trainer::Impl {
   std::unique_ptr<FlatAdamW> opt;
   std::shared_ptr<Replicas> replicas;  // this replica's view of the job (shared with JobMembership, for abort)
   std::unique_ptr<ParameterUpdate> update;
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<TrainingData> data;
+  std::shared_ptr<Tokenizer> tokenizer;  // the node's, shared by its local replicas (read-only)
+  std::shared_ptr<TrainingData> data;
   std::unique_ptr<WindowSampler> train_sampler, val_sampler;
   int64_t data_position = 0;  // training samples consumed by this worker's steps so far (see WindowSampler)
   std::unique_ptr<MetricsLog> metrics;
@@ -66,18 +66,8 @@ struct Trainer::Impl {
     writer = replicas->local_rank() == 0;
     verbose = verbose && replicas->rank() == 0;  // rank 0 prints, local replica 0 of every node writes outputs
 
-    {
-      // The node's local replicas open the data one after another: the first tokenizes raw text
-      // into the cache, the others map what it wrote.
-      static std::mutex data_mu;
-      std::lock_guard<std::mutex> l(data_mu);
-      tokenizer = make_tokenizer(cfg.data.tokenizer_config());
-      SYN_CHECK(tokenizer->vocab_size() <= cfg.model.vocab_size,
-                fmt::format("the {} tokenizer has {} ids but model.vocab_size is {}", tokenizer->name(),
-                            tokenizer->vocab_size(), cfg.model.vocab_size),
-                fmt::format("set --model.vocab_size={} (or larger)", tokenizer->vocab_size()));
-      data = std::make_unique<TrainingData>(open_training_data(cfg.data, *tokenizer, cfg.model.block_size, verbose));
-    }
+    tokenizer = job.tokenizer;
+    data = job.data;
     train_sampler = std::make_unique<WindowSampler>(data->train, cfg.model.block_size, cfg.train.seed, cfg.model.vocab_size);
     val_sampler = std::make_unique<WindowSampler>(data->val, cfg.model.block_size, cfg.train.seed + 1, cfg.model.vocab_size);
 
@@ -263,7 +253,7 @@ void JobMembership::abort(const std::string& why) {
   for (auto& r : replicas) r->abort(why);
 }
 
-JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, int local) {
+JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, int local, bool verbose) {
   cfg.validate();
   JobMembership job;
   if (cfg.train.threads > 0) torch::set_num_threads(static_cast<int>(cfg.train.threads));
@@ -290,6 +280,13 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
     job.token = "syncopate-insecure-default";
     std::cerr << "[dist] warning: SYNCOPATE_TOKEN is not set; any local process can join this job\n";
   }
+  job.tokenizer = make_tokenizer(cfg.data.tokenizer_config());
+  SYN_CHECK(job.tokenizer->vocab_size() <= cfg.model.vocab_size,
+            fmt::format("the {} tokenizer has {} ids but model.vocab_size is {}", job.tokenizer->name(),
+                        job.tokenizer->vocab_size(), cfg.model.vocab_size),
+            fmt::format("set --model.vocab_size={} (or larger)", job.tokenizer->vocab_size()));
+  job.data = std::make_shared<TrainingData>(
+      open_training_data(cfg.data, *job.tokenizer, cfg.model.block_size, verbose && cfg.dist.node_rank == 0));
   const std::string where = job.devices.empty() ? "cpu" : "cuda, " + std::string(job.group ? job.group->backend() : "one GPU");
   if (cfg.dist.mode != "none" && cfg.dist.node_rank == 0)
     std::cout << fmt::format("[dist] node {}/{}: {} local replica(s) ({}); rendezvous at {}:{} ...\n", cfg.dist.node_rank,
@@ -304,7 +301,7 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
 Trainer::Trainer(const RunConfig& cfg, const std::string& out_dir, bool resume, const std::string& config_toml,
                  bool verbose) {
   RunConfig c = cfg;
-  JobMembership job = join_job(c, out_dir, resume, 1);
+  JobMembership job = join_job(c, out_dir, resume, 1, verbose);
   impl_ = std::make_unique<Impl>(c, out_dir, resume, config_toml, job, 0, verbose);
 }
 Trainer::Trainer(const RunConfig& cfg, const std::string& out_dir, bool resume, const std::string& config_toml,

@@ -12,16 +12,21 @@ class GPTImpl;
 class FlatParameters;
 class Replicas;
 class LocalGroup;
+class Tokenizer;
+struct TrainingData;
 
 // This node's share of the job: the local replicas' views of it (see make_replicas), their
-// devices (-1: CPU) and the job token. join_job resolves cfg.dist from the environment, lists
-// the checkpoints this node could resume from, and meets the other nodes (ring mode).
+// devices (-1: CPU), the job token, and the tokenizer and data every local replica reads (opened
+// once per node; read-only, so shared). join_job resolves cfg.dist from the environment, opens
+// the data, lists the checkpoints this node could resume from, and meets the other nodes.
 struct JobMembership {
   std::vector<std::shared_ptr<Replicas>> replicas;  // shared with the Trainers, so that abort() can reach them
   std::shared_ptr<LocalGroup> group;  // null with one local replica
   std::vector<int> devices;
   std::string token;
   std::vector<int64_t> checkpoints;  // steps this node holds complete checkpoints of (with resume), ascending
+  std::shared_ptr<Tokenizer> tokenizer;
+  std::shared_ptr<TrainingData> data;
   // One local replica failed: stop the others (Replicas::abort on every one).
   void abort(const std::string& why);
   JobMembership();
@@ -29,7 +34,8 @@ struct JobMembership {
   ~JobMembership();
 };
 // local = 0: dist.local_replicas decides (every visible GPU, or one CPU replica); local > 0: that many.
-JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, int local = 0);
+// verbose: node 0 reports the data it opens.
+JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, int local = 0, bool verbose = true);
 
 class Trainer {
  public:
