@@ -1,39 +1,37 @@
-"""A/B of synchronous vs asynchronous data parallelism, one command:
+"""A/B of synchronous vs asynchronous data parallelism on an emulated cluster, one command:
 
-  python experiments/ab_sync_async.py [--nodes 4] [--steps 300] [--slow-node 3 --slowdown 2]
-                                      [--modes ring,bsp,ssp,asp] [--servers 2] [--out runs/ab]
+  python experiments/ab_sync_async.py [--scenario experiments/scenarios/stragglers.toml] [--seeds 3]
+        [--nodes 8] [--steps 60] [--configs ring,bsp,bsp_backup,ssp1,ssp4,asp,asp_lr_scale,asp_dc_asgd]
+        [--step-time S] [--slow-node I --slowdown F] [--jitter X] [--netns --link-gbit G] [--out runs/ab]
 
-Runs the same job (same model, data, per-node batch, seed) once per mode on a simulated cluster
-(scripts/local_cluster.sh: processes on loopback), optionally with one node slowed down, then
-writes OUT/report.md (table: aggregate tokens/s, wall time, staleness, final validation loss, loss
-at equal wall-clock time), OUT/loss_vs_time.png and OUT/summary.json. Depends on the core only
-through its binaries and metrics files.
+Every configuration trains the same model on the same data with the same per-node batch and step
+budget; each gets its learning rate from a small grid (--lr-grid), then runs with --seeds seeds.
+Writes OUT/report.md, OUT/summary.json and plots (validation loss vs time and vs tokens with 95%
+bands, time to target with error bars, staleness histograms, learning-rate sensitivity). See
+experiments/study.py and docs/STUDY.md.
 """
 import argparse
-import os
 import sys
 
-from cluster_runs import add_job_args, run, write_outputs
+from study import add_args, run_study
 
-MODES = {
-    "ring": [],
-    "bsp": ["--consistency", "bsp"],
-    "ssp": ["--consistency", "ssp", "--staleness-bound", "2"],
-    "asp": ["--consistency", "asp"],
+CONFIGS = {
+    "ring": {"ring": True, "cluster": []},
+    "bsp": {"cluster": ["--consistency", "bsp"]},
+    "bsp_backup": {"cluster": ["--consistency", "bsp", "--backup-workers", "1"], "backup": 1},
+    "ssp1": {"cluster": ["--consistency", "ssp", "--staleness-bound", "1"]},
+    "ssp4": {"cluster": ["--consistency", "ssp", "--staleness-bound", "4"]},
+    "asp": {"cluster": ["--consistency", "asp"]},
+    "asp_lr_scale": {"cluster": ["--consistency", "asp", "--mitigation", "lr_scale"]},
+    "asp_dc_asgd": {"cluster": ["--consistency", "asp", "--mitigation", "dc_asgd"]},
 }
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    add_job_args(ap, "ab")
-    ap.add_argument("--modes", default="ring,bsp,ssp,asp")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_args(ap, "ab")
     a = ap.parse_args()
-    os.makedirs(a.out, exist_ok=True)
-    results = {m: run(m, MODES[m], a, ring=(m == "ring")) for m in a.modes.split(",")}
-    write_outputs(results, a,
-                  f"Sync vs async: {a.nodes} nodes, preset {a.preset}, batch {a.batch}/node, {a.steps} steps/node, "
-                  f"node {a.slow_node} slowed {a.slowdown}x, {a.servers} server shards",
-                  f"python experiments/ab_sync_async.py {' '.join(sys.argv[1:])}")
+    run_study(CONFIGS, a, "Sync vs async", f"python experiments/ab_sync_async.py {' '.join(sys.argv[1:])}")
 
 
 if __name__ == "__main__":

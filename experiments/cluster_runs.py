@@ -1,101 +1,173 @@
-"""Shared by the experiment scripts: run one configuration of a job on a simulated cluster
-(scripts/local_cluster.sh), summarize its metrics, and write a report, a JSON summary and a
-loss-vs-time plot. Depends on the core only through its binaries and metrics files."""
+"""One run of one configuration on an emulated cluster (scripts/local_cluster.sh), and what the
+study needs from it: the validation curve on an evaluation-free clock, global tokens, staleness,
+the emulation's own health (overrun share, host CPU use). Depends on the core only through its
+binaries, scripts and metrics files."""
 import json
 import os
-import statistics
 import subprocess
-import sys
+import threading
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OVERRUN_LIMIT = 0.05  # a run with more steps over their modelled time than this is invalid
+CPU_LIMIT = 0.90      # a run whose host CPU use averaged above this is invalid (saturated cores)
 
 
-def read(path):
+def read_jsonl(path):
     with open(path) as f:
         return [json.loads(l) for l in f if l.strip()]
 
 
-def ema(xs, a=0.1):
-    out, m = [], None
-    for x in xs:
-        m = x if m is None else (1 - a) * m + a * x
-        out.append(m)
-    return out
+class CpuSampler:
+    """Host CPU utilization (all cores, /proc/stat) sampled every `every` seconds on a thread."""
+
+    def __init__(self, every=0.5):
+        self.every, self.samples, self._stop = every, [], threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _read():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        idle = v[3] + (v[4] if len(v) > 4 else 0)
+        return sum(v), idle
+
+    def _run(self):
+        last = self._read()
+        while not self._stop.wait(self.every):
+            cur = self._read()
+            dt, di = cur[0] - last[0], cur[1] - last[1]
+            if dt > 0:
+                self.samples.append(1.0 - di / dt)
+            last = cur
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+    def mean(self):
+        return sum(self.samples) / len(self.samples) if self.samples else None
 
 
-def add_job_args(ap, out_default):
-    """The job every configuration runs: the same model, data, per-node batch and seed."""
-    ap.add_argument("--nodes", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--servers", type=int, default=2)
-    ap.add_argument("--slow-node", type=int, default=3, help="-1: no straggler")
-    ap.add_argument("--slowdown", type=float, default=2.0)
-    ap.add_argument("--preset", default="tiny")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--out", default=os.path.join(ROOT, "runs", out_default))
-    ap.add_argument("--extra", default="", help="more worker args, space-separated")
+def cluster_command(cfg, em, job, seed, lr, out):
+    """local_cluster.sh arguments of one run. cfg: {"cluster": [...], "ring": bool}; em: the
+    emulation (step_time_s, slow_node, slowdown, jitter, link_gbit, netns); job: model, batch, steps."""
+    cmd = [os.path.join(ROOT, "scripts", "local_cluster.sh"), "--nodes", str(job["nodes"]), "--out", out]
+    if not cfg.get("ring"):
+        cmd += ["--servers", str(job["servers"])] + cfg["cluster"]
+    if em["step_time_s"] > 0:
+        cmd += ["--step-time", repr(em["step_time_s"]), "--jitter", repr(em["jitter"])]
+        if em["slow_node"] >= 0 and em["slowdown"] > 1:
+            cmd += ["--slow-node", str(em["slow_node"]), "--slowdown", repr(em["slowdown"])]
+    if em.get("link_gbit"):
+        cmd += ["--netns", "--link-gbit", f"{em['link_gbit']:.6g}"]
+    eval_every = max(1, job["steps"] // job["evals"])
+    cmd += ["--", f"--model.preset={job['preset']}", f"--train.steps={job['steps']}",
+            f"--train.batch_size={job['batch']}", "--train.threads=1", f"--train.seed={seed}",
+            f"--optim.lr={lr:.6g}", f"--schedule.min_lr={lr / 10:.6g}", f"--schedule.warmup_steps={job['warmup']}",
+            f"--eval.every={eval_every}", "--eval.sample_tokens=0", f"--eval.batches={job['eval_batches']}",
+            "--checkpoint.every=0", "--dist.check_every=0", f"--data.cache_dir={ROOT}/data/cache",
+            # No mode overlaps communication with compute here: the modelled compute ends before the
+            # ring reduces or a worker pushes, so every mode meets the link on the same terms.
+            "--dist.overlap=false"]
+    return cmd + cfg.get("worker", [])
 
 
-def run(name, cluster_args, a, ring=False):
-    """Runs the job once with extra local_cluster.sh arguments; returns its summary."""
-    out = os.path.join(a.out, name)
-    cmd = [os.path.join(ROOT, "scripts", "local_cluster.sh"), "--nodes", str(a.nodes), "--out", out]
-    if not ring:
-        cmd += ["--servers", str(a.servers)] + cluster_args
-    if a.slow_node >= 0:
-        cmd += ["--slow-node", str(a.slow_node), "--slowdown", str(a.slowdown)]
-    cmd += ["--", f"--model.preset={a.preset}", f"--train.steps={a.steps}", f"--train.batch_size={a.batch}",
-            "--train.threads=1", "--eval.every=0", "--eval.sample_tokens=0", "--eval.batches=4",
-            "--checkpoint.every=0", "--dist.check_every=0", f"--data.cache_dir={ROOT}/data/cache"]
-    cmd += a.extra.split()
-    print(f"[experiment] {name}: {' '.join(cmd)}", flush=True)
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    nodes = [read(os.path.join(out, f"node{i}", "metrics.jsonl")) for i in range(a.nodes)]
-    steps = [[m for m in n if "tokens_per_s" in m] for n in nodes]
-    wall = max(s[-1]["time_s"] for s in steps)
-    tokens = steps[0][-1]["tokens"] if ring else sum(s[-1]["tokens"] for s in steps)
-    stale = [m["staleness"] for s in steps for m in s]
+def calibrate(preset, batch, out):
+    """Real compute seconds of one step of `preset` at `batch` on one thread of this machine (median
+    of steps 3..8 of an unpaced single-process run)."""
+    worker = os.path.join(ROOT, "build", "bin", "syncopate-worker")
+    cmd = [worker, "--out", out, f"--model.preset={preset}", f"--train.batch_size={batch}", "--train.steps=8",
+           "--train.threads=1", "--eval.every=0", "--eval.sample_tokens=0", "--eval.batches=1",
+           "--checkpoint.every=0", f"--data.cache_dir={ROOT}/data/cache"]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cs = sorted(m["compute_s"] for m in read_jsonl(os.path.join(out, "metrics.jsonl")) if "compute_s" in m)[2:]
+    return cs[len(cs) // 2]
+
+
+def server_stats(out):
+    """The statistics each server logged on exit ({} per shard that logged none)."""
+    stats, k = [], 0
+    while os.path.exists(os.path.join(out, "logs", f"server{k}.log")):
+        with open(os.path.join(out, "logs", f"server{k}.log")) as f:
+            lines = [l for l in f if "] stats {" in l]
+        stats.append(json.loads(lines[-1].split("] stats ", 1)[1]) if lines else {})
+        k += 1
+    return stats
+
+
+def summarize(out, nodes, ring):
+    """Per-run figures from the nodes' metrics: the validation curve of node 0 on a clock that
+    excludes evaluation time, with the global tokens at each point, and the emulation's health."""
+    metrics = [read_jsonl(os.path.join(out, f"node{i}", "metrics.jsonl")) for i in range(nodes)]
+    steps = [[m for m in ms if "tokens_per_s" in m] for ms in metrics]
+    evals = [m for m in metrics[0] if "val_loss" in m]
+    # Clock: node 0's training time minus the evaluation time spent before each point.
+    curve, spent = [], 0.0
+    for m in evals:
+        spent += m.get("eval_s", 0.0)
+        at_unix = m["unix_s"] - m.get("eval_s", 0.0)
+        if ring:
+            tokens = m["tokens"]
+        else:  # every node's own tokens at that moment
+            tokens = sum(max([s["tokens"] for s in ns if s["unix_s"] <= at_unix] or [0]) for ns in steps)
+        curve.append({"t": m["time_s"] - spent, "val_loss": m["val_loss"], "tokens": tokens, "step": m["step"]})
+    all_steps = [s for ns in steps for s in ns]
+    t_start = min(ns[0]["unix_s"] - ns[0]["step_s"] for ns in steps)
+    t_end = max(ns[-1]["unix_s"] for ns in steps)
+    total_tokens = steps[0][-1]["tokens"] if ring else sum(ns[-1]["tokens"] for ns in steps)
+    stale = [s.get("staleness", 0.0) for s in all_steps]
+    hist = {}
+    for s in stale:
+        hist[str(round(s))] = hist.get(str(round(s)), 0) + 1
+    eval_total = spent
     return {
-        "wall_s": wall,
-        "tokens": tokens,
-        "tokens_per_s": tokens / wall,
-        "staleness_mean": statistics.mean(stale),
+        "curve": curve,
+        "final_val_loss": curve[-1]["val_loss"] if curve else None,
+        "wall_s": t_end - t_start - eval_total,
+        "tokens": total_tokens,
+        "tokens_per_s": total_tokens / max(t_end - t_start - eval_total, 1e-9),
+        "staleness_mean": sum(stale) / len(stale),
         "staleness_max": max(stale),
-        "val_loss": statistics.mean([[m for m in n if "val_loss" in m][-1]["val_loss"] for n in nodes]),
-        "curve": [(m["time_s"], l) for m, l in zip(steps[0], ema([m["loss"] for m in steps[0]]))],
+        "staleness_histogram": hist,
+        "overrun_share": sum(1 for s in all_steps if s.get("overrun")) / len(all_steps),
+        "wait_share": sum(s.get("wait_s", 0.0) for s in all_steps) / max(sum(s["step_s"] for s in all_steps), 1e-9),
+        "compute_s_mean": sum(s.get("compute_s", 0.0) for s in all_steps) / len(all_steps),
+        "modelled_s_mean": sum(s.get("modelled_s", 0.0) for s in all_steps) / len(all_steps),
+        "eval_s_total": eval_total,
     }
 
 
-def write_outputs(results, a, title, command):
-    """OUT/report.md (one row per configuration), OUT/summary.json, OUT/loss_vs_time.png."""
-    t_eq = min(r["wall_s"] for r in results.values())
-    for r in results.values():
-        r["loss_at_equal_time"] = [l for t, l in r["curve"] if t <= t_eq][-1]
-    lines = [f"# {title}", "", f"Command: `{command}`", "",
-             "| configuration | wall s | tokens/s (all nodes) | staleness mean | staleness max | final val loss | "
-             f"train loss at t={t_eq:.1f}s (node 0, EMA) |",
-             "|---|---|---|---|---|---|---|"]
-    for m, r in results.items():
-        lines.append(f"| {m} | {r['wall_s']:.1f} | {r['tokens_per_s']:.0f} | {r['staleness_mean']:.2f} | "
-                     f"{r['staleness_max']:.0f} | {r['val_loss']:.4f} | {r['loss_at_equal_time']:.4f} |")
-    report = "\n".join(lines) + "\n"
-    with open(os.path.join(a.out, "report.md"), "w") as f:
-        f.write(report)
-    with open(os.path.join(a.out, "summary.json"), "w") as f:
-        json.dump({m: {k: v for k, v in r.items() if k != "curve"} for m, r in results.items()}, f, indent=2)
+def run_once(name, cfg, em, job, seed, lr, out, quiet=True):
+    """Runs one configuration once; returns its summary, or {"failed": reason, "log": path}."""
+    cmd = cluster_command(cfg, em, job, seed, lr, out)
+    os.makedirs(out, exist_ok=True)
+    log = os.path.join(out, "cluster.log")
+    with open(os.path.join(out, "command.txt"), "w") as f:
+        f.write(" ".join(cmd) + "\n")
+    t0 = time.time()
+    with CpuSampler() as cpu, open(log, "w") as lf:
+        rc = subprocess.run(cmd, stdout=lf, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        return {"failed": f"exit {rc}", "log": log}
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        plt.figure()
-        for m, r in results.items():
-            plt.plot([t for t, _ in r["curve"]], [l for _, l in r["curve"]], label=m)
-        plt.xlabel("wall-clock s (node 0)")
-        plt.ylabel("train loss (EMA)")
-        plt.legend()
-        plt.title("loss vs time")
-        plt.savefig(os.path.join(a.out, "loss_vs_time.png"), dpi=100)
-    except ImportError:
-        print("[experiment] matplotlib missing: no plot", file=sys.stderr)
-    print(report)
-    return report
+        r = summarize(out, job["nodes"], cfg.get("ring", False))
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        return {"failed": f"unreadable metrics: {e}", "log": log}
+    r["servers"] = server_stats(out) if not cfg.get("ring") else []
+    r["dropped"] = sum(s.get("dropped", 0) for s in r["servers"])
+    r["cpu_util"] = cpu.mean()
+    r["elapsed_s"] = time.time() - t0
+    problems = []
+    if r["overrun_share"] > OVERRUN_LIMIT:
+        problems.append(f"{r['overrun_share']:.0%} of steps overran their modelled time")
+    if r["cpu_util"] is not None and r["cpu_util"] > CPU_LIMIT:
+        problems.append(f"host CPU at {r['cpu_util']:.0%}")
+    r["valid"] = not problems
+    r["invalid_because"] = "; ".join(problems)
+    r["log"] = log
+    return r

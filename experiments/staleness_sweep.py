@@ -1,58 +1,64 @@
-"""Staleness sweep, one command: the same job under SSP with each staleness bound, and ASP (no
-bound), each with every chosen staleness mitigation, on a simulated cluster with a straggler.
+"""Staleness sweep on an emulated cluster, one command: SSP with each bound and ASP (no bound),
+each with every chosen mitigation, under the same study rules as the A/B (learning rate from a
+grid, several seeds, 95% intervals, invalid emulations left out):
 
   python experiments/staleness_sweep.py [--bounds 0,1,2,4,8] [--asp] [--mitigations none,lr_scale,dc_asgd]
-                                        [--nodes 4] [--steps 300] [--slow-node 3 --slowdown 2] [--out runs/sweep]
+        [--scenario FILE] [--seeds 3] [--nodes 8] [--steps 60] [--out runs/sweep]
 
-Writes OUT/report.md (a row per configuration: tokens/s, staleness mean and max, final validation
-loss, train loss at equal wall-clock time), OUT/summary.json, OUT/loss_vs_time.png and
-OUT/val_loss_vs_bound.png (final validation loss against the bound, one line per mitigation).
+Writes what the A/B writes (experiments/study.py) and OUT/val_loss_vs_bound.png: final validation
+loss against the bound, one line per mitigation, ASP as a dashed line.
 """
 import argparse
 import os
 import sys
 
-from cluster_runs import add_job_args, run, write_outputs
+from study import add_args, run_study
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    add_job_args(ap, "sweep")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_args(ap, "sweep")
     ap.add_argument("--bounds", default="0,1,2,4,8")
     ap.add_argument("--asp", action=argparse.BooleanOptionalAction, default=True, help="also run ASP (no bound)")
     ap.add_argument("--mitigations", default="none")
     a = ap.parse_args()
-    os.makedirs(a.out, exist_ok=True)
-    results, by_mitigation = {}, {}
+    configs, where = {}, {}
     for mit in a.mitigations.split(","):
-        configs = [(f"ssp s={b}", ["--consistency", "ssp", "--staleness-bound", b], int(b)) for b in a.bounds.split(",")]
+        for b in a.bounds.split(","):
+            name = f"ssp{b}" + ("" if mit == "none" else f"_{mit}")
+            configs[name] = {"cluster": ["--consistency", "ssp", "--staleness-bound", b, "--mitigation", mit]}
+            where[name] = (mit, int(b))
         if a.asp:
-            configs.append(("asp", ["--consistency", "asp"], None))
-        for label, args, bound in configs:
-            name = label if mit == "none" else f"{label} {mit}"
-            results[name] = run(name.replace(" ", "_").replace("=", ""), args + ["--mitigation", mit], a)
-            by_mitigation.setdefault(mit, []).append((bound, results[name]["val_loss"]))
-    write_outputs(results, a,
-                  f"Staleness sweep: {a.nodes} nodes, preset {a.preset}, batch {a.batch}/node, {a.steps} steps/node, "
-                  f"node {a.slow_node} slowed {a.slowdown}x, {a.servers} server shards",
-                  f"python experiments/staleness_sweep.py {' '.join(sys.argv[1:])}")
+            name = "asp" + ("" if mit == "none" else f"_{mit}")
+            configs[name] = {"cluster": ["--consistency", "asp", "--mitigation", mit]}
+            where[name] = (mit, None)
+    summary = run_study(configs, a, "Staleness sweep", f"python experiments/staleness_sweep.py {' '.join(sys.argv[1:])}")
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        plt.figure()
-        for mit, pts in by_mitigation.items():
-            bounded = [(b, v) for b, v in pts if b is not None]
-            line, = plt.plot([b for b, _ in bounded], [v for _, v in bounded], marker="o", label=f"ssp, {mit}")
-            for b, v in pts:
-                if b is None:
-                    plt.axhline(v, linestyle="--", color=line.get_color(), label=f"asp, {mit}")
-        plt.xlabel("staleness bound s")
-        plt.ylabel("final validation loss (mean over nodes)")
-        plt.legend()
-        plt.savefig(os.path.join(a.out, "val_loss_vs_bound.png"), dpi=100)
     except ImportError:
-        pass
+        return
+    plt.figure(figsize=(7, 4.5))
+    for mit in a.mitigations.split(","):
+        pts = [(where[k][1], c["final_val_loss"]) for k, c in summary["configurations"].items()
+               if where[k][0] == mit and c["final_val_loss"]["mean"] is not None]
+        bounded = sorted((b, s) for b, s in pts if b is not None)
+        color = None
+        if bounded:
+            line = plt.errorbar([b for b, _ in bounded], [s["mean"] for _, s in bounded],
+                                yerr=[[s["mean"] - s["ci95"][0] for _, s in bounded],
+                                      [s["ci95"][1] - s["mean"] for _, s in bounded]],
+                                marker="o", capsize=3, label=f"ssp, {mit}")
+            color = line[0].get_color()
+        for b, s in pts:
+            if b is None:
+                plt.axhline(s["mean"], linestyle="--", color=color, label=f"asp, {mit}")
+    plt.xlabel("staleness bound s")
+    plt.ylabel("final validation loss (mean, 95% CI)")
+    plt.legend(fontsize=8)
+    plt.tight_layout()
+    plt.savefig(os.path.join(a.out, "val_loss_vs_bound.png"), dpi=100)
 
 
 if __name__ == "__main__":

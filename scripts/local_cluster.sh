@@ -2,14 +2,20 @@
 # Simulates a cluster of N nodes on this machine: one syncopate-worker per node, joined through
 # the torchrun-style environment (MASTER_ADDR, MASTER_PORT, NNODES, NODE_RANK) on loopback.
 # Each node writes DIR/node<i>/ (metrics, checkpoints) and its log to DIR/logs/node<i>.log.
-# All processes are stopped on exit, on Ctrl-C, or as soon as one of them fails.
+# All processes are stopped on exit, on Ctrl-C, or as soon as one of them fails: each node and
+# server runs in its own process group, and the whole group is ended (namespaces removed too).
 #
 #   scripts/local_cluster.sh --nodes N --out DIR [--port P] [--max-restarts K] [--servers K]
 #                            [--consistency bsp|ssp|asp] [--staleness-bound S] [--mitigation M]
-#                            [--slow-node I --slowdown F] [--netns --link-gbit G] -- <worker args>
+#                            [--backup-workers B] [--step-time S [--slow-node I --slowdown F] [--jitter X]]
+#                            [--netns --link-gbit G] -- <worker args>
 #
-# --servers K starts K syncopate-server shards (on node 0's host, ports MASTER_PORT+1..K) and runs
-# the workers in ps mode against them; --slow-node I makes node I a straggler (train.slowdown=F).
+# --servers K starts K syncopate-server shards (ports MASTER_PORT+1..K; on node 0's host, or with
+# --netns shard k on host k mod N) and runs
+# the workers in ps mode against them; --backup-workers B (bsp) applies a clock without the last B.
+# --step-time S models each node's compute: a step lasts S seconds (emulate.step_time_s), node I
+# S*F (--slow-node I --slowdown F), every step times (1 + an exponential draw of mean X) with
+# --jitter X. The modelled time is fixed per step, never a multiple of the measured compute.
 #
 # Each node runs through scripts/launch_node.sh, so --max-restarts K restarts a failed job from
 # its latest checkpoints.
@@ -19,7 +25,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
-NODES=2 OUT="" PORT="" NETNS=0 GBIT=1 RESTARTS=0 SERVERS=0 CONSISTENCY=asp BOUND=2 MITIGATION=none SLOW=-1 SLOWDOWN=2 WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
+NODES=2 OUT="" PORT="" NETNS=0 GBIT=1 RESTARTS=0 SERVERS=0 CONSISTENCY=asp BOUND=2 MITIGATION=none BACKUP=0
+SLOW=-1 SLOWDOWN=2 STEP_TIME=0 JITTER=0 WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) NODES=$2; shift 2;;
@@ -32,6 +39,9 @@ while [ $# -gt 0 ]; do
     --mitigation) MITIGATION=$2; shift 2;;
     --slow-node) SLOW=$2; shift 2;;
     --slowdown) SLOWDOWN=$2; shift 2;;
+    --step-time) STEP_TIME=$2; shift 2;;
+    --jitter) JITTER=$2; shift 2;;
+    --backup-workers) BACKUP=$2; shift 2;;
     --netns) NETNS=1; shift;;
     --link-gbit) GBIT=$2; shift 2;;
     --) shift; break;;
@@ -40,6 +50,9 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$OUT" ] || { echo "local_cluster.sh: --out DIR is required" >&2; exit 2; }
 [ -x "$WORKER" ] || { echo "local_cluster.sh: $WORKER not built; run scripts/build.sh" >&2; exit 2; }
+if [ "$SLOW" -ge 0 ] && [ "$STEP_TIME" = 0 ]; then
+  echo "local_cluster.sh: --slow-node needs --step-time S (the modelled step time that --slowdown multiplies)" >&2; exit 2
+fi
 export SYNCOPATE_WORKER=$WORKER
 mkdir -p "$OUT/logs"
 if [ -z "$PORT" ]; then
@@ -51,17 +64,32 @@ export NNODES=$NODES MASTER_PORT=$PORT
 PIDS=()
 SERVER_PIDS=()
 NS_PREFIX="sc$$"
+# Every node and server is started by `setsid`: its PID is its process group, which holds
+# everything it starts (launch_node.sh's worker, `ip netns exec`'s child). Cleanup ends whole groups.
+end_groups() {
+  local sig=$1 p
+  shift
+  for p in "$@"; do [ -n "$p" ] && kill "-$sig" -- "-$p" 2>/dev/null; done
+  return 0
+}
 cleanup() {
-  for p in "${PIDS[@]:-}"; do
-    [ -n "$p" ] || continue
-    pkill -P "$p" 2>/dev/null || true  # the node's worker (child of launch_node.sh)
-    kill "$p" 2>/dev/null || true
+  trap - EXIT INT TERM
+  end_groups TERM "${PIDS[@]:-}"  # servers log their statistics on TERM
+  local t
+  for t in $(seq 1 50); do  # up to 5 s for a clean exit, then KILL
+    local alive=0 p
+    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -0 -- "-$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.1
   done
+  end_groups KILL "${PIDS[@]:-}"
   wait 2>/dev/null || true
   [ "$NETNS" = 1 ] && netns_down "$NS_PREFIX" "$NODES"
   return 0
 }
-trap cleanup EXIT INT TERM
+on_signal() { echo "[cluster] interrupted: stopping every node and server" >&2; cleanup; exit 130; }
+trap cleanup EXIT
+trap on_signal INT TERM
 
 if [ "$NETNS" = 1 ]; then
   source "$ROOT/scripts/netns.sh"
@@ -75,17 +103,21 @@ MODE_ARGS=(--dist.mode=ring)
 if [ "$SERVERS" -gt 0 ]; then
   EPS=""
   for k in $(seq 0 $((SERVERS - 1))); do
-    sport=$((PORT + 1 + k))
-    sargs=(--server.host="$MASTER_ADDR" --server.port="$sport" --server.shard="$k" --dist.consistency="$CONSISTENCY"
-           --dist.staleness_bound="$BOUND" --dist.mitigation="$MITIGATION")
+    sport=$((PORT + 1 + k)) shost=$MASTER_ADDR
+    # With namespaces, shard k lives on host k mod N (colocated with a worker, as ps-lite and
+    # BytePS deploy them), so the servers' links add up with the workers' instead of one host's
+    # link carrying every push.
+    [ "$NETNS" = 1 ] && shost="10.77.0.$((k % NODES + 1))"
+    sargs=(--server.host="$shost" --server.port="$sport" --server.shard="$k" --dist.consistency="$CONSISTENCY"
+           --dist.staleness_bound="$BOUND" --dist.mitigation="$MITIGATION" --dist.backup_workers="$BACKUP")
     if [ "$NETNS" = 1 ]; then
-      netns_run "$NS_PREFIX" 0 "$(dirname "$WORKER")/syncopate-server" "${sargs[@]}" > "$OUT/logs/server$k.log" 2>&1 &
+      setsid ip netns exec "${NS_PREFIX}n$((k % NODES))" "$(dirname "$WORKER")/syncopate-server" "${sargs[@]}" > "$OUT/logs/server$k.log" 2>&1 &
     else
-      "$(dirname "$WORKER")/syncopate-server" "${sargs[@]}" > "$OUT/logs/server$k.log" 2>&1 &
+      setsid "$(dirname "$WORKER")/syncopate-server" "${sargs[@]}" > "$OUT/logs/server$k.log" 2>&1 &
     fi
     PIDS+=($!)
     SERVER_PIDS+=($!)
-    EPS="$EPS${EPS:+,}tcp://$MASTER_ADDR:$sport"
+    EPS="$EPS${EPS:+,}tcp://$shost:$sport"
   done
   MODE_ARGS=(--dist.mode=ps --dist.servers="$EPS")
 fi
@@ -93,11 +125,14 @@ fi
 WORKER_PIDS=()
 for i in $(seq 0 $((NODES - 1))); do
   NODE_ARGS=("${MODE_ARGS[@]}")
-  [ "$i" = "$SLOW" ] && NODE_ARGS+=(--train.slowdown="$SLOWDOWN")
+  if [ "$STEP_TIME" != 0 ]; then
+    NODE_ARGS+=(--emulate.step_time_s="$STEP_TIME" --emulate.jitter="$JITTER")
+    [ "$i" = "$SLOW" ] && NODE_ARGS+=(--emulate.slowdown="$SLOWDOWN")
+  fi
   if [ "$NETNS" = 1 ]; then
-    NODE_RANK=$i netns_run "$NS_PREFIX" "$i" "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "${NODE_ARGS[@]}" "$@" > "$OUT/logs/node$i.log" 2>&1 &
+    NODE_RANK=$i setsid ip netns exec "${NS_PREFIX}n$i" "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "${NODE_ARGS[@]}" "$@" > "$OUT/logs/node$i.log" 2>&1 &
   else
-    NODE_RANK=$i "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "${NODE_ARGS[@]}" "$@" > "$OUT/logs/node$i.log" 2>&1 &
+    NODE_RANK=$i setsid "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "${NODE_ARGS[@]}" "$@" > "$OUT/logs/node$i.log" 2>&1 &
   fi
   PIDS+=($!)
   WORKER_PIDS+=($!)

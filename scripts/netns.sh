@@ -6,7 +6,11 @@
 #   netns_down PREFIX N      removes them (veths go with their namespaces)
 # netem is not available on these machines: latency/slowness is modelled elsewhere.
 netns_up() {
-  local p=$1 n=$2 gbit=$3 i
+  local p=$1 n=$2 gbit=$3 i rate burst
+  # GBIT may be a fraction (an emulated slow link, e.g. 0.0228): tc gets kbit/s, and a bucket of
+  # 8 ms at that rate (at least 16 KiB), so that a burst is never a large share of a message.
+  rate="$(awk -v g="$gbit" 'BEGIN { r = int(g * 1000000 + 0.5); if (r < 8) r = 8; print r "kbit" }')"
+  burst="$(awk -v g="$gbit" 'BEGIN { b = int(g * 1e9 / 8 * 0.008); if (b < 16384) b = 16384; print b }')"
   ip netns add "${p}br"
   ip -n "${p}br" link add br0 type bridge
   ip -n "${p}br" link set br0 up
@@ -20,8 +24,8 @@ netns_up() {
     ip -n "${p}n$i" link set lo up
     ip -n "${p}br" link set "${p}b$i" master br0
     ip -n "${p}br" link set "${p}b$i" up
-    ip netns exec "${p}n$i" tc qdisc add dev "${p}v$i" root tbf rate "${gbit}gbit" burst 1mb latency 50ms
-    ip netns exec "${p}br" tc qdisc add dev "${p}b$i" root tbf rate "${gbit}gbit" burst 1mb latency 50ms
+    ip netns exec "${p}n$i" tc qdisc add dev "${p}v$i" root tbf rate "$rate" burst "$burst" latency 50ms
+    ip netns exec "${p}br" tc qdisc add dev "${p}b$i" root tbf rate "$rate" burst "$burst" latency 50ms
   done
 }
 netns_run() {

@@ -19,6 +19,10 @@ namespace syncopate {
 
 void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t* decay, size_t pairs, double now_s) {
   SYN_CHECK(h.workers >= 1 && h.workers <= 4096, fmt::format("INIT with {} workers", h.workers), "workers must be 1..4096");
+  SYN_CHECK(cfg_.backup_workers == 0 || (cfg_.consistency == "bsp" && cfg_.backup_workers < h.workers),
+            fmt::format("dist.backup_workers={} with {} consistency and {} workers", cfg_.backup_workers, cfg_.consistency,
+                        h.workers),
+            "backup workers need consistency bsp and at most workers - 1 of them: lower --dist.backup_workers");
   if (initialized_) {
     SYN_CHECK(h.offset == offset_ && h.length == length_ && h.workers == workers_,
               fmt::format("INIT for range [{}, +{}) x {} workers, but this shard holds [{}, +{}) x {}", h.offset, h.length,
@@ -115,6 +119,10 @@ std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data) {
   clock_[w] = h.clock;
 
   if (cfg_.consistency == "bsp") {
+    if (cfg_.backup_workers > 0 && stale > 0) {  // late: its clock was applied without it
+      ++dropped_;
+      return {h.worker};  // the new parameters at once: the worker goes on from them
+    }
     grad_sum_.add_(g);
     waiting_.insert(h.worker);
     bsp_lr_ = h.lr;
@@ -131,9 +139,11 @@ std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data) {
   return ready_ssp();
 }
 
-// BSP: once every live worker has pushed this clock, apply the mean of the gradients received.
+// BSP: once every live worker (all but backup_workers of them) has pushed this clock, apply the
+// mean of the gradients received.
 std::vector<int> ParameterShard::release_bsp() {
-  if (waiting_.empty() || static_cast<int>(waiting_.size()) < live_workers()) return {};
+  const int need = std::max(1, live_workers() - static_cast<int>(cfg_.backup_workers));
+  if (waiting_.empty() || static_cast<int>(waiting_.size()) < need) return {};
   grad_sum_.div_(static_cast<double>(waiting_.size()));
   apply(grad_sum_, bsp_lr_);
   grad_sum_.zero_();
@@ -229,7 +239,7 @@ std::string ParameterShard::stats_json(int64_t errors) const {
   nlohmann::json hist = nlohmann::json::object();
   for (auto& [s, n] : staleness_hist_) hist[std::to_string(s)] = n;
   return nlohmann::json{{"version", version_}, {"updates", updates_}, {"offset", offset_}, {"length", length_},
-                        {"workers", workers_}, {"live_workers", live_workers()}, {"dead_events", dead_events_},
+                        {"workers", workers_}, {"live_workers", live_workers()}, {"dead_events", dead_events_}, {"dropped", dropped_}, {"backup_workers", cfg_.backup_workers},
                         {"consistency", cfg_.consistency}, {"bad_messages", errors}, {"duplicates", duplicates_},
                         {"staleness_histogram", hist}}
       .dump();

@@ -52,6 +52,7 @@ class ParameterShard {
   bool load(const std::string& path, double now_s);
   int64_t clock(int worker) const { return clock_[static_cast<size_t>(worker)]; }
   int64_t updates() const { return updates_; }
+  int64_t dropped() const { return dropped_; }  // BSP with backup workers: late gradients dropped
 
   const at::Tensor& params() const { return params_; }
   int64_t version() const { return version_; }
@@ -81,7 +82,7 @@ class ParameterShard {
   std::set<int> waiting_;             // BSP/SSP: pushed, reply held back
   std::vector<double> last_seen_;     // per worker, seconds
   std::vector<bool> live_;
-  int64_t dead_events_ = 0, duplicates_ = 0;
+  int64_t dead_events_ = 0, duplicates_ = 0, dropped_ = 0;
   double cfg_beta1_ = 0, cfg_beta2_ = 0, cfg_eps_ = 0, cfg_wd_ = 0;  // AdamW settings from INIT (saved)
   std::vector<std::pair<int64_t, int64_t>> decay_;                    // shard-relative decay ranges
   std::vector<int> release_bsp();

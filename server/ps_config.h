@@ -13,6 +13,10 @@ struct PsConfig {
   int64_t staleness_bound = 2;      // SSP bound s, clocks
   std::string mitigation = "none";  // "none", "lr_scale" (lr / staleness), "dc_asgd" (delay compensation)
   double dc_lambda = 0.04;          // DC-ASGD lambda
+  int64_t backup_workers = 0;       // BSP only (Chen et al. 2016): apply a clock once all live workers but this many
+                                    // have pushed it (the mean of those that came); a gradient computed on parameters
+                                    // older than the shard's is late: dropped, counted, and answered with the new
+                                    // parameters at once. Assumes workers wait for their round trip (ps_overlap off)
   double worker_timeout_s = 30;     // a worker silent this long (no push, pull or heartbeat) leaves the
                                     // BSP/SSP count so the others continue; it rejoins when it speaks again
 
@@ -22,6 +26,8 @@ struct PsConfig {
     v("staleness_bound", staleness_bound, "SSP bound, clocks", int64_t{0}, int64_t{1} << 20);
     v("mitigation", mitigation, "staleness mitigation", std::vector<std::string>{"none", "lr_scale", "dc_asgd"});
     v("dc_lambda", dc_lambda, "DC-ASGD lambda", 0.0, 100.0);
+    v("backup_workers", backup_workers, "BSP: apply a clock without the last this-many workers (less than the workers)",
+      int64_t{0}, int64_t{4095});
     v("worker_timeout_s", worker_timeout_s, "seconds of silence after which a worker is considered dead", 0.1, 86400.0);
   }
 };

@@ -156,10 +156,12 @@ struct PsServer::Impl {
   }
 };
 
-PsServer::PsServer(const ServerConfig& s, const PsConfig& p, const std::string& token) : impl_(new Impl(s, p, token)) {}
-PsServer::~PsServer() { delete impl_; }
+PsServer::PsServer(const ServerConfig& s, const PsConfig& p, const std::string& token)
+    : impl_(std::make_unique<Impl>(s, p, token)) {}
+PsServer::~PsServer() = default;
 
-void PsServer::run(const std::function<void(const std::string&)>& on_listening) {
+void PsServer::run(const std::function<void(const std::string&)>& on_listening,
+                   const std::function<bool()>& stop_requested) {
   auto& s = impl_->sock;
   s.set(zmq::sockopt::maxmsgsize, int64_t{1} << 34);
   if (!impl_->scfg.curve_key_file.empty()) {  // CURVE: encrypted and authenticated transport
@@ -189,11 +191,22 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening) 
   if (on_listening) on_listening(bound);
   s.set(zmq::sockopt::rcvtimeo, 200);  // wake up to expire silent workers
   for (;;) {
+    if (stop_requested && stop_requested()) {
+      impl_->maybe_checkpoint(true);  // a stopped server loses no update it has applied
+      break;
+    }
     for (int w : impl_->shard.expire(Impl::now())) impl_->reply_params(w);
     std::vector<zmq::message_t> parts;
-    if (!zmq::recv_multipart(s, std::back_inserter(parts))) continue;
+    try {
+      if (!zmq::recv_multipart(s, std::back_inserter(parts))) continue;
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;  // a signal: check stop_requested
+      throw;
+    }
     if (!impl_->handle(parts)) break;
   }
+  std::cout << "[server " << impl_->scfg.shard << "] stats "
+            << (impl_->shard.initialized() ? impl_->shard.stats_json(impl_->errors) : std::string("{}")) << std::endl;
 }
 
 }  // namespace syncopate

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "server/ps_config.h"
@@ -13,13 +14,18 @@ class PsServer {
  public:
   PsServer(const ServerConfig& server, const PsConfig& ps, const std::string& token);
   ~PsServer();
-  // Binds tcp://host:port (port 0 -> ephemeral) and serves until SHUTDOWN. `on_listening` gets the
-  // bound endpoint (also logged as "listening on tcp://HOST:PORT").
-  void run(const std::function<void(const std::string&)>& on_listening = {});
+  PsServer(const PsServer&) = delete;
+  PsServer& operator=(const PsServer&) = delete;
+  // Binds tcp://host:port (port 0 -> ephemeral) and serves until SHUTDOWN, or until stop_requested
+  // returns true (checked at least every 200 ms; syncopate-server sets it on SIGTERM/SIGINT).
+  // `on_listening` gets the bound endpoint (also logged as "listening on tcp://HOST:PORT"). On
+  // the way out it logs the shard's statistics as one line "[server K] stats {JSON}".
+  void run(const std::function<void(const std::string&)>& on_listening = {},
+           const std::function<bool()>& stop_requested = {});
 
  private:
   struct Impl;
-  Impl* impl_;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace syncopate

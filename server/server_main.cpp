@@ -3,6 +3,8 @@
 //   syncopate-server [--server.host=IP] [--server.port=P] [--server.shard=I] [--dist.consistency=bsp|ssp|asp]
 //                    [--dist.staleness_bound=S] [--dist.mitigation=none|lr_scale|dc_asgd]
 // The job token comes from $SYNCOPATE_TOKEN (or the file named by $SYNCOPATE_TOKEN_FILE).
+#include <atomic>
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 
@@ -14,6 +16,11 @@
 #include "server/ps_server.h"
 
 using namespace syncopate;
+
+namespace {
+std::atomic<bool> g_stop{false};
+extern "C" void on_signal(int) { g_stop = true; }
+}  // namespace
 
 int main(int argc, char** argv) {
   ServerConfig sc;
@@ -47,7 +54,10 @@ int main(int argc, char** argv) {
     std::cerr << "[server] warning: SYNCOPATE_TOKEN is not set; any local process can talk to this server\n";
   }
   try {
-    PsServer(sc, pc, token).run();
+    // SIGTERM / SIGINT end the loop cleanly (the shard's statistics are logged on the way out).
+    std::signal(SIGTERM, on_signal);
+    std::signal(SIGINT, on_signal);
+    PsServer(sc, pc, token).run({}, [] { return g_stop.load(); });
   } catch (const Error& e) {
     std::cerr << "syncopate-server: error: " << e.what() << "\n";
     return 1;

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The cluster script as a user runs it: a 2-node ring and a 2-worker/1-server ps run with a
-# straggler, on loopback. Checks that every node finished its steps and logged staleness.
+# straggler (modelled compute), on loopback. Checks that every node finished its steps, logged
+# staleness and the emulation's timings, and that the server logged its statistics on the way out.
+# Then interrupts a run (loopback, and network namespaces when this is root) and checks that no
+# process of it and no namespace is left.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TMP=$(mktemp -d)
@@ -11,7 +14,7 @@ ARGS=(--model.n_embd=32 --model.n_head=2 --model.block_size=32 --train.batch_siz
       --data.corpus="$TMP/corpus.txt" --data.cache_dir="$TMP/cache")
 "$ROOT/scripts/local_cluster.sh" --nodes 2 --out "$TMP/ring" -- "${ARGS[@]}" > "$TMP/ring.out"
 "$ROOT/scripts/local_cluster.sh" --nodes 2 --servers 1 --consistency ssp --staleness-bound 1 \
-  --slow-node 1 --slowdown 2 --out "$TMP/ps" -- "${ARGS[@]}" > "$TMP/ps.out"
+  --step-time 0.05 --slow-node 1 --slowdown 2 --out "$TMP/ps" -- "${ARGS[@]}" > "$TMP/ps.out"
 fail=0
 for run in ring ps; do
   for i in 0 1; do
@@ -23,5 +26,39 @@ for run in ring ps; do
 done
 grep -q '"staleness"' "$TMP/ps/node1/metrics.jsonl" || { echo "FAIL: no staleness in ps metrics"; fail=1; }
 grep -q "listening on tcp://127.0.0.1:" "$TMP/ps/logs/server0.log" || { echo "FAIL: server did not log its endpoint"; fail=1; }
-[ $fail = 0 ] && echo "local cluster: ring and ps runs complete"
+grep -q '"modelled_s":0.1,' "$TMP/ps/node1/metrics.jsonl" || { echo "FAIL: the slow node's modelled time is not 0.05 x 2"; fail=1; }
+grep -q '"wait_s"' "$TMP/ps/node0/metrics.jsonl" || { echo "FAIL: no wait_s in the metrics"; fail=1; }
+grep -q '\[server 0\] stats {' "$TMP/ps/logs/server0.log" || { echo "FAIL: the server did not log its statistics on exit"; cat "$TMP/ps/logs/server0.log"; fail=1; }
+# A slow node without a modelled step time is refused by name.
+if "$ROOT/scripts/local_cluster.sh" --nodes 2 --slow-node 1 --slowdown 2 --out "$TMP/bad" -- "${ARGS[@]}" 2> "$TMP/bad.err"; then
+  echo "FAIL: --slow-node without --step-time was accepted"; fail=1
+fi
+grep -q -- "--step-time" "$TMP/bad.err" || { echo "FAIL: the refusal does not name --step-time"; fail=1; }
+
+# Interrupted runs leave nothing behind: no process whose command line names the run, no namespace.
+interrupt() {  # NAME EXTRA_ARGS...
+  local name=$1; shift
+  "$ROOT/scripts/local_cluster.sh" --nodes 2 --servers 1 "$@" --out "$TMP/$name" -- "${ARGS[@]}" --train.steps=100000 \
+    > "$TMP/$name.out" 2>&1 &
+  local pid=$! t
+  for t in $(seq 1 300); do grep -q '"step":2,' "$TMP/$name/node1/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+  grep -q '"step":2,' "$TMP/$name/node1/metrics.jsonl" 2>/dev/null || { echo "FAIL: $name never started"; cat "$TMP/$name.out"; fail=1; }
+  kill -INT "$pid"
+  wait "$pid" 2>/dev/null || true
+  sleep 0.5
+  if pgrep -f "$TMP/$name" > /dev/null; then
+    echo "FAIL: $name left processes:"; pgrep -af "$TMP/$name"; fail=1; pkill -9 -f "$TMP/$name" || true
+  fi
+}
+interrupt loopback
+if [ "$(id -u)" = 0 ] && ip netns add "sctest$$" 2>/dev/null; then
+  ip netns del "sctest$$"
+  before=$(ip netns list | wc -l)
+  interrupt netns --netns --link-gbit 1
+  after=$(ip netns list | wc -l)
+  [ "$before" = "$after" ] || { echo "FAIL: namespaces left: $(ip netns list)"; fail=1; }
+else
+  echo "NOTE: not root or no network namespaces here: the netns interrupt check did not run"
+fi
+[ $fail = 0 ] && echo "local cluster: ring and ps runs complete, nothing left after an interrupt"
 exit $fail

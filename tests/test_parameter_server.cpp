@@ -62,6 +62,56 @@ TEST(ParameterShard, BspWaitsForEveryWorkerAndAppliesTheMeanOnce) {
   EXPECT_TRUE(torch::allclose(s.params(), torch::full({4}, 1.0f - 0.1f), 1e-6, 1e-6)) << s.params();
 }
 
+// Backup workers (Chen et al. 2016): with 3 workers and b = 1, a clock is applied once 2 gradients
+// computed on the current parameters have come (their mean); the third, computed on the old
+// parameters, is dropped, counted, answered at once, and never applied, now or later.
+TEST(ParameterShard, BspWithBackupWorkersAppliesTheFirstWMinusBAndDropsTheLate) {
+  PsConfig c;
+  c.consistency = "bsp";
+  c.backup_workers = 1;
+  ParameterShard s(c), ref(PsConfig{});  // ref: ASP, fed exactly the gradients that must be used
+  std::vector<float> init(4, 1.0f), g0(4, 1.0f), g1(4, 3.0f), g2(4, -50.0f), mean(4, 2.0f);
+  s.init(init_header(3, 4), init.data(), nullptr, 0);
+  ref.init(init_header(1, 4), init.data(), nullptr, 0);
+  EXPECT_TRUE(s.push(push_header(0, 0, 0, 4), g0.data()).empty());
+  auto ready = s.push(push_header(1, 0, 0, 4), g1.data());
+  EXPECT_EQ(ready, (std::vector<int>{0, 1}));  // 3 - 1 = 2 have come: applied, both released
+  EXPECT_EQ(s.version(), 1);
+  ref.push(push_header(0, 0, 0, 4), mean.data());
+  EXPECT_TRUE(torch::equal(s.params(), ref.params())) << s.params() << ref.params();
+  // The late worker's gradient of clock 0 (on version 0): dropped, answered at once.
+  EXPECT_EQ(s.push(push_header(2, 0, 0, 4), g2.data()), (std::vector<int>{2}));
+  EXPECT_EQ(s.dropped(), 1);
+  EXPECT_EQ(s.version(), 1);
+  EXPECT_TRUE(torch::equal(s.params(), ref.params()));
+  // A resend of the same late push is a duplicate, not a second drop and never an update.
+  EXPECT_EQ(s.push(push_header(2, 0, 0, 4), g2.data()), (std::vector<int>{2}));
+  EXPECT_EQ(s.dropped(), 1);
+  // Next clock: the late worker is on time now and counts; worker 0 is the one left out.
+  EXPECT_TRUE(s.push(push_header(2, 1, 1, 4), g1.data()).empty());
+  EXPECT_EQ(s.push(push_header(1, 1, 1, 4), g0.data()), (std::vector<int>{1, 2}));
+  EXPECT_EQ(s.version(), 2);
+  ref.push(push_header(0, 1, 1, 4), mean.data());
+  EXPECT_TRUE(torch::equal(s.params(), ref.params()));
+  EXPECT_EQ(s.push(push_header(0, 1, 1, 4), g2.data()), (std::vector<int>{0}));
+  EXPECT_EQ(s.dropped(), 2);
+  EXPECT_TRUE(torch::equal(s.params(), ref.params()));
+  EXPECT_NE(s.stats_json(0).find("\"dropped\":2"), std::string::npos) << s.stats_json(0);
+}
+
+TEST(ParameterShard, BackupWorkersNeedBspAndFewerThanTheWorkers) {
+  std::vector<float> init(2, 0.0f);
+  PsConfig too_many;
+  too_many.consistency = "bsp";
+  too_many.backup_workers = 2;
+  ParameterShard a(too_many);
+  EXPECT_THROW(a.init(init_header(2, 2), init.data(), nullptr, 0), Error);
+  PsConfig async;
+  async.backup_workers = 1;  // asp
+  ParameterShard b(async);
+  EXPECT_THROW(b.init(init_header(3, 2), init.data(), nullptr, 0), Error);
+}
+
 // A reply holds a reference to the parameters while ZeroMQ sends them (no copy); an update meanwhile
 // must not change what is being sent, and must still land in the shard.
 TEST(ParameterShard, UpdateDuringAnInFlightReplyCopiesOnWrite) {

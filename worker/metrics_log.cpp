@@ -19,6 +19,11 @@ double now_seconds() {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
+double unix_seconds() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
 MetricsLog::MetricsLog(const std::string& path, int64_t resume_step) {
   std::string kept;
   if (resume_step >= 0) {

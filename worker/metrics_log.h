@@ -40,6 +40,7 @@ class Progress {
   bool bar_drawn_ = false;
 };
 
-double now_seconds();  // monotonic clock, seconds
+double now_seconds();   // monotonic clock, seconds
+double unix_seconds();  // wall clock, seconds since the Unix epoch (aligns the nodes of one machine)
 
 }  // namespace syncopate

@@ -20,6 +20,7 @@ std::string RunConfig::fingerprint() const {
 
 void RunConfig::validate() const {
   syncopate::validate(model);
+  emulate.validate();
   SYN_CHECK(schedule.min_lr <= optim.lr,
             fmt::format("schedule.min_lr={} exceeds optim.lr={}", schedule.min_lr, optim.lr),
             "the cosine decay goes down from optim.lr to schedule.min_lr: lower min_lr");

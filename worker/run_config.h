@@ -10,6 +10,7 @@
 #include "model/gpt_config.h"
 #include "worker/data_config.h"
 #include "worker/dist_config.h"
+#include "worker/emulate_config.h"
 #include "worker/lr_schedule.h"
 
 namespace syncopate {
@@ -23,7 +24,6 @@ struct TrainConfig {
   std::string precision = "auto";  // "auto" (bf16 autocast on CUDA, fp32 on CPU), "fp32", "bf16"
   int64_t threads = 0;           // CPU intra-op threads; 0 = LibTorch's default
   int64_t log_every = 10;        // steps between plain-text progress lines (no terminal)
-  double slowdown = 1.0;         // straggler emulation: each step takes this many times its compute time
 
   template <class V>
   void fields(V& v) {
@@ -35,7 +35,6 @@ struct TrainConfig {
     v("precision", precision, "compute precision (weights stay fp32)", std::vector<std::string>{"auto", "fp32", "bf16"});
     v("threads", threads, "CPU threads for LibTorch ops; 0 = default", int64_t{0}, int64_t{4096});
     v("log_every", log_every, "steps between progress lines when not on a terminal", int64_t{1}, int64_t{1} << 40);
-    v("slowdown", slowdown, "straggler emulation: stretch each step's compute time by this factor", 1.0, 1000.0);
   }
 };
 
@@ -83,6 +82,7 @@ struct RunConfig {
   EvalConfig eval;
   CheckpointConfig checkpoint;
   DistConfig dist;
+  EmulateConfig emulate;  // modelled compute for emulated clusters (off by default)
 
   void bind(ConfigSchema& s) {
     s.section("model", model);
@@ -93,6 +93,7 @@ struct RunConfig {
     s.section("eval", eval);
     s.section("checkpoint", checkpoint);
     s.section("dist", dist);
+    s.section("emulate", emulate);
   }
   // Digest of everything replicas must agree on (model, optimizer, schedule, batch, seed).
   std::string fingerprint() const;

@@ -24,6 +24,7 @@
 #include "worker/parameter_update.h"
 #include "worker/ps_client.h"
 #include "worker/replicas.h"
+#include "worker/step_pacer.h"
 #include "worker/local_group.h"
 #include "worker/data_config.h"
 #include "worker/window_sampler.h"
@@ -48,6 +49,7 @@ struct Trainer::Impl {
   std::unique_ptr<WindowSampler> train_sampler, val_sampler;
   int64_t data_position = 0;  // training samples consumed by this worker's steps so far (see WindowSampler)
   std::unique_ptr<MetricsLog> metrics;
+  std::unique_ptr<StepPacer> pacer;  // modelled compute time per step (emulate.*); measures only when off
   int64_t step = 0;
   int64_t tokens = 0;
   double time_offset = 0;  // training seconds before a resume
@@ -126,6 +128,7 @@ struct Trainer::Impl {
       update = make_local_update(*opt);
     }
     update->attach(model->parameters(), ranges, flat->grads);
+    pacer = std::make_unique<StepPacer>(cfg.emulate, static_cast<uint64_t>(cfg.train.seed), cfg.dist.node_rank);
     if (writer) {
       write_file_atomic((fs::path(out) / "config.toml").string(), config_toml);
       metrics = std::make_unique<MetricsLog>((fs::path(out) / "metrics.jsonl").string(), resume ? step : -1);
@@ -182,6 +185,7 @@ struct Trainer::Impl {
     if (writer) samples.open((fs::path(out) / "samples.txt").string(), std::ios::app);
     while (step < last) {
       const double t_step = now_seconds();
+      pacer->begin(step);
       const double lr = lr_at(cfg.schedule, cfg.optim.lr, step, tc.steps);
       flat->zero_grad();
       double loss = 0, data_s = 0;  // data_s: time spent assembling batches (the loader's overhead)
@@ -203,12 +207,13 @@ struct Trainer::Impl {
         l.backward();
         loss += l.item<double>();
       }
-      if (tc.slowdown > 1.0)  // a slower machine: compute takes `slowdown` times as long
-        std::this_thread::sleep_for(std::chrono::duration<double>((now_seconds() - t_step) * (tc.slowdown - 1.0)));
+      const StepTiming timing = pacer->end_compute();  // the modelled device's compute time has passed
+      const double t_wait = now_seconds();
       replicas->average_gradients(flat->grads);
       loss = replicas->average(loss);
       const double gnorm = clip_grad_norm(flat->grads, cfg.optim.grad_clip);
       const double staleness = update->apply(flat->params, flat->grads, lr, step);
+      const double wait_s = now_seconds() - t_wait;  // blocked on communication (and the update)
       ++step;
       tokens += tokens_per_step;
       data_position += samples_per_step();
@@ -218,7 +223,9 @@ struct Trainer::Impl {
       const double tok_s = tokens_per_step / std::max(now - t_step, 1e-9);
       if (writer) metrics->write({{"step", step}, {"time_s", now - t0}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm}, {"staleness", staleness},
                       {"tokens", tokens}, {"tokens_per_s", tok_s},
-                      {"step_s", now - t_step}, {"data_s", data_s}, {"epoch", train_sampler->epoch(data_position)}});
+                      {"step_s", now - t_step}, {"data_s", data_s}, {"epoch", train_sampler->epoch(data_position)},
+                      {"compute_s", timing.compute_s}, {"modelled_s", timing.modelled_s}, {"wait_s", wait_s},
+                      {"overrun", timing.overrun}, {"unix_s", unix_seconds()}});
       if (verbose) progress.step(step, loss, lr, tok_s);
 
       const bool eval_due = due(step, cfg.eval.every, tc.steps), ckpt_due = due(step, cfg.checkpoint.every, tc.steps);
@@ -226,8 +233,10 @@ struct Trainer::Impl {
       if (eval_due || ckpt_due || sample_due || step == last) update->synchronize(flat->params);
       if (!writer) continue;  // evaluation, samples, checkpoints: local replica 0 (the others hold the same weights)
       if (eval_due) {
+        const double t_eval = now_seconds();
         const double vl = evaluate();
-        metrics->write({{"step", step}, {"time_s", now_seconds() - t0}, {"val_loss", vl}});
+        metrics->write({{"step", step}, {"time_s", now_seconds() - t0}, {"val_loss", vl}, {"tokens", tokens},
+                        {"eval_s", now_seconds() - t_eval}, {"unix_s", unix_seconds()}});
         if (verbose) progress.line(fmt::format("[eval] step {}: train loss {:.4f}, val loss {:.4f}", step, loss, vl));
       }
       if (sample_due) {

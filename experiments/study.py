@@ -1,0 +1,386 @@
+"""The study driver shared by ab_sync_async.py and staleness_sweep.py: every configuration runs on
+the same emulated cluster (a scenario, or raw knobs), its learning rate chosen on a small grid
+under the same budget, then with several seeds; the report concludes only where 95% intervals
+separate. Writes OUT/summary.json, OUT/report.md and plots, and keeps every run under OUT/runs/."""
+import argparse
+import json
+import os
+import sys
+
+import scenario as scen
+from cluster_runs import ROOT, calibrate, run_once
+from stats import fmt_ci, mean_ci95, separated
+
+
+def add_args(ap, out_default):
+    ap.add_argument("--scenario", help="a TOML scenario (experiments/scenarios/); raw knobs below override it")
+    ap.add_argument("--nodes", type=int, help="emulated nodes (default: the scenario's, else 4)")
+    ap.add_argument("--steps", type=int, default=60, help="optimizer steps per node")
+    ap.add_argument("--evals", type=int, default=10, help="validation points per run (>= 10 for studies)")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds per configuration (weights, data order, jitter)")
+    ap.add_argument("--lr-grid", default="0.5,1,2", help="learning-rate multipliers tried per configuration")
+    ap.add_argument("--base-lr", type=float, default=2e-3, help="the learning rate the grid multiplies")
+    ap.add_argument("--warmup", type=int, default=5, help="warmup steps")
+    ap.add_argument("--preset", help="model preset (default: the scenario's, else tiny)")
+    ap.add_argument("--batch", type=int, help="sequences per node per step (default: the scenario's, else 8)")
+    ap.add_argument("--servers", type=int, help="parameter-server shards (default: one per node)")
+    ap.add_argument("--step-time", type=float, help="modelled compute seconds per step (0: unpaced)")
+    ap.add_argument("--slow-node", type=int, help="the straggler's index (-1: none)")
+    ap.add_argument("--slowdown", type=float, help="the straggler's factor on the modelled time")
+    ap.add_argument("--jitter", type=float, help="mean exponential extra time per step, fraction of the step time")
+    ap.add_argument("--netns", action="store_true", help="each node in its own network namespace (root)")
+    ap.add_argument("--link-gbit", type=float, help="the emulated link rate with --netns, Gbit/s")
+    ap.add_argument("--target-loss", type=float, help="validation loss that defines time to target "
+                    "(default: 1.02 x the best configuration's final mean)")
+    ap.add_argument("--configs", help="comma-separated subset of the configurations")
+    ap.add_argument("--tensorboard", action="store_true", help="also export every run to OUT/tensorboard/")
+    ap.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=True,
+                    help="measure one step's real compute first and lengthen the modelled step if needed")
+    ap.add_argument("--out", default=os.path.join(ROOT, "runs", out_default))
+
+
+def emulation(a):
+    """The emulation from the scenario and the raw knobs (raw knobs win), and a description."""
+    em = {"step_time_s": 0.3, "slow_node": -1, "slowdown": 1.0, "jitter": 0.0, "link_gbit": None,
+          "preset": "tiny", "batch": 8, "nodes": 4, "dilation": None, "ratio": None, "name": "raw knobs",
+          "max_cpu": 0.7}
+    sc = None
+    if a.scenario:
+        try:
+            sc = scen.load(a.scenario)
+        except scen.ScenarioError as e:
+            raise SystemExit(f"study: {e}")
+        if a.preset:
+            sc["emulation"]["preset"] = a.preset
+        if a.batch:
+            sc["emulation"]["batch"] = a.batch
+        em.update(scen.derive(sc, a.nodes))
+    for key, val in (("preset", a.preset), ("batch", a.batch), ("nodes", a.nodes)):
+        if val is not None:
+            em[key] = val
+    # The modelled step must be long enough that every node's real compute (plus servers and
+    # transport, a 1.5x margin) keeps this machine's cores below max_cpu.
+    cores = os.cpu_count() or 1
+    if a.calibrate:
+        em["real_compute_s"] = calibrate(em["preset"], em["batch"], os.path.join(a.out, "calibration"))
+        em["min_step_time_s"] = 1.5 * em["nodes"] * em["real_compute_s"] / (cores * em["max_cpu"])
+        if a.step_time is None and em["step_time_s"] < em["min_step_time_s"]:
+            em["step_time_s"] = round(em["min_step_time_s"] + 0.05, 2)
+            if sc:
+                em.update(scen.derive(sc, em["nodes"], em["step_time_s"]))
+        if a.step_time is not None and 0 < a.step_time < em["min_step_time_s"]:
+            print(f"[study] warning: --step-time {a.step_time} is below the {em['min_step_time_s']:.2f} s this machine "
+                  f"needs for {em['nodes']} nodes (real compute {em['real_compute_s'] * 1e3:.0f} ms per step): expect "
+                  "overruns and invalid runs", flush=True)
+    for key, val in (("step_time_s", a.step_time), ("slow_node", a.slow_node),
+                     ("slowdown", a.slowdown), ("jitter", a.jitter)):
+        if val is not None:
+            em[key] = val
+    if a.link_gbit is not None:
+        em["link_gbit"] = a.link_gbit
+    if a.netns and not em["link_gbit"]:
+        em["link_gbit"] = 1.0
+    if sc and a.step_time is not None:
+        em.update(scen.derive(sc, em["nodes"], a.step_time))
+    problems = []
+    if em["step_time_s"] < 0:
+        problems.append(f"--step-time {em['step_time_s']} is negative")
+    if em["slowdown"] < 1:
+        problems.append(f"--slowdown {em['slowdown']} is below 1 (a straggler is slower, not faster)")
+    if em["jitter"] < 0:
+        problems.append(f"--jitter {em['jitter']} is negative")
+    if em["slow_node"] >= em["nodes"]:
+        problems.append(f"--slow-node {em['slow_node']} but only {em['nodes']} nodes (0..{em['nodes'] - 1})")
+    if em["link_gbit"] is not None and em["link_gbit"] <= 0:
+        problems.append(f"--link-gbit {em['link_gbit']} must be positive")
+    if (em["slowdown"] > 1 or em["jitter"] > 0) and em["step_time_s"] == 0:
+        problems.append("a straggler or jitter needs --step-time > 0 (the modelled time it multiplies)")
+    if problems:
+        raise SystemExit("study: " + "; ".join(problems))
+    return em
+
+
+def time_to_target(curve, target):
+    """Emulated seconds at which the validation curve first reaches `target` (linear between
+    evaluation points), or None if it never does."""
+    prev = None
+    for p in curve:
+        if p["val_loss"] <= target:
+            if prev is None or prev["val_loss"] == p["val_loss"]:
+                return p["t"]
+            f = (prev["val_loss"] - target) / (prev["val_loss"] - p["val_loss"])
+            return prev["t"] + f * (p["t"] - prev["t"])
+        prev = p
+    return None
+
+
+def run_study(configs, a, title, command):
+    em = emulation(a)
+    names = a.configs.split(",") if a.configs else list(configs)
+    unknown = [n for n in names if n not in configs]
+    if unknown:
+        raise SystemExit(f"study: unknown configuration(s) {', '.join(unknown)}; choose from {', '.join(configs)}")
+    for n in names:
+        if configs[n].get("backup", 0) >= em["nodes"]:
+            raise SystemExit(f"study: {n} uses {configs[n]['backup']} backup workers but there are only "
+                             f"{em['nodes']} workers: at most workers - 1")
+    grid = [float(x) for x in a.lr_grid.split(",")]
+    job = {"nodes": em["nodes"], "servers": a.servers or em["nodes"], "steps": a.steps, "evals": a.evals,
+           "preset": em["preset"], "batch": em["batch"], "warmup": a.warmup, "eval_batches": 4}
+    os.makedirs(a.out, exist_ok=True)
+    print(f"[study] {title}\n[study] emulation: {describe(em)}", flush=True)
+    runs = {}  # (config, multiplier, seed) -> summary
+
+    def run(name, mult, seed):
+        key = (name, mult, seed)
+        if key not in runs:
+            out = os.path.join(a.out, "runs", name, f"lr{mult:g}", f"seed{seed}")
+            r = run_once(name, configs[name], em, job, seed, a.base_lr * mult, out)
+            runs[key] = r
+            if "failed" in r:
+                print(f"[study] {name} lr x{mult:g} seed {seed}: FAILED ({r['failed']}); log {r['log']}", flush=True)
+            else:
+                print(f"[study] {name} lr x{mult:g} seed {seed}: final val {r['final_val_loss']:.4f}, "
+                      f"{r['wall_s']:.1f} s, cpu {r['cpu_util'] or 0:.0%}, overrun {r['overrun_share']:.0%}"
+                      f"{'' if r['valid'] else ' INVALID: ' + r['invalid_because']}", flush=True)
+        return runs[key]
+
+    def usable(r):
+        return "failed" not in r and r["valid"]
+
+    results = {}
+    for name in names:
+        sens = {}
+        for mult in grid if len(grid) > 1 else []:
+            r = run(name, mult, 0)
+            sens[mult] = r["final_val_loss"] if usable(r) else None
+        tried = {m: v for m, v in sens.items() if v is not None}
+        best = min(tried, key=tried.get) if tried else grid[0] if len(grid) == 1 else 1.0
+        rs = [run(name, best, s) for s in range(a.seeds)]
+        results[name] = {"lr_multiplier": best, "lr": a.base_lr * best, "lr_sensitivity": sens,
+                         "runs": {s: r for s, r in enumerate(rs)}}
+
+    finals = {n: mean_ci95([r["final_val_loss"] for r in v["runs"].values() if usable(r)]) for n, v in results.items()}
+    best_final = min((f["mean"] for f in finals.values() if f["mean"] is not None), default=None)
+    target = a.target_loss if a.target_loss else (1.02 * best_final if best_final else None)
+    summary = {"title": title, "command": command, "emulation": em, "target_val_loss": target,
+               "seeds": a.seeds, "lr_grid": grid, "configurations": {}}
+    for name, v in results.items():
+        ok = [r for r in v["runs"].values() if usable(r)]
+        ttt = [time_to_target(r["curve"], target) for r in ok] if target else []
+        hist = {}
+        for r in ok:
+            for k, c in r["staleness_histogram"].items():
+                hist[k] = hist.get(k, 0) + c
+        c = {
+            "lr": v["lr"], "lr_multiplier": v["lr_multiplier"],
+            "lr_sensitivity": {f"{m:g}": x for m, x in v["lr_sensitivity"].items()},
+            "valid_runs": len(ok), "runs_total": len(v["runs"]),
+            "failed": [{"seed": s, "why": r["failed"], "log": r["log"]} for s, r in v["runs"].items() if "failed" in r],
+            "invalid": [{"seed": s, "why": r["invalid_because"], "log": r["log"]}
+                        for s, r in v["runs"].items() if "failed" not in r and not r["valid"]],
+            "time_to_target_s": dict(mean_ci95(ttt), reached=sum(t is not None for t in ttt)),
+            "final_val_loss": finals[name],
+            "tokens_per_s": mean_ci95([r["tokens_per_s"] for r in ok]),
+            "wall_s": mean_ci95([r["wall_s"] for r in ok]),
+            "staleness": {"mean": mean_ci95([r["staleness_mean"] for r in ok])["mean"],
+                          "max": max([r["staleness_max"] for r in ok], default=None), "histogram": hist},
+            "dropped_gradients": mean_ci95([r["dropped"] for r in ok])["mean"],
+            "wait_share": mean_ci95([r["wait_share"] for r in ok])["mean"],
+            "overrun_share": max([r["overrun_share"] for r in v["runs"].values() if "failed" not in r], default=None),
+            "cpu_util": max([r["cpu_util"] or 0 for r in v["runs"].values() if "failed" not in r], default=None),
+            "curves": {str(s): r["curve"] for s, r in v["runs"].items() if usable(r)},
+        }
+        if em.get("dilation"):
+            c["time_to_target_target_s"] = {k: (x / em["dilation"] if isinstance(x, float) else x)
+                                            for k, x in c["time_to_target_s"].items() if k in ("mean", "n")}
+        summary["configurations"][name] = c
+    summary["conclusions"] = conclusions(summary)
+    with open(os.path.join(a.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    report = write_report(summary, a.out)
+    plots(summary, a.out)
+    if a.tensorboard:
+        export_tensorboard(results, a.out)
+    print(report)
+    return summary
+
+
+def describe(em):
+    parts = [f"{em['nodes']} nodes, preset {em['preset']}, batch {em['batch']}/node"]
+    parts.append(f"modelled step {em['step_time_s']:g} s" if em["step_time_s"] else "unpaced compute (no emulation)")
+    if em["slow_node"] >= 0 and em["slowdown"] > 1:
+        parts.append(f"node {em['slow_node']} {em['slowdown']:g}x slower")
+    if em["jitter"]:
+        parts.append(f"jitter: exponential, mean {em['jitter']:g} of the step")
+    parts.append(f"links {em['link_gbit']:.3g} Gbit/s (network namespaces)" if em["link_gbit"] else "loopback links")
+    if em.get("ratio") is not None:
+        parts.append(f"stands for {em['name']}: comm/compute ratio {em['ratio']:.2f}, "
+                     f"time dilation {em['dilation']:.3g} (emulated s per target s)")
+    return "; ".join(parts)
+
+
+def conclusions(summary):
+    cfgs = summary["configurations"]
+    n = summary["seeds"]
+    complete = {k: c for k, c in cfgs.items()
+                if c["time_to_target_s"]["mean"] is not None and c["time_to_target_s"]["reached"] == c["valid_runs"] >= 2}
+    lines = []
+    for k, c in cfgs.items():
+        if c["valid_runs"] < c["runs_total"]:
+            lines.append(f"{k}: {c['runs_total'] - c['valid_runs']} of {c['runs_total']} runs failed or were invalid "
+                         f"(left out of every figure).")
+        if c["valid_runs"] and c["time_to_target_s"]["reached"] < c["valid_runs"]:
+            lines.append(f"{k}: reached the target in {c['time_to_target_s']['reached']} of {c['valid_runs']} valid runs.")
+    if not complete:
+        return lines + ["No configuration reached the target in at least 2 valid seeds: nothing is concluded."]
+    order = sorted(complete, key=lambda k: complete[k]["time_to_target_s"]["mean"])
+    best = order[0]
+    b = complete[best]["time_to_target_s"]
+    for k in order[1:]:
+        o = complete[k]["time_to_target_s"]
+        if separated(b, o):
+            lines.append(f"{best} reaches the target {o['mean'] / b['mean']:.2f}x sooner than {k} "
+                         f"({b['mean']:.1f} vs {o['mean']:.1f} emulated s; 95% intervals separate).")
+        else:
+            lines.append(f"{best} vs {k}: not resolved at {n} seeds ({fmt_ci(b)} vs {fmt_ci(o)} s; intervals overlap).")
+    return lines
+
+
+def write_report(summary, out):
+    em = summary["emulation"]
+    L = [f"# {summary['title']}", "", f"Command: `{summary['command']}`", "",
+         f"Emulation: {describe(em)}.", "",
+         f"Target validation loss: {summary['target_val_loss']:.4f}" if summary["target_val_loss"] else
+         "Target validation loss: none (no valid run)",
+         "",
+         f"Every figure is a mean over the valid seeds with its 95% interval (Student's t, {summary['seeds']} seeds). "
+         "Time is emulated seconds on node 0's clock with evaluation time removed. Each configuration's learning rate "
+         f"is the best of {', '.join(f'{m:g}x' for m in summary['lr_grid'])} the base rate on seed 0 under the same "
+         "budget (final validation loss); runs whose emulation did not hold (overrun share > 5% or CPU > 90%) are "
+         "left out and listed.", "",
+         "| configuration | lr | valid runs | time to target, s | final val loss | tokens/s | staleness mean / max | "
+         "dropped grads | wait share | overrun (max) | CPU (max) |",
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for k, c in summary["configurations"].items():
+        t = c["time_to_target_s"]
+        ttt = fmt_ci(t) + (f" ({t['reached']}/{c['valid_runs']})" if t["reached"] < c["valid_runs"] else "")
+        tgt = c.get("time_to_target_target_s", {}).get("mean")
+        ttt += f"; target {tgt:.3g} s" if isinstance(tgt, float) else ""
+        st = c["staleness"]
+        L.append(f"| {k} | {c['lr']:.2g} | {c['valid_runs']}/{c['runs_total']} | {ttt} | {fmt_ci(c['final_val_loss'], 4)} | "
+                 f"{fmt_ci(c['tokens_per_s'])} | {st['mean'] if st['mean'] is None else round(st['mean'], 2)} / "
+                 f"{st['max'] if st['max'] is None else round(st['max'], 1)} | "
+                 f"{'-' if not c['dropped_gradients'] else round(c['dropped_gradients'])} | "
+                 f"{'-' if c['wait_share'] is None else format(c['wait_share'], '.0%')} | "
+                 f"{'-' if c['overrun_share'] is None else format(c['overrun_share'], '.0%')} | "
+                 f"{'-' if c['cpu_util'] is None else format(c['cpu_util'], '.0%')} |")
+    L += ["", "## Conclusions", ""] + [f"- {x}" for x in summary["conclusions"]]
+    L += ["", "## Learning-rate sensitivity (final validation loss, seed 0)", "",
+          "| configuration | " + " | ".join(f"{m:g}x" for m in summary["lr_grid"]) + " |",
+          "|---|" + "---|" * len(summary["lr_grid"])]
+    for k, c in summary["configurations"].items():
+        cells = [c["lr_sensitivity"].get(f"{m:g}") for m in summary["lr_grid"]]
+        L.append(f"| {k} | " + " | ".join("-" if x is None else f"{x:.4f}" for x in cells) + " |")
+    for k, c in summary["configurations"].items():
+        for f in c["failed"] + c["invalid"]:
+            L.append(f"\n{k} seed {f['seed']}: {f['why']} (log: {f['log']})")
+    text = "\n".join(L) + "\n"
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write(text)
+    return text
+
+
+def plots(summary, out):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("[study] matplotlib missing: no plots", file=sys.stderr)
+        return
+    cfgs = summary["configurations"]
+
+    def banded(xkey, fname, xlabel):
+        plt.figure(figsize=(7, 4.5))
+        for k, c in cfgs.items():
+            curves = list(c["curves"].values())
+            if not curves:
+                continue
+            npts = min(len(cv) for cv in curves)
+            xs = [sum(cv[i][xkey] for cv in curves) / len(curves) for i in range(npts)]
+            stats = [mean_ci95([cv[i]["val_loss"] for cv in curves]) for i in range(npts)]
+            line, = plt.plot(xs, [s["mean"] for s in stats], label=k)
+            if len(curves) > 1:
+                plt.fill_between(xs, [s["ci95"][0] for s in stats], [s["ci95"][1] for s in stats],
+                                 color=line.get_color(), alpha=0.2)
+        if summary["target_val_loss"]:
+            plt.axhline(summary["target_val_loss"], color="gray", linestyle=":", label="target")
+        plt.xlabel(xlabel)
+        plt.ylabel("validation loss (mean, 95% band)")
+        plt.legend(fontsize=8)
+        plt.tight_layout()
+        plt.savefig(os.path.join(out, fname), dpi=100)
+        plt.close()
+
+    banded("t", "val_loss_vs_time.png", "emulated seconds (evaluation excluded)")
+    banded("tokens", "val_loss_vs_tokens.png", "global tokens processed")
+    names = [k for k, c in cfgs.items() if c["time_to_target_s"]["mean"] is not None]
+    if names:
+        plt.figure(figsize=(7, 4.5))
+        m = [cfgs[k]["time_to_target_s"]["mean"] for k in names]
+        err = [[x - cfgs[k]["time_to_target_s"]["ci95"][0] for k, x in zip(names, m)],
+               [cfgs[k]["time_to_target_s"]["ci95"][1] - x for k, x in zip(names, m)]]
+        plt.bar(names, m, yerr=err, capsize=4)
+        plt.ylabel("emulated seconds to target (95% CI)")
+        plt.xticks(rotation=30, ha="right")
+        plt.tight_layout()
+        plt.savefig(os.path.join(out, "time_to_target.png"), dpi=100)
+        plt.close()
+    plt.figure(figsize=(7, 4.5))
+    for k, c in cfgs.items():
+        h = c["staleness"]["histogram"]
+        if h:
+            ks = sorted(h, key=int)
+            tot = sum(h.values())
+            plt.plot([int(x) for x in ks], [h[x] / tot for x in ks], marker="o", label=k)
+    plt.xlabel("staleness (parameter versions)")
+    plt.ylabel("share of updates")
+    plt.legend(fontsize=8)
+    plt.tight_layout()
+    plt.savefig(os.path.join(out, "staleness.png"), dpi=100)
+    plt.close()
+    if len(summary["lr_grid"]) > 1:
+        plt.figure(figsize=(7, 4.5))
+        for k, c in cfgs.items():
+            pts = [(float(m), v) for m, v in c["lr_sensitivity"].items() if v is not None]
+            if pts:
+                plt.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=k)
+        plt.xscale("log", base=2)
+        plt.xlabel("learning-rate multiplier")
+        plt.ylabel("final validation loss (seed 0)")
+        plt.legend(fontsize=8)
+        plt.tight_layout()
+        plt.savefig(os.path.join(out, "lr_sensitivity.png"), dpi=100)
+        plt.close()
+
+
+def export_tensorboard(results, out):
+    """Every run's metrics.jsonl (node 0) as TensorBoard scalars under OUT/tensorboard/<config>/seed<k>."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        print("[study] --tensorboard needs the tensorboard package (pip install tensorboard)", file=sys.stderr)
+        return
+    from cluster_runs import read_jsonl
+    for name, v in results.items():
+        for seed, r in v["runs"].items():
+            if "failed" in r:
+                continue
+            metrics = os.path.join(os.path.dirname(r["log"]), "node0", "metrics.jsonl")
+            w = SummaryWriter(os.path.join(out, "tensorboard", name, f"seed{seed}"))
+            for m in read_jsonl(metrics):
+                for key in ("loss", "val_loss", "lr", "grad_norm", "staleness", "tokens_per_s", "wait_s"):
+                    if key in m:
+                        w.add_scalar(key, m[key], m["step"])
+            w.close()

@@ -1,0 +1,179 @@
+"""The study tooling: statistics against hand-computed intervals, scenario validation and
+derivation, time to target, refusals of impossible emulations, and smoke runs of both experiment
+scripts (real processes on loopback, tiny settings) that check every file they must write and that
+a configuration failing inside a study is reported while the others complete."""
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import types
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "experiments"))
+
+import scenario  # noqa: E402
+import study  # noqa: E402
+from stats import mean_ci95, separated, t975  # noqa: E402
+
+PY = sys.executable
+
+
+class Stats(unittest.TestCase):
+    def test_interval_of_three_values_by_hand(self):
+        # mean 2, sd 1, t(0.975, 2) = 4.303: half width 4.303 / sqrt(3) = 2.48434
+        s = mean_ci95([1.0, 2.0, 3.0])
+        self.assertAlmostEqual(s["mean"], 2.0)
+        self.assertAlmostEqual(s["sd"], 1.0)
+        self.assertAlmostEqual(s["ci95"][0], 2.0 - 2.48434, places=4)
+        self.assertAlmostEqual(s["ci95"][1], 2.0 + 2.48434, places=4)
+
+    def test_interval_of_five_values_by_hand(self):
+        # 10, 11, 12, 13, 14: mean 12, sd sqrt(2.5) = 1.58114, t(0.975, 4) = 2.776: half 1.96293
+        s = mean_ci95([14, 10, 12, 11, 13])
+        self.assertAlmostEqual(s["ci95"][0], 12 - 1.96293, places=4)
+        self.assertAlmostEqual(s["ci95"][1], 12 + 1.96293, places=4)
+
+    def test_t_quantiles(self):
+        self.assertAlmostEqual(t975(1), 12.706)
+        self.assertAlmostEqual(t975(10), 2.228)
+        self.assertAlmostEqual(t975(120), 1.980, places=2)
+        with self.assertRaises(ValueError):
+            t975(0)
+
+    def test_one_value_and_none_resolve_nothing(self):
+        self.assertEqual(mean_ci95([]), {"mean": None, "ci95": [None, None], "n": 0, "sd": None})
+        one = mean_ci95([3.0, None])
+        self.assertEqual((one["n"], one["ci95"]), (1, [3.0, 3.0]))
+        self.assertFalse(separated(one, mean_ci95([9.0])))
+
+    def test_separation(self):
+        a, b, c = mean_ci95([1.0, 1.1, 0.9]), mean_ci95([2.0, 2.1, 1.9]), mean_ci95([1.0, 2.0, 3.0])
+        self.assertTrue(separated(a, b))
+        self.assertFalse(separated(a, c))
+
+
+class TimeToTarget(unittest.TestCase):
+    def test_linear_between_points_and_none_when_not_reached(self):
+        curve = [{"t": 0.0, "val_loss": 3.0}, {"t": 10.0, "val_loss": 2.0}, {"t": 20.0, "val_loss": 1.0}]
+        self.assertAlmostEqual(study.time_to_target(curve, 1.5), 15.0)
+        self.assertAlmostEqual(study.time_to_target(curve, 3.5), 0.0)
+        self.assertIsNone(study.time_to_target(curve, 0.5))
+
+
+class Scenarios(unittest.TestCase):
+    def test_shipped_scenarios_load_and_derive_the_ratio(self):
+        for name in ("compute_bound", "balanced", "comm_bound", "stragglers"):
+            sc = scenario.load(os.path.join(ROOT, "experiments", "scenarios", f"{name}.toml"))
+            d = scenario.derive(sc)
+            t = sc["target"]
+            compute = 6 * t["params"] * t["tokens_per_node_step"] / (t["peak_tflops"] * 1e12 * t["mfu"])
+            comm = 2 * 7 / 8 * t["params"] * t["wire_bytes"] / (t["link_gbit"] * 1e9 / 8)
+            self.assertAlmostEqual(d["ratio"], comm / compute)
+            # The emulated link makes the small model's ring bytes take ratio x the modelled step.
+            small = 2 * 7 / 8 * scenario.PRESET_PARAMS["tiny"] * 4
+            self.assertAlmostEqual(small * 8 / (d["link_gbit"] * 1e9), d["ratio"] * d["step_time_s"])
+        ratios = {n: scenario.derive(scenario.load(os.path.join(ROOT, "experiments", "scenarios", f"{n}.toml")))["ratio"]
+                  for n in ("compute_bound", "balanced", "comm_bound")}
+        self.assertLess(ratios["compute_bound"], 0.5)
+        self.assertGreater(ratios["comm_bound"], 2.0)
+
+    def test_bad_fields_are_refused_by_name(self):
+        base = {"target": {"name": "x", "params": 10, "tokens_per_node_step": 10, "nodes": 4, "link_gbit": 1.0}}
+        scenario.validate(base)
+        for bad, word in (({"target": dict(base["target"], nodes=0)}, "target.nodes"),
+                          ({"target": dict(base["target"], speed=3)}, "target.speed"),
+                          ({**base, "stragglers": {"slowdown": 0.5}}, "stragglers.slowdown"),
+                          ({**base, "emulation": {"step_time_s": -1.0}}, "emulation.step_time_s"),
+                          ({**base, "stragglers": {"slow_node": 4}}, "slow_node"),
+                          ({**base, "network": {}}, "[network]")):
+            with self.assertRaises(scenario.ScenarioError) as e:
+                scenario.validate(bad)
+            self.assertIn(word, str(e.exception))
+
+
+def knobs(**kw):
+    a = dict(scenario=None, nodes=2, preset=None, batch=None, step_time=0.1, slow_node=None, slowdown=None,
+             jitter=None, netns=False, link_gbit=None, calibrate=False, out=tempfile.mkdtemp())
+    a.update(kw)
+    return types.SimpleNamespace(**a)
+
+
+class Emulation(unittest.TestCase):
+    def test_out_of_range_knobs_are_refused_by_name(self):
+        for kw, word in ((dict(step_time=-1.0), "--step-time"), (dict(slowdown=0.5), "--slowdown"),
+                         (dict(slow_node=5), "--slow-node"), (dict(jitter=-0.1), "--jitter"),
+                         (dict(step_time=0.0, slowdown=2.0), "--step-time > 0")):
+            with self.assertRaises(SystemExit) as e:
+                study.emulation(knobs(**kw))
+            self.assertIn(word, str(e.exception))
+
+    def test_too_many_backup_workers_are_refused(self):
+        a = knobs(configs=None, lr_grid="1", out=tempfile.mkdtemp())
+        with self.assertRaises(SystemExit) as e:
+            study.run_study({"b": {"cluster": [], "backup": 2}}, a, "t", "c")
+        self.assertIn("backup workers", str(e.exception))
+
+
+def smoke_args(out):
+    return ["--nodes", "2", "--steps", "6", "--evals", "3", "--seeds", "2", "--lr-grid", "1", "--step-time", "0.12",
+            "--warmup", "1", "--no-calibrate", "--out", out]
+
+
+class Smoke(unittest.TestCase):
+    def check_outputs(self, out, names):
+        for f in ("report.md", "summary.json", "val_loss_vs_time.png", "val_loss_vs_tokens.png", "staleness.png"):
+            self.assertTrue(os.path.exists(os.path.join(out, f)), f)
+        with open(os.path.join(out, "summary.json")) as f:
+            s = json.load(f)
+        self.assertIsNotNone(s["target_val_loss"])
+        for n in names:
+            c = s["configurations"][n]
+            for key in ("time_to_target_s", "final_val_loss", "tokens_per_s"):
+                self.assertIn("mean", c[key])
+                self.assertEqual(len(c[key]["ci95"]), 2)
+            self.assertEqual(set(c["staleness"]), {"mean", "max", "histogram"})
+            self.assertIn("overrun_share", c)
+            self.assertIn("cpu_util", c)
+            self.assertEqual(c["runs_total"], 2)
+            curve = c["curves"]["0"]
+            self.assertGreaterEqual(len(curve), 3)  # evaluations at the same steps in every configuration
+        return s
+
+    def test_ab_writes_its_outputs_and_the_straggler_is_paced(self):
+        out = tempfile.mkdtemp()
+        cmd = [PY, os.path.join(ROOT, "experiments", "ab_sync_async.py"), "--configs", "ring,asp,bsp_backup",
+               "--slow-node", "1", "--slowdown", "2"] + smoke_args(out)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        s = self.check_outputs(out, ["ring", "asp", "bsp_backup"])
+        # The straggler's steps were modelled 2x longer: its metrics say so.
+        with open(os.path.join(out, "runs", "asp", "lr1", "seed0", "node1", "metrics.jsonl")) as f:
+            m = [json.loads(l) for l in f if '"modelled_s"' in l]
+        self.assertTrue(all(abs(x["modelled_s"] - 0.24) < 1e-9 for x in m))
+        self.assertEqual(s["configurations"]["ring"]["staleness"]["max"], 0)
+        self.assertGreater(s["configurations"]["asp"]["staleness"]["max"], 0)
+
+    def test_sweep_writes_its_outputs_and_a_failing_configuration_is_reported(self):
+        out = tempfile.mkdtemp()
+        cmd = [PY, os.path.join(ROOT, "experiments", "staleness_sweep.py"), "--bounds", "1", "--no-asp"] + smoke_args(out)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        self.check_outputs(out, ["ssp1"])
+        self.assertTrue(os.path.exists(os.path.join(out, "val_loss_vs_bound.png")))
+        # A configuration whose workers refuse their arguments fails; the other still completes.
+        out2 = tempfile.mkdtemp()
+        a = knobs(configs=None, lr_grid="1", seeds=1, steps=4, evals=2, warmup=1, servers=None, target_loss=None,
+                  tensorboard=False, base_lr=2e-3, out=out2)
+        configs = {"asp": {"cluster": ["--consistency", "asp"]},
+                   "broken": {"cluster": ["--consistency", "asp"], "worker": ["--train.no_such_field=1"]}}
+        s = study.run_study(configs, a, "t", "c")
+        self.assertEqual(s["configurations"]["asp"]["valid_runs"], 1)
+        self.assertEqual(s["configurations"]["broken"]["valid_runs"], 0)
+        self.assertEqual(len(s["configurations"]["broken"]["failed"]), 1)
+        with open(os.path.join(out2, "report.md")) as f:
+            self.assertIn("broken seed 0: exit", f.read())
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

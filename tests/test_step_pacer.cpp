@@ -1,0 +1,123 @@
+// StepPacer: a step lasts its modelled time (sleeping, never shortening real compute), overruns are
+// recorded, jitter is reproducible per seed, and the emulation config refuses what it cannot model.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "common/check.h"
+#include "worker/emulate_config.h"
+#include "worker/metrics_log.h"
+#include "worker/step_pacer.h"
+
+using namespace syncopate;
+
+namespace {
+void busy(double seconds) { std::this_thread::sleep_for(std::chrono::duration<double>(seconds)); }
+}  // namespace
+
+// Tolerance: the step ends no earlier than its modelled time and at most 40 ms after it (a sleep's
+// wake-up on a loaded 2-core machine; the emulated steps last 100s of ms).
+TEST(StepPacer, HoldsAStepToItsModelledTime) {
+  EmulateConfig c;
+  c.step_time_s = 0.10;
+  c.slowdown = 1.5;
+  StepPacer p(c, 1, 0);
+  for (int64_t step = 0; step < 3; ++step) {
+    const double t0 = now_seconds();
+    p.begin(step);
+    busy(0.02);  // the real compute
+    const StepTiming t = p.end_compute();
+    const double took = now_seconds() - t0;
+    EXPECT_DOUBLE_EQ(t.modelled_s, 0.15);
+    EXPECT_FALSE(t.overrun);
+    EXPECT_GE(t.compute_s, 0.02);
+    EXPECT_LT(t.compute_s, 0.15);
+    EXPECT_GE(took, 0.15);
+    EXPECT_LT(took, 0.15 + 0.04);
+  }
+}
+
+TEST(StepPacer, RecordsAnOverrunWhenComputeIsSlowerAndAddsNoSleep) {
+  EmulateConfig c;
+  c.step_time_s = 0.02;
+  StepPacer p(c, 1, 0);
+  const double t0 = now_seconds();
+  p.begin(0);
+  busy(0.06);
+  const StepTiming t = p.end_compute();
+  EXPECT_TRUE(t.overrun);
+  EXPECT_GE(t.compute_s, 0.06);
+  EXPECT_LT(now_seconds() - t0, 0.06 + 0.04);
+}
+
+TEST(StepPacer, WithoutEmulationOnlyMeasures) {
+  StepPacer p(EmulateConfig{}, 1, 0);
+  p.begin(0);
+  busy(0.01);
+  const StepTiming t = p.end_compute();
+  EXPECT_EQ(t.modelled_s, 0.0);
+  EXPECT_FALSE(t.overrun);
+  EXPECT_GE(t.compute_s, 0.01);
+}
+
+TEST(StepPacer, JitterIsReproduciblePerSeedAndNodeAndHasTheConfiguredMean) {
+  EmulateConfig c;
+  c.step_time_s = 1.0;
+  c.slowdown = 2.0;
+  c.jitter = 0.25;
+  StepPacer a(c, 7, 3), again(c, 7, 3), other_seed(c, 8, 3), other_node(c, 7, 4);
+  double sum = 0;
+  int same_seed = 0, diff_seed = 0, diff_node = 0;
+  const int n = 20000;
+  for (int64_t s = 0; s < n; ++s) {
+    const double t = a.modelled_s(s);
+    EXPECT_GE(t, 2.0);  // shifted: never below base * slowdown
+    sum += t;
+    same_seed += t == again.modelled_s(s);
+    diff_seed += t == other_seed.modelled_s(s);
+    diff_node += t == other_node.modelled_s(s);
+  }
+  EXPECT_EQ(same_seed, n);
+  EXPECT_LT(diff_seed, n / 100);
+  EXPECT_LT(diff_node, n / 100);
+  // E[T] = base * slowdown * (1 + jitter) = 2.5; the mean of 20000 draws is within 2% (sd of the
+  // mean: 2 * 0.25 / sqrt(20000) = 0.0035).
+  EXPECT_NEAR(sum / n, 2.5, 0.05);
+}
+
+TEST(EmulateConfig, DerivesTheStepTimeFromATargetDevice) {
+  EmulateConfig c;
+  c.target_params = 124000000;
+  c.target_tokens = 65536;
+  c.peak_tflops = 989;
+  c.mfu = 0.4;
+  c.dilation = 10;
+  // 10 * 6 * 124e6 * 65536 / (989e12 * 0.4) = 1.2326 s
+  EXPECT_NEAR(c.base_step_s(), 10 * 6 * 124e6 * 65536 / (989e12 * 0.4), 1e-9);
+  EXPECT_TRUE(c.enabled());
+  c.validate();
+}
+
+TEST(EmulateConfig, RefusesASlowdownWithoutAModelledTimeAndTwoSourcesOfIt) {
+  EmulateConfig slow;
+  slow.slowdown = 3;
+  EXPECT_THROW(slow.validate(), Error);
+  EmulateConfig jitter;
+  jitter.jitter = 0.1;
+  EXPECT_THROW(jitter.validate(), Error);
+  EmulateConfig both;
+  both.step_time_s = 0.5;
+  both.target_params = 1000;
+  both.target_tokens = 1000;
+  EXPECT_THROW(both.validate(), Error);
+  EmulateConfig no_tokens;
+  no_tokens.target_params = 1000;
+  EXPECT_THROW(no_tokens.validate(), Error);
+  EmulateConfig ok;
+  ok.step_time_s = 0.5;
+  ok.slowdown = 3;
+  ok.jitter = 0.2;
+  ok.validate();
+}

@@ -1,0 +1,50 @@
+// Modelled compute: how long one optimizer step of this node takes on the device it stands for.
+// The step's forward and backward still run for real (the model learns, gradients and staleness
+// are real); StepPacer then sleeps until the modelled time has passed since the step began, so a
+// cluster emulated on a few shared cores behaves like machines that each have their own
+// accelerator. Off (step_time_s = 0 and no target) a run behaves exactly as without emulation.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace syncopate {
+
+struct EmulateConfig {
+  double step_time_s = 0;    // modelled compute time of one optimizer step at slowdown 1, seconds; 0 = off
+  double slowdown = 1.0;     // this node's factor on the modelled time (a straggler: e.g. 3 = three times slower)
+  double jitter = 0;         // per-step noise: the modelled time is multiplied by (1 + X), X exponential with this
+                             // mean (a shifted exponential, the usual straggler model); 0 = none. Seeded by
+                             // train.seed, the node's rank and the step: reproducible per seed
+  // Optional derivation of step_time_s from a target device (used when target_params > 0):
+  // step_time_s = dilation * 6 * target_params * target_tokens / (peak_tflops * 1e12 * mfu).
+  int64_t target_params = 0;  // parameters of the model the target cluster trains; 0 = use step_time_s
+  int64_t target_tokens = 0;  // tokens one target node processes per optimizer step
+  double peak_tflops = 989;   // the target device's dense peak, TFLOP/s (H100 SXM bf16)
+  double mfu = 0.4;           // model FLOP utilization the target reaches (fraction of peak)
+  double dilation = 1.0;      // emulated seconds per target second (slows the whole cluster down uniformly)
+
+  template <class V>
+  void fields(V& v) {
+    v("step_time_s", step_time_s, "modelled compute time of one step at slowdown 1, seconds (0 = off)", 0.0, 3600.0);
+    v("slowdown", slowdown, "this node's factor on the modelled step time (straggler)", 1.0, 1000.0);
+    v("jitter", jitter, "mean of the exponential per-step extra time, as a fraction of the step time (0 = none)", 0.0, 100.0);
+    v("target_params", target_params, "target model parameters for deriving step_time_s (0 = use step_time_s)",
+      int64_t{0}, int64_t{1} << 50);
+    v("target_tokens", target_tokens, "target tokens per node per step, for the derivation", int64_t{0}, int64_t{1} << 40);
+    v("peak_tflops", peak_tflops, "target device peak, TFLOP/s, for the derivation", 1e-3, 1e6);
+    v("mfu", mfu, "target model FLOP utilization (0, 1], for the derivation", 1e-4, 1.0);
+    v("dilation", dilation, "emulated seconds per target second, for the derivation", 1e-6, 1e9);
+  }
+
+  // The modelled step time at slowdown 1 (the derivation when target_params > 0), seconds.
+  double base_step_s() const {
+    if (target_params > 0)
+      return dilation * 6.0 * static_cast<double>(target_params) * static_cast<double>(target_tokens) / (peak_tflops * 1e12 * mfu);
+    return step_time_s;
+  }
+  bool enabled() const { return base_step_s() > 0; }
+  // Cross-field checks; throws syncopate::Error with the field's name and how to fix it.
+  void validate() const;
+};
+
+}  // namespace syncopate
