@@ -9,8 +9,8 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OVERRUN_LIMIT = 0.05  # a run with more steps over their modelled time than this is invalid
-CPU_LIMIT = 0.90      # a run whose host CPU use averaged above this is invalid (saturated cores)
+OVERRUN_LIMIT = 0.05  # default: a run with more steps over their modelled time than this is invalid
+CPU_LIMIT = 0.90      # default: a run whose host CPU use averaged above this is invalid (saturated cores)
 
 
 def read_jsonl(path):
@@ -142,7 +142,7 @@ def summarize(out, nodes, ring):
     }
 
 
-def run_once(name, cfg, em, job, seed, lr, out, quiet=True):
+def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_cpu=CPU_LIMIT):
     """Runs one configuration once; returns its summary, or {"failed": reason, "log": path}."""
     cmd = cluster_command(cfg, em, job, seed, lr, out)
     os.makedirs(out, exist_ok=True)
@@ -163,9 +163,9 @@ def run_once(name, cfg, em, job, seed, lr, out, quiet=True):
     r["cpu_util"] = cpu.mean()
     r["elapsed_s"] = time.time() - t0
     problems = []
-    if r["overrun_share"] > OVERRUN_LIMIT:
+    if r["overrun_share"] > max_overrun:
         problems.append(f"{r['overrun_share']:.0%} of steps overran their modelled time")
-    if r["cpu_util"] is not None and r["cpu_util"] > CPU_LIMIT:
+    if r["cpu_util"] is not None and r["cpu_util"] > max_cpu:
         problems.append(f"host CPU at {r['cpu_util']:.0%}")
     r["valid"] = not problems
     r["invalid_because"] = "; ".join(problems)

@@ -39,8 +39,8 @@ RANGES = {
     ("stragglers", "slow_node"): (-1, 4095), ("stragglers", "slowdown"): (1.0, 1000.0),
     ("stragglers", "jitter"): (0.0, 100.0),
 }
-# Parameters of the presets the emulation can train (gpt_num_params of model/gpt_config.h).
-PRESET_PARAMS = {"tiny": 430_720, "small": 3_283_968}
+# Elements of the flat parameter buffer the presets send (vocabulary rows padded to 320).
+PRESET_PARAMS = {"tiny": 454_144, "small": 3_307_008}
 
 
 class ScenarioError(ValueError):

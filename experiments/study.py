@@ -8,7 +8,7 @@ import os
 import sys
 
 import scenario as scen
-from cluster_runs import ROOT, calibrate, run_once
+from cluster_runs import CPU_LIMIT, OVERRUN_LIMIT, ROOT, calibrate, run_once
 from stats import fmt_ci, mean_ci95, separated
 
 
@@ -34,6 +34,10 @@ def add_args(ap, out_default):
                     "(default: 1.02 x the best configuration's final mean)")
     ap.add_argument("--configs", help="comma-separated subset of the configurations")
     ap.add_argument("--tensorboard", action="store_true", help="also export every run to OUT/tensorboard/")
+    ap.add_argument("--max-overrun", type=float, default=OVERRUN_LIMIT,
+                    help="a run with a larger share of steps over their modelled time is invalid")
+    ap.add_argument("--max-cpu", type=float, default=CPU_LIMIT,
+                    help="a run whose host CPU use averaged above this is invalid")
     ap.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=True,
                     help="measure one step's real compute first and lengthen the modelled step if needed")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", out_default))
@@ -135,7 +139,7 @@ def run_study(configs, a, title, command):
         key = (name, mult, seed)
         if key not in runs:
             out = os.path.join(a.out, "runs", name, f"lr{mult:g}", f"seed{seed}")
-            r = run_once(name, configs[name], em, job, seed, a.base_lr * mult, out)
+            r = run_once(name, configs[name], em, job, seed, a.base_lr * mult, out, a.max_overrun, a.max_cpu)
             runs[key] = r
             if "failed" in r:
                 print(f"[study] {name} lr x{mult:g} seed {seed}: FAILED ({r['failed']}); log {r['log']}", flush=True)
@@ -164,7 +168,8 @@ def run_study(configs, a, title, command):
     best_final = min((f["mean"] for f in finals.values() if f["mean"] is not None), default=None)
     target = a.target_loss if a.target_loss else (1.02 * best_final if best_final else None)
     summary = {"title": title, "command": command, "emulation": em, "target_val_loss": target,
-               "seeds": a.seeds, "lr_grid": grid, "configurations": {}}
+               "seeds": a.seeds, "lr_grid": grid, "limits": {"overrun": a.max_overrun, "cpu": a.max_cpu},
+               "configurations": {}}
     for name, v in results.items():
         ok = [r for r in v["runs"].values() if usable(r)]
         ttt = [time_to_target(r["curve"], target) for r in ok] if target else []
@@ -257,8 +262,8 @@ def write_report(summary, out):
          f"Every figure is a mean over the valid seeds with its 95% interval (Student's t, {summary['seeds']} seeds). "
          "Time is emulated seconds on node 0's clock with evaluation time removed. Each configuration's learning rate "
          f"is the best of {', '.join(f'{m:g}x' for m in summary['lr_grid'])} the base rate on seed 0 under the same "
-         "budget (final validation loss); runs whose emulation did not hold (overrun share > 5% or CPU > 90%) are "
-         "left out and listed.", "",
+         f"budget (final validation loss); runs whose emulation did not hold (overrun share > {summary['limits']['overrun']:.0%} "
+         f"or CPU > {summary['limits']['cpu']:.0%}) are left out and listed.", "",
          "| configuration | lr | valid runs | time to target, s | final val loss | tokens/s | staleness mean / max | "
          "dropped grads | wait share | overrun (max) | CPU (max) |",
          "|---|---|---|---|---|---|---|---|---|---|---|"]

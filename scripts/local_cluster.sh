@@ -69,7 +69,7 @@ NS_PREFIX="sc$$"
 end_groups() {
   local sig=$1 p
   shift
-  for p in "$@"; do [ -n "$p" ] && kill "-$sig" -- "-$p" 2>/dev/null; done
+  for p in "$@"; do [ -n "$p" ] && { kill "-$sig" -- "-$p" 2>/dev/null || true; }; done
   return 0
 }
 cleanup() {

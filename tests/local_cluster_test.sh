@@ -38,13 +38,17 @@ grep -q -- "--step-time" "$TMP/bad.err" || { echo "FAIL: the refusal does not na
 # Interrupted runs leave nothing behind: no process whose command line names the run, no namespace.
 interrupt() {  # NAME EXTRA_ARGS...
   local name=$1; shift
+  # Job control gives the run its own process group, as a terminal does; Ctrl-C sends SIGINT to that
+  # whole group (without it, bash starts background commands with SIGINT ignored).
+  set -m
   "$ROOT/scripts/local_cluster.sh" --nodes 2 --servers 1 "$@" --out "$TMP/$name" -- "${ARGS[@]}" --train.steps=100000 \
     > "$TMP/$name.out" 2>&1 &
   local pid=$! t
+  set +m
   for t in $(seq 1 300); do grep -q '"step":2,' "$TMP/$name/node1/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
   grep -q '"step":2,' "$TMP/$name/node1/metrics.jsonl" 2>/dev/null || { echo "FAIL: $name never started"; cat "$TMP/$name.out"; fail=1; }
-  kill -INT "$pid"
-  wait "$pid" 2>/dev/null || true
+  kill -INT -- "-$pid"
+  timeout 20 tail --pid="$pid" -f /dev/null || { echo "FAIL: $name did not stop within 20 s of Ctrl-C"; fail=1; }
   sleep 0.5
   if pgrep -f "$TMP/$name" > /dev/null; then
     echo "FAIL: $name left processes:"; pgrep -af "$TMP/$name"; fail=1; pkill -9 -f "$TMP/$name" || true

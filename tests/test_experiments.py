@@ -119,7 +119,10 @@ class Emulation(unittest.TestCase):
 
 def smoke_args(out):
     return ["--nodes", "2", "--steps", "6", "--evals", "3", "--seeds", "2", "--lr-grid", "1", "--step-time", "0.12",
-            "--warmup", "1", "--no-calibrate", "--out", out]
+            "--warmup", "1", "--no-calibrate", "--out", out,
+            # ctest runs other tests beside this one: the smoke runs check the files, not the
+            # emulation's fidelity, so overruns and a busy CPU do not void them here.
+            "--max-overrun", "1", "--max-cpu", "1"]
 
 
 class Smoke(unittest.TestCase):
@@ -164,7 +167,7 @@ class Smoke(unittest.TestCase):
         # A configuration whose workers refuse their arguments fails; the other still completes.
         out2 = tempfile.mkdtemp()
         a = knobs(configs=None, lr_grid="1", seeds=1, steps=4, evals=2, warmup=1, servers=None, target_loss=None,
-                  tensorboard=False, base_lr=2e-3, out=out2)
+                  tensorboard=False, base_lr=2e-3, max_overrun=1.0, max_cpu=1.0, out=out2)
         configs = {"asp": {"cluster": ["--consistency", "asp"]},
                    "broken": {"cluster": ["--consistency", "asp"], "worker": ["--train.no_such_field=1"]}}
         s = study.run_study(configs, a, "t", "c")
@@ -173,6 +176,16 @@ class Smoke(unittest.TestCase):
         self.assertEqual(len(s["configurations"]["broken"]["failed"]), 1)
         with open(os.path.join(out2, "report.md")) as f:
             self.assertIn("broken seed 0: exit", f.read())
+        # An emulation that cannot hold (1 ms modelled against ~tens of ms of real compute) is
+        # reported invalid and kept out of every figure.
+        out3 = tempfile.mkdtemp()
+        a3 = knobs(configs=None, lr_grid="1", seeds=1, steps=4, evals=2, warmup=1, servers=None, target_loss=None,
+                   tensorboard=False, base_lr=2e-3, max_overrun=0.05, max_cpu=1.0, step_time=0.001, out=out3)
+        s3 = study.run_study({"asp": {"cluster": ["--consistency", "asp"]}}, a3, "t", "c")
+        c = s3["configurations"]["asp"]
+        self.assertEqual(c["valid_runs"], 0)
+        self.assertIn("overran their modelled time", c["invalid"][0]["why"])
+        self.assertIsNone(c["final_val_loss"]["mean"])
 
 
 if __name__ == "__main__":
