@@ -59,14 +59,20 @@ def cluster_command(cfg, em, job, seed, lr, out):
     cmd = [os.path.join(ROOT, "scripts", "local_cluster.sh"), "--nodes", str(job["nodes"]), "--out", out]
     if not cfg.get("ring"):
         cmd += ["--servers", str(job["servers"])] + cfg["cluster"]
+    steps = job["steps"]
     if em["step_time_s"] > 0:
         cmd += ["--step-time", repr(em["step_time_s"]), "--jitter", repr(em["jitter"])]
         if em["slow_node"] >= 0 and em["slowdown"] > 1:
             cmd += ["--slow-node", str(em["slow_node"]), "--slowdown", repr(em["slowdown"])]
+            if cfg.get("elastic"):
+                # The budget is the synchronous job's wall time (steps at the straggler's pace): in
+                # it a worker that waits for nobody does slowdown x as many steps as the straggler.
+                steps = int(round(job["steps"] * em["slowdown"]))
+                cmd += ["--slow-steps", str(job["steps"])]
     if em.get("link_gbit"):
         cmd += ["--netns", "--link-gbit", f"{em['link_gbit']:.6g}"]
     eval_every = max(1, job["steps"] // job["evals"])
-    cmd += ["--", f"--model.preset={job['preset']}", f"--train.steps={job['steps']}",
+    cmd += ["--", f"--model.preset={job['preset']}", f"--train.steps={steps}",
             f"--train.batch_size={job['batch']}", "--train.threads=1", f"--train.seed={seed}",
             f"--optim.lr={lr:.6g}", f"--schedule.min_lr={lr / 10:.6g}", f"--schedule.warmup_steps={job['warmup']}",
             f"--eval.every={eval_every}", "--eval.sample_tokens=0", f"--eval.batches={job['eval_batches']}",
@@ -82,9 +88,13 @@ def calibrate(preset, batch, out):
     of steps 3..8 of an unpaced single-process run)."""
     worker = os.path.join(ROOT, "build", "bin", "syncopate-worker")
     cmd = [worker, "--out", out, f"--model.preset={preset}", f"--train.batch_size={batch}", "--train.steps=8",
+           "--schedule.warmup_steps=1",
            "--train.threads=1", "--eval.every=0", "--eval.sample_tokens=0", "--eval.batches=1",
            "--checkpoint.every=0", f"--data.cache_dir={ROOT}/data/cache"]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"study: the calibration run failed (exit {r.returncode}): {r.stderr.strip()[-500:]}\n"
+                         f"command: {' '.join(cmd)}\n(or pass --no-calibrate with a --step-time you trust)")
     cs = sorted(m["compute_s"] for m in read_jsonl(os.path.join(out, "metrics.jsonl")) if "compute_s" in m)[2:]
     return cs[len(cs) // 2]
 

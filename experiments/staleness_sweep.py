@@ -30,7 +30,7 @@ def main():
             where[name] = (mit, int(b))
         if a.asp:
             name = "asp" + ("" if mit == "none" else f"_{mit}")
-            configs[name] = {"cluster": ["--consistency", "asp", "--mitigation", mit]}
+            configs[name] = {"cluster": ["--consistency", "asp", "--mitigation", mit], "elastic": True}
             where[name] = (mit, None)
     summary = run_study(configs, a, "Staleness sweep", f"python experiments/staleness_sweep.py {' '.join(sys.argv[1:])}")
     try:

@@ -30,8 +30,10 @@ def add_args(ap, out_default):
     ap.add_argument("--jitter", type=float, help="mean exponential extra time per step, fraction of the step time")
     ap.add_argument("--netns", action="store_true", help="each node in its own network namespace (root)")
     ap.add_argument("--link-gbit", type=float, help="the emulated link rate with --netns, Gbit/s")
-    ap.add_argument("--target-loss", type=float, help="validation loss that defines time to target "
-                    "(default: 1.02 x the best configuration's final mean)")
+    ap.add_argument("--target-loss", default="best",
+                    help="validation loss that defines time to target: a number, 'best' (1.02 x the best "
+                    "configuration's final mean: how soon each gets near the best) or 'all' (1.02 x the worst "
+                    "configuration's final mean: a level every configuration reaches)")
     ap.add_argument("--configs", help="comma-separated subset of the configurations")
     ap.add_argument("--tensorboard", action="store_true", help="also export every run to OUT/tensorboard/")
     ap.add_argument("--max-overrun", type=float, default=OVERRUN_LIMIT,
@@ -165,9 +167,16 @@ def run_study(configs, a, title, command):
                          "runs": {s: r for s, r in enumerate(rs)}}
 
     finals = {n: mean_ci95([r["final_val_loss"] for r in v["runs"].values() if usable(r)]) for n, v in results.items()}
-    best_final = min((f["mean"] for f in finals.values() if f["mean"] is not None), default=None)
-    target = a.target_loss if a.target_loss else (1.02 * best_final if best_final else None)
+    means = [f["mean"] for f in finals.values() if f["mean"] is not None]
+    if a.target_loss in (None, "best", "all"):
+        target = 1.02 * (max(means) if a.target_loss == "all" else min(means)) if means else None
+    else:
+        try:
+            target = float(a.target_loss)
+        except ValueError:
+            raise SystemExit(f"study: --target-loss {a.target_loss!r} is not a number, 'best' or 'all'")
     summary = {"title": title, "command": command, "emulation": em, "target_val_loss": target,
+               "target_rule": a.target_loss,
                "seeds": a.seeds, "lr_grid": grid, "limits": {"overrun": a.max_overrun, "cpu": a.max_cpu},
                "configurations": {}}
     for name, v in results.items():
@@ -256,13 +265,21 @@ def write_report(summary, out):
     em = summary["emulation"]
     L = [f"# {summary['title']}", "", f"Command: `{summary['command']}`", "",
          f"Emulation: {describe(em)}.", "",
-         f"Target validation loss: {summary['target_val_loss']:.4f}" if summary["target_val_loss"] else
+         f"Target validation loss: {summary['target_val_loss']:.4f} ("
+         + {"best": "1.02 x the best configuration's final mean", "all": "1.02 x the worst configuration's final mean, "
+            "a level every configuration reaches"}.get(str(summary["target_rule"]), "given") + ")"
+         if summary["target_val_loss"] else
          "Target validation loss: none (no valid run)",
          "",
          f"Every figure is a mean over the valid seeds with its 95% interval (Student's t, {summary['seeds']} seeds). "
-         "Time is emulated seconds on node 0's clock with evaluation time removed. Each configuration's learning rate "
-         f"is the best of {', '.join(f'{m:g}x' for m in summary['lr_grid'])} the base rate on seed 0 under the same "
-         f"budget (final validation loss); runs whose emulation did not hold (overrun share > {summary['limits']['overrun']:.0%} "
+         "Time is emulated seconds on node 0's clock with evaluation time removed. "
+         + (f"Each configuration's learning rate is the best of {', '.join(f'{m:g}x' for m in summary['lr_grid'])} the "
+            "base rate on seed 0 under the same budget (final validation loss)" if len(summary["lr_grid"]) > 1 else
+            "Learning rates were NOT tuned (a grid of one): every configuration uses the same rate, which favours "
+            "whichever mode it happens to suit; the studies in docs/STUDY.md tune each one")
+         + ". A configuration that waits for no straggler (ASP, BSP with backup workers) gets the synchronous job's "
+         "wall time as its budget: its fast nodes do slowdown x the straggler's steps. "
+         f"Runs whose emulation did not hold (overrun share > {summary['limits']['overrun']:.0%} "
          f"or CPU > {summary['limits']['cpu']:.0%}) are left out and listed.", "",
          "| configuration | lr | valid runs | time to target, s | final val loss | tokens/s | staleness mean / max | "
          "dropped grads | wait share | overrun (max) | CPU (max) |",

@@ -7,7 +7,8 @@
 #
 #   scripts/local_cluster.sh --nodes N --out DIR [--port P] [--max-restarts K] [--servers K]
 #                            [--consistency bsp|ssp|asp] [--staleness-bound S] [--mitigation M]
-#                            [--backup-workers B] [--step-time S [--slow-node I --slowdown F] [--jitter X]]
+#                            [--backup-workers B] [--step-time S [--slow-node I --slowdown F [--slow-steps N]]
+#                            [--jitter X]]
 #                            [--netns --link-gbit G] -- <worker args>
 #
 # --servers K starts K syncopate-server shards (ports MASTER_PORT+1..K; on node 0's host, or with
@@ -16,6 +17,8 @@
 # --step-time S models each node's compute: a step lasts S seconds (emulate.step_time_s), node I
 # S*F (--slow-node I --slowdown F), every step times (1 + an exponential draw of mean X) with
 # --jitter X. The modelled time is fixed per step, never a multiple of the measured compute.
+# --slow-steps N gives the slow node N optimizer steps instead of the others' train.steps (an
+# asynchronous job's budget is wall time: the straggler does fewer steps in it).
 #
 # Each node runs through scripts/launch_node.sh, so --max-restarts K restarts a failed job from
 # its latest checkpoints.
@@ -26,7 +29,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
 NODES=2 OUT="" PORT="" NETNS=0 GBIT=1 RESTARTS=0 SERVERS=0 CONSISTENCY=asp BOUND=2 MITIGATION=none BACKUP=0
-SLOW=-1 SLOWDOWN=2 STEP_TIME=0 JITTER=0 WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
+SLOW=-1 SLOWDOWN=2 SLOW_STEPS=0 STEP_TIME=0 JITTER=0 WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) NODES=$2; shift 2;;
@@ -40,6 +43,7 @@ while [ $# -gt 0 ]; do
     --slow-node) SLOW=$2; shift 2;;
     --slowdown) SLOWDOWN=$2; shift 2;;
     --step-time) STEP_TIME=$2; shift 2;;
+    --slow-steps) SLOW_STEPS=$2; shift 2;;
     --jitter) JITTER=$2; shift 2;;
     --backup-workers) BACKUP=$2; shift 2;;
     --netns) NETNS=1; shift;;
@@ -129,10 +133,12 @@ for i in $(seq 0 $((NODES - 1))); do
     NODE_ARGS+=(--emulate.step_time_s="$STEP_TIME" --emulate.jitter="$JITTER")
     [ "$i" = "$SLOW" ] && NODE_ARGS+=(--emulate.slowdown="$SLOWDOWN")
   fi
+  LAST_ARGS=()  # after the shared worker arguments, so that they win
+  [ "$i" = "$SLOW" ] && [ "$SLOW_STEPS" -gt 0 ] && LAST_ARGS+=(--train.steps="$SLOW_STEPS")
   if [ "$NETNS" = 1 ]; then
-    NODE_RANK=$i setsid ip netns exec "${NS_PREFIX}n$i" "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "${NODE_ARGS[@]}" "$@" > "$OUT/logs/node$i.log" 2>&1 &
+    NODE_RANK=$i setsid ip netns exec "${NS_PREFIX}n$i" "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "${NODE_ARGS[@]}" "$@" "${LAST_ARGS[@]}" > "$OUT/logs/node$i.log" 2>&1 &
   else
-    NODE_RANK=$i setsid "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "${NODE_ARGS[@]}" "$@" > "$OUT/logs/node$i.log" 2>&1 &
+    NODE_RANK=$i setsid "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "${NODE_ARGS[@]}" "$@" "${LAST_ARGS[@]}" > "$OUT/logs/node$i.log" 2>&1 &
   fi
   PIDS+=($!)
   WORKER_PIDS+=($!)

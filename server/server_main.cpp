@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include <ATen/Parallel.h>
 #include <zmq.h>
 
 #include "common/check.h"
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
     std::cerr << "[server] warning: SYNCOPATE_TOKEN is not set; any local process can talk to this server\n";
   }
   try {
+    if (sc.threads > 0) at::set_num_threads(static_cast<int>(sc.threads));
     // SIGTERM / SIGINT end the loop cleanly (the shard's statistics are logged on the way out).
     std::signal(SIGTERM, on_signal);
     std::signal(SIGINT, on_signal);

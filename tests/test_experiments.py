@@ -168,6 +168,7 @@ class Smoke(unittest.TestCase):
         out2 = tempfile.mkdtemp()
         a = knobs(configs=None, lr_grid="1", seeds=1, steps=4, evals=2, warmup=1, servers=None, target_loss=None,
                   tensorboard=False, base_lr=2e-3, max_overrun=1.0, max_cpu=1.0, out=out2)
+        a.target_loss = "best"
         configs = {"asp": {"cluster": ["--consistency", "asp"]},
                    "broken": {"cluster": ["--consistency", "asp"], "worker": ["--train.no_such_field=1"]}}
         s = study.run_study(configs, a, "t", "c")
@@ -181,6 +182,7 @@ class Smoke(unittest.TestCase):
         out3 = tempfile.mkdtemp()
         a3 = knobs(configs=None, lr_grid="1", seeds=1, steps=4, evals=2, warmup=1, servers=None, target_loss=None,
                    tensorboard=False, base_lr=2e-3, max_overrun=0.05, max_cpu=1.0, step_time=0.001, out=out3)
+        a3.target_loss = "best"
         s3 = study.run_study({"asp": {"cluster": ["--consistency", "asp"]}}, a3, "t", "c")
         c = s3["configurations"]["asp"]
         self.assertEqual(c["valid_runs"], 0)
