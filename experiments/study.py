@@ -235,10 +235,11 @@ def describe(em):
 
 
 def conclusions(summary):
+    """Sentences that follow from the numbers: comparisons of time to target (configurations that
+    reached it in every valid seed), of final validation loss at the shared budget and of
+    throughput, each printed as a finding only where the 95% intervals separate."""
     cfgs = summary["configurations"]
     n = summary["seeds"]
-    complete = {k: c for k, c in cfgs.items()
-                if c["time_to_target_s"]["mean"] is not None and c["time_to_target_s"]["reached"] == c["valid_runs"] >= 2}
     lines = []
     for k, c in cfgs.items():
         if c["valid_runs"] < c["runs_total"]:
@@ -246,19 +247,46 @@ def conclusions(summary):
                          f"(left out of every figure).")
         if c["valid_runs"] and c["time_to_target_s"]["reached"] < c["valid_runs"]:
             lines.append(f"{k}: reached the target in {c['time_to_target_s']['reached']} of {c['valid_runs']} valid runs.")
-    if not complete:
-        return lines + ["No configuration reached the target in at least 2 valid seeds: nothing is concluded."]
-    order = sorted(complete, key=lambda k: complete[k]["time_to_target_s"]["mean"])
-    best = order[0]
-    b = complete[best]["time_to_target_s"]
-    for k in order[1:]:
-        o = complete[k]["time_to_target_s"]
-        if separated(b, o):
-            lines.append(f"{best} reaches the target {o['mean'] / b['mean']:.2f}x sooner than {k} "
-                         f"({b['mean']:.1f} vs {o['mean']:.1f} emulated s; 95% intervals separate).")
-        else:
-            lines.append(f"{best} vs {k}: not resolved at {n} seeds ({fmt_ci(b)} vs {fmt_ci(o)} s; intervals overlap).")
+
+    def compare(key, label, lower_is_better, unit, complete):
+        pool = {k: cfgs[k][key] for k in complete}
+        if len(pool) < 2:
+            return
+        order = sorted(pool, key=lambda k: pool[k]["mean"], reverse=not lower_is_better)
+        best, b = order[0], pool[order[0]]
+        for k in order[1:]:
+            o = pool[k]
+            if separated(b, o):
+                ratio = o["mean"] / b["mean"] if lower_is_better else b["mean"] / o["mean"]
+                word = {"time_to_target_s": f"reaches the target {ratio:.2f}x sooner than",
+                        "final_val_loss": f"ends {abs(o['mean'] - b['mean']):.3f} nats lower than",
+                        "tokens_per_s": f"processes {ratio:.2f}x the tokens per second of"}[key]
+                lines.append(f"{label}: {best} {word} {k} ({fmt_ci(b, 4)} vs {fmt_ci(o, 4)}{unit}; intervals separate).")
+            else:
+                lines.append(f"{label}: {best} vs {k} not resolved at {n} seeds ({fmt_ci(b, 4)} vs {fmt_ci(o, 4)}{unit}).")
+
+    reached_all = [k for k, c in cfgs.items() if c["time_to_target_s"]["mean"] is not None
+                   and c["time_to_target_s"]["reached"] == c["valid_runs"] >= 2]
+    with_runs = [k for k, c in cfgs.items() if c["valid_runs"] >= 2]
+    compare("time_to_target_s", "Time to target", True, " s", reached_all)
+    if len(reached_all) < 2:
+        lines.append("Time to target: fewer than two configurations reached it in every valid seed; compare the "
+                     "reach counts above and the final losses below.")
+    compare("final_val_loss", "Final validation loss", True, "", with_runs)
+    compare("tokens_per_s", "Throughput", False, " tokens/s", with_runs)
     return lines
+
+
+def rebuild(out):
+    """Rewrites OUT/report.md and the plots from OUT/summary.json (after a change of the report)."""
+    with open(os.path.join(out, "summary.json")) as f:
+        summary = json.load(f)
+    summary["conclusions"] = conclusions(summary)
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    text = write_report(summary, out)
+    plots(summary, out)
+    return text
 
 
 def write_report(summary, out):
@@ -406,3 +434,10 @@ def export_tensorboard(results, out):
                     if key in m:
                         w.add_scalar(key, m[key], m["step"])
             w.close()
+
+
+if __name__ == "__main__":
+    # python experiments/study.py OUT: rebuild OUT's report and plots from its summary.json.
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python experiments/study.py OUT   (rebuilds OUT/report.md and plots from OUT/summary.json)")
+    print(rebuild(sys.argv[1]))
