@@ -106,6 +106,49 @@ def emulation(a):
     return em
 
 
+def loss_at(curve, t):
+    """Validation loss at emulated time t (linear between evaluations), or None past the curve."""
+    prev = None
+    for p in curve:
+        if p["t"] >= t:
+            if prev is None or p["t"] == prev["t"]:
+                return p["val_loss"]
+            f = (t - prev["t"]) / (p["t"] - prev["t"])
+            return prev["val_loss"] + f * (p["val_loss"] - prev["val_loss"])
+        prev = p
+    return None
+
+
+def targets(summary):
+    """From the stored curves: the common time (the earliest end of any valid run), every
+    configuration's validation loss at it, the target loss, and time to target (emulated and
+    target seconds). Budgets can end at different times (a straggler-free configuration's fast
+    nodes may finish later or sooner), so the loss at the common time is what compares fairly."""
+    cfgs = summary["configurations"]
+    ends = [cv[-1]["t"] for c in cfgs.values() for cv in c["curves"].values() if cv]
+    t_eq = min(ends) if ends else None
+    summary["equal_time_s"] = t_eq
+    for c in cfgs.values():
+        c["val_loss_at_equal_time"] = mean_ci95([loss_at(cv, t_eq) for cv in c["curves"].values()] if t_eq else [])
+    rule = summary.get("target_rule") or "best"
+    means = [c["val_loss_at_equal_time"]["mean"] for c in cfgs.values() if c["val_loss_at_equal_time"]["mean"] is not None]
+    if rule in ("best", "all"):
+        target = 1.02 * (max(means) if rule == "all" else min(means)) if means else None
+    else:
+        try:
+            target = float(rule)
+        except ValueError:
+            raise SystemExit(f"study: --target-loss {rule!r} is not a number, 'best' or 'all'")
+    summary["target_val_loss"] = target
+    dil = summary["emulation"].get("dilation")
+    for c in cfgs.values():
+        ttt = [time_to_target(cv, target) for cv in c["curves"].values()] if target else []
+        c["time_to_target_s"] = dict(mean_ci95(ttt), reached=sum(t is not None for t in ttt))
+        if dil:
+            c["time_to_target_target_s"] = {k: (x / dil if isinstance(x, float) else x)
+                                            for k, x in c["time_to_target_s"].items() if k in ("mean", "n")}
+
+
 def time_to_target(curve, target):
     """Emulated seconds at which the validation curve first reaches `target` (linear between
     evaluation points), or None if it never does."""
@@ -167,21 +210,11 @@ def run_study(configs, a, title, command):
                          "runs": {s: r for s, r in enumerate(rs)}}
 
     finals = {n: mean_ci95([r["final_val_loss"] for r in v["runs"].values() if usable(r)]) for n, v in results.items()}
-    means = [f["mean"] for f in finals.values() if f["mean"] is not None]
-    if a.target_loss in (None, "best", "all"):
-        target = 1.02 * (max(means) if a.target_loss == "all" else min(means)) if means else None
-    else:
-        try:
-            target = float(a.target_loss)
-        except ValueError:
-            raise SystemExit(f"study: --target-loss {a.target_loss!r} is not a number, 'best' or 'all'")
-    summary = {"title": title, "command": command, "emulation": em, "target_val_loss": target,
-               "target_rule": a.target_loss,
+    summary = {"title": title, "command": command, "emulation": em, "target_rule": a.target_loss,
                "seeds": a.seeds, "lr_grid": grid, "limits": {"overrun": a.max_overrun, "cpu": a.max_cpu},
                "configurations": {}}
     for name, v in results.items():
         ok = [r for r in v["runs"].values() if usable(r)]
-        ttt = [time_to_target(r["curve"], target) for r in ok] if target else []
         hist = {}
         for r in ok:
             for k, c in r["staleness_histogram"].items():
@@ -193,7 +226,6 @@ def run_study(configs, a, title, command):
             "failed": [{"seed": s, "why": r["failed"], "log": r["log"]} for s, r in v["runs"].items() if "failed" in r],
             "invalid": [{"seed": s, "why": r["invalid_because"], "log": r["log"]}
                         for s, r in v["runs"].items() if "failed" not in r and not r["valid"]],
-            "time_to_target_s": dict(mean_ci95(ttt), reached=sum(t is not None for t in ttt)),
             "final_val_loss": finals[name],
             "tokens_per_s": mean_ci95([r["tokens_per_s"] for r in ok]),
             "wall_s": mean_ci95([r["wall_s"] for r in ok]),
@@ -205,10 +237,8 @@ def run_study(configs, a, title, command):
             "cpu_util": max([r["cpu_util"] or 0 for r in v["runs"].values() if "failed" not in r], default=None),
             "curves": {str(s): r["curve"] for s, r in v["runs"].items() if usable(r)},
         }
-        if em.get("dilation"):
-            c["time_to_target_target_s"] = {k: (x / em["dilation"] if isinstance(x, float) else x)
-                                            for k, x in c["time_to_target_s"].items() if k in ("mean", "n")}
         summary["configurations"][name] = c
+    targets(summary)
     summary["conclusions"] = conclusions(summary)
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
@@ -259,7 +289,7 @@ def conclusions(summary):
             if separated(b, o):
                 ratio = o["mean"] / b["mean"] if lower_is_better else b["mean"] / o["mean"]
                 word = {"time_to_target_s": f"reaches the target {ratio:.2f}x sooner than",
-                        "final_val_loss": f"ends {abs(o['mean'] - b['mean']):.3f} nats lower than",
+                        "val_loss_at_equal_time": f"is {abs(o['mean'] - b['mean']):.3f} nats lower than",
                         "tokens_per_s": f"processes {ratio:.2f}x the tokens per second of"}[key]
                 lines.append(f"{label}: {best} {word} {k} ({fmt_ci(b, 4)} vs {fmt_ci(o, 4)}{unit}; intervals separate).")
             else:
@@ -271,8 +301,9 @@ def conclusions(summary):
     compare("time_to_target_s", "Time to target", True, " s", reached_all)
     if len(reached_all) < 2:
         lines.append("Time to target: fewer than two configurations reached it in every valid seed; compare the "
-                     "reach counts above and the final losses below.")
-    compare("final_val_loss", "Final validation loss", True, "", with_runs)
+                     "reach counts above and the losses at the common time below.")
+    compare("val_loss_at_equal_time", f"Validation loss at t = {summary['equal_time_s'] or 0:.1f} s (every run's "
+            "curve reaches it)", True, "", with_runs)
     compare("tokens_per_s", "Throughput", False, " tokens/s", with_runs)
     return lines
 
@@ -281,6 +312,7 @@ def rebuild(out):
     """Rewrites OUT/report.md and the plots from OUT/summary.json (after a change of the report)."""
     with open(os.path.join(out, "summary.json")) as f:
         summary = json.load(f)
+    targets(summary)
     summary["conclusions"] = conclusions(summary)
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
@@ -294,8 +326,9 @@ def write_report(summary, out):
     L = [f"# {summary['title']}", "", f"Command: `{summary['command']}`", "",
          f"Emulation: {describe(em)}.", "",
          f"Target validation loss: {summary['target_val_loss']:.4f} ("
-         + {"best": "1.02 x the best configuration's final mean", "all": "1.02 x the worst configuration's final mean, "
-            "a level every configuration reaches"}.get(str(summary["target_rule"]), "given") + ")"
+         + {"best": "1.02 x the best configuration's mean", "all": "1.02 x the worst configuration's mean, "
+            "a level every configuration reaches"}.get(str(summary["target_rule"]), "given")
+         + f" validation loss at t = {summary['equal_time_s'] or 0:.1f} s, the earliest end of any run)"
          if summary["target_val_loss"] else
          "Target validation loss: none (no valid run)",
          "",
@@ -306,19 +339,22 @@ def write_report(summary, out):
             "Learning rates were NOT tuned (a grid of one): every configuration uses the same rate, which favours "
             "whichever mode it happens to suit; the studies in docs/STUDY.md tune each one")
          + ". A configuration that waits for no straggler (ASP, BSP with backup workers) gets the synchronous job's "
-         "wall time as its budget: its fast nodes do slowdown x the straggler's steps. "
+         "wall time as its budget: its fast nodes do slowdown x the straggler's steps (waiting for each other they "
+         "may end later than the synchronous job; losses are therefore compared at the common time, the earliest "
+         "end of any run). "
          f"Runs whose emulation did not hold (overrun share > {summary['limits']['overrun']:.0%} "
          f"or CPU > {summary['limits']['cpu']:.0%}) are left out and listed.", "",
-         "| configuration | lr | valid runs | time to target, s | final val loss | tokens/s | staleness mean / max | "
-         "dropped grads | wait share | overrun (max) | CPU (max) |",
-         "|---|---|---|---|---|---|---|---|---|---|---|"]
+         f"| configuration | lr | valid runs | time to target, s | val loss at {summary['equal_time_s'] or 0:.0f} s | "
+         "final val loss | tokens/s | staleness mean / max | dropped grads | wait share | overrun (max) | CPU (max) |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for k, c in summary["configurations"].items():
         t = c["time_to_target_s"]
         ttt = fmt_ci(t) + (f" ({t['reached']}/{c['valid_runs']})" if t["reached"] < c["valid_runs"] else "")
         tgt = c.get("time_to_target_target_s", {}).get("mean")
         ttt += f"; target {tgt:.3g} s" if isinstance(tgt, float) else ""
         st = c["staleness"]
-        L.append(f"| {k} | {c['lr']:.2g} | {c['valid_runs']}/{c['runs_total']} | {ttt} | {fmt_ci(c['final_val_loss'], 4)} | "
+        L.append(f"| {k} | {c['lr']:.2g} | {c['valid_runs']}/{c['runs_total']} | {ttt} | "
+                 f"{fmt_ci(c['val_loss_at_equal_time'], 4)} | {fmt_ci(c['final_val_loss'], 4)} | "
                  f"{fmt_ci(c['tokens_per_s'])} | {st['mean'] if st['mean'] is None else round(st['mean'], 2)} / "
                  f"{st['max'] if st['max'] is None else round(st['max'], 1)} | "
                  f"{'-' if not c['dropped_gradients'] else round(c['dropped_gradients'])} | "

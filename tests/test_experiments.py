@@ -63,6 +63,22 @@ class TimeToTarget(unittest.TestCase):
         self.assertIsNone(study.time_to_target(curve, 0.5))
 
 
+    def test_loss_at_a_common_time_and_the_target_from_it(self):
+        curve = [{"t": 0.0, "val_loss": 3.0}, {"t": 10.0, "val_loss": 2.0}]
+        self.assertAlmostEqual(study.loss_at(curve, 2.5), 2.75)
+        self.assertIsNone(study.loss_at(curve, 11.0))
+        long = [{"t": 0.0, "val_loss": 3.0}, {"t": 10.0, "val_loss": 2.0}, {"t": 20.0, "val_loss": 1.0}]
+        summary = {"target_rule": "best", "emulation": {"dilation": 2.0},
+                   "configurations": {"a": {"curves": {"0": curve, "1": curve}},
+                                      "b": {"curves": {"0": long, "1": long}}}}
+        study.targets(summary)
+        self.assertEqual(summary["equal_time_s"], 10.0)  # the earliest end, not b's later one
+        self.assertAlmostEqual(summary["target_val_loss"], 1.02 * 2.0)
+        self.assertEqual(summary["configurations"]["b"]["time_to_target_s"]["reached"], 2)
+        self.assertAlmostEqual(summary["configurations"]["a"]["time_to_target_target_s"]["mean"],
+                               study.time_to_target(curve, 2.04) / 2.0)
+
+
 class Scenarios(unittest.TestCase):
     def test_shipped_scenarios_load_and_derive_the_ratio(self):
         for name in ("compute_bound", "balanced", "comm_bound", "stragglers"):
