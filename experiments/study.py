@@ -389,6 +389,7 @@ def plots(summary, out):
 
     def banded(xkey, fname, xlabel):
         plt.figure(figsize=(7, 4.5))
+        lo, hi = float("inf"), float("-inf")  # y range: the mean curves, without stale-gradient spikes
         for k, c in cfgs.items():
             curves = list(c["curves"].values())
             if not curves:
@@ -397,11 +398,15 @@ def plots(summary, out):
             xs = [sum(cv[i][xkey] for cv in curves) / len(curves) for i in range(npts)]
             stats = [mean_ci95([cv[i]["val_loss"] for cv in curves]) for i in range(npts)]
             line, = plt.plot(xs, [s["mean"] for s in stats], label=k)
+            lo = min(lo, min(s["mean"] for s in stats))
+            hi = max(hi, stats[0]["mean"])
             if len(curves) > 1:
                 plt.fill_between(xs, [s["ci95"][0] for s in stats], [s["ci95"][1] for s in stats],
                                  color=line.get_color(), alpha=0.2)
         if summary["target_val_loss"]:
             plt.axhline(summary["target_val_loss"], color="gray", linestyle=":", label="target")
+        if lo < hi:
+            plt.ylim(lo - 0.1, hi + 0.3)  # spikes above the first evaluation are clipped (see the report's table)
         plt.xlabel(xlabel)
         plt.ylabel("validation loss (mean, 95% band)")
         plt.legend(fontsize=8)
