@@ -30,13 +30,14 @@ BENCH="$ROOT/build/bin/syncopate-bench-allreduce"
 PY="$ROOT/.venv/bin/python"
 [ -x "$BENCH" ] || { echo "build first: scripts/build.sh" >&2; exit 2; }
 P="sb$$"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+cleanup() {  # every rank runs in a process group of its own (spawn): end them all
+  trap - EXIT INT TERM
+  end_spawned
   [ "$NETNS" = 1 ] && netns_down "$P" "$NODES"
   return 0
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'cleanup; exit 130' INT TERM
 if [ "$NETNS" = 1 ]; then
   source "$ROOT/scripts/netns.sh"
   netns_up "$P" "$NODES" "$GBIT"
@@ -50,20 +51,18 @@ run_all() {  # run_all LABEL PER_NODE CMD...: PER_NODE processes per node, print
   local label=$1 per=$2 i
   shift 2
   export MASTER_PORT=$(free_port) NNODES=$((NODES * per))
-  PIDS=()
-  local out
+  local out pids=()
   out=$(mktemp)
   for i in $(seq 0 $((NNODES - 1))); do
     if [ "$NETNS" = 1 ]; then
-      NODE_RANK=$i GLOO_SOCKET_IFNAME="${P}v$((i / per))" netns_run "$P" "$((i / per))" "$@" > "$out.$i" 2>&1 &
+      NODE_RANK=$i GLOO_SOCKET_IFNAME="${P}v$((i / per))" spawn ip netns exec "${P}n$((i / per))" "$@" > "$out.$i" 2>&1
     else
-      NODE_RANK=$i "$@" > "$out.$i" 2>&1 &
+      NODE_RANK=$i spawn "$@" > "$out.$i" 2>&1
     fi
-    PIDS+=($!)
+    pids+=("${SPAWNED[-1]}")
   done
   local rc=0
-  for p in "${PIDS[@]}"; do wait "$p" || rc=$?; done
-  PIDS=()
+  for p in "${pids[@]}"; do wait "$p" || rc=$?; done
   echo "## $label ($NODES nodes x $LOCAL replicas$([ "$NETNS" = 1 ] && echo ", ${GBIT} Gbit/s links" || echo ", loopback"))"
   if [ $rc -ne 0 ]; then cat "$out".*; return $rc; fi
   cat "$out.0"

@@ -17,33 +17,33 @@ while [ $# -gt 0 ]; do
 done
 BIN="${SYNCOPATE_BIN:-$ROOT/build/bin}"  # SYNCOPATE_BIN: another build to compare
 P="pb$$"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+cleanup() {  # servers and workers run in process groups of their own (spawn): end them all
+  trap - EXIT INT TERM
+  end_spawned
   [ "$NETNS" = 1 ] && netns_down "$P" $((W + K))
   return 0
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'cleanup; exit 130' INT TERM
 export SYNCOPATE_TOKEN=bench-$$ NNODES=$W
 [ "$NETNS" = 1 ] && { source "$ROOT/scripts/netns.sh"; netns_up "$P" $((W + K)) "$GBIT"; }
-run_on() {  # run_on HOST CMD...: host index in the namespace layout, or plain loopback
+run_on() {  # run_on HOST CMD...: spawned on host HOST of the namespace layout, or on loopback
   local h=$1; shift
-  if [ "$NETNS" = 1 ]; then netns_run "$P" "$h" "$@"; else "$@"; fi
+  if [ "$NETNS" = 1 ]; then spawn ip netns exec "${P}n$h" "$@"; else spawn "$@"; fi
 }
 EPS=""
 for k in $(seq 0 $((K - 1))); do
   host=127.0.0.1; [ "$NETNS" = 1 ] && host=10.77.0.$((k + 1))
   port=$(free_port)
-  run_on "$k" "$BIN/syncopate-server" --server.host="$host" --server.port="$port" --server.shard="$k" > /dev/null 2>&1 &
-  PIDS+=($!)
+  run_on "$k" "$BIN/syncopate-server" --server.host="$host" --server.port="$port" --server.shard="$k" > /dev/null 2>&1
   EPS="$EPS${EPS:+,}tcp://$host:$port"
 done
 sleep 0.5
 OUT=$(mktemp -d)
 WP=()
 for i in $(seq 0 $((W - 1))); do
-  NODE_RANK=$i run_on $((K + i)) "$BIN/syncopate-bench-ps" --servers "$EPS" --bytes "$BYTES" --iters "$ITERS" > "$OUT/w$i" 2>&1 &
-  WP+=($!)
+  NODE_RANK=$i run_on $((K + i)) "$BIN/syncopate-bench-ps" --servers "$EPS" --bytes "$BYTES" --iters "$ITERS" > "$OUT/w$i" 2>&1
+  WP+=("${SPAWNED[-1]}")
 done
 for p in "${WP[@]}"; do wait "$p"; done
 echo "# $W workers x $K servers, $BYTES bytes, $([ "$NETNS" = 1 ] && echo "${GBIT} Gbit/s links" || echo loopback)"

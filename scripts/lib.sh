@@ -4,3 +4,27 @@
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
+
+# Process groups. `spawn CMD...` starts CMD in the background in a session and process group of
+# its own (setsid; the caller must not use job control, else setsid forks and the PID is not the
+# group) and appends its PID, which is the group's ID, to SPAWNED. Everything CMD starts (the
+# worker of launch_node.sh, the child of `ip netns exec`) stays in that group, so `end_spawned`
+# ends all of it: SIGTERM, up to 5 s to exit, then SIGKILL. Safe to call twice.
+SPAWNED=()
+spawn() {
+  setsid "$@" &
+  SPAWNED+=($!)
+}
+end_spawned() {
+  local p t alive
+  for p in "${SPAWNED[@]:-}"; do [ -n "$p" ] && { kill -TERM -- "-$p" 2>/dev/null || true; }; done
+  for t in $(seq 1 50); do
+    alive=0
+    for p in "${SPAWNED[@]:-}"; do [ -n "$p" ] && kill -0 -- "-$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.1
+  done
+  for p in "${SPAWNED[@]:-}"; do [ -n "$p" ] && { kill -KILL -- "-$p" 2>/dev/null || true; }; done
+  wait 2>/dev/null || true
+  return 0
+}

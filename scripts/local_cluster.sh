@@ -68,26 +68,12 @@ export NNODES=$NODES MASTER_PORT=$PORT
 PIDS=()
 SERVER_PIDS=()
 NS_PREFIX="sc$$"
-# Every node and server is started by `setsid`: its PID is its process group, which holds
-# everything it starts (launch_node.sh's worker, `ip netns exec`'s child). Cleanup ends whole groups.
-end_groups() {
-  local sig=$1 p
-  shift
-  for p in "$@"; do [ -n "$p" ] && { kill "-$sig" -- "-$p" 2>/dev/null || true; }; done
-  return 0
-}
+# Every node and server is started by `spawn` (scripts/lib.sh): a process group of its own that
+# holds everything it starts (launch_node.sh's worker, `ip netns exec`'s child); cleanup ends
+# whole groups (servers log their statistics on the SIGTERM) and removes the namespaces.
 cleanup() {
   trap - EXIT INT TERM
-  end_groups TERM "${PIDS[@]:-}"  # servers log their statistics on TERM
-  local t
-  for t in $(seq 1 50); do  # up to 5 s for a clean exit, then KILL
-    local alive=0 p
-    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -0 -- "-$p" 2>/dev/null && alive=1; done
-    [ $alive = 0 ] && break
-    sleep 0.1
-  done
-  end_groups KILL "${PIDS[@]:-}"
-  wait 2>/dev/null || true
+  end_spawned
   [ "$NETNS" = 1 ] && netns_down "$NS_PREFIX" "$NODES"
   return 0
 }
@@ -115,12 +101,12 @@ if [ "$SERVERS" -gt 0 ]; then
     sargs=(--server.host="$shost" --server.port="$sport" --server.shard="$k" --dist.consistency="$CONSISTENCY"
            --dist.staleness_bound="$BOUND" --dist.mitigation="$MITIGATION" --dist.backup_workers="$BACKUP")
     if [ "$NETNS" = 1 ]; then
-      setsid ip netns exec "${NS_PREFIX}n$((k % NODES))" "$(dirname "$WORKER")/syncopate-server" "${sargs[@]}" > "$OUT/logs/server$k.log" 2>&1 &
+      spawn ip netns exec "${NS_PREFIX}n$((k % NODES))" "$(dirname "$WORKER")/syncopate-server" "${sargs[@]}" > "$OUT/logs/server$k.log" 2>&1
     else
-      setsid "$(dirname "$WORKER")/syncopate-server" "${sargs[@]}" > "$OUT/logs/server$k.log" 2>&1 &
+      spawn "$(dirname "$WORKER")/syncopate-server" "${sargs[@]}" > "$OUT/logs/server$k.log" 2>&1
     fi
-    PIDS+=($!)
-    SERVER_PIDS+=($!)
+    PIDS+=("${SPAWNED[-1]}")
+    SERVER_PIDS+=("${SPAWNED[-1]}")
     EPS="$EPS${EPS:+,}tcp://$shost:$sport"
   done
   MODE_ARGS=(--dist.mode=ps --dist.servers="$EPS")
@@ -136,12 +122,12 @@ for i in $(seq 0 $((NODES - 1))); do
   LAST_ARGS=()  # after the shared worker arguments, so that they win
   [ "$i" = "$SLOW" ] && [ "$SLOW_STEPS" -gt 0 ] && LAST_ARGS+=(--train.steps="$SLOW_STEPS")
   if [ "$NETNS" = 1 ]; then
-    NODE_RANK=$i setsid ip netns exec "${NS_PREFIX}n$i" "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "${NODE_ARGS[@]}" "$@" "${LAST_ARGS[@]}" > "$OUT/logs/node$i.log" 2>&1 &
+    NODE_RANK=$i spawn ip netns exec "${NS_PREFIX}n$i" "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "${NODE_ARGS[@]}" "$@" "${LAST_ARGS[@]}" > "$OUT/logs/node$i.log" 2>&1
   else
-    NODE_RANK=$i setsid "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "${NODE_ARGS[@]}" "$@" "${LAST_ARGS[@]}" > "$OUT/logs/node$i.log" 2>&1 &
+    NODE_RANK=$i spawn "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "${NODE_ARGS[@]}" "$@" "${LAST_ARGS[@]}" > "$OUT/logs/node$i.log" 2>&1
   fi
-  PIDS+=($!)
-  WORKER_PIDS+=($!)
+  PIDS+=("${SPAWNED[-1]}")
+  WORKER_PIDS+=("${SPAWNED[-1]}")
 done
 echo "[cluster] $NODES nodes, rendezvous $MASTER_ADDR:$PORT, logs in $OUT/logs/"
 [ -t 1 ] && tail -n +1 -f "$OUT/logs/node0.log" --pid "${PIDS[0]}" &

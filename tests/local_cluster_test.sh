@@ -36,8 +36,9 @@ fi
 grep -q -- "--step-time" "$TMP/bad.err" || { echo "FAIL: the refusal does not name --step-time"; fail=1; }
 
 # Interrupted runs leave nothing behind: no process whose command line names the run, no namespace.
-interrupt() {  # NAME EXTRA_ARGS...
-  local name=$1; shift
+interrupt() {  # NAME SIGNAL TARGET EXTRA_ARGS...: TARGET "group" (Ctrl-C: the whole foreground group) or
+               # "script" (a scheduler or parent ending the script alone: its children must not outlive it)
+  local name=$1 sig=$2 target=$3; shift 3
   # Job control gives the run its own process group, as a terminal does; Ctrl-C sends SIGINT to that
   # whole group (without it, bash starts background commands with SIGINT ignored).
   set -m
@@ -47,22 +48,49 @@ interrupt() {  # NAME EXTRA_ARGS...
   set +m
   for t in $(seq 1 300); do grep -q '"step":2,' "$TMP/$name/node1/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
   grep -q '"step":2,' "$TMP/$name/node1/metrics.jsonl" 2>/dev/null || { echo "FAIL: $name never started"; cat "$TMP/$name.out"; fail=1; }
-  kill -INT -- "-$pid"
-  timeout 20 tail --pid="$pid" -f /dev/null || { echo "FAIL: $name did not stop within 20 s of Ctrl-C"; fail=1; }
+  if [ "$target" = group ]; then kill "-$sig" -- "-$pid"; else kill "-$sig" "$pid"; fi
+  timeout 20 tail --pid="$pid" -f /dev/null || { echo "FAIL: $name did not stop within 20 s of SIG$sig"; fail=1; }
   sleep 0.5
   if pgrep -f "$TMP/$name" > /dev/null; then
     echo "FAIL: $name left processes:"; pgrep -af "$TMP/$name"; fail=1; pkill -9 -f "$TMP/$name" || true
   fi
 }
-interrupt loopback
+interrupt loopback INT group
 if [ "$(id -u)" = 0 ] && ip netns add "sctest$$" 2>/dev/null; then
   ip netns del "sctest$$"
   before=$(ip netns list | wc -l)
-  interrupt netns --netns --link-gbit 1
+  interrupt netns TERM script --netns --link-gbit 1
   after=$(ip netns list | wc -l)
   [ "$before" = "$after" ] || { echo "FAIL: namespaces left: $(ip netns list)"; fail=1; }
 else
   echo "NOTE: not root or no network namespaces here: the netns interrupt check did not run"
+fi
+# The parameter-server benchmark too: interrupted in namespace mode, it leaves no server behind
+# (its processes carry SYNCOPATE_TOKEN=bench-<its PID> in their environment).
+left_by() {  # PIDs of processes whose environment holds SYNCOPATE_TOKEN=$1
+  local e
+  for e in /proc/[0-9]*/environ; do
+    { tr '\0' '\n' < "$e"; } 2>/dev/null | grep -qx "SYNCOPATE_TOKEN=$1" && echo "${e//[^0-9]/}"
+  done
+  return 0
+}
+if [ "$(id -u)" = 0 ] && ip netns add "sctest$$" 2>/dev/null; then
+  ip netns del "sctest$$"
+  before=$(ip netns list | wc -l)
+  set -m
+  "$ROOT/scripts/bench_ps.sh" --workers 2 --servers 2 --bytes 1048576 --iters 1000000 --netns --link-gbit 1 \
+    > "$TMP/bench_ps.out" 2>&1 &
+  bpid=$!
+  set +m
+  for t in $(seq 1 100); do [ -n "$(left_by "bench-$bpid")" ] && break; sleep 0.1; done
+  [ -n "$(left_by "bench-$bpid")" ] || { echo "FAIL: bench_ps.sh never started its processes"; cat "$TMP/bench_ps.out"; fail=1; }
+  sleep 1
+  kill -TERM "$bpid"  # the script alone (the version before issue 14 left its servers running here)
+  timeout 20 tail --pid="$bpid" -f /dev/null || { echo "FAIL: bench_ps.sh did not stop within 20 s of SIGTERM"; fail=1; }
+  sleep 0.5
+  left=$(left_by "bench-$bpid")
+  [ -z "$left" ] || { echo "FAIL: bench_ps.sh left processes: $left"; kill -9 $left 2>/dev/null; fail=1; }
+  [ "$before" = "$(ip netns list | wc -l)" ] || { echo "FAIL: bench_ps.sh left namespaces: $(ip netns list)"; fail=1; }
 fi
 [ $fail = 0 ] && echo "local cluster: ring and ps runs complete, nothing left after an interrupt"
 exit $fail
