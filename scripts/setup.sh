@@ -54,7 +54,7 @@ else
 fi
 
 # Python packages used by tests and benchmarks (reference implementations, HF comparisons).
-PY_PKGS=(numpy safetensors transformers tokenizers matplotlib)
+PY_PKGS=(numpy safetensors transformers tokenizers matplotlib tensorboard)
 need=()
 for p in "${PY_PKGS[@]}"; do
   "$VPY" -c "import $p" >/dev/null 2>&1 || need+=("$p")

@@ -164,7 +164,7 @@ class Smoke(unittest.TestCase):
     def test_ab_writes_its_outputs_and_the_straggler_is_paced(self):
         out = tempfile.mkdtemp()
         cmd = [PY, os.path.join(ROOT, "experiments", "ab_sync_async.py"), "--configs", "ring,asp,bsp_backup",
-               "--slow-node", "1", "--slowdown", "2"] + smoke_args(out)
+               "--slow-node", "1", "--slowdown", "2", "--tensorboard"] + smoke_args(out)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         s = self.check_outputs(out, ["ring", "asp", "bsp_backup"])
         # The straggler's steps were modelled 2x longer: its metrics say so.
@@ -172,6 +172,9 @@ class Smoke(unittest.TestCase):
             m = [json.loads(l) for l in f if '"modelled_s"' in l]
         self.assertTrue(all(abs(x["modelled_s"] - 0.24) < 1e-9 for x in m))
         self.assertEqual(s["configurations"]["ring"]["staleness"]["max"], 0)
+        # TensorBoard export: an event file per run
+        events = os.listdir(os.path.join(out, "tensorboard", "asp", "seed1"))
+        self.assertTrue(any(e.startswith("events.out.tfevents") for e in events), events)
         self.assertGreater(s["configurations"]["asp"]["staleness"]["max"], 0)
 
     def test_sweep_writes_its_outputs_and_a_failing_configuration_is_reported(self):
