@@ -326,9 +326,10 @@ def write_report(summary, out):
     L = [f"# {summary['title']}", "", f"Command: `{summary['command']}`", "",
          f"Emulation: {describe(em)}.", "",
          f"Target validation loss: {summary['target_val_loss']:.4f} ("
-         + {"best": "1.02 x the best configuration's mean", "all": "1.02 x the worst configuration's mean, "
-            "a level every configuration reaches"}.get(str(summary["target_rule"]), "given")
-         + f" validation loss at t = {summary['equal_time_s'] or 0:.1f} s, the earliest end of any run)"
+         + ({"best": "1.02 x the best", "all": "1.02 x the worst"}[str(summary["target_rule"])]
+            + f" configuration's mean validation loss at t = {summary['equal_time_s'] or 0:.1f} s, the earliest end of "
+            "any run" + ("; a level every configuration reaches" if summary["target_rule"] == "all" else "")
+            if str(summary["target_rule"]) in ("best", "all") else "given with --target-loss") + ")"
          if summary["target_val_loss"] else
          "Target validation loss: none (no valid run)",
          "",
@@ -362,12 +363,13 @@ def write_report(summary, out):
                  f"{'-' if c['overrun_share'] is None else format(c['overrun_share'], '.0%')} | "
                  f"{'-' if c['cpu_util'] is None else format(c['cpu_util'], '.0%')} |")
     L += ["", "## Conclusions", ""] + [f"- {x}" for x in summary["conclusions"]]
-    L += ["", "## Learning-rate sensitivity (final validation loss, seed 0)", "",
-          "| configuration | " + " | ".join(f"{m:g}x" for m in summary["lr_grid"]) + " |",
-          "|---|" + "---|" * len(summary["lr_grid"])]
-    for k, c in summary["configurations"].items():
-        cells = [c["lr_sensitivity"].get(f"{m:g}") for m in summary["lr_grid"]]
-        L.append(f"| {k} | " + " | ".join("-" if x is None else f"{x:.4f}" for x in cells) + " |")
+    if len(summary["lr_grid"]) > 1:
+        L += ["", "## Learning-rate sensitivity (final validation loss, seed 0)", "",
+              "| configuration | " + " | ".join(f"{m:g}x" for m in summary["lr_grid"]) + " |",
+              "|---|" + "---|" * len(summary["lr_grid"])]
+        for k, c in summary["configurations"].items():
+            cells = [c["lr_sensitivity"].get(f"{m:g}") for m in summary["lr_grid"]]
+            L.append(f"| {k} | " + " | ".join("-" if x is None else f"{x:.4f}" for x in cells) + " |")
     for k, c in summary["configurations"].items():
         for f in c["failed"] + c["invalid"]:
             L.append(f"\n{k} seed {f['seed']}: {f['why']} (log: {f['log']})")
@@ -386,6 +388,15 @@ def plots(summary, out):
         print("[study] matplotlib missing: no plots", file=sys.stderr)
         return
     cfgs = summary["configurations"]
+
+    def save(fname, xlabel, ylabel, legend=True):
+        plt.xlabel(xlabel)
+        plt.ylabel(ylabel)
+        if legend:
+            plt.legend(fontsize=8)
+        plt.tight_layout()
+        plt.savefig(os.path.join(out, fname), dpi=100)
+        plt.close()
 
     def banded(xkey, fname, xlabel):
         plt.figure(figsize=(7, 4.5))
@@ -407,12 +418,7 @@ def plots(summary, out):
             plt.axhline(summary["target_val_loss"], color="gray", linestyle=":", label="target")
         if lo < hi:
             plt.ylim(lo - 0.1, hi + 0.3)  # spikes above the first evaluation are clipped (see the report's table)
-        plt.xlabel(xlabel)
-        plt.ylabel("validation loss (mean, 95% band)")
-        plt.legend(fontsize=8)
-        plt.tight_layout()
-        plt.savefig(os.path.join(out, fname), dpi=100)
-        plt.close()
+        save(fname, xlabel, "validation loss (mean, 95% band)")
 
     banded("t", "val_loss_vs_time.png", "emulated seconds (evaluation excluded)")
     banded("tokens", "val_loss_vs_tokens.png", "global tokens processed")
@@ -423,11 +429,8 @@ def plots(summary, out):
         err = [[x - cfgs[k]["time_to_target_s"]["ci95"][0] for k, x in zip(names, m)],
                [cfgs[k]["time_to_target_s"]["ci95"][1] - x for k, x in zip(names, m)]]
         plt.bar(names, m, yerr=err, capsize=4)
-        plt.ylabel("emulated seconds to target (95% CI)")
         plt.xticks(rotation=30, ha="right")
-        plt.tight_layout()
-        plt.savefig(os.path.join(out, "time_to_target.png"), dpi=100)
-        plt.close()
+        save("time_to_target.png", "configuration", "emulated seconds to target (95% CI)", legend=False)
     plt.figure(figsize=(7, 4.5))
     for k, c in cfgs.items():
         h = c["staleness"]["histogram"]
@@ -435,12 +438,7 @@ def plots(summary, out):
             ks = sorted(h, key=int)
             tot = sum(h.values())
             plt.plot([int(x) for x in ks], [h[x] / tot for x in ks], marker="o", label=k)
-    plt.xlabel("staleness (parameter versions)")
-    plt.ylabel("share of updates")
-    plt.legend(fontsize=8)
-    plt.tight_layout()
-    plt.savefig(os.path.join(out, "staleness.png"), dpi=100)
-    plt.close()
+    save("staleness.png", "staleness (parameter versions)", "share of updates")
     if len(summary["lr_grid"]) > 1:
         plt.figure(figsize=(7, 4.5))
         for k, c in cfgs.items():
@@ -448,12 +446,7 @@ def plots(summary, out):
             if pts:
                 plt.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=k)
         plt.xscale("log", base=2)
-        plt.xlabel("learning-rate multiplier")
-        plt.ylabel("final validation loss (seed 0)")
-        plt.legend(fontsize=8)
-        plt.tight_layout()
-        plt.savefig(os.path.join(out, "lr_sensitivity.png"), dpi=100)
-        plt.close()
+        save("lr_sensitivity.png", "learning-rate multiplier", "final validation loss (seed 0)")
 
 
 def export_tensorboard(results, out):

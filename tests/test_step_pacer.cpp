@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -100,21 +102,27 @@ TEST(EmulateConfig, DerivesTheStepTimeFromATargetDevice) {
   c.validate();
 }
 
-TEST(EmulateConfig, RefusesASlowdownWithoutAModelledTimeAndTwoSourcesOfIt) {
-  EmulateConfig slow;
-  slow.slowdown = 3;
-  EXPECT_THROW(slow.validate(), Error);
-  EmulateConfig jitter;
-  jitter.jitter = 0.1;
-  EXPECT_THROW(jitter.validate(), Error);
-  EmulateConfig both;
-  both.step_time_s = 0.5;
-  both.target_params = 1000;
-  both.target_tokens = 1000;
-  EXPECT_THROW(both.validate(), Error);
-  EmulateConfig no_tokens;
-  no_tokens.target_params = 1000;
-  EXPECT_THROW(no_tokens.validate(), Error);
+TEST(EmulateConfig, RefusesWhatItCannotModelNamingTheField) {
+  struct Case {
+    const char* field;  // the error must name it
+    std::function<void(EmulateConfig&)> set;
+  };
+  const std::vector<Case> cases = {
+      {"emulate.slowdown", [](EmulateConfig& c) { c.slowdown = 3; }},  // a factor on no modelled time
+      {"emulate.jitter", [](EmulateConfig& c) { c.jitter = 0.1; }},
+      {"emulate.target_params", [](EmulateConfig& c) { c.step_time_s = 0.5, c.target_params = 1000, c.target_tokens = 1000; }},
+      {"emulate.target_tokens", [](EmulateConfig& c) { c.target_params = 1000; }},
+  };
+  for (const Case& k : cases) {
+    EmulateConfig c;
+    k.set(c);
+    try {
+      c.validate();
+      ADD_FAILURE() << "accepted: " << k.field;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(k.field), std::string::npos) << e.what();
+    }
+  }
   EmulateConfig ok;
   ok.step_time_s = 0.5;
   ok.slowdown = 3;
