@@ -134,13 +134,12 @@ def summarize(out, nodes, ring):
     hist = {}
     for s in stale:
         hist[str(round(s))] = hist.get(str(round(s)), 0) + 1
-    eval_total = spent
     return {
         "curve": curve,
         "final_val_loss": curve[-1]["val_loss"] if curve else None,
-        "wall_s": t_end - t_start - eval_total,
+        "wall_s": t_end - t_start - spent,
         "tokens": total_tokens,
-        "tokens_per_s": total_tokens / max(t_end - t_start - eval_total, 1e-9),
+        "tokens_per_s": total_tokens / max(t_end - t_start - spent, 1e-9),
         "staleness_mean": sum(stale) / len(stale),
         "staleness_max": max(stale),
         "staleness_histogram": hist,
@@ -148,7 +147,7 @@ def summarize(out, nodes, ring):
         "wait_share": sum(s.get("wait_s", 0.0) for s in all_steps) / max(sum(s["step_s"] for s in all_steps), 1e-9),
         "compute_s_mean": sum(s.get("compute_s", 0.0) for s in all_steps) / len(all_steps),
         "modelled_s_mean": sum(s.get("modelled_s", 0.0) for s in all_steps) / len(all_steps),
-        "eval_s_total": eval_total,
+        "eval_s_total": spent,
     }
 
 

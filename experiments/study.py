@@ -119,6 +119,16 @@ def loss_at(curve, t):
     return None
 
 
+def check_target_rule(rule):
+    """--target-loss as given: 'best', 'all' or a number (checked before any run, not after them)."""
+    if rule in ("best", "all"):
+        return rule
+    try:
+        return float(rule)
+    except (TypeError, ValueError):
+        raise SystemExit(f"study: --target-loss {rule!r} is not a number, 'best' or 'all'")
+
+
 def targets(summary):
     """From the stored curves: the common time (the earliest end of any valid run), every
     configuration's validation loss at it, the target loss, and time to target (emulated and
@@ -130,15 +140,12 @@ def targets(summary):
     summary["equal_time_s"] = t_eq
     for c in cfgs.values():
         c["val_loss_at_equal_time"] = mean_ci95([loss_at(cv, t_eq) for cv in c["curves"].values()] if t_eq else [])
-    rule = summary.get("target_rule") or "best"
+    rule = check_target_rule(summary.get("target_rule") or "best")
     means = [c["val_loss_at_equal_time"]["mean"] for c in cfgs.values() if c["val_loss_at_equal_time"]["mean"] is not None]
     if rule in ("best", "all"):
         target = 1.02 * (max(means) if rule == "all" else min(means)) if means else None
     else:
-        try:
-            target = float(rule)
-        except ValueError:
-            raise SystemExit(f"study: --target-loss {rule!r} is not a number, 'best' or 'all'")
+        target = rule
     summary["target_val_loss"] = target
     dil = summary["emulation"].get("dilation")
     for c in cfgs.values():
@@ -164,6 +171,7 @@ def time_to_target(curve, target):
 
 
 def run_study(configs, a, title, command):
+    check_target_rule(a.target_loss)
     em = emulation(a)
     names = a.configs.split(",") if a.configs else list(configs)
     unknown = [n for n in names if n not in configs]

@@ -66,7 +66,6 @@ export SYNCOPATE_TOKEN=${SYNCOPATE_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx
 export NNODES=$NODES MASTER_PORT=$PORT
 
 PIDS=()
-SERVER_PIDS=()
 NS_PREFIX="sc$$"
 # Every node and server is started by `spawn` (scripts/lib.sh): a process group of its own that
 # holds everything it starts (launch_node.sh's worker, `ip netns exec`'s child); cleanup ends
@@ -106,7 +105,6 @@ if [ "$SERVERS" -gt 0 ]; then
       spawn "$(dirname "$WORKER")/syncopate-server" "${sargs[@]}" > "$OUT/logs/server$k.log" 2>&1
     fi
     PIDS+=("${SPAWNED[-1]}")
-    SERVER_PIDS+=("${SPAWNED[-1]}")
     EPS="$EPS${EPS:+,}tcp://$shost:$sport"
   done
   MODE_ARGS=(--dist.mode=ps --dist.servers="$EPS")

@@ -81,6 +81,11 @@ struct PsServer::Impl {
     return scfg.checkpoint_dir.empty() ? "" : fmt::format("{}/shard_{}.safetensors", scfg.checkpoint_dir, scfg.shard);
   }
   int64_t last_checkpoint = 0;
+  // The STATS JSON: the shard's, or only the count of bad messages before any INIT.
+  std::string stats() const {
+    return shard.initialized() ? shard.stats_json(errors) : fmt::format("{{\"bad_messages\": {}}}", errors);
+  }
+
   void maybe_checkpoint(bool force) {
     if (checkpoint_path().empty() || !shard.initialized()) return;
     if (!force && shard.updates() - last_checkpoint < scfg.checkpoint_every) return;
@@ -131,7 +136,7 @@ struct PsServer::Impl {
         case MsgType::kStats: {
           MsgHeader r;
           r.type = static_cast<int>(MsgType::kOk);
-          r.text = shard.initialized() ? shard.stats_json(errors) : fmt::format("{{\"bad_messages\": {}}}", errors);
+          r.text = stats();
           send(id, r, nullptr, 0);
           return true;
         }
@@ -206,7 +211,7 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
     if (!impl_->handle(parts)) break;
   }
   std::cout << "[server " << impl_->scfg.shard << "] stats "
-            << (impl_->shard.initialized() ? impl_->shard.stats_json(impl_->errors) : std::string("{}")) << std::endl;
+            << impl_->stats() << std::endl;
 }
 
 }  // namespace syncopate

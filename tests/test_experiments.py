@@ -112,7 +112,7 @@ class Scenarios(unittest.TestCase):
 
 def knobs(**kw):
     a = dict(scenario=None, nodes=2, preset=None, batch=None, step_time=0.1, slow_node=None, slowdown=None,
-             jitter=None, netns=False, link_gbit=None, calibrate=False, out=tempfile.mkdtemp())
+             jitter=None, netns=False, link_gbit=None, calibrate=False, target_loss="best", out=tempfile.mkdtemp())
     a.update(kw)
     return types.SimpleNamespace(**a)
 
@@ -125,6 +125,13 @@ class Emulation(unittest.TestCase):
             with self.assertRaises(SystemExit) as e:
                 study.emulation(knobs(**kw))
             self.assertIn(word, str(e.exception))
+
+    def test_a_bad_target_is_refused_before_any_run(self):
+        a = knobs(configs=None, lr_grid="1", target_loss="lowest", out=tempfile.mkdtemp())
+        with self.assertRaises(SystemExit) as e:
+            study.run_study({"asp": {"cluster": []}}, a, "t", "c")
+        self.assertIn("--target-loss", str(e.exception))
+        self.assertFalse(os.path.exists(os.path.join(a.out, "runs")))
 
     def test_too_many_backup_workers_are_refused(self):
         a = knobs(configs=None, lr_grid="1", out=tempfile.mkdtemp())
