@@ -115,14 +115,14 @@ std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data) {
   at::Tensor g = at::from_blob(const_cast<float*>(data), {length_}, at::kFloat);
   const int64_t stale = std::max<int64_t>(0, version_ - h.param_version);
   last_stale_[w] = stale;
-  ++staleness_hist_[stale];
   clock_[w] = h.clock;
+  if (cfg_.consistency == "bsp" && cfg_.backup_workers > 0 && stale > 0) {  // late: its clock was applied without it
+    ++dropped_;
+    return {h.worker};  // the new parameters at once: the worker goes on from them
+  }
+  ++staleness_hist_[stale];  // updates only: a dropped gradient is counted in dropped_, not here
 
   if (cfg_.consistency == "bsp") {
-    if (cfg_.backup_workers > 0 && stale > 0) {  // late: its clock was applied without it
-      ++dropped_;
-      return {h.worker};  // the new parameters at once: the worker goes on from them
-    }
     grad_sum_.add_(g);
     waiting_.insert(h.worker);
     bsp_lr_ = h.lr;

@@ -97,6 +97,8 @@ TEST(ParameterShard, BspWithBackupWorkersAppliesTheFirstWMinusBAndDropsTheLate) 
   EXPECT_EQ(s.dropped(), 2);
   EXPECT_TRUE(torch::equal(s.params(), ref.params()));
   EXPECT_NE(s.stats_json(0).find("\"dropped\":2"), std::string::npos) << s.stats_json(0);
+  // The staleness histogram counts the 4 gradients used (all fresh), not the 2 dropped ones.
+  EXPECT_NE(s.stats_json(0).find("\"staleness_histogram\":{\"0\":4}"), std::string::npos) << s.stats_json(0);
 }
 
 TEST(ParameterShard, BackupWorkersNeedBspAndFewerThanTheWorkers) {
