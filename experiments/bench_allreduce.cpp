@@ -18,12 +18,12 @@
 #include <fmt/format.h>
 
 #include "common/check.h"
-#include "common/job_token.h"
-#include "common/rendezvous.h"
-#include "common/ring_allreduce.h"
-#include "worker/dist_config.h"
-#include "worker/local_group.h"
-#include "worker/node_allreduce.h"
+#include "common/comm/job_token.h"
+#include "common/comm/rendezvous.h"
+#include "common/comm/ring_allreduce.h"
+#include "worker/sync/dist_config.h"
+#include "common/comm/local_group.h"
+#include "common/comm/node_allreduce.h"
 
 #include <ATen/ATen.h>
 

@@ -12,8 +12,8 @@
 #include <torch/torch.h>
 
 #include "common/check.h"
-#include "common/job_token.h"
-#include "worker/ps_client.h"
+#include "common/comm/job_token.h"
+#include "server/ps_client.h"
 
 using namespace syncopate;
 
@@ -29,13 +29,13 @@ int main(int argc, char** argv) {
   try {
     const int rank = std::getenv("NODE_RANK") ? std::atoi(std::getenv("NODE_RANK")) : 0;
     const int world = std::getenv("NNODES") ? std::atoi(std::getenv("NNODES")) : 1;
-    PsClient c(PsClient::parse_endpoints(servers), job_token_from_environment(), rank, world, 120);
+    PsClient c(PsClient::parse_endpoints(servers), job_token_from_environment(), rank, world, PsClientOptions{120});
     auto params = torch::zeros({bytes / 4});
     auto grads = torch::full({bytes / 4}, 1e-3f);
     c.init(params, {}, AdamWConfig{});
-    c.push_pull(grads, params, 0, 0.0);  // warm-up
+    push_pull(c, grads, params, 0, 0.0);  // warm-up
     auto t0 = std::chrono::steady_clock::now();
-    for (int i = 1; i <= iters; ++i) c.push_pull(grads, params, i, 0.0);
+    for (int i = 1; i <= iters; ++i) push_pull(c, grads, params, i, 0.0);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::cout << fmt::format("{} {} {} {:.3f} {:.3f} {:.1f}", rank, bytes, iters, s, 2.0 * bytes * iters / s / 1e9, iters / s)
               << std::endl;

@@ -8,7 +8,7 @@ OUT="$ROOT/build/fuzz"
 mkdir -p "$OUT/corpus"
 command -v clang++ >/dev/null || { echo "needs clang++ (apt-get install clang libclang-rt-14-dev)" >&2; exit 2; }
 clang++ -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -DFMT_HEADER_ONLY=1 -I"$ROOT" \
-  "$ROOT/tests/fuzz/fuzz_ps_header.cpp" "$ROOT/common/ps_protocol.cpp" -o "$OUT/fuzz_ps_header"
+  "$ROOT/tests/fuzz/fuzz_ps_header.cpp" "$ROOT/server/ps_protocol.cpp" -o "$OUT/fuzz_ps_header"
 python3 - "$OUT/corpus" <<'PY'
 import sys
 # msgpack maps written by hand: {"type": t, "version": 1, "length": 4}

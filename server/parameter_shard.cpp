@@ -14,15 +14,16 @@
 
 #include "common/check.h"
 #include "common/safetensors.h"
+#include "server/consistency_rule.h"
 
 namespace syncopate {
 
+ParameterShard::ParameterShard(const PsConfig& cfg) : cfg_(cfg), mitigation_(cfg) { parse_consistency(cfg.consistency); }
+ParameterShard::~ParameterShard() = default;
+
 void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t* decay, size_t pairs, double now_s) {
   SYN_CHECK(h.workers >= 1 && h.workers <= 4096, fmt::format("INIT with {} workers", h.workers), "workers must be 1..4096");
-  SYN_CHECK(cfg_.backup_workers == 0 || (cfg_.consistency == "bsp" && cfg_.backup_workers < h.workers),
-            fmt::format("dist.backup_workers={} with {} consistency and {} workers", cfg_.backup_workers, cfg_.consistency,
-                        h.workers),
-            "backup workers need consistency bsp and at most workers - 1 of them: lower --dist.backup_workers");
+  auto rule = make_consistency_rule(cfg_, h.workers);  // checks backup workers against the worker count
   if (initialized_) {
     SYN_CHECK(h.offset == offset_ && h.length == length_ && h.workers == workers_,
               fmt::format("INIT for range [{}, +{}) x {} workers, but this shard holds [{}, +{}) x {}", h.offset, h.length,
@@ -30,6 +31,7 @@ void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t
               "every worker must run the same model and NNODES");
     return;
   }
+  rule_ = std::move(rule);
   offset_ = h.offset;
   length_ = h.length;
   workers_ = h.workers;
@@ -86,7 +88,7 @@ void ParameterShard::apply(const at::Tensor& grad, double lr) {
 }
 
 void ParameterShard::pulled(int worker) {
-  if (cfg_.mitigation != "dc_asgd") return;
+  if (!mitigation_.keeps_backups()) return;
   at::Tensor& b = backup_[static_cast<size_t>(worker)];
   if (b.defined() && b.numel() == params_.numel()) b.copy_(params_);  // reuse: no fresh pages per pull
   else b = params_.clone();
@@ -95,7 +97,7 @@ void ParameterShard::pulled(int worker) {
 // DC-ASGD's compensated gradient g + lambda * g * g * (w_now - w_backup), in one pass.
 const at::Tensor& ParameterShard::delay_compensated(const float* g, const at::Tensor& backup) {
   if (!dc_buf_.defined() || dc_buf_.numel() != length_) dc_buf_ = at::empty({length_}, at::kFloat);
-  const float lam = static_cast<float>(cfg_.dc_lambda);
+  const float lam = static_cast<float>(mitigation_.dc_lambda());
   const float* w = params_.data_ptr<float>();
   const float* b = backup.data_ptr<float>();
   float* out = dc_buf_.data_ptr<float>();
@@ -116,34 +118,32 @@ std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data) {
   const int64_t stale = std::max<int64_t>(0, version_ - h.param_version);
   last_stale_[w] = stale;
   clock_[w] = h.clock;
-  if (cfg_.consistency == "bsp" && cfg_.backup_workers > 0 && stale > 0) {  // late: its clock was applied without it
+  if (rule_->drops(stale)) {  // late: its clock was applied without it
     ++dropped_;
     return {h.worker};  // the new parameters at once: the worker goes on from them
   }
   ++staleness_hist_[stale];  // updates only: a dropped gradient is counted in dropped_, not here
 
-  if (cfg_.consistency == "bsp") {
+  if (rule_->sums_clock()) {  // BSP
     grad_sum_.add_(g);
     waiting_.insert(h.worker);
     bsp_lr_ = h.lr;
     return release_bsp();
   }
   // ASP and SSP apply every gradient on arrival, with the optional staleness mitigation.
-  double lr = h.lr;
+  const double lr = mitigation_.lr(h.lr, stale);
   at::Tensor gg = g;
-  if (cfg_.mitigation == "lr_scale" && stale > 1) lr /= static_cast<double>(stale);
-  if (cfg_.mitigation == "dc_asgd" && backup_[w].defined()) gg = delay_compensated(data, backup_[w]);
+  if (mitigation_.keeps_backups() && backup_[w].defined()) gg = delay_compensated(data, backup_[w]);
   apply(gg, lr);
-  if (cfg_.consistency == "asp") return {h.worker};
+  if (!rule_->holds_replies()) return {h.worker};
   waiting_.insert(h.worker);
-  return ready_ssp();
+  return release_held();
 }
 
 // BSP: once every live worker (all but backup_workers of them) has pushed this clock, apply the
 // mean of the gradients received.
 std::vector<int> ParameterShard::release_bsp() {
-  const int need = std::max(1, live_workers() - static_cast<int>(cfg_.backup_workers));
-  if (waiting_.empty() || static_cast<int>(waiting_.size()) < need) return {};
+  if (!rule_->clock_complete(static_cast<int>(waiting_.size()), clocks())) return {};
   grad_sum_.div_(static_cast<double>(waiting_.size()));
   apply(grad_sum_, bsp_lr_);
   grad_sum_.zero_();
@@ -175,22 +175,13 @@ std::vector<int> ParameterShard::expire(double now) {
     }
   }
   if (!changed) return {};
-  return cfg_.consistency == "bsp" ? release_bsp() : cfg_.consistency == "ssp" ? ready_ssp() : std::vector<int>{};
+  return rule_->sums_clock() ? release_bsp() : release_held();
 }
 
-std::vector<int> ParameterShard::ready_ssp() {
-  int64_t slowest = std::numeric_limits<int64_t>::max();  // over live workers only
-  for (int w = 0; w < workers_; ++w)
-    if (live_[w]) slowest = std::min(slowest, clock_[w]);
-  std::vector<int> ready;
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    if (clock_[static_cast<size_t>(*it)] - slowest <= cfg_.staleness_bound) {
-      ready.push_back(*it);
-      it = waiting_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+// SSP: the held workers no longer too far ahead of the slowest live one (the rule decides).
+std::vector<int> ParameterShard::release_held() {
+  std::vector<int> ready = rule_->releasable(waiting_, clocks());
+  for (int w : ready) waiting_.erase(w);
   return ready;
 }
 

@@ -1,9 +1,10 @@
 // One parameter-server shard: a contiguous range of the flat parameter vector, its AdamW state
-// (the same FlatAdamW as every other mode) and the consistency rule. Transport-free: the server
+// (the same FlatAdamW as every other mode), its consistency rule and staleness mitigation. Transport-free: the server
 // feeds it decoded messages and sends the replies it says are ready.
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -11,14 +12,16 @@
 #include <ATen/core/Tensor.h>
 
 #include "common/flat_adamw.h"
-#include "common/ps_protocol.h"
+#include "server/ps_protocol.h"
+#include "server/consistency_rule.h"
 #include "server/ps_config.h"
 
 namespace syncopate {
 
 class ParameterShard {
  public:
-  explicit ParameterShard(const PsConfig& cfg) : cfg_(cfg) {}
+  explicit ParameterShard(const PsConfig& cfg);
+  ~ParameterShard();
 
   // First INIT defines the range, the worker count, the optimizer and the initial values; later
   // INITs (from the other workers) must match it and are otherwise ignored. decay: [offset, length)
@@ -64,9 +67,12 @@ class ParameterShard {
 
  private:
   void apply(const at::Tensor& grad, double lr);
-  std::vector<int> ready_ssp();
+  std::vector<int> release_held();
+  WorkerClocks clocks() const { return {clock_, live_, live_workers()}; }
 
   PsConfig cfg_;
+  std::unique_ptr<ConsistencyRule> rule_;  // made by the first INIT (it needs the worker count)
+  StalenessMitigation mitigation_;
   bool initialized_ = false;
   int64_t offset_ = 0, length_ = 0;
   int workers_ = 0;

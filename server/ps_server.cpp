@@ -13,8 +13,9 @@
 
 #include "common/atomic_file.h"
 #include "common/check.h"
-#include "common/ps_protocol.h"
-#include "common/transport/tcp_connection.h"
+#include "common/log.h"
+#include "server/ps_protocol.h"
+#include "common/comm/transport/tcp_connection.h"
 #include "server/parameter_shard.h"
 
 namespace syncopate {
@@ -188,11 +189,11 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
   }
   if (!impl_->checkpoint_path().empty() && impl_->shard.load(impl_->checkpoint_path(), Impl::now())) {
     impl_->last_checkpoint = impl_->shard.updates();
-    std::cout << "[server " << impl_->scfg.shard << "] resumed from " << impl_->checkpoint_path() << " (version "
-              << impl_->shard.version() << ")" << std::endl;
+    log::info("[server {}] resumed from {} (version {})", impl_->scfg.shard, impl_->checkpoint_path(),
+              impl_->shard.version());
   }
   const std::string bound = s.get(zmq::sockopt::last_endpoint);
-  std::cout << "[server " << impl_->scfg.shard << "] listening on " << bound << std::endl;
+  log::info("[server {}] listening on {}", impl_->scfg.shard, bound);
   if (on_listening) on_listening(bound);
   s.set(zmq::sockopt::rcvtimeo, 200);  // wake up to expire silent workers
   for (;;) {
@@ -210,8 +211,7 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
     }
     if (!impl_->handle(parts)) break;
   }
-  std::cout << "[server " << impl_->scfg.shard << "] stats "
-            << impl_->stats() << std::endl;
+  log::info("[server {}] stats {}", impl_->scfg.shard, impl_->stats());
 }
 
 }  // namespace syncopate

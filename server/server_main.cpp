@@ -12,7 +12,7 @@
 #include <zmq.h>
 
 #include "common/check.h"
-#include "common/job_token.h"
+#include "common/comm/job_token.h"
 #include "common/config_schema.h"
 #include "server/ps_server.h"
 
@@ -49,11 +49,7 @@ int main(int argc, char** argv) {
     std::cerr << "syncopate-server: config error: " << e.what() << "\n";
     return 2;
   }
-  std::string token = job_token_from_environment();
-  if (token.empty()) {
-    token = "syncopate-insecure-default";
-    std::cerr << "[server] warning: SYNCOPATE_TOKEN is not set; any local process can talk to this server\n";
-  }
+  const std::string token = job_token_or_insecure_default("[server]");
   try {
     if (sc.threads > 0) at::set_num_threads(static_cast<int>(sc.threads));
     // SIGTERM / SIGINT end the loop cleanly (the shard's statistics are logged on the way out).

@@ -7,8 +7,8 @@
 #include <torch/torch.h>
 
 #include "common/check.h"
-#include "worker/bucket_reducer.h"
-#include "worker/flat_parameters.h"
+#include "worker/sync/bucket_reducer.h"
+#include "model/flat_parameters.h"
 
 using namespace syncopate;
 

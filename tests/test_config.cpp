@@ -6,7 +6,7 @@
 #include "common/check.h"
 #include "common/config_schema.h"
 #include "tests/test_helpers.h"
-#include "worker/run_config.h"
+#include "worker/train/run_config.h"
 
 using namespace syncopate;
 

@@ -11,8 +11,8 @@
 #include "common/data/indexed_dataset.h"
 #include "common/text/byte_tokenizer.h"
 #include "tests/test_helpers.h"
-#include "worker/data_config.h"
-#include "worker/window_sampler.h"
+#include "worker/data/data_config.h"
+#include "worker/data/window_sampler.h"
 
 using namespace syncopate;
 namespace fs = std::filesystem;

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/run_config.h"
+#include "worker/train/run_config.h"
 
 namespace syncopate::test {
 

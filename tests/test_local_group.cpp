@@ -10,10 +10,10 @@
 #include <torch/torch.h>
 
 #include "common/check.h"
-#include "common/ring_allreduce.h"
-#include "common/transport/memory_connection.h"
-#include "worker/local_group.h"
-#include "worker/node_allreduce.h"
+#include "common/comm/ring_allreduce.h"
+#include "common/comm/transport/memory_connection.h"
+#include "common/comm/local_group.h"
+#include "common/comm/node_allreduce.h"
 
 using namespace syncopate;
 
@@ -51,14 +51,14 @@ TEST_P(LocalGroupSizes, ThreadGroupCollectivesAreExact) {
 
     t = replica_data(r, n);
     g->reduce_scatter_sum(r, t);
-    const int64_t lo = slice_begin(n, L, r), hi = slice_begin(n, L, r + 1);
+    const int64_t lo = Sharding::begin(n, L, r), hi = Sharding::begin(n, L, r + 1);
     EXPECT_TRUE(torch::equal(t.slice(0, lo, hi), expect.slice(0, lo, hi))) << "reduce-scatter, rank " << r;
 
     t = torch::full({n}, -1.0f);  // all-gather: slice i comes from rank i
     t.slice(0, lo, hi).fill_(static_cast<float>(r));
     g->all_gather(r, t);
     for (int i = 0; i < L; ++i) {
-      at::Tensor s = t.slice(0, slice_begin(n, L, i), slice_begin(n, L, i + 1));
+      at::Tensor s = t.slice(0, Sharding::begin(n, L, i), Sharding::begin(n, L, i + 1));
       EXPECT_TRUE(torch::equal(s, torch::full_like(s, static_cast<float>(i)))) << "all-gather slice " << i;
     }
 
@@ -74,15 +74,19 @@ TEST_P(LocalGroupSizes, ThreadGroupCollectivesAreExact) {
   });
 }
 
-TEST(LocalGroup, SlicesCoverTheBufferInOrder) {
+// The one partition rule (ring chunks, node slices, server shards).
+TEST(Sharding, PiecesCoverTheBufferInOrder) {
   for (int parts = 1; parts <= 9; ++parts)
     for (int64_t n : {0, 1, 8, 9, 10, 1000}) {
-      EXPECT_EQ(slice_begin(n, parts, 0), 0);
-      EXPECT_EQ(slice_begin(n, parts, parts), n);
+      EXPECT_EQ(Sharding::begin(n, parts, 0), 0);
+      EXPECT_EQ(Sharding::begin(n, parts, parts), n);
       for (int i = 0; i < parts; ++i) {
-        const int64_t len = slice_begin(n, parts, i + 1) - slice_begin(n, parts, i);
+        const int64_t len = Sharding::begin(n, parts, i + 1) - Sharding::begin(n, parts, i);
         EXPECT_TRUE(len == n / parts || len == n / parts + 1) << n << " " << parts << " " << i;
       }
+      const auto b = Sharding::bounds(n, parts);
+      ASSERT_EQ(b.size(), static_cast<size_t>(parts) + 1);
+      for (int i = 0; i <= parts; ++i) EXPECT_EQ(b[static_cast<size_t>(i)], Sharding::begin(n, parts, i));
     }
 }
 

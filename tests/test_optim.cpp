@@ -8,8 +8,8 @@
 
 #include "common/flat_adamw.h"
 #include "model/gpt.h"
-#include "worker/flat_parameters.h"
-#include "worker/lr_schedule.h"
+#include "model/flat_parameters.h"
+#include "worker/train/lr_schedule.h"
 
 using namespace syncopate;
 

@@ -3,6 +3,8 @@
 // single-process training, BSP over the servers equals the ring.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -16,13 +18,14 @@
 #include <zmq_addon.hpp>
 
 #include "common/check.h"
-#include "common/ps_protocol.h"
+#include "server/ps_protocol.h"
 #include "common/safetensors.h"
-#include "common/transport/tcp_connection.h"
+#include "common/comm/transport/tcp_connection.h"
 #include "server/parameter_shard.h"
 #include "server/ps_server.h"
 #include "tests/test_helpers.h"
-#include "worker/ps_client.h"
+#include "server/ps_client.h"
+#include "model/gpt_config.h"
 
 using namespace syncopate;
 
@@ -291,11 +294,11 @@ TEST(PsServer, HostileMessagesGetErrorRepliesAndTheServerKeepsServing) {
     expect_error({"a", "b", "c", "d"}, "frames");
   }
   // A real client still works afterwards.
-  PsClient c({endpoint}, "job", 0, 1, 10);
+  PsClient c({endpoint}, "job", 0, 1, PsClientOptions{10});
   auto params = torch::ones({10});
   c.init(params, {}, AdamWConfig{});
   auto grads = torch::ones({10});
-  c.push_pull(grads, params, 0, 0.01);
+  push_pull(c, grads, params, 0, 0.01);
   auto stats = nlohmann::json::parse(c.stats(0));
   EXPECT_EQ(stats["version"], 1);
   EXPECT_EQ(stats["bad_messages"], 5);
@@ -339,8 +342,8 @@ std::string start_servers(const test::TempDir& d, int k, const std::string& cons
 namespace {
 // One ASP worker node on `shards` servers (worker batch `batch`, extra worker args) against one
 // process with batch `single_batch` (both with `common` args): the final weights agree within
-// rtol/atol. Returns the worker's log.
-std::string expect_asp_worker_equals_single(int shards, int batch, int single_batch, const std::vector<std::string>& common,
+// rtol/atol. Returns the worker's synchronization counters (its sync.json).
+nlohmann::json expect_asp_worker_equals_single(int shards, int batch, int single_batch, const std::vector<std::string>& common,
                                             const std::vector<std::string>& worker, double rtol, double atol) {
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);
@@ -358,7 +361,11 @@ std::string expect_asp_worker_equals_single(int shards, int batch, int single_ba
   EXPECT_EQ(single.wait(120), 0) << test::slurp(d.str("single.log"));
   auto a = weights(d.str("ps")), b = weights(d.str("single"));
   EXPECT_TRUE(torch::allclose(a, b, rtol, atol)) << (a - b).abs().max().item<double>();
-  return test::slurp(d.str("ps.log"));
+  nlohmann::json c = nlohmann::json::parse(test::slurp(d.str("ps/sync.json")));
+  GPTConfig shape;  // train_args' model: the flat vector holds the padded vocabulary's rows too
+  shape.n_embd = 32, shape.n_head = 2, shape.block_size = 32;
+  c["params"] = gpt_num_params(shape);
+  return c;
 }
 }  // namespace
 
@@ -368,11 +375,13 @@ INSTANTIATE_TEST_SUITE_P(AfterBackwardOrDuring, PsPushModes, ::testing::Values(f
 // With --dist.ps_push_in_backward=true every shard's push leaves from a gradient hook during
 // backward (and with grad_accum=2 only during the last micro-batch); the result must not change.
 TEST_P(PsPushModes, OneAspWorkerEqualsSingleProcess) {
-  const std::string log = expect_asp_worker_equals_single(
+  const nlohmann::json c = expect_asp_worker_equals_single(
       3, 4, 4, {"--train.grad_accum=2"}, {fmt::format("--dist.ps_push_in_backward={}", GetParam())}, 1e-6, 1e-7);
-  if (GetParam()) {  // every shard of every step left from a hook: 6 steps x 3 shards
-    EXPECT_NE(log.find("[ps] 18 of 18 shard pushes left during backward"), std::string::npos) << log;
-  }
+  // Every shard of every step left from a hook: 6 steps x 3 shards; after backward, none did.
+  EXPECT_EQ(c["reduced"], GetParam() ? 18 : 0) << c.dump();
+  EXPECT_EQ(c["launched_early"], GetParam() ? 18 : 0) << c.dump();
+  // 6 pushes of the whole model in float32, each byte once (no resend).
+  EXPECT_EQ(c["wire_bytes"], 6 * c["params"].get<int64_t>() * 4) << c.dump();
 }
 
 // A node of two CPU replicas averages inside the node, and local replica 0 alone pushes and pulls
@@ -386,10 +395,11 @@ TEST(PsTraining, NodeOfTwoLocalReplicasEqualsSingleProcess) {
 // backward has finished it on both replicas, and replica 0 pushes the mean at once (6 steps x 2
 // shards, only in the last of 2 micro-batches).
 TEST(PsTraining, NodeOfTwoLocalReplicasPushingDuringBackwardEqualsSingleProcess) {
-  const std::string log = expect_asp_worker_equals_single(
+  const nlohmann::json c = expect_asp_worker_equals_single(
       2, 2, 4, {"--train.grad_accum=2"},
       {"--dist.local_replicas=2", "--dist.check_every=2", "--dist.ps_push_in_backward=true"}, 1e-4, 1e-5);
-  EXPECT_NE(log.find("[ps] 12 of 12 shard pushes left during backward"), std::string::npos) << log;
+  EXPECT_EQ(c["reduced"], 12) << c.dump();
+  EXPECT_EQ(c["launched_early"], 12) << c.dump();
 }
 
 TEST_P(PsPushModes, BspOverServersEqualsRing) {
@@ -487,7 +497,7 @@ TEST(PsTraining, GarbageSentToALiveServerDuringTrainingDoesNotStopIt) {
   }
   EXPECT_EQ(w.wait(60), 0) << test::slurp(d.str("w.log"));
   EXPECT_GT(sent, 10);
-  PsClient c({ep}, "t", 0, 1, 10);
+  PsClient c({ep}, "t", 0, 1, PsClientOptions{10});
   auto stats = nlohmann::json::parse(c.stats(0));
   EXPECT_GE(stats["bad_messages"].get<int>(), 10) << stats.dump();
   EXPECT_EQ(stats["version"], 60);
@@ -513,7 +523,7 @@ TEST(PsTraining, KilledAndRestartedServerResumesFromItsCheckpoint) {
   server = std::make_unique<test::Process>(server_args, std::vector<std::string>{"SYNCOPATE_TOKEN=t"}, d.str("server2.log"));
   ASSERT_EQ(w.wait(120), 0) << test::slurp(d.str("w.log")) << test::slurp(d.str("server2.log"));  // ...training finishes
   EXPECT_NE(test::slurp(d.str("server2.log")).find("resumed from"), std::string::npos) << test::slurp(d.str("server2.log"));
-  PsClient c({ep}, "t", 0, 1, 10);
+  PsClient c({ep}, "t", 0, 1, PsClientOptions{10});
   auto stats = nlohmann::json::parse(c.stats(0));
   // Every step after the checkpoint is applied exactly once more; none twice.
   EXPECT_LE(stats["version"].get<int>(), 400) << stats.dump();
@@ -565,23 +575,105 @@ TEST(PsServer, CurveEncryptionAdmitsOnlyClientsWithTheServerKey) {
   });
   const std::string endpoint = epf.get();
   {  // no CURVE: the handshake fails, nothing is ever answered
-    PsClient plain({endpoint}, "job", 0, 1, /*timeout_s=*/1.0);
+    PsClient plain({endpoint}, "job", 0, 1, PsClientOptions{/*timeout_s=*/1.0});
     auto p = torch::ones({4});
     EXPECT_THROW(plain.init(p, {}, AdamWConfig{}), Error);
   }
   char wrong_pub[41], wrong_sec[41];
   zmq_curve_keypair(wrong_pub, wrong_sec);
   {  // the wrong server key: same
-    PsClient wrong({endpoint}, "job", 0, 1, 1.0, wrong_pub);
+    PsClient wrong({endpoint}, "job", 0, 1, PsClientOptions{1.0, 5, wrong_pub});
     auto p = torch::ones({4});
     EXPECT_THROW(wrong.init(p, {}, AdamWConfig{}), Error);
   }
-  PsClient good({endpoint}, "job", 0, 1, 10, server_public);
+  PsClient good({endpoint}, "job", 0, 1, PsClientOptions{10, 5, server_public});
   auto p = torch::ones({4});
   good.init(p, {}, AdamWConfig{});
   auto g = torch::ones({4});
-  good.push_pull(g, p, 0, 0.1);
+  push_pull(good, g, p, 0, 0.1);
   EXPECT_LT(p[0].item<float>(), 1.0f);
   good.shutdown_servers();
   server.join();
+}
+
+// The client's push is zero-copy and the message holds a reference to the gradient; a resend is a
+// copy. Here a server (a bare ROUTER) stays silent long enough for the client to resend a 64 MB
+// push, then answers the first copy while the resend is still queued in the client's ZeroMQ
+// (64 MB is far more than the socket buffers hold). The caller then writes the next step's
+// gradient into the same memory, as the training loop does. The resend the server reads must
+// carry the gradient it was made for: with a zero-copy resend it would carry the next step's.
+TEST(PsClient, ResendQueuedWhileTheNextStepWritesCarriesItsOwnGradient) {
+  zmq::context_t ctx;
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.set(zmq::sockopt::rcvtimeo, 20000);  // a broken client fails the test instead of hanging it
+  router.set(zmq::sockopt::rcvhwm, 1);         // no read-ahead: unread resends stay in the client
+  router.set(zmq::sockopt::rcvbuf, 1 << 16);
+  router.bind("tcp://127.0.0.1:*");
+  const std::string ep = router.get(zmq::sockopt::last_endpoint);
+  const int64_t n = int64_t{16} << 20;  // float32 elements: 64 MB
+  std::atomic<bool> overwritten{false};
+  float resend_min = 1e9, resend_max = -1e9;
+  int resends_read = 0;
+  std::thread server([&] {
+    auto reply = [&](zmq::message_t& id, int64_t clock) {
+      MsgHeader r;
+      r.type = static_cast<int>(MsgType::kOk);
+      r.clock = clock;
+      r.offset = 0;
+      r.length = n;
+      router.send(id, zmq::send_flags::sndmore);
+      router.send(zmq::buffer(encode_header(r)), zmq::send_flags::sndmore);
+      std::vector<float> values(static_cast<size_t>(n), 0.5f);
+      router.send(zmq::buffer(values), zmq::send_flags::none);
+    };
+    std::vector<zmq::message_t> init, push, resend;
+    while (init.empty() || decode_header(init[1].data(), init[1].size()).type != static_cast<int>(MsgType::kInit)) {
+      init.clear();
+      if (!zmq::recv_multipart(router, std::back_inserter(init))) return;  // heartbeats come too
+    }
+    reply(init[0], 0);
+    while (push.empty() || decode_header(push[1].data(), push[1].size()).type != static_cast<int>(MsgType::kPushPull)) {
+      push.clear();
+      if (!zmq::recv_multipart(router, std::back_inserter(push))) return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // silent: the client resends at 0.3 s and 0.9 s
+    reply(push[0], decode_header(push[1].data(), push[1].size()).clock);
+    while (!overwritten) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    router.set(zmq::sockopt::rcvtimeo, 500);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (std::chrono::steady_clock::now() < until) {  // every copy still on its way (heartbeats aside)
+      resend.clear();
+      if (!zmq::recv_multipart(router, std::back_inserter(resend))) continue;
+      if (decode_header(resend[1].data(), resend[1].size()).type != static_cast<int>(MsgType::kPushPull)) continue;
+      ++resends_read;
+      const float* v = static_cast<const float*>(resend[2].data());
+      const auto [lo, hi] = std::minmax_element(v, v + resend[2].size() / 4);
+      resend_min = std::min(resend_min, *lo), resend_max = std::max(resend_max, *hi);
+    }
+  });
+  PsClientOptions o;
+  o.timeout_s = 30;
+  o.first_resend_s = 0.3;
+  try {
+    PsClient c({ep}, "t", 0, 1, o);
+    at::Tensor params = at::zeros({n});
+    c.init(params, {}, AdamWConfig{});
+    at::Tensor grad = at::full({n}, 1.0f);
+    const PsTicket t = c.push(0, grad, /*clock=*/0, 0.1);
+    const PsReply r = c.wait(t, params);
+    EXPECT_EQ(r.version, 0);
+    EXPECT_EQ(params[n - 1].item<float>(), 0.5f);
+    EXPECT_GE(c.counters().resends, 2);
+    grad.fill_(2.0f);  // the next step's gradient, in the same memory
+    overwritten = true;
+    server.join();
+  } catch (...) {
+    overwritten = true;
+    if (server.joinable()) server.join();
+    throw;
+  }
+  EXPECT_GE(resends_read, 1);
+  EXPECT_EQ(resend_min, 1.0f);
+  EXPECT_EQ(resend_max, 1.0f);
 }

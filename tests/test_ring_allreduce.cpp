@@ -10,11 +10,11 @@
 #include <boost/asio/write.hpp>
 
 #include "common/check.h"
-#include "common/rendezvous.h"
-#include "common/ring_allreduce.h"
-#include "common/transport/memory_connection.h"
-#include "common/transport/striped_connection.h"
-#include "common/transport/tcp_connection.h"
+#include "common/comm/rendezvous.h"
+#include "common/comm/ring_allreduce.h"
+#include "common/comm/transport/memory_connection.h"
+#include "common/comm/transport/striped_connection.h"
+#include "common/comm/transport/tcp_connection.h"
 
 using namespace syncopate;
 

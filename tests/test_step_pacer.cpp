@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "common/check.h"
-#include "worker/emulate_config.h"
-#include "worker/metrics_log.h"
-#include "worker/step_pacer.h"
+#include "worker/train/emulate_config.h"
+#include "worker/metrics/metrics_log.h"
+#include "worker/train/step_pacer.h"
 
 using namespace syncopate;
 

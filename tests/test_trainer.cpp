@@ -11,9 +11,9 @@
 #include "common/flat_adamw.h"
 #include "model/gpt.h"
 #include "tests/test_helpers.h"
-#include "worker/checkpoint.h"
-#include "worker/flat_parameters.h"
-#include "worker/trainer.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "model/flat_parameters.h"
+#include "worker/train/trainer.h"
 
 using namespace syncopate;
 namespace fs = std::filesystem;
@@ -112,7 +112,7 @@ TEST(Checkpoint, OtherModelShapeIsRejectedAndChangesNothing) {
   FlatAdamW opt(AdamWConfig{}, flat.numel(), {}, flat.params.options());
   auto before = flat.params.clone();
   try {
-    load_checkpoint(latest_checkpoint(d.str("run/checkpoints")), *m, opt);
+    load_checkpoint(latest_checkpoint(d.str("run/checkpoints")), *m, &opt);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("another model shape"), std::string::npos) << e.what();

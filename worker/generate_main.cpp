@@ -20,7 +20,7 @@
 #include "model/generate.h"
 #include "model/gpt.h"
 #include "model/hf_weights.h"
-#include "worker/checkpoint.h"
+#include "worker/checkpoint/checkpoint.h"
 
 using namespace syncopate;
 namespace fs = std::filesystem;

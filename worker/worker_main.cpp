@@ -10,8 +10,8 @@
 
 #include "common/check.h"
 #include "common/config_schema.h"
-#include "worker/run_config.h"
-#include "worker/node_training.h"
+#include "worker/train/run_config.h"
+#include "worker/train/node_training.h"
 
 using namespace syncopate;
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "common/check.h"
-#include "common/ps_protocol.h"
+#include "server/ps_protocol.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

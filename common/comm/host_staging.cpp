@@ -1,0 +1,40 @@
+#include "common/comm/host_staging.h"
+
+#include <ATen/ATen.h>
+
+#include "common/check.h"
+
+namespace syncopate {
+
+at::Tensor HostStaging::for_(const at::Tensor& like) {
+  SYN_CHECK(like.scalar_type() == at::kFloat && like.is_contiguous(), "host staging needs a contiguous float32 buffer",
+            "this is a bug");
+  if (like.is_cpu()) return like;
+  if (!buffer_.defined() || buffer_.numel() < like.numel())
+    buffer_ = at::empty({like.numel()}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
+  return buffer_.slice(0, 0, like.numel()).view(like.sizes());
+}
+
+at::Tensor HostStaging::copy_of(const at::Tensor& t) {
+  SYN_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous(), "host staging needs a contiguous float32 buffer",
+            "this is a bug");
+  if (!buffer_.defined() || buffer_.numel() < t.numel())
+    buffer_ = at::empty({t.numel()}, at::TensorOptions().dtype(at::kFloat).pinned_memory(!t.is_cpu()));
+  at::Tensor h = buffer_.slice(0, 0, t.numel()).view(t.sizes());
+  h.copy_(t);
+  return h;
+}
+
+at::Tensor HostStaging::to_host(const at::Tensor& t) {
+  at::Tensor h = for_(t);
+  if (!t.is_cpu()) h.copy_(t);
+  return h;
+}
+
+void HostStaging::to_device(at::Tensor& t, const at::Tensor& host) {
+  if (t.data_ptr() != host.data_ptr()) t.copy_(host);
+}
+
+int64_t HostStaging::capacity() const { return buffer_.defined() ? buffer_.numel() : 0; }
+
+}  // namespace syncopate

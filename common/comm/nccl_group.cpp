@@ -1,0 +1,118 @@
+// LocalGroup over NCCL: one communicator per local GPU, all made at once by ncclCommInitAll on
+// the node's main thread; afterwards each device's thread uses only its own communicator, so no
+// ncclGroupStart is needed across threads. Uneven slices use grouped ncclReduce / ncclBroadcast
+// (one per slice, rooted at the slice's owner), which NCCL's own documentation recommends for
+// reduce-scatter and all-gather of unequal parts. Every call is queued on the calling thread's
+// current CUDA stream: ordering against computation is CommStream's job (one mechanism), not this
+// group's (the bucket reducer's thread has its communication stream current and fenced; the
+// training thread's calls run on the compute stream, in program order with its kernels).
+#include <mutex>
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include "common/check.h"
+#include "common/comm/local_group.h"
+#include "common/comm/sharding.h"
+
+#define SYN_NCCL(call)                                                                                             \
+  do {                                                                                                             \
+    ncclResult_t r_ = (call);                                                                                      \
+    SYN_CHECK(r_ == ncclSuccess, fmt::format("{} failed: {}", #call, ncclGetErrorString(r_)),                      \
+              "set NCCL_DEBUG=INFO for NCCL's own account; check that every GPU is visible and healthy");          \
+  } while (0)
+
+namespace syncopate {
+namespace {
+
+class NcclGroup : public LocalGroup {
+ public:
+  explicit NcclGroup(const std::vector<int>& devices) : devices_(devices), comms_(devices.size()) {
+    SYN_NCCL(ncclCommInitAll(comms_.data(), static_cast<int>(devices_.size()), devices_.data()));
+  }
+  ~NcclGroup() override {
+    for (ncclComm_t c : comms_)
+      if (c) ncclCommDestroy(c);
+  }
+  int size() const override { return static_cast<int>(devices_.size()); }
+  std::string backend() const override { return "nccl"; }
+
+  void all_reduce_sum(int rank, at::Tensor& t) override {
+    run(rank, t, [&](float* p, int64_t n, ncclComm_t c, cudaStream_t s) {
+      SYN_NCCL(ncclAllReduce(p, p, static_cast<size_t>(n), ncclFloat, ncclSum, c, s));
+    });
+  }
+  void reduce_scatter_sum(int rank, at::Tensor& t) override {
+    run(rank, t, [&](float* p, int64_t n, ncclComm_t c, cudaStream_t s) {
+      SYN_NCCL(ncclGroupStart());
+      for (int i = 0; i < size(); ++i) {
+        const int64_t lo = Sharding::begin(n, size(), i), hi = Sharding::begin(n, size(), i + 1);
+        if (hi > lo) SYN_NCCL(ncclReduce(p + lo, p + lo, static_cast<size_t>(hi - lo), ncclFloat, ncclSum, i, c, s));
+      }
+      SYN_NCCL(ncclGroupEnd());
+    });
+  }
+  void all_gather(int rank, at::Tensor& t) override {
+    run(rank, t, [&](float* p, int64_t n, ncclComm_t c, cudaStream_t s) {
+      SYN_NCCL(ncclGroupStart());
+      for (int i = 0; i < size(); ++i) {
+        const int64_t lo = Sharding::begin(n, size(), i), hi = Sharding::begin(n, size(), i + 1);
+        if (hi > lo) SYN_NCCL(ncclBroadcast(p + lo, p + lo, static_cast<size_t>(hi - lo), ncclFloat, i, c, s));
+      }
+      SYN_NCCL(ncclGroupEnd());
+    });
+  }
+  void reduce_sum(int rank, at::Tensor& t, int root) override {
+    run(rank, t, [&](float* p, int64_t n, ncclComm_t c, cudaStream_t s) {
+      SYN_NCCL(ncclReduce(p, p, static_cast<size_t>(n), ncclFloat, ncclSum, root, c, s));
+    });
+  }
+  void broadcast(int rank, at::Tensor& t, int root) override {
+    run(rank, t, [&](float* p, int64_t n, ncclComm_t c, cudaStream_t s) {
+      SYN_NCCL(ncclBroadcast(p, p, static_cast<size_t>(n), ncclFloat, root, c, s));
+    });
+  }
+  void abort(const std::string& why) override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!aborted_.empty()) return;
+    aborted_ = why.empty() ? "a local replica failed" : why;
+    for (ncclComm_t& c : comms_) {  // wakes kernels waiting for a peer that will never come
+      ncclCommAbort(c);
+      c = nullptr;
+    }
+  }
+
+ private:
+  // Queues one NCCL call for `rank` on the calling thread's current stream of its device.
+  template <class F>
+  void run(int rank, at::Tensor& t, F&& call) {
+    ncclComm_t comm;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      SYN_CHECK(aborted_.empty(), "local collective aborted: " + aborted_, "see the first error above");
+      comm = comms_[rank];
+    }
+    SYN_CHECK(t.is_cuda() && t.get_device() == devices_[rank] && t.scalar_type() == at::kFloat && t.is_contiguous(),
+              fmt::format("an NCCL collective of local rank {} needs a contiguous float32 buffer on cuda:{}", rank,
+                          devices_[rank]),
+              "this is a bug");
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(devices_[rank]));
+    call(t.data_ptr<float>(), t.numel(), comm, c10::cuda::getCurrentCUDAStream().stream());
+  }
+
+  std::vector<int> devices_;
+  std::vector<ncclComm_t> comms_;
+  std::mutex mu_;
+  std::string aborted_;
+};
+
+}  // namespace
+
+std::unique_ptr<LocalGroup> make_nccl_group(const std::vector<int>& devices) {
+  return std::make_unique<NcclGroup>(devices);
+}
+
+}  // namespace syncopate

@@ -1,0 +1,187 @@
+#include "common/comm/rendezvous.h"
+
+#include <chrono>
+#include <future>
+#include <algorithm>
+#include <iterator>
+#include <map>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <fmt/ranges.h>
+
+#include "common/check.h"
+#include "common/comm/transport/striped_connection.h"
+#include "common/comm/transport/tcp_connection.h"
+
+namespace syncopate {
+namespace {
+
+using nlohmann::json;
+
+void write_line(Connection& c, const json& j) {
+  std::string line = j.dump() + "\n";
+  c.send(line.data(), line.size());
+}
+
+// One JSON line, at most 64 KiB, within the connection's timeout (a silent or flooding peer
+// cannot stall the rendezvous past it).
+json read_line(Connection& c) {
+  std::string line;
+  for (char ch = 0; line.size() < (64 << 10);) {
+    c.recv(&ch, 1);
+    if (ch == '\n') break;
+    line.push_back(ch);
+  }
+  try {
+    return json::parse(line);
+  } catch (const json::exception&) {
+    SYN_FAIL(fmt::format("rendezvous: {} sent a malformed message", c.peer()), "is something else using MASTER_PORT?");
+  }
+}
+
+}  // namespace
+
+Ring connect_ring(const RendezvousOptions& o) {
+  SYN_CHECK(o.nnodes >= 1 && o.node_rank >= 0 && o.node_rank < o.nnodes,
+            fmt::format("NODE_RANK={} is outside 0..NNODES-1 (NNODES={})", o.node_rank, o.nnodes),
+            "give every node a distinct NODE_RANK below NNODES");
+  Ring ring;
+  ring.rank = o.node_rank;
+  ring.world = o.nnodes;
+  if (o.nnodes == 1) {
+    ring.blobs = {o.blob};
+    return ring;
+  }
+
+  auto io_owner = std::make_shared<asio::io_context>();
+  asio::io_context& io = *io_owner;
+  ring.transport = io_owner;
+  const uint64_t digest = token_digest(o.token);
+  std::vector<std::pair<std::string, uint16_t>> nodes(static_cast<size_t>(o.nnodes));
+  std::unique_ptr<TcpListener> data;
+
+  if (o.node_rank == 0) {
+    TcpListener rdv(io, o.master_addr, o.master_port);
+    if (o.on_listening) o.on_listening(rdv.port());
+    data = std::make_unique<TcpListener>(io, o.master_addr, 0);
+    nodes[0] = {o.master_addr, data->port()};
+    std::map<int, std::unique_ptr<TcpConnection>> peers;
+    std::vector<std::string> blobs(static_cast<size_t>(o.nnodes));
+    blobs[0] = o.blob;
+    std::string error;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.timeout_s);
+    while (static_cast<int>(peers.size()) < o.nnodes - 1) {
+      const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+      std::string missing;
+      for (int r = 1; r < o.nnodes; ++r)
+        if (!peers.count(r)) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      auto s = std::make_unique<TcpConnection>(rdv.accept(std::max(left, 0.0), "node(s) " + missing),
+                                               "a connecting node", std::min(std::max(left, 1.0), 10.0));
+      json hello;
+      try {
+        hello = read_line(*s);
+      } catch (const Error&) {
+        continue;  // garbage, silence or a port scanner: drop it, keep waiting for real nodes
+      }
+      if (!hello.is_object() || hello.value("token", json()) != json(digest)) {
+        try { write_line(*s, {{"error", "wrong job token"}}); } catch (...) {}
+        continue;  // another job's node: refuse it, keep waiting for ours
+      }
+      const int r = hello.value("node_rank", -1);
+      if (r <= 0 || r >= o.nnodes || peers.count(r)) {
+        error = fmt::format("a node announced NODE_RANK={} which is {}", r, r <= 0 || r >= o.nnodes ? "out of range" : "taken twice");
+      } else if (hello.value("streams", 1) != o.streams) {
+        error = fmt::format("node {} opens {} TCP streams per ring link, node 0 opens {}", r, hello.value("streams", 1),
+                            o.streams);
+      } else if (hello.value("lanes", 1) != o.lanes) {
+        error = fmt::format("node {} opens {} ring lanes, node 0 opens {} (one per local replica with dist.hierarchy=sliced, "
+                            "else one)", r, hello.value("lanes", 1), o.lanes);
+      } else if (hello.value("fingerprint", "") != o.fingerprint) {
+        error = fmt::format("node {} runs another model/config (fingerprint {} != {})", r, hello.value("fingerprint", ""), o.fingerprint);
+      }
+      if (r > 0 && r < o.nnodes && !peers.count(r)) {
+        nodes[static_cast<size_t>(r)] = {hello.value("host", ""), hello.value("port", uint16_t{0})};
+        const json b = hello.value("blob", json(""));
+        if (b.is_string()) blobs[static_cast<size_t>(r)] = b.get<std::string>();
+        else error = fmt::format("node {} sent a malformed blob", r);
+        peers.emplace(r, std::move(s));
+      }
+      if (!error.empty()) break;
+    }
+    ring.blobs = blobs;
+    json table = json::array();
+    for (auto& [h, p] : nodes) table.push_back({{"host", h}, {"port", p}});
+    for (auto& [r, s] : peers) {
+      try {
+        write_line(*s, error.empty() ? json{{"nodes", table}, {"blobs", blobs}} : json{{"error", error}});
+      } catch (...) {}
+    }
+    SYN_CHECK(error.empty(), "rendezvous failed: " + error,
+              "start every node with the same config (dist.streams included), the same number of local replicas "
+              "(dist.local_replicas, or the same GPU count) and distinct NODE_RANKs");
+  } else {
+    TcpConnection s(tcp_connect(io, o.master_addr, o.master_port, o.timeout_s, "node 0 (rendezvous)"),
+                    fmt::format("node 0 at {}:{}", o.master_addr, o.master_port), o.timeout_s);
+    const std::string my_host = s.socket().local_endpoint().address().to_string();
+    data = std::make_unique<TcpListener>(io, my_host, 0);
+    write_line(s, {{"token", digest}, {"node_rank", o.node_rank}, {"host", my_host}, {"port", data->port()},
+                   {"fingerprint", o.fingerprint}, {"blob", o.blob}, {"streams", o.streams}, {"lanes", o.lanes}});
+    json reply = read_line(s);
+    SYN_CHECK(!reply.contains("error"), "rendezvous failed: " + reply.value("error", std::string()),
+              "start every node with the same config, token and distinct NODE_RANKs");
+    try {
+      ring.blobs = reply.at("blobs").get<std::vector<std::string>>();
+    } catch (const json::exception&) {
+      SYN_FAIL("rendezvous: node 0's reply carries no blobs", "run the same Syncopate build on every node");
+    }
+    for (size_t r = 0; r < nodes.size(); ++r)
+      nodes[r] = {reply["nodes"][r]["host"].get<std::string>(), reply["nodes"][r]["port"].get<uint16_t>()};
+  }
+
+  // Ring links: connect to the next node while accepting the previous one.
+  const int next = (o.node_rank + 1) % o.nnodes, prev = (o.node_rank + o.nnodes - 1) % o.nnodes;
+  auto name = [&](int r) { return fmt::format("node {} at {}:{}", r, nodes[r].first, nodes[r].second); };
+  const int k = std::max(1, o.streams), total = k * std::max(1, o.lanes);
+  auto out = std::async(std::launch::async, [&] {
+    std::vector<std::unique_ptr<Connection>> links;
+    for (int i = 0; i < total; ++i) {
+      auto c = std::make_unique<TcpConnection>(
+          tcp_connect(io, nodes[next].first, nodes[next].second, o.timeout_s, name(next)), name(next), o.timeout_s);
+      exchange_hello(*c, digest, o.node_rank, next);
+      links.push_back(std::move(c));
+    }
+    return links;
+  });
+  std::vector<std::unique_ptr<Connection>> in;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.timeout_s);
+  while (static_cast<int>(in.size()) < total) {  // a stranger on the data port is refused; keep waiting for the neighbour
+    const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+    auto c = std::make_unique<TcpConnection>(data->accept(std::max(left, 0.0), name(prev)), name(prev), o.timeout_s);
+    try {
+      exchange_hello(*c, digest, o.node_rank, prev);
+      in.push_back(std::move(c));
+    } catch (const Error&) {
+      SYN_CHECK(std::chrono::steady_clock::now() < deadline, fmt::format("{} never completed the handshake", name(prev)),
+                "check SYNCOPATE_TOKEN on every node");
+    }
+  }
+  // Lane l is connections [l*k, l*k+k): one connection, or k striped together.
+  auto join = [k](std::vector<std::unique_ptr<Connection>>& links, int lane) -> std::unique_ptr<Connection> {
+    if (k == 1) return std::move(links[static_cast<size_t>(lane)]);
+    std::vector<std::unique_ptr<Connection>> mine;
+    for (int i = 0; i < k; ++i) mine.push_back(std::move(links[static_cast<size_t>(lane * k + i)]));
+    return std::make_unique<StripedConnection>(std::move(mine));
+  };
+  std::vector<std::unique_ptr<Connection>> outs = out.get();
+  ring.next = join(outs, 0);
+  ring.prev = join(in, 0);
+  for (int lane = 1; lane < total / k; ++lane) {
+    ring.more_next.push_back(join(outs, lane));
+    ring.more_prev.push_back(join(in, lane));
+  }
+  return ring;
+}
+
+}  // namespace syncopate

@@ -1,0 +1,83 @@
+// Rendezvous of the nodes of one job and the ring connections between them.
+//
+// Node 0 listens on MASTER_ADDR:MASTER_PORT just for the rendezvous. Every other node connects,
+// sends one JSON line {token digest, node_rank, host, port, fingerprint} (host:port is its own
+// data listener, bound to the address it reaches the master from), and node 0 answers every node
+// with the table of all nodes, or with an error (wrong token, duplicate rank, another model/config
+// fingerprint) that every node then reports. Node 0's rendezvous socket closes afterwards.
+// Each node may also send an opaque blob (a string the job defines: the checkpoint steps it
+// holds, for instance); every node receives every node's blob, so that all make the same decision
+// from the same facts (the rendezvous itself decides nothing but membership).
+// Then node r connects to node r+1's data listener and accepts node r-1; both connections start
+// with the token handshake. With streams = k > 1 each link is k TCP connections, opened one after
+// another (each handshake completes before the next connect, so both ends agree on their order)
+// and used as one StripedConnection. With lanes = L > 1 each link is L independent rings' worth of
+// connections (lane l = connections l*k .. l*k+k-1): local replica l of every node rings its own
+// slice over lane l (hierarchical all-reduce).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/comm/transport/connection.h"
+
+namespace syncopate {
+
+struct RendezvousOptions {
+  std::string master_addr = "127.0.0.1";  // node 0's address (MASTER_ADDR)
+  uint16_t master_port = 29500;           // rendezvous port on node 0 (MASTER_PORT); 0 = ephemeral (tests)
+  int nnodes = 1;                         // nodes in the job (NNODES)
+  int node_rank = 0;                      // this node (NODE_RANK), 0..nnodes-1
+  std::string token;                      // shared job secret (SYNCOPATE_TOKEN)
+  std::string fingerprint;                // digest of model + config; must agree on every node
+  std::string blob;                       // opaque to the rendezvous; handed to every node (Ring::blobs)
+  int streams = 1;                        // TCP streams per ring link (>1: StripedConnection); same on all nodes
+  int lanes = 1;                          // independent rings over the same nodes (one per local replica); same on all nodes
+  double timeout_s = 60;                  // for the rendezvous and every later blocking send/recv
+  std::function<void(uint16_t)> on_listening;  // called by node 0 with its rendezvous port
+};
+
+struct Ring {
+  int rank = 0, world = 1;
+  std::shared_ptr<void> transport;   // keeps the transport's context alive as long as the links
+  std::unique_ptr<Connection> next;  // to (rank+1) % world; null when world == 1
+  std::unique_ptr<Connection> prev;  // from (rank-1) % world
+  std::vector<std::string> blobs;    // every node's RendezvousOptions::blob, by node rank
+  std::vector<std::unique_ptr<Connection>> more_next, more_prev;  // lanes 1..L-1 (lane 0 is next/prev)
+
+  int lanes() const { return world == 1 ? 0 : 1 + static_cast<int>(more_next.size()); }
+  Connection& next_of(int lane) { return lane == 0 ? *next : *more_next.at(static_cast<size_t>(lane - 1)); }
+  Connection& prev_of(int lane) { return lane == 0 ? *prev : *more_prev.at(static_cast<size_t>(lane - 1)); }
+  // Ends every link of every lane (see Connection::shutdown); safe while other threads use them.
+  void shutdown() {
+    for (int l = 0; l < lanes(); ++l) {
+      next_of(l).shutdown();
+      prev_of(l).shutdown();
+    }
+  }
+
+  Ring() = default;
+  Ring(Ring&&) = default;
+  // The links go before the context they live in (member-wise assignment would free it first).
+  Ring& operator=(Ring&& o) noexcept {
+    next.reset();
+    prev.reset();
+    more_next.clear();
+    more_prev.clear();
+    rank = o.rank, world = o.world, blobs = std::move(o.blobs);
+    transport = std::move(o.transport);
+    next = std::move(o.next);
+    prev = std::move(o.prev);
+    more_next = std::move(o.more_next);
+    more_prev = std::move(o.more_prev);
+    return *this;
+  }
+};
+
+// Blocks until all nodes arrived and the ring is connected; throws syncopate::Error with a message
+// naming the missing or mismatched node otherwise.
+Ring connect_ring(const RendezvousOptions& opt);
+
+}  // namespace syncopate

@@ -1,0 +1,215 @@
+#include "common/comm/ring_allreduce.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/check.h"
+#include "common/comm/sharding.h"
+
+namespace syncopate {
+namespace {
+
+uint16_t to_bf16(float f) {  // round to nearest even
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+float from_bf16(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Streams queued segments to a connection from its own thread, so that sending overlaps the
+// caller's receiving and reducing. Errors are kept and rethrown by finish().
+class SegmentSender {
+ public:
+  explicit SegmentSender(Connection& c) : conn_(c), thread_([this] { loop(); }) {}
+  ~SegmentSender() {
+    stop();
+    thread_.join();
+  }
+  void set_bf16(bool b) { bf16_ = b; }  // between collectives only (nothing queued)
+  void push(const float* p, size_t n) {
+    std::lock_guard<std::mutex> l(mu_);
+    q_.emplace_back(p, n);
+    cv_.notify_one();
+  }
+  // Waits until everything queued is sent; rethrows a send error.
+  void finish() {
+    std::unique_lock<std::mutex> l(mu_);
+    done_cv_.wait(l, [&] { return (q_.empty() && !busy_) || error_; });
+    if (error_) std::rethrow_exception(error_);
+  }
+  // The collective failed on the receive side: drop what is queued and wait for the segment being
+  // sent, so that nothing reads the caller's buffer after the call returns.
+  void abandon() {
+    std::unique_lock<std::mutex> l(mu_);
+    q_.clear();
+    done_cv_.wait(l, [&] { return !busy_ || error_; });
+  }
+
+ private:
+  void stop() {  // drops what is still queued (used when the collective is abandoned)
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+    q_.clear();
+    cv_.notify_one();
+  }
+  void loop() {
+    std::vector<uint16_t> wire;
+    for (;;) {
+      std::pair<const float*, size_t> item;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stop_ || !q_.empty(); });
+        if (q_.empty()) return;
+        item = q_.front();
+        q_.pop_front();
+        busy_ = true;
+      }
+      try {
+        if (bf16_) {
+          wire.resize(item.second);
+          for (size_t i = 0; i < item.second; ++i) wire[i] = to_bf16(item.first[i]);
+          conn_.send(wire.data(), item.second * 2);
+        } else {
+          conn_.send(item.first, item.second * sizeof(float));
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> l(mu_);
+        error_ = std::current_exception();
+        q_.clear();
+        busy_ = false;
+        done_cv_.notify_all();
+        return;
+      }
+      std::lock_guard<std::mutex> l(mu_);
+      busy_ = false;
+      if (q_.empty()) done_cv_.notify_all();
+    }
+  }
+
+  Connection& conn_;
+  bool bf16_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::deque<std::pair<const float*, size_t>> q_;
+  bool busy_ = false, stop_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;  // last: starts after the members it uses exist
+};
+
+}  // namespace
+
+struct RingAllreducer::Impl {
+  Impl(int r, int w, Connection& n, Connection& p) : rank(r), world(w), next(n), prev(p) {
+    SYN_CHECK(rank >= 0 && rank < world, fmt::format("ring rank {} outside world {}", rank, world), "this is a bug");
+  }
+  void sum(float* data, size_t count, const RingAllreduceOptions& opt);
+
+  int rank, world;
+  Connection &next, &prev;
+  std::vector<float> staging;   // one received segment (float32 wire)
+  std::vector<uint16_t> wire;   // one received segment (bf16 wire)
+  std::unique_ptr<SegmentSender> sender;  // started on first use (world > 1)
+  std::exception_ptr broken;    // a failed collective leaves the links in an unknown state
+  std::atomic<int64_t> sent{0};   // bytes handed to `next` by every call so far
+};
+
+RingAllreducer::RingAllreducer(int rank, int world, Connection& next, Connection& prev)
+    : impl_(std::make_unique<Impl>(rank, world, next, prev)) {}
+RingAllreducer::~RingAllreducer() = default;
+
+void RingAllreducer::sum(float* data, size_t count, const RingAllreduceOptions& opt) { impl_->sum(data, count, opt); }
+int64_t RingAllreducer::bytes_sent() const { return impl_->sent.load(); }
+
+void ring_allreduce_sum(float* data, size_t count, int rank, int world, Connection& next, Connection& prev,
+                        const RingAllreduceOptions& opt) {
+  if (world <= 1 || count == 0) return;
+  RingAllreducer(rank, world, next, prev).sum(data, count, opt);
+}
+
+void RingAllreducer::Impl::sum(float* data, size_t count, const RingAllreduceOptions& opt) {
+  if (world <= 1 || count == 0) return;
+  if (broken) std::rethrow_exception(broken);
+  const size_t seg = std::max<size_t>(1, opt.segment_bytes / sizeof(float));
+  auto begin = [&](size_t c) {
+    return static_cast<size_t>(Sharding::begin(static_cast<int64_t>(count), world, static_cast<int>(c)));
+  };
+  auto mod = [&](long x) { return static_cast<size_t>(((x % world) + world) % world); };
+  auto for_segments = [&](size_t c, auto&& fn) {
+    for (size_t o = begin(c); o < begin(c + 1); o += seg) fn(data + o, std::min(seg, begin(c + 1) - o));
+  };
+  if (staging.size() < seg) staging.resize(seg);
+  if (opt.bf16_wire && wire.size() < seg) wire.resize(seg);
+  if (!sender) sender = std::make_unique<SegmentSender>(next);
+  sender->set_bf16(opt.bf16_wire);
+  const int64_t wire_bytes = opt.bf16_wire ? 2 : 4;
+  auto send = [&](const float* p, size_t len) {
+    sender->push(p, len);
+    sent += static_cast<int64_t>(len) * wire_bytes;
+  };
+  auto receive = [&](float* dst, size_t len) {  // into dst (float32) or wire (bf16)
+    if (opt.bf16_wire) prev.recv(wire.data(), len * 2);
+    else prev.recv(dst, len * sizeof(float));
+  };
+  try {
+    for_segments(static_cast<size_t>(rank), [&](float* p, size_t len) { send(p, len); });
+    // Reduce-scatter: receive chunk (r-s-1), add it in, and forward it at once (the last one
+    // received is the fully reduced chunk (r+1), which all-gather step 0 sends).
+    for (int s = 0; s < world - 1; ++s) {
+      const bool last = s == world - 2;
+      for_segments(mod(rank - s - 1), [&](float* p, size_t len) {
+        receive(staging.data(), len);
+        if (opt.bf16_wire) {
+          for (size_t i = 0; i < len; ++i) p[i] += from_bf16(wire[i]);
+          // The owner rounds its reduced chunk like the wire does, so replicas stay identical.
+          if (last) for (size_t i = 0; i < len; ++i) p[i] = from_bf16(to_bf16(p[i]));
+        } else {
+          for (size_t i = 0; i < len; ++i) p[i] += staging[i];
+        }
+        send(p, len);
+      });
+    }
+    // All-gather: receive the reduced chunk (r-s) in place and forward it, except on the last step.
+    for (int s = 0; s < world - 1; ++s) {
+      for_segments(mod(rank - s), [&](float* p, size_t len) {
+        receive(p, len);
+        if (opt.bf16_wire)
+          for (size_t i = 0; i < len; ++i) p[i] = from_bf16(wire[i]);
+        if (s < world - 2) send(p, len);
+      });
+    }
+    sender->finish();
+  } catch (...) {
+    broken = std::current_exception();
+    sender->abandon();
+    throw;
+  }
+}
+
+void naive_allreduce_sum(float* data, size_t count, int rank, int world, Connection& next, Connection& prev) {
+  if (world <= 1 || count == 0) return;
+  std::vector<float> passing(data, data + count), incoming(count), sum(data, data + count);
+  for (int hop = 0; hop < world - 1; ++hop) {
+    std::thread t([&] { next.send(passing.data(), count * sizeof(float)); });
+    prev.recv(incoming.data(), count * sizeof(float));
+    t.join();
+    for (size_t i = 0; i < count; ++i) sum[i] += incoming[i];
+    passing.swap(incoming);
+  }
+  std::copy(sum.begin(), sum.end(), data);
+}
+
+}  // namespace syncopate

@@ -1,0 +1,161 @@
+#include "common/comm/transport/tcp_connection.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+
+#include "common/check.h"
+#include "common/fnv1a.h"
+
+namespace syncopate {
+void set_socket_timeouts(asio::ip::tcp::socket& s, double timeout_s) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(timeout_s);
+  tv.tv_usec = static_cast<suseconds_t>((timeout_s - static_cast<double>(tv.tv_sec)) * 1e6);
+  ::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(s.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  s.set_option(asio::ip::tcp::no_delay(true));
+}
+
+namespace {
+
+constexpr uint64_t kMagic = 0x5359'4e43'4f50'4154ULL;  // "SYNCOPAT"
+constexpr uint32_t kVersion = 1;
+
+struct Hello {
+  uint64_t magic;
+  uint32_t version;
+  int32_t rank;
+  uint64_t token;
+};
+
+}  // namespace
+
+uint64_t token_digest(const std::string& token) { return fnv1a64(token); }
+
+TcpConnection::TcpConnection(asio::ip::tcp::socket socket, std::string peer_name, double timeout_s)
+    : socket_(std::move(socket)), peer_(std::move(peer_name)), timeout_s_(timeout_s) {
+  set_socket_timeouts(socket_, timeout_s_);
+}
+
+// Raw syscalls with poll() deadlines: Asio's blocking read/write retry on EAGAIN forever, which
+// would defeat the timeout that turns a hung peer into an error.
+namespace {
+enum class IoResult { kOk, kTimeout, kClosed, kError };
+IoResult wait_ready(int fd, short events, double timeout_s) {
+  pollfd p{fd, events, 0};
+  for (;;) {
+    int r = ::poll(&p, 1, static_cast<int>(timeout_s * 1000));
+    if (r > 0) return IoResult::kOk;
+    if (r == 0) return IoResult::kTimeout;
+    if (errno != EINTR) return IoResult::kError;
+  }
+}
+}  // namespace
+
+void TcpConnection::transfer(char* p, size_t n, bool sending) {
+  const int fd = socket_.native_handle();
+  while (n > 0) {
+    IoResult r = wait_ready(fd, sending ? POLLOUT : POLLIN, timeout_s_);
+    ssize_t k = r != IoResult::kOk ? -1 : sending ? ::send(fd, p, n, MSG_NOSIGNAL) : ::recv(fd, p, n, 0);
+    if (k > 0) {
+      p += k;
+      n -= static_cast<size_t>(k);
+      continue;
+    }
+    if (k < 0 && r == IoResult::kOk && (errno == EINTR || errno == EAGAIN)) continue;
+    const bool timeout = r == IoResult::kTimeout;
+    const std::string why = timeout ? fmt::format("{} for {} s", sending ? "no progress" : "nothing arrived", timeout_s_)
+                            : k == 0 ? std::string("the connection was closed")
+                                     : std::string(std::strerror(errno));
+    SYN_FAIL(fmt::format("{} {} failed: {}", sending ? "sending to" : "receiving from", peer_, why),
+             timeout ? "the peer is hung or too slow; check its log or raise dist.timeout_s"
+                     : "the peer died; check its log, then relaunch (with --resume)");
+  }
+}
+
+// A plain syscall on the descriptor, not Asio's socket object (not safe to share across threads):
+// poll() in a blocked transfer wakes with the connection ended.
+void TcpConnection::shutdown() { ::shutdown(socket_.native_handle(), SHUT_RDWR); }
+
+void TcpConnection::send(const void* data, size_t n) { transfer(static_cast<char*>(const_cast<void*>(data)), n, true); }
+void TcpConnection::recv(void* data, size_t n) { transfer(static_cast<char*>(data), n, false); }
+
+TcpListener::TcpListener(asio::io_context& io, const std::string& host, uint16_t port) : acceptor_(io) {
+  where_ = fmt::format("{}:{}", host, port);
+  boost::system::error_code ec;
+  auto addr = asio::ip::make_address(host, ec);
+  SYN_CHECK(!ec, fmt::format("'{}' is not an IP address to listen on", host), "use a numeric address such as 127.0.0.1");
+  asio::ip::tcp::endpoint ep(addr, port);
+  acceptor_.open(ep.protocol());
+  acceptor_.set_option(asio::socket_base::reuse_address(true));
+  acceptor_.bind(ep, ec);
+  SYN_CHECK(!ec, fmt::format("cannot listen on {}: {}", where_, ec.message()),
+            ec == asio::error::address_in_use ? "the port is in use: pick another MASTER_PORT / --port, or stop the old job"
+                                              : "check the address belongs to this machine");
+  acceptor_.listen();
+  acceptor_.non_blocking(true);
+  where_ = fmt::format("{}:{}", host, this->port());
+}
+
+uint16_t TcpListener::port() const { return acceptor_.local_endpoint().port(); }
+
+asio::ip::tcp::socket TcpListener::accept(double timeout_s, const std::string& awaiting) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    boost::system::error_code ec;
+    asio::ip::tcp::socket s = acceptor_.accept(ec);
+    if (!ec) {
+      s.non_blocking(false);
+      return s;
+    }
+    SYN_CHECK(ec == asio::error::would_block || ec == asio::error::try_again,
+              fmt::format("accept on {} failed: {}", where_, ec.message()), "check the network configuration");
+    SYN_CHECK(std::chrono::steady_clock::now() < deadline,
+              fmt::format("{} did not connect to {} within {} s", awaiting, where_, timeout_s),
+              "start every node (same MASTER_ADDR/MASTER_PORT/NNODES), or raise dist.timeout_s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+asio::ip::tcp::socket tcp_connect(asio::io_context& io, const std::string& host, uint16_t port, double timeout_s,
+                                  const std::string& what) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  boost::system::error_code ec;
+  auto addr = asio::ip::make_address(host, ec);
+  SYN_CHECK(!ec, fmt::format("'{}' is not an IP address ({})", host, what), "use a numeric address such as 10.0.0.1");
+  for (;;) {
+    asio::ip::tcp::socket s(io);
+    s.connect({addr, port}, ec);
+    if (!ec) return s;
+    SYN_CHECK(std::chrono::steady_clock::now() < deadline,
+              fmt::format("could not reach {} at {}:{} within {} s: {}", what, host, port, timeout_s, ec.message()),
+              "start that node first, check MASTER_ADDR/MASTER_PORT and firewalls, or raise dist.timeout_s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+int exchange_hello(Connection& c, uint64_t token, int my_rank, int expect_rank) {
+  Hello mine{kMagic, kVersion, my_rank, token}, theirs{};
+  c.send(&mine, sizeof(mine));
+  c.recv(&theirs, sizeof(theirs));
+  SYN_CHECK(theirs.magic == kMagic && theirs.version == kVersion,
+            fmt::format("{} is not a Syncopate peer of this version", c.peer()), "check that every node runs the same build");
+  SYN_CHECK(theirs.token == token, fmt::format("{} presented another job's token", c.peer()),
+            "give every process of the job the same SYNCOPATE_TOKEN");
+  SYN_CHECK(expect_rank < 0 || theirs.rank == expect_rank,
+            fmt::format("{} says it is rank {}, expected rank {}", c.peer(), theirs.rank, expect_rank),
+            "two jobs may share a port: use distinct MASTER_PORTs");
+  return theirs.rank;
+}
+
+}  // namespace syncopate

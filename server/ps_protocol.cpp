@@ -1,0 +1,39 @@
+#include "server/ps_protocol.h"
+
+#include <fmt/format.h>
+
+#include "common/check.h"
+
+namespace syncopate {
+
+std::string encode_header(const MsgHeader& h) {
+  msgpack::sbuffer buf;
+  msgpack::pack(buf, h);
+  return std::string(buf.data(), buf.size());
+}
+
+MsgHeader decode_header(const void* data, size_t n) {
+  SYN_CHECK(n > 0 && n <= kMaxHeaderBytes, fmt::format("message header of {} bytes (limit {})", n, kMaxHeaderBytes),
+            "the peer is not a Syncopate worker of this version");
+  MsgHeader h;
+  try {
+    // Tight limits: a hostile frame cannot make the decoder allocate much.
+    msgpack::object_handle oh = msgpack::unpack(static_cast<const char*>(data), n, nullptr, nullptr,
+                                                msgpack::unpack_limit(64, 64, 2048, 256, 256, 4));
+    SYN_CHECK(oh.get().type == msgpack::type::MAP, "message header is not a msgpack map", "the peer is not a Syncopate worker");
+    oh.get().convert(h);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    SYN_FAIL(fmt::format("malformed message header: {}", e.what()), "the peer is not a Syncopate worker of this version");
+  }
+  SYN_CHECK(h.version == kPsProtocolVersion, fmt::format("protocol version {} (server speaks {})", h.version, kPsProtocolVersion),
+            "run the same Syncopate build on workers and servers");
+  const bool known = (h.type >= 1 && h.type <= 6) || h.type == 100 || h.type == 101;
+  SYN_CHECK(known, fmt::format("unknown message type {}", h.type), "the peer is not a Syncopate worker of this version");
+  SYN_CHECK(h.offset >= 0 && h.length >= 0 && h.length <= (int64_t{1} << 36),
+            fmt::format("bad range offset={} length={}", h.offset, h.length), "the peer sent a corrupt header");
+  return h;
+}
+
+}  // namespace syncopate

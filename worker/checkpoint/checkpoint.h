@@ -1,0 +1,49 @@
+// Numbered training checkpoints that resume exactly.
+//
+//   <root>/step_000200/model.safetensors      fp32 weights, Hugging Face GPT-2 names
+//   <root>/step_000200/optimizer.safetensors  AdamW moments, RNG states; step in metadata
+//   <root>/step_000200/meta.json              step, tokens, config, data position
+//   <root>/latest                             name of the newest complete checkpoint
+//
+// A checkpoint is written into step_N.tmp/ and renamed into place after every file is fsync'ed,
+// then `latest` is replaced atomically: a crash at any point leaves the previous checkpoint whole.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace syncopate {
+class GPTImpl;
+class FlatAdamW;
+
+// Writes checkpoint `step`, keeps the newest `keep` and deletes older ones. Returns its directory.
+// opt: the optimizer state this replica holds; null when the parameter servers hold it (ps mode),
+// and then optimizer.safetensors carries only the RNG states.
+std::string save_checkpoint(const std::string& root, int64_t step, GPTImpl& model, FlatAdamW* opt,
+                            const nlohmann::json& meta, int64_t keep);
+
+// Directory of the newest complete checkpoint under root, or "" if there is none.
+std::string latest_checkpoint(const std::string& root);
+
+// Steps of the complete checkpoints under root (step_N/ with all three files), ascending.
+std::vector<int64_t> list_checkpoints(const std::string& root);
+// Directory of checkpoint `step` under root.
+std::string checkpoint_dir(const std::string& root, int64_t step);
+
+// Restores model weights, optimizer state and RNG states from `dir`; returns its meta.json.
+// Throws syncopate::Error (and changes nothing it has not validated) for a missing, truncated or
+// mismatched checkpoint.
+// opt null: the moments are not read (ps mode; a checkpoint written with them loads as well).
+nlohmann::json load_checkpoint(const std::string& dir, GPTImpl& model, FlatAdamW* opt);
+
+// Where a job of several nodes resumes: the newest step held by every node (per_node[r]: node r's
+// complete checkpoints), -1 when no node holds any (a fresh start). Throws syncopate::Error
+// naming what each node holds when they hold checkpoints but share none.
+int64_t agreed_resume_step(const std::vector<std::vector<int64_t>>& per_node);
+// The rendezvous blob that carries a node's checkpoint steps, and its decoder (node: for errors).
+std::string encode_checkpoint_steps(const std::vector<int64_t>& steps);
+std::vector<int64_t> decode_checkpoint_steps(const std::string& blob, int node);
+
+}  // namespace syncopate

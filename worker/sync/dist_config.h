@@ -1,0 +1,73 @@
+// How this process joins the other replicas of the job. Empty/zero fields are filled from the
+// environment the way torchrun and Slurm set it (see resolve_from_environment).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/comm/rendezvous.h"
+
+namespace syncopate {
+
+struct DistConfig {
+  std::string mode = "none";     // "none": one replica; "ring": synchronous ring all-reduce between nodes;
+                                 // "ps": push/pull to sharded parameter servers (consistency set on the servers)
+  std::string master_addr = "";  // node 0's IP; "" = $MASTER_ADDR, else the first host of $SLURM_JOB_NODELIST... , else 127.0.0.1
+  int64_t master_port = 0;       // rendezvous TCP port on node 0; 0 = $MASTER_PORT, else 29500
+  int64_t nnodes = 0;            // nodes in the job; 0 = $NNODES, else $SLURM_NTASKS, else 1
+  int64_t node_rank = -1;        // this node; -1 = $NODE_RANK, else $SLURM_PROCID, else 0
+  int64_t local_replicas = 0;    // replicas on this node, one thread each: 0 = one per visible GPU (CUDA_VISIBLE_DEVICES),
+                                 // or 1 on CPU; N = the first N GPUs, or N CPU replicas (a multi-GPU node in miniature;
+                                 // they share the process's train.threads intra-op threads)
+  std::string hierarchy = "sliced";  // several local replicas and nodes: "sliced" = reduce-scatter in the node, each
+                                 // replica rings its slice over its own TCP lane, all-gather; "root" = reduce to
+                                 // replica 0, which rings the whole buffer, broadcast (the simpler scheme, to compare)
+  double timeout_s = 60;         // rendezvous deadline and the longest a peer may stay silent, seconds
+  int64_t check_every = 100;     // steps between checks that all replicas hold identical weights; 0 = off
+  bool bf16_wire = false;        // ring sends bfloat16 (half the bytes; ~0.4% relative error per hop)
+  int64_t segment_kb = 256;      // ring pipelining segment, KiB
+  int64_t streams = 1;           // ring: TCP streams per neighbour (messages striped across them)
+  bool overlap = true;           // ring: reduce gradient buckets during backward (as DDP does)
+  int64_t bucket_kb = 25600;     // ring: bucket size cap, KiB (DDP's 25 MiB)
+  int64_t first_bucket_kb = 1024;  // ring: the first bucket (last layers' gradients) is smaller, so communication starts early
+  bool ps_overlap = false;       // ps: push/pull on a communication thread while the next step computes
+  bool ps_push_in_backward = false;  // ps: push each shard's gradient range as soon as backward finishes it
+                                 // (one more step of staleness); false = wait for the own round trip
+  std::string curve_server_key = "";  // ps: the servers' CURVE public key (Z85); "" = plain TCP
+  std::string servers = "";      // ps: comma-separated server endpoints, tcp://IP:PORT,...; shard k = k-th
+
+  template <class V>
+  void fields(V& v) {
+    v("mode", mode, "data-parallel mode", std::vector<std::string>{"none", "ring", "ps"});
+    v("master_addr", master_addr, "node 0's IP address (default $MASTER_ADDR or 127.0.0.1)");
+    v("master_port", master_port, "rendezvous port on node 0 (0 = $MASTER_PORT or 29500)", int64_t{0}, int64_t{65535});
+    v("nnodes", nnodes, "nodes in the job (0 = $NNODES / $SLURM_NTASKS / 1)", int64_t{0}, int64_t{4096});
+    v("node_rank", node_rank, "this node's rank (-1 = $NODE_RANK / $SLURM_PROCID / 0)", int64_t{-1}, int64_t{4095});
+    v("local_replicas", local_replicas, "replicas on this node, one thread each (0 = every visible GPU, or 1 on CPU)",
+      int64_t{0}, int64_t{64});
+    v("hierarchy", hierarchy, "ring with several local replicas: sliced (a ring lane per replica) or root (replica 0 rings)",
+      std::vector<std::string>{"sliced", "root"});
+    v("timeout_s", timeout_s, "rendezvous deadline and peer silence limit, seconds", 0.1, 86400.0);
+    v("check_every", check_every, "steps between replica-identity checks (0 = off)", int64_t{0}, int64_t{1} << 40);
+    v("bf16_wire", bf16_wire, "send bfloat16 on the ring");
+    v("segment_kb", segment_kb, "ring pipelining segment, KiB", int64_t{1}, int64_t{1} << 20);
+    v("streams", streams, "ring: TCP streams per neighbour (same on every node)", int64_t{1}, int64_t{16});
+    v("overlap", overlap, "ring: all-reduce gradient buckets while backward runs");
+    v("bucket_kb", bucket_kb, "ring: gradient bucket cap, KiB", int64_t{1}, int64_t{1} << 24);
+    v("first_bucket_kb", first_bucket_kb, "ring: first gradient bucket cap, KiB", int64_t{1}, int64_t{1} << 24);
+    v("ps_overlap", ps_overlap, "ps: overlap push/pull with the next step (one more step of staleness)");
+    v("ps_push_in_backward", ps_push_in_backward,
+      "ps: push each shard's gradient as backward finishes it (needs optim.grad_clip=0, ps_overlap=false)");
+    v("curve_server_key", curve_server_key, "ps: servers' CURVE public key (Z85, 40 chars); empty = no encryption");
+    v("servers", servers, "ps mode: parameter-server endpoints tcp://IP:PORT, comma-separated");
+  }
+};
+
+// Fills unset fields from MASTER_ADDR, MASTER_PORT, NNODES, NODE_RANK (torchrun) or SLURM_PROCID,
+// SLURM_NTASKS, SLURM_JOB_NODELIST (Slurm), then defaults. mode "none" forces one node.
+void resolve_from_environment(DistConfig& c);
+
+// Rendezvous settings of a resolved config (ring mode and the ring benchmark).
+RendezvousOptions rendezvous_options(const DistConfig& c, const std::string& token, const std::string& fingerprint);
+
+}  // namespace syncopate

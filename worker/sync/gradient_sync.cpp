@@ -1,0 +1,57 @@
+#include "worker/sync/gradient_sync.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "common/check.h"
+#include "model/flat_parameters.h"
+
+namespace syncopate {
+namespace {
+
+// 64-bit digest of a float buffer's bytes.
+uint64_t digest(const at::Tensor& t) {
+  at::Tensor c = t.to(at::kCPU).contiguous();
+  const auto* w = reinterpret_cast<const uint32_t*>(c.data_ptr());
+  uint64_t h = 0x9e3779b97f4a7c15ULL;
+  for (int64_t i = 0; i < c.numel(); ++i) h = (h ^ w[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+}  // namespace
+
+std::unique_ptr<GradientSync> make_gradient_sync(const SyncSetup& s, FlatParameters& flat,
+                                                 const std::vector<at::Tensor>& params) {
+  if (s.dist.mode == "ps") return make_ps_sync(s, flat, params);
+  if (s.dist.mode == "ring" || s.local_size > 1) return make_ring_sync(s, flat, params);
+  SYN_CHECK(s.dist.mode == "none", fmt::format("dist.mode='{}' is not a mode", s.dist.mode), "use none, ring or ps");
+  return make_local_sync(s, flat);
+}
+
+// All-gathers 24-bit pieces of every replica's digest (exact in float32) with one sum over
+// `world` replicas, and names the replicas whose weights differ from replica 0's.
+void check_replicas_identical(const at::Tensor& params, int64_t step, int rank, int world, int local_size, int device,
+                              const std::function<void(at::Tensor&)>& sum) {
+  const uint64_t d = digest(params);
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(device < 0 ? at::Device(at::kCPU) : at::Device(at::kCUDA, device));
+  at::Tensor slots = at::zeros({2 * static_cast<int64_t>(world)}, opts);
+  slots[2 * rank] = static_cast<float>(d & 0xffffff);
+  slots[2 * rank + 1] = static_cast<float>((d >> 24) & 0xffffff);
+  sum(slots);
+  at::Tensor s = slots.to(at::kCPU);
+  const float* v = s.data_ptr<float>();
+  std::string bad;
+  for (int r = 1; r < world; ++r)
+    if (v[2 * r] != v[0] || v[2 * r + 1] != v[1])
+      bad += fmt::format("{}{} (node {}, local {})", bad.empty() ? "" : ", ", r, r / local_size, r % local_size);
+  SYN_CHECK(bad.empty(), fmt::format("step {}: the weights of replica(s) {} differ from replica 0's", step, bad),
+            "replicas diverged (non-deterministic kernels or a bug); resume every node from the same checkpoint");
+}
+
+std::vector<std::pair<int64_t, int64_t>> parameter_ranges(const FlatParameters& flat) {
+  std::vector<std::pair<int64_t, int64_t>> r;
+  for (const auto& seg : flat.segments) r.emplace_back(seg.offset, seg.numel);
+  return r;
+}
+
+}  // namespace syncopate

@@ -1,0 +1,116 @@
+// The one seam between the training loop and data parallelism: how this replica's gradient
+// becomes the next parameters, given every other replica of the job. The loop calls, per step:
+//
+//   begin_last_backward(lr, step)  before the step's last backward (work may start during it)
+//   finish_step(params, grads, lr, step) -> {staleness, grad_norm, wire_bytes}
+//                                  average over replicas, clip (optim.grad_clip), update params
+//   synchronize(params)            before evaluations, checkpoints and the end (an update in flight lands)
+//
+// Implementations (one file each; a new mode — local SGD, compressed wire formats — is one more):
+//   LocalSync  (local_sync.cpp)  one replica alone: clip and AdamW, nothing else
+//   RingSync   (ring_sync.cpp)   every replica takes every step together: buckets of the flat
+//                                gradient summed during backward through NodeAllreduce (the
+//                                node's local group and the ring of nodes), then AdamW locally
+//   PsSync     (ps_sync.cpp)     the node's replicas average in the node; local replica 0 pushes
+//                                shard k's range to server k and takes the servers' parameters
+//                                (the servers hold the optimizer: no local AdamW state at all)
+// Each owns the one BucketReducer its mode needs and the clipping. Torch-free callers see only
+// this header (ATen's Tensor type).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "common/flat_adamw.h"
+#include "worker/sync/dist_config.h"
+
+namespace syncopate {
+class FlatParameters;
+class LocalGroup;
+struct Ring;
+
+// What one step's synchronization reports to the loop (and metrics.jsonl).
+struct StepSync {
+  double staleness = 0;    // parameter versions applied between reading the weights and this update; 0 synchronous
+  double grad_norm = 0;    // L2 norm of the averaged gradient, before clipping
+  int64_t wire_bytes = 0;  // bytes this replica sent to other nodes for this step's gradient
+};
+
+// Running totals since construction, for logs and tests.
+struct SyncCounters {
+  int64_t regions = 0;         // regions of the flat gradient handled during backward (buckets, shards); 0: none
+  int64_t launched_early = 0;  // region reductions a gradient hook started while backward still ran
+  int64_t reduced = 0;         // region reductions in all
+  int64_t wire_bytes = 0;      // bytes sent to other nodes
+};
+
+// Everything a GradientSync is built from: the resolved [dist] and [optim] sections, where this
+// replica is, and the node's communication objects (made once per node by join_job).
+struct SyncSetup {
+  DistConfig dist;
+  AdamWConfig optim;
+  int local = 0;                       // this replica's index in its node
+  int local_size = 1;                  // replicas in the node
+  int device = -1;                     // CUDA device, -1 on CPU
+  std::shared_ptr<Ring> ring;          // ring mode with several nodes: the node's links; else null
+  std::shared_ptr<LocalGroup> group;   // the node's local replicas; null with one
+  std::string token;                   // the job secret (servers)
+};
+
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  // This replica in the job: rank = node x local_size + local of world = nodes x local_size.
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  int local_rank() const { return local_; }
+  int local_size() const { return local_size_; }
+  // Replicas whose batches make up one optimizer step of this replica: world when every replica
+  // takes every step together, the node's replicas in ps mode (each node steps on its own), 1 alone.
+  virtual int replicas_per_step() const = 0;
+
+  // Every replica starts from the same parameters (rank 0's, or the servers' after INIT at `step`).
+  virtual void start(at::Tensor& params, int64_t step) = 0;
+  // The next backward is the step's last: regions may be reduced (or pushed) as backward finishes them.
+  virtual void begin_last_backward(double lr, int64_t step) {}
+  // After the last backward: the gradient averaged over replicas, clipped, and params updated.
+  virtual StepSync finish_step(at::Tensor& params, at::Tensor& grads, double lr, int64_t step) = 0;
+  // Brings params fully up to date (waits for an update still in flight). Collective: every local
+  // replica calls it at the same steps.
+  virtual void synchronize(at::Tensor& params) {}
+  // Mean of a scalar over the replicas of one step (the logged loss). Collective.
+  virtual double average(double x) = 0;
+  // Throws syncopate::Error naming the replicas whose params differ from rank 0's. Collective.
+  virtual void check_identical(const at::Tensor& params, int64_t step) = 0;
+  // The optimizer state this replica holds (and checkpoints); null when the servers hold it.
+  virtual FlatAdamW* optimizer() { return nullptr; }
+  virtual SyncCounters counters() const = 0;
+
+ protected:
+  GradientSync(int local, int local_size) : local_(local), local_size_(local_size) {}
+  int local_, local_size_;
+};
+
+// The implementation of s.dist.mode: "none" (LocalSync; RingSync when the node has several
+// replicas), "ring" (RingSync), "ps" (PsSync). flat: the model's flat buffers; params: the
+// model's parameter tensors in registration order (views into flat), for gradient hooks.
+std::unique_ptr<GradientSync> make_gradient_sync(const SyncSetup& s, FlatParameters& flat,
+                                                 const std::vector<at::Tensor>& params);
+
+// The implementations (see their files).
+std::unique_ptr<GradientSync> make_local_sync(const SyncSetup& s, FlatParameters& flat);
+std::unique_ptr<GradientSync> make_ring_sync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params);
+std::unique_ptr<GradientSync> make_ps_sync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params);
+
+// Shared by the implementations: names the replicas whose weights differ from replica 0's, from
+// one sum over `world` replicas (`sum` adds a float tensor in place across them).
+void check_replicas_identical(const at::Tensor& params, int64_t step, int rank, int world, int local_size, int device,
+                              const std::function<void(at::Tensor&)>& sum);
+// The FlatParameters' [offset, length) of every parameter, in registration order.
+std::vector<std::pair<int64_t, int64_t>> parameter_ranges(const FlatParameters& flat);
+
+}  // namespace syncopate

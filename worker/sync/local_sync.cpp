@@ -1,0 +1,42 @@
+// LocalSync: one replica alone ("none" with one replica). Nothing to average; the update is
+// the local AdamW step.
+#include <ATen/ATen.h>
+
+#include "model/flat_parameters.h"
+#include "worker/sync/gradient_sync.h"
+
+namespace syncopate {
+namespace {
+
+class LocalSync : public GradientSync {
+ public:
+  LocalSync(const SyncSetup& s, FlatParameters& flat)
+      : GradientSync(0, 1), clip_(s.optim.grad_clip),
+        opt_(s.optim, flat.numel(), flat.decay_ranges(), flat.params.options()) {}
+  int rank() const override { return 0; }
+  int world() const override { return 1; }
+  int replicas_per_step() const override { return 1; }
+  void start(at::Tensor&, int64_t) override {}
+  StepSync finish_step(at::Tensor& params, at::Tensor& grads, double lr, int64_t) override {
+    StepSync r;
+    r.grad_norm = clip_grad_norm(grads, clip_);
+    opt_.step(params, grads, lr);
+    return r;
+  }
+  double average(double x) override { return x; }
+  void check_identical(const at::Tensor&, int64_t) override {}
+  FlatAdamW* optimizer() override { return &opt_; }
+  SyncCounters counters() const override { return {}; }
+
+ private:
+  double clip_;
+  FlatAdamW opt_;
+};
+
+}  // namespace
+
+std::unique_ptr<GradientSync> make_local_sync(const SyncSetup& s, FlatParameters& flat) {
+  return std::make_unique<LocalSync>(s, flat);
+}
+
+}  // namespace syncopate

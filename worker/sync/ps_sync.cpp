@@ -1,0 +1,206 @@
+// PsSync: nodes meet only at the parameter servers. The node's local replicas average their
+// gradient in the node (the local group); local replica 0 pushes shard k's range to server k
+// (all shards in flight at once) and writes the servers' reply into the parameters, which the
+// node's other replicas then take from it. The servers hold the optimizer: a ps replica keeps
+// parameters and gradients and no AdamW state (optimizer() is null; checkpoints carry none).
+//
+// Three ways to send (dist.*):
+//   default                after backward, wait for the round trip;
+//   ps_overlap             the round trip of step t runs on a thread while step t+1 computes on
+//                          the parameters of step t-1 (one more step of staleness);
+//   ps_push_in_backward    a BucketReducer over the shards' ranges: each range is reduced in the
+//                          node the moment backward has finished it on every local replica, and
+//                          replica 0 pushes it at once (the gradient must be final before
+//                          clipping: optim.grad_clip=0).
+// GPU buffers go through host staging (pinned, reused): the client reads and writes host memory.
+#include <future>
+#include <mutex>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "common/comm/host_staging.h"
+#include "common/comm/local_group.h"
+#include "common/comm/sharding.h"
+#include "common/log.h"
+#include "model/flat_parameters.h"
+#include "server/ps_client.h"
+#include "worker/sync/bucket_reducer.h"
+#include "worker/sync/gradient_sync.h"
+
+namespace syncopate {
+namespace {
+
+class PsSync : public GradientSync {
+ public:
+  PsSync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params)
+      : GradientSync(s.local, s.local_size), group_(s.group), device_(s.device), node_(static_cast<int>(s.dist.node_rank)),
+        nodes_(static_cast<int>(s.dist.nnodes)), optim_(s.optim), decay_(flat.decay_ranges()),
+        overlap_(s.dist.ps_overlap), push_in_backward_(s.dist.ps_push_in_backward && !s.dist.ps_overlap) {
+    const auto endpoints = PsClient::parse_endpoints(s.dist.servers);
+    if (local_ == 0) {  // local replica 0 talks to the servers for its node
+      PsClientOptions o;
+      o.timeout_s = s.dist.timeout_s;
+      o.curve_server_key = s.dist.curve_server_key;
+      client_ = std::make_unique<PsClient>(endpoints, s.token, node_, nodes_, o);
+    }
+    if (push_in_backward_) {
+      bounds_ = Sharding::bounds(flat.numel(), static_cast<int>(endpoints.size()));
+      flat_grads_ = flat.grads;
+      regions_ = std::make_unique<BucketReducer>(params, parameter_ranges(flat), flat.grads, bounds_, device_,
+                                                 [this](int k, at::Tensor region) { reduce_and_push(k, region); });
+    }
+  }
+  ~PsSync() override {
+    if (inflight_.valid()) inflight_.wait();
+  }
+
+  int rank() const override { return node_ * local_size_ + local_; }
+  int world() const override { return nodes_ * local_size_; }
+  int replicas_per_step() const override { return local_size_; }
+
+  // INIT gives every worker the same start: the first worker's values, or the servers' current ones.
+  void start(at::Tensor& params, int64_t step) override {
+    if (client_) {
+      at::Tensor host = params_host_.to_host(params);
+      client_->init(host, decay_, optim_, step);
+      HostStaging::to_device(params, host);
+    }
+    share_node_params(params);
+  }
+  void begin_last_backward(double lr, int64_t step) override {
+    std::lock_guard<std::mutex> l(mu_);
+    lr_ = lr, step_ = step;
+    tickets_.clear();
+    if (client_) mark_ = client_->counters().bytes_sent;
+    if (regions_) regions_->arm();
+  }
+
+  StepSync finish_step(at::Tensor& params, at::Tensor& grads, double lr, int64_t step) override {
+    StepSync r;
+    const bool pushed = regions_ && regions_->finish();  // every shard left during backward (on replica 0)
+    if (!pushed && group_) {  // the node's mean on every local replica
+      group_->all_reduce_sum(local_, grads);
+      grads.div_(local_size_);
+    }
+    r.grad_norm = clip_grad_norm(grads, optim_.grad_clip);
+    if (client_) {
+      if (pushed) r.staleness = wait_all(params);
+      else if (overlap_) r.staleness = overlapped_round_trip(params, grads, lr, step);
+      else r.staleness = round_trip(params, grads, lr, step);
+      r.wire_bytes = client_->counters().bytes_sent - mark_;
+    }
+    share_node_params(params);
+    return r;
+  }
+  void synchronize(at::Tensor& params) override {
+    if (client_) finish_inflight(params);
+    share_node_params(params);
+  }
+  double average(double x) override {
+    if (!group_) return x;
+    at::Tensor t = at::full({1}, x, at::TensorOptions().dtype(at::kFloat).device(device()));
+    group_->all_reduce_sum(local_, t);
+    return t.item<double>() / local_size_;
+  }
+  void check_identical(const at::Tensor& params, int64_t step) override {
+    if (!group_) return;
+    check_replicas_identical(params, step, local_, local_size_, local_size_, device_,
+                             [&](at::Tensor& t) { group_->all_reduce_sum(local_, t); });
+  }
+  SyncCounters counters() const override {
+    SyncCounters c;
+    if (regions_) c.regions = regions_->regions(), c.launched_early = regions_->launched_early(), c.reduced = regions_->reduced();
+    if (client_) c.wire_bytes = client_->counters().bytes_sent;
+    return c;
+  }
+
+ private:
+  at::Device device() const { return device_ < 0 ? at::Device(at::kCPU) : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_)); }
+  // The node's replicas take local replica 0's parameters.
+  void share_node_params(at::Tensor& params) {
+    if (group_) group_->broadcast(local_, params, 0);
+  }
+
+  // push_in_backward, on the communication thread: the node's mean of shard k's range on local
+  // replica 0, which pushes it at once.
+  void reduce_and_push(int k, at::Tensor region) {
+    if (group_) {
+      group_->reduce_sum(local_, region, 0);
+      if (local_ == 0) region.div_(local_size_);
+    }
+    if (!client_) return;
+    // Each shard's own slice of the staged gradient (the flat buffer itself on CPU): a push in
+    // flight is never overwritten by the next region's copy.
+    at::Tensor host = grads_host_.for_(flat_grads_).slice(0, bounds_[k], bounds_[k + 1]);
+    if (!region.is_cpu()) host.copy_(region);
+    std::lock_guard<std::mutex> l(mu_);
+    tickets_.push_back(client_->push(k, host, step_, lr_));
+  }
+  double wait_all(at::Tensor& params) {
+    std::lock_guard<std::mutex> l(mu_);
+    at::Tensor host = params_host_.for_(params);
+    double stale = 0;
+    for (const PsTicket& t : tickets_) {
+      at::Tensor into = host.slice(0, client_->bounds()[t.shard], client_->bounds()[t.shard + 1]);
+      stale += static_cast<double>(client_->wait(t, into).staleness);
+    }
+    HostStaging::to_device(params, host);
+    const size_t n = tickets_.size();
+    tickets_.clear();
+    return n ? stale / static_cast<double>(n) : 0;
+  }
+  double round_trip(at::Tensor& params, const at::Tensor& grads, double lr, int64_t step) {
+    const at::Tensor g = grads_host_.to_host(grads);
+    at::Tensor p = params_host_.for_(params);
+    const double stale = push_pull(*client_, g, p, step, lr);
+    HostStaging::to_device(params, p);
+    return stale;
+  }
+  // The gradient was computed on `params`, whose versions are in_use_ (from the round trip
+  // before last); finish the last round trip and adopt its result, then send this gradient.
+  double overlapped_round_trip(at::Tensor& params, const at::Tensor& grads, double lr, int64_t step) {
+    if (in_use_.empty()) in_use_ = client_->versions();  // first step: the INIT reply's values
+    const std::vector<int64_t> computed_on = in_use_;
+    const double stale = finish_inflight(params);
+    const at::Tensor out = outgoing_.copy_of(grads);
+    in_ = incoming_.copy_of(params);
+    inflight_ = std::async(std::launch::async, [this, out, step, lr, computed_on] {
+      return push_pull(*client_, out, in_, step, lr, &computed_on);
+    });
+    return stale;
+  }
+  double finish_inflight(at::Tensor& params) {
+    if (!inflight_.valid()) return 0;
+    const double stale = inflight_.get();  // rethrows a failed round trip
+    params.copy_(in_);
+    in_use_ = client_->versions();
+    return stale;
+  }
+
+  std::shared_ptr<LocalGroup> group_;
+  int device_, node_, nodes_;
+  AdamWConfig optim_;  // sent to the servers in INIT (they run the optimizer); grad_clip applies here
+  std::vector<std::pair<int64_t, int64_t>> decay_;
+  bool overlap_, push_in_backward_;
+  std::unique_ptr<PsClient> client_;  // local replica 0 only
+  std::vector<int64_t> bounds_;       // push_in_backward: the shards' ranges (Sharding)
+  std::unique_ptr<BucketReducer> regions_;
+  at::Tensor flat_grads_;             // the flat gradient buffer (push_in_backward stages slices of it)
+  HostStaging grads_host_, params_host_, outgoing_, incoming_;
+  at::Tensor in_;                     // overlap: the parameters the round trip in flight writes
+  std::mutex mu_;  // lr_, step_, tickets_: set by the loop, read on the communication thread
+  double lr_ = 0;
+  int64_t step_ = 0, mark_ = 0;
+  std::vector<PsTicket> tickets_;
+  std::vector<int64_t> in_use_;  // overlap: parameter versions of the values in params
+  std::future<double> inflight_;
+};
+
+}  // namespace
+
+std::unique_ptr<GradientSync> make_ps_sync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params) {
+  return std::make_unique<PsSync>(s, flat, params);
+}
+
+}  // namespace syncopate

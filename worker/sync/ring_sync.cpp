@@ -1,0 +1,102 @@
+// RingSync: every replica of the job takes every step together. The gradient is summed over the
+// node's local group and the ring of nodes (NodeAllreduce; a job of one node has no ring), bucket
+// by bucket while backward runs (dist.overlap: DDP's buckets, cut by bucket_bounds) or as one
+// buffer after it, divided by the world, clipped, and every replica applies the same AdamW step.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "common/comm/local_group.h"
+#include "common/comm/node_allreduce.h"
+#include "common/comm/rendezvous.h"
+#include "common/comm/ring_allreduce.h"
+#include "common/log.h"
+#include "model/flat_parameters.h"
+#include "worker/sync/bucket_reducer.h"
+#include "worker/sync/gradient_sync.h"
+
+namespace syncopate {
+namespace {
+
+class RingSync : public GradientSync {
+ public:
+  RingSync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params)
+      : GradientSync(s.local, s.local_size), ring_(s.ring), group_(s.group), device_(s.device),
+        nodes_(ring_ ? ring_->world : 1), node_(ring_ ? ring_->rank : 0), clip_(s.optim.grad_clip),
+        allreducer_(nodes_ > 1 && rings(parse_hierarchy(s.dist.hierarchy), s.local)
+                        ? std::make_unique<RingAllreducer>(ring_->rank, ring_->world, ring_->next_of(s.local),
+                                                           ring_->prev_of(s.local))
+                        : nullptr),
+        sum_(group_.get(), s.local, allreducer_.get(), nodes_, parse_hierarchy(s.dist.hierarchy)),
+        opt_(s.optim, flat.numel(), flat.decay_ranges(), flat.params.options()) {
+    wire_.bf16_wire = s.dist.bf16_wire;
+    wire_.segment_bytes = static_cast<size_t>(s.dist.segment_kb) << 10;
+    if (s.dist.overlap) {  // DDP's buckets (dist.first_bucket_kb, then dist.bucket_kb), summed as backward finishes each
+      const auto ranges = parameter_ranges(flat);
+      buckets_ = std::make_unique<BucketReducer>(
+          params, ranges, flat.grads, bucket_bounds(ranges, s.dist.first_bucket_kb * 1024 / 4, s.dist.bucket_kb * 1024 / 4),
+          device_, [this](int, at::Tensor bucket) { sum_.sum(bucket, wire_); });
+      if (rank() == 0) log::info("[dist] {} gradient buckets, all-reduced during backward", buckets_->regions());
+    }
+  }
+
+  int rank() const override { return node_ * local_size_ + local_; }
+  int world() const override { return nodes_ * local_size_; }
+  int replicas_per_step() const override { return world(); }
+
+  void start(at::Tensor& params, int64_t) override {  // params <- rank 0's, exactly: x + 0 + ... + 0 == x
+    if (rank() != 0) params.zero_();
+    sum_.sum(params, exact());
+  }
+  void begin_last_backward(double, int64_t) override {
+    mark_ = wire_bytes();
+    if (buckets_) buckets_->arm();
+  }
+  StepSync finish_step(at::Tensor& params, at::Tensor& grads, double lr, int64_t) override {
+    StepSync r;
+    if (!buckets_ || !buckets_->finish()) sum_.sum(grads, wire_);  // not reduced during backward: all at once
+    grads.div_(world());
+    r.grad_norm = clip_grad_norm(grads, clip_);
+    opt_.step(params, grads, lr);
+    r.wire_bytes = wire_bytes() - mark_;
+    return r;
+  }
+  double average(double x) override {
+    at::Tensor t = at::full({1}, x, at::TensorOptions().dtype(at::kFloat).device(device()));
+    sum_.sum(t, exact());
+    return t.item<double>() / world();
+  }
+  void check_identical(const at::Tensor& params, int64_t step) override {
+    check_replicas_identical(params, step, rank(), world(), local_size_, device_, [&](at::Tensor& t) { sum_.sum(t, exact()); });
+  }
+  FlatAdamW* optimizer() override { return &opt_; }
+  SyncCounters counters() const override {
+    SyncCounters c;
+    if (buckets_) c.regions = buckets_->regions(), c.launched_early = buckets_->launched_early(), c.reduced = buckets_->reduced();
+    c.wire_bytes = wire_bytes();
+    return c;
+  }
+
+ private:
+  at::Device device() const { return device_ < 0 ? at::Device(at::kCPU) : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_)); }
+  RingAllreduceOptions exact() const { return RingAllreduceOptions{wire_.segment_bytes, /*bf16_wire=*/false}; }
+  int64_t wire_bytes() const { return allreducer_ ? allreducer_->bytes_sent() : 0; }
+
+  std::shared_ptr<Ring> ring_;  // shared by the node's local replicas; replica l rings over lane l
+  std::shared_ptr<LocalGroup> group_;  // null: one local replica
+  int device_, nodes_, node_;
+  double clip_;
+  std::unique_ptr<RingAllreducer> allreducer_;  // one sender thread and buffer set for every collective
+  NodeAllreduce sum_;
+  RingAllreduceOptions wire_;
+  FlatAdamW opt_;
+  std::unique_ptr<BucketReducer> buckets_;  // dist.overlap: reductions during backward
+  int64_t mark_ = 0;  // wire bytes sent before this step's last backward
+};
+
+}  // namespace
+
+std::unique_ptr<GradientSync> make_ring_sync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params) {
+  return std::make_unique<RingSync>(s, flat, params);
+}
+
+}  // namespace syncopate

@@ -1,0 +1,14 @@
+// One node's part of a training job: join the job, then train every local replica (one thread
+// per GPU, or per CPU replica) until the run ends. Local replica 0 writes the node's outputs.
+#pragma once
+#include <string>
+
+#include "worker/train/run_config.h"
+
+namespace syncopate {
+
+// When one local replica fails, the others are stopped (their collectives abort) and the first
+// failure is rethrown: the root cause, not the replicas that stopped because of it.
+void train_node(RunConfig cfg, const std::string& out_dir, bool resume, const std::string& config_toml);
+
+}  // namespace syncopate

@@ -1,0 +1,46 @@
+#include "worker/train/run_config.h"
+
+#include <fmt/format.h>
+
+#include "common/check.h"
+#include "common/fnv1a.h"
+
+namespace syncopate {
+
+std::string RunConfig::fingerprint() const {
+  RunConfig copy = *this;
+  ConfigSchema s;
+  s.section("model", copy.model);
+  s.section("optim", copy.optim);
+  s.section("schedule", copy.schedule);
+  std::string text = s.to_toml() + fmt::format("steps={} batch={} accum={} seed={}", train.steps, train.batch_size,
+                                               train.grad_accum, train.seed);
+  return fmt::format("{:016x}", fnv1a64(text));
+}
+
+void RunConfig::validate() const {
+  syncopate::validate(model);
+  emulate.validate();
+  SYN_CHECK(schedule.min_lr <= optim.lr,
+            fmt::format("schedule.min_lr={} exceeds optim.lr={}", schedule.min_lr, optim.lr),
+            "the cosine decay goes down from optim.lr to schedule.min_lr: lower min_lr");
+  SYN_CHECK(schedule.warmup_steps <= train.steps,
+            fmt::format("schedule.warmup_steps={} exceeds train.steps={}", schedule.warmup_steps, train.steps),
+            "shorten the warmup or train longer");
+  SYN_CHECK(data.val_file.empty() || !data.train_file.empty(), "data.val_file is set but data.train_file is not",
+            "set data.train_file too, or neither (data.corpus is then split)");
+  SYN_CHECK(dist.mode != "ps" || !dist.servers.empty(), "dist.mode=ps needs dist.servers",
+            "list the parameter-server endpoints, e.g. --dist.servers=tcp://10.0.0.1:29501,tcp://10.0.0.2:29501 "
+            "(scripts/local_cluster.sh --servers K does it for a local cluster)");
+  SYN_CHECK(!dist.ps_push_in_backward || (optim.grad_clip == 0 && !dist.ps_overlap),
+            "dist.ps_push_in_backward sends each shard's gradient before backward ends, so it cannot be clipped by the "
+            "global norm first, and it replaces the overlap thread",
+            "set --optim.grad_clip=0 and --dist.ps_overlap=false, or turn ps_push_in_backward off");
+  SYN_CHECK(data.tokenizer == "byte" || data.tokenizer == "gpt2-bpe",
+            fmt::format("data.tokenizer='{}' is not a tokenizer", data.tokenizer), "use byte or gpt2-bpe");
+  SYN_CHECK(data.tokenizer != "gpt2-bpe" || (!data.vocab_file.empty() && !data.merge_file.empty()),
+            "data.tokenizer=gpt2-bpe needs data.vocab_file and data.merge_file",
+            "point them at the tokenizer's vocab.json and merges.txt");
+}
+
+}  // namespace syncopate

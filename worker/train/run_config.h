@@ -1,0 +1,104 @@
+// Everything one training run is configured by: one plain struct per concern, bound to the
+// TOML file's [section]s and to --section.field=value overrides by bind().
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/config_schema.h"
+#include "common/flat_adamw.h"
+#include "model/gpt_config.h"
+#include "worker/data/data_config.h"
+#include "worker/sync/dist_config.h"
+#include "worker/train/emulate_config.h"
+#include "worker/train/lr_schedule.h"
+
+namespace syncopate {
+
+struct TrainConfig {
+  int64_t steps = 2000;          // optimizer steps of the run
+  int64_t batch_size = 16;       // sequences per micro-batch (per replica)
+  int64_t grad_accum = 1;        // micro-batches accumulated into one optimizer step
+  int64_t seed = 1337;           // seeds weights, dropout and data order
+  std::string device = "auto";   // "auto" (CUDA if available), "cpu", "cuda"
+  std::string precision = "auto";  // "auto" (bf16 autocast on CUDA, fp32 on CPU), "fp32", "bf16"
+  int64_t threads = 0;           // CPU intra-op threads; 0 = LibTorch's default
+  int64_t log_every = 10;        // steps between plain-text progress lines (no terminal)
+
+  template <class V>
+  void fields(V& v) {
+    v("steps", steps, "optimizer steps", int64_t{1}, int64_t{1} << 40);
+    v("batch_size", batch_size, "sequences per micro-batch per replica", int64_t{1}, int64_t{1} << 20);
+    v("grad_accum", grad_accum, "micro-batches per optimizer step", int64_t{1}, int64_t{1} << 20);
+    v("seed", seed, "seed of weights, dropout and data order", int64_t{0}, int64_t{1} << 62);
+    v("device", device, "compute device", std::vector<std::string>{"auto", "cpu", "cuda"});
+    v("precision", precision, "compute precision (weights stay fp32)", std::vector<std::string>{"auto", "fp32", "bf16"});
+    v("threads", threads, "CPU threads for LibTorch ops; 0 = default", int64_t{0}, int64_t{4096});
+    v("log_every", log_every, "steps between progress lines when not on a terminal", int64_t{1}, int64_t{1} << 40);
+  }
+};
+
+struct EvalConfig {
+  int64_t every = 250;            // steps between validation-loss evaluations; 0 = only at the end
+  int64_t batches = 8;            // fixed validation batches per evaluation
+  int64_t sample_every = 500;     // steps between greedy text samples; 0 = only at the end
+  std::string sample_prompt = "def ";  // prompt of the text sample
+  int64_t sample_tokens = 96;     // tokens generated per sample
+
+  template <class V>
+  void fields(V& v) {
+    v("every", every, "steps between validation evaluations (0 = end only)", int64_t{0}, int64_t{1} << 40);
+    v("batches", batches, "validation batches per evaluation", int64_t{1}, int64_t{1} << 20);
+    v("sample_every", sample_every, "steps between text samples (0 = end only)", int64_t{0}, int64_t{1} << 40);
+    v("sample_prompt", sample_prompt, "prompt for text samples");
+    v("sample_tokens", sample_tokens, "tokens per text sample", int64_t{0}, int64_t{1} << 20);
+  }
+};
+
+struct CheckpointConfig {
+  int64_t every = 500;  // steps between checkpoints (one is always written at the end); 0 = end only
+  int64_t keep = 3;     // most recent checkpoints kept; older ones are deleted
+
+  template <class V>
+  void fields(V& v) {
+    v("every", every, "steps between checkpoints (0 = end only)", int64_t{0}, int64_t{1} << 40);
+    v("keep", keep, "checkpoints kept", int64_t{1}, int64_t{1} << 20);
+  }
+};
+
+// The embedded default (no --config) is the demo: the tiny preset on the byte-tokenized Python
+// standard library, 2000 steps (about 2 minutes on 2 CPU cores), with a learning rate suited to
+// a tiny model (the GPT-2 articles use optim.lr=6e-4, schedule.min_lr=1e-6 for gpt2).
+struct RunConfig {
+  RunConfig() {
+    optim.lr = 2e-3;
+    schedule.min_lr = 1e-4;
+  }
+  GPTConfig model;
+  DataConfig data;
+  TrainConfig train;
+  AdamWConfig optim;
+  ScheduleConfig schedule;
+  EvalConfig eval;
+  CheckpointConfig checkpoint;
+  DistConfig dist;
+  EmulateConfig emulate;  // modelled compute for emulated clusters (off by default)
+
+  void bind(ConfigSchema& s) {
+    s.section("model", model);
+    s.section("data", data);
+    s.section("train", train);
+    s.section("optim", optim);
+    s.section("schedule", schedule);
+    s.section("eval", eval);
+    s.section("checkpoint", checkpoint);
+    s.section("dist", dist);
+    s.section("emulate", emulate);
+  }
+  // Digest of everything replicas must agree on (model, optimizer, schedule, batch, seed).
+  std::string fingerprint() const;
+  // Cross-field checks, with messages that say how to fix the problem.
+  void validate() const;
+};
+
+}  // namespace syncopate

@@ -1,0 +1,61 @@
+#include "worker/train/step_pacer.h"
+
+#include <cmath>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/check.h"
+#include "common/splitmix64.h"
+
+namespace syncopate {
+
+void EmulateConfig::validate() const {
+  SYN_CHECK(!(target_params > 0 && step_time_s > 0),
+            fmt::format("emulate.step_time_s={} and emulate.target_params={} both set the modelled step time", step_time_s,
+                        target_params),
+            "set one: step_time_s directly, or target_params with target_tokens, peak_tflops, mfu and dilation");
+  SYN_CHECK(target_params == 0 || target_tokens > 0,
+            "emulate.target_params is set but emulate.target_tokens is 0",
+            "set --emulate.target_tokens to the tokens one target node processes per step");
+  SYN_CHECK(enabled() || (slowdown == 1.0 && jitter == 0.0),
+            fmt::format("emulate.slowdown={} / emulate.jitter={} need a modelled step time", slowdown, jitter),
+            "set --emulate.step_time_s (seconds per step at slowdown 1): the slowdown multiplies the modelled time, "
+            "never the measured one");
+  SYN_CHECK(base_step_s() < 3600.0, fmt::format("the modelled step time is {:.3g} s", base_step_s()),
+            "lower emulate.dilation or target_tokens: at most one hour per step");
+}
+
+StepPacer::StepPacer(const EmulateConfig& cfg, uint64_t seed, int64_t node)
+    : cfg_(cfg), stream_(splitmix64(seed ^ splitmix64(static_cast<uint64_t>(node) + 0x5157ULL))) {}
+
+double StepPacer::modelled_s(int64_t step) const {
+  const double base = cfg_.base_step_s();
+  if (base <= 0) return 0;
+  double factor = 1.0;
+  if (cfg_.jitter > 0) {
+    // Uniform in (0, 1] from the top 53 bits of a hash of (stream, step), then an exponential draw.
+    const uint64_t h = splitmix64(stream_ ^ splitmix64(static_cast<uint64_t>(step)));
+    const double u = (static_cast<double>(h >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+    factor += -std::log(u) * cfg_.jitter;
+  }
+  return base * cfg_.slowdown * factor;
+}
+
+void StepPacer::begin(int64_t step) {
+  step_ = step;
+  start_ = Clock::now();
+}
+
+StepTiming StepPacer::end_compute() {
+  StepTiming t;
+  t.compute_s = std::chrono::duration<double>(Clock::now() - start_).count();
+  t.modelled_s = modelled_s(step_);
+  if (t.modelled_s <= 0) return t;
+  t.overrun = t.compute_s > t.modelled_s;
+  if (!t.overrun)
+    std::this_thread::sleep_until(start_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(t.modelled_s)));
+  return t;
+}
+
+}  // namespace syncopate

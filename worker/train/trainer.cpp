@@ -1,0 +1,330 @@
+#include "worker/train/trainer.h"
+
+#include <chrono>
+#include <mutex>
+#include <filesystem>
+#include <thread>
+#include <fstream>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "common/atomic_file.h"
+#include "common/text/tokenizer.h"
+#include "common/check.h"
+#include "common/comm/job_token.h"
+#include "common/comm/local_group.h"
+#include "common/comm/node_allreduce.h"
+#include "common/comm/rendezvous.h"
+#include "common/flat_adamw.h"
+#include "common/log.h"
+#include "model/flat_parameters.h"
+#include "model/generate.h"
+#include "model/gpt.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/data/data_config.h"
+#include "worker/data/window_sampler.h"
+#include "worker/metrics/metrics_log.h"
+#include "worker/sync/gradient_sync.h"
+#include "worker/train/autocast.h"
+#include "worker/train/step_pacer.h"
+
+namespace fs = std::filesystem;
+
+namespace syncopate {
+
+struct Trainer::Impl {
+  RunConfig cfg;
+  std::string out;
+  bool verbose;
+  torch::Device device{torch::kCPU};
+  bool bf16 = false;
+  GPT model{nullptr};
+  std::unique_ptr<FlatParameters> flat;
+  std::unique_ptr<GradientSync> sync;  // average, clip, update: this mode's step synchronization
+  std::shared_ptr<Tokenizer> tokenizer;  // the node's, shared by its local replicas (read-only)
+  std::shared_ptr<TrainingData> data;
+  std::unique_ptr<WindowSampler> train_sampler, val_sampler;
+  int64_t data_position = 0;  // training samples consumed by this worker's steps so far (see WindowSampler)
+  std::unique_ptr<MetricsLog> metrics;
+  std::unique_ptr<StepPacer> pacer;  // modelled compute time per step (emulate.*); measures only when off
+  int64_t step = 0;
+  int64_t tokens = 0;
+  double time_offset = 0;  // training seconds before a resume
+  std::string config_toml;
+
+  Impl(const RunConfig& c, const std::string& out_dir, bool resume, const std::string& toml, JobMembership& job,
+       int local, bool verb)
+      : cfg(c), out(out_dir), verbose(verb), config_toml(toml) {
+    cfg.validate();
+    const int dev = job.devices.empty() ? -1 : job.devices.at(static_cast<size_t>(local));
+    if (dev >= 0) device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dev));
+    SYN_CHECK(cfg.train.precision != "bf16" || device.is_cuda(), "train.precision=bf16 needs a CUDA device",
+              "use precision auto or fp32 on CPU");
+    bf16 = device.is_cuda() && cfg.train.precision != "fp32";
+
+    tokenizer = job.tokenizer;
+    data = job.data;
+    train_sampler = std::make_unique<WindowSampler>(data->train, cfg.model.block_size, cfg.train.seed, cfg.model.vocab_size);
+    val_sampler = std::make_unique<WindowSampler>(data->val, cfg.model.block_size, cfg.train.seed + 1, cfg.model.vocab_size);
+
+    {
+      // Local replicas build their models on threads of one process: one at a time, so that each
+      // draws its initial weights from the seed alone (the global generator is shared).
+      static std::mutex init_mu;
+      std::lock_guard<std::mutex> l(init_mu);
+      torch::manual_seed(static_cast<uint64_t>(cfg.train.seed));
+      model = GPT(cfg.model);
+    }
+    model->to(device);
+    model->train();
+    flat = std::make_unique<FlatParameters>(*model);
+    SyncSetup setup;
+    setup.dist = cfg.dist;
+    setup.optim = cfg.optim;
+    setup.local = local;
+    setup.local_size = job.local_size;
+    setup.device = dev;
+    setup.ring = job.ring;
+    setup.group = job.group;
+    setup.token = job.token;
+    sync = make_gradient_sync(setup, *flat, model->parameters());
+    writer = sync->local_rank() == 0;
+    verbose = verbose && sync->rank() == 0;  // rank 0 prints, local replica 0 of every node writes outputs
+
+    const std::string ckroot = (fs::path(out) / "checkpoints").string();
+    SYN_CHECK(!resume || job.resume_step >= 0, fmt::format("--resume given but '{}' holds no checkpoint", ckroot),
+              "run without --resume to start fresh, or point --out at the run to resume");
+    if (job.resume_step >= 0) {
+      const std::string dir = checkpoint_dir(ckroot, job.resume_step);
+      auto meta = load_checkpoint(dir, *model, sync->optimizer());
+      step = meta.at("step").get<int64_t>();
+      tokens = meta.at("tokens").get<int64_t>();
+      time_offset = meta.value("time_s", 0.0);
+      data_position = meta.at("data").value("position", int64_t{-1});  // -1: older checkpoint, derived below
+      const int64_t newest = job.checkpoints.empty() ? step : job.checkpoints.back();
+      if (verbose)
+        log::info("[train] resumed from {} (step {}{})", dir, step,
+                  step < newest ? fmt::format("; the newest checkpoint every node holds, local step {} ignored", newest)
+                                : "");
+    }
+    if (data_position < 0) data_position = step * samples_per_step();
+
+    sync->start(flat->params, step);  // every replica from the same weights (rank 0's, or the servers')
+    pacer = std::make_unique<StepPacer>(cfg.emulate, static_cast<uint64_t>(cfg.train.seed), cfg.dist.node_rank);
+    if (writer) {
+      write_file_atomic((fs::path(out) / "config.toml").string(), config_toml);
+      metrics = std::make_unique<MetricsLog>((fs::path(out) / "metrics.jsonl").string(), resume ? step : -1);
+    }
+  }
+
+  // Samples one optimizer step takes from the data order: every replica's micro-batches (see WindowSampler).
+  int64_t samples_per_step() const { return cfg.train.batch_size * cfg.train.grad_accum * sync->world(); }
+  bool writer = true;  // local replica 0: writes metrics, samples and checkpoints for its node
+
+  std::pair<torch::Tensor, torch::Tensor> batch(const WindowSampler& sampler, int64_t first, int64_t b) {
+    const int64_t T = cfg.model.block_size;
+    auto x = torch::empty({b, T}, torch::kLong), y = torch::empty({b, T}, torch::kLong);
+    sampler.fill(first, b, x.data_ptr<int64_t>(), y.data_ptr<int64_t>());
+    return {x.to(device, /*non_blocking=*/true), y.to(device, true)};
+  }
+
+  double evaluate() {
+    torch::NoGradGuard no_grad;
+    model->eval();
+    double sum = 0;
+    for (int64_t i = 0; i < cfg.eval.batches; ++i) {
+      auto [x, y] = batch(*val_sampler, i * cfg.train.batch_size, cfg.train.batch_size);
+      AutocastGuard ac(bf16);
+      sum += model->loss(x, y).item<double>();
+    }
+    model->train();
+    return sum / cfg.eval.batches;
+  }
+
+  std::string sample_text() {
+    std::vector<int64_t> ids;
+    for (int32_t id : tokenizer->encode(cfg.eval.sample_prompt)) ids.push_back(id);
+    if (ids.empty()) ids.push_back(std::max<int64_t>(tokenizer->eod(), 0));
+    return tokenizer->decode(generate(*model, ids, cfg.eval.sample_tokens, SamplingOptions{}));
+  }
+
+  nlohmann::json meta(double elapsed) const {
+    return {{"step", step}, {"tokens", tokens}, {"time_s", elapsed}, {"config", config_toml},
+            {"data", {{"train", data->train.describe()}, {"val", data->val.describe()}, {"position", data_position},
+                      {"epoch", train_sampler->epoch(data_position)}, {"seed", cfg.train.seed}}}};
+  }
+
+  static bool due(int64_t step, int64_t every, int64_t last) { return step == last || (every > 0 && step % every == 0); }
+
+  void run(int64_t stop_at) {
+    const auto& tc = cfg.train;
+    const int64_t last = stop_at >= 0 ? std::min(stop_at, tc.steps) : tc.steps;
+    // Tokens one step consumes: across all replicas when they step together, else this node's.
+    const int64_t tokens_per_step = tc.batch_size * tc.grad_accum * cfg.model.block_size * sync->replicas_per_step();
+    Progress progress(tc.steps, tc.log_every);
+    const double t0 = now_seconds() - time_offset;
+    std::ofstream samples;
+    if (writer) samples.open((fs::path(out) / "samples.txt").string(), std::ios::app);
+    while (step < last) {
+      const double t_step = now_seconds();
+      pacer->begin(step);
+      const double lr = lr_at(cfg.schedule, cfg.optim.lr, step, tc.steps);
+      flat->zero_grad();
+      double loss = 0, data_s = 0;  // data_s: time spent assembling batches (the loader's overhead)
+      for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
+        const double t_data = now_seconds();
+        auto [x, y] = batch(*train_sampler,
+                            WindowSampler::first_sample(data_position, micro, sync->rank(), sync->world(), tc.batch_size),
+                            tc.batch_size);
+        data_s += now_seconds() - t_data;
+        if (micro == tc.grad_accum - 1) sync->begin_last_backward(lr, step);  // reduce or push during it
+        torch::Tensor l;
+        {
+          AutocastGuard ac(bf16);
+          l = model->loss(x, y) / static_cast<double>(tc.grad_accum);
+        }
+        l.backward();
+        loss += l.item<double>();
+      }
+      const StepTiming timing = pacer->end_compute();  // the modelled device's compute time has passed
+      const double t_wait = now_seconds();
+      const StepSync synced = sync->finish_step(flat->params, flat->grads, lr, step);  // average, clip, update
+      loss = sync->average(loss);
+      const double wait_s = now_seconds() - t_wait;  // blocked on communication (and the update)
+      ++step;
+      tokens += tokens_per_step;
+      data_position += samples_per_step();
+      if (cfg.dist.check_every > 0 && step % cfg.dist.check_every == 0) sync->check_identical(flat->params, step);
+
+      const double now = now_seconds();
+      const double tok_s = tokens_per_step / std::max(now - t_step, 1e-9);
+      if (writer) metrics->write({{"step", step}, {"time_s", now - t0}, {"loss", loss}, {"lr", lr}, {"grad_norm", synced.grad_norm}, {"staleness", synced.staleness},
+                      {"wire_bytes", synced.wire_bytes},
+                      {"tokens", tokens}, {"tokens_per_s", tok_s},
+                      {"step_s", now - t_step}, {"data_s", data_s}, {"epoch", train_sampler->epoch(data_position)},
+                      {"compute_s", timing.compute_s}, {"modelled_s", timing.modelled_s}, {"wait_s", wait_s},
+                      {"overrun", timing.overrun}, {"unix_s", unix_seconds()}});
+      if (verbose) progress.step(step, loss, lr, tok_s);
+
+      const bool eval_due = due(step, cfg.eval.every, tc.steps), ckpt_due = due(step, cfg.checkpoint.every, tc.steps);
+      const bool sample_due = cfg.eval.sample_tokens > 0 && due(step, cfg.eval.sample_every, tc.steps);
+      if (eval_due || ckpt_due || sample_due || step == last) sync->synchronize(flat->params);
+      if (!writer) continue;  // evaluation, samples, checkpoints: local replica 0 (the others hold the same weights)
+      if (eval_due) {
+        const double t_eval = now_seconds();
+        const double vl = evaluate();
+        metrics->write({{"step", step}, {"time_s", now_seconds() - t0}, {"val_loss", vl}, {"tokens", tokens},
+                        {"eval_s", now_seconds() - t_eval}, {"unix_s", unix_seconds()}});
+        if (verbose) progress.line(fmt::format("[eval] step {}: train loss {:.4f}, val loss {:.4f}", step, loss, vl));
+      }
+      if (sample_due) {
+        const std::string s = sample_text();
+        samples << "--- step " << step << " ---\n" << s << "\n";
+        samples.flush();
+        if (verbose) progress.line(fmt::format("[sample] step {}:\n{}\n", step, s));
+      }
+      if (ckpt_due) {
+        const std::string dir = save_checkpoint((fs::path(out) / "checkpoints").string(), step, *model, sync->optimizer(),
+                                                meta(now_seconds() - t0), cfg.checkpoint.keep);
+        if (verbose) progress.line(fmt::format("[checkpoint] {}", dir));
+      }
+    }
+    if (verbose) progress.finish();
+    if (writer) report_sync_counters();
+  }
+
+  // The synchronization's totals: logged, and kept in sync.json for scripts and tests.
+  void report_sync_counters() {
+    const SyncCounters c = sync->counters();
+    const nlohmann::json j = {{"mode", cfg.dist.mode}, {"regions", c.regions}, {"launched_early", c.launched_early},
+                              {"reduced", c.reduced}, {"wire_bytes", c.wire_bytes}};
+    write_file_atomic((fs::path(out) / "sync.json").string(), j.dump() + "\n");
+    if (c.reduced > 0)
+      log::info("[{}] {} of {} {} during backward", cfg.dist.mode == "ps" ? "ps" : "dist", c.launched_early, c.reduced,
+                cfg.dist.mode == "ps" ? "shard pushes left" : "bucket reductions started");
+  }
+};
+
+JobMembership::JobMembership() = default;
+JobMembership::JobMembership(JobMembership&&) noexcept = default;
+JobMembership::~JobMembership() = default;
+void JobMembership::abort(const std::string& why) {
+  if (group) group->abort(why);
+  if (ring) ring->shutdown();  // replicas blocked on a lane fail at once; the other nodes see this node leave
+}
+
+JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, int local, bool verbose) {
+  cfg.validate();
+  JobMembership job;
+  if (cfg.train.threads > 0) torch::set_num_threads(static_cast<int>(cfg.train.threads));
+  const bool cuda = torch::cuda::is_available();
+  SYN_CHECK(cfg.train.device != "cuda" || cuda, "train.device=cuda but no CUDA device is visible",
+            "use train.device=auto or cpu, or check CUDA_VISIBLE_DEVICES and the driver");
+  if (local <= 0) local = static_cast<int>(cfg.dist.local_replicas);
+  if (cfg.train.device == "cuda" || (cfg.train.device == "auto" && cuda)) {
+    const int visible = static_cast<int>(torch::cuda::device_count());
+    if (local <= 0) local = visible;
+    SYN_CHECK(local <= visible, fmt::format("dist.local_replicas={} but only {} GPU(s) are visible", local, visible),
+              "lower dist.local_replicas, or 0 for one replica per visible GPU");
+    for (int d = 0; d < local; ++d) job.devices.push_back(d);
+  }
+  if (local <= 0) local = 1;
+  job.local_size = local;
+  if (local > 1) job.group = make_local_group(local, job.devices);
+
+  fs::create_directories(out_dir);
+  // Checkpoint steps this node could resume from; with none, the rendezvous tells every node.
+  if (resume) job.checkpoints = list_checkpoints((fs::path(out_dir) / "checkpoints").string());
+  resolve_from_environment(cfg.dist);
+  job.token = cfg.dist.mode == "none" ? job_token_from_environment() : job_token_or_insecure_default("[dist]");
+  job.tokenizer = make_tokenizer(cfg.data.tokenizer_config());
+  SYN_CHECK(job.tokenizer->vocab_size() <= cfg.model.vocab_size,
+            fmt::format("the {} tokenizer has {} ids but model.vocab_size is {}", job.tokenizer->name(),
+                        job.tokenizer->vocab_size(), cfg.model.vocab_size),
+            fmt::format("set --model.vocab_size={} (or larger)", job.tokenizer->vocab_size()));
+  job.data = std::make_shared<TrainingData>(
+      open_training_data(cfg.data, *job.tokenizer, cfg.model.block_size, verbose && cfg.dist.node_rank == 0));
+  const std::string where = job.devices.empty() ? "cpu" : "cuda, " + std::string(job.group ? job.group->backend() : "one GPU");
+  if (cfg.dist.mode != "none" && cfg.dist.node_rank == 0)
+    log::info("[dist] node {}/{}: {} local replica(s) ({}); rendezvous at {}:{} ...", cfg.dist.node_rank, cfg.dist.nnodes,
+              local, where, cfg.dist.master_addr, cfg.dist.master_port);
+  else if (cfg.dist.mode == "none" && local > 1)
+    log::info("[dist] one node: {} local replicas ({})", local, where);
+  // Nodes must agree on model and config, and resume from the newest checkpoint all of them hold:
+  // the rendezvous carries each node's list, the job decides (agreed_resume_step).
+  if (cfg.dist.mode == "ring" && cfg.dist.nnodes > 1) {
+    RendezvousOptions o = rendezvous_options(cfg.dist, job.token, cfg.fingerprint());
+    o.blob = encode_checkpoint_steps(job.checkpoints);
+    o.lanes = ring_lanes(parse_hierarchy(cfg.dist.hierarchy), local);
+    job.ring = std::make_shared<Ring>(connect_ring(o));
+    std::vector<std::vector<int64_t>> held;
+    for (size_t r = 0; r < job.ring->blobs.size(); ++r)
+      held.push_back(decode_checkpoint_steps(job.ring->blobs[r], static_cast<int>(r)));
+    job.resume_step = agreed_resume_step(held);
+  } else {  // no peers to agree with: the newest local checkpoint
+    job.resume_step = job.checkpoints.empty() ? -1 : job.checkpoints.back();
+  }
+  return job;
+}
+
+Trainer::Trainer(const RunConfig& cfg, const std::string& out_dir, bool resume, const std::string& config_toml,
+                 bool verbose) {
+  RunConfig c = cfg;
+  JobMembership job = join_job(c, out_dir, resume, 1, verbose);
+  impl_ = std::make_unique<Impl>(c, out_dir, resume, config_toml, job, 0, verbose);
+}
+Trainer::Trainer(const RunConfig& cfg, const std::string& out_dir, bool resume, const std::string& config_toml,
+                 JobMembership& job, int local, bool verbose)
+    : impl_(std::make_unique<Impl>(cfg, out_dir, resume, config_toml, job, local, verbose)) {}
+Trainer::~Trainer() = default;
+void Trainer::run(int64_t stop_at) { impl_->run(stop_at); }
+double Trainer::evaluate() { return impl_->evaluate(); }
+std::string Trainer::sample_text() { return impl_->sample_text(); }
+int64_t Trainer::step() const { return impl_->step; }
+SyncCounters Trainer::sync_counters() const { return impl_->sync->counters(); }
+GPTImpl& Trainer::model() { return *impl_->model; }
+FlatParameters& Trainer::flat() { return *impl_->flat; }
+
+}  // namespace syncopate
