@@ -2,8 +2,10 @@
 # Peak resident memory (VmHWM, from GNU time) of a worker in ps mode and in ring mode: 2 nodes on
 # loopback, the same model and steps, 1 server shard for ps. Prints one line per mode and node.
 #
-#   scripts/bench_memory.sh [--bin DIR] [--preset small] [--steps 20] [--out DIR]
+#   scripts/bench_memory.sh [--bin DIR] [--preset small] [--steps 20] [--out DIR] [-- WORKER ARGS]
 #
+# WORKER ARGS come last on every worker's command line (e.g. --model.n_embd=768 for a model
+# whose size dominates the process's memory).
 # --bin DIR: where syncopate-worker and syncopate-server live (default build/bin), so that an
 # older build can be measured in the same run as the current one.
 set -euo pipefail
@@ -15,6 +17,7 @@ while [ $# -gt 0 ]; do
     --preset) PRESET=$2; shift 2;;
     --steps) STEPS=$2; shift 2;;
     --out) OUT=$2; shift 2;;
+    --) shift; break;;
     *) echo "bench_memory.sh: unknown option $1 (see the header of this script)" >&2; exit 2;;
   esac
 done
@@ -29,8 +32,9 @@ exec /usr/bin/time -f "%M" -o "\$PWD/rss.\$NODE_RANK.\$\$" "$BIN/syncopate-worke
 WRAPPER
 chmod +x "$WRAP/syncopate-worker"
 ln -sf "$BIN/syncopate-server" "$WRAP/syncopate-server"
+echo "# model: --model.preset=$PRESET $*"
 ARGS=(--model.preset="$PRESET" --train.steps="$STEPS" --train.batch_size=4 --train.grad_accum=1
-      --eval.every=0 --eval.sample_tokens=0 --checkpoint.every=0 --train.threads=1)
+      --eval.every=0 --eval.sample_tokens=0 --checkpoint.every=0 --train.threads=1 "$@")
 for mode in ps ring; do
   dir="$OUT/$mode"
   rm -rf "$dir" && mkdir -p "$dir"

@@ -97,8 +97,8 @@ if [ "$SERVERS" -gt 0 ]; then
     # BytePS deploy them), so the servers' links add up with the workers' instead of one host's
     # link carrying every push.
     [ "$NETNS" = 1 ] && shost="10.77.0.$((k % NODES + 1))"
-    sargs=(--server.host="$shost" --server.port="$sport" --server.shard="$k" --dist.consistency="$CONSISTENCY"
-           --dist.staleness_bound="$BOUND" --dist.mitigation="$MITIGATION" --dist.backup_workers="$BACKUP")
+    sargs=(--server.host="$shost" --server.port="$sport" --server.shard="$k" --ps.consistency="$CONSISTENCY"
+           --ps.staleness_bound="$BOUND" --ps.mitigation="$MITIGATION" --ps.backup_workers="$BACKUP")
     if [ "$NETNS" = 1 ]; then
       spawn ip netns exec "${NS_PREFIX}n$((k % NODES))" "$(dirname "$WORKER")/syncopate-server" "${sargs[@]}" > "$OUT/logs/server$k.log" 2>&1
     else

@@ -65,22 +65,22 @@ Consistency parse_consistency(const std::string& name) {
   if (name == "bsp") return Consistency::kBsp;
   if (name == "ssp") return Consistency::kSsp;
   if (name == "asp") return Consistency::kAsp;
-  SYN_FAIL(fmt::format("dist.consistency='{}' is not a consistency model", name), "use bsp, ssp or asp");
+  SYN_FAIL(fmt::format("ps.consistency='{}' is not a consistency model", name), "use bsp, ssp or asp");
 }
 
 Mitigation parse_mitigation(const std::string& name) {
   if (name == "none") return Mitigation::kNone;
   if (name == "lr_scale") return Mitigation::kLrScale;
   if (name == "dc_asgd") return Mitigation::kDcAsgd;
-  SYN_FAIL(fmt::format("dist.mitigation='{}' is not a staleness mitigation", name), "use none, lr_scale or dc_asgd");
+  SYN_FAIL(fmt::format("ps.mitigation='{}' is not a staleness mitigation", name), "use none, lr_scale or dc_asgd");
 }
 
 std::unique_ptr<ConsistencyRule> make_consistency_rule(const PsConfig& cfg, int workers) {
   const Consistency c = parse_consistency(cfg.consistency);
   SYN_CHECK(cfg.backup_workers == 0 || (c == Consistency::kBsp && cfg.backup_workers < workers),
-            fmt::format("dist.backup_workers={} with {} consistency and {} workers", cfg.backup_workers, cfg.consistency,
+            fmt::format("ps.backup_workers={} with {} consistency and {} workers", cfg.backup_workers, cfg.consistency,
                         workers),
-            "backup workers need consistency bsp and at most workers - 1 of them: lower --dist.backup_workers");
+            "backup workers need consistency bsp and at most workers - 1 of them: lower --ps.backup_workers");
   switch (c) {
     case Consistency::kBsp: return std::make_unique<Bsp>(static_cast<int>(cfg.backup_workers));
     case Consistency::kSsp: return std::make_unique<Ssp>(cfg.staleness_bound);

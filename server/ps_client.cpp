@@ -225,7 +225,7 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
   std::vector<int64_t> pairs;
   for (auto& [o, l] : decay) pairs.insert(pairs.end(), {o, l});
   std::vector<MsgHeader> hs;
-  std::vector<std::vector<char>> bodies(static_cast<size_t>(K));
+  std::vector<at::Tensor> bodies(static_cast<size_t>(K));  // bytes; each INIT message holds a reference
   for (int k = 0; k < K; ++k) {
     MsgHeader h = I.header(MsgType::kInit, k);
     h.beta1 = oc.beta1;
@@ -233,14 +233,18 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
     h.eps = oc.eps;
     h.weight_decay = oc.weight_decay;
     h.clock = start_step;
-    auto& b = bodies[static_cast<size_t>(k)];
-    b.resize(static_cast<size_t>(h.length) * 4 + pairs.size() * 8);
-    if (h.length) std::memcpy(b.data(), params.data_ptr<float>() + h.offset, static_cast<size_t>(h.length) * 4);
-    if (!pairs.empty()) std::memcpy(b.data() + h.length * 4, pairs.data(), pairs.size() * 8);
+    at::Tensor& b = bodies[static_cast<size_t>(k)];
+    b = at::empty({h.length * 4 + static_cast<int64_t>(pairs.size()) * 8}, at::kByte);
+    auto* bytes = b.data_ptr<uint8_t>();
+    if (h.length) std::memcpy(bytes, params.data_ptr<float>() + h.offset, static_cast<size_t>(h.length) * 4);
+    if (!pairs.empty()) std::memcpy(bytes + h.length * 4, pairs.data(), pairs.size() * 8);
     hs.push_back(h);
   }
-  auto send_init = [&](int k) { I.send(k, hs[k], bodies[k].data(), bodies[k].size()); };  // copied: sent once or twice
-  for (int k = 0; k < K; ++k) send_init(k);  // all shards first, so they work in parallel
+  for (int k = 0; k < K; ++k)  // all shards first, so they work in parallel; zero-copy
+    I.send(k, hs[k], bodies[k].data_ptr(), static_cast<size_t>(bodies[k].numel()), bodies[k]);
+  auto send_init = [&](int k) {  // a resend: a copy
+    I.send(k, hs[k], bodies[k].data_ptr(), static_cast<size_t>(bodies[k].numel()));
+  };
   for (int k = 0; k < K; ++k) {
     auto [h, parts] = I.recv(k, [](const MsgHeader&, std::vector<zmq::message_t>&) { return true; }, [&] { send_init(k); });
     I.take_values(k, parts.size() > 1 ? &parts[1] : nullptr, parts.size(), params.data_ptr<float>() + I.bounds[k]);

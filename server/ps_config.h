@@ -1,4 +1,4 @@
-// Consistency and staleness settings of the parameter servers (the `ps` mode's [dist] section).
+// The parameter servers' rules ([ps]: consistency, staleness, mitigation) and the server process ([server]).
 #pragma once
 #include <cstdint>
 #include <string>

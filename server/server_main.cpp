@@ -1,7 +1,7 @@
 // syncopate-server: one parameter-server shard. Start K of them (scripts/local_cluster.sh --servers K
 // does it per node); workers in `ps` mode shard the flat parameter vector across them.
-//   syncopate-server [--server.host=IP] [--server.port=P] [--server.shard=I] [--dist.consistency=bsp|ssp|asp]
-//                    [--dist.staleness_bound=S] [--dist.mitigation=none|lr_scale|dc_asgd]
+//   syncopate-server [--server.host=IP] [--server.port=P] [--server.shard=I] [--ps.consistency=bsp|ssp|asp]
+//                    [--ps.staleness_bound=S] [--ps.mitigation=none|lr_scale|dc_asgd]
 // The job token comes from $SYNCOPATE_TOKEN (or the file named by $SYNCOPATE_TOKEN_FILE).
 #include <atomic>
 #include <csignal>
@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   PsConfig pc;
   ConfigSchema schema;
   schema.section("server", sc);
-  schema.section("dist", pc);
+  schema.section("ps", pc);
   try {
     auto rest = schema.apply_args(std::vector<std::string>(argv + 1, argv + argc));
     for (auto& a : rest) {

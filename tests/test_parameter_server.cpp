@@ -331,7 +331,7 @@ std::string start_servers(const test::TempDir& d, int k, const std::string& cons
     const int port = test::free_port();
     ps.push_back(std::make_unique<test::Process>(
         std::vector<std::string>{kBin + "/syncopate-server", "--server.port=" + std::to_string(port),
-                                 "--server.shard=" + std::to_string(i), "--dist.consistency=" + consistency},
+                                 "--server.shard=" + std::to_string(i), "--ps.consistency=" + consistency},
         std::vector<std::string>{"SYNCOPATE_TOKEN=t"}, d.str(fmt::format("server{}.log", i))));
     eps += (i ? "," : "") + fmt::format("tcp://127.0.0.1:{}", port);
   }
@@ -451,8 +451,8 @@ TEST(PsTraining, KilledBspWorkerDoesNotHangTheOthers) {
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);
   const int port = test::free_port();
-  test::Process server({kBin + "/syncopate-server", "--server.port=" + std::to_string(port), "--dist.consistency=bsp",
-                        "--dist.worker_timeout_s=2"},
+  test::Process server({kBin + "/syncopate-server", "--server.port=" + std::to_string(port), "--ps.consistency=bsp",
+                        "--ps.worker_timeout_s=2"},
                        {"SYNCOPATE_TOKEN=t"}, d.str("server.log"));
   const std::string ep = fmt::format("tcp://127.0.0.1:{}", port);
   std::vector<std::unique_ptr<test::Process>> ws;

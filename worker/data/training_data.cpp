@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "common/check.h"
+#include "common/log.h"
 #include "common/data/preprocess.h"
 #include "common/fnv1a.h"
 #include "worker/data/data_config.h"
@@ -76,7 +77,7 @@ std::string tokenize_cached(const DataConfig& c, const std::string& source, cons
   const std::string prefix = (dir / "corpus").string(), out = dataset_name(prefix, c.json_key, false);
   if (is_indexed_dataset(out)) return out;
 
-  if (verbose) std::cout << fmt::format("[data] tokenizing {} files from {} ({}) ...\n", files.size(), root, tok.name());
+  if (verbose) log::info("[data] tokenizing {} files from {} ({}) ...", files.size(), root, tok.name());
   PreprocessConfig pc;
   for (const auto& f : files) pc.inputs.push_back(f.string());
   pc.output_prefix = prefix;
@@ -86,12 +87,15 @@ std::string tokenize_cached(const DataConfig& c, const std::string& source, cons
   pc.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   pc.max_bytes = c.max_corpus_mb << 20;
   pc.warn_empty = false;  // empty files (__init__.py) are common in source trees: counted, not listed
-  std::ostringstream log;
-  const PreprocessStats st = preprocess(pc, log);
-  if (verbose)
-    std::cout << log.str()
-              << fmt::format("[data] {} documents, {:.1f} MB -> {} tokens in {:.1f} s ({} skipped) -> {}\n", st.documents,
-                             st.bytes / 1e6, st.tokens, st.seconds, st.skipped(), out);
+  std::ostringstream report;
+  const PreprocessStats st = preprocess(pc, report);
+  if (verbose) {
+    std::string r = report.str();
+    if (!r.empty() && r.back() == '\n') r.pop_back();
+    if (!r.empty()) log::info("{}", r);
+    log::info("[data] {} documents, {:.1f} MB -> {} tokens in {:.1f} s ({} skipped) -> {}", st.documents, st.bytes / 1e6,
+              st.tokens, st.seconds, st.skipped(), out);
+  }
   return out;
 }
 
@@ -125,7 +129,7 @@ TrainingData open_training_data(const DataConfig& c, const Tokenizer& tok, int64
   cut = std::clamp(cut, need, n - need);
   TrainingData d{all.slice(0, cut), all.slice(cut, n)};
   if (verbose)
-    std::cout << fmt::format("[data] train: {}\n[data] val:   last {} tokens of it\n", d.train.describe(), d.val.size());
+    log::info("[data] train: {}\n[data] val:   last {} tokens of it", d.train.describe(), d.val.size());
   return d;
 }
 
