@@ -3,6 +3,7 @@
 // prompt, named error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "common/safetensors.h"
@@ -77,6 +79,19 @@ void expect_ring_equals_single(int nodes, int b, int accum, const std::vector<st
   auto w0 = final_weights(d.str("node0"), steps), ws = final_weights(d.str("single"), steps);
   for (int r = 1; r < nodes; ++r) EXPECT_TRUE(torch::equal(final_weights(d.str("node" + std::to_string(r)), steps), w0)) << r;
   EXPECT_TRUE(torch::allclose(w0, ws, 1e-4, 1e-5)) << "max diff " << (w0 - ws).abs().max().item<double>();
+  // Every node's synchronization counters (sync.json): bytes on the wire whenever there is a ring,
+  // and, with buckets reduced during backward, reductions that gradient hooks started.
+  const bool overlap = std::find(ring_args.begin(), ring_args.end(), "--dist.overlap=false") == ring_args.end();
+  for (int r = 0; r < nodes; ++r) {
+    const auto c = nlohmann::json::parse(test::slurp(d.str("node" + std::to_string(r) + "/sync.json")));
+    EXPECT_GT(c["wire_bytes"].get<int64_t>(), 0) << r << " " << c.dump();
+    if (overlap) {
+      EXPECT_EQ(c["reduced"].get<int64_t>(), steps * c["regions"].get<int64_t>()) << r << " " << c.dump();
+      EXPECT_GT(c["launched_early"].get<int64_t>(), 0) << r << " " << c.dump();
+    } else {
+      EXPECT_EQ(c["reduced"].get<int64_t>(), 0) << r << " " << c.dump();
+    }
+  }
   if (!node0_log_has.empty()) {
     EXPECT_NE(test::slurp(d.str("node0.log")).find(node0_log_has), std::string::npos) << test::slurp(d.str("node0.log"));
   }
@@ -89,9 +104,8 @@ TEST(RingTraining, TwoNodesEqualOneProcessWithDoubleBatch) { expect_ring_equals_
 // accumulation (only the last micro-batch's backward triggers them).
 TEST(RingTraining, ThreeNodesBucketedOverlapWithAccumulationEqualOneProcess) {
   // Buckets are launched from gradient hooks during backward (all but possibly the last ones,
-  // which complete with backward itself): the log counts them.
-  expect_ring_equals_single(3, 2, 2, {"--dist.bucket_kb=16", "--dist.first_bucket_kb=4"},
-                            "bucket reductions started during backward");
+  // which complete with backward itself): sync.json counts them (checked for every overlapped run).
+  expect_ring_equals_single(3, 2, 2, {"--dist.bucket_kb=16", "--dist.first_bucket_kb=4"});
 }
 
 // Whole-buffer reduction striped over two TCP streams per neighbour.
@@ -128,8 +142,10 @@ TEST(LocalReplicas, ThreeReplicasOfOneNodeEqualOneProcess) {
   ASSERT_EQ(single.wait(120), 0) << test::slurp(d.str("single.log"));
   auto w = final_weights(d.str("node"), 5), ws = final_weights(d.str("single"), 5);
   EXPECT_TRUE(torch::allclose(w, ws, 1e-4, 1e-5)) << "max diff " << (w - ws).abs().max().item<double>();
-  EXPECT_NE(test::slurp(d.str("node.log")).find("bucket reductions started during backward"), std::string::npos)
-      << test::slurp(d.str("node.log"));
+  const auto c = nlohmann::json::parse(test::slurp(d.str("node/sync.json")));
+  EXPECT_EQ(c["reduced"].get<int64_t>(), 5 * c["regions"].get<int64_t>()) << c.dump();
+  EXPECT_GT(c["launched_early"].get<int64_t>(), 0) << c.dump();
+  EXPECT_EQ(c["wire_bytes"].get<int64_t>(), 0) << c.dump();  // one node: nothing leaves it
   // Local replica 0 alone writes the node's outputs: one metrics line per step.
   std::istringstream lines(test::slurp(d.str("node/metrics.jsonl")));
   int n = 0;
