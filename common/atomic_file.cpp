@@ -78,4 +78,19 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+int remove_temp_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  const std::string prefix = p.filename().string() + ".tmp.";
+  int removed = 0;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return 0;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(prefix, 0) == 0 && e.is_regular_file(ec) && fs::remove(e.path(), ec)) ++removed;
+  }
+  return removed;
+}
+
 }  // namespace syncopate

@@ -27,6 +27,9 @@ class AtomicFile {
 void write_file_atomic(const std::string& path, const std::string& contents);
 // fsyncs a directory so that renames inside it are durable.
 void fsync_dir(const std::string& dir);
+// Removes the temporary files that writers of `path` killed before commit() left behind
+// ("<path>.tmp.*"); returns how many. Call it where one process owns `path`, before writing it.
+int remove_temp_files(const std::string& path);
 // Reads a whole file; throws syncopate::Error naming the path if it cannot.
 std::string read_file(const std::string& path);
 

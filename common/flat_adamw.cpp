@@ -26,7 +26,9 @@ void FlatAdamW::step(at::Tensor& p, const at::Tensor& g, double lr) {
   const double bc2 = 1.0 - std::pow(cfg_.beta2, static_cast<double>(step_));
   if (cfg_.weight_decay != 0.0)
     for (auto& [off, len] : decay_) p.narrow(0, off, len).mul_(1.0 - lr * cfg_.weight_decay);
-  m_.lerp_(g, 1.0 - cfg_.beta1);
+  // beta1*m + (1-beta1)*g, not lerp's m + (1-beta1)*(g - m): g - m overflows for finite g and m
+  // of opposite sign near the float range (+3.4e38 then -3.4e38), and the parameters became NaN.
+  m_.mul_(cfg_.beta1).add_(g, 1.0 - cfg_.beta1);
   v_.mul_(cfg_.beta2).addcmul_(g, g, 1.0 - cfg_.beta2);
   at::sqrt_out(denom_, v_);
   denom_.div_(std::sqrt(bc2)).add_(cfg_.eps);

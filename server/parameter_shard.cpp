@@ -21,9 +21,48 @@ namespace syncopate {
 ParameterShard::ParameterShard(const PsConfig& cfg) : cfg_(cfg), mitigation_(cfg) { parse_consistency(cfg.consistency); }
 ParameterShard::~ParameterShard() = default;
 
-void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t* decay, size_t pairs, double now_s) {
+// Everything of an INIT is checked before anything of the shard changes (docs/PROTOCOL.md:
+// "a rejected message changes nothing").
+void ParameterShard::check_init(const MsgHeader& h, const float* values) const {
   SYN_CHECK(h.workers >= 1 && h.workers <= 4096, fmt::format("INIT with {} workers", h.workers), "workers must be 1..4096");
-  auto rule = make_consistency_rule(cfg_, h.workers);  // checks backup workers against the worker count
+  SYN_CHECK(h.worker >= 0 && h.worker < h.workers, fmt::format("INIT from worker {} of {}", h.worker, h.workers),
+            "check NODE_RANK / NNODES of the workers");
+  SYN_CHECK(h.offset >= 0 && h.length >= 0 && h.length <= kMaxShardLength && h.offset <= (int64_t{1} << 50),
+            fmt::format("INIT range [{}, +{}) is not a range", h.offset, h.length), "offset and length must be >= 0");
+  SYN_CHECK(h.dtype == "f32", fmt::format("dtype '{}' not supported", h.dtype), "send float32");
+  SYN_CHECK(h.clock >= 0 && h.param_version >= 0,
+            fmt::format("INIT clock {} / parameter version {} invalid", h.clock, h.param_version), "they are >= 0");
+  SYN_CHECK(std::isfinite(h.lr), fmt::format("INIT learning rate {} is not finite", h.lr), "send a finite value");
+  SYN_CHECK(std::isfinite(h.beta1) && h.beta1 >= 0 && h.beta1 < 1 && std::isfinite(h.beta2) && h.beta2 >= 0 && h.beta2 < 1,
+            fmt::format("INIT AdamW betas ({}, {}) outside [0, 1)", h.beta1, h.beta2), "check optim.beta1/beta2");
+  SYN_CHECK(std::isfinite(h.eps) && h.eps > 0 && std::isfinite(h.weight_decay) && h.weight_decay >= 0,
+            fmt::format("INIT AdamW eps {} / weight decay {} invalid", h.eps, h.weight_decay),
+            "eps must be positive and finite, weight decay finite and >= 0");
+  make_consistency_rule(cfg_, h.workers);  // backup workers against the worker count
+  if (initialized_) {
+    SYN_CHECK(h.offset == offset_ && h.length == length_ && h.workers == workers_,
+              fmt::format("INIT for range [{}, +{}) x {} workers, but this shard holds [{}, +{}) x {}", h.offset, h.length,
+                          h.workers, offset_, length_, workers_),
+              "every worker must run the same model and NNODES");
+    return;
+  }
+  if (h.length > 0) {
+    SYN_CHECK(values != nullptr, "INIT without values", "send the initial values");
+    const int64_t bad = count_nonfinite(values, h.length);
+    SYN_CHECK(bad == 0, fmt::format("INIT from worker {} carries {} non-finite initial values", h.worker, bad),
+              "the worker's model is corrupt: restart it from a good checkpoint");
+  }
+}
+
+int64_t ParameterShard::count_nonfinite(const float* v, int64_t n) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad += !std::isfinite(v[i]);
+  return bad;
+}
+
+void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t* decay, size_t pairs, double now_s) {
+  check_init(h, values);
+  auto rule = make_consistency_rule(cfg_, h.workers);
   if (initialized_) {
     SYN_CHECK(h.offset == offset_ && h.length == length_ && h.workers == workers_,
               fmt::format("INIT for range [{}, +{}) x {} workers, but this shard holds [{}, +{}) x {}", h.offset, h.length,
@@ -107,14 +146,34 @@ const at::Tensor& ParameterShard::delay_compensated(const float* g, const at::Te
   return dc_buf_;
 }
 
-std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data) {
+std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data, double now_s) {
   check(h);
   const size_t w = static_cast<size_t>(h.worker);
+  // A non-finite or (ps.max_grad_norm) oversized gradient never reaches the optimizer; nothing but
+  // the count changes, and the worker gets an ERROR naming the reason.
+  if (length_ > 0) {
+    const int64_t bad = count_nonfinite(data, length_);
+    if (bad) {
+      ++rejected_;
+      SYN_FAIL(fmt::format("worker {} pushed a gradient with {} non-finite values at clock {}; refused", h.worker, bad, h.clock),
+               "the worker diverged or is faulty: it should skip such a step (the trainer does)");
+    }
+    if (cfg_.max_grad_norm > 0) {
+      const double norm = at::from_blob(const_cast<float*>(data), {length_}, at::kFloat).norm().item<double>();
+      if (norm > cfg_.max_grad_norm) {
+        ++rejected_;
+        SYN_FAIL(fmt::format("worker {} pushed a gradient of norm {:.4g} on this shard at clock {}, above ps.max_grad_norm={}",
+                             h.worker, norm, h.clock, cfg_.max_grad_norm),
+                 "raise --ps.max_grad_norm, or find why the worker's gradient exploded");
+      }
+    }
+  }
+  if (now_s >= 0) seen(h.worker, now_s);  // alive (and back in the BSP/SSP count if it had expired)
   if (h.clock <= clock_[w]) {  // a resent push (the worker timed out waiting): never apply twice
     ++duplicates_;
     return waiting_.count(h.worker) ? std::vector<int>{} : std::vector<int>{h.worker};
   }
-  at::Tensor g = at::from_blob(const_cast<float*>(data), {length_}, at::kFloat);
+  at::Tensor g = length_ ? at::from_blob(const_cast<float*>(data), {length_}, at::kFloat) : at::empty({0}, at::kFloat);
   const int64_t stale = std::max<int64_t>(0, version_ - h.param_version);
   last_stale_[w] = stale;
   clock_[w] = h.clock;
@@ -202,6 +261,7 @@ bool ParameterShard::load(const std::string& path, double now_s) {
             fmt::format("'{}' is not a shard checkpoint", path), "delete it to start the shard from the workers' INIT");
   nlohmann::json m = nlohmann::json::parse(st.metadata["shard"]);
   MsgHeader h;
+  h.worker = 0;  // the checkpoint speaks for the workers that initialized the shard
   h.offset = m.at("offset");
   h.length = m.at("length");
   h.workers = m.at("workers");
@@ -231,7 +291,7 @@ std::string ParameterShard::stats_json(int64_t errors) const {
   for (auto& [s, n] : staleness_hist_) hist[std::to_string(s)] = n;
   return nlohmann::json{{"version", version_}, {"updates", updates_}, {"offset", offset_}, {"length", length_},
                         {"workers", workers_}, {"live_workers", live_workers()}, {"dead_events", dead_events_},
-                        {"dropped", dropped_}, {"backup_workers", cfg_.backup_workers},
+                        {"dropped", dropped_}, {"rejected", rejected_}, {"backup_workers", cfg_.backup_workers},
                         {"consistency", cfg_.consistency}, {"bad_messages", errors}, {"duplicates", duplicates_},
                         {"staleness_histogram", hist}}
       .dump();

@@ -28,6 +28,9 @@ class ParameterShard {
   // pairs in flat-vector coordinates. Throws syncopate::Error on a mismatch.
   // now_s starts every worker's liveness clock (a worker that never speaks expires after the timeout).
   void init(const MsgHeader& h, const float* values, const int64_t* decay, size_t decay_pairs, double now_s = 0.0);
+  // The checks init() makes before it changes anything (header fields, AdamW settings, finite values,
+  // agreement with the range a first INIT fixed); throws syncopate::Error.
+  void check_init(const MsgHeader& h, const float* values) const;
   bool initialized() const { return initialized_; }
   // A worker (re)registers at step `clock`: its next push is that clock (a restarted worker goes
   // back to its checkpoint's step; its pushes must not be taken for duplicates).
@@ -38,7 +41,10 @@ class ParameterShard {
 
   // Applies or buffers a gradient per the consistency rule; returns the workers whose replies are
   // ready now (possibly others that were waiting, possibly none).
-  std::vector<int> push(const MsgHeader& h, const float* grad);
+  // A gradient with a non-finite value, or (ps.max_grad_norm) a norm above the bound, is refused:
+  // syncopate::Error, nothing changed but the `rejected` count. now_s >= 0: the worker is seen
+  // alive at that time (after the checks).
+  std::vector<int> push(const MsgHeader& h, const float* grad, double now_s = -1);
   // Records that `worker` read the current parameters (DC-ASGD backup, staleness reference).
   void pulled(int worker);
   // Liveness: `seen` marks a worker alive at time now_s (it rejoins if it was dead); `expire`
@@ -56,6 +62,8 @@ class ParameterShard {
   int64_t clock(int worker) const { return clock_[static_cast<size_t>(worker)]; }
   int64_t updates() const { return updates_; }
   int64_t dropped() const { return dropped_; }  // BSP with backup workers: late gradients dropped
+  int64_t rejected() const { return rejected_; }  // pushes refused: non-finite, or above ps.max_grad_norm
+  static constexpr int64_t kMaxShardLength = int64_t{1} << 36;  // elements (256 GiB of float32)
 
   const at::Tensor& params() const { return params_; }
   int64_t version() const { return version_; }
@@ -88,7 +96,8 @@ class ParameterShard {
   std::set<int> waiting_;             // BSP/SSP: pushed, reply held back
   std::vector<double> last_seen_;     // per worker, seconds
   std::vector<bool> live_;
-  int64_t dead_events_ = 0, duplicates_ = 0, dropped_ = 0;
+  int64_t dead_events_ = 0, duplicates_ = 0, dropped_ = 0, rejected_ = 0;
+  static int64_t count_nonfinite(const float* v, int64_t n);
   double cfg_beta1_ = 0, cfg_beta2_ = 0, cfg_eps_ = 0, cfg_wd_ = 0;  // AdamW settings from INIT (saved)
   std::vector<std::pair<int64_t, int64_t>> decay_;                    // shard-relative decay ranges
   std::vector<int> release_bsp();

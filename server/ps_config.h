@@ -17,6 +17,8 @@ struct PsConfig {
                                     // have pushed it (the mean of those that came); a gradient computed on parameters
                                     // older than the shard's is late: dropped, counted, and answered with the new
                                     // parameters at once. Assumes workers wait for their round trip (ps_overlap off)
+  double max_grad_norm = 0;         // a push whose gradient (this shard's range) has a larger L2 norm is refused
+                                    // with an ERROR and counted (`rejected`), like a non-finite one; 0 = no bound
   double worker_timeout_s = 30;     // a worker silent this long (no push, pull or heartbeat) leaves the
                                     // BSP/SSP count so the others continue; it rejoins when it speaks again
 
@@ -28,6 +30,8 @@ struct PsConfig {
     v("dc_lambda", dc_lambda, "DC-ASGD lambda", 0.0, 100.0);
     v("backup_workers", backup_workers, "BSP: apply a clock without the last this-many workers (less than the workers)",
       int64_t{0}, int64_t{4095});
+    v("max_grad_norm", max_grad_norm, "refuse pushes whose gradient norm on this shard exceeds this (0 = off)", 0.0,
+      1e30);
     v("worker_timeout_s", worker_timeout_s, "seconds of silence after which a worker is considered dead", 0.1, 86400.0);
   }
 };

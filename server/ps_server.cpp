@@ -104,9 +104,11 @@ struct PsServer::Impl {
       MsgHeader h = decode_header(parts[1].data(), parts[1].size());
       SYN_CHECK(h.token == token, "wrong job token", "give workers and servers the same SYNCOPATE_TOKEN");
       const size_t data_bytes = parts.size() == 3 ? parts[2].size() : 0;
-      if (h.type != static_cast<int>(MsgType::kInit)) shard.seen(h.worker, now());
+      // Every request is checked whole before it changes anything (liveness included).
       switch (static_cast<MsgType>(h.type)) {
         case MsgType::kInit: {
+          SYN_CHECK(h.length >= 0 && h.length <= ParameterShard::kMaxShardLength,
+                    fmt::format("INIT length {} is not a length", h.length), "send 0..2^36 values");
           SYN_CHECK(data_bytes >= static_cast<size_t>(h.length) * 4 && (data_bytes - h.length * 4) % 16 == 0,
                     fmt::format("INIT data of {} bytes for {} values", data_bytes, h.length), "send values then decay pairs");
           const char* d = parts.size() == 3 ? static_cast<const char*>(parts[2].data()) : nullptr;
@@ -124,13 +126,16 @@ struct PsServer::Impl {
           shard.check(h);
           SYN_CHECK(data_bytes == static_cast<size_t>(h.length) * 4,
                     fmt::format("gradient of {} bytes for {} values", data_bytes, h.length), "send length float32 values");
+          const float* grad = parts.size() == 3 ? static_cast<const float*>(parts[2].data()) : nullptr;
+          std::vector<int> ready = shard.push(h, grad, now());  // throws, changing nothing, on a refused gradient
           identity[h.worker] = zmq::message_t(id.data(), id.size());
-          for (int w : shard.push(h, static_cast<const float*>(parts[2].data()))) reply_params(w);
+          for (int w : ready) reply_params(w);
           maybe_checkpoint(false);
           return true;
         }
         case MsgType::kPull:
           shard.check(h);
+          shard.seen(h.worker, now());
           identity[h.worker] = zmq::message_t(id.data(), id.size());
           reply_params(h.worker);
           return true;
@@ -142,7 +147,8 @@ struct PsServer::Impl {
           return true;
         }
         case MsgType::kHeartbeat:
-          return true;  // liveness only (recorded above); no reply
+          shard.seen(h.worker, now());  // liveness only (a worker id out of range is ignored); no reply
+          return true;
         case MsgType::kShutdown: {
           maybe_checkpoint(true);
           MsgHeader r;
@@ -187,6 +193,7 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
   } catch (const zmq::error_t& e) {
     SYN_FAIL(fmt::format("cannot listen on {}: {}", ep, e.what()), "the port may be in use: pick another --server.port");
   }
+  if (!impl_->checkpoint_path().empty()) remove_temp_files(impl_->checkpoint_path());  // writes a kill cut short
   if (!impl_->checkpoint_path().empty() && impl_->shard.load(impl_->checkpoint_path(), Impl::now())) {
     impl_->last_checkpoint = impl_->shard.updates();
     log::info("[server {}] resumed from {} (version {})", impl_->scfg.shard, impl_->checkpoint_path(),

@@ -33,6 +33,7 @@ namespace {
 MsgHeader init_header(int workers, int64_t n) {
   MsgHeader h;
   h.type = static_cast<int>(MsgType::kInit);
+  h.worker = 0;  // a valid sender (issue 11: an INIT from no worker is refused)
   h.workers = workers;
   h.length = n;
   h.weight_decay = 0;
@@ -676,4 +677,135 @@ TEST(PsClient, ResendQueuedWhileTheNextStepWritesCarriesItsOwnGradient) {
   EXPECT_GE(resends_read, 1);
   EXPECT_EQ(resend_min, 1.0f);
   EXPECT_EQ(resend_max, 1.0f);
+}
+
+// Issue 11: hostile and faulty inputs never poison the shard.
+namespace {
+// A shard's whole observable state, to check that a refused message changed nothing.
+std::string shard_state(const ParameterShard& s) {
+  if (!s.initialized()) return "uninitialized";
+  auto j = nlohmann::json::parse(s.stats_json(0));
+  j.erase("rejected");
+  return j.dump() + fmt::format(" sum={}", s.params().sum().item<double>());
+}
+}  // namespace
+
+TEST(ParameterShard, NonFiniteOrOversizedGradientsAreRefusedAndChangeNothing) {
+  PsConfig c;
+  c.max_grad_norm = 100;
+  ParameterShard s(c);
+  std::vector<float> init(1000, 1.0f), g(1000, 0.5f);
+  s.init(init_header(1, 1000), init.data(), nullptr, 0);
+  s.push(push_header(0, 0, 0, 1000), g.data());
+  const std::string before = shard_state(s);
+  for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    std::vector<float> one(g);
+    one[17] = bad;
+    EXPECT_THROW(s.push(push_header(0, 1, 1, 1000), one.data()), Error);
+    std::vector<float> all(1000, bad);
+    EXPECT_THROW(s.push(push_header(0, 1, 1, 1000), all.data()), Error);
+  }
+  std::vector<float> big(1000, 10.0f);  // norm 316 > 100
+  EXPECT_THROW(s.push(push_header(0, 1, 1, 1000), big.data()), Error);
+  EXPECT_EQ(shard_state(s), before);
+  EXPECT_EQ(s.rejected(), 7);
+  EXPECT_TRUE(at::isfinite(s.params()).all().item<bool>());
+  // The worker's next finite push is its clock 1, not a duplicate: refused pushes took no clock.
+  EXPECT_EQ(s.push(push_header(0, 1, 1, 1000), g.data()), std::vector<int>{0});
+  EXPECT_EQ(s.version(), 2);
+}
+
+TEST(FlatAdamW, StaysFiniteForFiniteGradientsOfAnyMagnitude) {
+  AdamWConfig c;
+  c.weight_decay = 0.1;
+  FlatAdamW opt(c, 4, {{0, 4}}, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor p = at::ones({4});
+  for (float g : {3.4e38f, -3.4e38f, 3.4e38f, 1.0f, -3.4e38f}) {
+    at::Tensor grad = at::full({4}, g);
+    opt.step(p, grad, 0.01);
+    EXPECT_TRUE(at::isfinite(p).all().item<bool>()) << p;
+    EXPECT_TRUE(at::isfinite(opt.exp_avg()).all().item<bool>()) << opt.exp_avg();
+  }
+}
+
+TEST(ParameterShard, ARefusedFirstInitLeavesTheShardUninitialized) {
+  ParameterShard s{PsConfig{}};
+  std::vector<float> v(3, 1.0f);
+  auto refused = [&](const std::function<void(MsgHeader&)>& spoil, const float* values = nullptr) {
+    MsgHeader h = init_header(2, 3);
+    h.worker = 0;
+    h.offset = 7;
+    spoil(h);
+    EXPECT_THROW(s.init(h, values ? values : v.data(), nullptr, 0), Error);
+    EXPECT_FALSE(s.initialized());
+  };
+  refused([](MsgHeader& h) { h.worker = -1; });
+  refused([](MsgHeader& h) { h.worker = 2; });  // worker >= workers
+  refused([](MsgHeader& h) { h.offset = -1; });
+  refused([](MsgHeader& h) { h.length = -3; });
+  refused([](MsgHeader& h) { h.dtype = "f16"; });
+  refused([](MsgHeader& h) { h.lr = std::nan(""); });
+  refused([](MsgHeader& h) { h.clock = -1; });
+  refused([](MsgHeader& h) { h.param_version = -1; });
+  refused([](MsgHeader& h) { h.beta1 = std::nan(""); });
+  refused([](MsgHeader& h) { h.beta2 = INFINITY; });
+  refused([](MsgHeader& h) { h.beta1 = 1.0; });
+  refused([](MsgHeader& h) { h.eps = std::nan(""); });
+  refused([](MsgHeader& h) { h.eps = 0; });
+  refused([](MsgHeader& h) { h.weight_decay = INFINITY; });
+  refused([](MsgHeader& h) { h.weight_decay = -0.1; });
+  std::vector<float> nan_values = {1.0f, std::nanf(""), 1.0f};
+  refused([](MsgHeader&) {}, nan_values.data());
+  // The real workers' INIT still defines the shard.
+  MsgHeader h = init_header(2, 3);
+  h.worker = 1;
+  s.init(h, v.data(), nullptr, 0);
+  EXPECT_TRUE(s.initialized());
+  EXPECT_EQ(s.offset(), 0);
+  EXPECT_EQ(s.length(), 3);
+}
+
+// A live server: INIT of length 0 and a single-frame PUSH_PULL used to abort the process (the
+// dispatch read a data frame that was not there); every malformed request gets an ERROR and the
+// server keeps serving.
+TEST(PsServer, EmptyRangesAndMissingFramesGetRepliesNotACrash) {
+  std::promise<std::string> ep;
+  auto epf = ep.get_future();
+  std::thread server([&] {
+    ServerConfig sc;
+    PsServer(sc, PsConfig{}, "t").run([&](const std::string& e) { ep.set_value(e); });
+  });
+  const std::string endpoint = epf.get();
+  {
+    zmq::context_t ctx;
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::rcvtimeo, 5000);
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(endpoint);
+    auto ask = [&](const MsgHeader& h, const std::string* data = nullptr) {
+      s.send(zmq::buffer(encode_header(h)), data ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      if (data) s.send(zmq::buffer(*data), zmq::send_flags::none);
+      std::vector<zmq::message_t> parts;
+      EXPECT_TRUE(zmq::recv_multipart(s, std::back_inserter(parts)));
+      return parts.empty() ? MsgHeader{} : decode_header(parts[0].data(), parts[0].size());
+    };
+    MsgHeader init = init_header(1, 0);
+    init.worker = 0;
+    init.token = token_digest("t");
+    EXPECT_EQ(ask(init).type, static_cast<int>(MsgType::kOk));
+    MsgHeader push = push_header(0, 1, 0, 0);
+    push.token = init.token;
+    EXPECT_EQ(ask(push).type, static_cast<int>(MsgType::kOk));  // an empty range: an empty update, no crash
+    push.length = 4;  // a length without its data frame
+    push.clock = 2;
+    EXPECT_EQ(ask(push).type, static_cast<int>(MsgType::kError));
+    MsgHeader neg = init;
+    neg.length = -(int64_t{1} << 62);  // a size that overflows when multiplied by 4
+    EXPECT_EQ(ask(neg).type, static_cast<int>(MsgType::kError));
+  }
+  PsClient c({endpoint}, "t", 0, 1, PsClientOptions{10});
+  auto stats = nlohmann::json::parse(c.stats(0));
+  EXPECT_EQ(stats["bad_messages"], 2) << stats.dump();
+  c.shutdown_servers();
+  server.join();
 }

@@ -173,3 +173,43 @@ TEST(Trainer, TrainsOnJsonLinesWithGpt2Bpe) {
   EXPECT_EQ(sample.rfind("the quick", 0), 0u) << sample;  // decoded text that starts with the prompt
   EXPECT_GT(sample.size(), std::string("the quick").size());
 }
+
+// The finite-update guard (issue 11): a step whose averaged gradient is non-finite, or above
+// train.skip_grad_norm, updates nothing; it is logged and counted; train.max_skipped_steps in a
+// row end the run with an error that says what happened.
+TEST(Trainer, SkippedStepsChangeNothingAndTooManyInARowEndTheRun) {
+  test::TempDir d;
+  RunConfig c = test::tiny_run_config(d);
+  c.train.steps = 4;
+  c.schedule.warmup_steps = 0;
+  c.train.skip_grad_norm = 1e-12;  // every gradient is "too large"
+  c.train.max_skipped_steps = 100;
+  {
+    Trainer t(c, d.str("skip"), false, "", false);
+    const torch::Tensor before = t.flat().params.clone();
+    t.run();
+    EXPECT_TRUE(torch::equal(t.flat().params, before));
+    auto m = read_metrics(d.str("skip/metrics.jsonl"));
+    int64_t skipped = -1;
+    for (const auto& r : m)
+      if (r.contains("skipped_steps")) skipped = r["skipped_steps"];
+    EXPECT_EQ(skipped, 4);
+  }
+  c.train.max_skipped_steps = 3;
+  Trainer t(c, d.str("stop"), false, "", false);
+  try {
+    t.run();
+    ADD_FAILURE() << "three skipped steps in a row did not end the run";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("3 steps in a row had a non-finite or oversized gradient"), std::string::npos)
+        << e.what();
+  }
+  // A diverged run (non-finite gradients) is skipped the same way, without any bound set.
+  c.train.skip_grad_norm = 0;
+  c.optim.lr = 1e30;
+  c.optim.grad_clip = 0;
+  c.train.steps = 8;
+  Trainer div(c, d.str("diverged"), false, "", false);
+  EXPECT_THROW(div.run(), Error);
+  EXPECT_TRUE(torch::isfinite(div.flat().params).all().item<bool>()) << "non-finite weights after the guard";
+}

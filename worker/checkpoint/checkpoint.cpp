@@ -10,6 +10,7 @@
 
 #include "common/atomic_file.h"
 #include "common/check.h"
+#include "common/log.h"
 #include "common/flat_adamw.h"
 #include "common/safetensors.h"
 #include "model/gpt.h"
@@ -161,8 +162,21 @@ int64_t agreed_resume_step(const std::vector<std::vector<int64_t>>& per_node) {
   for (size_t r = 0; r < per_node.size(); ++r)
     held += fmt::format("{}node {}: {}", r ? "; " : "", r,
                         per_node[r].empty() ? std::string("none") : fmt::format("{}", fmt::join(per_node[r], ",")));
-  SYN_FAIL("no checkpoint step is held by every node (" + held + ")",
-           "copy a checkpoint to the nodes that lack it, or start without --resume");
+  log::warn("[checkpoint] no checkpoint step is held by every node ({}): every node starts fresh from step 0 "
+            "(copy a checkpoint to the nodes that lack it to resume from it instead)", held);
+  return -1;
+}
+
+int remove_checkpoint_leftovers(const std::string& root) {
+  int removed = 0;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return 0;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory(ec) && n.rfind("step_", 0) == 0 && n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0)
+      removed += fs::remove_all(e.path(), ec) > 0;
+  }
+  return removed + remove_temp_files((fs::path(root) / "latest").string());
 }
 
 std::string encode_checkpoint_steps(const std::vector<int64_t>& steps) { return nlohmann::json(steps).dump(); }

@@ -38,9 +38,14 @@ std::string checkpoint_dir(const std::string& root, int64_t step);
 // opt null: the moments are not read (ps mode; a checkpoint written with them loads as well).
 nlohmann::json load_checkpoint(const std::string& dir, GPTImpl& model, FlatAdamW* opt);
 
+// Removes what writes killed mid-way left under root: step_N.tmp/ directories and latest's
+// temporary files. Returns how many entries it removed. Called once per run by the node's writer.
+int remove_checkpoint_leftovers(const std::string& root);
+
 // Where a job of several nodes resumes: the newest step held by every node (per_node[r]: node r's
-// complete checkpoints), -1 when no node holds any (a fresh start). Throws syncopate::Error
-// naming what each node holds when they hold checkpoints but share none.
+// complete checkpoints), -1 when no step is held by all: "no checkpoint" is step 0, which every
+// node holds, so such a job starts fresh (a warning names what each node holds) instead of
+// failing at every restart (a node killed while writing its first checkpoint).
 int64_t agreed_resume_step(const std::vector<std::vector<int64_t>>& per_node);
 // The rendezvous blob that carries a node's checkpoint steps, and its decoder (node: for errors).
 std::string encode_checkpoint_steps(const std::vector<int64_t>& steps);

@@ -19,6 +19,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,7 @@ struct StepSync {
   double staleness = 0;    // parameter versions applied between reading the weights and this update; 0 synchronous
   double grad_norm = 0;    // L2 norm of the averaged gradient, before clipping
   int64_t wire_bytes = 0;  // bytes this replica sent to other nodes for this step's gradient
+  bool skipped = false;    // the averaged gradient was non-finite (or above SyncSetup::skip_grad_norm): no update
 };
 
 // Running totals since construction, for logs and tests.
@@ -59,7 +61,14 @@ struct SyncSetup {
   std::shared_ptr<Ring> ring;          // ring mode with several nodes: the node's links; else null
   std::shared_ptr<LocalGroup> group;   // the node's local replicas; null with one
   std::string token;                   // the job secret (servers)
+  double skip_grad_norm = 0;           // train.skip_grad_norm: a larger averaged gradient norm skips the update
 };
+
+// The finite-update guard every implementation applies to the averaged gradient before any
+// optimizer sees it: true when the step must be skipped (a non-finite norm, or one above `bound` > 0).
+inline bool skip_update(double grad_norm, double bound) {
+  return !(grad_norm <= std::numeric_limits<double>::max()) || (bound > 0 && grad_norm > bound);
+}
 
 class GradientSync {
  public:

@@ -11,7 +11,7 @@ namespace {
 class LocalSync : public GradientSync {
  public:
   LocalSync(const SyncSetup& s, FlatParameters& flat)
-      : GradientSync(0, 1), clip_(s.optim.grad_clip),
+      : GradientSync(0, 1), clip_(s.optim.grad_clip), skip_(s.skip_grad_norm),
         opt_(s.optim, flat.numel(), flat.decay_ranges(), flat.params.options()) {}
   int rank() const override { return 0; }
   int world() const override { return 1; }
@@ -20,7 +20,8 @@ class LocalSync : public GradientSync {
   StepSync finish_step(at::Tensor& params, at::Tensor& grads, double lr, int64_t) override {
     StepSync r;
     r.grad_norm = clip_grad_norm(grads, clip_);
-    opt_.step(params, grads, lr);
+    r.skipped = skip_update(r.grad_norm, skip_);
+    if (!r.skipped) opt_.step(params, grads, lr);
     return r;
   }
   double average(double x) override { return x; }
@@ -29,7 +30,7 @@ class LocalSync : public GradientSync {
   SyncCounters counters() const override { return {}; }
 
  private:
-  double clip_;
+  double clip_, skip_;
   FlatAdamW opt_;
 };
 

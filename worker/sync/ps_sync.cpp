@@ -36,7 +36,7 @@ class PsSync : public GradientSync {
   PsSync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params)
       : GradientSync(s.local, s.local_size), group_(s.group), device_(s.device), node_(static_cast<int>(s.dist.node_rank)),
         nodes_(static_cast<int>(s.dist.nnodes)), optim_(s.optim), decay_(flat.decay_ranges()),
-        overlap_(s.dist.ps_overlap), push_in_backward_(s.dist.ps_push_in_backward && !s.dist.ps_overlap) {
+        skip_(s.skip_grad_norm), overlap_(s.dist.ps_overlap), push_in_backward_(s.dist.ps_push_in_backward && !s.dist.ps_overlap) {
     const auto endpoints = PsClient::parse_endpoints(s.dist.servers);
     if (local_ == 0) {  // local replica 0 talks to the servers for its node
       PsClientOptions o;
@@ -83,8 +83,13 @@ class PsSync : public GradientSync {
       group_->all_reduce_sum(local_, grads);
       grads.div_(local_size_);
     }
-    r.grad_norm = clip_grad_norm(grads, optim_.grad_clip);
-    if (client_) {
+    r.grad_norm = clip_grad_norm(grads, optim_.grad_clip);  // the same on the node's replicas
+    // The guard: a non-finite (or too large) gradient is not sent. With ps_push_in_backward it has
+    // left already, and the servers refuse it (the run then fails naming it).
+    r.skipped = !pushed && skip_update(r.grad_norm, skip_);
+    if (client_ && r.skipped) {
+      if (overlap_) r.staleness = finish_inflight(params);  // adopt the round trip in flight, send nothing
+    } else if (client_) {
       if (pushed) r.staleness = wait_all(params);
       else if (overlap_) r.staleness = overlapped_round_trip(params, grads, lr, step);
       else r.staleness = round_trip(params, grads, lr, step);
@@ -182,6 +187,7 @@ class PsSync : public GradientSync {
   int device_, node_, nodes_;
   AdamWConfig optim_;  // sent to the servers in INIT (they run the optimizer); grad_clip applies here
   std::vector<std::pair<int64_t, int64_t>> decay_;
+  double skip_;
   bool overlap_, push_in_backward_;
   std::unique_ptr<PsClient> client_;  // local replica 0 only
   std::vector<int64_t> bounds_;       // push_in_backward: the shards' ranges (Sharding)

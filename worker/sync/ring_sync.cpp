@@ -21,7 +21,7 @@ class RingSync : public GradientSync {
  public:
   RingSync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params)
       : GradientSync(s.local, s.local_size), ring_(s.ring), group_(s.group), device_(s.device),
-        nodes_(ring_ ? ring_->world : 1), node_(ring_ ? ring_->rank : 0), clip_(s.optim.grad_clip),
+        nodes_(ring_ ? ring_->world : 1), node_(ring_ ? ring_->rank : 0), clip_(s.optim.grad_clip), skip_(s.skip_grad_norm),
         allreducer_(nodes_ > 1 && rings(parse_hierarchy(s.dist.hierarchy), s.local)
                         ? std::make_unique<RingAllreducer>(ring_->rank, ring_->world, ring_->next_of(s.local),
                                                            ring_->prev_of(s.local))
@@ -55,8 +55,9 @@ class RingSync : public GradientSync {
     StepSync r;
     if (!buckets_ || !buckets_->finish()) sum_.sum(grads, wire_);  // not reduced during backward: all at once
     grads.div_(world());
-    r.grad_norm = clip_grad_norm(grads, clip_);
-    opt_.step(params, grads, lr);
+    r.grad_norm = clip_grad_norm(grads, clip_);  // the same on every replica: they skip together
+    r.skipped = skip_update(r.grad_norm, skip_);
+    if (!r.skipped) opt_.step(params, grads, lr);
     r.wire_bytes = wire_bytes() - mark_;
     return r;
   }
@@ -84,7 +85,7 @@ class RingSync : public GradientSync {
   std::shared_ptr<Ring> ring_;  // shared by the node's local replicas; replica l rings over lane l
   std::shared_ptr<LocalGroup> group_;  // null: one local replica
   int device_, nodes_, node_;
-  double clip_;
+  double clip_, skip_;
   std::unique_ptr<RingAllreducer> allreducer_;  // one sender thread and buffer set for every collective
   NodeAllreduce sum_;
   RingAllreduceOptions wire_;

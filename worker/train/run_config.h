@@ -24,6 +24,9 @@ struct TrainConfig {
   std::string precision = "auto";  // "auto" (bf16 autocast on CUDA, fp32 on CPU), "fp32", "bf16"
   int64_t threads = 0;           // CPU intra-op threads; 0 = LibTorch's default
   int64_t log_every = 10;        // steps between plain-text progress lines (no terminal)
+  double skip_grad_norm = 0;     // a step whose averaged gradient has a larger L2 norm (before clipping) is skipped,
+                                 // like one with a non-finite gradient (always skipped); 0 = no bound
+  int64_t max_skipped_steps = 5; // this many skipped steps in a row end the run with an error
 
   template <class V>
   void fields(V& v) {
@@ -35,6 +38,9 @@ struct TrainConfig {
     v("precision", precision, "compute precision (weights stay fp32)", std::vector<std::string>{"auto", "fp32", "bf16"});
     v("threads", threads, "CPU threads for LibTorch ops; 0 = default", int64_t{0}, int64_t{4096});
     v("log_every", log_every, "steps between progress lines when not on a terminal", int64_t{1}, int64_t{1} << 40);
+    v("skip_grad_norm", skip_grad_norm, "skip a step whose gradient norm exceeds this (non-finite: always); 0 = off",
+      0.0, 1e30);
+    v("max_skipped_steps", max_skipped_steps, "consecutive skipped steps that end the run", int64_t{1}, int64_t{1} << 40);
   }
 };
 

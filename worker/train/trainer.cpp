@@ -1,6 +1,7 @@
 #include "worker/train/trainer.h"
 
 #include <chrono>
+#include <cmath>
 #include <mutex>
 #include <filesystem>
 #include <thread>
@@ -51,6 +52,7 @@ struct Trainer::Impl {
   std::unique_ptr<StepPacer> pacer;  // modelled compute time per step (emulate.*); measures only when off
   int64_t step = 0;
   int64_t tokens = 0;
+  int64_t skipped_steps = 0, skipped_in_a_row = 0;  // updates skipped by the finite-update guard
   double time_offset = 0;  // training seconds before a resume
   std::string config_toml;
 
@@ -89,12 +91,13 @@ struct Trainer::Impl {
     setup.ring = job.ring;
     setup.group = job.group;
     setup.token = job.token;
+    setup.skip_grad_norm = cfg.train.skip_grad_norm;
     sync = make_gradient_sync(setup, *flat, model->parameters());
     writer = sync->local_rank() == 0;
     verbose = verbose && sync->rank() == 0;  // rank 0 prints, local replica 0 of every node writes outputs
 
     const std::string ckroot = (fs::path(out) / "checkpoints").string();
-    SYN_CHECK(!resume || job.resume_step >= 0, fmt::format("--resume given but '{}' holds no checkpoint", ckroot),
+    SYN_CHECK(!resume || !job.checkpoints.empty(), fmt::format("--resume given but '{}' holds no checkpoint", ckroot),
               "run without --resume to start fresh, or point --out at the run to resume");
     if (job.resume_step >= 0) {
       const std::string dir = checkpoint_dir(ckroot, job.resume_step);
@@ -191,6 +194,19 @@ struct Trainer::Impl {
       const StepTiming timing = pacer->end_compute();  // the modelled device's compute time has passed
       const double t_wait = now_seconds();
       const StepSync synced = sync->finish_step(flat->params, flat->grads, lr, step);  // average, clip, update
+      if (synced.skipped) {  // as mixed-precision trainers do on overflow: this step's data is consumed, no update
+        ++skipped_steps;
+        ++skipped_in_a_row;
+        if (writer)
+          log::warn("[train] step {}: gradient norm {:.4g} ({}); update skipped ({} in a row)", step + 1, synced.grad_norm,
+                    std::isfinite(synced.grad_norm) ? "above train.skip_grad_norm" : "not finite", skipped_in_a_row);
+        SYN_CHECK(skipped_in_a_row < tc.max_skipped_steps,
+                  fmt::format("{} steps in a row had a non-finite or oversized gradient (last: step {}, norm {:.4g})",
+                              skipped_in_a_row, step + 1, synced.grad_norm),
+                  "training diverged: lower optim.lr, check the data, or resume from an earlier checkpoint");
+      } else {
+        skipped_in_a_row = 0;
+      }
       loss = sync->average(loss);
       const double wait_s = now_seconds() - t_wait;  // blocked on communication (and the update)
       ++step;
@@ -201,7 +217,7 @@ struct Trainer::Impl {
       const double now = now_seconds();
       const double tok_s = tokens_per_step / std::max(now - t_step, 1e-9);
       if (writer) metrics->write({{"step", step}, {"time_s", now - t0}, {"loss", loss}, {"lr", lr}, {"grad_norm", synced.grad_norm}, {"staleness", synced.staleness},
-                      {"wire_bytes", synced.wire_bytes},
+                      {"wire_bytes", synced.wire_bytes}, {"skipped_steps", skipped_steps},
                       {"tokens", tokens}, {"tokens_per_s", tok_s},
                       {"step_s", now - t_step}, {"data_s", data_s}, {"epoch", train_sampler->epoch(data_position)},
                       {"compute_s", timing.compute_s}, {"modelled_s", timing.modelled_s}, {"wait_s", wait_s},
@@ -276,7 +292,10 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
 
   fs::create_directories(out_dir);
   // Checkpoint steps this node could resume from; with none, the rendezvous tells every node.
-  if (resume) job.checkpoints = list_checkpoints((fs::path(out_dir) / "checkpoints").string());
+  const std::string ckroot = (fs::path(out_dir) / "checkpoints").string();
+  if (const int n = remove_checkpoint_leftovers(ckroot); n > 0)
+    log::info("[checkpoint] removed {} unfinished checkpoint write(s) from {}", n, ckroot);
+  if (resume) job.checkpoints = list_checkpoints(ckroot);
   resolve_from_environment(cfg.dist);
   job.token = cfg.dist.mode == "none" ? job_token_from_environment() : job_token_or_insecure_default("[dist]");
   job.tokenizer = make_tokenizer(cfg.data.tokenizer_config());
