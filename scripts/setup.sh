@@ -15,7 +15,7 @@ log() { echo "[setup] $*"; }
 
 # --- Debian packages -------------------------------------------------------------------------
 APT_PKGS=(cmake ninja-build g++ ccache pkg-config git
-          libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libboost-dev libboost-system-dev
+          libzmq3-dev cppzmq-dev libsodium-dev libmsgpack-cxx-dev libboost-dev libboost-system-dev
           libgtest-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
           iproute2 python3 python3-venv)
 missing=()

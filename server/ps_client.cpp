@@ -17,7 +17,6 @@
 
 #include "common/check.h"
 #include "common/comm/sharding.h"
-#include "common/comm/transport/tcp_connection.h"
 #include "common/log.h"
 #include "server/ps_protocol.h"
 

@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include "common/check.h"
+#include "common/fnv1a.h"
 
 namespace syncopate {
+
+uint64_t token_digest(const std::string& token) { return fnv1a64(token); }
 
 std::string encode_header(const MsgHeader& h) {
   msgpack::sbuffer buf;

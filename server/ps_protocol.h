@@ -43,6 +43,10 @@ struct MsgHeader {
                      beta2, eps, weight_decay, staleness, text)
 };
 
+// The header's `token` field: a 64-bit digest of the job token. It is sent in every request, so
+// anyone who sees one can reuse it: encrypt the link (CURVE) where the network is not trusted.
+uint64_t token_digest(const std::string& token);
+
 std::string encode_header(const MsgHeader& h);
 // Decodes and sanity-checks a header frame; throws syncopate::Error (never crashes) on anything
 // malformed: oversize, not msgpack, wrong field types, unknown type, wrong protocol version.

@@ -15,7 +15,6 @@
 #include "common/check.h"
 #include "common/log.h"
 #include "server/ps_protocol.h"
-#include "common/comm/transport/tcp_connection.h"
 #include "server/parameter_shard.h"
 
 namespace syncopate {

@@ -10,6 +10,7 @@
 #include <boost/asio/write.hpp>
 
 #include "common/check.h"
+#include "common/comm/peer_auth.h"
 #include "common/comm/rendezvous.h"
 #include "common/comm/ring_allreduce.h"
 #include "common/comm/transport/memory_connection.h"
@@ -371,4 +372,74 @@ TEST(RingAllreducer, ReusedAcrossCallsOfEverySize) {
     }
     for (int r = 0; r < world; ++r) EXPECT_EQ(out[r][k], expect) << "call " << k << " rank " << r;
   }
+}
+
+namespace {
+// A real TCP connection that also keeps every byte it received (what a listener on the wire sees
+// of the peer's side).
+class Recording : public Connection {
+ public:
+  explicit Recording(std::unique_ptr<Connection> c) : c_(std::move(c)) {}
+  void send(const void* d, size_t n) override { c_->send(d, n); }
+  void recv(void* d, size_t n) override {
+    c_->recv(d, n);
+    heard.append(static_cast<const char*>(d), n);
+  }
+  std::string peer() const override { return c_->peer(); }
+  void shutdown() override { c_->shutdown(); }
+  std::string heard;
+
+ private:
+  std::unique_ptr<Connection> c_;
+};
+}  // namespace
+
+// Issue 11: the handshake carries nothing reusable. An eavesdropper records everything an honest
+// node sent in a successful handshake and replays it, byte for byte, on a new connection: refused
+// (the proof binds the listener's fresh nonce). A wrong token is refused on both sides.
+TEST(PeerAuth, ARecordedHandshakeCannotBeReplayed) {
+  asio::io_context io;
+  TcpListener listener(io, "127.0.0.1", 0);
+  const JobKey key = job_key("job");
+  auto accept = [&] {
+    return std::make_unique<TcpConnection>(listener.accept(10, "test peer"), "listener side", 10);
+  };
+  auto dial = [&] {
+    return std::make_unique<TcpConnection>(tcp_connect(io, "127.0.0.1", listener.port(), 10, "listener"), "dialer side", 10);
+  };
+  // 1. An honest node (rank 1) authenticates; the listener side records what it sent.
+  std::string recorded;
+  {
+    auto honest = std::async(std::launch::async, [&] { return authenticate_peer(*dial(), key, 1, 0); });
+    Recording rec(accept());
+    EXPECT_EQ(authenticate_peer(rec, key, 0, 1), 1);
+    EXPECT_EQ(honest.get(), 0);
+    recorded = rec.heard;
+  }
+  ASSERT_EQ(recorded.size(), 48u + 32u);  // hello (magic, version, rank, nonce) + proof
+  // 2. The replay: the same bytes on a new connection, the listener's hello read and ignored.
+  auto attacker = std::async(std::launch::async, [&] {
+    auto c = dial();
+    c->send(recorded.data(), 48);
+    char their_hello[48];
+    c->recv(their_hello, sizeof(their_hello));
+    c->send(recorded.data() + 48, 32);
+    char their_proof[32];
+    c->recv(their_proof, sizeof(their_proof));
+  });
+  {
+    auto c = accept();
+    try {
+      authenticate_peer(*c, key, 0, -1);
+      ADD_FAILURE() << "a replayed handshake was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("could not prove this job's token"), std::string::npos) << e.what();
+    }
+  }
+  attacker.get();
+  // 3. Another job's token fails on both ends.
+  auto other = std::async(std::launch::async, [&] { return authenticate_peer(*dial(), job_key("other-job"), 1, 0); });
+  auto c = accept();
+  EXPECT_THROW(authenticate_peer(*c, key, 0, 1), Error);
+  EXPECT_THROW(other.get(), Error);
 }

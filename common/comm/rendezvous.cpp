@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "common/check.h"
+#include "common/comm/peer_auth.h"
 #include "common/comm/transport/striped_connection.h"
 #include "common/comm/transport/tcp_connection.h"
 
@@ -58,7 +59,7 @@ Ring connect_ring(const RendezvousOptions& o) {
   auto io_owner = std::make_shared<asio::io_context>();
   asio::io_context& io = *io_owner;
   ring.transport = io_owner;
-  const uint64_t digest = token_digest(o.token);
+  const JobKey key = job_key(o.token);
   std::vector<std::pair<std::string, uint16_t>> nodes(static_cast<size_t>(o.nnodes));
   std::unique_ptr<TcpListener> data;
 
@@ -81,14 +82,12 @@ Ring connect_ring(const RendezvousOptions& o) {
                                                "a connecting node", std::min(std::max(left, 1.0), 10.0));
       json hello;
       try {
+        authenticate_peer(*s, key, 0, -1);  // challenge-response over the job token (peer_auth.h)
         hello = read_line(*s);
       } catch (const Error&) {
-        continue;  // garbage, silence or a port scanner: drop it, keep waiting for real nodes
+        continue;  // garbage, silence, a port scanner or another job's node: drop it, keep waiting for ours
       }
-      if (!hello.is_object() || hello.value("token", json()) != json(digest)) {
-        try { write_line(*s, {{"error", "wrong job token"}}); } catch (...) {}
-        continue;  // another job's node: refuse it, keep waiting for ours
-      }
+      if (!hello.is_object()) continue;
       const int r = hello.value("node_rank", -1);
       if (r <= 0 || r >= o.nnodes || peers.count(r)) {
         error = fmt::format("a node announced NODE_RANK={} which is {}", r, r <= 0 || r >= o.nnodes ? "out of range" : "taken twice");
@@ -126,7 +125,8 @@ Ring connect_ring(const RendezvousOptions& o) {
                     fmt::format("node 0 at {}:{}", o.master_addr, o.master_port), o.timeout_s);
     const std::string my_host = s.socket().local_endpoint().address().to_string();
     data = std::make_unique<TcpListener>(io, my_host, 0);
-    write_line(s, {{"token", digest}, {"node_rank", o.node_rank}, {"host", my_host}, {"port", data->port()},
+    authenticate_peer(s, key, o.node_rank, 0);
+    write_line(s, {{"node_rank", o.node_rank}, {"host", my_host}, {"port", data->port()},
                    {"fingerprint", o.fingerprint}, {"blob", o.blob}, {"streams", o.streams}, {"lanes", o.lanes}});
     json reply = read_line(s);
     SYN_CHECK(!reply.contains("error"), "rendezvous failed: " + reply.value("error", std::string()),
@@ -149,7 +149,7 @@ Ring connect_ring(const RendezvousOptions& o) {
     for (int i = 0; i < total; ++i) {
       auto c = std::make_unique<TcpConnection>(
           tcp_connect(io, nodes[next].first, nodes[next].second, o.timeout_s, name(next)), name(next), o.timeout_s);
-      exchange_hello(*c, digest, o.node_rank, next);
+      authenticate_peer(*c, key, o.node_rank, next);
       links.push_back(std::move(c));
     }
     return links;
@@ -160,7 +160,7 @@ Ring connect_ring(const RendezvousOptions& o) {
     const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
     auto c = std::make_unique<TcpConnection>(data->accept(std::max(left, 0.0), name(prev)), name(prev), o.timeout_s);
     try {
-      exchange_hello(*c, digest, o.node_rank, prev);
+      authenticate_peer(*c, key, o.node_rank, prev);
       in.push_back(std::move(c));
     } catch (const Error&) {
       SYN_CHECK(std::chrono::steady_clock::now() < deadline, fmt::format("{} never completed the handshake", name(prev)),

@@ -1,7 +1,8 @@
 // Rendezvous of the nodes of one job and the ring connections between them.
 //
 // Node 0 listens on MASTER_ADDR:MASTER_PORT just for the rendezvous. Every other node connects,
-// sends one JSON line {token digest, node_rank, host, port, fingerprint} (host:port is its own
+// both prove the job token by challenge-response (peer_auth.h), then it sends one JSON line
+// {node_rank, host, port, fingerprint} (host:port is its own
 // data listener, bound to the address it reaches the master from), and node 0 answers every node
 // with the table of all nodes, or with an error (wrong token, duplicate rank, another model/config
 // fingerprint) that every node then reports. Node 0's rendezvous socket closes afterwards.
@@ -9,7 +10,7 @@
 // holds, for instance); every node receives every node's blob, so that all make the same decision
 // from the same facts (the rendezvous itself decides nothing but membership).
 // Then node r connects to node r+1's data listener and accepts node r-1; both connections start
-// with the token handshake. With streams = k > 1 each link is k TCP connections, opened one after
+// with the same challenge-response. With streams = k > 1 each link is k TCP connections, opened one after
 // another (each handshake completes before the next connect, so both ends agree on their order)
 // and used as one StripedConnection. With lanes = L > 1 each link is L independent rings' worth of
 // connections (lane l = connections l*k .. l*k+k-1): local replica l of every node rings its own

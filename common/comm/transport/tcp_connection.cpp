@@ -14,7 +14,6 @@
 #include <boost/asio/write.hpp>
 
 #include "common/check.h"
-#include "common/fnv1a.h"
 
 namespace syncopate {
 void set_socket_timeouts(asio::ip::tcp::socket& s, double timeout_s) {
@@ -26,21 +25,6 @@ void set_socket_timeouts(asio::ip::tcp::socket& s, double timeout_s) {
   s.set_option(asio::ip::tcp::no_delay(true));
 }
 
-namespace {
-
-constexpr uint64_t kMagic = 0x5359'4e43'4f50'4154ULL;  // "SYNCOPAT"
-constexpr uint32_t kVersion = 1;
-
-struct Hello {
-  uint64_t magic;
-  uint32_t version;
-  int32_t rank;
-  uint64_t token;
-};
-
-}  // namespace
-
-uint64_t token_digest(const std::string& token) { return fnv1a64(token); }
 
 TcpConnection::TcpConnection(asio::ip::tcp::socket socket, std::string peer_name, double timeout_s)
     : socket_(std::move(socket)), peer_(std::move(peer_name)), timeout_s_(timeout_s) {
@@ -142,20 +126,6 @@ asio::ip::tcp::socket tcp_connect(asio::io_context& io, const std::string& host,
               "start that node first, check MASTER_ADDR/MASTER_PORT and firewalls, or raise dist.timeout_s");
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-}
-
-int exchange_hello(Connection& c, uint64_t token, int my_rank, int expect_rank) {
-  Hello mine{kMagic, kVersion, my_rank, token}, theirs{};
-  c.send(&mine, sizeof(mine));
-  c.recv(&theirs, sizeof(theirs));
-  SYN_CHECK(theirs.magic == kMagic && theirs.version == kVersion,
-            fmt::format("{} is not a Syncopate peer of this version", c.peer()), "check that every node runs the same build");
-  SYN_CHECK(theirs.token == token, fmt::format("{} presented another job's token", c.peer()),
-            "give every process of the job the same SYNCOPATE_TOKEN");
-  SYN_CHECK(expect_rank < 0 || theirs.rank == expect_rank,
-            fmt::format("{} says it is rank {}, expected rank {}", c.peer(), theirs.rank, expect_rank),
-            "two jobs may share a port: use distinct MASTER_PORTs");
-  return theirs.rank;
 }
 
 }  // namespace syncopate

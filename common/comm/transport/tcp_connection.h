@@ -18,8 +18,7 @@ namespace asio = boost::asio;
 // Bounds every blocking send/recv on the socket by timeout_s (SO_SNDTIMEO/SO_RCVTIMEO); sets TCP_NODELAY.
 void set_socket_timeouts(asio::ip::tcp::socket& s, double timeout_s);
 
-// 64-bit FNV-1a digest of the job token (what goes on the wire instead of the token).
-uint64_t token_digest(const std::string& token);
+
 
 class TcpConnection : public Connection {
  public:
@@ -56,8 +55,5 @@ class TcpListener {
 asio::ip::tcp::socket tcp_connect(asio::io_context& io, const std::string& host, uint16_t port, double timeout_s,
                                   const std::string& what);
 
-// The handshake: each side sends {magic, version, token digest, its rank} and checks the other's.
-// Throws syncopate::Error on a wrong magic/version/token or an unexpected rank (-1 = any).
-int exchange_hello(Connection& c, uint64_t token_digest, int my_rank, int expect_rank);
 
 }  // namespace syncopate
