@@ -14,6 +14,7 @@
 #include "common/check.h"
 #include "common/comm/job_token.h"
 #include "server/ps_client.h"
+#include "server/ps_keys.h"
 
 using namespace syncopate;
 
@@ -25,11 +26,16 @@ int main(int argc, char** argv) {
   app.add_option("--servers", servers, "server endpoints, comma-separated")->required();
   app.add_option("--bytes", bytes, "parameter vector size, bytes");
   app.add_option("--iters", iters, "timed round trips");
+  std::string encrypt = "auto";
+  app.add_option("--encrypt", encrypt, "auto: CURVE with the servers' key derived from the job token; off: plain TCP");
   CLI11_PARSE(app, argc, argv);
   try {
     const int rank = std::getenv("NODE_RANK") ? std::atoi(std::getenv("NODE_RANK")) : 0;
     const int world = std::getenv("NNODES") ? std::atoi(std::getenv("NNODES")) : 1;
-    PsClient c(PsClient::parse_endpoints(servers), job_token_from_environment(), rank, world, PsClientOptions{120});
+    const std::string token = job_token_from_environment();
+    PsClientOptions o{120};
+    if (encrypt == "auto" && !is_insecure_default_token(token)) o.curve_server_key = ps_server_keys_from_token(token).public_z85;
+    PsClient c(PsClient::parse_endpoints(servers), token, rank, world, o);
     auto params = torch::zeros({bytes / 4});
     auto grads = torch::full({bytes / 4}, 1e-3f);
     c.init(params, {}, AdamWConfig{});

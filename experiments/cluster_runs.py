@@ -58,7 +58,9 @@ def cluster_command(cfg, em, job, seed, lr, out):
     emulation (step_time_s, slow_node, slowdown, jitter, link_gbit, netns); job: model, batch, steps."""
     cmd = [os.path.join(ROOT, "scripts", "local_cluster.sh"), "--nodes", str(job["nodes"]), "--out", out]
     if not cfg.get("ring"):
-        cmd += ["--servers", str(job["servers"])] + cfg["cluster"]
+        # Like for like: the ring's links are authenticated, not encrypted, so the parameter-server
+        # links of a study are too (encryption is measured on its own in docs/PERFORMANCE.md).
+        cmd += ["--servers", str(job["servers"]), "--encrypt", "off"] + cfg["cluster"]
     steps = job["steps"]
     if em["step_time_s"] > 0:
         cmd += ["--step-time", repr(em["step_time_s"]), "--jitter", repr(em["jitter"])]

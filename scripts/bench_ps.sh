@@ -3,15 +3,18 @@
 # pushing a gradient of --bytes and pulling the parameters back, --iters times. BSP off (asp), so
 # workers do not wait for each other. Prints one line per worker and the aggregate.
 #   scripts/bench_ps.sh [--workers W] [--servers K] [--bytes B] [--iters N] [--netns --link-gbit G]
+#                       [--encrypt auto|off]
+# --encrypt auto (default, as a real job): CURVE with keys derived from the job token; off: plain TCP.
 # --netns: servers and workers each on their own emulated host with a G Gbit/s link (root).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
-W=1 K=1 BYTES=67108864 ITERS=10 NETNS=0 GBIT=1
+W=1 K=1 BYTES=67108864 ITERS=10 NETNS=0 GBIT=1 ENCRYPT=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) W=$2; shift 2;; --servers) K=$2; shift 2;; --bytes) BYTES=$2; shift 2;;
     --iters) ITERS=$2; shift 2;; --netns) NETNS=1; shift;; --link-gbit) GBIT=$2; shift 2;;
+    --encrypt) ENCRYPT=$2; shift 2;;
     *) echo "unknown option $1" >&2; exit 2;;
   esac
 done
@@ -35,14 +38,14 @@ EPS=""
 for k in $(seq 0 $((K - 1))); do
   host=127.0.0.1; [ "$NETNS" = 1 ] && host=10.77.0.$((k + 1))
   port=$(free_port)
-  run_on "$k" "$BIN/syncopate-server" --server.host="$host" --server.port="$port" --server.shard="$k" > /dev/null 2>&1
+  run_on "$k" "$BIN/syncopate-server" --server.host="$host" --server.port="$port" --server.shard="$k" --server.encrypt="$ENCRYPT" > /dev/null 2>&1
   EPS="$EPS${EPS:+,}tcp://$host:$port"
 done
 sleep 0.5
 OUT=$(mktemp -d)
 WP=()
 for i in $(seq 0 $((W - 1))); do
-  NODE_RANK=$i run_on $((K + i)) "$BIN/syncopate-bench-ps" --servers "$EPS" --bytes "$BYTES" --iters "$ITERS" > "$OUT/w$i" 2>&1
+  NODE_RANK=$i run_on $((K + i)) "$BIN/syncopate-bench-ps" --servers "$EPS" --bytes "$BYTES" --iters "$ITERS" --encrypt "$ENCRYPT" > "$OUT/w$i" 2>&1
   WP+=("${SPAWNED[-1]}")
 done
 for p in "${WP[@]}"; do wait "$p"; done

@@ -8,12 +8,13 @@
 #   scripts/local_cluster.sh --nodes N --out DIR [--port P] [--max-restarts K] [--servers K]
 #                            [--consistency bsp|ssp|asp] [--staleness-bound S] [--mitigation M]
 #                            [--backup-workers B] [--step-time S [--slow-node I --slowdown F [--slow-steps N]]
-#                            [--jitter X]]
+#                            [--jitter X]] [--encrypt auto|off]
 #                            [--netns --link-gbit G] -- <worker args>
 #
 # --servers K starts K syncopate-server shards (ports MASTER_PORT+1..K; on node 0's host, or with
 # --netns shard k on host k mod N) and runs
 # the workers in ps mode against them; --backup-workers B (bsp) applies a clock without the last B.
+# --encrypt auto (default) encrypts the ps links with CURVE keys derived from the job token; off: plain TCP.
 # --step-time S models each node's compute: a step lasts S seconds (emulate.step_time_s), node I
 # S*F (--slow-node I --slowdown F), every step times (1 + an exponential draw of mean X) with
 # --jitter X. The modelled time is fixed per step, never a multiple of the measured compute.
@@ -29,7 +30,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
 NODES=2 OUT="" PORT="" NETNS=0 GBIT=1 RESTARTS=0 SERVERS=0 CONSISTENCY=asp BOUND=2 MITIGATION=none BACKUP=0
-SLOW=-1 SLOWDOWN=2 SLOW_STEPS=0 STEP_TIME=0 JITTER=0 WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
+SLOW=-1 SLOWDOWN=2 SLOW_STEPS=0 STEP_TIME=0 JITTER=0 ENCRYPT=auto WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) NODES=$2; shift 2;;
@@ -46,6 +47,7 @@ while [ $# -gt 0 ]; do
     --slow-steps) SLOW_STEPS=$2; shift 2;;
     --jitter) JITTER=$2; shift 2;;
     --backup-workers) BACKUP=$2; shift 2;;
+    --encrypt) ENCRYPT=$2; shift 2;;
     --netns) NETNS=1; shift;;
     --link-gbit) GBIT=$2; shift 2;;
     --) shift; break;;
@@ -98,7 +100,7 @@ if [ "$SERVERS" -gt 0 ]; then
     # link carrying every push.
     [ "$NETNS" = 1 ] && shost="10.77.0.$((k % NODES + 1))"
     sargs=(--server.host="$shost" --server.port="$sport" --server.shard="$k" --ps.consistency="$CONSISTENCY"
-           --ps.staleness_bound="$BOUND" --ps.mitigation="$MITIGATION" --ps.backup_workers="$BACKUP")
+           --ps.staleness_bound="$BOUND" --ps.mitigation="$MITIGATION" --ps.backup_workers="$BACKUP" --server.encrypt="$ENCRYPT")
     if [ "$NETNS" = 1 ]; then
       spawn ip netns exec "${NS_PREFIX}n$((k % NODES))" "$(dirname "$WORKER")/syncopate-server" "${sargs[@]}" > "$OUT/logs/server$k.log" 2>&1
     else
@@ -107,7 +109,7 @@ if [ "$SERVERS" -gt 0 ]; then
     PIDS+=("${SPAWNED[-1]}")
     EPS="$EPS${EPS:+,}tcp://$shost:$sport"
   done
-  MODE_ARGS=(--dist.mode=ps --dist.servers="$EPS")
+  MODE_ARGS=(--dist.mode=ps --dist.servers="$EPS" --dist.ps_encrypt="$ENCRYPT")
 fi
 
 WORKER_PIDS=()

@@ -42,6 +42,8 @@ struct ServerConfig {
   int64_t shard = 0;               // this server's index (for the default port and logs)
   std::string curve_key_file = ""; // CURVE encryption: file with this server's "PUBLIC SECRET" Z85 keys
                                    // (syncopate-server --generate-curve-keys writes one); "" = plain TCP
+  std::string encrypt = "auto";    // "auto": CURVE with keys derived from the job token when one is set (SYNCOPATE_TOKEN;
+                                   // not the insecure default) and no curve_key_file; "off": plain TCP
   std::string checkpoint_dir = ""; // where shard_<shard>.safetensors is kept; "" = no checkpoints
   int64_t checkpoint_every = 500;  // updates between checkpoints (one is also written on SHUTDOWN)
   int64_t threads = 1;             // intra-op threads of the shard's update; 0 = LibTorch's default (all cores).
@@ -54,6 +56,7 @@ struct ServerConfig {
     v("port", port, "TCP port (0 = MASTER_PORT + 1 + shard)", int64_t{0}, int64_t{65535});
     v("shard", shard, "server index", int64_t{0}, int64_t{4095});
     v("curve_key_file", curve_key_file, "CURVE key file (PUBLIC SECRET, Z85); empty = no encryption");
+    v("encrypt", encrypt, "CURVE from the job token (auto) or plain TCP (off)", std::vector<std::string>{"auto", "off"});
     v("checkpoint_dir", checkpoint_dir, "directory for shard checkpoints; a restarted server resumes from it");
     v("checkpoint_every", checkpoint_every, "updates between shard checkpoints", int64_t{1}, int64_t{1} << 40);
     v("threads", threads, "intra-op threads of the shard's update (0 = all cores)", int64_t{0}, int64_t{4096});

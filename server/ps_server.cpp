@@ -13,7 +13,9 @@
 
 #include "common/atomic_file.h"
 #include "common/check.h"
+#include "common/comm/job_token.h"
 #include "common/log.h"
+#include "server/ps_keys.h"
 #include "server/ps_protocol.h"
 #include "server/parameter_shard.h"
 
@@ -32,7 +34,9 @@ struct PsServer::Impl {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   }
 
-  Impl(const ServerConfig& s, const PsConfig& p, const std::string& tok) : scfg(s), shard(p), token(token_digest(tok)) {}
+  Impl(const ServerConfig& s, const PsConfig& p, const std::string& tok)
+      : scfg(s), shard(p), token(token_digest(tok)), raw_token(tok) {}
+  std::string raw_token;  // for the token-derived CURVE keys
 
   void send(const zmq::message_t& id, const MsgHeader& h, const void* data, size_t bytes) {
     std::string hdr = encode_header(h);
@@ -184,6 +188,9 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
               "create one with syncopate-server --generate-curve-keys > FILE");
     s.set(zmq::sockopt::curve_server, 1);
     s.set(zmq::sockopt::curve_secretkey, sec);
+  } else if (impl_->scfg.encrypt == "auto" && !is_insecure_default_token(impl_->raw_token)) {
+    s.set(zmq::sockopt::curve_server, 1);  // keys from the job token (server/ps_keys.h)
+    s.set(zmq::sockopt::curve_secretkey, ps_server_keys_from_token(impl_->raw_token).secret_z85);
   }
   s.set(zmq::sockopt::linger, 0);
   const std::string ep = fmt::format("tcp://{}:{}", impl_->scfg.host, impl_->scfg.port == 0 ? std::string("*") : std::to_string(impl_->scfg.port));

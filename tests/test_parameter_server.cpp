@@ -25,6 +25,7 @@
 #include "server/ps_server.h"
 #include "tests/test_helpers.h"
 #include "server/ps_client.h"
+#include "server/ps_keys.h"
 #include "model/gpt_config.h"
 
 using namespace syncopate;
@@ -266,6 +267,7 @@ TEST(PsServer, HostileMessagesGetErrorRepliesAndTheServerKeepsServing) {
   auto epf = ep.get_future();
   std::thread server([&] {
     ServerConfig sc;
+    sc.encrypt = "off";  // a plain DEALER speaks to the dispatcher directly
     PsServer(sc, PsConfig{}, "job").run([&](const std::string& e) { ep.set_value(e); });
   });
   const std::string endpoint = epf.get();
@@ -323,6 +325,13 @@ at::Tensor weights(const std::string& out) {
   std::vector<at::Tensor> all;
   for (auto& [n, t] : st.tensors) all.push_back(t.reshape(-1));
   return torch::cat(all);
+}
+// A test client's options for servers of job `token`: encrypted with the token-derived key (as
+// every worker and server of a job with a token is by default), or plain.
+PsClientOptions client_options(const std::string& token, bool encrypted) {
+  PsClientOptions o{10};
+  if (encrypted) o.curve_server_key = ps_server_keys_from_token(token).public_z85;
+  return o;
 }
 // Starts K servers on free ports; returns the endpoint list.
 std::string start_servers(const test::TempDir& d, int k, const std::string& consistency,
@@ -471,15 +480,20 @@ TEST(PsTraining, KilledBspWorkerDoesNotHangTheOthers) {
   EXPECT_EQ(ws[0]->wait(90), 0) << test::slurp(d.str("w0.log")) << test::slurp(d.str("server.log"));
 }
 
-TEST(PsTraining, GarbageSentToALiveServerDuringTrainingDoesNotStopIt) {
+// Plain TCP: the garbage reaches the dispatcher, which answers each with an ERROR. Encrypted (the
+// default with a token): it never gets past the CURVE handshake, so the dispatcher sees none.
+class PsGarbage : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(PlainOrEncrypted, PsGarbage, ::testing::Values("off", "auto"));
+TEST_P(PsGarbage, GarbageSentToALiveServerDuringTrainingDoesNotStopIt) {
+  const std::string encrypt = GetParam();
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);
   const int port = test::free_port();
-  test::Process server({kBin + "/syncopate-server", "--server.port=" + std::to_string(port)}, {"SYNCOPATE_TOKEN=t"},
-                       d.str("server.log"));
+  test::Process server({kBin + "/syncopate-server", "--server.port=" + std::to_string(port), "--server.encrypt=" + encrypt},
+                       {"SYNCOPATE_TOKEN=t"}, d.str("server.log"));
   const std::string ep = fmt::format("tcp://127.0.0.1:{}", port);
   auto a = train_args(d, corpus, d.str("w"), 2);
-  a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + ep, "--train.steps=60"});
+  a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + ep, "--train.steps=60", "--dist.ps_encrypt=" + encrypt});
   test::Process w(a, {"SYNCOPATE_TOKEN=t"}, d.str("w.log"));
   std::mt19937 rng(3);
   int sent = 0;
@@ -498,9 +512,10 @@ TEST(PsTraining, GarbageSentToALiveServerDuringTrainingDoesNotStopIt) {
   }
   EXPECT_EQ(w.wait(60), 0) << test::slurp(d.str("w.log"));
   EXPECT_GT(sent, 10);
-  PsClient c({ep}, "t", 0, 1, PsClientOptions{10});
+  PsClient c({ep}, "t", 0, 1, client_options("t", encrypt == "auto"));
   auto stats = nlohmann::json::parse(c.stats(0));
-  EXPECT_GE(stats["bad_messages"].get<int>(), 10) << stats.dump();
+  if (encrypt == "off") EXPECT_GE(stats["bad_messages"].get<int>(), 10) << stats.dump();
+  else EXPECT_EQ(stats["bad_messages"].get<int>(), 0) << stats.dump();
   EXPECT_EQ(stats["version"], 60);
 }
 
@@ -524,7 +539,7 @@ TEST(PsTraining, KilledAndRestartedServerResumesFromItsCheckpoint) {
   server = std::make_unique<test::Process>(server_args, std::vector<std::string>{"SYNCOPATE_TOKEN=t"}, d.str("server2.log"));
   ASSERT_EQ(w.wait(120), 0) << test::slurp(d.str("w.log")) << test::slurp(d.str("server2.log"));  // ...training finishes
   EXPECT_NE(test::slurp(d.str("server2.log")).find("resumed from"), std::string::npos) << test::slurp(d.str("server2.log"));
-  PsClient c({ep}, "t", 0, 1, PsClientOptions{10});
+  PsClient c({ep}, "t", 0, 1, client_options("t", true));
   auto stats = nlohmann::json::parse(c.stats(0));
   // Every step after the checkpoint is applied exactly once more; none twice.
   EXPECT_LE(stats["version"].get<int>(), 400) << stats.dump();
@@ -773,6 +788,7 @@ TEST(PsServer, EmptyRangesAndMissingFramesGetRepliesNotACrash) {
   auto epf = ep.get_future();
   std::thread server([&] {
     ServerConfig sc;
+    sc.encrypt = "off";  // a plain DEALER speaks to the dispatcher directly
     PsServer(sc, PsConfig{}, "t").run([&](const std::string& e) { ep.set_value(e); });
   });
   const std::string endpoint = epf.get();
@@ -807,5 +823,37 @@ TEST(PsServer, EmptyRangesAndMissingFramesGetRepliesNotACrash) {
   auto stats = nlohmann::json::parse(c.stats(0));
   EXPECT_EQ(stats["bad_messages"], 2) << stats.dump();
   c.shutdown_servers();
+  server.join();
+}
+
+// Issue 11: with a job token, the parameter-server link is CURVE-encrypted with keys derived from
+// it (no key file): a client of the same job gets in; a client of another job, or one speaking
+// plain TCP, never completes the handshake (its requests time out, the server sees nothing).
+TEST(PsServer, TokenDerivedEncryptionAdmitsOnlyTheJobsClients) {
+  std::promise<std::string> ep;
+  auto epf = ep.get_future();
+  std::thread server([&] {
+    PsServer(ServerConfig{}, PsConfig{}, "job-secret").run([&](const std::string& e) { ep.set_value(e); });
+  });
+  const std::string endpoint = epf.get();
+  auto params = torch::ones({10});
+  {
+    PsClientOptions o = client_options("job-secret", false);
+    o.timeout_s = 1;
+    PsClient plain({endpoint}, "job-secret", 0, 1, o);
+    EXPECT_THROW(plain.init(params, {}, AdamWConfig{}), Error);
+    PsClientOptions w = client_options("other-job", true);
+    w.timeout_s = 1;
+    PsClient wrong({endpoint}, "other-job", 0, 1, w);
+    EXPECT_THROW(wrong.init(params, {}, AdamWConfig{}), Error);
+  }
+  PsClient good({endpoint}, "job-secret", 0, 1, client_options("job-secret", true));
+  good.init(params, {}, AdamWConfig{});
+  auto grads = torch::ones({10});
+  push_pull(good, grads, params, 0, 0.1);
+  auto stats = nlohmann::json::parse(good.stats(0));
+  EXPECT_EQ(stats["version"], 1);
+  EXPECT_EQ(stats["bad_messages"], 0);  // nothing of the refused clients reached the dispatcher
+  good.shutdown_servers();
   server.join();
 }

@@ -6,6 +6,9 @@
 #include "common/log.h"
 
 namespace syncopate {
+namespace {
+const char* const kInsecureDefault = "syncopate-insecure-default";
+}  // namespace
 
 std::string job_token_from_environment() {
   const char* t = std::getenv("SYNCOPATE_TOKEN");
@@ -23,7 +26,9 @@ std::string job_token_or_insecure_default(const std::string& who) {
   std::string t = job_token_from_environment();
   if (!t.empty()) return t;
   log::warn("{} warning: SYNCOPATE_TOKEN is not set; any local process can join this job", who);
-  return "syncopate-insecure-default";
+  return kInsecureDefault;
 }
+
+bool is_insecure_default_token(const std::string& token) { return token.empty() || token == kInsecureDefault; }
 
 }  // namespace syncopate

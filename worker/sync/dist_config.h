@@ -33,7 +33,9 @@ struct DistConfig {
   bool ps_overlap = false;       // ps: push/pull on a communication thread while the next step computes
   bool ps_push_in_backward = false;  // ps: push each shard's gradient range as soon as backward finishes it
                                  // (one more step of staleness); false = wait for the own round trip
-  std::string curve_server_key = "";  // ps: the servers' CURVE public key (Z85); "" = plain TCP
+  std::string curve_server_key = "";  // ps: the servers' CURVE public key (Z85) from a key file; "" = see ps_encrypt
+  std::string ps_encrypt = "auto";   // ps: "auto" = CURVE with the servers' key derived from the job token when one
+                                     // is set (as syncopate-server --server.encrypt=auto does); "off" = plain TCP
   std::string servers = "";      // ps: comma-separated server endpoints, tcp://IP:PORT,...; shard k = k-th
 
   template <class V>
@@ -59,6 +61,8 @@ struct DistConfig {
     v("ps_push_in_backward", ps_push_in_backward,
       "ps: push each shard's gradient as backward finishes it (needs optim.grad_clip=0, ps_overlap=false)");
     v("curve_server_key", curve_server_key, "ps: servers' CURVE public key (Z85, 40 chars); empty = no encryption");
+    v("ps_encrypt", ps_encrypt, "ps: CURVE from the job token (auto) or plain TCP (off)",
+      std::vector<std::string>{"auto", "off"});
     v("servers", servers, "ps mode: parameter-server endpoints tcp://IP:PORT, comma-separated");
   }
 };

@@ -25,6 +25,8 @@
 #include "common/log.h"
 #include "model/flat_parameters.h"
 #include "server/ps_client.h"
+#include "server/ps_keys.h"
+#include "common/comm/job_token.h"
 #include "worker/sync/bucket_reducer.h"
 #include "worker/sync/gradient_sync.h"
 
@@ -42,6 +44,8 @@ class PsSync : public GradientSync {
       PsClientOptions o;
       o.timeout_s = s.dist.timeout_s;
       o.curve_server_key = s.dist.curve_server_key;
+      if (o.curve_server_key.empty() && s.dist.ps_encrypt == "auto" && !is_insecure_default_token(s.token))
+        o.curve_server_key = ps_server_keys_from_token(s.token).public_z85;  // as the servers derive it
       client_ = std::make_unique<PsClient>(endpoints, s.token, node_, nodes_, o);
     }
     if (push_in_backward_) {
