@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "common/check.h"
+#include "common/crash_point.h"
 
 namespace syncopate {
 
@@ -45,6 +46,8 @@ void AtomicFile::write(const void* data, size_t n) {
 }
 
 void AtomicFile::commit() {
+  static std::atomic<int64_t> commits{0};
+  crash_point("atomic_file", "commit", ++commits);  // recovery tests: a kill before the rename
   SYN_CHECK(::fsync(fd_) == 0, fmt::format("fsync '{}' failed: {}", tmp_, std::strerror(errno)), "check the disk");
   ::close(fd_);
   fd_ = -1;

@@ -37,16 +37,17 @@ std::vector<std::string> worker_args(const test::TempDir& d, const std::string& 
 
 // Starts `nodes` ring workers on the rendezvous port, node r with args_for(r); logs DIR/node<r>.log.
 std::vector<std::unique_ptr<test::Process>> start_ring(const test::TempDir& d, int nodes, int port,
-                                                       const std::function<std::vector<std::string>(int)>& args_for) {
+                                                       const std::function<std::vector<std::string>(int)>& args_for,
+                                                       const std::function<std::vector<std::string>(int)>& env_for = {}) {
   std::vector<std::unique_ptr<test::Process>> ps;
   for (int r = 0; r < nodes; ++r) {
     auto args = args_for(r);
     args.push_back("--dist.mode=ring");
-    ps.push_back(std::make_unique<test::Process>(
-        args, std::vector<std::string>{"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
-                                       "NNODES=" + std::to_string(nodes), "NODE_RANK=" + std::to_string(r),
-                                       "SYNCOPATE_TOKEN=test"},
-        d.str("node" + std::to_string(r) + ".log")));
+    std::vector<std::string> env{"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
+                                 "NNODES=" + std::to_string(nodes), "NODE_RANK=" + std::to_string(r), "SYNCOPATE_TOKEN=test"};
+    if (env_for)
+      for (auto& e : env_for(r)) env.push_back(e);
+    ps.push_back(std::make_unique<test::Process>(args, env, d.str("node" + std::to_string(r) + ".log")));
   }
   return ps;
 }
@@ -293,4 +294,38 @@ TEST(RingTraining, RestartResumesFromTheNewestCheckpointEveryNodeHolds) {
   EXPECT_FALSE(fs::exists(d.str("node1/checkpoints/latest.tmp.123.0")));
   EXPECT_TRUE(torch::equal(final_weights(d.str("node0"), 6), uninterrupted));  // a fresh start, the same run
   EXPECT_TRUE(torch::equal(final_weights(d.str("node1"), 6), uninterrupted));
+}
+
+// Issue 11: a ring node killed (SIGKILL, via SYNCOPATE_CRASH_AT) at each phase of its step-4
+// checkpoint write: temp directory made, files half written, renamed but `latest` not updated,
+// `latest` updated. Restarted as launch_node.sh does (--resume where `latest` exists), the job ends
+// bit-identical to an uninterrupted run, and no unfinished write is left on disk.
+class CheckpointCrash : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(EveryPhase, CheckpointCrash, ::testing::Values("tmp_dir", "files", "rename", "latest"));
+TEST_P(CheckpointCrash, RingJobRecoversExactly) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  auto job = [&](const std::string& prefix, const std::function<std::vector<std::string>(int)>& env_for) {
+    return start_ring(d, 2, test::free_port(), [&](int r) {
+      const std::string out = d.str(prefix + std::to_string(r));
+      auto a = worker_args(d, corpus, out, 2, 6, 1);
+      a.push_back("--checkpoint.every=2");
+      if (fs::exists(out + "/checkpoints/latest")) a.push_back("--resume");
+      return a;
+    }, env_for);
+  };
+  for (auto& p : job("ref", {})) ASSERT_EQ(p->wait(120), 0);
+  const at::Tensor uninterrupted = final_weights(d.str("ref0"), 6);
+  auto crashed = job("node", [&](int r) {
+    return r == 0 ? std::vector<std::string>{"SYNCOPATE_CRASH_AT=checkpoint:" + GetParam() + ":4"} : std::vector<std::string>{};
+  });
+  EXPECT_NE(crashed[0]->wait(120), 0) << "node 0 was to be killed while writing checkpoint 4";
+  EXPECT_NE(crashed[1]->wait(120), 0) << "node 1 must fail when its neighbour dies";
+  for (auto& p : job("node", {})) ASSERT_EQ(p->wait(120), 0) << test::slurp(d.str("node0.log")) << test::slurp(d.str("node1.log"));
+  EXPECT_TRUE(torch::equal(final_weights(d.str("node0"), 6), uninterrupted));
+  EXPECT_TRUE(torch::equal(final_weights(d.str("node1"), 6), uninterrupted));
+  for (const auto& e : fs::directory_iterator(d.str("node0/checkpoints"))) {
+    const std::string n = e.path().filename().string();
+    EXPECT_EQ(n.find(".tmp"), std::string::npos) << n << " left behind";
+  }
 }

@@ -857,3 +857,35 @@ TEST(PsServer, TokenDerivedEncryptionAdmitsOnlyTheJobsClients) {
   good.shutdown_servers();
   server.join();
 }
+
+// Issue 11: a shard killed (SIGKILL) in the middle of its second checkpoint write, before the
+// rename, leaves a temporary file; restarted, it removes it, resumes from the first checkpoint
+// (version 5), and the worker's training completes against it: only the updates between the two
+// checkpoints are lost, none is applied twice.
+TEST(PsTraining, ShardKilledWhileWritingItsCheckpointResumesFromTheLastWholeOne) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  const int port = test::free_port();
+  const std::vector<std::string> server_args = {kBin + "/syncopate-server", "--server.port=" + std::to_string(port),
+                                                "--server.checkpoint_dir=" + d.str("ckpt"), "--server.checkpoint_every=5"};
+  test::Process first(server_args, {"SYNCOPATE_TOKEN=t", "SYNCOPATE_CRASH_AT=atomic_file:commit:2"}, d.str("server1.log"));
+  const std::string ep = fmt::format("tcp://127.0.0.1:{}", port);
+  auto a = train_args(d, corpus, d.str("w"), 2);
+  a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + ep, "--train.steps=100", "--dist.timeout_s=60"});
+  test::Process w(a, {"SYNCOPATE_TOKEN=t"}, d.str("w.log"));
+  EXPECT_NE(first.wait(60), 0) << "the shard was to be killed at its second checkpoint";
+  bool tmp_left = false;
+  for (const auto& e : std::filesystem::directory_iterator(d.str("ckpt")))
+    tmp_left = tmp_left || e.path().filename().string().find(".tmp.") != std::string::npos;
+  EXPECT_TRUE(tmp_left) << "the kill came before the rename: a temporary file must be there";
+  test::Process second(server_args, {"SYNCOPATE_TOKEN=t"}, d.str("server2.log"));
+  ASSERT_EQ(w.wait(120), 0) << test::slurp(d.str("w.log")) << test::slurp(d.str("server2.log"));
+  EXPECT_NE(test::slurp(d.str("server2.log")).find("(version 5)"), std::string::npos) << test::slurp(d.str("server2.log"));
+  for (const auto& e : std::filesystem::directory_iterator(d.str("ckpt")))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+  PsClient c({ep}, "t", 0, 1, client_options("t", true));
+  const auto stats = nlohmann::json::parse(c.stats(0));
+  // 5 updates kept, those of clocks 5..9 lost with the crash, each later one applied once.
+  EXPECT_GE(stats["version"].get<int>(), 94) << stats.dump();
+  EXPECT_LE(stats["version"].get<int>(), 96) << stats.dump();
+}

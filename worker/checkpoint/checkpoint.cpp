@@ -10,6 +10,7 @@
 
 #include "common/atomic_file.h"
 #include "common/check.h"
+#include "common/crash_point.h"
 #include "common/log.h"
 #include "common/flat_adamw.h"
 #include "common/safetensors.h"
@@ -36,8 +37,10 @@ std::string save_checkpoint(const std::string& root, int64_t step, GPTImpl& mode
   fs::create_directories(root);
   fs::remove_all(tmp);
   fs::create_directories(tmp);
+  crash_point("checkpoint", "tmp_dir", step);
 
   save_model_safetensors(model, (tmp / "model.safetensors").string());
+  crash_point("checkpoint", "files", step);
   auto tensors = rng_states(model.parameters().front().device());
   std::map<std::string, std::string> info;
   if (opt) {  // null: the parameter servers hold the optimizer (and checkpoint it themselves)
@@ -53,7 +56,9 @@ std::string save_checkpoint(const std::string& root, int64_t step, GPTImpl& mode
   const std::string name = final_dir.filename().string();
   fs::rename(tmp, final_dir);
   fsync_dir(root);
+  crash_point("checkpoint", "rename", step);
   write_file_atomic((fs::path(root) / "latest").string(), name + "\n");
+  crash_point("checkpoint", "latest", step);
 
   std::vector<fs::path> all;
   for (const auto& e : fs::directory_iterator(root)) {
