@@ -3,7 +3,13 @@
 //   worker bytes iters time_s push_pull_GBps updates_per_s
 // where push_pull_GBps counts both directions (2 x bytes per round trip), the traffic a worker's
 // link carries, and updates_per_s x elements is the parameters per second this worker drives.
+// --seconds S (soak): round trips until S seconds have passed instead of --iters, then also
+//   latency worker round_trips p50_ms p99_ms max_ms
+// (round_trips counts the warm-up too: the pushes this worker made). --stats: print each shard's
+// STATS JSON (one line each) and exit.
+#include <algorithm>
 #include <chrono>
+#include <vector>
 #include <cstdlib>
 #include <iostream>
 
@@ -26,6 +32,10 @@ int main(int argc, char** argv) {
   app.add_option("--servers", servers, "server endpoints, comma-separated")->required();
   app.add_option("--bytes", bytes, "parameter vector size, bytes");
   app.add_option("--iters", iters, "timed round trips");
+  double seconds = 0;
+  bool stats_only = false;
+  app.add_option("--seconds", seconds, "soak: round trips for this long instead of --iters");
+  app.add_flag("--stats", stats_only, "print every shard's STATS JSON and exit");
   std::string encrypt = "auto";
   app.add_option("--encrypt", encrypt, "auto: CURVE with the servers' key derived from the job token; off: plain TCP");
   CLI11_PARSE(app, argc, argv);
@@ -36,15 +46,32 @@ int main(int argc, char** argv) {
     PsClientOptions o{120};
     if (encrypt == "auto" && !is_insecure_default_token(token)) o.curve_server_key = ps_server_keys_from_token(token).public_z85;
     PsClient c(PsClient::parse_endpoints(servers), token, rank, world, o);
+    if (stats_only) {
+      for (int k = 0; k < c.shards(); ++k) std::cout << c.stats(k) << std::endl;
+      return 0;
+    }
     auto params = torch::zeros({bytes / 4});
     auto grads = torch::full({bytes / 4}, 1e-3f);
     c.init(params, {}, AdamWConfig{});
     push_pull(c, grads, params, 0, 0.0);  // warm-up
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 1; i <= iters; ++i) push_pull(c, grads, params, i, 0.0);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    using clock = std::chrono::steady_clock;
+    auto t0 = clock::now();
+    std::vector<double> ms;  // per round trip
+    int i = 1;
+    for (; seconds > 0 ? std::chrono::duration<double>(clock::now() - t0).count() < seconds : i <= iters; ++i) {
+      const auto t = clock::now();
+      push_pull(c, grads, params, i, 0.0);
+      ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t).count());
+    }
+    iters = i - 1;
+    const double s = std::chrono::duration<double>(clock::now() - t0).count();
     std::cout << fmt::format("{} {} {} {:.3f} {:.3f} {:.1f}", rank, bytes, iters, s, 2.0 * bytes * iters / s / 1e9, iters / s)
               << std::endl;
+    if (seconds > 0 && !ms.empty()) {
+      std::sort(ms.begin(), ms.end());
+      auto q = [&](double f) { return ms[std::min(ms.size() - 1, static_cast<size_t>(f * static_cast<double>(ms.size())))]; };
+      std::cout << fmt::format("latency {} {} {:.2f} {:.2f} {:.2f}", rank, iters + 1, q(0.5), q(0.99), ms.back()) << std::endl;
+    }
   } catch (const Error& e) {
     std::cerr << "syncopate-bench-ps: " << e.what() << "\n";
     return 1;
