@@ -290,7 +290,7 @@ std::string ParameterShard::stats_json(int64_t errors) const {
   nlohmann::json hist = nlohmann::json::object();
   for (auto& [s, n] : staleness_hist_) hist[std::to_string(s)] = n;
   return nlohmann::json{{"version", version_}, {"updates", updates_}, {"offset", offset_}, {"length", length_},
-                        {"workers", workers_}, {"live_workers", live_workers()}, {"dead_events", dead_events_},
+                        {"workers", workers_}, {"clocks", clock_}, {"live_workers", live_workers()}, {"dead_events", dead_events_},
                         {"dropped", dropped_}, {"rejected", rejected_}, {"backup_workers", cfg_.backup_workers},
                         {"consistency", cfg_.consistency}, {"bad_messages", errors}, {"duplicates", duplicates_},
                         {"staleness_histogram", hist}}

@@ -153,7 +153,7 @@ struct PsClient::Impl {
         attempt_s = std::min(attempt_s * 2, 60.0);
         continue;
       }
-      MsgHeader h = decode_header(parts[0].data(), parts[0].size());
+      MsgHeader h = decode_reply(parts[0].data(), parts[0].size());
       SYN_CHECK(h.type != static_cast<int>(MsgType::kError), fmt::format("parameter server {} refused: {}", k, h.text),
                 "workers and servers must share token, model and worker count");
       if (accept(h, parts)) return {h, std::move(parts)};

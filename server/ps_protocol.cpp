@@ -15,14 +15,17 @@ std::string encode_header(const MsgHeader& h) {
   return std::string(buf.data(), buf.size());
 }
 
-MsgHeader decode_header(const void* data, size_t n) {
-  SYN_CHECK(n > 0 && n <= kMaxHeaderBytes, fmt::format("message header of {} bytes (limit {})", n, kMaxHeaderBytes),
+MsgHeader decode_reply(const void* data, size_t n) { return decode_header(data, n, kMaxReplyHeaderBytes); }
+
+MsgHeader decode_header(const void* data, size_t n, size_t limit) {
+  SYN_CHECK(n > 0 && n <= limit, fmt::format("message header of {} bytes (limit {})", n, limit),
             "the peer is not a Syncopate worker of this version");
+  const size_t str_limit = limit == kMaxHeaderBytes ? 2048 : limit;
   MsgHeader h;
   try {
     // Tight limits: a hostile frame cannot make the decoder allocate much.
     msgpack::object_handle oh = msgpack::unpack(static_cast<const char*>(data), n, nullptr, nullptr,
-                                                msgpack::unpack_limit(64, 64, 2048, 256, 256, 4));
+                                                msgpack::unpack_limit(64, 64, str_limit, 256, 256, 4));
     SYN_CHECK(oh.get().type == msgpack::type::MAP, "message header is not a msgpack map", "the peer is not a Syncopate worker");
     oh.get().convert(h);
   } catch (const Error&) {

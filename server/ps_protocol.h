@@ -11,7 +11,8 @@
 namespace syncopate {
 
 constexpr uint32_t kPsProtocolVersion = 1;
-constexpr size_t kMaxHeaderBytes = 4096;
+constexpr size_t kMaxHeaderBytes = 4096;          // requests (what a server decodes: tight)
+constexpr size_t kMaxReplyHeaderBytes = 1 << 20;  // replies
 
 enum class MsgType : int {
   kInit = 1,      // worker -> server: shard range, optimizer settings, initial values (+ decay ranges)
@@ -50,6 +51,9 @@ uint64_t token_digest(const std::string& token);
 std::string encode_header(const MsgHeader& h);
 // Decodes and sanity-checks a header frame; throws syncopate::Error (never crashes) on anything
 // malformed: oversize, not msgpack, wrong field types, unknown type, wrong protocol version.
-MsgHeader decode_header(const void* data, size_t n);
+MsgHeader decode_header(const void* data, size_t n, size_t limit = kMaxHeaderBytes);
+// A reply's header (decoded by a worker from its own, authenticated server): the same checks with
+// room for long texts (STATS of a shard with many workers or staleness values; found by fuzzing).
+MsgHeader decode_reply(const void* data, size_t n);
 
 }  // namespace syncopate

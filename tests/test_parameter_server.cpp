@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -888,4 +892,148 @@ TEST(PsTraining, ShardKilledWhileWritingItsCheckpointResumesFromTheLastWholeOne)
   // 5 updates kept, those of clocks 5..9 lost with the crash, each later one applied once.
   EXPECT_GE(stats["version"].get<int>(), 94) << stats.dump();
   EXPECT_LE(stats["version"].get<int>(), 96) << stats.dump();
+}
+
+// Issue 11: structure-aware fuzzing of the server's whole dispatch, over a real socket. Random
+// sequences of requests built from interesting values (types, ids, ranges, clocks, learning
+// rates, AdamW settings, frame counts, data sizes, NaN/Inf/huge values, wrong tokens) go to a live
+// server (ASP with DC-ASGD and a gradient-norm bound, so every code path of a push runs). After
+// every ERROR the shard's STATS must be what they were before the request (a rejected message
+// changes nothing); every request but HEARTBEAT gets a reply; the server survives and its
+// parameters stay finite. SYNCOPATE_FUZZ_SECONDS sets the duration (default 3 s;
+// scripts/fuzz_ps.sh runs it long).
+TEST(PsServer, RandomRequestSequencesNeverCrashAndRefusedOnesChangeNothing) {
+  const char* env = std::getenv("SYNCOPATE_FUZZ_SECONDS");
+  const double seconds = env ? std::atof(env) : 3.0;
+  std::promise<std::string> ep;
+  auto epf = ep.get_future();
+  PsConfig pc;
+  pc.mitigation = "dc_asgd";
+  pc.max_grad_norm = 1e6;
+  std::thread server([&] {
+    ServerConfig sc;
+    sc.encrypt = "off";
+    PsServer(sc, pc, "t").run([&](const std::string& e) { ep.set_value(e); });
+  });
+  const std::string endpoint = epf.get();
+  struct StopServer {  // also when an assertion ends the test early
+    std::thread& t;
+    std::string ep;
+    ~StopServer() {
+      if (!t.joinable()) return;
+      try {
+        PsClient c({ep}, "t", 0, 1, client_options("t", false));
+        c.shutdown_servers();
+      } catch (...) {
+      }
+      t.join();
+    }
+  } stop{server, endpoint};
+  zmq::context_t ctx;
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::rcvtimeo, 5000);
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(endpoint);
+  const uint64_t good = token_digest("t");
+  auto request = [&](const MsgHeader& h, const std::vector<std::string>& extra) -> std::optional<MsgHeader> {
+    s.send(zmq::buffer(encode_header(h)), extra.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    for (size_t i = 0; i < extra.size(); ++i)
+      s.send(zmq::buffer(extra[i]), i + 1 < extra.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    // A well-formed HEARTBEAT has no reply by design; a malformed one gets an ERROR like any request.
+    const bool heartbeat = h.type == static_cast<int>(MsgType::kHeartbeat);
+    s.set(zmq::sockopt::rcvtimeo, heartbeat ? 50 : 5000);
+    std::vector<zmq::message_t> parts;
+    if (!zmq::recv_multipart(s, std::back_inserter(parts))) {
+      if (heartbeat) return std::nullopt;
+      return MsgHeader{};  // type 0: no reply
+    }
+    return decode_reply(parts[0].data(), parts[0].size());
+  };
+  auto state = [&] {  // STATS without the counters of refused messages
+    MsgHeader h;
+    h.type = static_cast<int>(MsgType::kStats);
+    h.token = good;
+    auto r = request(h, {});
+    EXPECT_TRUE(r && r->type == static_cast<int>(MsgType::kOk)) << "STATS answered with type " << (r ? r->type : -1) << ": "
+                                                                  << (r ? r->text : "");
+    auto j = nlohmann::json::parse(r && r->type == static_cast<int>(MsgType::kOk) ? r->text : "{}");
+    j.erase("bad_messages");
+    j.erase("rejected");
+    return j.dump();
+  };
+  std::mt19937_64 rng(2026);
+  auto pick = [&](auto const& options) { return options[rng() % options.size()]; };
+  auto spoil = [&] { return rng() % 8 == 0; };  // each field valid 7 times in 8: about 1 request in 5 is all valid
+  const std::vector<int> types = {1, 2, 2, 2, 2, 2, 2, 3, 4, 6, 0, 99};
+  const std::vector<int> bad_workers = {-1, 2, 5000};
+  const std::vector<int> bad_worker_counts = {0, 1, 3, 5000};
+  const std::vector<int64_t> bad_lengths = {0, 8, -1, int64_t{1} << 62};
+  const std::vector<int64_t> bad_offsets = {7, -1};
+  const std::vector<double> bad_reals = {-1.0, std::nan(""), INFINITY, -INFINITY, 1e300, 1.0};
+  const std::vector<float> bad_values = {3.4e38f, -3.4e38f, NAN, INFINITY, -INFINITY};
+  int64_t sent = 0, errors = 0, unanswered = 0;
+  int64_t clock = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    MsgHeader h;
+    h.type = pick(types);
+    h.token = spoil() ? token_digest("other") : good;
+    h.worker = spoil() ? pick(bad_workers) : static_cast<int>(rng() % 2);
+    h.workers = spoil() ? pick(bad_worker_counts) : 2;
+    h.offset = spoil() ? pick(bad_offsets) : 0;
+    h.length = spoil() ? pick(bad_lengths) : 16;
+    h.clock = spoil() ? pick(std::vector<int64_t>{-1, 0, clock - 3}) : ++clock;
+    h.param_version = spoil() ? -1 : static_cast<int64_t>(rng() % 50);
+    h.lr = spoil() ? pick(bad_reals) : 0.01;
+    h.beta1 = spoil() ? pick(bad_reals) : 0.9;
+    h.beta2 = spoil() ? pick(bad_reals) : 0.95;
+    h.eps = spoil() ? pick(bad_reals) : 1e-8;
+    h.weight_decay = spoil() ? pick(bad_reals) : 0.1;
+    h.dtype = spoil() ? "f16" : "f32";
+    std::vector<std::string> extra;
+    if (!spoil() || rng() % 2) {  // the data frame: the header's length of floats, or another size
+      const int64_t n = spoil() ? static_cast<int64_t>(rng() % 40) : std::min<int64_t>(std::max<int64_t>(h.length, 0), 64);
+      std::vector<float> v(static_cast<size_t>(n));
+      for (auto& x : v) x = spoil() && rng() % 4 == 0 ? pick(bad_values) : static_cast<float>(rng() % 1000) * 1e-4f - 0.05f;
+      std::string f(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+      if (h.type == 1 && rng() % 3 == 0) {  // one weight-decay pair [0, 16)
+        const int64_t pair[2] = {0, 16};
+        f.append(reinterpret_cast<const char*>(pair), sizeof(pair));
+      }
+      extra.push_back(f);
+    }
+    if (spoil() && rng() % 2) extra.push_back("trailing");
+    const std::string before = state();
+    const auto r = request(h, extra);
+    ++sent;
+    if (!r) continue;
+    if (r->type == 0) {
+      ++unanswered;
+      continue;
+    }
+    if (r->type == static_cast<int>(MsgType::kError)) {
+      ++errors;
+      ASSERT_EQ(state(), before) << "a refused request changed the shard: type " << h.type << ", answer: " << r->text;
+    }
+  }
+  EXPECT_EQ(unanswered, 0);
+  EXPECT_GT(sent, 100);
+  EXPECT_GT(errors, 10);
+  const auto final_state = nlohmann::json::parse(state());
+  if (final_state.contains("version")) {  // some INIT was accepted: the values must be finite
+    MsgHeader pull;
+    pull.type = static_cast<int>(MsgType::kPull);
+    pull.token = good;
+    pull.worker = 0;
+    pull.length = final_state["length"];
+    pull.offset = final_state["offset"];
+    s.send(zmq::buffer(encode_header(pull)), zmq::send_flags::none);
+    std::vector<zmq::message_t> parts;
+    ASSERT_TRUE(zmq::recv_multipart(s, std::back_inserter(parts)));
+    if (parts.size() == 2) {
+      const float* v = static_cast<const float*>(parts[1].data());
+      for (size_t i = 0; i < parts[1].size() / 4; ++i) ASSERT_TRUE(std::isfinite(v[i])) << i;
+    }
+  }
+  std::cout << fmt::format("[fuzz] {} requests, {} refused, in {:.0f} s\n", sent, errors, seconds);
 }
