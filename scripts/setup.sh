@@ -17,7 +17,7 @@ log() { echo "[setup] $*"; }
 APT_PKGS=(cmake ninja-build g++ ccache pkg-config git
           libzmq3-dev cppzmq-dev libsodium-dev libmsgpack-cxx-dev libboost-dev libboost-system-dev
           libgtest-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
-          iproute2 python3 python3-venv)
+          iproute2 python3 python3-venv clang time)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
