@@ -14,6 +14,7 @@
 #include "common/comm/transport/memory_connection.h"
 #include "common/comm/local_group.h"
 #include "common/comm/node_allreduce.h"
+#include "worker/sync/gradient_sync.h"
 
 using namespace syncopate;
 
@@ -177,3 +178,27 @@ TEST(LocalGroup, NcclGroupMatchesTheThreadGroup) {
   }
 }
 #endif
+
+// Issue 15 (7): the replica-identity check fires, and names the replica that differs.
+TEST(ReplicaIdentity, APerturbedReplicaIsNamed) {
+  const int L = 3;
+  auto group = make_local_group(L, {});
+  std::vector<std::string> errors(L);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < L; ++r)
+    ts.emplace_back([&, r] {
+      at::Tensor p = at::ones({1000});
+      if (r == 2) p[517] = 1.0f + 1e-6f;  // one element of one replica, off by one ulp or so
+      try {
+        check_replicas_identical(p, 7, r, L, L, -1, [&](at::Tensor& t) { group->all_reduce_sum(r, t); });
+      } catch (const Error& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < L; ++r) {
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("step 7: the weights of replica(s) 2 (node 0, local 2) differ"),
+              std::string::npos)
+        << r << ": " << errors[static_cast<size_t>(r)];
+  }
+}

@@ -1068,3 +1068,58 @@ TEST_P(PsCheckpointCrash, WorkerRecovers) {
   EXPECT_GE(stats["version"].get<int>(), 6) << stats.dump();  // every step of both runs reached the server
   EXPECT_TRUE(at::isfinite(mine).all().item<bool>());
 }
+
+// Issue 15 (1): BSP applies the MEAN of the clock's gradients. AdamW's first step moves each weight
+// by lr*sign(g), which the sum, the mean or either gradient alone would give as well; the first
+// moment does tell them apart: m = (1 - beta1) * mean(g0, g1).
+TEST(ParameterShard, BspFirstMomentIsThatOfTheMeanGradient) {
+  PsConfig c;
+  c.consistency = "bsp";
+  ParameterShard s(c);
+  std::vector<float> init(4, 1.0f), g0 = {1, 2, 3, 4}, g1 = {3, -2, 5, 0};
+  s.init(init_header(2, 4), init.data(), nullptr, 0);
+  s.push(push_header(0, 0, 0, 4), g0.data());
+  s.push(push_header(1, 0, 0, 4), g1.data());
+  test::TempDir d;
+  s.save(d.str("shard.safetensors"));
+  auto st = load_safetensors(d.str("shard.safetensors"));
+  const at::Tensor expect = torch::tensor({2.0f, 0.0f, 4.0f, 2.0f}) * (1 - 0.9);  // (1 - beta1) * mean
+  EXPECT_TRUE(torch::allclose(st.tensors["exp_avg"], expect, 1e-6, 1e-7)) << st.tensors["exp_avg"];
+}
+
+// Issue 15 (3): a shard saved and loaded into a fresh one holds every field (values, both moments,
+// optimizer step, version, clocks, range, settings) and answers the next push exactly as the
+// original does.
+TEST(ParameterShard, SaveThenLoadRestoresEverythingAndTheNextPushAgrees) {
+  PsConfig c;
+  ParameterShard a(c);
+  std::vector<float> init = {1, -1, 0.5f, 2, 0, 3};
+  MsgHeader ih = init_header(2, 6);
+  ih.offset = 0;
+  ih.beta1 = 0.8, ih.beta2 = 0.9, ih.eps = 1e-6, ih.weight_decay = 0.05;
+  const int64_t decay[2] = {0, 3};
+  a.init(ih, init.data(), decay, 1);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> g = {0.1f * step, -0.2f, 0.3f, 0.05f, -0.4f, 0.2f};
+    a.push(push_header(step % 2, step, a.version(), 6), g.data());
+  }
+  test::TempDir d;
+  a.save(d.str("s.safetensors"));
+  ParameterShard b(c);
+  ASSERT_TRUE(b.load(d.str("s.safetensors"), 0.0));
+  EXPECT_TRUE(torch::equal(a.params(), b.params()));
+  EXPECT_EQ(a.version(), b.version());
+  EXPECT_EQ(a.updates(), b.updates());
+  EXPECT_EQ(a.offset(), b.offset());
+  EXPECT_EQ(a.length(), b.length());
+  for (int w = 0; w < 2; ++w) EXPECT_EQ(a.clock(w), b.clock(w)) << w;
+  auto sa = load_safetensors(d.str("s.safetensors"));
+  b.save(d.str("t.safetensors"));
+  auto sb = load_safetensors(d.str("t.safetensors"));
+  for (const char* k : {"params", "exp_avg", "exp_avg_sq"}) EXPECT_TRUE(torch::equal(sa.tensors[k], sb.tensors[k])) << k;
+  EXPECT_EQ(sa.metadata["shard"], sb.metadata["shard"]);  // step, settings, decay ranges, clocks
+  std::vector<float> g = {0.3f, 0.1f, -0.2f, 0.4f, 0.0f, -0.1f};
+  a.push(push_header(1, 3, a.version(), 6), g.data());
+  b.push(push_header(1, 3, b.version(), 6), g.data());
+  EXPECT_TRUE(torch::equal(a.params(), b.params()));  // same moments, step and settings: bit for bit
+}
