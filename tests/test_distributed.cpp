@@ -88,7 +88,8 @@ void expect_ring_equals_single(int nodes, int b, int accum, const std::vector<st
     EXPECT_GT(c["wire_bytes"].get<int64_t>(), 0) << r << " " << c.dump();
     if (overlap) {
       EXPECT_EQ(c["reduced"].get<int64_t>(), steps * c["regions"].get<int64_t>()) << r << " " << c.dump();
-      EXPECT_GT(c["launched_early"].get<int64_t>(), 0) << r << " " << c.dump();
+      // Every bucket but possibly the step's last is launched from a hook during backward.
+      EXPECT_GE(c["launched_early"].get<int64_t>(), c["reduced"].get<int64_t>() - steps) << r << " " << c.dump();
     } else {
       EXPECT_EQ(c["reduced"].get<int64_t>(), 0) << r << " " << c.dump();
     }
@@ -145,7 +146,7 @@ TEST(LocalReplicas, ThreeReplicasOfOneNodeEqualOneProcess) {
   EXPECT_TRUE(torch::allclose(w, ws, 1e-4, 1e-5)) << "max diff " << (w - ws).abs().max().item<double>();
   const auto c = nlohmann::json::parse(test::slurp(d.str("node/sync.json")));
   EXPECT_EQ(c["reduced"].get<int64_t>(), 5 * c["regions"].get<int64_t>()) << c.dump();
-  EXPECT_GT(c["launched_early"].get<int64_t>(), 0) << c.dump();
+  EXPECT_GE(c["launched_early"].get<int64_t>(), c["reduced"].get<int64_t>() - 5) << c.dump();
   EXPECT_EQ(c["wire_bytes"].get<int64_t>(), 0) << c.dump();  // one node: nothing leaves it
   // Local replica 0 alone writes the node's outputs: one metrics line per step.
   std::istringstream lines(test::slurp(d.str("node/metrics.jsonl")));

@@ -1123,3 +1123,42 @@ TEST(ParameterShard, SaveThenLoadRestoresEverythingAndTheNextPushAgrees) {
   b.push(push_header(1, 3, b.version(), 6), g.data());
   EXPECT_TRUE(torch::equal(a.params(), b.params()));  // same moments, step and settings: bit for bit
 }
+
+// Issue 15 (4): SSP's exact schedule. A reply is held exactly while the worker's clock is more
+// than s ahead of the slowest LIVE worker's: both sides of the bound, a worker that times out
+// (it no longer holds the others back) and one that rejoins (it does again). A shard enforcing
+// s - 1 or s + 1 fails here.
+TEST(ParameterShard, SspHoldsExactlyWhenMoreThanTheBoundAheadOfTheSlowestLiveWorker) {
+  PsConfig c;
+  c.consistency = "ssp";
+  c.staleness_bound = 2;
+  c.worker_timeout_s = 10;
+  ParameterShard s(c);
+  std::vector<float> init(2, 0.0f), g(2, 0.1f);
+  s.init(init_header(3, 2), init.data(), nullptr, 0.0);
+  auto push = [&](int w, int64_t clock, double now) {
+    s.seen(w, now);
+    return s.push(push_header(w, clock, s.version(), 2), g.data());
+  };
+  using V = std::vector<int>;
+  EXPECT_EQ(push(1, 0, 1), V{1});
+  EXPECT_EQ(push(2, 0, 1), V{2});
+  EXPECT_EQ(push(0, 0, 1), V{0});
+  EXPECT_EQ(push(0, 1, 2), V{0});
+  EXPECT_EQ(push(0, 2, 3), V{0});   // 2 - 0 = 2 <= s: goes on
+  EXPECT_EQ(push(0, 3, 4), V{});    // 3 - 0 = 3 > s: held
+  EXPECT_EQ(push(1, 1, 5), V{1});   // slowest is still worker 2 at 0: worker 0 stays held
+  EXPECT_EQ(push(2, 1, 6), (V{0, 2}));  // slowest now 1: 3 - 1 = 2, worker 0 released with worker 2
+  EXPECT_EQ(push(0, 4, 7), V{});    // 4 - 1 = 3 > s: held again
+  EXPECT_EQ(push(1, 2, 8), V{1});   // slowest is worker 2 at 1: 4 - 1 = 3, worker 0 stays held
+  // Worker 2 falls silent. A held worker never expires; the others do after 10 s of silence.
+  EXPECT_EQ(s.expire(16), V{});     // worker 2 last seen at 6: 10 s, not more
+  EXPECT_EQ(s.expire(17), V{0});    // 11 s: worker 2 leaves the count; slowest live = 2, 4 - 2 = 2: released
+  EXPECT_EQ(s.live_workers(), 2);
+  // It rejoins by speaking, and holds the others back again.
+  EXPECT_EQ(push(2, 2, 18), V{2});
+  EXPECT_EQ(s.live_workers(), 3);
+  EXPECT_EQ(push(0, 5, 19), V{});   // 5 - 2 = 3 > s
+  EXPECT_EQ(push(2, 3, 20), V{2});  // worker 1 still at 2
+  EXPECT_EQ(push(1, 3, 21), (V{0, 1}));  // slowest 3: 5 - 3 = 2, released
+}
