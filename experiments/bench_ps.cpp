@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
     const int world = std::getenv("NNODES") ? std::atoi(std::getenv("NNODES")) : 1;
     const std::string token = job_token_from_environment();
     PsClientOptions o{120};
-    if (encrypt == "auto" && !is_insecure_default_token(token)) o.curve_server_key = ps_server_keys_from_token(token).public_z85;
+    o.curve_server_key = ps_client_server_key(token, encrypt);
     PsClient c(PsClient::parse_endpoints(servers), token, rank, world, o);
     if (stats_only) {
       for (int k = 0; k < c.shards(); ++k) std::cout << c.stats(k) << std::endl;

@@ -61,16 +61,9 @@ int64_t ParameterShard::count_nonfinite(const float* v, int64_t n) {
 }
 
 void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t* decay, size_t pairs, double now_s) {
-  check_init(h, values);
-  auto rule = make_consistency_rule(cfg_, h.workers);
-  if (initialized_) {
-    SYN_CHECK(h.offset == offset_ && h.length == length_ && h.workers == workers_,
-              fmt::format("INIT for range [{}, +{}) x {} workers, but this shard holds [{}, +{}) x {}", h.offset, h.length,
-                          h.workers, offset_, length_, workers_),
-              "every worker must run the same model and NNODES");
-    return;
-  }
-  rule_ = std::move(rule);
+  check_init(h, values);  // everything, agreement with a first INIT included
+  if (initialized_) return;  // later INITs only had to agree with it
+  rule_ = make_consistency_rule(cfg_, h.workers);
   offset_ = h.offset;
   length_ = h.length;
   workers_ = h.workers;
@@ -149,31 +142,29 @@ const at::Tensor& ParameterShard::delay_compensated(const float* g, const at::Te
 std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data, double now_s) {
   check(h);
   const size_t w = static_cast<size_t>(h.worker);
+  at::Tensor g = length_ ? at::from_blob(const_cast<float*>(data), {length_}, at::kFloat) : at::empty({0}, at::kFloat);
   // A non-finite or (ps.max_grad_norm) oversized gradient never reaches the optimizer; nothing but
-  // the count changes, and the worker gets an ERROR naming the reason.
-  if (length_ > 0) {
-    const int64_t bad = count_nonfinite(data, length_);
-    if (bad) {
+  // the count changes, and the worker gets an ERROR naming the reason. One vectorized pass per
+  // push: a NaN or Inf makes the norm non-finite, and only then are the values counted.
+  const double norm = length_ ? g.norm().item<double>() : 0.0;
+  if (!std::isfinite(norm)) {
+    if (const int64_t bad = count_nonfinite(data, length_); bad > 0) {
       ++rejected_;
       SYN_FAIL(fmt::format("worker {} pushed a gradient with {} non-finite values at clock {}; refused", h.worker, bad, h.clock),
                "the worker diverged or is faulty: it should skip such a step (the trainer does)");
     }
-    if (cfg_.max_grad_norm > 0) {
-      const double norm = at::from_blob(const_cast<float*>(data), {length_}, at::kFloat).norm().item<double>();
-      if (norm > cfg_.max_grad_norm) {
-        ++rejected_;
-        SYN_FAIL(fmt::format("worker {} pushed a gradient of norm {:.4g} on this shard at clock {}, above ps.max_grad_norm={}",
-                             h.worker, norm, h.clock, cfg_.max_grad_norm),
-                 "raise --ps.max_grad_norm, or find why the worker's gradient exploded");
-      }
-    }
+  }
+  if (cfg_.max_grad_norm > 0 && norm > cfg_.max_grad_norm) {
+    ++rejected_;
+    SYN_FAIL(fmt::format("worker {} pushed a gradient of norm {:.4g} on this shard at clock {}, above ps.max_grad_norm={}",
+                         h.worker, norm, h.clock, cfg_.max_grad_norm),
+             "raise --ps.max_grad_norm, or find why the worker's gradient exploded");
   }
   if (now_s >= 0) seen(h.worker, now_s);  // alive (and back in the BSP/SSP count if it had expired)
   if (h.clock <= clock_[w]) {  // a resent push (the worker timed out waiting): never apply twice
     ++duplicates_;
     return waiting_.count(h.worker) ? std::vector<int>{} : std::vector<int>{h.worker};
   }
-  at::Tensor g = length_ ? at::from_blob(const_cast<float*>(data), {length_}, at::kFloat) : at::empty({0}, at::kFloat);
   const int64_t stale = std::max<int64_t>(0, version_ - h.param_version);
   last_stale_[w] = stale;
   clock_[w] = h.clock;

@@ -4,6 +4,7 @@
 #include <zmq.h>
 
 #include "common/check.h"
+#include "common/comm/job_token.h"
 
 namespace syncopate {
 
@@ -26,6 +27,15 @@ CurveKeyPair ps_server_keys_from_token(const std::string& token) {
   CurveKeyPair k{pub, sec};
   sodium_memzero(sec, sizeof(sec));
   return k;
+}
+
+bool ps_encrypt_from_token(const std::string& encrypt, const std::string& token) {
+  return encrypt == "auto" && !is_insecure_default_token(token);
+}
+
+std::string ps_client_server_key(const std::string& token, const std::string& encrypt, const std::string& key_file_public) {
+  if (!key_file_public.empty()) return key_file_public;
+  return ps_encrypt_from_token(encrypt, token) ? ps_server_keys_from_token(token).public_z85 : "";
 }
 
 }  // namespace syncopate

@@ -14,4 +14,12 @@ struct CurveKeyPair {
 };
 CurveKeyPair ps_server_keys_from_token(const std::string& token);
 
+// Whether the token-derived keys apply: encryption "auto" and a real job token (not empty, not
+// the insecure default, which protects nothing). The servers and every client decide alike.
+bool ps_encrypt_from_token(const std::string& encrypt, const std::string& token);
+// The servers' public key a client connects with: `key_file_public` when one was given, else the
+// token-derived one when ps_encrypt_from_token; "" = plain TCP.
+std::string ps_client_server_key(const std::string& token, const std::string& encrypt,
+                                 const std::string& key_file_public = "");
+
 }  // namespace syncopate

@@ -13,7 +13,6 @@
 
 #include "common/atomic_file.h"
 #include "common/check.h"
-#include "common/comm/job_token.h"
 #include "common/log.h"
 #include "server/ps_keys.h"
 #include "server/ps_protocol.h"
@@ -188,7 +187,7 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
               "create one with syncopate-server --generate-curve-keys > FILE");
     s.set(zmq::sockopt::curve_server, 1);
     s.set(zmq::sockopt::curve_secretkey, sec);
-  } else if (impl_->scfg.encrypt == "auto" && !is_insecure_default_token(impl_->raw_token)) {
+  } else if (ps_encrypt_from_token(impl_->scfg.encrypt, impl_->raw_token)) {
     s.set(zmq::sockopt::curve_server, 1);  // keys from the job token (server/ps_keys.h)
     s.set(zmq::sockopt::curve_secretkey, ps_server_keys_from_token(impl_->raw_token).secret_z85);
   }

@@ -322,10 +322,18 @@ TEST_P(CheckpointCrash, RingJobRecoversExactly) {
   });
   EXPECT_NE(crashed[0]->wait(120), 0) << "node 0 was to be killed while writing checkpoint 4";
   EXPECT_NE(crashed[1]->wait(120), 0) << "node 1 must fail when its neighbour dies";
+  {  // the kill came where it was asked to: what node 0's disk holds proves the phase
+    const std::string ck = d.str("node0/checkpoints/");
+    const std::string latest = test::slurp(ck + "latest");
+    const bool in_tmp = GetParam() == "tmp_dir" || GetParam() == "files";
+    EXPECT_EQ(fs::exists(ck + "step_000004.tmp"), in_tmp);
+    EXPECT_EQ(fs::exists(ck + "step_000004/meta.json"), !in_tmp);
+    EXPECT_EQ(latest, GetParam() == "latest" ? "step_000004\n" : "step_000002\n");
+  }
   for (auto& p : job("node", {})) ASSERT_EQ(p->wait(120), 0) << test::slurp(d.str("node0.log")) << test::slurp(d.str("node1.log"));
   EXPECT_TRUE(torch::equal(final_weights(d.str("node0"), 6), uninterrupted));
   EXPECT_TRUE(torch::equal(final_weights(d.str("node1"), 6), uninterrupted));
-  for (const auto& e : fs::directory_iterator(d.str("node0/checkpoints"))) {
+  for (const auto& e : fs::directory_iterator(d.str("node0/checkpoints"))) {  // removed at start, or rewritten
     const std::string n = e.path().filename().string();
     EXPECT_EQ(n.find(".tmp"), std::string::npos) << n << " left behind";
   }

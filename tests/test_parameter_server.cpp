@@ -54,6 +54,41 @@ MsgHeader push_header(int worker, int64_t clock, int64_t version, int64_t n) {
   h.lr = 0.1;
   return h;
 }
+// A test client's options for servers of job `token`: encrypted with the token-derived key (as
+// every worker and server of a job with a token is by default), or plain.
+PsClientOptions client_options(const std::string& token, bool encrypted) {
+  PsClientOptions o{10};
+  o.curve_server_key = ps_client_server_key(token, encrypted ? "auto" : "off");
+  return o;
+}
+
+// A PsServer on a thread of this process, on an ephemeral loopback port. Shut down (SHUTDOWN from
+// a client of the job) and joined when the test ends, also when an assertion ends it early.
+// client_key: the servers' public key when they use a key file.
+class InProcessServer {
+ public:
+  InProcessServer(const ServerConfig& sc, const PsConfig& pc, const std::string& token, const std::string& client_key = "")
+      : token_(token), key_(ps_client_server_key(token, sc.encrypt, client_key)) {
+    std::promise<std::string> ep;
+    auto f = ep.get_future();
+    thread_ = std::thread([sc, pc, token, &ep] { PsServer(sc, pc, token).run([&ep](const std::string& e) { ep.set_value(e); }); });
+    endpoint = f.get();  // the thread touches `ep` only before this returns
+  }
+  ~InProcessServer() {
+    try {
+      PsClientOptions o{10};
+      o.curve_server_key = key_;
+      PsClient({endpoint}, token_, 0, 1, o).shutdown_servers();
+    } catch (...) {
+    }
+    thread_.join();
+  }
+  std::string endpoint;
+
+ private:
+  std::string token_, key_;
+  std::thread thread_;
+};
 }  // namespace
 
 TEST(ParameterShard, BspWaitsForEveryWorkerAndAppliesTheMeanOnce) {
@@ -267,14 +302,10 @@ TEST(PsProtocol, DecoderSurvivesRandomBytes) {
 }
 
 TEST(PsServer, HostileMessagesGetErrorRepliesAndTheServerKeepsServing) {
-  std::promise<std::string> ep;
-  auto epf = ep.get_future();
-  std::thread server([&] {
-    ServerConfig sc;
-    sc.encrypt = "off";  // a plain DEALER speaks to the dispatcher directly
-    PsServer(sc, PsConfig{}, "job").run([&](const std::string& e) { ep.set_value(e); });
-  });
-  const std::string endpoint = epf.get();
+  ServerConfig sc;
+  sc.encrypt = "off";  // a plain DEALER speaks to the dispatcher directly
+  InProcessServer server(sc, PsConfig{}, "job");
+  const std::string endpoint = server.endpoint;
   {
     zmq::context_t ctx;
     zmq::socket_t s(ctx, zmq::socket_type::dealer);
@@ -310,8 +341,6 @@ TEST(PsServer, HostileMessagesGetErrorRepliesAndTheServerKeepsServing) {
   EXPECT_EQ(stats["version"], 1);
   EXPECT_EQ(stats["bad_messages"], 5);
   EXPECT_LT(params[0].item<float>(), 1.0f);
-  c.shutdown_servers();
-  server.join();
 }
 
 namespace {
@@ -329,13 +358,6 @@ at::Tensor weights(const std::string& out) {
   std::vector<at::Tensor> all;
   for (auto& [n, t] : st.tensors) all.push_back(t.reshape(-1));
   return torch::cat(all);
-}
-// A test client's options for servers of job `token`: encrypted with the token-derived key (as
-// every worker and server of a job with a token is by default), or plain.
-PsClientOptions client_options(const std::string& token, bool encrypted) {
-  PsClientOptions o{10};
-  if (encrypted) o.curve_server_key = ps_server_keys_from_token(token).public_z85;
-  return o;
 }
 // Starts K servers on free ports; returns the endpoint list.
 std::string start_servers(const test::TempDir& d, int k, const std::string& consistency,
@@ -586,14 +608,10 @@ TEST(PsServer, CurveEncryptionAdmitsOnlyClientsWithTheServerKey) {
   ASSERT_EQ(gen.exit_code, 0) << gen.output;
   std::ofstream(d.str("keys")) << gen.output;
   const std::string server_public = gen.output.substr(0, 40);
-  std::promise<std::string> ep;
-  auto epf = ep.get_future();
-  std::thread server([&] {
-    ServerConfig sc;
-    sc.curve_key_file = d.str("keys");
-    PsServer(sc, PsConfig{}, "job").run([&](const std::string& e) { ep.set_value(e); });
-  });
-  const std::string endpoint = epf.get();
+  ServerConfig sc;
+  sc.curve_key_file = d.str("keys");
+  InProcessServer server(sc, PsConfig{}, "job", server_public);
+  const std::string endpoint = server.endpoint;
   {  // no CURVE: the handshake fails, nothing is ever answered
     PsClient plain({endpoint}, "job", 0, 1, PsClientOptions{/*timeout_s=*/1.0});
     auto p = torch::ones({4});
@@ -612,8 +630,6 @@ TEST(PsServer, CurveEncryptionAdmitsOnlyClientsWithTheServerKey) {
   auto g = torch::ones({4});
   push_pull(good, g, p, 0, 0.1);
   EXPECT_LT(p[0].item<float>(), 1.0f);
-  good.shutdown_servers();
-  server.join();
 }
 
 // The client's push is zero-copy and the message holds a reference to the gradient; a resend is a
@@ -788,14 +804,10 @@ TEST(ParameterShard, ARefusedFirstInitLeavesTheShardUninitialized) {
 // dispatch read a data frame that was not there); every malformed request gets an ERROR and the
 // server keeps serving.
 TEST(PsServer, EmptyRangesAndMissingFramesGetRepliesNotACrash) {
-  std::promise<std::string> ep;
-  auto epf = ep.get_future();
-  std::thread server([&] {
-    ServerConfig sc;
-    sc.encrypt = "off";  // a plain DEALER speaks to the dispatcher directly
-    PsServer(sc, PsConfig{}, "t").run([&](const std::string& e) { ep.set_value(e); });
-  });
-  const std::string endpoint = epf.get();
+  ServerConfig sc;
+  sc.encrypt = "off";  // a plain DEALER speaks to the dispatcher directly
+  InProcessServer server(sc, PsConfig{}, "t");
+  const std::string endpoint = server.endpoint;
   {
     zmq::context_t ctx;
     zmq::socket_t s(ctx, zmq::socket_type::dealer);
@@ -826,20 +838,14 @@ TEST(PsServer, EmptyRangesAndMissingFramesGetRepliesNotACrash) {
   PsClient c({endpoint}, "t", 0, 1, PsClientOptions{10});
   auto stats = nlohmann::json::parse(c.stats(0));
   EXPECT_EQ(stats["bad_messages"], 2) << stats.dump();
-  c.shutdown_servers();
-  server.join();
 }
 
 // Issue 11: with a job token, the parameter-server link is CURVE-encrypted with keys derived from
 // it (no key file): a client of the same job gets in; a client of another job, or one speaking
 // plain TCP, never completes the handshake (its requests time out, the server sees nothing).
 TEST(PsServer, TokenDerivedEncryptionAdmitsOnlyTheJobsClients) {
-  std::promise<std::string> ep;
-  auto epf = ep.get_future();
-  std::thread server([&] {
-    PsServer(ServerConfig{}, PsConfig{}, "job-secret").run([&](const std::string& e) { ep.set_value(e); });
-  });
-  const std::string endpoint = epf.get();
+  InProcessServer server(ServerConfig{}, PsConfig{}, "job-secret");
+  const std::string endpoint = server.endpoint;
   auto params = torch::ones({10});
   {
     PsClientOptions o = client_options("job-secret", false);
@@ -858,8 +864,6 @@ TEST(PsServer, TokenDerivedEncryptionAdmitsOnlyTheJobsClients) {
   auto stats = nlohmann::json::parse(good.stats(0));
   EXPECT_EQ(stats["version"], 1);
   EXPECT_EQ(stats["bad_messages"], 0);  // nothing of the refused clients reached the dispatcher
-  good.shutdown_servers();
-  server.join();
 }
 
 // Issue 11: a shard killed (SIGKILL) in the middle of its second checkpoint write, before the
@@ -905,30 +909,13 @@ TEST(PsTraining, ShardKilledWhileWritingItsCheckpointResumesFromTheLastWholeOne)
 TEST(PsServer, RandomRequestSequencesNeverCrashAndRefusedOnesChangeNothing) {
   const char* env = std::getenv("SYNCOPATE_FUZZ_SECONDS");
   const double seconds = env ? std::atof(env) : 3.0;
-  std::promise<std::string> ep;
-  auto epf = ep.get_future();
   PsConfig pc;
   pc.mitigation = "dc_asgd";
   pc.max_grad_norm = 1e6;
-  std::thread server([&] {
-    ServerConfig sc;
-    sc.encrypt = "off";
-    PsServer(sc, pc, "t").run([&](const std::string& e) { ep.set_value(e); });
-  });
-  const std::string endpoint = epf.get();
-  struct StopServer {  // also when an assertion ends the test early
-    std::thread& t;
-    std::string ep;
-    ~StopServer() {
-      if (!t.joinable()) return;
-      try {
-        PsClient c({ep}, "t", 0, 1, client_options("t", false));
-        c.shutdown_servers();
-      } catch (...) {
-      }
-      t.join();
-    }
-  } stop{server, endpoint};
+  ServerConfig sc;
+  sc.encrypt = "off";
+  InProcessServer server(sc, pc, "t");
+  const std::string endpoint = server.endpoint;
   zmq::context_t ctx;
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   s.set(zmq::sockopt::rcvtimeo, 5000);

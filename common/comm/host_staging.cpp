@@ -6,24 +6,23 @@
 
 namespace syncopate {
 
-at::Tensor HostStaging::for_(const at::Tensor& like) {
-  SYN_CHECK(like.scalar_type() == at::kFloat && like.is_contiguous(), "host staging needs a contiguous float32 buffer",
+namespace {
+const at::Tensor& checked(const at::Tensor& t) {
+  SYN_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous(), "host staging needs a contiguous float32 buffer",
             "this is a bug");
-  if (like.is_cpu()) return like;
-  if (!buffer_.defined() || buffer_.numel() < like.numel())
-    buffer_ = at::empty({like.numel()}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
+  return t;
+}
+}  // namespace
+
+at::Tensor HostStaging::own(const at::Tensor& like) {
+  if (!buffer_.defined() || buffer_.numel() < like.numel())  // pinned for DMA from a GPU; grown, never shrunk
+    buffer_ = at::empty({like.numel()}, at::TensorOptions().dtype(at::kFloat).pinned_memory(!like.is_cpu()));
   return buffer_.slice(0, 0, like.numel()).view(like.sizes());
 }
 
-at::Tensor HostStaging::copy_of(const at::Tensor& t) {
-  SYN_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous(), "host staging needs a contiguous float32 buffer",
-            "this is a bug");
-  if (!buffer_.defined() || buffer_.numel() < t.numel())
-    buffer_ = at::empty({t.numel()}, at::TensorOptions().dtype(at::kFloat).pinned_memory(!t.is_cpu()));
-  at::Tensor h = buffer_.slice(0, 0, t.numel()).view(t.sizes());
-  h.copy_(t);
-  return h;
-}
+at::Tensor HostStaging::for_(const at::Tensor& like) { return checked(like).is_cpu() ? like : own(like); }
+
+at::Tensor HostStaging::copy_of(const at::Tensor& t) { return own(checked(t)).copy_(t); }
 
 at::Tensor HostStaging::to_host(const at::Tensor& t) {
   at::Tensor h = for_(t);

@@ -25,6 +25,7 @@ class HostStaging {
   int64_t capacity() const;  // elements currently held (0 until a device buffer was staged)
 
  private:
+  at::Tensor own(const at::Tensor& like);  // this staging's memory for `like`, contents undefined
   at::Tensor buffer_;
 };
 

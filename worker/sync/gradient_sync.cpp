@@ -33,8 +33,7 @@ std::unique_ptr<GradientSync> make_gradient_sync(const SyncSetup& s, FlatParamet
 void check_replicas_identical(const at::Tensor& params, int64_t step, int rank, int world, int local_size, int device,
                               const std::function<void(at::Tensor&)>& sum) {
   const uint64_t d = digest(params);
-  const auto opts = at::TensorOptions().dtype(at::kFloat).device(device < 0 ? at::Device(at::kCPU) : at::Device(at::kCUDA, device));
-  at::Tensor slots = at::zeros({2 * static_cast<int64_t>(world)}, opts);
+  at::Tensor slots = at::zeros({2 * static_cast<int64_t>(world)}, replica_options(device));
   slots[2 * rank] = static_cast<float>(d & 0xffffff);
   slots[2 * rank + 1] = static_cast<float>((d >> 24) & 0xffffff);
   sum(slots);
@@ -46,6 +45,11 @@ void check_replicas_identical(const at::Tensor& params, int64_t step, int rank, 
       bad += fmt::format("{}{} (node {}, local {})", bad.empty() ? "" : ", ", r, r / local_size, r % local_size);
   SYN_CHECK(bad.empty(), fmt::format("step {}: the weights of replica(s) {} differ from replica 0's", step, bad),
             "replicas diverged (non-deterministic kernels or a bug); resume every node from the same checkpoint");
+}
+
+at::TensorOptions replica_options(int device) {
+  return at::TensorOptions().dtype(at::kFloat).device(device < 0 ? at::Device(at::kCPU)
+                                                                 : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)));
 }
 
 std::vector<std::pair<int64_t, int64_t>> parameter_ranges(const FlatParameters& flat) {

@@ -19,7 +19,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
-#include <limits>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,7 +67,7 @@ struct SyncSetup {
 // The finite-update guard every implementation applies to the averaged gradient before any
 // optimizer sees it: true when the step must be skipped (a non-finite norm, or one above `bound` > 0).
 inline bool skip_update(double grad_norm, double bound) {
-  return !(grad_norm <= std::numeric_limits<double>::max()) || (bound > 0 && grad_norm > bound);
+  return !std::isfinite(grad_norm) || (bound > 0 && grad_norm > bound);
 }
 
 class GradientSync {
@@ -119,6 +119,8 @@ std::unique_ptr<GradientSync> make_ps_sync(const SyncSetup& s, FlatParameters& f
 // one sum over `world` replicas (`sum` adds a float tensor in place across them).
 void check_replicas_identical(const at::Tensor& params, int64_t step, int rank, int world, int local_size, int device,
                               const std::function<void(at::Tensor&)>& sum);
+// float32 options on a replica's device (-1: CPU), for the small tensors of a collective.
+at::TensorOptions replica_options(int device);
 // The FlatParameters' [offset, length) of every parameter, in registration order.
 std::vector<std::pair<int64_t, int64_t>> parameter_ranges(const FlatParameters& flat);
 

@@ -26,7 +26,6 @@
 #include "model/flat_parameters.h"
 #include "server/ps_client.h"
 #include "server/ps_keys.h"
-#include "common/comm/job_token.h"
 #include "worker/sync/bucket_reducer.h"
 #include "worker/sync/gradient_sync.h"
 
@@ -43,9 +42,7 @@ class PsSync : public GradientSync {
     if (local_ == 0) {  // local replica 0 talks to the servers for its node
       PsClientOptions o;
       o.timeout_s = s.dist.timeout_s;
-      o.curve_server_key = s.dist.curve_server_key;
-      if (o.curve_server_key.empty() && s.dist.ps_encrypt == "auto" && !is_insecure_default_token(s.token))
-        o.curve_server_key = ps_server_keys_from_token(s.token).public_z85;  // as the servers derive it
+      o.curve_server_key = ps_client_server_key(s.token, s.dist.ps_encrypt, s.dist.curve_server_key);
       client_ = std::make_unique<PsClient>(endpoints, s.token, node_, nodes_, o);
     }
     if (push_in_backward_) {
@@ -108,7 +105,7 @@ class PsSync : public GradientSync {
   }
   double average(double x) override {
     if (!group_) return x;
-    at::Tensor t = at::full({1}, x, at::TensorOptions().dtype(at::kFloat).device(device()));
+    at::Tensor t = at::full({1}, x, replica_options(device_));
     group_->all_reduce_sum(local_, t);
     return t.item<double>() / local_size_;
   }
@@ -125,7 +122,6 @@ class PsSync : public GradientSync {
   }
 
  private:
-  at::Device device() const { return device_ < 0 ? at::Device(at::kCPU) : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_)); }
   // The node's replicas take local replica 0's parameters.
   void share_node_params(at::Tensor& params) {
     if (group_) group_->broadcast(local_, params, 0);

@@ -62,7 +62,7 @@ class RingSync : public GradientSync {
     return r;
   }
   double average(double x) override {
-    at::Tensor t = at::full({1}, x, at::TensorOptions().dtype(at::kFloat).device(device()));
+    at::Tensor t = at::full({1}, x, replica_options(device_));
     sum_.sum(t, exact());
     return t.item<double>() / world();
   }
@@ -78,7 +78,6 @@ class RingSync : public GradientSync {
   }
 
  private:
-  at::Device device() const { return device_ < 0 ? at::Device(at::kCPU) : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_)); }
   RingAllreduceOptions exact() const { return RingAllreduceOptions{wire_.segment_bytes, /*bf16_wire=*/false}; }
   int64_t wire_bytes() const { return allreducer_ ? allreducer_->bytes_sent() : 0; }
 
