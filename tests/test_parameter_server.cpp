@@ -84,6 +84,14 @@ class InProcessServer {
     thread_.join();
   }
   std::string endpoint;
+  // A plain DEALER connected to it (servers with encrypt=off): to send hand-made requests.
+  zmq::socket_t dealer(zmq::context_t& ctx) const {
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::rcvtimeo, 5000);
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(endpoint);
+    return s;
+  }
 
  private:
   std::string token_, key_;
@@ -308,9 +316,7 @@ TEST(PsServer, HostileMessagesGetErrorRepliesAndTheServerKeepsServing) {
   const std::string endpoint = server.endpoint;
   {
     zmq::context_t ctx;
-    zmq::socket_t s(ctx, zmq::socket_type::dealer);
-    s.set(zmq::sockopt::rcvtimeo, 5000);
-    s.connect(endpoint);
+    zmq::socket_t s = server.dealer(ctx);
     auto expect_error = [&](std::vector<std::string> frames, const std::string& needle) {
       for (size_t i = 0; i < frames.size(); ++i)
         s.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
@@ -810,10 +816,7 @@ TEST(PsServer, EmptyRangesAndMissingFramesGetRepliesNotACrash) {
   const std::string endpoint = server.endpoint;
   {
     zmq::context_t ctx;
-    zmq::socket_t s(ctx, zmq::socket_type::dealer);
-    s.set(zmq::sockopt::rcvtimeo, 5000);
-    s.set(zmq::sockopt::linger, 0);
-    s.connect(endpoint);
+    zmq::socket_t s = server.dealer(ctx);
     auto ask = [&](const MsgHeader& h, const std::string* data = nullptr) {
       s.send(zmq::buffer(encode_header(h)), data ? zmq::send_flags::sndmore : zmq::send_flags::none);
       if (data) s.send(zmq::buffer(*data), zmq::send_flags::none);
@@ -917,10 +920,7 @@ TEST(PsServer, RandomRequestSequencesNeverCrashAndRefusedOnesChangeNothing) {
   InProcessServer server(sc, pc, "t");
   const std::string endpoint = server.endpoint;
   zmq::context_t ctx;
-  zmq::socket_t s(ctx, zmq::socket_type::dealer);
-  s.set(zmq::sockopt::rcvtimeo, 5000);
-  s.set(zmq::sockopt::linger, 0);
-  s.connect(endpoint);
+  zmq::socket_t s = server.dealer(ctx);
   const uint64_t good = token_digest("t");
   auto request = [&](const MsgHeader& h, const std::vector<std::string>& extra) -> std::optional<MsgHeader> {
     s.send(zmq::buffer(encode_header(h)), extra.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
