@@ -88,7 +88,7 @@ void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t
   opt_ = std::make_unique<FlatAdamW>(oc, length_, local, params_.options());
   clock_.assign(static_cast<size_t>(workers_), -1);
   last_stale_.assign(static_cast<size_t>(workers_), 0);
-  backup_.assign(static_cast<size_t>(workers_), at::Tensor());
+  backup_.assign(static_cast<size_t>(workers_), {});
   last_seen_.assign(static_cast<size_t>(workers_), now_s);
   live_.assign(static_cast<size_t>(workers_), true);
   initialized_ = true;
@@ -121,9 +121,23 @@ void ParameterShard::apply(const at::Tensor& grad, double lr) {
 
 void ParameterShard::pulled(int worker) {
   if (!mitigation_.keeps_backups()) return;
-  at::Tensor& b = backup_[static_cast<size_t>(worker)];
-  if (b.defined() && b.numel() == params_.numel()) b.copy_(params_);  // reuse: no fresh pages per pull
-  else b = params_.clone();
+  std::vector<Backup>& kept = backup_[static_cast<size_t>(worker)];
+  if (!kept.empty() && kept.back().version == version_) return;  // the same values again (a resent reply)
+  Backup b;
+  if (kept.size() >= kBackupsPerWorker) {  // reuse the oldest buffer: no fresh pages per pull
+    b = std::move(kept.front());
+    kept.erase(kept.begin());
+  }
+  b.version = version_;
+  if (b.values.defined() && b.values.numel() == params_.numel()) b.values.copy_(params_);
+  else b.values = params_.clone();
+  kept.push_back(std::move(b));
+}
+
+const ParameterShard::Backup* ParameterShard::backup_of(int worker, int64_t version) const {
+  for (const Backup& b : backup_[static_cast<size_t>(worker)])
+    if (b.version == version) return &b;
+  return nullptr;
 }
 
 // DC-ASGD's compensated gradient g + lambda * g * g * (w_now - w_backup), in one pass.
@@ -183,7 +197,12 @@ std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data, dou
   // ASP and SSP apply every gradient on arrival, with the optional staleness mitigation.
   const double lr = mitigation_.lr(h.lr, stale);
   at::Tensor gg = g;
-  if (mitigation_.keeps_backups() && backup_[w].defined()) gg = delay_compensated(data, backup_[w]);
+  // DC-ASGD compensates against the parameters the gradient was computed on: the read whose version
+  // the push names. One no longer kept (a server restarted from a checkpoint) goes uncompensated.
+  if (mitigation_.keeps_backups()) {
+    if (const Backup* b = backup_of(h.worker, h.param_version)) gg = delay_compensated(data, b->values);
+    else ++dc_uncompensated_;
+  }
   apply(gg, lr);
   if (!rule_->holds_replies()) return {h.worker};
   waiting_.insert(h.worker);
@@ -284,6 +303,7 @@ std::string ParameterShard::stats_json(int64_t errors) const {
                         {"workers", workers_}, {"clocks", clock_}, {"live_workers", live_workers()}, {"dead_events", dead_events_},
                         {"dropped", dropped_}, {"rejected", rejected_}, {"backup_workers", cfg_.backup_workers},
                         {"consistency", cfg_.consistency}, {"bad_messages", errors}, {"duplicates", duplicates_},
+                        {"dc_uncompensated", dc_uncompensated_},
                         {"staleness_histogram", hist}}
       .dump();
 }

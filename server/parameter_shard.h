@@ -45,8 +45,11 @@ class ParameterShard {
   // syncopate::Error, nothing changed but the `rejected` count. now_s >= 0: the worker is seen
   // alive at that time (after the checks).
   std::vector<int> push(const MsgHeader& h, const float* grad, double now_s = -1);
-  // Records that `worker` read the current parameters (DC-ASGD backup, staleness reference).
+  // Records that `worker` read the current parameters (version() of now). DC-ASGD keeps the last
+  // kBackupsPerWorker such reads per worker, keyed by version: a push names the version its
+  // gradient was computed on (param_version), which with dist.ps_overlap is the read before last.
   void pulled(int worker);
+  static constexpr size_t kBackupsPerWorker = 2;
   // Liveness: `seen` marks a worker alive at time now_s (it rejoins if it was dead); `expire`
   // drops workers silent for longer than worker_timeout_s from the BSP/SSP count and returns the
   // replies that this releases.
@@ -90,7 +93,13 @@ class ParameterShard {
   std::map<int64_t, int64_t> staleness_hist_;
   std::vector<int64_t> clock_;        // last clock pushed, per worker (-1: none yet)
   std::vector<int64_t> last_stale_;   // staleness of each worker's last update
-  std::vector<at::Tensor> backup_;    // DC-ASGD: params each worker last read
+  struct Backup {
+    int64_t version = -1;
+    at::Tensor values;
+  };
+  std::vector<std::vector<Backup>> backup_;  // DC-ASGD: per worker, its last reads (newest last)
+  const Backup* backup_of(int worker, int64_t version) const;
+  int64_t dc_uncompensated_ = 0;      // DC-ASGD: pushes computed on a version no longer kept
   at::Tensor dc_buf_;                 // DC-ASGD: the compensated gradient (reused)
   const at::Tensor& delay_compensated(const float* g, const at::Tensor& backup);
   std::set<int> waiting_;             // BSP/SSP: pushed, reply held back

@@ -31,6 +31,8 @@
 #include "server/ps_client.h"
 #include "server/ps_keys.h"
 #include "model/gpt_config.h"
+#include "model/flat_parameters.h"
+#include "worker/sync/gradient_sync.h"
 
 using namespace syncopate;
 
@@ -183,45 +185,106 @@ TEST(ParameterShard, UpdateDuringAnInFlightReplyCopiesOnWrite) {
   EXPECT_EQ(s.params().data_ptr<float>(), now);
 }
 
-// The mitigations against a readable reference: a plain shard fed the gradient and learning rate
-// that the rule prescribes must end at exactly the mitigated shard's parameters.
+// torch's own AdamW (weight decay 0, the shard's default betas and eps) over a sequence of
+// gradients and learning rates: the independent reference for the mitigation tests. Returns the
+// weights before the first step and after each one.
+static std::vector<torch::Tensor> torch_adamw(torch::Tensor w0, const std::vector<std::pair<torch::Tensor, double>>& steps) {
+  const MsgHeader d;  // the AdamW settings an INIT carries by default
+  torch::Tensor w = w0.clone().set_requires_grad(true);
+  torch::optim::AdamW opt({w}, torch::optim::AdamWOptions(0.1).betas({d.beta1, d.beta2}).eps(d.eps).weight_decay(0.0));
+  std::vector<torch::Tensor> out{w0.clone()};
+  for (const auto& [g, lr] : steps) {
+    static_cast<torch::optim::AdamWOptions&>(opt.param_groups()[0].options()).lr(lr);
+    w.mutable_grad() = g.clone();
+    opt.step();
+    out.push_back(w.detach().clone());
+  }
+  return out;
+}
+
+// The mitigations against a hand-computed reference (torch's AdamW fed the gradient and learning
+// rate that the rule prescribes), and against no mitigation (the rule must matter).
 TEST(ParameterShard, MitigationsApplyTheirRuleExactly) {
   std::vector<float> init = {0.5f, -1.0f, 2.0f, 0.0f};
   std::vector<float> g0 = {0.3f, -0.2f, 0.1f, 0.4f}, g1 = {1.0f, 2.0f, -3.0f, 0.5f};
+  const torch::Tensor w0 = torch::tensor(init), tg0 = torch::tensor(g0), tg1 = torch::tensor(g1);
   for (const std::string mitigation : {"dc_asgd", "lr_scale"}) {
     PsConfig c;  // asp
     c.mitigation = mitigation;
     c.dc_lambda = 0.5;
-    ParameterShard s(c), ref(PsConfig{});
+    ParameterShard s(c);
     s.init(init_header(2, 4), init.data(), nullptr, 0);
-    ref.init(init_header(2, 4), init.data(), nullptr, 0);
     s.pulled(0), s.pulled(1);                               // both read version 0 (w0)
-    const at::Tensor w0 = s.params().clone();
     s.push(push_header(0, 0, 0, 4), g0.data());             // -> v1
     s.pulled(0);
     s.push(push_header(0, 1, 1, 4), g0.data());             // -> v2
     s.push(push_header(1, 0, 0, 4), g1.data());             // computed on v0: staleness 2
-    // The reference: the same three updates, the third with the rule applied by hand.
-    ref.push(push_header(0, 0, 0, 4), g0.data());
-    ref.push(push_header(0, 1, 1, 4), g0.data());
-    MsgHeader last = push_header(1, 0, 2, 4);
-    std::vector<float> g = g1;
-    if (mitigation == "lr_scale") {
-      last.lr = 0.1 / 2;  // divided by the staleness
-    } else {
-      const at::Tensor w2 = ref.params();
-      for (size_t i = 0; i < 4; ++i)  // g + lambda * g * g * (w_now - w_backup)
-        g[i] = g1[i] + 0.5f * g1[i] * g1[i] * (w2[static_cast<int64_t>(i)].item<float>() - w0[static_cast<int64_t>(i)].item<float>());
-    }
-    ref.push(last, g.data());
-    EXPECT_TRUE(torch::allclose(s.params(), ref.params(), 1e-7, 1e-7)) << mitigation << "\n" << s.params() << ref.params();
-    ParameterShard plain(PsConfig{});  // and the rule matters: without it the result differs
-    plain.init(init_header(2, 4), init.data(), nullptr, 0);
-    plain.push(push_header(0, 0, 0, 4), g0.data());
-    plain.push(push_header(0, 1, 1, 4), g0.data());
-    plain.push(push_header(1, 0, 0, 4), g1.data());
-    EXPECT_FALSE(torch::allclose(s.params(), plain.params(), 1e-6, 1e-6)) << mitigation;
+    // By hand: two plain steps, then the third with the rule applied.
+    const auto w = torch_adamw(w0, {{tg0, 0.1}, {tg0, 0.1}});
+    std::pair<torch::Tensor, double> third{tg1, 0.1};
+    if (mitigation == "lr_scale") third.second = 0.1 / 2;  // divided by the staleness
+    else third.first = tg1 + 0.5 * tg1 * tg1 * (w[2] - w0);  // g + lambda * g * g * (w_now - w_backup)
+    const auto ref = torch_adamw(w0, {{tg0, 0.1}, {tg0, 0.1}, third});
+    EXPECT_TRUE(torch::allclose(s.params(), ref[3], 1e-6, 1e-7)) << mitigation << "\n" << s.params() << ref[3];
+    const auto plain = torch_adamw(w0, {{tg0, 0.1}, {tg0, 0.1}, {tg1, 0.1}});
+    EXPECT_FALSE(torch::allclose(s.params(), plain[3], 1e-5, 1e-6)) << mitigation;
   }
+}
+
+// Issue 15 (8): DC-ASGD compensates against the parameters the gradient was computed on, which
+// with dist.ps_overlap are those of the read before last. End to end: PsSync with ps_overlap
+// against a live server (ASP, DC-ASGD), four steps with fixed gradients, against the hand-computed
+// sequence. Step t >= 1 pushes a gradient computed on w_{t-1} while the server holds w_t, so each
+// compensation is lambda * g * g * (w_t - w_{t-1}); a shard that took the last read as the backup
+// compensates by zero and ends elsewhere.
+TEST(PsSync, OverlapWithDcAsgdCompensatesAgainstTheWeightsTheGradientSaw) {
+  PsConfig pc;
+  pc.mitigation = "dc_asgd";
+  pc.dc_lambda = 0.5;
+  InProcessServer server(ServerConfig{}, pc, "t");
+  torch::manual_seed(15);
+  torch::nn::Linear model(3, 2);
+  FlatParameters flat(*model);
+  const torch::Tensor w0 = flat.params.clone();
+  SyncSetup setup;
+  setup.dist.mode = "ps";
+  setup.dist.servers = server.endpoint;
+  setup.dist.nnodes = 1;
+  setup.dist.node_rank = 0;
+  setup.dist.ps_overlap = true;
+  setup.optim.grad_clip = 0;
+  setup.optim.weight_decay = 0;
+  setup.token = "t";
+  auto sync = make_gradient_sync(setup, flat, model->parameters());
+  sync->start(flat.params, 0);
+  ASSERT_TRUE(torch::equal(flat.params, w0));
+  const double lr = 0.1;
+  std::vector<torch::Tensor> g;
+  for (int t = 0; t < 4; ++t) g.push_back(torch::randn({flat.numel()}));
+  std::vector<double> staleness;
+  for (int t = 0; t < 4; ++t) {
+    sync->begin_last_backward(lr, t);
+    flat.grads.copy_(g[static_cast<size_t>(t)]);
+    staleness.push_back(sync->finish_step(flat.params, flat.grads, lr, t).staleness);
+  }
+  sync->synchronize(flat.params);
+  // By hand: w1 = AdamW(w0, g0); w_{t+1} = AdamW(w_t, g_t + lambda g_t^2 (w_t - w_{t-1})).
+  std::vector<torch::Tensor> w{w0};
+  std::vector<std::pair<torch::Tensor, double>> applied;
+  for (size_t t = 0; t < 4; ++t) {
+    applied.emplace_back(t == 0 ? g[0] : g[t] + 0.5 * g[t] * g[t] * (w[t] - w[t - 1]), lr);
+    w.push_back(torch_adamw(w0, applied).back());
+  }
+  EXPECT_TRUE(torch::allclose(flat.params, w[4], 1e-5, 1e-6)) << flat.params << w[4];
+  std::vector<std::pair<torch::Tensor, double>> uncompensated;
+  for (size_t t = 0; t < 4; ++t) uncompensated.emplace_back(g[t], lr);
+  EXPECT_FALSE(torch::allclose(flat.params, torch_adamw(w0, uncompensated).back(), 1e-5, 1e-6));
+  // Every round trip but the first saw one update between read and push (reported a step later).
+  EXPECT_EQ(staleness, (std::vector<double>{0, 0, 1, 1}));
+  PsClient c({server.endpoint}, "t", 0, 1, client_options("t", true));
+  const auto stats = nlohmann::json::parse(c.stats(0));
+  EXPECT_EQ(stats["dc_uncompensated"], 0) << stats.dump();
+  EXPECT_EQ(stats["version"], 4);
 }
 
 TEST(ParameterShard, AspStalenessHistogramMatchesTheSchedule) {
