@@ -81,7 +81,10 @@ def cluster_command(cfg, em, job, seed, lr, out):
             "--checkpoint.every=0", "--dist.check_every=0", f"--data.cache_dir={ROOT}/data/cache",
             # No mode overlaps communication with compute here: the modelled compute ends before the
             # ring reduces or a worker pushes, so every mode meets the link on the same terms.
-            "--dist.overlap=false"]
+            "--dist.overlap=false",
+            # Like for like: parameter servers combine gradients that each node clipped on its own,
+            # so the ring clips each node's gradient before the nodes combine too.
+            "--dist.clip_scope=node"]
     return cmd + cfg.get("worker", [])
 
 

@@ -95,6 +95,10 @@ TEST(Config, CrossFieldValidation) {
   k.schema.apply_args({"--data.tokenizer=gpt2-bpe"});
   e = test::error_of([&] { k.cfg.validate(); });
   EXPECT_NE(e.find("needs data.vocab_file and data.merge_file"), std::string::npos) << e;
+  Fixture m;  // parameter servers combine gradients each node clipped: a job-wide clip cannot be had
+  m.schema.apply_args({"--dist.mode=ps", "--dist.servers=tcp://127.0.0.1:1", "--dist.clip_scope=job"});
+  e = test::error_of([&] { m.cfg.validate(); });
+  EXPECT_NE(e.find("--dist.clip_scope=node"), std::string::npos) << e;
 }
 
 TEST(Config, HelpListsEveryField) {

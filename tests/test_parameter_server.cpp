@@ -533,6 +533,43 @@ TEST_P(PsPushModes, BspOverServersEqualsRing) {
   EXPECT_TRUE(torch::allclose(a, b, 1e-5, 1e-6)) << (a - b).abs().max().item<double>();
 }
 
+// Issue 15 (2): with clipping on, BSP clips each node's gradient before the servers average them;
+// a ring with dist.clip_scope=node does the same and ends at the same weights, while the ring's
+// default (clip the job's mean, as DDP) ends elsewhere: the setting is what the A/B must match.
+TEST(PsTraining, BspEqualsRingWithClippingOnWhenBothClipPerNode) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  std::vector<std::unique_ptr<test::Process>> servers;
+  const std::string eps = start_servers(d, 2, "bsp", servers);
+  auto args = [&](const std::string& out, std::vector<std::string> extra) {
+    auto a = train_args(d, corpus, d.str(out), 2);
+    std::replace(a.begin(), a.end(), std::string("--optim.grad_clip=0"), std::string("--optim.grad_clip=0.05"));
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  std::vector<std::unique_ptr<test::Process>> ps;
+  const int node_port = test::free_port(), job_port = test::free_port();
+  for (int r = 0; r < 2; ++r) {
+    const std::string rank = "NODE_RANK=" + std::to_string(r);
+    ps.push_back(std::make_unique<test::Process>(args(fmt::format("ps{}", r), {"--dist.mode=ps", "--dist.servers=" + eps}),
+                                                 std::vector<std::string>{"SYNCOPATE_TOKEN=t", "NNODES=2", rank},
+                                                 d.str(fmt::format("ps{}.log", r))));
+    ps.push_back(std::make_unique<test::Process>(
+        args(fmt::format("node{}", r), {"--dist.mode=ring", "--dist.clip_scope=node"}),
+        std::vector<std::string>{"SYNCOPATE_TOKEN=t", "NNODES=2", rank, "MASTER_PORT=" + std::to_string(node_port)},
+        d.str(fmt::format("node{}.log", r))));
+    ps.push_back(std::make_unique<test::Process>(
+        args(fmt::format("job{}", r), {"--dist.mode=ring"}),
+        std::vector<std::string>{"SYNCOPATE_TOKEN=t", "NNODES=2", rank, "MASTER_PORT=" + std::to_string(job_port)},
+        d.str(fmt::format("job{}.log", r))));
+  }
+  for (auto& p : ps) ASSERT_EQ(p->wait(120), 0) << test::slurp(d.str("ps0.log")) << test::slurp(d.str("node0.log"));
+  const at::Tensor bsp = weights(d.str("ps0")), node = weights(d.str("node0")), job = weights(d.str("job0"));
+  EXPECT_TRUE(torch::equal(node, weights(d.str("node1"))));
+  EXPECT_TRUE(torch::allclose(bsp, node, 1e-5, 1e-6)) << (bsp - node).abs().max().item<double>();
+  EXPECT_GT((bsp - job).abs().max().item<double>(), 1e-4) << "clipping was not active: lower the bound";
+}
+
 TEST(ParameterShard, BspDropsASilentWorkerAndTakesItBackWhenItSpeaks) {
   PsConfig c;
   c.consistency = "bsp";

@@ -30,6 +30,11 @@ struct DistConfig {
   bool overlap = true;           // ring: reduce gradient buckets during backward (as DDP does)
   int64_t bucket_kb = 25600;     // ring: bucket size cap, KiB (DDP's 25 MiB)
   int64_t first_bucket_kb = 1024;  // ring: the first bucket (last layers' gradients) is smaller, so communication starts early
+  std::string clip_scope = "auto";  // which gradient optim.grad_clip bounds: "job" = the job's mean gradient (what
+                                 // DDP and the ring do); "node" = each node's own gradient, before it is combined
+                                 // (what parameter servers do: BSP then averages clipped node gradients);
+                                 // "auto" = node in ps mode, else job. A ring with "node" combines after
+                                 // backward (no bucket overlap), so an A/B of ring and BSP can clip alike.
   bool ps_overlap = false;       // ps: push/pull on a communication thread while the next step computes
   bool ps_push_in_backward = false;  // ps: push each shard's gradient range as soon as backward finishes it
                                  // (one more step of staleness); false = wait for the own round trip
@@ -57,6 +62,8 @@ struct DistConfig {
     v("overlap", overlap, "ring: all-reduce gradient buckets while backward runs");
     v("bucket_kb", bucket_kb, "ring: gradient bucket cap, KiB", int64_t{1}, int64_t{1} << 24);
     v("first_bucket_kb", first_bucket_kb, "ring: first gradient bucket cap, KiB", int64_t{1}, int64_t{1} << 24);
+    v("clip_scope", clip_scope, "gradient clipping bounds the job's mean (job) or each node's gradient (node); auto = node in ps",
+      std::vector<std::string>{"auto", "job", "node"});
     v("ps_overlap", ps_overlap, "ps: overlap push/pull with the next step (one more step of staleness)");
     v("ps_push_in_backward", ps_push_in_backward,
       "ps: push each shard's gradient as backward finishes it (needs optim.grad_clip=0, ps_overlap=false)");

@@ -2,6 +2,8 @@
 // node's local group and the ring of nodes (NodeAllreduce; a job of one node has no ring), bucket
 // by bucket while backward runs (dist.overlap: DDP's buckets, cut by bucket_bounds) or as one
 // buffer after it, divided by the world, clipped, and every replica applies the same AdamW step.
+// dist.clip_scope=node clips each node's mean gradient before the nodes combine (what BSP parameter
+// servers do), so the sum runs after backward: the node's mean, clipped, then the ring.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -22,6 +24,7 @@ class RingSync : public GradientSync {
   RingSync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params)
       : GradientSync(s.local, s.local_size), ring_(s.ring), group_(s.group), device_(s.device),
         nodes_(ring_ ? ring_->world : 1), node_(ring_ ? ring_->rank : 0), clip_(s.optim.grad_clip), skip_(s.skip_grad_norm),
+        node_clip_(s.dist.clip_scope == "node"),
         allreducer_(nodes_ > 1 && rings(parse_hierarchy(s.dist.hierarchy), s.local)
                         ? std::make_unique<RingAllreducer>(ring_->rank, ring_->world, ring_->next_of(s.local),
                                                            ring_->prev_of(s.local))
@@ -30,7 +33,7 @@ class RingSync : public GradientSync {
         opt_(s.optim, flat.numel(), flat.decay_ranges(), flat.params.options()) {
     wire_.bf16_wire = s.dist.bf16_wire;
     wire_.segment_bytes = static_cast<size_t>(s.dist.segment_kb) << 10;
-    if (s.dist.overlap) {  // DDP's buckets (dist.first_bucket_kb, then dist.bucket_kb), summed as backward finishes each
+    if (s.dist.overlap && !node_clip_) {  // DDP's buckets (dist.first_bucket_kb, then dist.bucket_kb), summed as backward finishes each
       const auto ranges = parameter_ranges(flat);
       buckets_ = std::make_unique<BucketReducer>(
           params, ranges, flat.grads, bucket_bounds(ranges, s.dist.first_bucket_kb * 1024 / 4, s.dist.bucket_kb * 1024 / 4),
@@ -53,10 +56,15 @@ class RingSync : public GradientSync {
   }
   StepSync finish_step(at::Tensor& params, at::Tensor& grads, double lr, int64_t) override {
     StepSync r;
-    if (!buckets_ || !buckets_->finish()) sum_.sum(grads, wire_);  // not reduced during backward: all at once
-    grads.div_(world());
-    r.grad_norm = clip_grad_norm(grads, clip_);  // the same on every replica: they skip together
-    r.skipped = skip_update(r.grad_norm, skip_);
+    if (node_clip_) {
+      r.grad_norm = clip_node_mean(grads);
+      r.skipped = skip_update(clip_grad_norm(grads, 0), skip_);  // on the combined mean: every replica alike
+    } else {
+      if (!buckets_ || !buckets_->finish()) sum_.sum(grads, wire_);  // not reduced during backward: all at once
+      grads.div_(world());
+      r.grad_norm = clip_grad_norm(grads, clip_);  // the same on every replica: they skip together
+      r.skipped = skip_update(r.grad_norm, skip_);
+    }
     if (!r.skipped) opt_.step(params, grads, lr);
     r.wire_bytes = wire_bytes() - mark_;
     return r;
@@ -78,6 +86,19 @@ class RingSync : public GradientSync {
   }
 
  private:
+  // clip_scope=node: grads <- the mean over nodes of each node's clipped mean gradient. Returns this
+  // node's norm before clipping. Every local replica holds the node's mean, so the job-wide sum
+  // counts each node local_size times.
+  double clip_node_mean(at::Tensor& grads) {
+    if (group_) {
+      group_->all_reduce_sum(local_, grads);
+      grads.div_(local_size_);
+    }
+    const double norm = clip_grad_norm(grads, clip_);
+    sum_.sum(grads, wire_);
+    grads.div_(world());
+    return norm;
+  }
   RingAllreduceOptions exact() const { return RingAllreduceOptions{wire_.segment_bytes, /*bf16_wire=*/false}; }
   int64_t wire_bytes() const { return allreducer_ ? allreducer_->bytes_sent() : 0; }
 
@@ -85,6 +106,7 @@ class RingSync : public GradientSync {
   std::shared_ptr<LocalGroup> group_;  // null: one local replica
   int device_, nodes_, node_;
   double clip_, skip_;
+  bool node_clip_;  // dist.clip_scope=node
   std::unique_ptr<RingAllreducer> allreducer_;  // one sender thread and buffer set for every collective
   NodeAllreduce sum_;
   RingAllreduceOptions wire_;

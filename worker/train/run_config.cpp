@@ -36,6 +36,10 @@ void RunConfig::validate() const {
             "dist.ps_push_in_backward sends each shard's gradient before backward ends, so it cannot be clipped by the "
             "global norm first, and it replaces the overlap thread",
             "set --optim.grad_clip=0 and --dist.ps_overlap=false, or turn ps_push_in_backward off");
+  SYN_CHECK(dist.mode != "ps" || dist.clip_scope != "job",
+            "dist.clip_scope=job with dist.mode=ps: parameter servers combine gradients after each node has clipped its own",
+            "use --dist.clip_scope=node (or auto); to compare a ring with BSP like for like, give the ring "
+            "--dist.clip_scope=node too");
   SYN_CHECK(data.tokenizer == "byte" || data.tokenizer == "gpt2-bpe",
             fmt::format("data.tokenizer='{}' is not a tokenizer", data.tokenizer), "use byte or gpt2-bpe");
   SYN_CHECK(data.tokenizer != "gpt2-bpe" || (!data.vocab_file.empty() && !data.merge_file.empty()),
