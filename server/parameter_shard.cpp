@@ -222,7 +222,12 @@ std::vector<int> ParameterShard::release_bsp() {
 }
 
 void ParameterShard::registered(int worker, int64_t clock) {
-  if (initialized_ && worker >= 0 && worker < workers_ && clock >= 0) clock_[static_cast<size_t>(worker)] = clock - 1;
+  if (!initialized_ || worker < 0 || worker >= workers_ || clock < 0) return;
+  // Exactly once: a worker that resumes from a checkpoint older than what this shard applied for
+  // it recomputes those clocks, and their pushes are answered as duplicates, not applied again.
+  // Its clock never goes back; one ahead (this shard restarted from an older checkpoint) is taken.
+  int64_t& c = clock_[static_cast<size_t>(worker)];
+  c = std::max(c, clock - 1);
 }
 
 int ParameterShard::live_workers() const { return static_cast<int>(std::count(live_.begin(), live_.end(), true)); }

@@ -32,8 +32,9 @@ class ParameterShard {
   // agreement with the range a first INIT fixed); throws syncopate::Error.
   void check_init(const MsgHeader& h, const float* values) const;
   bool initialized() const { return initialized_; }
-  // A worker (re)registers at step `clock`: its next push is that clock (a restarted worker goes
-  // back to its checkpoint's step; its pushes must not be taken for duplicates).
+  // A worker (re)registers at step `clock`: its next push is that clock. A worker restarted from a
+  // checkpoint older than the clocks this shard already applied for it gets those pushes answered
+  // as duplicates, not applied twice (exactly once); the worker's clock never goes back.
   void registered(int worker, int64_t clock);
 
   // Validates a header against the shard (range, worker id); throws syncopate::Error.

@@ -60,6 +60,7 @@ struct PsClient::Impl {
     std::mutex mu;  // one caller at a time per shard
     zmq::socket_t sock;
     int64_t version = 0;  // parameter version last pulled
+    int64_t init_clock = -1;  // this worker's clock on the shard when INIT registered it
     std::map<int64_t, Pending> pending;  // by ticket id
   };
   std::vector<std::unique_ptr<Shard>> shards;
@@ -248,6 +249,7 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
     auto [h, parts] = I.recv(k, [](const MsgHeader&, std::vector<zmq::message_t>&) { return true; }, [&] { send_init(k); });
     I.take_values(k, parts.size() > 1 ? &parts[1] : nullptr, parts.size(), params.data_ptr<float>() + I.bounds[k]);
     I.shards[k]->version = h.param_version;
+    I.shards[k]->init_clock = h.clock;
   }
 }
 
@@ -325,6 +327,12 @@ std::vector<int64_t> PsClient::versions() const {
   std::vector<int64_t> v;
   for (const auto& sh : impl_->shards) v.push_back(sh->version);
   return v;
+}
+
+int64_t PsClient::applied_clock() const {
+  int64_t c = -1;
+  for (const auto& sh : impl_->shards) c = std::max(c, sh->init_clock);
+  return c;
 }
 
 PsClientCounters PsClient::counters() const {

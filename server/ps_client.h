@@ -81,6 +81,10 @@ class PsClient {
 
   // Parameter versions of the last replies, per shard.
   std::vector<int64_t> versions() const;
+  // The newest clock of this worker that any shard had applied when init() registered it (-1: none):
+  // a worker resumed from an older checkpoint recomputes the clocks up to it, which the shards
+  // answer without applying them again.
+  int64_t applied_clock() const;
   PsClientCounters counters() const;
   // The STATS JSON of shard k.
   std::string stats(int k);

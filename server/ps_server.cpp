@@ -45,7 +45,9 @@ struct PsServer::Impl {
     if (bytes || h.type == static_cast<int>(MsgType::kOk)) sock.send(zmq::buffer(data, bytes), zmq::send_flags::none);
   }
 
-  void reply_params(int worker) {
+  // clock: the request this answers (a push answered at once); -1 = the worker's last clock (an
+  // INIT, a PULL, a held reply released).
+  void reply_params(int worker, int64_t clock = -1) {
     MsgHeader r;
     r.type = static_cast<int>(MsgType::kOk);
     r.worker = worker;
@@ -53,7 +55,7 @@ struct PsServer::Impl {
     r.length = shard.length();
     r.param_version = shard.version();
     r.staleness = shard.last_staleness(worker);
-    r.clock = shard.clock(worker);  // lets the worker match replies to (possibly resent) requests
+    r.clock = clock >= 0 ? clock : shard.clock(worker);  // lets the worker match replies to (possibly resent) requests
     shard.pulled(worker);
     send_params(identity.at(worker), r, shard.params());
   }
@@ -131,7 +133,7 @@ struct PsServer::Impl {
           const float* grad = parts.size() == 3 ? static_cast<const float*>(parts[2].data()) : nullptr;
           std::vector<int> ready = shard.push(h, grad, now());  // throws, changing nothing, on a refused gradient
           identity[h.worker] = zmq::message_t(id.data(), id.size());
-          for (int w : ready) reply_params(w);
+          for (int w : ready) reply_params(w, w == h.worker ? h.clock : -1);
           maybe_checkpoint(false);
           return true;
         }

@@ -66,6 +66,9 @@ class PsSync : public GradientSync {
       at::Tensor host = params_host_.to_host(params);
       client_->init(host, decay_, optim_, step);
       HostStaging::to_device(params, host);
+      if (const int64_t applied = client_->applied_clock(); applied >= step)
+        log::warn("[ps] the servers applied this node's steps up to {} before it resumed at {}: those steps are "
+                  "recomputed and answered with the servers' parameters, not applied again", applied, step);
     }
     share_node_params(params);
   }
