@@ -21,16 +21,27 @@ std::string fmt_double(double v) {
   return s;
 }
 
+// "[lo, hi]", or ">= lo" / "<= hi" / "any" where a side is unbounded.
+template <class T>
+std::string range_text(T lo, T hi) {
+  const bool open_lo = lo == std::numeric_limits<T>::lowest() || lo == -std::numeric_limits<T>::infinity();
+  const bool open_hi = hi == std::numeric_limits<T>::max() || hi == std::numeric_limits<T>::infinity();
+  if (open_lo && open_hi) return "any value";
+  if (open_hi) return fmt::format(">= {}", lo);
+  if (open_lo) return fmt::format("<= {}", hi);
+  return fmt::format("[{}, {}]", lo, hi);
+}
+
 [[noreturn]] void bad_value(const FieldBinding& f, const std::string& why) {
   SYN_FAIL(fmt::format("config field '{}.{}': {}", f.section, f.name, why),
-           fmt::format("expected {} in {}; {}", f.type, f.range, f.doc));
+           fmt::format("allowed: {} ({}); the field is: {}", f.range, f.type, f.doc));
 }
 
 }  // namespace
 
 void ConfigSchema::Binder::operator()(const char* name, int64_t& v, const char* doc, int64_t lo,
                                       int64_t hi) {
-  FieldBinding f{section, name, doc, "int", fmt::format("[{}, {}]", lo, hi), {}, {}};
+  FieldBinding f{section, name, doc, "int", range_text(lo, hi), {}, {}};
   int64_t* p = &v;
   f.get = [p] { return std::to_string(*p); };
   f.set = [p, lo, hi, f](const void* n) {
@@ -44,7 +55,7 @@ void ConfigSchema::Binder::operator()(const char* name, int64_t& v, const char* 
 
 void ConfigSchema::Binder::operator()(const char* name, double& v, const char* doc, double lo,
                                       double hi) {
-  FieldBinding f{section, name, doc, "float", fmt::format("[{}, {}]", lo, hi), {}, {}};
+  FieldBinding f{section, name, doc, "float", range_text(lo, hi), {}, {}};
   double* p = &v;
   f.get = [p] { return fmt_double(*p); };
   f.set = [p, lo, hi, f](const void* n) {
@@ -103,7 +114,7 @@ void ConfigSchema::apply_table(const void* tp, const std::string& source) {
     std::string sec(sec_key.str());
     const toml::table* sec_tab = sec_node.as_table();
     if (!sec_tab)
-      SYN_FAIL(fmt::format("{}: top-level key '{}' is not a [section]", source, sec),
+      SYN_FAIL(fmt::format("{}:{}: top-level key '{}' is not a [section]", source, sec_node.source().begin.line, sec),
                "put fields under a section header such as [train]; see --help");
     // "preset" fields reset their section, so they are applied before the other fields.
     std::vector<std::pair<std::string, const toml::node*>> items;
@@ -111,10 +122,16 @@ void ConfigSchema::apply_table(const void* tp, const std::string& source) {
     std::stable_partition(items.begin(), items.end(), [](auto& kv) { return kv.first == "preset"; });
     for (const auto& [name, node] : items) {
       FieldBinding* f = find(sec, name);
+      const auto line = node->source().begin.line;  // 0 for text without positions (overrides)
+      const std::string where = line ? fmt::format("{}:{}", source, line) : source;
       if (!f)
-        SYN_FAIL(fmt::format("{}: unknown config field '{}.{}'", source, sec, name),
+        SYN_FAIL(fmt::format("{}: unknown config field '{}.{}'", where, sec, name),
                  "check the spelling; `--help` lists every field");
-      f->set(node);
+      try {
+        f->set(node);
+      } catch (const Error& e) {  // the field's own message (name, value, allowed range), placed in the file
+        throw Error(fmt::format("{}: {}", where, e.what()));
+      }
     }
   }
 }

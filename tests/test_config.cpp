@@ -51,11 +51,28 @@ TEST(Config, TomlFileRoundTrip) {
   EXPECT_EQ(b.schema.to_toml(), a.schema.to_toml());
 }
 
-TEST(Config, RejectsOutOfRangeWithFieldName) {
+// Issue 15 (11): what the README promises: the field's name, the allowed range and, from a file,
+// the file and line.
+TEST(Config, RejectsOutOfRangeWithFieldNameRangeAndFileLine) {
   Fixture f;
   auto e = test::error_of([&] { f.schema.apply_override("train.steps", "0"); });
   EXPECT_NE(e.find("train.steps"), std::string::npos) << e;
-  EXPECT_NE(e.find("out of range"), std::string::npos) << e;
+  EXPECT_NE(e.find("0 is out of range"), std::string::npos) << e;
+  EXPECT_NE(e.find("allowed: [1, "), std::string::npos) << e;
+  e = test::error_of([&] { f.schema.apply_override("optim.lr", "20"); });
+  EXPECT_NE(e.find("allowed: [0, 10]"), std::string::npos) << e;
+  test::TempDir d;
+  std::ofstream(d.str("steps.toml")) << "# a run\n[train]\nbatch_size = 4\nsteps = 0\n";
+  e = test::error_of([&] { f.schema.load_file(d.str("steps.toml")); });
+  EXPECT_NE(e.find("steps.toml:4: config field 'train.steps': 0 is out of range"), std::string::npos) << e;
+  EXPECT_NE(e.find("allowed: [1, "), std::string::npos) << e;
+  std::ofstream(d.str("unknown.toml")) << "[train]\nsteps = 3\n\n[optim]\nlearning_rate = 0.1\n";
+  e = test::error_of([&] { f.schema.load_file(d.str("unknown.toml")); });
+  EXPECT_NE(e.find("unknown.toml:5: unknown config field 'optim.learning_rate'"), std::string::npos) << e;
+  std::ofstream(d.str("type.toml")) << "[dist]\nmode = 3\n";
+  e = test::error_of([&] { f.schema.load_file(d.str("type.toml")); });
+  EXPECT_NE(e.find("type.toml:2: config field 'dist.mode': not a string"), std::string::npos) << e;
+  EXPECT_NE(e.find("{none, ring, ps}"), std::string::npos) << e;
   e = test::error_of([&] { f.schema.apply_override("optim.lr", "fast"); });
   EXPECT_NE(e.find("optim.lr"), std::string::npos) << e;
   e = test::error_of([&] { f.schema.apply_override("train.device", "tpu"); });
