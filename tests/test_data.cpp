@@ -140,6 +140,54 @@ TEST(WindowSampler, ReplicasPartitionTheGlobalBatch) {
   }
 }
 
+// Issue 15 (12): the same, on the tokens themselves and across epoch boundaries: a corpus of 7
+// windows, global batches of 6 to 24 samples, so most steps straddle one or more epochs; n
+// replicas' rows, in (micro, replica) order, are exactly the single process's rows.
+TEST(WindowSampler, ReplicasSeeTheSingleProcessTokensAcrossEpochBoundaries) {
+  test::TempDir d;
+  std::vector<int64_t> ids(7 * 4 + 1);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);  // every window distinct
+  write_flat(d.str("t.bin"), ids);
+  TokenStream s = TokenStream::open(d.str("t.bin"));
+  const int64_t ctx = 4, b = 3, micro = 2;
+  WindowSampler w(s, ctx, 9, 100);
+  ASSERT_EQ(w.windows(), 7);
+  bool crossed = false;
+  for (int64_t n : {1, 2, 4}) {
+    for (int64_t step = 0; step < 5; ++step) {
+      const int64_t p = step * micro * n * b;
+      crossed = crossed || w.epoch(p) != w.epoch(p + micro * n * b - 1);
+      for (int64_t m = 0; m < micro; ++m) {
+        std::vector<int64_t> sx(static_cast<size_t>(n * b * ctx)), sy(sx.size());
+        w.fill(WindowSampler::first_sample(p, m, 0, 1, n * b), n * b, sx.data(), sy.data());
+        std::vector<int64_t> rx, ry;
+        for (int64_t r = 0; r < n; ++r) {
+          std::vector<int64_t> x(static_cast<size_t>(b * ctx)), y(x.size());
+          w.fill(WindowSampler::first_sample(p, m, r, n, b), b, x.data(), y.data());
+          rx.insert(rx.end(), x.begin(), x.end());
+          ry.insert(ry.end(), y.begin(), y.end());
+        }
+        EXPECT_EQ(rx, sx) << "n " << n << " step " << step << " micro " << m;
+        EXPECT_EQ(ry, sy);
+      }
+    }
+  }
+  EXPECT_TRUE(crossed);
+  // And an epoch is the windows in a new order: samples 0..6 and 7..13 hold the same rows.
+  std::vector<int64_t> e0(7 * ctx), e1(7 * ctx), y(7 * ctx);
+  w.fill(0, 7, e0.data(), y.data());
+  w.fill(7, 7, e1.data(), y.data());
+  EXPECT_NE(e0, e1);
+  std::vector<std::vector<int64_t>> r0, r1;
+  for (int64_t i = 0; i < 7; ++i) {
+    r0.emplace_back(e0.begin() + i * ctx, e0.begin() + (i + 1) * ctx);
+    r1.emplace_back(e1.begin() + i * ctx, e1.begin() + (i + 1) * ctx);
+  }
+  std::sort(r0.begin(), r0.end());
+  std::sort(r1.begin(), r1.end());
+  EXPECT_EQ(r0, r1);
+}
+
 TEST(TrainingData, RawTextIsTokenizedOnceAndCached) {
   test::TempDir d;
   DataConfig c;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -17,6 +18,7 @@
 #include <torch/torch.h>
 
 #include "common/safetensors.h"
+#include "worker/sync/dist_config.h"
 #include "tests/test_helpers.h"
 
 using namespace syncopate;
@@ -337,4 +339,62 @@ TEST_P(CheckpointCrash, RingJobRecoversExactly) {
     const std::string n = e.path().filename().string();
     EXPECT_EQ(n.find(".tmp"), std::string::npos) << n << " left behind";
   }
+}
+
+// Issue 15 (12): the Slurm mapping. Unset fields come from torchrun's variables first, then
+// Slurm's (SLURM_PROCID -> node rank, SLURM_NTASKS -> nodes, the first host of
+// SLURM_JOB_NODELIST -> master address), then defaults; explicit fields win over both.
+TEST(DistConfig, SlurmAndTorchrunVariablesMapToTheJob) {
+  const std::vector<std::string> names = {"MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK",
+                                          "SLURM_JOB_NODELIST", "SLURM_NTASKS", "SLURM_PROCID"};
+  std::map<std::string, std::optional<std::string>> saved;
+  for (const auto& n : names) {
+    const char* v = std::getenv(n.c_str());
+    saved[n] = v ? std::optional<std::string>(v) : std::nullopt;
+    unsetenv(n.c_str());
+  }
+  struct Restore {
+    std::map<std::string, std::optional<std::string>>& s;
+    ~Restore() {
+      for (auto& [n, v] : s) v ? setenv(n.c_str(), v->c_str(), 1) : unsetenv(n.c_str());
+    }
+  } restore{saved};
+  auto resolved = [](DistConfig c) {
+    resolve_from_environment(c);
+    return c;
+  };
+  DistConfig ring;
+  ring.mode = "ring";
+  setenv("SLURM_JOB_NODELIST", "gpu[007-009,012],cpu1", 1);
+  setenv("SLURM_NTASKS", "4", 1);
+  setenv("SLURM_PROCID", "2", 1);
+  DistConfig c = resolved(ring);
+  EXPECT_EQ(c.master_addr, "gpu007");
+  EXPECT_EQ(c.nnodes, 4);
+  EXPECT_EQ(c.node_rank, 2);
+  EXPECT_EQ(c.master_port, 29500);
+  setenv("SLURM_JOB_NODELIST", "hostA,hostB", 1);
+  EXPECT_EQ(resolved(ring).master_addr, "hostA");
+  setenv("SLURM_JOB_NODELIST", "n[5]", 1);
+  EXPECT_EQ(resolved(ring).master_addr, "n5");
+  // torchrun's variables win over Slurm's; explicit fields over both.
+  setenv("MASTER_ADDR", "10.0.0.9", 1);
+  setenv("MASTER_PORT", "31000", 1);
+  setenv("NNODES", "3", 1);
+  setenv("NODE_RANK", "1", 1);
+  c = resolved(ring);
+  EXPECT_EQ(c.master_addr, "10.0.0.9");
+  EXPECT_EQ(c.master_port, 31000);
+  EXPECT_EQ(c.nnodes, 3);
+  EXPECT_EQ(c.node_rank, 1);
+  DistConfig explicit_rank = ring;
+  explicit_rank.node_rank = 0;
+  EXPECT_EQ(resolved(explicit_rank).node_rank, 0);
+  // One replica ignores them all; a rank outside the job or a non-number is an error naming it.
+  DistConfig none;
+  EXPECT_EQ(resolved(none).nnodes, 1);
+  setenv("NODE_RANK", "3", 1);
+  EXPECT_NE(test::error_of([&] { resolved(ring); }).find("node rank 3 is outside 0..2"), std::string::npos);
+  setenv("NODE_RANK", "one", 1);
+  EXPECT_NE(test::error_of([&] { resolved(ring); }).find("NODE_RANK='one' is not an integer"), std::string::npos);
 }

@@ -4,6 +4,9 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <tuple>
+
+#include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
@@ -52,18 +55,38 @@ TEST(IndexedDataset, RoundTripsEveryDocumentInBothDtypes) {
   EXPECT_EQ(dtype_for_vocab(65500), TokenDtype::kInt32);
 }
 
-TEST(IndexedDataset, MegatronsOwnReaderReadsWhatWeWrite) {
+// Megatron-LM's own code (megatron-core) reads what we write and we read what it writes, in both
+// token widths (uint16 for GPT-2's vocabulary, int32 above 65535 ids).
+TEST(IndexedDataset, MegatronReadsWhatWeWriteAndWeReadWhatMegatronWrites) {
   test::TempDir dir;
-  const auto docs = random_docs(40, 50257, 5);
-  write(dir.str("ds"), docs, TokenDtype::kUint16);
+  const std::vector<std::tuple<TokenDtype, int32_t, std::string>> kinds = {{TokenDtype::kUint16, 50257, "uint16"},
+                                                                           {TokenDtype::kInt32, 200000, "int32"}};
+  nlohmann::json jobs = nlohmann::json::array();
+  std::vector<std::vector<std::vector<int32_t>>> docs;
+  for (const auto& [dt, vocab, name] : kinds) {
+    docs.push_back(random_docs(40, vocab, static_cast<unsigned>(vocab)));
+    write(dir.str("ours_" + name), docs.back(), dt);
+    jobs.push_back({{"read", dir.str("ours_" + name)}});
+    jobs.push_back({{"write", dir.str("theirs_" + name)}, {"dtype", name}, {"docs", docs.back()}});
+  }
+  std::ofstream(dir.str("jobs.json")) << jobs.dump();
   const auto r = test::run_command(fmt::format("{} {}/tests/megatron_reader.py {} 2>/dev/null", SYNCOPATE_PYTHON,
-                                               SYNCOPATE_SOURCE_DIR, dir.str("ds")));
+                                               SYNCOPATE_SOURCE_DIR, dir.str("jobs.json")));
   ASSERT_EQ(r.exit_code, 0) << "megatron-core missing? scripts/setup.sh installs it\n" << r.output;
-  const auto j = nlohmann::json::parse(r.output.substr(r.output.rfind("\n{") + 1));  // the last line: torch may log before it
-  EXPECT_EQ(j["dtype"], "uint16");
-  ASSERT_EQ(j["docs"].size(), docs.size());
-  for (size_t i = 0; i < docs.size(); ++i) EXPECT_EQ(j["docs"][i].get<std::vector<int32_t>>(), docs[i]) << i;
-  EXPECT_EQ(j["document_indices"].size(), docs.size() + 1);
+  const auto results = nlohmann::json::parse(r.output.substr(r.output.rfind("\n[") + 1));  // torch may log before it
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    const auto& [dt, vocab, name] = kinds[k];
+    const auto& mine = docs[k];
+    const auto& j = results[2 * k];  // Megatron read ours
+    EXPECT_EQ(j["dtype"], name);
+    ASSERT_EQ(j["docs"].size(), mine.size());
+    for (size_t i = 0; i < mine.size(); ++i) EXPECT_EQ(j["docs"][i].get<std::vector<int32_t>>(), mine[i]) << name << " " << i;
+    EXPECT_EQ(j["document_indices"].size(), mine.size() + 1);
+    IndexedDataset theirs(dir.str("theirs_" + name));  // we read Megatron's
+    EXPECT_EQ(theirs.dtype(), dt);
+    ASSERT_EQ(theirs.documents(), static_cast<int64_t>(mine.size()));
+    for (size_t i = 0; i < mine.size(); ++i) EXPECT_EQ(theirs.document(static_cast<int64_t>(i)), mine[i]) << name << " " << i;
+  }
 }
 
 TEST(IndexedDataset, DamagedFilesAreClearErrors) {
