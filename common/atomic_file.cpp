@@ -66,6 +66,17 @@ void write_file_atomic(const std::string& path, const std::string& contents) {
   f.commit();
 }
 
+void publish_file(const std::string& path, const std::string& contents) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << contents;
+    SYN_CHECK(f.good(), fmt::format("cannot write '{}'", tmp), "check that its directory exists and is writable");
+  }
+  SYN_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, fmt::format("cannot rename '{}' to '{}'", tmp, path),
+            "check that its directory exists and is writable");
+}
+
 void fsync_dir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;  // best effort: some filesystems do not allow opening directories

@@ -25,6 +25,9 @@ class AtomicFile {
 
 // Writes a whole file atomically.
 void write_file_atomic(const std::string& path, const std::string& contents);
+// Publishes a small signal file (a port, an endpoint) whole or not at all: written beside it and
+// renamed over it, without fsync and outside the crash points (it is a readiness signal, not data).
+void publish_file(const std::string& path, const std::string& contents);
 // fsyncs a directory so that renames inside it are durable.
 void fsync_dir(const std::string& dir);
 // Removes the temporary files that writers of `path` killed before commit() left behind

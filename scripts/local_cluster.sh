@@ -11,8 +11,8 @@
 #                            [--jitter X]] [--encrypt auto|off]
 #                            [--netns --link-gbit G] -- <worker args>
 #
-# --servers K starts K syncopate-server shards (ports MASTER_PORT+1..K; on node 0's host, or with
-# --netns shard k on host k mod N) and runs
+# --servers K starts K syncopate-server shards (each on a free port it reports in
+# OUT/logs/server<k>.endpoint; on node 0's host, or with --netns shard k on host k mod N) and runs
 # the workers in ps mode against them; --backup-workers B (bsp) applies a clock without the last B.
 # --encrypt auto (default) encrypts the ps links with CURVE keys derived from the job token; off: plain TCP.
 # --step-time S models each node's compute: a step lasts S seconds (emulate.step_time_s), node I
@@ -94,20 +94,32 @@ MODE_ARGS=(--dist.mode=ring)
 if [ "$SERVERS" -gt 0 ]; then
   EPS=""
   for k in $(seq 0 $((SERVERS - 1))); do
-    sport=$((PORT + 1 + k)) shost=$MASTER_ADDR
+    shost=$MASTER_ADDR
     # With namespaces, shard k lives on host k mod N (colocated with a worker, as ps-lite and
     # BytePS deploy them), so the servers' links add up with the workers' instead of one host's
     # link carrying every push.
     [ "$NETNS" = 1 ] && shost="10.77.0.$((k % NODES + 1))"
-    sargs=(--server.host="$shost" --server.port="$sport" --server.shard="$k" --ps.consistency="$CONSISTENCY"
-           --ps.staleness_bound="$BOUND" --ps.mitigation="$MITIGATION" --ps.backup_workers="$BACKUP" --server.encrypt="$ENCRYPT")
+    # Any free port: the server writes the endpoint it bound once it listens (no port is picked
+    # in advance, so nothing can take it in between), and the workers start after every shard is up.
+    rm -f "$OUT/logs/server$k.endpoint"
+    sargs=(--server.host="$shost" --server.port=-1 --server.endpoint_file="$OUT/logs/server$k.endpoint" --server.shard="$k"
+           --ps.consistency="$CONSISTENCY" --ps.staleness_bound="$BOUND" --ps.mitigation="$MITIGATION"
+           --ps.backup_workers="$BACKUP" --server.encrypt="$ENCRYPT")
     if [ "$NETNS" = 1 ]; then
       spawn ip netns exec "${NS_PREFIX}n$((k % NODES))" "$(dirname "$WORKER")/syncopate-server" "${sargs[@]}" > "$OUT/logs/server$k.log" 2>&1
     else
       spawn "$(dirname "$WORKER")/syncopate-server" "${sargs[@]}" > "$OUT/logs/server$k.log" 2>&1
     fi
     PIDS+=("${SPAWNED[-1]}")
-    EPS="$EPS${EPS:+,}tcp://$shost:$sport"
+  done
+  for k in $(seq 0 $((SERVERS - 1))); do
+    for _ in $(seq 1 600); do  # up to 60 s
+      [ -s "$OUT/logs/server$k.endpoint" ] && break
+      kill -0 "${PIDS[$k]}" 2>/dev/null || { echo "[cluster] server $k exited before listening:" >&2; cat "$OUT/logs/server$k.log" >&2; exit 1; }
+      sleep 0.1
+    done
+    [ -s "$OUT/logs/server$k.endpoint" ] || { echo "[cluster] server $k did not start listening within 60 s" >&2; exit 1; }
+    EPS="$EPS${EPS:+,}$(head -n1 "$OUT/logs/server$k.endpoint")"
   done
   MODE_ARGS=(--dist.mode=ps --dist.servers="$EPS" --dist.ps_encrypt="$ENCRYPT")
 fi

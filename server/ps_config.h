@@ -38,8 +38,11 @@ struct PsConfig {
 
 struct ServerConfig {
   std::string host = "127.0.0.1";  // address to listen on (only this one)
-  int64_t port = 0;                // TCP port; 0 = $MASTER_PORT + 1 + shard
+  int64_t port = 0;                // TCP port; 0 = $MASTER_PORT + 1 + shard (any free port without MASTER_PORT);
+                                   // -1 = any free port (the OS picks; endpoint_file tells which)
   int64_t shard = 0;               // this server's index (for the default port and logs)
+  std::string endpoint_file = "";  // once listening, the bound endpoint (tcp://IP:PORT) is written here atomically,
+                                   // so launchers and tests wait for readiness and learn the port; "" = none
   std::string curve_key_file = ""; // CURVE encryption: file with this server's "PUBLIC SECRET" Z85 keys
                                    // (syncopate-server --generate-curve-keys writes one); "" = plain TCP
   std::string encrypt = "auto";    // "auto": CURVE with keys derived from the job token when one is set (SYNCOPATE_TOKEN;
@@ -53,7 +56,9 @@ struct ServerConfig {
   template <class V>
   void fields(V& v) {
     v("host", host, "IP address to listen on");
-    v("port", port, "TCP port (0 = MASTER_PORT + 1 + shard)", int64_t{0}, int64_t{65535});
+    v("port", port, "TCP port (0 = MASTER_PORT + 1 + shard; -1 = any free port, see endpoint_file)", int64_t{-1},
+      int64_t{65535});
+    v("endpoint_file", endpoint_file, "file that receives the bound endpoint once listening (readiness and port)");
     v("shard", shard, "server index", int64_t{0}, int64_t{4095});
     v("curve_key_file", curve_key_file, "CURVE key file (PUBLIC SECRET, Z85); empty = no encryption");
     v("encrypt", encrypt, "CURVE from the job token (auto) or plain TCP (off)", std::vector<std::string>{"auto", "off"});

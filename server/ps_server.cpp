@@ -208,6 +208,7 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
   }
   const std::string bound = s.get(zmq::sockopt::last_endpoint);
   log::info("[server {}] listening on {}", impl_->scfg.shard, bound);
+  if (!impl_->scfg.endpoint_file.empty()) publish_file(impl_->scfg.endpoint_file, bound + "\n");  // readiness, and the port
   if (on_listening) on_listening(bound);
   s.set(zmq::sockopt::rcvtimeo, 200);  // wake up to expire silent workers
   for (;;) {

@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
       SYN_FAIL("unknown argument '" + a + "'", "see syncopate-server --help");
     }
     if (sc.port == 0 && std::getenv("MASTER_PORT")) sc.port = std::atoi(std::getenv("MASTER_PORT")) + 1 + sc.shard;
+    if (sc.port == -1) sc.port = 0;  // any free port: PsServer binds '*'
   } catch (const Error& e) {
     std::cerr << "syncopate-server: config error: " << e.what() << "\n";
     return 2;

@@ -37,16 +37,19 @@ std::vector<std::string> worker_args(const test::TempDir& d, const std::string& 
           "--train.grad_accum=" + std::to_string(accum)};
 }
 
-// Starts `nodes` ring workers on the rendezvous port, node r with args_for(r); logs DIR/node<r>.log.
-std::vector<std::unique_ptr<test::Process>> start_ring(const test::TempDir& d, int nodes, int port,
+// Starts `nodes` ring workers, node r with args_for(r); logs DIR/node<r>.log. The rendezvous is on
+// any free port, which node 0 publishes through a fresh file (test::rendezvous_args).
+std::vector<std::unique_ptr<test::Process>> start_ring(const test::TempDir& d, int nodes,
                                                        const std::function<std::vector<std::string>(int)>& args_for,
                                                        const std::function<std::vector<std::string>(int)>& env_for = {}) {
   std::vector<std::unique_ptr<test::Process>> ps;
+  const std::vector<std::string> rendezvous = test::rendezvous_args(d);
   for (int r = 0; r < nodes; ++r) {
     auto args = args_for(r);
     args.push_back("--dist.mode=ring");
-    std::vector<std::string> env{"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
-                                 "NNODES=" + std::to_string(nodes), "NODE_RANK=" + std::to_string(r), "SYNCOPATE_TOKEN=test"};
+    args.insert(args.end(), rendezvous.begin(), rendezvous.end());
+    std::vector<std::string> env{"MASTER_ADDR=127.0.0.1", "NNODES=" + std::to_string(nodes),
+                                 "NODE_RANK=" + std::to_string(r), "SYNCOPATE_TOKEN=test"};
     if (env_for)
       for (auto& e : env_for(r)) env.push_back(e);
     ps.push_back(std::make_unique<test::Process>(args, env, d.str("node" + std::to_string(r) + ".log")));
@@ -68,8 +71,7 @@ void expect_ring_equals_single(int nodes, int b, int accum, const std::vector<st
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);
   const int steps = 5;
-  const int port = test::free_port();
-  auto ps = start_ring(d, nodes, port, [&](int r) {
+  auto ps = start_ring(d, nodes, [&](int r) {
     auto a = worker_args(d, corpus, d.str("node" + std::to_string(r)), b, steps, accum);
     a.insert(a.end(), ring_args.begin(), ring_args.end());
     a.push_back("--dist.local_replicas=" + std::to_string(local));
@@ -181,7 +183,7 @@ TEST(LocalReplicas, ResumeFromACheckpointIsExact) {
 TEST(RingTraining, DifferentLocalReplicaCountsAreRefused) {
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);
-  auto ps = start_ring(d, 2, test::free_port(), [&](int r) {
+  auto ps = start_ring(d, 2, [&](int r) {
     auto a = worker_args(d, corpus, d.str("node" + std::to_string(r)), 2, 5, 1);
     a.push_back(r == 0 ? "--dist.local_replicas=2" : "--dist.local_replicas=1");
     return a;
@@ -199,23 +201,20 @@ namespace {
 void expect_dead_node_stops_the_other(int local) {
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);
-  const int port = test::free_port();
-  auto ps = start_ring(d, 2, port, [&](int r) {
+  auto ps = start_ring(d, 2, [&](int r) {
     auto a = worker_args(d, corpus, d.str("node" + std::to_string(r)), 2, 100000, 1);
     a.insert(a.end(), {"--dist.timeout_s=3", "--dist.local_replicas=" + std::to_string(local)});
     return a;
   });
-  // Wait until training is under way, then kill node 1.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (test::slurp(d.str("node0/metrics.jsonl")).size() < 300 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Wait until training is under way (node 0 has logged step 2), then kill node 1.
+  ASSERT_TRUE(test::wait_for_step(d.str("node0"), 2, 120)) << test::slurp(d.str("node0.log"));
   ps[1]->kill_hard();
   const auto t0 = std::chrono::steady_clock::now();
   const int code = ps[0]->wait(30);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string log = test::slurp(d.str("node0.log"));
   EXPECT_EQ(code, 1) << log;
-  EXPECT_LT(took, 10.0);
+  EXPECT_LT(took, 25.0);  // bounded: dist.timeout_s=3 and the link's failure, with room for a loaded machine
   EXPECT_NE(log.find("node 1"), std::string::npos) << log;
 }
 }  // namespace
@@ -228,8 +227,7 @@ TEST(RingTraining, DeadNodeStopsNodesOfSeveralLocalReplicas) { expect_dead_node_
 TEST(RingTraining, MismatchedConfigIsRefused) {
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);
-  const int port = test::free_port();
-  auto ps = start_ring(d, 2, port, [&](int r) {
+  auto ps = start_ring(d, 2, [&](int r) {
     auto a = worker_args(d, corpus, d.str("node" + std::to_string(r)), 2, 5, 1);
     if (r == 1) a.push_back("--model.n_layer=3");  // another model shape on node 1
     return a;
@@ -247,7 +245,7 @@ TEST(RingTraining, RestartResumesFromTheNewestCheckpointEveryNodeHolds) {
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);
   auto run = [&](bool resume) {
-    auto ps = start_ring(d, 2, test::free_port(), [&](int r) {
+    auto ps = start_ring(d, 2, [&](int r) {
       auto a = worker_args(d, corpus, d.str("node" + std::to_string(r)), 2, 6, 1);
       a.push_back("--checkpoint.every=2");
       if (resume) a.push_back("--resume");
@@ -281,7 +279,7 @@ TEST(RingTraining, RestartResumesFromTheNewestCheckpointEveryNodeHolds) {
   fs::create_directories(d.str("node1/checkpoints/step_000003"));  // incomplete: does not count
   fs::create_directories(d.str("node1/checkpoints/step_000002.tmp"));
   std::ofstream(d.str("node1/checkpoints/latest.tmp.123.0")) << "step_000002\n";
-  auto ps = start_ring(d, 2, test::free_port(), [&](int r) {
+  auto ps = start_ring(d, 2, [&](int r) {
     auto a = worker_args(d, corpus, d.str("node" + std::to_string(r)), 2, 6, 1);
     a.push_back("--checkpoint.every=2");
     if (r == 0) a.push_back("--resume");  // as launch_node.sh does: only where `latest` exists
@@ -309,7 +307,7 @@ TEST_P(CheckpointCrash, RingJobRecoversExactly) {
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);
   auto job = [&](const std::string& prefix, const std::function<std::vector<std::string>(int)>& env_for) {
-    return start_ring(d, 2, test::free_port(), [&](int r) {
+    return start_ring(d, 2, [&](int r) {
       const std::string out = d.str(prefix + std::to_string(r));
       auto a = worker_args(d, corpus, out, 2, 6, 1);
       a.push_back("--checkpoint.every=2");

@@ -2,10 +2,14 @@
 
 #include "common/check.h"
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <fstream>
 #include <random>
 
@@ -135,6 +139,42 @@ int Process::wait(double timeout_s) {
 
 void Process::kill_hard() {
   if (!reaped_) ::kill(pid_, SIGKILL);
+}
+
+std::vector<std::string> rendezvous_args(const TempDir& d) {
+  static std::atomic<int> n{0};
+  return {"--dist.master_port=-1", "--dist.rendezvous_file=" + d.str("rendezvous" + std::to_string(n++))};
+}
+
+ServerPort any_server_port(const TempDir& d) {
+  static std::atomic<int> n{0};
+  const std::string file = d.str("endpoint" + std::to_string(n++));
+  return {{"--server.port=-1", "--server.endpoint_file=" + file}, file};
+}
+
+std::string wait_for_line(const std::string& path, double timeout_s, Process* p) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    const std::string text = slurp(path);
+    if (const size_t nl = text.find('\n'); nl != std::string::npos) return text.substr(0, nl);
+    SYN_CHECK(!p || p->wait(0) == -1, fmt::format("the process exited before writing '{}'", path), "see its log");
+    SYN_CHECK(std::chrono::steady_clock::now() < deadline, fmt::format("'{}' did not appear within {} s", path, timeout_s),
+              "the process is slow or stuck: see its log");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+bool wait_for_step(const std::string& out, int64_t step, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::istringstream lines(slurp(out + "/metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) {  // a line still being written does not parse: skipped
+      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("step") && j["step"] == step) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
 }
 
 int free_port() {

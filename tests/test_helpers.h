@@ -58,8 +58,22 @@ class Process {
   bool reaped_ = false;
 };
 
-// An unused TCP port on 127.0.0.1 (bound and released; tests use it at once).
-int free_port();
+// Ring rendezvous on any free port: node 0 binds one and publishes it through a fresh file in d
+// (--dist.master_port=-1 --dist.rendezvous_file=...); the other nodes wait for the file. No port
+// is picked in advance, so nothing can take it in between.
+std::vector<std::string> rendezvous_args(const TempDir& d);
+// A parameter server on any free port: the arguments, and the file its endpoint appears in once it
+// listens (--server.port=-1 --server.endpoint_file=...).
+struct ServerPort {
+  std::vector<std::string> args;
+  std::string endpoint_file;
+};
+ServerPort any_server_port(const TempDir& d);
+// Waits until `path` holds a complete line (a readiness file, written atomically) and returns it
+// without the newline; throws syncopate::Error after timeout_s or when `p` exits first.
+std::string wait_for_line(const std::string& path, double timeout_s, Process* p = nullptr);
+// Waits until the metrics of a run (out/metrics.jsonl) have a record of `step`.
+bool wait_for_step(const std::string& out, int64_t step, double timeout_s);
 // Reads a whole text file ("" if missing).
 std::string slurp(const std::string& path);
 

@@ -1,10 +1,14 @@
 #include "worker/sync/dist_config.h"
 
+#include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <regex>
+#include <thread>
 
 #include <fmt/format.h>
 
+#include "common/atomic_file.h"
 #include "common/check.h"
 
 namespace syncopate {
@@ -33,6 +37,24 @@ std::string first_slurm_host(const std::string& list) {
   return list.substr(0, list.find(','));
 }
 
+// The rendezvous port node 0 wrote to `file`, once it is there (waits up to timeout_s).
+uint16_t wait_for_published_port(const std::string& file, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    std::ifstream f(file);
+    long port = 0;
+    if (f >> port) {
+      SYN_CHECK(port >= 1 && port <= 65535, fmt::format("'{}' holds {}, not a TCP port", file, port),
+                "remove the file (left by another job?) and start the job again");
+      return static_cast<uint16_t>(port);
+    }
+    SYN_CHECK(std::chrono::steady_clock::now() < deadline,
+              fmt::format("node 0 did not publish its rendezvous port in '{}' within {} s", file, timeout_s),
+              "start node 0 with the same --dist.rendezvous_file (a path every node can read), or raise dist.timeout_s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 }  // namespace
 
 void resolve_from_environment(DistConfig& c) {
@@ -52,14 +74,27 @@ void resolve_from_environment(DistConfig& c) {
   SYN_CHECK(c.nnodes >= 1 && c.node_rank >= 0 && c.node_rank < c.nnodes,
             fmt::format("node rank {} is outside 0..{} (nnodes {})", c.node_rank, c.nnodes - 1, c.nnodes),
             "set NODE_RANK (or --dist.node_rank) below NNODES on every node");
-  SYN_CHECK(c.master_port >= 1 && c.master_port <= 65535, fmt::format("MASTER_PORT {} is not a TCP port", c.master_port),
-            "use a port between 1024 and 65535");
+  SYN_CHECK(c.master_port == -1 || (c.master_port >= 1 && c.master_port <= 65535),
+            fmt::format("MASTER_PORT {} is not a TCP port", c.master_port), "use a port between 1024 and 65535");
+  SYN_CHECK(c.master_port != -1 || !c.rendezvous_file.empty(),
+            "dist.master_port=-1 (any free port) needs dist.rendezvous_file, through which node 0 tells the others",
+            "set --dist.rendezvous_file to a path every node can read, or give a fixed port");
 }
 
 RendezvousOptions rendezvous_options(const DistConfig& c, const std::string& token, const std::string& fingerprint) {
   RendezvousOptions o;
   o.master_addr = c.master_addr;
-  o.master_port = static_cast<uint16_t>(c.master_port);
+  if (c.master_port == -1) {
+    const std::string file = c.rendezvous_file;
+    if (c.node_rank == 0) {  // any free port, published once listening
+      o.master_port = 0;
+      o.on_listening = [file](uint16_t port) { publish_file(file, std::to_string(port) + "\n"); };
+    } else {
+      o.master_port = wait_for_published_port(file, c.timeout_s);
+    }
+  } else {
+    o.master_port = static_cast<uint16_t>(c.master_port);
+  }
   o.nnodes = static_cast<int>(c.nnodes);
   o.node_rank = static_cast<int>(c.node_rank);
   o.token = token;

@@ -13,7 +13,12 @@ struct DistConfig {
   std::string mode = "none";     // "none": one replica; "ring": synchronous ring all-reduce between nodes;
                                  // "ps": push/pull to sharded parameter servers (consistency set on the servers)
   std::string master_addr = "";  // node 0's IP; "" = $MASTER_ADDR, else the first host of $SLURM_JOB_NODELIST... , else 127.0.0.1
-  int64_t master_port = 0;       // rendezvous TCP port on node 0; 0 = $MASTER_PORT, else 29500
+  int64_t master_port = 0;       // rendezvous TCP port on node 0; 0 = $MASTER_PORT, else 29500; -1 = any free port,
+                                 // published through rendezvous_file
+  std::string rendezvous_file = "";  // with master_port -1: node 0 writes the port it got here (atomically) and the
+                                 // other nodes wait for the file (a shared filesystem: tests, one-host launchers,
+                                 // Slurm jobs on a shared home). Use a fresh path per job: a file left by an
+                                 // earlier job would point the other nodes at a dead port until node 0 rewrites it
   int64_t nnodes = 0;            // nodes in the job; 0 = $NNODES, else $SLURM_NTASKS, else 1
   int64_t node_rank = -1;        // this node; -1 = $NODE_RANK, else $SLURM_PROCID, else 0
   int64_t local_replicas = 0;    // replicas on this node, one thread each: 0 = one per visible GPU (CUDA_VISIBLE_DEVICES),
@@ -47,7 +52,9 @@ struct DistConfig {
   void fields(V& v) {
     v("mode", mode, "data-parallel mode", std::vector<std::string>{"none", "ring", "ps"});
     v("master_addr", master_addr, "node 0's IP address (default $MASTER_ADDR or 127.0.0.1)");
-    v("master_port", master_port, "rendezvous port on node 0 (0 = $MASTER_PORT or 29500)", int64_t{0}, int64_t{65535});
+    v("master_port", master_port, "rendezvous port on node 0 (0 = $MASTER_PORT or 29500; -1 = any free port, see rendezvous_file)",
+      int64_t{-1}, int64_t{65535});
+    v("rendezvous_file", rendezvous_file, "with master_port=-1: file through which node 0 tells the others its port");
     v("nnodes", nnodes, "nodes in the job (0 = $NNODES / $SLURM_NTASKS / 1)", int64_t{0}, int64_t{4096});
     v("node_rank", node_rank, "this node's rank (-1 = $NODE_RANK / $SLURM_PROCID / 0)", int64_t{-1}, int64_t{4095});
     v("local_replicas", local_replicas, "replicas on this node, one thread each (0 = every visible GPU, or 1 on CPU)",
