@@ -87,21 +87,30 @@ struct PsClient::Impl {
   // Sends a header and, optionally, a data frame. `hold` defined: the frame is sent without
   // copying and the message keeps a reference to hold's memory until ZeroMQ is done with it;
   // otherwise the bytes are copied into the message.
+  // A DEALER with no connected peer blocks in send: with no server listening, or a CURVE
+  // handshake that fails (another job's key, a plain client), it has none. Sends wait at most
+  // timeout_s (ZMQ_SNDTIMEO) and then fail naming the server, like a reply that never comes.
   void send(int k, const MsgHeader& h, const void* data, size_t bytes, const at::Tensor& hold = {}) {
     const std::string hdr = encode_header(h);
     zmq::socket_t& s = shards[k]->sock;
+    auto sent = [&](const zmq::send_result_t& r) {
+      SYN_CHECK(r.has_value(), fmt::format("parameter server {} ({}) took no message within {} s: no connection to it", k,
+                                           endpoints[k], opt.timeout_s),
+                "check that syncopate-server runs there and that token and encryption match (a failed CURVE "
+                "handshake leaves no connection; the server's log names it)");
+    };
     if (data == nullptr && h.type != static_cast<int>(MsgType::kPushPull)) {
-      s.send(zmq::buffer(hdr), zmq::send_flags::none);
+      sent(s.send(zmq::buffer(hdr), zmq::send_flags::none));
       return;
     }
-    s.send(zmq::buffer(hdr), zmq::send_flags::sndmore);
+    sent(s.send(zmq::buffer(hdr), zmq::send_flags::sndmore));
     if (hold.defined()) {
       auto* ref = new at::Tensor(hold);
       zmq::message_t body(const_cast<void*>(data), bytes, [](void*, void* r) { delete static_cast<at::Tensor*>(r); }, ref);
-      s.send(body, zmq::send_flags::none);
+      sent(s.send(body, zmq::send_flags::none));
     } else {
       zmq::message_t body(data, bytes);
-      s.send(body, zmq::send_flags::none);
+      sent(s.send(body, zmq::send_flags::none));
     }
   }
   void heartbeat_loop() {
@@ -200,6 +209,7 @@ PsClient::PsClient(const std::vector<std::string>& endpoints, const std::string&
     auto sh = std::make_unique<Impl::Shard>();
     sh->sock = zmq::socket_t(I.ctx, zmq::socket_type::dealer);
     sh->sock.set(zmq::sockopt::linger, 0);
+    sh->sock.set(zmq::sockopt::sndtimeo, static_cast<int>(std::min(options.timeout_s, 2e6) * 1000));  // see send()
     I.secure(sh->sock);
     try {
       sh->sock.connect(ep);

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <atomic>
+#include <future>
 #include <fstream>
 #include <random>
 
@@ -139,6 +140,30 @@ int Process::wait(double timeout_s) {
 
 void Process::kill_hard() {
   if (!reaped_) ::kill(pid_, SIGKILL);
+}
+
+std::vector<Ring> tcp_ring(int world, const std::vector<std::string>& fingerprints, double timeout,
+                           const std::vector<int>& streams, int lanes) {
+  std::promise<uint16_t> port;
+  auto port_f = port.get_future().share();
+  std::vector<std::future<Ring>> fs;
+  for (int r = 0; r < world; ++r)
+    fs.push_back(std::async(std::launch::async, [&, r] {
+      RendezvousOptions o;
+      o.master_port = r == 0 ? 0 : port_f.get();
+      o.nnodes = world;
+      o.node_rank = r;
+      o.token = "test-job";
+      o.fingerprint = fingerprints.empty() ? "same" : fingerprints[r];
+      o.timeout_s = timeout;
+      o.streams = streams.empty() ? 1 : streams[r];
+      o.lanes = lanes;
+      if (r == 0) o.on_listening = [&](uint16_t p) { port.set_value(p); };
+      return connect_ring(o);
+    }));
+  std::vector<Ring> rings;
+  for (auto& f : fs) rings.push_back(f.get());
+  return rings;
 }
 
 std::vector<std::string> rendezvous_args(const TempDir& d) {

@@ -6,9 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "common/comm/rendezvous.h"
 #include "worker/train/run_config.h"
 
 namespace syncopate::test {
+
+// Joins `world` threads into a TCP ring through the rendezvous on an ephemeral port (node r's
+// fingerprint, streams per link; lanes rings over the same nodes).
+std::vector<Ring> tcp_ring(int world, const std::vector<std::string>& fingerprints = {}, double timeout = 20,
+                           const std::vector<int>& streams = {}, int lanes = 1);
 
 // A fresh empty directory under the system temp dir, removed at destruction.
 class TempDir {

@@ -17,6 +17,7 @@
 #include "common/comm/transport/memory_connection.h"
 #include "common/comm/transport/striped_connection.h"
 #include "common/comm/transport/tcp_connection.h"
+#include "tests/test_helpers.h"
 
 using namespace syncopate;
 
@@ -115,32 +116,7 @@ TEST(RingAllreduce, Bf16WireKeepsReplicasIdenticalWithBoundedError) {
   EXPECT_GT(worst, 0.0);            // and it really did round
 }
 
-namespace {
-// Joins `world` threads into a TCP ring through the rendezvous on an ephemeral port.
-std::vector<Ring> tcp_ring(int world, const std::vector<std::string>& fingerprints = {}, double timeout = 20,
-                           const std::vector<int>& streams = {}, int lanes = 1) {
-  std::promise<uint16_t> port;
-  auto port_f = port.get_future().share();
-  std::vector<std::future<Ring>> fs;
-  for (int r = 0; r < world; ++r)
-    fs.push_back(std::async(std::launch::async, [&, r] {
-      RendezvousOptions o;
-      o.master_port = r == 0 ? 0 : port_f.get();
-      o.nnodes = world;
-      o.node_rank = r;
-      o.token = "test-job";
-      o.fingerprint = fingerprints.empty() ? "same" : fingerprints[r];
-      o.timeout_s = timeout;
-      o.streams = streams.empty() ? 1 : streams[r];
-      o.lanes = lanes;
-      if (r == 0) o.on_listening = [&](uint16_t p) { port.set_value(p); };
-      return connect_ring(o);
-    }));
-  std::vector<Ring> rings;
-  for (auto& f : fs) rings.push_back(f.get());
-  return rings;
-}
-}  // namespace
+using test::tcp_ring;
 
 class TcpRingStreams : public ::testing::TestWithParam<int> {};
 INSTANTIATE_TEST_SUITE_P(OneAndThree, TcpRingStreams, ::testing::Values(1, 3));

@@ -32,7 +32,7 @@ std::vector<std::pair<std::string, at::Tensor>> rng_states(const at::Device& dev
 }  // namespace
 
 std::string save_checkpoint(const std::string& root, int64_t step, GPTImpl& model, FlatAdamW* opt,
-                            const nlohmann::json& meta, int64_t keep) {
+                            const nlohmann::json& meta, int64_t keep, const NamedTensors& sync_state) {
   const fs::path final_dir = checkpoint_dir(root, step), tmp = final_dir.string() + ".tmp";
   fs::create_directories(root);
   fs::remove_all(tmp);
@@ -48,6 +48,7 @@ std::string save_checkpoint(const std::string& root, int64_t step, GPTImpl& mode
     tensors.emplace_back("exp_avg_sq", opt->exp_avg_sq());
     info["step"] = std::to_string(opt->steps());
   }
+  for (const auto& [name, t] : sync_state) tensors.emplace_back("sync." + name, t);
   save_safetensors((tmp / "optimizer.safetensors").string(), tensors, info);
   write_file_atomic((tmp / "meta.json").string(), meta.dump(2));
   fsync_dir(tmp.string());
@@ -103,7 +104,7 @@ std::string checkpoint_dir(const std::string& root, int64_t step) {
   return (fs::path(root) / fmt::format("step_{:06d}", step)).string();
 }
 
-nlohmann::json load_checkpoint(const std::string& dir, GPTImpl& model, FlatAdamW* opt) {
+nlohmann::json load_checkpoint(const std::string& dir, GPTImpl& model, FlatAdamW* opt, const NamedTensors& sync_state) {
   const std::string hint = "the checkpoint is incomplete or corrupt: resume from an older step_* directory";
   nlohmann::json meta;
   try {
@@ -127,6 +128,15 @@ nlohmann::json load_checkpoint(const std::string& dir, GPTImpl& model, FlatAdamW
                           state.tensors["exp_avg"].numel(), numel),
               "the checkpoint belongs to another model shape: use the same --model.* settings");
   }
+  for (const auto& [name, t] : sync_state) {
+    const auto it = state.tensors.find("sync." + name);
+    SYN_CHECK(it != state.tensors.end(), fmt::format("'{}/optimizer.safetensors' lacks 'sync.{}'", dir, name),
+              "the checkpoint was written by another dist mode (local SGD keeps its round's state): resume with the "
+              "same --dist.sync_every, or start fresh");
+    SYN_CHECK(it->second.numel() == t.numel(),
+              fmt::format("'{}': sync.{} has {} elements, the model {}", dir, name, it->second.numel(), t.numel()),
+              "the checkpoint belongs to another model shape: use the same --model.* settings");
+  }
   load_hf_tensors(model, weights, dir + "/model.safetensors");  // throws on any shape mismatch
 
   torch::NoGradGuard no_grad;
@@ -135,6 +145,7 @@ nlohmann::json load_checkpoint(const std::string& dir, GPTImpl& model, FlatAdamW
     opt->exp_avg_sq().copy_(state.tensors["exp_avg_sq"]);
     opt->set_steps(std::stoll(state.metadata["step"]));
   }
+  for (const auto& [name, t] : sync_state) t.copy_(state.tensors["sync." + name].reshape(t.sizes()));
   at::Generator cpu_gen = at::detail::getDefaultCPUGenerator();
   cpu_gen.set_state(state.tensors["rng.cpu"]);
   const auto dev = model.parameters().front().device();

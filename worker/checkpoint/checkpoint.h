@@ -10,8 +10,10 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
 namespace syncopate {
@@ -21,8 +23,11 @@ class FlatAdamW;
 // Writes checkpoint `step`, keeps the newest `keep` and deletes older ones. Returns its directory.
 // opt: the optimizer state this replica holds; null when the parameter servers hold it (ps mode),
 // and then optimizer.safetensors carries only the RNG states.
+// sync_state: further named tensors of the synchronization (GradientSync::state(), e.g. local SGD's
+// round start and outer momentum), kept as "sync.<name>" in optimizer.safetensors.
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 std::string save_checkpoint(const std::string& root, int64_t step, GPTImpl& model, FlatAdamW* opt,
-                            const nlohmann::json& meta, int64_t keep);
+                            const nlohmann::json& meta, int64_t keep, const NamedTensors& sync_state = {});
 
 // Directory of the newest complete checkpoint under root, or "" if there is none.
 std::string latest_checkpoint(const std::string& root);
@@ -36,7 +41,8 @@ std::string checkpoint_dir(const std::string& root, int64_t step);
 // Throws syncopate::Error (and changes nothing it has not validated) for a missing, truncated or
 // mismatched checkpoint.
 // opt null: the moments are not read (ps mode; a checkpoint written with them loads as well).
-nlohmann::json load_checkpoint(const std::string& dir, GPTImpl& model, FlatAdamW* opt);
+// sync_state: the live tensors to restore (each must be in the checkpoint with the same size).
+nlohmann::json load_checkpoint(const std::string& dir, GPTImpl& model, FlatAdamW* opt, const NamedTensors& sync_state = {});
 
 // Removes what writes killed mid-way left under root: step_N.tmp/ directories and latest's
 // temporary files. Returns how many entries it removed. Called once per run by the node's writer.

@@ -40,6 +40,13 @@ struct DistConfig {
                                  // (what parameter servers do: BSP then averages clipped node gradients);
                                  // "auto" = node in ps mode, else job. A ring with "node" combines after
                                  // backward (no bucket overlap), so an A/B of ring and BSP can clip alike.
+  int64_t sync_every = 1;        // local SGD / DiLoCo: inner optimizer steps between synchronizations of the nodes
+                                 // (H). 1 = every step (the per-step modes, unchanged). Inside a node the local
+                                 // replicas still average every step; inner AdamW state stays on the node
+  std::string outer = "nesterov";  // with sync_every > 1, how the nodes' mean pseudo-gradient (start - now) is applied:
+                                 // "average" = the replicas' mean weights (local SGD); "nesterov" = DiLoCo's outer SGD
+  double outer_lr = 0.7;         // nesterov: outer learning rate (DiLoCo's 0.7)
+  double outer_momentum = 0.9;   // nesterov: outer momentum (DiLoCo's 0.9)
   bool ps_overlap = false;       // ps: push/pull on a communication thread while the next step computes
   bool ps_push_in_backward = false;  // ps: push each shard's gradient range as soon as backward finishes it
                                  // (one more step of staleness); false = wait for the own round trip
@@ -71,6 +78,12 @@ struct DistConfig {
     v("first_bucket_kb", first_bucket_kb, "ring: first gradient bucket cap, KiB", int64_t{1}, int64_t{1} << 24);
     v("clip_scope", clip_scope, "gradient clipping bounds the job's mean (job) or each node's gradient (node); auto = node in ps",
       std::vector<std::string>{"auto", "job", "node"});
+    v("sync_every", sync_every, "local SGD / DiLoCo: inner steps between node synchronizations (1 = every step)",
+      int64_t{1}, int64_t{1} << 30);
+    v("outer", outer, "sync_every > 1: outer update (average = mean weights; nesterov = DiLoCo)",
+      std::vector<std::string>{"average", "nesterov"});
+    v("outer_lr", outer_lr, "nesterov outer learning rate", 0.0, 100.0);
+    v("outer_momentum", outer_momentum, "nesterov outer momentum", 0.0, 0.999999);
     v("ps_overlap", ps_overlap, "ps: overlap push/pull with the next step (one more step of staleness)");
     v("ps_push_in_backward", ps_push_in_backward,
       "ps: push each shard's gradient as backward finishes it (needs optim.grad_clip=0, ps_overlap=false)");

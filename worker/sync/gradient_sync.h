@@ -14,6 +14,10 @@
 //   PsSync     (ps_sync.cpp)     the node's replicas average in the node; local replica 0 pushes
 //                                shard k's range to server k and takes the servers' parameters
 //                                (the servers hold the optimizer: no local AdamW state at all)
+//   LocalSgdSync (local_sgd_sync.cpp)  dist.sync_every = H > 1 (local SGD / DiLoCo): each node
+//                                steps on its own (a RingSync of its local replicas) and every H
+//                                steps the nodes all-reduce their pseudo-gradients and apply one
+//                                outer step (OuterOptimizer) from the round's start
 // Each owns the one BucketReducer its mode needs and the clipping. Torch-free callers see only
 // this header (ATen's Tensor type).
 #pragma once
@@ -40,6 +44,8 @@ struct StepSync {
   double grad_norm = 0;    // L2 norm of the averaged gradient, before clipping
   int64_t wire_bytes = 0;  // bytes this replica sent to other nodes for this step's gradient
   bool skipped = false;    // the averaged gradient was non-finite (or above SyncSetup::skip_grad_norm): no update
+  int64_t round = -1;      // local SGD: outer rounds completed after this step; -1 in the per-step modes
+  double outer_norm = 0;   // local SGD: norm of the outer update applied at this step (0 between synchronizations)
 };
 
 // Running totals since construction, for logs and tests.
@@ -97,6 +103,9 @@ class GradientSync {
   virtual void check_identical(const at::Tensor& params, int64_t step) = 0;
   // The optimizer state this replica holds (and checkpoints); null when the servers hold it.
   virtual FlatAdamW* optimizer() { return nullptr; }
+  // Further state a checkpoint must carry for an exact resume (local SGD: the round's start and
+  // the outer momentum), by name; the tensors are the live ones (a load copies into them).
+  virtual std::vector<std::pair<std::string, at::Tensor>> state() { return {}; }
   virtual SyncCounters counters() const = 0;
 
  protected:
@@ -114,6 +123,8 @@ std::unique_ptr<GradientSync> make_gradient_sync(const SyncSetup& s, FlatParamet
 std::unique_ptr<GradientSync> make_local_sync(const SyncSetup& s, FlatParameters& flat);
 std::unique_ptr<GradientSync> make_ring_sync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params);
 std::unique_ptr<GradientSync> make_ps_sync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params);
+std::unique_ptr<GradientSync> make_local_sgd_sync(const SyncSetup& s, FlatParameters& flat,
+                                                  const std::vector<at::Tensor>& params);
 
 // Shared by the implementations: names the replicas whose weights differ from replica 0's, from
 // one sum over `world` replicas (`sum` adds a float tensor in place across them).

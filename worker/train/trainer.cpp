@@ -101,7 +101,7 @@ struct Trainer::Impl {
               "run without --resume to start fresh, or point --out at the run to resume");
     if (job.resume_step >= 0) {
       const std::string dir = checkpoint_dir(ckroot, job.resume_step);
-      auto meta = load_checkpoint(dir, *model, sync->optimizer());
+      auto meta = load_checkpoint(dir, *model, sync->optimizer(), sync->state());
       step = meta.at("step").get<int64_t>();
       tokens = meta.at("tokens").get<int64_t>();
       time_offset = meta.value("time_s", 0.0);
@@ -216,12 +216,16 @@ struct Trainer::Impl {
 
       const double now = now_seconds();
       const double tok_s = tokens_per_step / std::max(now - t_step, 1e-9);
-      if (writer) metrics->write({{"step", step}, {"time_s", now - t0}, {"loss", loss}, {"lr", lr}, {"grad_norm", synced.grad_norm}, {"staleness", synced.staleness},
-                      {"wire_bytes", synced.wire_bytes}, {"skipped_steps", skipped_steps},
-                      {"tokens", tokens}, {"tokens_per_s", tok_s},
-                      {"step_s", now - t_step}, {"data_s", data_s}, {"epoch", train_sampler->epoch(data_position)},
-                      {"compute_s", timing.compute_s}, {"modelled_s", timing.modelled_s}, {"wait_s", wait_s},
-                      {"overrun", timing.overrun}, {"unix_s", unix_seconds()}});
+      if (writer) {
+        nlohmann::json m = {{"step", step}, {"time_s", now - t0}, {"loss", loss}, {"lr", lr}, {"grad_norm", synced.grad_norm},
+                            {"staleness", synced.staleness}, {"wire_bytes", synced.wire_bytes}, {"skipped_steps", skipped_steps},
+                            {"tokens", tokens}, {"tokens_per_s", tok_s},
+                            {"step_s", now - t_step}, {"data_s", data_s}, {"epoch", train_sampler->epoch(data_position)},
+                            {"compute_s", timing.compute_s}, {"modelled_s", timing.modelled_s}, {"wait_s", wait_s},
+                            {"overrun", timing.overrun}, {"unix_s", unix_seconds()}};
+        if (synced.round >= 0) m["round"] = synced.round, m["outer_norm"] = synced.outer_norm;  // local SGD
+        metrics->write(m);
+      }
       if (verbose) progress.step(step, loss, lr, tok_s);
 
       const bool eval_due = due(step, cfg.eval.every, tc.steps), ckpt_due = due(step, cfg.checkpoint.every, tc.steps);
@@ -243,7 +247,7 @@ struct Trainer::Impl {
       }
       if (ckpt_due) {
         const std::string dir = save_checkpoint((fs::path(out) / "checkpoints").string(), step, *model, sync->optimizer(),
-                                                meta(now_seconds() - t0), cfg.checkpoint.keep);
+                                                meta(now_seconds() - t0), cfg.checkpoint.keep, sync->state());
         if (verbose) progress.line(fmt::format("[checkpoint] {}", dir));
       }
     }
