@@ -23,7 +23,7 @@ double OuterOptimizer::step(at::Tensor& start, const at::Tensor& delta, at::Tens
     m_.mul_(mu_).add_(delta);                      // m <- mu m + Delta
     start.sub_(delta.add(m_, mu_), lr_);           // theta <- theta_start - lr (Delta + mu m)
   }
-  params.copy_(start);
+  if (!params.is_same(start)) params.copy_(start);
   return (rule_ == OuterRule::kAverage ? delta.norm() : delta.add(m_, mu_).mul(lr_).norm()).item<double>();
 }
 

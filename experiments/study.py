@@ -173,7 +173,8 @@ def time_to_target(curve, target):
 def run_study(configs, a, title, command):
     check_target_rule(a.target_loss)
     em = emulation(a)
-    names = a.configs.split(",") if a.configs else list(configs)
+    # Configurations marked "optional" run only when named in --configs.
+    names = a.configs.split(",") if a.configs else [n for n, c in configs.items() if not c.get("optional")]
     unknown = [n for n in names if n not in configs]
     if unknown:
         raise SystemExit(f"study: unknown configuration(s) {', '.join(unknown)}; choose from {', '.join(configs)}")

@@ -38,12 +38,26 @@ void ParameterShard::check_init(const MsgHeader& h, const float* values) const {
   SYN_CHECK(std::isfinite(h.eps) && h.eps > 0 && std::isfinite(h.weight_decay) && h.weight_decay >= 0,
             fmt::format("INIT AdamW eps {} / weight decay {} invalid", h.eps, h.weight_decay),
             "eps must be positive and finite, weight decay finite and >= 0");
+  SYN_CHECK(h.update == "adamw" || h.update == "average" || h.update == "nesterov",
+            fmt::format("INIT update rule '{}' is not one this server knows", h.update),
+            "use adamw, average or nesterov (a worker and server of the same Syncopate build agree)");
+  SYN_CHECK(std::isfinite(h.outer_lr) && h.outer_lr >= 0 && h.outer_lr <= 100 && std::isfinite(h.outer_momentum) &&
+                h.outer_momentum >= 0 && h.outer_momentum < 1,
+            fmt::format("INIT outer lr {} / momentum {} invalid", h.outer_lr, h.outer_momentum),
+            "dist.outer_lr in [0, 100], dist.outer_momentum in [0, 1)");
+  SYN_CHECK(h.update == "adamw" || cfg_.mitigation == "none",
+            fmt::format("ps.mitigation={} with local SGD pushes (update '{}')", cfg_.mitigation, h.update),
+            "staleness mitigations rescale gradients; pseudo-gradients of local SGD take none: use --ps.mitigation=none");
   make_consistency_rule(cfg_, h.workers);  // backup workers against the worker count
   if (initialized_) {
     SYN_CHECK(h.offset == offset_ && h.length == length_ && h.workers == workers_,
               fmt::format("INIT for range [{}, +{}) x {} workers, but this shard holds [{}, +{}) x {}", h.offset, h.length,
                           h.workers, offset_, length_, workers_),
               "every worker must run the same model and NNODES");
+    SYN_CHECK(h.update == update_ && (h.update != "nesterov" || (h.outer_lr == outer_lr_ && h.outer_momentum == outer_mu_)),
+              fmt::format("INIT with update '{}' (outer lr {}, momentum {}), but this shard applies '{}' ({}, {})", h.update,
+                          h.outer_lr, h.outer_momentum, update_, outer_lr_, outer_mu_),
+              "every worker must run the same dist.sync_every / dist.outer settings");
     return;
   }
   if (h.length > 0) {
@@ -86,6 +100,11 @@ void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t
   oc.eps = h.eps;
   oc.weight_decay = h.weight_decay;
   opt_ = std::make_unique<FlatAdamW>(oc, length_, local, params_.options());
+  update_ = h.update;
+  outer_lr_ = h.outer_lr;
+  outer_mu_ = h.outer_momentum;
+  if (update_ != "adamw")
+    outer_ = std::make_unique<OuterOptimizer>(parse_outer_rule(update_), outer_lr_, outer_mu_, length_, params_.options());
   clock_.assign(static_cast<size_t>(workers_), -1);
   last_stale_.assign(static_cast<size_t>(workers_), 0);
   backup_.assign(static_cast<size_t>(workers_), {});
@@ -114,7 +133,8 @@ void ParameterShard::apply(const at::Tensor& grad, double lr) {
   // Replies send params_ without copying: ZeroMQ holds a reference until the bytes are on the
   // wire. An update while such a reply is in flight writes into a fresh copy instead.
   if (params_.use_count() > 1) params_ = params_.clone();
-  opt_->step(params_, grad, lr);
+  if (outer_) outer_->step(params_, grad, params_);  // local SGD: the pseudo-gradient, from the current weights
+  else opt_->step(params_, grad, lr);
   ++version_;
   ++updates_;
 }
@@ -263,9 +283,10 @@ void ParameterShard::save(const std::string& path) const {
   nlohmann::json meta = {{"offset", offset_}, {"length", length_}, {"workers", workers_}, {"version", version_},
                          {"updates", updates_}, {"opt_steps", opt_->steps()}, {"clocks", clock_},
                          {"beta1", cfg_beta1_}, {"beta2", cfg_beta2_}, {"eps", cfg_eps_}, {"weight_decay", cfg_wd_},
-                         {"decay", decay_}};
-  save_safetensors(path, {{"params", params_}, {"exp_avg", opt_->exp_avg()}, {"exp_avg_sq", opt_->exp_avg_sq()}},
-                   {{"shard", meta.dump()}});
+                         {"decay", decay_}, {"update", update_}, {"outer_lr", outer_lr_}, {"outer_momentum", outer_mu_}};
+  std::vector<std::pair<std::string, at::Tensor>> t = {{"params", params_}, {"exp_avg", opt_->exp_avg()}, {"exp_avg_sq", opt_->exp_avg_sq()}};
+  if (outer_) t.emplace_back("outer_momentum", outer_->momentum());
+  save_safetensors(path, t, {{"shard", meta.dump()}});
 }
 
 bool ParameterShard::load(const std::string& path, double now_s) {
@@ -284,6 +305,12 @@ bool ParameterShard::load(const std::string& path, double now_s) {
   h.beta2 = m.at("beta2");
   h.eps = m.at("eps");
   h.weight_decay = m.at("weight_decay");
+  h.update = m.value("update", std::string("adamw"));
+  h.outer_lr = m.value("outer_lr", 0.7);
+  h.outer_momentum = m.value("outer_momentum", 0.9);
+  SYN_CHECK(h.update == "adamw" || (st.tensors.count("outer_momentum") && st.tensors["outer_momentum"].numel() == h.length),
+            fmt::format("'{}' is a local SGD shard without its outer momentum", path),
+            "the checkpoint is corrupt: delete it or restore a good copy");
   SYN_CHECK(st.tensors["params"].numel() == h.length && st.tensors["exp_avg"].numel() == h.length,
             fmt::format("'{}' is inconsistent (length {} vs {} values)", path, h.length, st.tensors["params"].numel()),
             "the checkpoint is corrupt: delete it or restore a good copy");
@@ -293,6 +320,7 @@ bool ParameterShard::load(const std::string& path, double now_s) {
   opt_->exp_avg().copy_(st.tensors["exp_avg"]);
   opt_->exp_avg_sq().copy_(st.tensors["exp_avg_sq"]);
   opt_->set_steps(m.at("opt_steps"));
+  if (outer_) outer_->momentum().copy_(st.tensors["outer_momentum"]);
   version_ = m.at("version");
   updates_ = m.at("updates");
   clock_ = m.at("clocks").get<std::vector<int64_t>>();
@@ -308,7 +336,7 @@ std::string ParameterShard::stats_json(int64_t errors) const {
                         {"workers", workers_}, {"clocks", clock_}, {"live_workers", live_workers()}, {"dead_events", dead_events_},
                         {"dropped", dropped_}, {"rejected", rejected_}, {"backup_workers", cfg_.backup_workers},
                         {"consistency", cfg_.consistency}, {"bad_messages", errors}, {"duplicates", duplicates_},
-                        {"dc_uncompensated", dc_uncompensated_},
+                        {"dc_uncompensated", dc_uncompensated_}, {"update", update_},
                         {"staleness_histogram", hist}}
       .dump();
 }

@@ -12,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "common/flat_adamw.h"
+#include "common/outer_optimizer.h"
 #include "server/ps_protocol.h"
 #include "server/consistency_rule.h"
 #include "server/ps_config.h"
@@ -90,6 +91,9 @@ class ParameterShard {
   int workers_ = 0;
   at::Tensor params_, grad_sum_;
   std::unique_ptr<FlatAdamW> opt_;
+  std::unique_ptr<OuterOptimizer> outer_;  // INIT update "average"/"nesterov": pushes are pseudo-gradients
+  std::string update_ = "adamw";
+  double outer_lr_ = 0, outer_mu_ = 0;
   int64_t version_ = 0, updates_ = 0;
   std::map<int64_t, int64_t> staleness_hist_;
   std::vector<int64_t> clock_;        // last clock pushed, per worker (-1: none yet)

@@ -227,7 +227,7 @@ int PsClient::shards() const { return static_cast<int>(impl_->shards.size()); }
 const std::vector<int64_t>& PsClient::bounds() const { return impl_->bounds; }
 
 void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int64_t>>& decay, const AdamWConfig& oc,
-                    int64_t start_step) {
+                    int64_t start_step, const ShardUpdate& update) {
   auto& I = *impl_;
   require_host(params, params.numel(), "init");
   const int K = shards();
@@ -242,6 +242,9 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
     h.beta2 = oc.beta2;
     h.eps = oc.eps;
     h.weight_decay = oc.weight_decay;
+    h.update = update.rule;
+    h.outer_lr = update.outer_lr;
+    h.outer_momentum = update.outer_momentum;
     h.clock = start_step;
     at::Tensor& b = bodies[static_cast<size_t>(k)];
     b = at::empty({h.length * 4 + static_cast<int64_t>(pairs.size()) * 8}, at::kByte);

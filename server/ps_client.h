@@ -51,6 +51,13 @@ struct PsClientCounters {
 
 // Every tensor passed in lives in host memory, float32, contiguous (a GPU replica stages through
 // HostStaging).
+// What a push carries and how the shards apply it (INIT's `update`): gradients under the shard's
+// AdamW, or local SGD's pseudo-gradients under an outer step ("average", "nesterov").
+struct ShardUpdate {
+  std::string rule = "adamw";
+  double outer_lr = 0.7, outer_momentum = 0.9;
+};
+
 class PsClient {
  public:
   // endpoints: tcp://IP:PORT of each shard; worker: this worker's id of `workers`.
@@ -60,11 +67,11 @@ class PsClient {
   PsClient(const PsClient&) = delete;
   PsClient& operator=(const PsClient&) = delete;
 
-  // Sends INIT (range, AdamW settings, initial values, decay ranges, the step this worker starts
-  // at) to every shard and loads the shards' current values into params (the first worker's INIT
-  // wins; later joiners and restarted workers get the latest).
+  // Sends INIT (range, AdamW settings, initial values, decay ranges, the clock this worker starts
+  // at, the update rule) to every shard and loads the shards' current values into params (the
+  // first worker's INIT wins; later joiners and restarted workers get the latest).
   void init(at::Tensor& params, const std::vector<std::pair<int64_t, int64_t>>& decay, const AdamWConfig& opt,
-            int64_t start_step = 0);
+            int64_t start_step = 0, const ShardUpdate& update = {});
   int shards() const;
   // Shard k is [bounds()[k], bounds()[k+1]) of the flat vector (after init()).
   const std::vector<int64_t>& bounds() const;

@@ -10,7 +10,7 @@
 
 namespace syncopate {
 
-constexpr uint32_t kPsProtocolVersion = 1;
+constexpr uint32_t kPsProtocolVersion = 2;  // 2: INIT's update rule (local SGD / DiLoCo outer steps)
 constexpr size_t kMaxHeaderBytes = 4096;          // requests (what a server decodes: tight)
 constexpr size_t kMaxReplyHeaderBytes = 1 << 20;  // replies
 
@@ -38,10 +38,13 @@ struct MsgHeader {
   std::string dtype = "f32";   // data frame element type; only f32 is accepted
   double lr = 0;               // PUSH: learning rate of this update; INIT: unused
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;  // INIT: AdamW settings
+  std::string update = "adamw";  // INIT: what a push carries and how it is applied: "adamw" (a gradient, the shard's
+                                 // AdamW), or local SGD's pseudo-gradients under an outer step, "average" / "nesterov"
+  double outer_lr = 0.7, outer_momentum = 0.9;  // INIT with update "nesterov": the outer SGD's settings
   int64_t staleness = 0;       // reply to PUSH: staleness of that update (versions applied since it was read)
   std::string text;            // errors, stats JSON
   MSGPACK_DEFINE_MAP(type, version, token, worker, workers, clock, param_version, offset, length, dtype, lr, beta1,
-                     beta2, eps, weight_decay, staleness, text)
+                     beta2, eps, weight_decay, update, outer_lr, outer_momentum, staleness, text)
 };
 
 // The header's `token` field: a 64-bit digest of the job token. It is sent in every request, so

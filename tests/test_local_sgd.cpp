@@ -3,6 +3,7 @@
 // round boundaries, bytes only at synchronizations, exact resume in the middle of a round).
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -222,4 +223,76 @@ TEST(LocalSgdTraining, RingDiLoCoAgreesAtRoundsAndResumesExactlyMidRound) {
   EXPECT_TRUE(torch::equal(weights_at(d.str("node0"), 8), end0))
       << (weights_at(d.str("node0"), 8) - end0).abs().max().item<double>();
   EXPECT_TRUE(torch::equal(weights_at(d.str("node1"), 8), end0));
+}
+
+namespace {
+// K syncopate-server shards (job token "t") with `consistency`, each on any free port; returns the
+// endpoint list once every shard listens.
+std::string start_shards(const test::TempDir& d, int k, const std::string& consistency,
+                         std::vector<std::unique_ptr<test::Process>>& ps) {
+  std::string eps;
+  for (int i = 0; i < k; ++i) {
+    const test::ServerPort port = test::any_server_port(d);
+    std::vector<std::string> a = {std::string(SYNCOPATE_BIN_DIR) + "/syncopate-server", "--server.shard=" + std::to_string(i),
+                                  "--ps.consistency=" + consistency};
+    a.insert(a.end(), port.args.begin(), port.args.end());
+    ps.push_back(std::make_unique<test::Process>(a, std::vector<std::string>{"SYNCOPATE_TOKEN=t"},
+                                                 d.str(fmt::format("server{}_{}.log", consistency, i))));
+    eps += (i ? "," : "") + test::wait_for_line(port.endpoint_file, 60, ps.back().get());
+  }
+  return eps;
+}
+void run_nodes(const test::TempDir& d, const std::string& corpus, const std::string& name, std::vector<std::string> extra) {
+  std::vector<std::unique_ptr<test::Process>> ps;
+  for (int r = 0; r < 2; ++r) {
+    auto a = diloco_args(d, corpus, d.str(fmt::format("{}{}", name, r)));
+    a.insert(a.end(), {"--train.steps=6", "--dist.sync_every=3", "--checkpoint.every=6"});
+    a.insert(a.end(), extra.begin(), extra.end());
+    ps.push_back(std::make_unique<test::Process>(
+        a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", "NNODES=2", "NODE_RANK=" + std::to_string(r)},
+        d.str(fmt::format("{}{}.log", name, r))));
+  }
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(ps[r]->wait(120), 0) << test::slurp(d.str(fmt::format("{}{}.log", name, r)));
+}
+nlohmann::json shard_stats(const std::string& log) {  // the "[server K] stats {...}" line a stopped shard logs
+  const std::string text = test::slurp(log);
+  const size_t at = text.rfind("stats {");
+  if (at == std::string::npos) return {};
+  return nlohmann::json::parse(text.substr(at + 6, text.find('\n', at) - at - 6));
+}
+}  // namespace
+
+// Synchronous DiLoCo through BSP parameter servers (the shards average the nodes' pseudo-gradients
+// of a round and apply the outer Nesterov step on their ranges) equals ring DiLoCo; asynchronous
+// local SGD (ASP: each pseudo-gradient applied on arrival) completes with every node's Delta of
+// every round applied exactly once (shard version = nodes x rounds).
+TEST(LocalSgdTraining, PsBspDiLoCoEqualsRingDiLoCoAndAspAppliesEveryDeltaOnce) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  std::vector<std::unique_ptr<test::Process>> servers;
+  const std::string bsp = start_shards(d, 2, "bsp", servers), asp = start_shards(d, 2, "asp", servers);
+  const auto rendezvous = test::rendezvous_args(d);
+  run_nodes(d, corpus, "ring", rendezvous);
+  run_nodes(d, corpus, "bsp", {"--dist.mode=ps", "--dist.servers=" + bsp});
+  run_nodes(d, corpus, "asp", {"--dist.mode=ps", "--dist.servers=" + asp});
+  const at::Tensor ring = weights_at(d.str("ring0"), 6), ps = weights_at(d.str("bsp0"), 6);
+  EXPECT_TRUE(torch::equal(ps, weights_at(d.str("bsp1"), 6)));
+  EXPECT_TRUE(torch::allclose(ps, ring, 1e-5, 1e-6)) << (ps - ring).abs().max().item<double>();
+  for (auto& s : servers) {
+    ::kill(s->pid(), SIGTERM);  // the shards log their statistics on the way out
+    EXPECT_EQ(s->wait(30), 0);
+  }
+  for (int k = 0; k < 2; ++k) {
+    const auto b = shard_stats(d.str(fmt::format("serverbsp_{}.log", k))), a = shard_stats(d.str(fmt::format("serverasp_{}.log", k)));
+    EXPECT_EQ(b["update"], "nesterov") << b.dump();
+    EXPECT_EQ(b["version"], 2) << b.dump();  // one outer step per round
+    EXPECT_EQ(a["version"], 4) << a.dump();  // one per node and round
+    EXPECT_EQ(a["duplicates"], 0) << a.dump();
+  }
+  // Bytes: a node sends its Delta twice (rounds 1 and 2) and nothing in between.
+  std::istringstream lines(test::slurp(d.str("asp0/metrics.jsonl")));
+  for (std::string l; std::getline(lines, l);) {
+    const auto j = nlohmann::json::parse(l);
+    if (j.contains("loss")) EXPECT_EQ(j["wire_bytes"].get<int64_t>() > 0, j["step"].get<int64_t>() % 3 == 0) << l;
+  }
 }

@@ -22,7 +22,8 @@ uint64_t digest(const at::Tensor& t) {
 
 std::unique_ptr<GradientSync> make_gradient_sync(const SyncSetup& s, FlatParameters& flat,
                                                  const std::vector<at::Tensor>& params) {
-  if (s.dist.sync_every > 1) return make_local_sgd_sync(s, flat, params);
+  if (s.dist.sync_every > 1)
+    return s.dist.mode == "ps" ? make_ps_local_sgd_sync(s, flat, params) : make_local_sgd_sync(s, flat, params);
   if (s.dist.mode == "ps") return make_ps_sync(s, flat, params);
   if (s.dist.mode == "ring" || s.local_size > 1) return make_ring_sync(s, flat, params);
   SYN_CHECK(s.dist.mode == "none", fmt::format("dist.mode='{}' is not a mode", s.dist.mode), "use none, ring or ps");

@@ -18,6 +18,9 @@
 //                                steps on its own (a RingSync of its local replicas) and every H
 //                                steps the nodes all-reduce their pseudo-gradients and apply one
 //                                outer step (OuterOptimizer) from the round's start
+//   PsLocalSgdSync (ps_local_sgd_sync.cpp)  the same with the parameter servers: every H steps
+//                                replica 0 pushes Delta; the shards apply the outer step under
+//                                BSP (sync DiLoCo), SSP or ASP (async local SGD)
 // Each owns the one BucketReducer its mode needs and the clipping. Torch-free callers see only
 // this header (ATen's Tensor type).
 #pragma once
@@ -125,6 +128,8 @@ std::unique_ptr<GradientSync> make_ring_sync(const SyncSetup& s, FlatParameters&
 std::unique_ptr<GradientSync> make_ps_sync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params);
 std::unique_ptr<GradientSync> make_local_sgd_sync(const SyncSetup& s, FlatParameters& flat,
                                                   const std::vector<at::Tensor>& params);
+std::unique_ptr<GradientSync> make_ps_local_sgd_sync(const SyncSetup& s, FlatParameters& flat,
+                                                     const std::vector<at::Tensor>& params);
 
 // Shared by the implementations: names the replicas whose weights differ from replica 0's, from
 // one sum over `world` replicas (`sum` adds a float tensor in place across them).

@@ -40,9 +40,12 @@ void RunConfig::validate() const {
             "dist.clip_scope=job with dist.mode=ps: parameter servers combine gradients after each node has clipped its own",
             "use --dist.clip_scope=node (or auto); to compare a ring with BSP like for like, give the ring "
             "--dist.clip_scope=node too");
-  SYN_CHECK(dist.sync_every == 1 || dist.mode == "ring",
-            fmt::format("dist.sync_every={} (local SGD / DiLoCo) with dist.mode={}", dist.sync_every, dist.mode),
-            "local SGD synchronizes nodes: use --dist.mode=ring (parameter-server DiLoCo is not built yet), or sync_every=1");
+  SYN_CHECK(dist.sync_every == 1 || dist.mode != "none",
+            fmt::format("dist.sync_every={} (local SGD / DiLoCo) with dist.mode=none", dist.sync_every),
+            "local SGD synchronizes nodes: use --dist.mode=ring or ps, or sync_every=1");
+  SYN_CHECK(dist.sync_every == 1 || (!dist.ps_overlap && !dist.ps_push_in_backward),
+            "dist.ps_overlap / ps_push_in_backward with dist.sync_every > 1",
+            "local SGD pushes once per round, after its last inner step: turn them off");
   SYN_CHECK(dist.sync_every == 1 || dist.clip_scope != "job",
             "dist.clip_scope=job with dist.sync_every > 1: between synchronizations each node steps on its own gradient",
             "use --dist.clip_scope=node (or auto)");

@@ -1,0 +1,117 @@
+// PsLocalSgdSync: local SGD / DiLoCo through the parameter servers (dist.mode=ps,
+// dist.sync_every = H > 1). Each node takes H inner AdamW steps on its own (a RingSync of its local
+// replicas alone; inner state local and checkpointed), then local replica 0 pushes the node's
+// pseudo-gradient Delta = theta_start - theta_now to every shard, at clock = the round, and takes
+// the shards' weights as the next round's start. The shards hold the outer weights and the outer
+// momentum (a sharded outer optimizer: INIT's update rule "average" or "nesterov") and apply Deltas
+// under their consistency rule: BSP averages every node's Delta of a round and applies one outer
+// step (synchronous DiLoCo, equal to the ring's); ASP applies each Delta on arrival
+// (asynchronous local SGD); SSP bounds how many rounds a node runs ahead. A shard's version
+// advances once per outer step, so staleness is counted in outer steps.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "common/comm/host_staging.h"
+#include "common/comm/local_group.h"
+#include "common/log.h"
+#include "model/flat_parameters.h"
+#include "server/ps_client.h"
+#include "server/ps_keys.h"
+#include "worker/sync/gradient_sync.h"
+
+namespace syncopate {
+namespace {
+
+class PsLocalSgdSync : public GradientSync {
+ public:
+  PsLocalSgdSync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params)
+      : GradientSync(s.local, s.local_size), every_(s.dist.sync_every), group_(s.group), node_(static_cast<int>(s.dist.node_rank)),
+        nodes_(static_cast<int>(s.dist.nnodes)), optim_(s.optim), decay_(flat.decay_ranges()),
+        update_{s.dist.outer, s.dist.outer_lr, s.dist.outer_momentum}, inner_(make_ring_sync(node_only(s), flat, params)),
+        start_(flat.params.clone()), delta_(at::empty_like(flat.params)) {
+    if (local_ == 0) {  // local replica 0 talks to the servers for its node
+      PsClientOptions o;
+      o.timeout_s = s.dist.timeout_s;
+      o.curve_server_key = ps_client_server_key(s.token, s.dist.ps_encrypt, s.dist.curve_server_key);
+      client_ = std::make_unique<PsClient>(PsClient::parse_endpoints(s.dist.servers), s.token, node_, nodes_, o);
+    }
+  }
+
+  int rank() const override { return node_ * local_size_ + local_; }
+  int world() const override { return nodes_ * local_size_; }
+  int replicas_per_step() const override { return local_size_; }
+
+  // INIT registers the node at the round it is in. At a round boundary the node takes the shards'
+  // weights (the first node's INIT, or the current outer weights) and starts the round there; in
+  // the middle of a round (a resume) it keeps its own weights and the round's start from the
+  // checkpoint (state()).
+  void start(at::Tensor& params, int64_t step) override {
+    const bool boundary = step % every_ == 0;
+    if (client_) {
+      at::Tensor host = host_.copy_of(params);  // INIT's reply lands here, not in params
+      client_->init(host, decay_, optim_, step / every_, update_);
+      if (boundary) HostStaging::to_device(params, host);
+    }
+    if (group_) group_->broadcast(local_, params, 0);
+    if (boundary) start_.copy_(params);
+  }
+  void begin_last_backward(double lr, int64_t step) override { inner_->begin_last_backward(lr, step); }
+  StepSync finish_step(at::Tensor& params, at::Tensor& grads, double lr, int64_t step) override {
+    StepSync r = inner_->finish_step(params, grads, lr, step);  // the node's inner step
+    r.round = (step + 1) / every_;
+    if ((step + 1) % every_ != 0) return r;
+    if (client_) {
+      at::sub_out(delta_, start_, params);  // the node's pseudo-gradient
+      r.outer_norm = delta_.norm().item<double>();
+      const int64_t mark = client_->counters().bytes_sent;
+      const at::Tensor d = delta_host_.to_host(delta_);
+      at::Tensor p = params_host_.for_(params);
+      r.staleness = push_pull(*client_, d, p, step / every_, 0.0);  // clock = the round
+      HostStaging::to_device(params, p);
+      r.wire_bytes = client_->counters().bytes_sent - mark;
+    }
+    if (group_) group_->broadcast(local_, params, 0);  // the node's replicas take replica 0's new start
+    start_.copy_(params);
+    return r;
+  }
+  void synchronize(at::Tensor& params) override { inner_->synchronize(params); }
+  double average(double x) override { return inner_->average(x); }
+  void check_identical(const at::Tensor& params, int64_t step) override { inner_->check_identical(params, step); }
+  FlatAdamW* optimizer() override { return inner_->optimizer(); }
+  std::vector<std::pair<std::string, at::Tensor>> state() override { return {{"outer_start", start_}}; }
+  SyncCounters counters() const override {
+    SyncCounters c = inner_->counters();
+    c.wire_bytes = client_ ? client_->counters().bytes_sent : 0;
+    return c;
+  }
+
+ private:
+  static SyncSetup node_only(const SyncSetup& s) {
+    SyncSetup n = s;
+    n.ring = nullptr;
+    n.dist.mode = "ring";
+    n.dist.sync_every = 1;
+    n.dist.clip_scope = "job";  // the job of the inner steps is the node
+    return n;
+  }
+
+  int64_t every_;
+  std::shared_ptr<LocalGroup> group_;
+  int node_, nodes_;
+  AdamWConfig optim_;  // INIT carries it (the shards' AdamW is unused under an outer update)
+  std::vector<std::pair<int64_t, int64_t>> decay_;
+  ShardUpdate update_;
+  std::unique_ptr<GradientSync> inner_;
+  std::unique_ptr<PsClient> client_;  // local replica 0 only
+  at::Tensor start_, delta_;
+  HostStaging host_, delta_host_, params_host_;
+};
+
+}  // namespace
+
+std::unique_ptr<GradientSync> make_ps_local_sgd_sync(const SyncSetup& s, FlatParameters& flat,
+                                                     const std::vector<at::Tensor>& params) {
+  return std::make_unique<PsLocalSgdSync>(s, flat, params);
+}
+
+}  // namespace syncopate
