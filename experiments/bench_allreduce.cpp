@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
     ro.lanes = ring_lanes(h, local);
     Ring ring = connect_ring(ro);
     RingAllreduceOptions opt;
-    opt.bf16_wire = bf16;
+    opt.wire = bf16 ? WireFormat::kBf16 : WireFormat::kF32;
     opt.segment_bytes = static_cast<size_t>(segment_kb) << 10;
     const int n = ring.world * local;
     std::shared_ptr<LocalGroup> group(local > 1 ? make_local_group(local, {}) : nullptr);

@@ -1,5 +1,7 @@
 #include "server/parameter_shard.h"
 
+#include "common/comm/wire_format.h"
+
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -29,7 +31,8 @@ void ParameterShard::check_init(const MsgHeader& h, const float* values) const {
             "check NODE_RANK / NNODES of the workers");
   SYN_CHECK(h.offset >= 0 && h.length >= 0 && h.length <= kMaxShardLength && h.offset <= (int64_t{1} << 50),
             fmt::format("INIT range [{}, +{}) is not a range", h.offset, h.length), "offset and length must be >= 0");
-  SYN_CHECK(h.dtype == "f32", fmt::format("dtype '{}' not supported", h.dtype), "send float32");
+  SYN_CHECK(h.dtype == "f32", fmt::format("INIT values of dtype '{}'", h.dtype), "INIT's values are float32");
+  wire_format_of_dtype(h.wire);  // a format this server knows, else an error naming it
   SYN_CHECK(h.clock >= 0 && h.param_version >= 0,
             fmt::format("INIT clock {} / parameter version {} invalid", h.clock, h.param_version), "they are >= 0");
   SYN_CHECK(std::isfinite(h.lr), fmt::format("INIT learning rate {} is not finite", h.lr), "send a finite value");
@@ -54,6 +57,8 @@ void ParameterShard::check_init(const MsgHeader& h, const float* values) const {
               fmt::format("INIT for range [{}, +{}) x {} workers, but this shard holds [{}, +{}) x {}", h.offset, h.length,
                           h.workers, offset_, length_, workers_),
               "every worker must run the same model and NNODES");
+    SYN_CHECK(h.wire == wire_, fmt::format("INIT with wire format '{}', but this shard takes '{}'", h.wire, wire_),
+              "every worker must run the same --dist.wire (mixed formats are refused)");
     SYN_CHECK(h.update == update_ && (h.update != "nesterov" || (h.outer_lr == outer_lr_ && h.outer_momentum == outer_mu_)),
               fmt::format("INIT with update '{}' (outer lr {}, momentum {}), but this shard applies '{}' ({}, {})", h.update,
                           h.outer_lr, h.outer_momentum, update_, outer_lr_, outer_mu_),
@@ -101,6 +106,7 @@ void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t
   oc.weight_decay = h.weight_decay;
   opt_ = std::make_unique<FlatAdamW>(oc, length_, local, params_.options());
   update_ = h.update;
+  wire_ = h.wire;
   outer_lr_ = h.outer_lr;
   outer_mu_ = h.outer_momentum;
   if (update_ != "adamw")
@@ -120,7 +126,8 @@ void ParameterShard::check(const MsgHeader& h) const {
   SYN_CHECK(h.offset == offset_ && h.length == length_,
             fmt::format("range [{}, +{}) does not match this shard's [{}, +{})", h.offset, h.length, offset_, length_),
             "workers and servers disagree on the sharding: same model and server list everywhere");
-  SYN_CHECK(h.dtype == "f32", fmt::format("dtype '{}' not supported", h.dtype), "send float32");
+  SYN_CHECK(h.type != static_cast<int>(MsgType::kPushPull) || h.dtype == wire_, fmt::format("a push of dtype '{}' to a shard whose workers agreed on '{}'", h.dtype, wire_),
+            "every worker must run the same --dist.wire (mixed formats are refused)");
   SYN_CHECK(std::isfinite(h.lr) && h.lr >= 0 && h.lr < 1e3, fmt::format("learning rate {} is not sane", h.lr), "check the schedule");
   // A parameter version above ours is legal: this shard restarted from a checkpoint older than
   // what the worker last read. Its staleness then counts as 0.
@@ -283,7 +290,7 @@ void ParameterShard::save(const std::string& path) const {
   nlohmann::json meta = {{"offset", offset_}, {"length", length_}, {"workers", workers_}, {"version", version_},
                          {"updates", updates_}, {"opt_steps", opt_->steps()}, {"clocks", clock_},
                          {"beta1", cfg_beta1_}, {"beta2", cfg_beta2_}, {"eps", cfg_eps_}, {"weight_decay", cfg_wd_},
-                         {"decay", decay_}, {"update", update_}, {"outer_lr", outer_lr_}, {"outer_momentum", outer_mu_}};
+                         {"decay", decay_}, {"update", update_}, {"wire", wire_}, {"outer_lr", outer_lr_}, {"outer_momentum", outer_mu_}};
   std::vector<std::pair<std::string, at::Tensor>> t = {{"params", params_}, {"exp_avg", opt_->exp_avg()}, {"exp_avg_sq", opt_->exp_avg_sq()}};
   if (outer_) t.emplace_back("outer_momentum", outer_->momentum());
   save_safetensors(path, t, {{"shard", meta.dump()}});
@@ -306,6 +313,7 @@ bool ParameterShard::load(const std::string& path, double now_s) {
   h.eps = m.at("eps");
   h.weight_decay = m.at("weight_decay");
   h.update = m.value("update", std::string("adamw"));
+  h.wire = m.value("wire", std::string("f32"));
   h.outer_lr = m.value("outer_lr", 0.7);
   h.outer_momentum = m.value("outer_momentum", 0.9);
   SYN_CHECK(h.update == "adamw" || (st.tensors.count("outer_momentum") && st.tensors["outer_momentum"].numel() == h.length),
@@ -336,7 +344,7 @@ std::string ParameterShard::stats_json(int64_t errors) const {
                         {"workers", workers_}, {"clocks", clock_}, {"live_workers", live_workers()}, {"dead_events", dead_events_},
                         {"dropped", dropped_}, {"rejected", rejected_}, {"backup_workers", cfg_.backup_workers},
                         {"consistency", cfg_.consistency}, {"bad_messages", errors}, {"duplicates", duplicates_},
-                        {"dc_uncompensated", dc_uncompensated_}, {"update", update_},
+                        {"dc_uncompensated", dc_uncompensated_}, {"update", update_}, {"wire", wire_},
                         {"staleness_histogram", hist}}
       .dump();
 }

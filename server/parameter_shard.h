@@ -73,6 +73,7 @@ class ParameterShard {
   const at::Tensor& params() const { return params_; }
   int64_t version() const { return version_; }
   int64_t last_staleness(int worker) const;
+  const std::string& wire() const { return wire_; }  // the dtype every push must carry
   int64_t offset() const { return offset_; }
   int64_t length() const { return length_; }
   // {"version", "updates", "staleness_histogram": {"0": n, ...}, "consistency", ...}
@@ -93,6 +94,7 @@ class ParameterShard {
   std::unique_ptr<FlatAdamW> opt_;
   std::unique_ptr<OuterOptimizer> outer_;  // INIT update "average"/"nesterov": pushes are pseudo-gradients
   std::string update_ = "adamw";
+  std::string wire_ = "f32";  // the pushes' dtype (INIT's wire)
   double outer_lr_ = 0, outer_mu_ = 0;
   int64_t version_ = 0, updates_ = 0;
   std::map<int64_t, int64_t> staleness_hist_;

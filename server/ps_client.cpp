@@ -61,6 +61,7 @@ struct PsClient::Impl {
     zmq::socket_t sock;
     int64_t version = 0;  // parameter version last pulled
     int64_t init_clock = -1;  // this worker's clock on the shard when INIT registered it
+    std::unique_ptr<ErrorFeedback> feedback;  // int8 wire: what rounding dropped, owed to the next push
     std::map<int64_t, Pending> pending;  // by ticket id
   };
   std::vector<std::unique_ptr<Shard>> shards;
@@ -243,6 +244,7 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
     h.eps = oc.eps;
     h.weight_decay = oc.weight_decay;
     h.update = update.rule;
+    h.wire = wire_dtype(I.opt.wire);
     h.outer_lr = update.outer_lr;
     h.outer_momentum = update.outer_momentum;
     h.clock = start_step;
@@ -263,6 +265,8 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
     I.take_values(k, parts.size() > 1 ? &parts[1] : nullptr, parts.size(), params.data_ptr<float>() + I.bounds[k]);
     I.shards[k]->version = h.param_version;
     I.shards[k]->init_clock = h.clock;
+    if (I.opt.wire == WireFormat::kInt8 && !I.shards[k]->feedback)
+      I.shards[k]->feedback = std::make_unique<ErrorFeedback>(WireFormat::kInt8, I.bounds[k + 1] - I.bounds[k]);
   }
 }
 
@@ -278,11 +282,18 @@ PsTicket PsClient::push(int k, const at::Tensor& grad, int64_t clock, double lr,
   h.lr = lr;
   if (computed_on >= 0) h.param_version = computed_on;
   const int64_t id = I.next_id++;
+  at::Tensor body = grad;  // f32: the gradient itself
+  if (I.opt.wire != WireFormat::kF32) {  // compressed into a buffer of its own (kept for resends)
+    body = at::empty({static_cast<int64_t>(wire_bytes(I.opt.wire, h.length))}, at::kByte);
+    if (sh.feedback) sh.feedback->encode(grad.data_ptr<float>(), body.data_ptr<uint8_t>());
+    else encode(I.opt.wire, grad.data_ptr<float>(), h.length, body.data_ptr<uint8_t>());  // fp16: a value out of range throws
+    h.dtype = wire_dtype(I.opt.wire);
+  }
   Impl::Pending& p = sh.pending[id];
   p.header = h;
-  p.data = grad;
-  const size_t bytes = static_cast<size_t>(h.length) * sizeof(float);
-  I.send(k, h, grad.data_ptr<float>(), bytes, grad);  // zero-copy; the message holds a reference
+  p.data = body;
+  const size_t bytes = body.nbytes();
+  I.send(k, h, body.data_ptr(), bytes, body);  // zero-copy; the message holds a reference
   ++I.pushes;
   I.bytes_sent += static_cast<int64_t>(bytes);
   return {k, id};
@@ -304,8 +315,8 @@ PsReply PsClient::wait(const PsTicket& t, at::Tensor& into) {
     const int64_t clock = it->second.header.clock;
     auto resend = [&] {  // a copy: ZeroMQ may still hold it after this wait() returns
       const Impl::Pending& p = sh.pending.at(t.id);
-      const size_t bytes = static_cast<size_t>(p.header.length) * sizeof(float);
-      I.send(k, p.header, p.data.data_ptr<float>(), bytes);
+      const size_t bytes = p.data.nbytes();
+      I.send(k, p.header, p.data.data_ptr(), bytes);
       I.bytes_sent += static_cast<int64_t>(bytes);
     };
     auto accept = [&](const MsgHeader& h, std::vector<zmq::message_t>& parts) {

@@ -19,6 +19,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "common/comm/wire_format.h"
 #include "common/flat_adamw.h"
 
 namespace syncopate {
@@ -28,6 +29,8 @@ struct PsClientOptions {
   double first_resend_s = 5;          // silence before the first resend, seconds; doubles per resend up to 60
   std::string curve_server_key = "";  // the servers' CURVE public key (Z85) to encrypt and
                                       // authenticate every connection; "" = plain TCP
+  WireFormat wire = WireFormat::kF32; // how pushes travel (dist.wire); int8 carries its rounding error into
+                                      // the next push to the same shard (ErrorFeedback); replies are f32
 };
 
 // A push in flight: shard, and the request's sequence number on this client.

@@ -10,7 +10,7 @@
 
 namespace syncopate {
 
-constexpr uint32_t kPsProtocolVersion = 2;  // 2: INIT's update rule (local SGD / DiLoCo outer steps)
+constexpr uint32_t kPsProtocolVersion = 2;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format
 constexpr size_t kMaxHeaderBytes = 4096;          // requests (what a server decodes: tight)
 constexpr size_t kMaxReplyHeaderBytes = 1 << 20;  // replies
 
@@ -35,7 +35,9 @@ struct MsgHeader {
   int64_t param_version = 0;   // PUSH: parameter version the gradient was computed on; replies: current version
   int64_t offset = 0;          // range in the flat parameter vector, elements
   int64_t length = 0;
-  std::string dtype = "f32";   // data frame element type; only f32 is accepted
+  std::string dtype = "f32";   // data frame element type: INIT "f32"; PUSH_PULL the shard's wire format (`wire`)
+  std::string wire = "f32";    // INIT: the format of every later push's data ("f32", "bf16", "f16", "i8"; see
+                               // common/comm/wire_format.h); fixed by the first INIT, replies are f32
   double lr = 0;               // PUSH: learning rate of this update; INIT: unused
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;  // INIT: AdamW settings
   std::string update = "adamw";  // INIT: what a push carries and how it is applied: "adamw" (a gradient, the shard's
@@ -43,7 +45,7 @@ struct MsgHeader {
   double outer_lr = 0.7, outer_momentum = 0.9;  // INIT with update "nesterov": the outer SGD's settings
   int64_t staleness = 0;       // reply to PUSH: staleness of that update (versions applied since it was read)
   std::string text;            // errors, stats JSON
-  MSGPACK_DEFINE_MAP(type, version, token, worker, workers, clock, param_version, offset, length, dtype, lr, beta1,
+  MSGPACK_DEFINE_MAP(type, version, token, worker, workers, clock, param_version, offset, length, dtype, wire, lr, beta1,
                      beta2, eps, weight_decay, update, outer_lr, outer_momentum, staleness, text)
 };
 

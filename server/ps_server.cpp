@@ -13,6 +13,7 @@
 
 #include "common/atomic_file.h"
 #include "common/check.h"
+#include "common/comm/wire_format.h"
 #include "common/log.h"
 #include "server/ps_keys.h"
 #include "server/ps_protocol.h"
@@ -28,6 +29,7 @@ struct PsServer::Impl {
   zmq::socket_t sock{ctx, zmq::socket_type::router};
   std::map<int, zmq::message_t> identity;  // worker -> its DEALER identity, for deferred replies
   int64_t errors = 0;
+  std::vector<float> decoded;  // a compressed push, decoded (reused)
 
   static double now() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -127,10 +129,17 @@ struct PsServer::Impl {
           return true;
         }
         case MsgType::kPushPull: {
-          shard.check(h);
-          SYN_CHECK(data_bytes == static_cast<size_t>(h.length) * 4,
-                    fmt::format("gradient of {} bytes for {} values", data_bytes, h.length), "send length float32 values");
+          shard.check(h);  // the dtype is the shard's wire format (mixed formats refused)
+          const WireFormat wire = wire_format_of_dtype(h.dtype);
+          SYN_CHECK(data_bytes == wire_bytes(wire, h.length),
+                    fmt::format("gradient of {} bytes for {} values in {}", data_bytes, h.length, h.dtype),
+                    "send length values in the shard's wire format");
           const float* grad = parts.size() == 3 ? static_cast<const float*>(parts[2].data()) : nullptr;
+          if (wire != WireFormat::kF32 && h.length > 0) {  // decoded into the server's own buffer (reused)
+            if (decoded.size() < static_cast<size_t>(h.length)) decoded.resize(static_cast<size_t>(h.length));
+            decode(wire, static_cast<const uint8_t*>(parts[2].data()), data_bytes, h.length, decoded.data());
+            grad = decoded.data();
+          }
           std::vector<int> ready = shard.push(h, grad, now());  // throws, changing nothing, on a refused gradient
           identity[h.worker] = zmq::message_t(id.data(), id.size());
           for (int w : ready) reply_params(w, w == h.worker ? h.clock : -1);

@@ -1,6 +1,7 @@
 #include "tests/test_helpers.h"
 
 #include "common/check.h"
+#include "common/comm/transport/memory_connection.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -140,6 +141,19 @@ int Process::wait(double timeout_s) {
 
 void Process::kill_hard() {
   if (!reaped_) ::kill(pid_, SIGKILL);
+}
+
+void run_memory_ring(int world, const std::function<void(int, Connection&, Connection&)>& fn) {
+  std::vector<std::unique_ptr<Connection>> send_end(world), recv_end(world);
+  for (int r = 0; r < world; ++r) {
+    auto [s, rcv] = memory_channel(64 << 10, fmt::format("channel {}->{}", r, (r + 1) % world));
+    send_end[r] = std::move(s);
+    recv_end[(r + 1) % world] = std::move(rcv);
+  }
+  std::vector<std::future<void>> fs;
+  for (int r = 0; r < world; ++r)
+    fs.push_back(std::async(std::launch::async, [&, r] { fn(r, *send_end[r], *recv_end[r]); }));
+  for (auto& f : fs) f.get();
 }
 
 std::vector<Ring> tcp_ring(int world, const std::vector<std::string>& fingerprints, double timeout,

@@ -16,6 +16,9 @@ namespace syncopate::test {
 std::vector<Ring> tcp_ring(int world, const std::vector<std::string>& fingerprints = {}, double timeout = 20,
                            const std::vector<int>& streams = {}, int lanes = 1);
 
+// Runs fn(rank, next, prev) on `world` threads joined in a ring of in-memory channels.
+void run_memory_ring(int world, const std::function<void(int, Connection&, Connection&)>& fn);
+
 // A fresh empty directory under the system temp dir, removed at destruction.
 class TempDir {
  public:

@@ -32,6 +32,8 @@
 #include "server/ps_keys.h"
 #include "model/gpt_config.h"
 #include "model/flat_parameters.h"
+#include "common/comm/sharding.h"
+#include "common/comm/wire_format.h"
 #include "worker/sync/gradient_sync.h"
 
 using namespace syncopate;
@@ -498,6 +500,57 @@ TEST_P(PsPushModes, OneAspWorkerEqualsSingleProcess) {
   EXPECT_EQ(c["launched_early"], GetParam() ? 18 : 0) << c.dump();
   // 6 pushes of the whole model in float32, each byte once (no resend).
   EXPECT_EQ(c["wire_bytes"], 6 * c["params"].get<int64_t>() * 4) << c.dump();
+}
+
+// Issue 12: compressed pushes. bf16 and int8 (with error feedback) gradients reach the shards,
+// which decode them; the run stays within the compression's reach of the float32 one, and each
+// step's bytes are exactly the format's: 2 per value for bf16, 1 per value plus a 4-byte scale
+// per 4096 values of each shard for int8.
+TEST(PsTraining, CompressedPushesTrainAndSendTheFormatsBytes) {
+  for (const std::string wire : {"bf16", "int8"}) {
+    SCOPED_TRACE(wire);
+    const nlohmann::json c = expect_asp_worker_equals_single(3, 4, 4, {}, {"--dist.wire=" + wire}, 0.0, 2e-2);
+    const int64_t p = c["params"].get<int64_t>();
+    int64_t per_step = 0;
+    const auto b = Sharding::bounds(p, 3);
+    for (int k = 0; k < 3; ++k) per_step += static_cast<int64_t>(wire_bytes(parse_wire_format(wire), b[k + 1] - b[k]));
+    EXPECT_EQ(per_step, wire == "bf16" ? 2 * p : p + 4 * ((b[1] - b[0] + 4095) / 4096 + (b[2] - b[1] + 4095) / 4096 + (b[3] - b[2] + 4095) / 4096));
+    EXPECT_EQ(c["wire_bytes"], 6 * per_step) << c.dump();
+  }
+}
+
+// What a compressed push delivers, seen through a shard that applies it linearly (the local SGD
+// "average" rule: w <- w - delta): per element within the format's rounding, and with int8's
+// error feedback two pushes together deliver their sum within one rounding step.
+TEST(PsClient, CompressedPushesDeliverTheirValuesWithinTheFormatsBound) {
+  for (const WireFormat wire : {WireFormat::kBf16, WireFormat::kFp16, WireFormat::kInt8}) {
+    SCOPED_TRACE(wire_dtype(wire));
+    InProcessServer server(ServerConfig{}, PsConfig{}, "t");
+    PsClientOptions o = client_options("t", true);
+    o.wire = wire;
+    PsClient c({server.endpoint}, "t", 0, 1, o);
+    const int64_t n = 10000;
+    at::Tensor w = torch::zeros({n});
+    c.init(w, {}, AdamWConfig{}, 0, ShardUpdate{"average", 1.0, 0.0});
+    torch::manual_seed(3);
+    const at::Tensor d1 = torch::randn({n}), d2 = torch::randn({n}) * 1e-3;  // d2: mostly below int8's step
+    push_pull(c, d1, w, 0, 0.0);
+    const at::Tensor err1 = (-w - d1).abs(), r1 = d1 + w;  // r1: what the first push dropped (w = -sent)
+    if (wire == WireFormat::kInt8) EXPECT_LE(err1.max().item<double>(), 0.5 * 1.001 * d1.abs().max().item<double>() / 127);
+    else EXPECT_TRUE((err1 <= d1.abs() * std::ldexp(1.0, wire == WireFormat::kBf16 ? -8 : -11)).all().item<bool>());
+    push_pull(c, d2, w, 1, 0.0);
+    if (wire == WireFormat::kInt8) {
+      // Error feedback: the second push carried r1, so the two together miss d1 + d2 only by the
+      // second one's rounding (half a step of |d2 + r1|'s scale), far below the first one's loss.
+      const double total = (-w - (d1 + d2)).abs().max().item<double>();
+      const double bound = 0.5 * 1.001 * (d2 + r1).abs().max().item<double>() / 127;
+      EXPECT_LE(total, bound);
+      EXPECT_LT(bound * 20, r1.abs().max().item<double>());  // the bound is tight enough to tell
+    }
+    const auto stats = nlohmann::json::parse(c.stats(0));
+    EXPECT_EQ(stats["wire"], wire_dtype(wire)) << stats.dump();
+    EXPECT_EQ(stats["version"], 2);
+  }
 }
 
 // A node of two CPU replicas averages inside the node, and local replica 0 alone pushes and pulls

@@ -23,20 +23,7 @@ using namespace syncopate;
 
 namespace {
 
-// Runs fn(rank, next, prev) on `world` threads joined in a ring of memory channels.
-template <class Fn>
-void run_memory_ring(int world, Fn fn) {
-  std::vector<std::unique_ptr<Connection>> send_end(world), recv_end(world);
-  for (int r = 0; r < world; ++r) {
-    auto [s, rcv] = memory_channel(64 << 10, fmt::format("channel {}->{}", r, (r + 1) % world));
-    send_end[r] = std::move(s);
-    recv_end[(r + 1) % world] = std::move(rcv);
-  }
-  std::vector<std::future<void>> fs;
-  for (int r = 0; r < world; ++r)
-    fs.push_back(std::async(std::launch::async, [&, r] { fn(r, *send_end[r], *recv_end[r]); }));
-  for (auto& f : fs) f.get();
-}
+using test::run_memory_ring;
 
 std::vector<float> rank_data(int rank, size_t n) {  // small integers: every summation order is exact
   std::vector<float> v(n);
@@ -105,7 +92,7 @@ TEST(RingAllreduce, Bf16WireKeepsReplicasIdenticalWithBoundedError) {
     for (size_t i = 0; i < n; ++i) exact[i] += (v[r][i] = d(g));
   }
   RingAllreduceOptions opt;
-  opt.bf16_wire = true;
+  opt.wire = WireFormat::kBf16;
   run_memory_ring(world, [&](int r, Connection& next, Connection& prev) {
     ring_allreduce_sum(v[r].data(), n, r, world, next, prev, opt);
   });
@@ -444,7 +431,7 @@ TEST(RingAllreduce, Bf16WireErrorIsBoundedPerElementForAnySignsRanksAndSizes) {
         }
       }
       RingAllreduceOptions opt;
-      opt.bf16_wire = true;
+      opt.wire = WireFormat::kBf16;
       opt.segment_bytes = 4096;
       run_memory_ring(world, [&](int r, Connection& next, Connection& prev) {
         ring_allreduce_sum(v[r].data(), n, r, world, next, prev, opt);
@@ -463,7 +450,7 @@ TEST(RingAllreduce, Bf16WireRoundsTiesToEven) {
   const float tie = 1.0f + 3.0f / 256.0f;
   std::vector<std::vector<float>> v = {{tie, tie}, {0.0f, 0.0f}};
   RingAllreduceOptions opt;
-  opt.bf16_wire = true;
+  opt.wire = WireFormat::kBf16;
   run_memory_ring(2, [&](int r, Connection& next, Connection& prev) { ring_allreduce_sum(v[r].data(), 2, r, 2, next, prev, opt); });
   for (int r = 0; r < 2; ++r)
     for (float x : v[r]) EXPECT_EQ(x, 1.015625f) << "rank " << r;

@@ -13,22 +13,11 @@
 
 #include "common/check.h"
 #include "common/comm/sharding.h"
+#include "common/comm/wire_format.h"
 
 namespace syncopate {
 namespace {
 
-uint16_t to_bf16(float f) {  // round to nearest even
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-float from_bf16(uint16_t h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // Streams queued segments to a connection from its own thread, so that sending overlaps the
 // caller's receiving and reducing. Errors are kept and rethrown by finish().
@@ -39,7 +28,7 @@ class SegmentSender {
     stop();
     thread_.join();
   }
-  void set_bf16(bool b) { bf16_ = b; }  // between collectives only (nothing queued)
+  void set_wire(WireFormat f) { wire_ = f; }  // between collectives only (nothing queued)
   void push(const float* p, size_t n) {
     std::lock_guard<std::mutex> l(mu_);
     q_.emplace_back(p, n);
@@ -79,9 +68,9 @@ class SegmentSender {
         busy_ = true;
       }
       try {
-        if (bf16_) {
+        if (wire_ != WireFormat::kF32) {  // 16 bits: fp16 refuses a value out of its range, by name
           wire.resize(item.second);
-          for (size_t i = 0; i < item.second; ++i) wire[i] = to_bf16(item.first[i]);
+          encode(wire_, item.first, static_cast<int64_t>(item.second), reinterpret_cast<uint8_t*>(wire.data()));
           conn_.send(wire.data(), item.second * 2);
         } else {
           conn_.send(item.first, item.second * sizeof(float));
@@ -101,7 +90,7 @@ class SegmentSender {
   }
 
   Connection& conn_;
-  bool bf16_ = false;
+  WireFormat wire_ = WireFormat::kF32;
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   std::deque<std::pair<const float*, size_t>> q_;
@@ -121,7 +110,7 @@ struct RingAllreducer::Impl {
   int rank, world;
   Connection &next, &prev;
   std::vector<float> staging;   // one received segment (float32 wire)
-  std::vector<uint16_t> wire;   // one received segment (bf16 wire)
+  std::vector<uint16_t> wire;   // one received segment (16-bit wire)
   std::unique_ptr<SegmentSender> sender;  // started on first use (world > 1)
   std::exception_ptr broken;    // a failed collective leaves the links in an unknown state
   std::atomic<int64_t> sent{0};   // bytes handed to `next` by every call so far
@@ -152,16 +141,24 @@ void RingAllreducer::Impl::sum(float* data, size_t count, const RingAllreduceOpt
     for (size_t o = begin(c); o < begin(c + 1); o += seg) fn(data + o, std::min(seg, begin(c + 1) - o));
   };
   if (staging.size() < seg) staging.resize(seg);
-  if (opt.bf16_wire && wire.size() < seg) wire.resize(seg);
+  SYN_CHECK(opt.wire != WireFormat::kInt8, "int8 is not a wire format of the ring (every hop would requantize)",
+            "use --dist.wire=bf16 or fp16 on the ring, or int8 with parameter servers");
+  const bool half = opt.wire != WireFormat::kF32;  // bf16 or fp16
+  auto from16 = opt.wire == WireFormat::kFp16 ? from_fp16 : from_bf16;
+  auto to16 = opt.wire == WireFormat::kFp16 ? to_fp16 : to_bf16;
+  if (half && wire.size() < seg) wire.resize(seg);
   if (!sender) sender = std::make_unique<SegmentSender>(next);
-  sender->set_bf16(opt.bf16_wire);
-  const int64_t wire_bytes = opt.bf16_wire ? 2 : 4;
+  sender->set_wire(opt.wire);
+  const int64_t wire_bytes = half ? 2 : 4;
   auto send = [&](const float* p, size_t len) {
+    // fp16's range is checked here, on the caller's thread, so that an overflowing sum fails by
+    // name at once (in the sender thread it would surface only after the peers' timeouts).
+    if (opt.wire == WireFormat::kFp16) check_fp16_range(p, static_cast<int64_t>(len));
     sender->push(p, len);
     sent += static_cast<int64_t>(len) * wire_bytes;
   };
-  auto receive = [&](float* dst, size_t len) {  // into dst (float32) or wire (bf16)
-    if (opt.bf16_wire) prev.recv(wire.data(), len * 2);
+  auto receive = [&](float* dst, size_t len) {  // into dst (float32) or wire (16 bits)
+    if (half) prev.recv(wire.data(), len * 2);
     else prev.recv(dst, len * sizeof(float));
   };
   try {
@@ -172,10 +169,12 @@ void RingAllreducer::Impl::sum(float* data, size_t count, const RingAllreduceOpt
       const bool last = s == world - 2;
       for_segments(mod(rank - s - 1), [&](float* p, size_t len) {
         receive(staging.data(), len);
-        if (opt.bf16_wire) {
-          for (size_t i = 0; i < len; ++i) p[i] += from_bf16(wire[i]);
-          // The owner rounds its reduced chunk like the wire does, so replicas stay identical.
-          if (last) for (size_t i = 0; i < len; ++i) p[i] = from_bf16(to_bf16(p[i]));
+        if (half) {
+          for (size_t i = 0; i < len; ++i) p[i] += from16(wire[i]);
+          // The owner rounds its reduced chunk like the wire does, so replicas stay identical
+          // (a sum beyond fp16's range is refused by send() before it is rounded to inf).
+          if (last && opt.wire == WireFormat::kFp16) check_fp16_range(p, static_cast<int64_t>(len));
+          if (last) for (size_t i = 0; i < len; ++i) p[i] = from16(to16(p[i]));
         } else {
           for (size_t i = 0; i < len; ++i) p[i] += staging[i];
         }
@@ -186,8 +185,8 @@ void RingAllreducer::Impl::sum(float* data, size_t count, const RingAllreduceOpt
     for (int s = 0; s < world - 1; ++s) {
       for_segments(mod(rank - s), [&](float* p, size_t len) {
         receive(p, len);
-        if (opt.bf16_wire)
-          for (size_t i = 0; i < len; ++i) p[i] = from_bf16(wire[i]);
+        if (half)
+          for (size_t i = 0; i < len; ++i) p[i] = from16(wire[i]);
         if (s < world - 2) send(p, len);
       });
     }

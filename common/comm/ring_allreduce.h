@@ -17,12 +17,13 @@
 #include <memory>
 
 #include "common/comm/transport/connection.h"
+#include "common/comm/wire_format.h"
 
 namespace syncopate {
 
 struct RingAllreduceOptions {
   size_t segment_bytes = 256 << 10;  // pipelining granularity, bytes; smaller = earlier overlap, more calls
-  bool bf16_wire = false;            // send bfloat16 instead of float32: half the bytes, ~3 significant digits per hop
+  WireFormat wire = WireFormat::kF32;  // f32, or bf16 / fp16 (half the bytes; ~3 significant digits per hop); not int8
 };
 
 // The ring all-reduce of one rank over one pair of links, with its receive buffers and its sender

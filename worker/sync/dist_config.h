@@ -29,7 +29,10 @@ struct DistConfig {
                                  // replica 0, which rings the whole buffer, broadcast (the simpler scheme, to compare)
   double timeout_s = 60;         // rendezvous deadline and the longest a peer may stay silent, seconds
   int64_t check_every = 100;     // steps between checks that all replicas hold identical weights; 0 = off
-  bool bf16_wire = false;        // ring sends bfloat16 (half the bytes; ~0.4% relative error per hop)
+  std::string wire = "f32";      // how gradients and pseudo-gradients travel between nodes: "f32"; "bf16" / "fp16"
+                                 // (half the bytes, round to nearest even; fp16 fails naming a value beyond
+                                 // +-65504); "int8" (ps only: a scale per 4096 values, with error feedback on
+                                 // the sender). Replies (the servers' weights) are f32
   int64_t segment_kb = 256;      // ring pipelining segment, KiB
   int64_t streams = 1;           // ring: TCP streams per neighbour (messages striped across them)
   bool overlap = true;           // ring: reduce gradient buckets during backward (as DDP does)
@@ -70,7 +73,8 @@ struct DistConfig {
       std::vector<std::string>{"sliced", "root"});
     v("timeout_s", timeout_s, "rendezvous deadline and peer silence limit, seconds", 0.1, 86400.0);
     v("check_every", check_every, "steps between replica-identity checks (0 = off)", int64_t{0}, int64_t{1} << 40);
-    v("bf16_wire", bf16_wire, "send bfloat16 on the ring");
+    v("wire", wire, "gradient / pseudo-gradient wire format between nodes (int8: ps only)",
+      std::vector<std::string>{"f32", "bf16", "fp16", "int8"});
     v("segment_kb", segment_kb, "ring pipelining segment, KiB", int64_t{1}, int64_t{1} << 20);
     v("streams", streams, "ring: TCP streams per neighbour (same on every node)", int64_t{1}, int64_t{16});
     v("overlap", overlap, "ring: all-reduce gradient buckets while backward runs");

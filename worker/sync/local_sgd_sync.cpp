@@ -41,7 +41,7 @@ class LocalSgdSync : public GradientSync {
         inner_(make_ring_sync(node_setup(s), flat, params)),
         outer_(parse_outer_rule(s.dist.outer), s.dist.outer_lr, s.dist.outer_momentum, flat.numel(), flat.params.options()),
         start_(flat.params.clone()), delta_(at::empty_like(flat.params)) {
-    wire_.bf16_wire = s.dist.bf16_wire;
+    wire_.wire = parse_wire_format(s.dist.wire);
     wire_.segment_bytes = static_cast<size_t>(s.dist.segment_kb) << 10;
   }
 
@@ -89,7 +89,7 @@ class LocalSgdSync : public GradientSync {
   }
 
  private:
-  RingAllreduceOptions exact() const { return RingAllreduceOptions{wire_.segment_bytes, /*bf16_wire=*/false}; }
+  RingAllreduceOptions exact() const { return RingAllreduceOptions{wire_.segment_bytes, WireFormat::kF32}; }
   int64_t wire_bytes() const { return allreducer_ ? allreducer_->bytes_sent() : 0; }
 
   int64_t every_;

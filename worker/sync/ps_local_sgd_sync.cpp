@@ -33,6 +33,7 @@ class PsLocalSgdSync : public GradientSync {
       PsClientOptions o;
       o.timeout_s = s.dist.timeout_s;
       o.curve_server_key = ps_client_server_key(s.token, s.dist.ps_encrypt, s.dist.curve_server_key);
+      o.wire = parse_wire_format(s.dist.wire);
       client_ = std::make_unique<PsClient>(PsClient::parse_endpoints(s.dist.servers), s.token, node_, nodes_, o);
     }
   }

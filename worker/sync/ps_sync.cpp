@@ -43,6 +43,7 @@ class PsSync : public GradientSync {
       PsClientOptions o;
       o.timeout_s = s.dist.timeout_s;
       o.curve_server_key = ps_client_server_key(s.token, s.dist.ps_encrypt, s.dist.curve_server_key);
+      o.wire = parse_wire_format(s.dist.wire);
       client_ = std::make_unique<PsClient>(endpoints, s.token, node_, nodes_, o);
     }
     if (push_in_backward_) {

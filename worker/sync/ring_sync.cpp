@@ -31,7 +31,7 @@ class RingSync : public GradientSync {
                         : nullptr),
         sum_(group_.get(), s.local, allreducer_.get(), nodes_, parse_hierarchy(s.dist.hierarchy)),
         opt_(s.optim, flat.numel(), flat.decay_ranges(), flat.params.options()) {
-    wire_.bf16_wire = s.dist.bf16_wire;
+    wire_.wire = parse_wire_format(s.dist.wire);
     wire_.segment_bytes = static_cast<size_t>(s.dist.segment_kb) << 10;
     if (s.dist.overlap && !node_clip_) {  // DDP's buckets (dist.first_bucket_kb, then dist.bucket_kb), summed as backward finishes each
       const auto ranges = parameter_ranges(flat);
@@ -99,7 +99,7 @@ class RingSync : public GradientSync {
     grads.div_(world());
     return norm;
   }
-  RingAllreduceOptions exact() const { return RingAllreduceOptions{wire_.segment_bytes, /*bf16_wire=*/false}; }
+  RingAllreduceOptions exact() const { return RingAllreduceOptions{wire_.segment_bytes, WireFormat::kF32}; }
   int64_t wire_bytes() const { return allreducer_ ? allreducer_->bytes_sent() : 0; }
 
   std::shared_ptr<Ring> ring_;  // shared by the node's local replicas; replica l rings over lane l

@@ -49,6 +49,9 @@ void RunConfig::validate() const {
   SYN_CHECK(dist.sync_every == 1 || dist.clip_scope != "job",
             "dist.clip_scope=job with dist.sync_every > 1: between synchronizations each node steps on its own gradient",
             "use --dist.clip_scope=node (or auto)");
+  SYN_CHECK(dist.wire != "int8" || dist.mode == "ps",
+            fmt::format("dist.wire=int8 with dist.mode={}", dist.mode),
+            "int8 (with error feedback) travels to parameter servers; a ring would requantize at every hop: use bf16 or fp16");
   SYN_CHECK(data.tokenizer == "byte" || data.tokenizer == "gpt2-bpe",
             fmt::format("data.tokenizer='{}' is not a tokenizer", data.tokenizer), "use byte or gpt2-bpe");
   SYN_CHECK(data.tokenizer != "gpt2-bpe" || (!data.vocab_file.empty() && !data.merge_file.empty()),
