@@ -166,7 +166,9 @@ TEST(LocalReplicas, ResumeFromACheckpointIsExact) {
   const std::string corpus = test::write_tiny_corpus(d);
   auto run = [&](bool resume) {
     auto a = worker_args(d, corpus, d.str("node"), 2, 6, 1);
-    a.insert(a.end(), {"--dist.local_replicas=2", "--checkpoint.every=2"});
+    // Dropout on (issue 16): each replica's masks follow from seed, rank and step, so a resume
+    // draws what the uninterrupted run drew without saving generator state.
+    a.insert(a.end(), {"--dist.local_replicas=2", "--checkpoint.every=2", "--model.dropout=0.1"});
     if (resume) a.push_back("--resume");
     test::Process p(a, {}, d.str("node.log"));
     ASSERT_EQ(p.wait(120), 0) << test::slurp(d.str("node.log"));

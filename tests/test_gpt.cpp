@@ -2,6 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <mutex>
+#include <thread>
+
+#include <ATen/autocast_mode.h>
 
 #include <torch/torch.h>
 
@@ -139,4 +143,79 @@ TEST(GPT, GenerateEqualsAReferenceDecodingLoop) {
   hot.seed = 12;
   EXPECT_NE(generate(*m, prompt, 200, hot), a);
   EXPECT_EQ(std::vector<int64_t>(a.begin(), a.begin() + static_cast<int64_t>(prompt.size())), prompt);
+}
+
+namespace {
+// Gradients of one loss of a small dropout-0.1 GPT (weights from seed 3), its dropout seeded with
+// `dropout_seed`, optionally under CPU bf16 autocast for the forward (backward outside it, as the
+// trainer does).
+std::vector<torch::Tensor> seeded_grads(bool ckpt, uint64_t dropout_seed, bool autocast = false) {
+  auto c = small_config();
+  c.dropout = 0.1;
+  c.activation_checkpointing = ckpt;
+  GPT m(nullptr);
+  {
+    static std::mutex mu;  // weights from the shared generator: one model at a time
+    std::lock_guard<std::mutex> l(mu);
+    torch::manual_seed(3);
+    m = GPT(c);
+  }
+  m->train();
+  m->seed_dropout(dropout_seed);
+  auto idx = torch::arange(32, torch::kLong).reshape({2, 16}) % c.vocab_size;
+  auto tgt = (idx * 7 + 3) % c.vocab_size;
+  torch::Tensor loss;
+  {
+    const bool was = at::autocast::is_autocast_enabled(at::kCPU);
+    at::autocast::set_autocast_enabled(at::kCPU, autocast);
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    loss = m->loss(idx, tgt);
+    at::autocast::set_autocast_enabled(at::kCPU, was);
+    at::autocast::clear_cache();
+  }
+  loss.backward();
+  std::vector<torch::Tensor> g;
+  for (auto& p : m->parameters()) g.push_back(p.grad().clone());
+  return g;
+}
+bool same(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!torch::equal(a[i], b[i])) return false;
+  return a.size() == b.size();
+}
+}  // namespace
+
+// Issue 16 (1, 2): with dropout, a checkpointed block's recompute draws the forward's masks from
+// the model's own generator, also when two replicas run on threads at once (they used to race
+// over the one default CPU generator); replicas seeded apart draw different masks, the same seed
+// the same ones.
+TEST(GPT, CheckpointRecomputeReplaysTheMasksOfConcurrentReplicas) {
+  const auto plain0 = seeded_grads(false, 100), plain1 = seeded_grads(false, 101);
+  EXPECT_FALSE(same(plain0, plain1));  // other seed, other masks
+  EXPECT_TRUE(same(plain0, seeded_grads(false, 100)));
+  for (int round = 0; round < 3; ++round) {
+    std::vector<torch::Tensor> a, b;
+    std::thread t0([&] { a = seeded_grads(true, 100); }), t1([&] { b = seeded_grads(true, 101); });
+    t0.join();
+    t1.join();
+    ASSERT_EQ(a.size(), plain0.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(a[i], plain0[i], 1e-5, 1e-6)) << "replica 0, parameter " << i;
+      EXPECT_TRUE(torch::allclose(b[i], plain1[i], 1e-5, 1e-6)) << "replica 1, parameter " << i;
+    }
+  }
+}
+
+// Issue 16 (1): the recompute runs under the forward's autocast (backward runs outside it): the
+// checkpointed bf16 gradients are the non-checkpointed bf16 ones, not those of an fp32 recompute.
+TEST(GPT, CheckpointRecomputeRunsUnderTheForwardsAutocast) {
+  const auto bf16 = seeded_grads(false, 7, true), fp32 = seeded_grads(false, 7, false);
+  const auto ckpt = seeded_grads(true, 7, true);
+  double diff_fp32 = 0;
+  for (size_t i = 0; i < bf16.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(ckpt[i], bf16[i], 1e-5, 1e-6)) << "parameter " << i << ": "
+                                                               << (ckpt[i] - bf16[i]).abs().max().item<double>();
+    diff_fp32 = std::max(diff_fp32, (bf16[i] - fp32[i]).abs().max().item<double>());
+  }
+  EXPECT_GT(diff_fp32, 1e-4);  // bf16 and fp32 really differ: the test can tell them apart
 }

@@ -14,6 +14,7 @@
 #include "common/atomic_file.h"
 #include "common/text/tokenizer.h"
 #include "common/check.h"
+#include "common/splitmix64.h"
 #include "common/comm/job_token.h"
 #include "common/comm/local_group.h"
 #include "common/comm/node_allreduce.h"
@@ -183,6 +184,12 @@ struct Trainer::Impl {
                             tc.batch_size);
         data_s += now_seconds() - t_data;
         if (micro == tc.grad_accum - 1) sync->begin_last_backward(lr, step);  // reduce or push during it
+        // Dropout masks: a function of (seed, global rank, step, micro-batch) alone, so replicas
+        // differ, and a resume draws what the uninterrupted run drew (no generator state to save).
+        if (cfg.model.dropout > 0)
+          model->seed_dropout(splitmix64(splitmix64(splitmix64(static_cast<uint64_t>(tc.seed) ^ 0xd50u) +
+                                                    static_cast<uint64_t>(sync->rank())) +
+                                         static_cast<uint64_t>(step) * 1024 + static_cast<uint64_t>(micro)));
         torch::Tensor l;
         {
           AutocastGuard ac(bf16);
