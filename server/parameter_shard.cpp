@@ -337,16 +337,20 @@ bool ParameterShard::load(const std::string& path, double now_s) {
 
 int64_t ParameterShard::last_staleness(int worker) const { return last_stale_[static_cast<size_t>(worker)]; }
 
-std::string ParameterShard::stats_json(int64_t errors) const {
+std::string ParameterShard::stats_json(int64_t errors, double now_s) const {
   nlohmann::json hist = nlohmann::json::object();
   for (auto& [s, n] : staleness_hist_) hist[std::to_string(s)] = n;
-  return nlohmann::json{{"version", version_}, {"updates", updates_}, {"offset", offset_}, {"length", length_},
+  nlohmann::json live = nlohmann::json::array();
+  for (bool l : live_) live.push_back(l);
+  nlohmann::json j{{"version", version_}, {"updates", updates_}, {"offset", offset_}, {"length", length_},
                         {"workers", workers_}, {"clocks", clock_}, {"live_workers", live_workers()}, {"dead_events", dead_events_},
                         {"dropped", dropped_}, {"rejected", rejected_}, {"backup_workers", cfg_.backup_workers},
                         {"consistency", cfg_.consistency}, {"bad_messages", errors}, {"duplicates", duplicates_},
                         {"dc_uncompensated", dc_uncompensated_}, {"update", update_}, {"wire", wire_},
-                        {"staleness_histogram", hist}}
-      .dump();
+                        {"staleness_histogram", hist}, {"live", live}, {"last_staleness", last_stale_},
+                        {"last_seen_s", last_seen_}};
+  if (now_s >= 0) j["now_s"] = now_s;
+  return j.dump();
 }
 
 }  // namespace syncopate

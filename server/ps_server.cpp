@@ -90,7 +90,7 @@ struct PsServer::Impl {
   int64_t last_checkpoint = 0;
   // The STATS JSON: the shard's, or only the count of bad messages before any INIT.
   std::string stats() const {
-    return shard.initialized() ? shard.stats_json(errors) : fmt::format("{{\"bad_messages\": {}}}", errors);
+    return shard.initialized() ? shard.stats_json(errors, now()) : fmt::format("{{\"bad_messages\": {}}}", errors);
   }
 
   void maybe_checkpoint(bool force) {

@@ -2,11 +2,14 @@
 // does it per node); workers in `ps` mode shard the flat parameter vector across them.
 //   syncopate-server [--server.host=IP] [--server.port=P] [--server.shard=I] [--ps.consistency=bsp|ssp|asp]
 //                    [--ps.staleness_bound=S] [--ps.mitigation=none|lr_scale|dc_asgd]
+//   syncopate-server --status tcp://H:P,... [--json] [--watch SECONDS]   live status of a job's shards
 // The job token comes from $SYNCOPATE_TOKEN (or the file named by $SYNCOPATE_TOKEN_FILE).
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
+#include <chrono>
 #include <iostream>
+#include <thread>
 
 #include <ATen/Parallel.h>
 #include <zmq.h>
@@ -14,7 +17,9 @@
 #include "common/check.h"
 #include "common/comm/job_token.h"
 #include "common/config_schema.h"
+#include "server/ps_client.h"
 #include "server/ps_server.h"
+#include "server/ps_status.h"
 
 using namespace syncopate;
 
@@ -22,6 +27,40 @@ namespace {
 std::atomic<bool> g_stop{false};
 extern "C" void on_signal(int) { g_stop = true; }
 }  // namespace
+
+// --status ENDPOINTS [--json] [--watch S]: one poll (or one every S seconds until interrupted) of
+// every shard's STATS, as a table or one JSON object per line.
+int status(const std::vector<std::string>& args, const ServerConfig& sc) {
+  try {
+    SYN_CHECK(args.size() >= 2, "--status needs the shards' endpoints", "e.g. --status tcp://10.0.0.1:29501,tcp://10.0.0.2:29501");
+    bool json = false;
+    double watch = 0;
+    for (size_t i = 2; i < args.size(); ++i) {
+      if (args[i] == "--json") json = true;
+      else if (args[i] == "--watch" && i + 1 < args.size()) watch = std::stod(args[++i]);
+      else SYN_FAIL("unknown --status argument '" + args[i] + "'", "use --json and --watch SECONDS");
+    }
+    StatusOptions o;
+    o.token = job_token_or_insecure_default("[status]");
+    o.encrypt = sc.encrypt;
+    const auto endpoints = PsClient::parse_endpoints(args[1]);
+    std::signal(SIGTERM, on_signal);
+    std::signal(SIGINT, on_signal);
+    nlohmann::json last;
+    do {
+      last = poll_status(endpoints, o, last);
+      std::cout << (json ? last.dump() + "\n" : format_status(last) + "\n") << std::flush;
+      for (double slept = 0; watch > 0 && slept < watch && !g_stop; slept += 0.1)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    } while (watch > 0 && !g_stop);
+    for (const auto& s : last["shards"])
+      if (!s["ok"].get<bool>()) return 3;  // a shard did not answer (named above)
+    return 0;
+  } catch (const Error& e) {
+    std::cerr << "syncopate-server --status: " << e.what() << "\n";
+    return 2;
+  }
+}
 
 int main(int argc, char** argv) {
   ServerConfig sc;
@@ -31,6 +70,7 @@ int main(int argc, char** argv) {
   schema.section("ps", pc);
   try {
     auto rest = schema.apply_args(std::vector<std::string>(argv + 1, argv + argc));
+    if (!rest.empty() && rest[0] == "--status") return status(rest, sc);
     for (auto& a : rest) {
       if (a == "--generate-curve-keys") {  // "PUBLIC SECRET": give PUBLIC to the workers (dist.curve_server_key)
         char pub[41], sec[41];

@@ -83,6 +83,9 @@ ServerPort any_server_port(const TempDir& d);
 std::string wait_for_line(const std::string& path, double timeout_s, Process* p = nullptr);
 // Waits until the metrics of a run (out/metrics.jsonl) have a record of `step`.
 bool wait_for_step(const std::string& out, int64_t step, double timeout_s);
+// A TCP port on 127.0.0.1 that was free a moment ago (bound and released): only for an endpoint
+// where nothing should listen. Servers and rendezvous of tests pick their own ports (above).
+int free_port();
 // Reads a whole text file ("" if missing).
 std::string slurp(const std::string& path);
 

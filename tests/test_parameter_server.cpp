@@ -1107,6 +1107,7 @@ TEST(PsServer, RandomRequestSequencesNeverCrashAndRefusedOnesChangeNothing) {
     auto j = nlohmann::json::parse(r && r->type == static_cast<int>(MsgType::kOk) ? r->text : "{}");
     j.erase("bad_messages");
     j.erase("rejected");
+    j.erase("now_s");  // the server's clock
     return j.dump();
   };
   std::mt19937_64 rng(2026);
@@ -1184,6 +1185,45 @@ TEST(PsServer, RandomRequestSequencesNeverCrashAndRefusedOnesChangeNothing) {
     }
   }
   std::cout << fmt::format("[fuzz] {} requests, {} refused, in {:.0f} s\n", sent, errors, seconds);
+}
+
+// Issue 17 (live status): syncopate-server --status asks every shard for STATS without speaking as
+// a worker, and names the straggler: worker 0 at clock 3, worker 1 at clock 0 -> worker 1 is 3
+// behind. A dead endpoint in the list gets its own line (and exit code 3); the live shard is
+// still shown.
+TEST(PsStatus, NamesTheStragglerAndADeadShard) {
+  InProcessServer server(ServerConfig{}, PsConfig{}, "t");
+  std::vector<std::unique_ptr<PsClient>> workers;
+  auto params = torch::zeros({8});
+  for (int w = 0; w < 2; ++w) {
+    workers.push_back(std::make_unique<PsClient>(std::vector<std::string>{server.endpoint}, "t", w, 2, client_options("t", true)));
+    workers.back()->init(params, {}, AdamWConfig{});
+  }
+  auto g = torch::ones({8});
+  for (int clock = 0; clock < 4; ++clock) push_pull(*workers[0], g, params, clock, 0.01);
+  push_pull(*workers[1], g, params, 0, 0.01);
+  const std::string dead = "tcp://127.0.0.1:" + std::to_string(test::free_port());  // nothing listens there
+  const std::string cmd = "SYNCOPATE_TOKEN=t " + kBin + "/syncopate-server --status " + server.endpoint + "," + dead;
+  auto r = test::run_command(cmd + " --json 2>&1");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  const auto j = nlohmann::json::parse(r.output.substr(r.output.rfind("\n{") + 1));
+  ASSERT_EQ(j["workers"].size(), 2u) << j.dump();
+  EXPECT_EQ(j["workers"][0]["clock"], 3);
+  EXPECT_EQ(j["workers"][1]["clock"], 0);
+  EXPECT_EQ(j["workers"][1]["behind"], 3);
+  EXPECT_EQ(j["workers"][1]["staleness"], 4);  // it read version 0; worker 0 applied four updates since
+  EXPECT_EQ(j["straggler"], 1);
+  EXPECT_TRUE(j["workers"][0]["alive"].get<bool>());
+  EXPECT_TRUE(j["shards"][0]["ok"].get<bool>());
+  EXPECT_FALSE(j["shards"][1]["ok"].get<bool>());
+  EXPECT_NE(j["shards"][1]["error"].get<std::string>().find("no answer"), std::string::npos) << j.dump();
+  r = test::run_command(cmd + " 2>&1");
+  EXPECT_NE(r.output.find("<- straggler"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("shard " + dead + ": no answer"), std::string::npos) << r.output;
+  // Asking changed nothing: no worker was added or registered by the status poll.
+  const auto stats = nlohmann::json::parse(workers[0]->stats(0));
+  EXPECT_EQ(stats["version"], 5);
+  EXPECT_EQ(stats["bad_messages"], 0);
 }
 
 // Issue 11: a ps worker killed (SIGKILL) at each phase of its step-4 checkpoint write, restarted
