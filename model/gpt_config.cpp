@@ -26,6 +26,11 @@ void validate(const GPTConfig& c) {
             "pick n_head so that n_embd / n_head is a whole number (64 is typical)");
 }
 
+double gpt_train_flops_per_token(const GPTConfig& c) {
+  return 6.0 * static_cast<double>(gpt_num_params(c)) +
+         12.0 * static_cast<double>(c.n_layer) * static_cast<double>(c.block_size) * static_cast<double>(c.n_embd);
+}
+
 int64_t gpt_num_params(const GPTConfig& c) {
   const int64_t C = c.n_embd;
   int64_t per_block = 2 * 2 * C                       // two LayerNorms

@@ -55,5 +55,8 @@ void validate(const GPTConfig& c);
 
 // Parameters of the model (tied LM head counted once).
 int64_t gpt_num_params(const GPTConfig& c);
+// Model FLOPs of training on one token (forward + backward): 6 N + 12 x layers x context x width
+// (N = gpt_num_params; the attention term as in PaLM's MFU). MFU = tokens/s x this / peak FLOP/s.
+double gpt_train_flops_per_token(const GPTConfig& c);
 
 }  // namespace syncopate

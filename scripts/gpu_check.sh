@@ -7,8 +7,9 @@
 #   3. two simulated nodes of one GPU each, joined by the ring (both on the first visible GPU).
 #
 #   scripts/gpu_check.sh [--preset gpt2] [--batch 8] [--steps 30] [--peak-tflops 989]
-# MFU = tokens/s x (6 N + 12 layers x context x width) / peak (BRIEF.md section 3); N estimated
-# from the preset's shape (blocks 12 d^2 per layer + embeddings; biases and norms left out).
+# MFU per device = tokens/s x (6 N + 12 layers x context x width) / (devices of the step x peak)
+# (BRIEF.md section 3), logged by the worker itself as `mfu` with --train.peak_tflops: N is the
+# run's own parameter count (gpt_train_flops_per_token), the devices are the step's replicas.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PRESET=gpt2 BATCH=8 STEPS=30 PEAK=989
@@ -31,17 +32,16 @@ grep -q "\[  PASSED  \] 1 test" "$OUT/nccl.log" && ! grep -q SKIPPED "$OUT/nccl.
 
 COMMON=(--model.preset="$PRESET" --train.batch_size="$BATCH" --train.steps="$STEPS" --train.device=cuda
         --train.precision=bf16 --eval.every=0 --eval.sample_tokens=0 --eval.batches=1 --checkpoint.every=0
-        --dist.check_every=10)
-report() {  # report LABEL METRICS: median tokens/s after the first 5 steps, and MFU
-  "$ROOT/.venv/bin/python" - "$1" "$2" "$PRESET" "$PEAK" <<'PYEOF'
+        --dist.check_every=10 --train.peak_tflops="$PEAK")
+report() {  # report LABEL METRICS: medians after the first 5 steps of tokens/s and of the worker's own
+           # per-device MFU (train.peak_tflops; model FLOPs from the run's shape, model/gpt_config.h)
+  "$ROOT/.venv/bin/python" - "$1" "$2" "$PEAK" <<'PYEOF'
 import json, statistics, sys
-label, path, preset, peak = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-shape = {"tiny": (4, 128, 128), "small": (6, 256, 384), "gpt2": (12, 1024, 768), "gpt2-medium": (24, 1024, 1024)}[preset]
-layers, ctx, width = shape
-n = 12 * layers * width * width + 50304 * width + ctx * width  # blocks + embeddings (weights tied)
-tok = statistics.median([m["tokens_per_s"] for m in map(json.loads, open(path)) if "tokens_per_s" in m][5:])
-flops = tok * (6 * n + 12 * layers * ctx * width)
-print(f"{label}: {tok:.0f} tokens/s, {flops / 1e12:.1f} TFLOP/s, MFU {flops / (peak * 1e12):.3f} of {peak:g} TFLOP/s")
+label, path, peak = sys.argv[1], sys.argv[2], float(sys.argv[3])
+rows = [m for m in map(json.loads, open(path)) if "tokens_per_s" in m][5:]
+tok = statistics.median(m["tokens_per_s"] for m in rows)
+mfu = statistics.median(m["mfu"] for m in rows)
+print(f"{label}: {tok:.0f} tokens/s, MFU {mfu:.3f} per device of {peak:g} TFLOP/s")
 PYEOF
 }
 

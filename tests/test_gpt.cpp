@@ -219,3 +219,14 @@ TEST(GPT, CheckpointRecomputeRunsUnderTheForwardsAutocast) {
   }
   EXPECT_GT(diff_fp32, 1e-4);  // bf16 and fp32 really differ: the test can tell them apart
 }
+
+// Issue 16 (7): model FLOPs per token from the model's own shape: 6 N + 12 x layers x context x
+// width, N every parameter (the padded vocabulary's rows included, as the run computes them).
+TEST(GPT, TrainFlopsPerTokenFollowTheModelsShape) {
+  GPTConfig c = gpt_preset("gpt2");
+  const double n = static_cast<double>(gpt_num_params(c));
+  EXPECT_DOUBLE_EQ(gpt_train_flops_per_token(c), 6 * n + 12.0 * 12 * 1024 * 768);
+  EXPECT_NEAR(gpt_train_flops_per_token(c) / 1e9, 0.857, 0.01);  // ~124M x 6 + attention: 0.86 GFLOP per token
+  c.block_size = 2048;
+  EXPECT_GT(gpt_train_flops_per_token(c), 6 * static_cast<double>(gpt_num_params(c)) + 12.0 * 12 * 1024 * 768);
+}

@@ -23,6 +23,8 @@ struct TrainConfig {
   std::string device = "auto";   // "auto" (CUDA if available), "cpu", "cuda"
   std::string precision = "auto";  // "auto" (bf16 autocast on CUDA, fp32 on CPU), "fp32", "bf16"
   int64_t threads = 0;           // CPU intra-op threads; 0 = LibTorch's default
+  double peak_tflops = 0;        // one device's peak dense TFLOP/s at the training precision (H100 SXM bf16: 989);
+                                 // > 0 adds `mfu` per step to metrics (per device: the step's replicas share it)
   int64_t log_every = 10;        // steps between plain-text progress lines (no terminal)
   double skip_grad_norm = 0;     // a step whose averaged gradient has a larger L2 norm (before clipping) is skipped,
                                  // like one with a non-finite gradient (always skipped); 0 = no bound
@@ -37,6 +39,7 @@ struct TrainConfig {
     v("device", device, "compute device", std::vector<std::string>{"auto", "cpu", "cuda"});
     v("precision", precision, "compute precision (weights stay fp32)", std::vector<std::string>{"auto", "fp32", "bf16"});
     v("threads", threads, "CPU threads for LibTorch ops; 0 = default", int64_t{0}, int64_t{4096});
+    v("peak_tflops", peak_tflops, "one device's peak TFLOP/s; > 0 logs mfu per step", 0.0, 1e6);
     v("log_every", log_every, "steps between progress lines when not on a terminal", int64_t{1}, int64_t{1} << 40);
     v("skip_grad_norm", skip_grad_norm, "skip a step whose gradient norm exceeds this (non-finite: always); 0 = off",
       0.0, 1e30);

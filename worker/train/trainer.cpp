@@ -231,6 +231,9 @@ struct Trainer::Impl {
                             {"compute_s", timing.compute_s}, {"modelled_s", timing.modelled_s}, {"wait_s", wait_s},
                             {"overrun", timing.overrun}, {"unix_s", unix_seconds()}};
         if (synced.round >= 0) m["round"] = synced.round, m["outer_norm"] = synced.outer_norm;  // local SGD
+        // MFU per device: the step's tokens were computed by replicas_per_step devices.
+        if (tc.peak_tflops > 0)
+          m["mfu"] = tok_s * gpt_train_flops_per_token(cfg.model) / (tc.peak_tflops * 1e12 * sync->replicas_per_step());
         metrics->write(m);
       }
       if (verbose) progress.step(step, loss, lr, tok_s);
