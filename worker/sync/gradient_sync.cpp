@@ -20,6 +20,15 @@ uint64_t digest(const at::Tensor& t) {
 
 }  // namespace
 
+SyncSetup node_only(const SyncSetup& s) {
+  SyncSetup n = s;
+  n.ring = nullptr;
+  n.dist.mode = "ring";
+  n.dist.sync_every = 1;
+  n.dist.clip_scope = "job";  // the job of the inner steps is the node
+  return n;
+}
+
 std::unique_ptr<GradientSync> make_gradient_sync(const SyncSetup& s, FlatParameters& flat,
                                                  const std::vector<at::Tensor>& params) {
   if (s.dist.sync_every > 1)

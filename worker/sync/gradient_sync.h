@@ -135,6 +135,9 @@ std::unique_ptr<GradientSync> make_ps_local_sgd_sync(const SyncSetup& s, FlatPar
 // one sum over `world` replicas (`sum` adds a float tensor in place across them).
 void check_replicas_identical(const at::Tensor& params, int64_t step, int rank, int world, int local_size, int device,
                               const std::function<void(at::Tensor&)>& sum);
+// Local SGD's inner steps: the same replicas as `s` with no ring (the node alone, averaging in
+// the node every step), every step synchronized, clipping the node's own mean gradient.
+SyncSetup node_only(const SyncSetup& s);
 // float32 options on a replica's device (-1: CPU), for the small tensors of a collective.
 at::TensorOptions replica_options(int device);
 // The FlatParameters' [offset, length) of every parameter, in registration order.

@@ -19,15 +19,6 @@
 namespace syncopate {
 namespace {
 
-// The node alone: the same replicas, no ring, clipping of the node's own mean gradient.
-SyncSetup node_setup(const SyncSetup& s) {
-  SyncSetup n = s;
-  n.ring = nullptr;
-  n.dist.sync_every = 1;
-  n.dist.clip_scope = "job";  // the job of the inner steps is the node
-  return n;
-}
-
 class LocalSgdSync : public GradientSync {
  public:
   LocalSgdSync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params)
@@ -38,7 +29,7 @@ class LocalSgdSync : public GradientSync {
                                                            ring_->prev_of(s.local))
                         : nullptr),
         sum_(s.group.get(), s.local, allreducer_.get(), nodes_, parse_hierarchy(s.dist.hierarchy)),
-        inner_(make_ring_sync(node_setup(s), flat, params)),
+        inner_(make_ring_sync(node_only(s), flat, params)),
         outer_(parse_outer_rule(s.dist.outer), s.dist.outer_lr, s.dist.outer_momentum, flat.numel(), flat.params.options()),
         start_(flat.params.clone()), delta_(at::empty_like(flat.params)) {
     wire_.wire = parse_wire_format(s.dist.wire);

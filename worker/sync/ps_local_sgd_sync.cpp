@@ -87,15 +87,6 @@ class PsLocalSgdSync : public GradientSync {
   }
 
  private:
-  static SyncSetup node_only(const SyncSetup& s) {
-    SyncSetup n = s;
-    n.ring = nullptr;
-    n.dist.mode = "ring";
-    n.dist.sync_every = 1;
-    n.dist.clip_scope = "job";  // the job of the inner steps is the node
-    return n;
-  }
-
   int64_t every_;
   std::shared_ptr<LocalGroup> group_;
   int node_, nodes_;
