@@ -17,14 +17,18 @@ OuterOptimizer::OuterOptimizer(OuterRule rule, double lr, double momentum, int64
     : rule_(rule), lr_(lr), mu_(momentum), m_(at::zeros({numel}, options)) {}
 
 double OuterOptimizer::step(at::Tensor& start, const at::Tensor& delta, at::Tensor& params) {
+  double norm;
   if (rule_ == OuterRule::kAverage) {
     start.sub_(delta);
+    norm = delta.norm().item<double>();
   } else {
     m_.mul_(mu_).add_(delta);                      // m <- mu m + Delta
-    start.sub_(delta.add(m_, mu_), lr_);           // theta <- theta_start - lr (Delta + mu m)
+    const at::Tensor step = delta.add(m_, mu_);    // Delta + mu m, made once
+    start.sub_(step, lr_);                         // theta <- theta_start - lr (Delta + mu m)
+    norm = lr_ * step.norm().item<double>();
   }
   if (!params.is_same(start)) params.copy_(start);
-  return (rule_ == OuterRule::kAverage ? delta.norm() : delta.add(m_, mu_).mul(lr_).norm()).item<double>();
+  return norm;
 }
 
 }  // namespace syncopate

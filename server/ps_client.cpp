@@ -62,6 +62,7 @@ struct PsClient::Impl {
     int64_t version = 0;  // parameter version last pulled
     int64_t init_clock = -1;  // this worker's clock on the shard when INIT registered it
     std::unique_ptr<ErrorFeedback> feedback;  // int8 wire: what rounding dropped, owed to the next push
+    at::Tensor wire_buf;  // compressed pushes: the bytes of the last one, reused once nothing holds them
     std::map<int64_t, Pending> pending;  // by ticket id
   };
   std::vector<std::unique_ptr<Shard>> shards;
@@ -284,7 +285,11 @@ PsTicket PsClient::push(int k, const at::Tensor& grad, int64_t clock, double lr,
   const int64_t id = I.next_id++;
   at::Tensor body = grad;  // f32: the gradient itself
   if (I.opt.wire != WireFormat::kF32) {  // compressed into a buffer of its own (kept for resends)
-    body = at::empty({static_cast<int64_t>(wire_bytes(I.opt.wire, h.length))}, at::kByte);
+    const int64_t n = static_cast<int64_t>(wire_bytes(I.opt.wire, h.length));
+    // Reused when neither a pending ticket nor ZeroMQ still holds the last push's bytes.
+    if (!sh.wire_buf.defined() || sh.wire_buf.use_count() > 1 || sh.wire_buf.numel() != n)
+      sh.wire_buf = at::empty({n}, at::kByte);
+    body = sh.wire_buf;
     if (sh.feedback) sh.feedback->encode(grad.data_ptr<float>(), body.data_ptr<uint8_t>());
     else encode(I.opt.wire, grad.data_ptr<float>(), h.length, body.data_ptr<uint8_t>());  // fp16: a value out of range throws
     h.dtype = wire_dtype(I.opt.wire);

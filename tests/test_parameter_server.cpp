@@ -289,6 +289,29 @@ TEST(PsSync, OverlapWithDcAsgdCompensatesAgainstTheWeightsTheGradientSaw) {
   EXPECT_EQ(stats["version"], 4);
 }
 
+// A shard takes the wire format its first INIT names and refuses pushes (and INITs) of another.
+TEST(ParameterShard, RefusesMixedWireFormats) {
+  ParameterShard s(PsConfig{});
+  MsgHeader init = init_header(2, 4);
+  init.wire = "i8";
+  std::vector<float> v(4, 0.0f);
+  s.init(init, v.data(), nullptr, 0);
+  EXPECT_EQ(s.wire(), "i8");
+  MsgHeader push = push_header(1, 0, 0, 4);  // dtype f32
+  EXPECT_NE(test::error_of([&] { s.check(push); }).find("a push of dtype 'f32' to a shard whose workers agreed on 'i8'"),
+            std::string::npos);
+  push.dtype = "i8";
+  EXPECT_NO_THROW(s.check(push));
+  MsgHeader other = init;
+  other.worker = 1;
+  other.wire = "bf16";
+  EXPECT_NE(test::error_of([&] { s.init(other, v.data(), nullptr, 0); }).find("mixed formats are refused"), std::string::npos);
+  other.wire = "q4";
+  ParameterShard fresh(PsConfig{});
+  EXPECT_NE(test::error_of([&] { fresh.init(other, v.data(), nullptr, 0); }).find("dtype 'q4' is not a wire format"),
+            std::string::npos);
+}
+
 TEST(ParameterShard, AspStalenessHistogramMatchesTheSchedule) {
   ParameterShard s(PsConfig{});  // asp
   std::vector<float> init(2, 0.0f), g(2, 1.0f);

@@ -18,7 +18,6 @@
 #include "common/comm/ring_allreduce.h"
 #include "common/comm/transport/memory_connection.h"
 #include "common/comm/wire_format.h"
-#include "server/parameter_shard.h"
 #include "tests/test_helpers.h"
 
 using namespace syncopate;
@@ -165,36 +164,4 @@ TEST(RingAllreduce, Fp16WireSumsWithinItsBoundAndRefusesOverflow) {
     e8[static_cast<size_t>(r)] = test::error_of([&] { ring_allreduce_sum(w[r].data(), 1, r, 2, next, prev, opt); });
   });
   EXPECT_NE(e8[0].find("int8 is not a wire format of the ring"), std::string::npos) << e8[0];
-}
-
-// A shard takes the wire format its first INIT names and refuses pushes (and INITs) of another.
-TEST(ParameterShard, RefusesMixedWireFormats) {
-  ParameterShard s(PsConfig{});
-  MsgHeader init;
-  init.type = static_cast<int>(MsgType::kInit);
-  init.worker = 0;
-  init.workers = 2;
-  init.length = 4;
-  init.wire = "i8";
-  std::vector<float> v(4, 0.0f);
-  s.init(init, v.data(), nullptr, 0);
-  EXPECT_EQ(s.wire(), "i8");
-  MsgHeader push;
-  push.type = static_cast<int>(MsgType::kPushPull);
-  push.worker = 1;
-  push.length = 4;
-  push.lr = 0.1;
-  push.dtype = "f32";
-  EXPECT_NE(test::error_of([&] { s.check(push); }).find("a push of dtype 'f32' to a shard whose workers agreed on 'i8'"),
-            std::string::npos);
-  push.dtype = "i8";
-  EXPECT_NO_THROW(s.check(push));
-  MsgHeader other = init;
-  other.worker = 1;
-  other.wire = "bf16";
-  EXPECT_NE(test::error_of([&] { s.init(other, v.data(), nullptr, 0); }).find("mixed formats are refused"), std::string::npos);
-  other.wire = "q4";
-  ParameterShard fresh(PsConfig{});
-  EXPECT_NE(test::error_of([&] { fresh.init(other, v.data(), nullptr, 0); }).find("dtype 'q4' is not a wire format"),
-            std::string::npos);
 }

@@ -68,9 +68,10 @@ class SegmentSender {
         busy_ = true;
       }
       try {
-        if (wire_ != WireFormat::kF32) {  // 16 bits: fp16 refuses a value out of its range, by name
+        if (wire_ != WireFormat::kF32) {  // 16 bits (fp16's range was checked where the values were made)
           wire.resize(item.second);
-          encode(wire_, item.first, static_cast<int64_t>(item.second), reinterpret_cast<uint8_t*>(wire.data()));
+          auto to16 = wire_ == WireFormat::kFp16 ? to_fp16 : to_bf16;
+          for (size_t i = 0; i < item.second; ++i) wire[i] = to16(item.first[i]);
           conn_.send(wire.data(), item.second * 2);
         } else {
           conn_.send(item.first, item.second * sizeof(float));
@@ -150,10 +151,13 @@ void RingAllreducer::Impl::sum(float* data, size_t count, const RingAllreduceOpt
   if (!sender) sender = std::make_unique<SegmentSender>(next);
   sender->set_wire(opt.wire);
   const int64_t wire_bytes = half ? 2 : 4;
-  auto send = [&](const float* p, size_t len) {
-    // fp16's range is checked here, on the caller's thread, so that an overflowing sum fails by
-    // name at once (in the sender thread it would surface only after the peers' timeouts).
+  // fp16's range is checked once where values are made (this rank's own chunk, each partial sum),
+  // on the caller's thread, so an overflow fails by name at once (in the sender thread it would
+  // surface only after the peers' timeouts); all-gather forwards values that came over the wire.
+  auto fits = [&](const float* p, size_t len) {
     if (opt.wire == WireFormat::kFp16) check_fp16_range(p, static_cast<int64_t>(len));
+  };
+  auto send = [&](const float* p, size_t len) {
     sender->push(p, len);
     sent += static_cast<int64_t>(len) * wire_bytes;
   };
@@ -162,7 +166,10 @@ void RingAllreducer::Impl::sum(float* data, size_t count, const RingAllreduceOpt
     else prev.recv(dst, len * sizeof(float));
   };
   try {
-    for_segments(static_cast<size_t>(rank), [&](float* p, size_t len) { send(p, len); });
+    for_segments(static_cast<size_t>(rank), [&](float* p, size_t len) {
+      fits(p, len);
+      send(p, len);
+    });
     // Reduce-scatter: receive chunk (r-s-1), add it in, and forward it at once (the last one
     // received is the fully reduced chunk (r+1), which all-gather step 0 sends).
     for (int s = 0; s < world - 1; ++s) {
@@ -171,9 +178,8 @@ void RingAllreducer::Impl::sum(float* data, size_t count, const RingAllreduceOpt
         receive(staging.data(), len);
         if (half) {
           for (size_t i = 0; i < len; ++i) p[i] += from16(wire[i]);
-          // The owner rounds its reduced chunk like the wire does, so replicas stay identical
-          // (a sum beyond fp16's range is refused by send() before it is rounded to inf).
-          if (last && opt.wire == WireFormat::kFp16) check_fp16_range(p, static_cast<int64_t>(len));
+          fits(p, len);  // before the owner's rounding could turn an overflow into inf
+          // The owner rounds its reduced chunk like the wire does, so replicas stay identical.
           if (last) for (size_t i = 0; i < len; ++i) p[i] = from16(to16(p[i]));
         } else {
           for (size_t i = 0; i < len; ++i) p[i] += staging[i];

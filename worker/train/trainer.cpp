@@ -123,6 +123,13 @@ struct Trainer::Impl {
     }
   }
 
+  // The dropout seed of one micro-batch of one replica: a hash of (seed, global rank, step, micro).
+  static uint64_t dropout_seed(int64_t seed, int rank, int64_t step, int64_t micro) {
+    uint64_t h = splitmix64(static_cast<uint64_t>(seed) ^ 0xd50u);
+    for (uint64_t x : {static_cast<uint64_t>(rank), static_cast<uint64_t>(step), static_cast<uint64_t>(micro)}) h = splitmix64(h + x);
+    return h;
+  }
+
   // Samples one optimizer step takes from the data order: every replica's micro-batches (see WindowSampler).
   int64_t samples_per_step() const { return cfg.train.batch_size * cfg.train.grad_accum * sync->world(); }
   bool writer = true;  // local replica 0: writes metrics, samples and checkpoints for its node
@@ -186,10 +193,7 @@ struct Trainer::Impl {
         if (micro == tc.grad_accum - 1) sync->begin_last_backward(lr, step);  // reduce or push during it
         // Dropout masks: a function of (seed, global rank, step, micro-batch) alone, so replicas
         // differ, and a resume draws what the uninterrupted run drew (no generator state to save).
-        if (cfg.model.dropout > 0)
-          model->seed_dropout(splitmix64(splitmix64(splitmix64(static_cast<uint64_t>(tc.seed) ^ 0xd50u) +
-                                                    static_cast<uint64_t>(sync->rank())) +
-                                         static_cast<uint64_t>(step) * 1024 + static_cast<uint64_t>(micro)));
+        if (cfg.model.dropout > 0) model->seed_dropout(dropout_seed(tc.seed, sync->rank(), step, micro));
         torch::Tensor l;
         {
           AutocastGuard ac(bf16);
