@@ -1,42 +1,186 @@
 #!/usr/bin/env bash
-# Starts this node's syncopate-worker, and restarts the job from its latest checkpoint when it
-# fails, up to --max-restarts times. Run the same command on every node with the torchrun-style
-# environment (or under Slurm, which sets SLURM_PROCID/SLURM_NTASKS/SLURM_JOB_NODELIST):
+# Starts one node of a job: its syncopate-worker and, in ps mode, the parameter-server shards that
+# live on this node; restarts them from their checkpoints when they fail, up to --max-restarts
+# times. Run the same command on every node (README "On real machines"; scripts/slurm/ has sbatch
+# examples). The environment is torchrun's, or Slurm's (SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_NODELIST):
 #
-#   MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 NNODES=4 NODE_RANK=<i> SYNCOPATE_TOKEN=<secret> \
-#     scripts/launch_node.sh [--max-restarts K] -- --out runs/job --dist.mode=ring [worker args...]
+#   MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 NNODES=4 NODE_RANK=<i> SYNCOPATE_TOKEN_FILE=~/.syncopate_token \
+#     scripts/launch_node.sh [--max-restarts K] [--server-arg ARG ...] -- --out runs/job [worker args...]
 #
-# When one node dies, the others stop within dist.timeout_s with an error naming it; every
-# node's launcher then restarts its worker with --resume, and they meet again at the rendezvous
-# (which checks that all of them resume from the same step).
+# Ring mode: nothing more (the worker meets the others at MASTER_ADDR:MASTER_PORT).
+# Parameter-server mode: set SYNCOPATE_SERVERS, the same on every node; the launcher adds
+# --dist.mode=ps --dist.servers=<the shard list> to the worker's arguments.
+#   SYNCOPATE_SERVERS=per-node[:K]   K shards (default 1) on every node, co-located with its worker
+#                    (as BytePS and ps-lite deploy them). Shard k = j*NNODES + i is node i's j-th and
+#                    listens on HOST_i:(SYNCOPATE_PS_PORT + k). HOST_i is the i-th entry of
+#                    SYNCOPATE_NODE_HOSTS (addresses or names, comma-separated), or under Slurm the
+#                    i-th host of SLURM_JOB_NODELIST; SYNCOPATE_PS_PORT defaults to MASTER_PORT + 1.
+#   SYNCOPATE_SERVERS=H:P,H:P,...    an explicit shard list (shard k is the k-th entry), with
+#     SYNCOPATE_SERVER_LAYOUT=colocated (default): node i starts the shards k with k mod NNODES == i
+#                    (each must name an address of that node);
+#     SYNCOPATE_SERVER_LAYOUT=dedicated: workers' nodes start none; on each server host run
+#                    scripts/launch_node.sh --role server --shard k [--max-restarts K] [--server-arg ARG ...]
+# --server-arg ARG (repeatable) passes ARG to every shard, e.g. --server-arg --ps.consistency=bsp.
+# A shard binds only its own address, keeps its checkpoint in OUT/server<k>/ (SYNCOPATE_SERVER_DIR
+# for --role server) and resumes from it when restarted; it exits by itself once every worker has
+# finished or died (server.exit_when_done), and this launcher waits for that before it exits, so
+# that a slower node's worker can still push to the shards of a node that is done.
+#
+# When one node dies, the others stop within dist.timeout_s with an error naming it (ring) or go
+# on without it (ps, asynchronous modes); every launcher restarts its worker with --resume.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-MAX_RESTARTS=0
+BIN="$ROOT/build/bin"
+WORKER="${SYNCOPATE_WORKER:-$BIN/syncopate-worker}"
+SERVER="${SYNCOPATE_SERVER:-$(dirname "$WORKER")/syncopate-server}"
+MAX_RESTARTS=0 ROLE=node SHARD=-1 SERVER_ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --max-restarts) MAX_RESTARTS=$2; shift 2;;
+    --server-arg) SERVER_ARGS+=("$2"); shift 2;;
+    --role) ROLE=$2; shift 2;;
+    --shard) SHARD=$2; shift 2;;
     --) shift; break;;
     *) echo "launch_node.sh: unknown option $1 (see the header of this script)" >&2; exit 2;;
   esac
 done
-WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
-OUT=""
-prev=""
+die() { echo "launch_node.sh: $*" >&2; exit 2; }
+NNODES=${NNODES:-${SLURM_NTASKS:-1}}
+NODE=${NODE_RANK:-${SLURM_PROCID:-0}}
+
+# The i-th node's host (an IPv4 address; names are resolved, as a shard binds an address).
+node_hosts() {
+  local list=${SYNCOPATE_NODE_HOSTS:-}
+  if [ -z "$list" ] && [ -n "${SLURM_JOB_NODELIST:-}" ] && command -v scontrol > /dev/null; then
+    list=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)
+  fi
+  [ -n "$list" ] || die "SYNCOPATE_SERVERS=per-node needs the nodes' addresses: set SYNCOPATE_NODE_HOSTS=h0,h1,... (or run under Slurm)"
+  local h out=()
+  IFS=, read -ra hs <<< "$list"
+  [ "${#hs[@]}" -ge "$NNODES" ] || die "SYNCOPATE_NODE_HOSTS names ${#hs[@]} hosts for NNODES=$NNODES"
+  for h in "${hs[@]:0:$NNODES}"; do
+    if [[ ! $h =~ ^[0-9.]+$ ]]; then
+      local ip; ip=$(getent ahostsv4 "$h" | awk 'NR == 1 { print $1 }')
+      [ -n "$ip" ] || die "cannot resolve node host '$h' to an IPv4 address (SYNCOPATE_NODE_HOSTS or the Slurm node list)"
+      h=$ip
+    fi
+    out+=("$h")
+  done
+  echo "${out[*]}"
+}
+
+# The shard list every node derives the same way (comma-separated tcp://IP:PORT).
+shard_list() {
+  local spec=$1
+  if [[ $spec == per-node* ]]; then
+    local per=1 base=${SYNCOPATE_PS_PORT:-$(( ${MASTER_PORT:-29500} + 1 ))} hosts k j i list=""
+    [[ $spec == per-node:* ]] && per=${spec#per-node:}
+    [[ $per =~ ^[1-9][0-9]*$ ]] || die "SYNCOPATE_SERVERS=$spec: the shards per node must be a positive integer"
+    read -ra hosts <<< "$(node_hosts)" || exit 2
+    [ "${#hosts[@]}" -ge "$NNODES" ] || exit 2
+    for j in $(seq 0 $((per - 1))); do
+      for i in $(seq 0 $((NNODES - 1))); do
+        k=$((j * NNODES + i))
+        list="$list${list:+,}tcp://${hosts[$i]}:$((base + k))"
+      done
+    done
+    echo "$list"
+  else
+    local e list=""
+    IFS=, read -ra eps <<< "$spec"
+    for e in "${eps[@]}"; do
+      e=${e#tcp://}
+      [[ $e =~ ^[^:]+:[0-9]+$ ]] || die "SYNCOPATE_SERVERS entry '$e' is not HOST:PORT (or use per-node[:K])"
+      list="$list${list:+,}tcp://$e"
+    done
+    echo "$list"
+  fi
+}
+
+# --role server: one shard, restarted from its checkpoint when it fails. Signals reach the shard
+# (which checkpoints on the way out).
+run_shard() {  # K ENDPOINT DIR
+  local k=$1 ep=$2 dir=$3 attempt=0 rc child
+  local host=${ep#tcp://}; host=${host%:*}
+  local port=${ep##*:}
+  trap '[ -n "${child:-}" ] && kill -TERM "$child" 2>/dev/null; wait; exit 143' TERM INT
+  while :; do
+    echo "[launch] shard $k on $ep attempt $attempt"
+    "$SERVER" --server.host="$host" --server.port="$port" --server.shard="$k" --server.checkpoint_dir="$dir" \
+      --server.exit_when_done=true "${SERVER_ARGS[@]}" &
+    child=$!
+    wait "$child"; rc=$?
+    [ $rc -eq 0 ] && exit 0
+    [ $rc -eq 2 ] && { echo "[launch] shard $k: configuration error, not restarting" >&2; exit 2; }
+    attempt=$((attempt + 1))
+    [ $attempt -gt "$MAX_RESTARTS" ] && { echo "[launch] shard $k failed (exit $rc); --max-restarts=$MAX_RESTARTS used up" >&2; exit $rc; }
+    echo "[launch] shard $k failed (exit $rc); restarting from its checkpoint in 1 s" >&2
+    sleep 1
+  done
+}
+
+SERVERS_LIST=""
+[ -n "${SYNCOPATE_SERVERS:-}" ] && { SERVERS_LIST=$(shard_list "$SYNCOPATE_SERVERS") || exit 2; }
+IFS=, read -ra EPS <<< "$SERVERS_LIST"
+
+if [ "$ROLE" = server ]; then
+  [ -n "$SERVERS_LIST" ] || die "--role server needs SYNCOPATE_SERVERS (the job's shard list)"
+  [ "$SHARD" -ge 0 ] && [ "$SHARD" -lt "${#EPS[@]}" ] || die "--role server needs --shard k in 0..$((${#EPS[@]} - 1))"
+  run_shard "$SHARD" "${EPS[$SHARD]}" "${SYNCOPATE_SERVER_DIR:-server$SHARD}"
+fi
+[ "$ROLE" = node ] || die "--role is node (default) or server"
+
+OUT="" prev=""
 for a in "$@"; do
   [ "$prev" = "--out" ] && OUT=$a
   case "$a" in --out=*) OUT=${a#--out=};; esac
   prev=$a
 done
-[ -n "$OUT" ] || { echo "launch_node.sh: pass --out DIR to the worker (checkpoints live there)" >&2; exit 2; }
+[ -n "$OUT" ] || die "pass --out DIR to the worker (checkpoints live there)"
+
+PS_ARGS=() SHARD_PIDS=()
+if [ -n "$SERVERS_LIST" ]; then
+  PS_ARGS=(--dist.mode=ps --dist.servers="$SERVERS_LIST")
+  if [ "${SYNCOPATE_SERVER_LAYOUT:-colocated}" = colocated ]; then
+    for k in "${!EPS[@]}"; do
+      [ $((k % NNODES)) -eq "$NODE" ] || continue
+      # Each shard supervised by this script in its server role (same process group as this
+      # launcher: a scheduler ending the node's group ends them too).
+      fwd=()
+      for a in "${SERVER_ARGS[@]}"; do fwd+=(--server-arg "$a"); done
+      SYNCOPATE_SERVER_DIR="$OUT/server$k" "$0" --role server --shard "$k" --max-restarts "$MAX_RESTARTS" "${fwd[@]}" &
+      SHARD_PIDS+=($!)
+    done
+  elif [ "${SYNCOPATE_SERVER_LAYOUT}" != dedicated ]; then
+    die "SYNCOPATE_SERVER_LAYOUT=${SYNCOPATE_SERVER_LAYOUT} is not colocated or dedicated"
+  fi
+fi
+child=""
+stop_all() {
+  [ -n "$child" ] && kill -TERM "$child" 2>/dev/null
+  for p in "${SHARD_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  wait
+}
+trap 'stop_all; exit 143' TERM INT
+trap 'stop_all' EXIT
 
 attempt=0
 while :; do
   extra=()
   [ -f "$OUT/checkpoints/latest" ] && extra=(--resume)
-  echo "[launch] node ${NODE_RANK:-${SLURM_PROCID:-0}} attempt $attempt ${extra[*]}"
-  "$WORKER" "$@" "${extra[@]}"
-  rc=$?
-  [ $rc -eq 0 ] && exit 0
+  echo "[launch] node $NODE attempt $attempt ${extra[*]}"
+  "$WORKER" "$@" "${PS_ARGS[@]}" "${extra[@]}" &
+  child=$!
+  wait "$child"; rc=$?
+  child=""
+  if [ $rc -eq 0 ]; then
+    if [ ${#SHARD_PIDS[@]} -gt 0 ]; then
+      echo "[launch] node $NODE done; its shards exit once every worker has finished or left"
+      for p in "${SHARD_PIDS[@]}"; do wait "$p" || rc=$?; done
+      SHARD_PIDS=()
+    fi
+    exit $rc
+  fi
   [ $rc -eq 2 ] && { echo "[launch] configuration error: not restarting" >&2; exit 2; }
   attempt=$((attempt + 1))
   if [ $attempt -gt "$MAX_RESTARTS" ]; then

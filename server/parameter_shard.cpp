@@ -57,6 +57,11 @@ void ParameterShard::check_init(const MsgHeader& h, const float* values) const {
               fmt::format("INIT for range [{}, +{}) x {} workers, but this shard holds [{}, +{}) x {}", h.offset, h.length,
                           h.workers, offset_, length_, workers_),
               "every worker must run the same model and NNODES");
+    SYN_CHECK(layout_.empty() || h.layout == layout_,
+              fmt::format("INIT from worker {} with job layout '{}', but the job's first worker sent '{}'", h.worker,
+                          h.layout, layout_),
+              "every node must be given the same server list (SYNCOPATE_SERVERS / --dist.servers, same order) and the "
+              "same model: compare the launch environment of this worker with the others'");
     SYN_CHECK(h.wire == wire_, fmt::format("INIT with wire format '{}', but this shard takes '{}'", h.wire, wire_),
               "every worker must run the same --dist.wire (mixed formats are refused)");
     SYN_CHECK(h.update == update_ && (h.update != "nesterov" || (h.outer_lr == outer_lr_ && h.outer_momentum == outer_mu_)),
@@ -107,6 +112,7 @@ void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t
   opt_ = std::make_unique<FlatAdamW>(oc, length_, local, params_.options());
   update_ = h.update;
   wire_ = h.wire;
+  layout_ = h.layout;
   outer_lr_ = h.outer_lr;
   outer_mu_ = h.outer_momentum;
   if (update_ != "adamw")
@@ -116,6 +122,7 @@ void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t
   backup_.assign(static_cast<size_t>(workers_), {});
   last_seen_.assign(static_cast<size_t>(workers_), now_s);
   live_.assign(static_cast<size_t>(workers_), true);
+  finished_.assign(static_cast<size_t>(workers_), false);
   initialized_ = true;
 }
 
@@ -255,12 +262,13 @@ void ParameterShard::registered(int worker, int64_t clock) {
   // Its clock never goes back; one ahead (this shard restarted from an older checkpoint) is taken.
   int64_t& c = clock_[static_cast<size_t>(worker)];
   c = std::max(c, clock - 1);
+  finished_[static_cast<size_t>(worker)] = false;  // a finished worker that starts again takes part again
 }
 
 int ParameterShard::live_workers() const { return static_cast<int>(std::count(live_.begin(), live_.end(), true)); }
 
 void ParameterShard::seen(int worker, double now) {
-  if (!initialized_ || worker < 0 || worker >= workers_) return;
+  if (!initialized_ || worker < 0 || worker >= workers_ || finished_[static_cast<size_t>(worker)]) return;
   last_seen_[static_cast<size_t>(worker)] = now;
   live_[static_cast<size_t>(worker)] = true;
 }
@@ -279,6 +287,24 @@ std::vector<int> ParameterShard::expire(double now) {
   return rule_->sums_clock() ? release_bsp() : release_held();
 }
 
+std::vector<int> ParameterShard::finish(int worker) {
+  if (!initialized_ || worker < 0 || worker >= workers_) return {};
+  finished_[static_cast<size_t>(worker)] = true;
+  if (!live_[static_cast<size_t>(worker)] || waiting_.count(worker)) return {};
+  live_[static_cast<size_t>(worker)] = false;
+  return rule_->sums_clock() ? release_bsp() : release_held();
+}
+
+bool ParameterShard::job_done() const {
+  if (!initialized_) return false;
+  bool any = false;
+  for (int w = 0; w < workers_; ++w) {
+    if (!finished_[static_cast<size_t>(w)] && live_[static_cast<size_t>(w)]) return false;
+    any = any || finished_[static_cast<size_t>(w)];
+  }
+  return any;
+}
+
 // SSP: the held workers no longer too far ahead of the slowest live one (the rule decides).
 std::vector<int> ParameterShard::release_held() {
   std::vector<int> ready = rule_->releasable(waiting_, clocks());
@@ -290,7 +316,7 @@ void ParameterShard::save(const std::string& path) const {
   nlohmann::json meta = {{"offset", offset_}, {"length", length_}, {"workers", workers_}, {"version", version_},
                          {"updates", updates_}, {"opt_steps", opt_->steps()}, {"clocks", clock_},
                          {"beta1", cfg_beta1_}, {"beta2", cfg_beta2_}, {"eps", cfg_eps_}, {"weight_decay", cfg_wd_},
-                         {"decay", decay_}, {"update", update_}, {"wire", wire_}, {"outer_lr", outer_lr_}, {"outer_momentum", outer_mu_}};
+                         {"decay", decay_}, {"update", update_}, {"wire", wire_}, {"layout", layout_}, {"outer_lr", outer_lr_}, {"outer_momentum", outer_mu_}};
   std::vector<std::pair<std::string, at::Tensor>> t = {{"params", params_}, {"exp_avg", opt_->exp_avg()}, {"exp_avg_sq", opt_->exp_avg_sq()}};
   if (outer_) t.emplace_back("outer_momentum", outer_->momentum());
   save_safetensors(path, t, {{"shard", meta.dump()}});
@@ -314,6 +340,7 @@ bool ParameterShard::load(const std::string& path, double now_s) {
   h.weight_decay = m.at("weight_decay");
   h.update = m.value("update", std::string("adamw"));
   h.wire = m.value("wire", std::string("f32"));
+  h.layout = m.value("layout", std::string());
   h.outer_lr = m.value("outer_lr", 0.7);
   h.outer_momentum = m.value("outer_momentum", 0.9);
   SYN_CHECK(h.update == "adamw" || (st.tensors.count("outer_momentum") && st.tensors["outer_momentum"].numel() == h.length),
@@ -348,7 +375,7 @@ std::string ParameterShard::stats_json(int64_t errors, double now_s) const {
                         {"consistency", cfg_.consistency}, {"bad_messages", errors}, {"duplicates", duplicates_},
                         {"dc_uncompensated", dc_uncompensated_}, {"update", update_}, {"wire", wire_},
                         {"staleness_histogram", hist}, {"live", live}, {"last_staleness", last_stale_},
-                        {"last_seen_s", last_seen_}};
+                        {"last_seen_s", last_seen_}, {"finished", std::vector<bool>(finished_)}};
   if (now_s >= 0) j["now_s"] = now_s;
   return j.dump();
 }

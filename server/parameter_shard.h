@@ -58,6 +58,12 @@ class ParameterShard {
   void seen(int worker, double now_s);
   std::vector<int> expire(double now_s);
   int live_workers() const;
+  // FINISH: `worker` ended its run normally. It leaves the BSP/SSP count at once (no timeout to
+  // wait for) and stays out until it registers again; returns the replies that this releases.
+  std::vector<int> finish(int worker);
+  // Every worker has finished or died, and at least one finished: the job is over for this shard
+  // (server.exit_when_done).
+  bool job_done() const;
 
   // Atomic checkpoint of everything the shard needs to resume: values, AdamW moments and step,
   // version, clocks, worker count, range. load() returns false if there is no file; throws on a
@@ -97,6 +103,8 @@ class ParameterShard {
   std::unique_ptr<OuterOptimizer> outer_;  // INIT update "average"/"nesterov": pushes are pseudo-gradients
   std::string update_ = "adamw";
   std::string wire_ = "f32";  // the pushes' dtype (INIT's wire)
+  std::string layout_;        // INIT's layout (server list and model digests); every worker must send the same
+  std::vector<bool> finished_;  // per worker: sent FINISH (and did not register again since)
   double outer_lr_ = 0, outer_mu_ = 0;
   int64_t version_ = 0, updates_ = 0;
   std::map<int64_t, int64_t> staleness_hist_;

@@ -17,6 +17,7 @@
 
 #include "common/check.h"
 #include "common/comm/sharding.h"
+#include "common/fnv1a.h"
 #include "common/log.h"
 #include "server/ps_protocol.h"
 
@@ -185,8 +186,8 @@ std::vector<std::string> PsClient::parse_endpoints(const std::string& list) {
   std::vector<std::string> out;
   std::stringstream ss(list);
   std::string e;
-  while (std::getline(ss, e, ','))
-    if (!e.empty()) out.push_back(e);
+  while (std::getline(ss, e, ','))  // "tcp://IP:PORT", or "IP:PORT" (tcp:// is added)
+    if (!e.empty()) out.push_back(e.find("://") == std::string::npos ? "tcp://" + e : e);
   SYN_CHECK(!out.empty(), "dist.mode=ps needs dist.servers", "e.g. --dist.servers=tcp://127.0.0.1:29501,tcp://127.0.0.1:29502");
   return out;
 }
@@ -249,6 +250,7 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
     h.outer_lr = update.outer_lr;
     h.outer_momentum = update.outer_momentum;
     h.clock = start_step;
+    h.layout = layout();
     at::Tensor& b = bodies[static_cast<size_t>(k)];
     b = at::empty({h.length * 4 + static_cast<int64_t>(pairs.size()) * 8}, at::kByte);
     auto* bytes = b.data_ptr<uint8_t>();
@@ -385,6 +387,25 @@ void PsClient::shutdown_servers() {
     ask();
     I.recv(k, [](const MsgHeader&, std::vector<zmq::message_t>&) { return true; }, ask);
   }
+}
+
+void PsClient::finish(int64_t clock) {
+  auto& I = *impl_;
+  for (int k = 0; k < shards(); ++k) {
+    std::lock_guard<std::mutex> l(I.shards[k]->mu);
+    MsgHeader h = I.header(MsgType::kFinish, k);
+    h.clock = clock;
+    auto ask = [&] { I.send(k, h, nullptr, 0); };
+    ask();
+    I.recv(k, [&](const MsgHeader& r, std::vector<zmq::message_t>&) { return r.type == static_cast<int>(MsgType::kError) || r.clock == clock; }, ask);
+  }
+}
+
+std::string PsClient::layout() const {
+  std::string eps;
+  for (const auto& e : impl_->endpoints) eps += e + ",";
+  return fmt::format("{} shards, servers {:016x}, model {}", impl_->endpoints.size(), fnv1a64(eps),
+                     impl_->opt.model_digest.empty() ? "-" : impl_->opt.model_digest);
 }
 
 double push_pull(PsClient& client, const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr,

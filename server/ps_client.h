@@ -29,6 +29,8 @@ struct PsClientOptions {
   double first_resend_s = 5;          // silence before the first resend, seconds; doubles per resend up to 60
   std::string curve_server_key = "";  // the servers' CURVE public key (Z85) to encrypt and
                                       // authenticate every connection; "" = plain TCP
+  std::string model_digest = "";      // what the job's workers must agree on besides the server list (the run's model
+                                      // digest); INIT's layout carries both, and a shard refuses a worker whose differs
   WireFormat wire = WireFormat::kF32; // how pushes travel (dist.wire); int8 carries its rounding error into
                                       // the next push to the same shard (ErrorFeedback); replies are f32
 };
@@ -100,6 +102,11 @@ class PsClient {
   std::string stats(int k);
   // Asks every shard to exit.
   void shutdown_servers();
+  // Tells every shard that this worker ended its run normally at `clock` (FINISH): it leaves the
+  // BSP/SSP count, and shards started with server.exit_when_done exit once every worker has.
+  void finish(int64_t clock);
+  // INIT's layout of this client: "<K> shards, servers <digest of the endpoints in order>, model <digest>".
+  std::string layout() const;
 
   static std::vector<std::string> parse_endpoints(const std::string& comma_separated);
 

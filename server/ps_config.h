@@ -49,6 +49,8 @@ struct ServerConfig {
                                    // not the insecure default) and no curve_key_file; "off": plain TCP
   std::string checkpoint_dir = ""; // where shard_<shard>.safetensors is kept; "" = no checkpoints
   int64_t checkpoint_every = 500;  // updates between checkpoints (one is also written on SHUTDOWN)
+  bool exit_when_done = false;     // exit (after a checkpoint) once every worker has sent FINISH or died, at least one
+                                   // finished: a shard started per node by scripts/launch_node.sh ends with its job
   int64_t threads = 1;             // intra-op threads of the shard's update; 0 = LibTorch's default (all cores).
                                    // 1 keeps several shards on one host from spinning on each other's cores
                                    // (measured: 4 shards + 4 workers on 2 cores, ASP push/pull 143 ms -> 4 ms)
@@ -64,6 +66,7 @@ struct ServerConfig {
     v("encrypt", encrypt, "CURVE from the job token (auto) or plain TCP (off)", std::vector<std::string>{"auto", "off"});
     v("checkpoint_dir", checkpoint_dir, "directory for shard checkpoints; a restarted server resumes from it");
     v("checkpoint_every", checkpoint_every, "updates between shard checkpoints", int64_t{1}, int64_t{1} << 40);
+    v("exit_when_done", exit_when_done, "exit once every worker has finished (FINISH) or died");
     v("threads", threads, "intra-op threads of the shard's update (0 = all cores)", int64_t{0}, int64_t{4096});
   }
 };

@@ -35,7 +35,7 @@ MsgHeader decode_header(const void* data, size_t n, size_t limit) {
   }
   SYN_CHECK(h.version == kPsProtocolVersion, fmt::format("protocol version {} (server speaks {})", h.version, kPsProtocolVersion),
             "run the same Syncopate build on workers and servers");
-  const bool known = (h.type >= 1 && h.type <= 6) || h.type == 100 || h.type == 101;
+  const bool known = (h.type >= 1 && h.type <= 7) || h.type == 100 || h.type == 101;
   SYN_CHECK(known, fmt::format("unknown message type {}", h.type), "the peer is not a Syncopate worker of this version");
   SYN_CHECK(h.offset >= 0 && h.length >= 0 && h.length <= (int64_t{1} << 36),
             fmt::format("bad range offset={} length={}", h.offset, h.length), "the peer sent a corrupt header");

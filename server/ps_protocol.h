@@ -10,7 +10,8 @@
 
 namespace syncopate {
 
-constexpr uint32_t kPsProtocolVersion = 2;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format
+constexpr uint32_t kPsProtocolVersion = 3;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format;
+                                            // 3: INIT's job layout, FINISH
 constexpr size_t kMaxHeaderBytes = 4096;          // requests (what a server decodes: tight)
 constexpr size_t kMaxReplyHeaderBytes = 1 << 20;  // replies
 
@@ -21,6 +22,8 @@ enum class MsgType : int {
   kStats = 4,     // reply header's `text` is a JSON object of counters and the staleness histogram
   kShutdown = 5,  // server exits after replying
   kHeartbeat = 6, // worker -> server, no reply: the worker is alive (sent every timeout/4 by a side thread)
+  kFinish = 7,    // worker -> server: this worker ended its run normally (it leaves the BSP/SSP count); reply OK.
+                  // A server started with server.exit_when_done exits once every worker has finished or died
   kOk = 100,      // reply
   kError = 101,   // reply; `text` says what was wrong
 };
@@ -44,9 +47,11 @@ struct MsgHeader {
                                  // AdamW), or local SGD's pseudo-gradients under an outer step, "average" / "nesterov"
   double outer_lr = 0.7, outer_momentum = 0.9;  // INIT with update "nesterov": the outer SGD's settings
   int64_t staleness = 0;       // reply to PUSH: staleness of that update (versions applied since it was read)
+  std::string layout;          // INIT: what every worker of the job must agree on: "<K> shards, servers <digest of the
+                               // endpoint list>, model <digest>"; fixed by the first INIT, a different one is refused
   std::string text;            // errors, stats JSON
   MSGPACK_DEFINE_MAP(type, version, token, worker, workers, clock, param_version, offset, length, dtype, wire, lr, beta1,
-                     beta2, eps, weight_decay, update, outer_lr, outer_momentum, staleness, text)
+                     beta2, eps, weight_decay, update, outer_lr, outer_momentum, staleness, layout, text)
 };
 
 // The header's `token` field: a 64-bit digest of the job token. It is sent in every request, so

@@ -101,7 +101,15 @@ struct PsServer::Impl {
     last_checkpoint = shard.updates();
   }
 
-  // Returns false on SHUTDOWN.
+  // server.exit_when_done: every worker has finished or died (at least one finished).
+  bool done() {
+    if (!scfg.exit_when_done || !shard.job_done()) return false;
+    maybe_checkpoint(true);
+    log::info("[server {}] every worker finished or left: exiting (server.exit_when_done)", scfg.shard);
+    return true;
+  }
+
+  // Returns false on SHUTDOWN, or once the job is done (server.exit_when_done).
   bool handle(std::vector<zmq::message_t>& parts) {
     const zmq::message_t& id = parts[0];
     try {
@@ -122,8 +130,8 @@ struct PsServer::Impl {
           if (!pairs.empty()) std::memcpy(pairs.data(), d + h.length * 4, pairs.size() * 8);
           shard.init(h, reinterpret_cast<const float*>(d), pairs.data(), pairs.size() / 2, now());
           shard.check(h);
+          shard.registered(h.worker, h.clock);  // first: a worker that had finished takes part again
           shard.seen(h.worker, now());
-          shard.registered(h.worker, h.clock);
           identity[h.worker] = zmq::message_t(id.data(), id.size());
           reply_params(h.worker);
           return true;
@@ -162,6 +170,16 @@ struct PsServer::Impl {
         case MsgType::kHeartbeat:
           shard.seen(h.worker, now());  // liveness only (a worker id out of range is ignored); no reply
           return true;
+        case MsgType::kFinish: {
+          shard.check(h);
+          MsgHeader r;
+          r.type = static_cast<int>(MsgType::kOk);
+          r.clock = h.clock;
+          send(id, r, nullptr, 0);
+          for (int w : shard.finish(h.worker)) reply_params(w);  // the others no longer wait for it
+          log::info("[server {}] worker {} finished at clock {}", scfg.shard, h.worker, h.clock);
+          return !done();
+        }
         case MsgType::kShutdown: {
           maybe_checkpoint(true);
           MsgHeader r;
@@ -170,7 +188,7 @@ struct PsServer::Impl {
           return false;
         }
         default:
-          SYN_FAIL(fmt::format("message type {} is not a request", h.type), "send INIT, PUSH_PULL, PULL, STATS or SHUTDOWN");
+          SYN_FAIL(fmt::format("message type {} is not a request", h.type), "send INIT, PUSH_PULL, PULL, STATS, HEARTBEAT, FINISH or SHUTDOWN");
       }
     } catch (const Error& e) {
       error(id, e.what());
@@ -226,6 +244,7 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
       break;
     }
     for (int w : impl_->shard.expire(Impl::now())) impl_->reply_params(w);
+    if (impl_->done()) break;
     std::vector<zmq::message_t> parts;
     try {
       if (!zmq::recv_multipart(s, std::back_inserter(parts))) continue;

@@ -1387,3 +1387,94 @@ TEST(ParameterShard, SspHoldsExactlyWhenMoreThanTheBoundAheadOfTheSlowestLiveWor
   EXPECT_EQ(push(2, 3, 20), V{2});  // worker 1 still at 2
   EXPECT_EQ(push(1, 3, 21), (V{0, 1}));  // slowest 3: 5 - 3 = 2, released
 }
+
+// FINISH: a worker that ended its run leaves the BSP count at once (the others do not wait out
+// worker_timeout_s for it), a stray heartbeat does not bring it back, and the job is over for the
+// shard once every worker has finished or died.
+TEST(ParameterShard, AFinishedWorkerLeavesTheBspCountAndTheLastOneEndsTheJob) {
+  PsConfig c;
+  c.consistency = "bsp";
+  c.worker_timeout_s = 1000;
+  ParameterShard s(c);
+  std::vector<float> init(4, 1.0f), g(4, 1.0f);
+  s.init(init_header(3, 4), init.data(), nullptr, 0, 0.0);
+  EXPECT_TRUE(s.push(push_header(0, 0, 0, 4), g.data(), 1.0).empty());  // waits for workers 1 and 2
+  EXPECT_TRUE(s.finish(1).empty());                                      // worker 2 still owes clock 0
+  EXPECT_FALSE(s.job_done());
+  s.seen(1, 2.0);  // a heartbeat that was on its way
+  EXPECT_EQ(s.live_workers(), 2);
+  EXPECT_EQ(s.finish(2), (std::vector<int>{0}));  // clock 0 applied with worker 0's gradient alone
+  EXPECT_EQ(s.version(), 1);
+  EXPECT_FALSE(s.job_done());  // worker 0 is alive and has not finished
+  EXPECT_TRUE(s.push(push_header(0, 1, 1, 4), g.data(), 3.0) == std::vector<int>{0});  // alone now: no wait
+  s.finish(0);
+  EXPECT_TRUE(s.job_done());
+  s.registered(1, 5);  // a finished worker that starts again (INIT) takes part again
+  s.seen(1, 4.0);
+  EXPECT_FALSE(s.job_done());
+}
+
+// server.exit_when_done: the shard ends with its job (what scripts/launch_node.sh relies on) and
+// checkpoints on the way out; one worker's FINISH is not enough while another still trains.
+TEST(PsServer, ExitsOnceEveryWorkerHasFinishedAndCheckpointsFirst) {
+  test::TempDir dir;
+  ServerConfig sc;
+  sc.encrypt = "off";
+  sc.exit_when_done = true;
+  sc.checkpoint_dir = dir.str("ck");
+  std::promise<std::string> ep;
+  auto f = ep.get_future();
+  auto ran = std::async(std::launch::async, [&] {
+    PsServer(sc, PsConfig{}, "job").run([&ep](const std::string& e) { ep.set_value(e); });
+  });
+  const std::string endpoint = f.get();
+  PsClient a({endpoint}, "job", 0, 2, PsClientOptions{10}), b({endpoint}, "job", 1, 2, PsClientOptions{10});
+  auto pa = torch::ones({6}), pb = torch::ones({6}), g = torch::ones({6});
+  a.init(pa, {}, AdamWConfig{});
+  b.init(pb, {}, AdamWConfig{});
+  push_pull(a, g, pa, 0, 0.01);
+  a.finish(1);
+  EXPECT_EQ(ran.wait_for(std::chrono::milliseconds(600)), std::future_status::timeout) << "exited while worker 1 trains";
+  push_pull(b, g, pb, 0, 0.01);  // still served
+  EXPECT_EQ(nlohmann::json::parse(b.stats(0))["finished"], nlohmann::json::parse("[true,false]"));
+  b.finish(1);
+  ASSERT_EQ(ran.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "the shard did not exit";
+  ran.get();
+  ASSERT_TRUE(std::filesystem::exists(dir.str("ck/shard_0.safetensors")));
+  ParameterShard restored{PsConfig{}};
+  ASSERT_TRUE(restored.load(dir.str("ck/shard_0.safetensors"), 0.0));
+  EXPECT_EQ(restored.version(), 2);
+}
+
+// INIT's layout: every worker must name the same servers, in the same order, and run the same
+// model; a worker started with another list is refused by name instead of mixing ranges.
+TEST(PsServer, RefusesAWorkerWhoseServerListOrModelDiffersFromTheJobs) {
+  ServerConfig sc;
+  sc.encrypt = "off";
+  InProcessServer server(sc, PsConfig{}, "job");
+  const std::string port = server.endpoint.substr(server.endpoint.rfind(':') + 1);
+  PsClientOptions o{10};
+  o.model_digest = "model-a";
+  auto p = torch::ones({8});
+  PsClient first(PsClient::parse_endpoints("127.0.0.1:" + port), "job", 0, 3, o);  // tcp:// added
+  first.init(p, {}, AdamWConfig{});
+  PsClient same(PsClient::parse_endpoints("tcp://127.0.0.1:" + port), "job", 1, 3, o);
+  EXPECT_NO_THROW(same.init(p, {}, AdamWConfig{}));
+  EXPECT_EQ(same.layout(), first.layout());
+  auto refused = [&](PsClient& c, const std::string& what) {
+    try {
+      c.init(p, {}, AdamWConfig{});
+      ADD_FAILURE() << what << " was accepted";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("job layout"), std::string::npos) << m;
+      EXPECT_NE(m.find("same server list"), std::string::npos) << m;
+      EXPECT_NE(m.find(first.layout()), std::string::npos) << m;
+    }
+  };
+  PsClient renamed({"tcp://localhost:" + port}, "job", 2, 3, o);  // the same server under another name
+  refused(renamed, "another server list");
+  o.model_digest = "model-b";
+  PsClient other_model({server.endpoint}, "job", 2, 3, o);
+  refused(other_model, "another model");
+}

@@ -5,6 +5,8 @@
 
 #include "common/check.h"
 #include "model/flat_parameters.h"
+#include "server/ps_client.h"
+#include "server/ps_keys.h"
 
 namespace syncopate {
 namespace {
@@ -27,6 +29,15 @@ SyncSetup node_only(const SyncSetup& s) {
   n.dist.sync_every = 1;
   n.dist.clip_scope = "job";  // the job of the inner steps is the node
   return n;
+}
+
+PsClientOptions ps_client_options(const SyncSetup& s) {
+  PsClientOptions o;
+  o.timeout_s = s.dist.timeout_s;
+  o.curve_server_key = ps_client_server_key(s.token, s.dist.ps_encrypt, s.dist.curve_server_key);
+  o.wire = parse_wire_format(s.dist.wire);
+  o.model_digest = s.model_digest;
+  return o;
 }
 
 std::unique_ptr<GradientSync> make_gradient_sync(const SyncSetup& s, FlatParameters& flat,

@@ -71,6 +71,7 @@ struct SyncSetup {
   std::shared_ptr<LocalGroup> group;   // the node's local replicas; null with one
   std::string token;                   // the job secret (servers)
   double skip_grad_norm = 0;           // train.skip_grad_norm: a larger averaged gradient norm skips the update
+  std::string model_digest;            // RunConfig::model_fingerprint(): ps workers must agree on it (INIT's layout)
 };
 
 // The finite-update guard every implementation applies to the averaged gradient before any
@@ -110,6 +111,10 @@ class GradientSync {
   // the outer momentum), by name; the tensors are the live ones (a load copies into them).
   virtual std::vector<std::pair<std::string, at::Tensor>> state() { return {}; }
   virtual SyncCounters counters() const = 0;
+  // The run ended normally after `step` steps (not called on a partial run or a failure): peers are
+  // told (ps: every shard gets FINISH, so that this node leaves the BSP/SSP count and shards that
+  // exit with their job know when it is over).
+  virtual void finish(int64_t step) {}
 
  protected:
   GradientSync(int local, int local_size) : local_(local), local_size_(local_size) {}
@@ -138,6 +143,9 @@ void check_replicas_identical(const at::Tensor& params, int64_t step, int rank, 
 // Local SGD's inner steps: the same replicas as `s` with no ring (the node alone, averaging in
 // the node every step), every step synchronized, clipping the node's own mean gradient.
 SyncSetup node_only(const SyncSetup& s);
+// The parameter-server client's options of a setup (timeout, encryption key, wire format, layout).
+struct PsClientOptions;
+PsClientOptions ps_client_options(const SyncSetup& s);
 // float32 options on a replica's device (-1: CPU), for the small tensors of a collective.
 at::TensorOptions replica_options(int device);
 // The FlatParameters' [offset, length) of every parameter, in registration order.

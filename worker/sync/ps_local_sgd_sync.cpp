@@ -30,11 +30,8 @@ class PsLocalSgdSync : public GradientSync {
         update_{s.dist.outer, s.dist.outer_lr, s.dist.outer_momentum}, inner_(make_ring_sync(node_only(s), flat, params)),
         start_(flat.params.clone()), delta_(at::empty_like(flat.params)) {
     if (local_ == 0) {  // local replica 0 talks to the servers for its node
-      PsClientOptions o;
-      o.timeout_s = s.dist.timeout_s;
-      o.curve_server_key = ps_client_server_key(s.token, s.dist.ps_encrypt, s.dist.curve_server_key);
-      o.wire = parse_wire_format(s.dist.wire);
-      client_ = std::make_unique<PsClient>(PsClient::parse_endpoints(s.dist.servers), s.token, node_, nodes_, o);
+      client_ = std::make_unique<PsClient>(PsClient::parse_endpoints(s.dist.servers), s.token, node_, nodes_,
+                                           ps_client_options(s));
     }
   }
 
@@ -80,6 +77,9 @@ class PsLocalSgdSync : public GradientSync {
   void check_identical(const at::Tensor& params, int64_t step) override { inner_->check_identical(params, step); }
   FlatAdamW* optimizer() override { return inner_->optimizer(); }
   std::vector<std::pair<std::string, at::Tensor>> state() override { return {{"outer_start", start_}}; }
+  void finish(int64_t step) override {
+    if (client_) client_->finish(step / every_);  // the shards count this node's clock in rounds
+  }
   SyncCounters counters() const override {
     SyncCounters c = inner_->counters();
     c.wire_bytes = client_ ? client_->counters().bytes_sent : 0;

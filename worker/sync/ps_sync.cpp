@@ -40,11 +40,7 @@ class PsSync : public GradientSync {
         skip_(s.skip_grad_norm), overlap_(s.dist.ps_overlap), push_in_backward_(s.dist.ps_push_in_backward && !s.dist.ps_overlap) {
     const auto endpoints = PsClient::parse_endpoints(s.dist.servers);
     if (local_ == 0) {  // local replica 0 talks to the servers for its node
-      PsClientOptions o;
-      o.timeout_s = s.dist.timeout_s;
-      o.curve_server_key = ps_client_server_key(s.token, s.dist.ps_encrypt, s.dist.curve_server_key);
-      o.wire = parse_wire_format(s.dist.wire);
-      client_ = std::make_unique<PsClient>(endpoints, s.token, node_, nodes_, o);
+      client_ = std::make_unique<PsClient>(endpoints, s.token, node_, nodes_, ps_client_options(s));
     }
     if (push_in_backward_) {
       bounds_ = Sharding::bounds(flat.numel(), static_cast<int>(endpoints.size()));
@@ -117,6 +113,9 @@ class PsSync : public GradientSync {
     if (!group_) return;
     check_replicas_identical(params, step, local_, local_size_, local_size_, device_,
                              [&](at::Tensor& t) { group_->all_reduce_sum(local_, t); });
+  }
+  void finish(int64_t step) override {
+    if (client_) client_->finish(step);
   }
   SyncCounters counters() const override {
     SyncCounters c;

@@ -18,6 +18,13 @@ std::string RunConfig::fingerprint() const {
   return fmt::format("{:016x}", fnv1a64(text));
 }
 
+std::string RunConfig::model_fingerprint() const {
+  RunConfig copy = *this;
+  ConfigSchema s;
+  s.section("model", copy.model);
+  return fmt::format("{:016x}", fnv1a64(s.to_toml()));
+}
+
 void RunConfig::validate() const {
   syncopate::validate(model);
   emulate.validate();

@@ -106,6 +106,9 @@ struct RunConfig {
   }
   // Digest of everything replicas must agree on (model, optimizer, schedule, batch, seed).
   std::string fingerprint() const;
+  // Digest of the model's shape alone (what every worker of a parameter-server job must share;
+  // their steps and schedules may differ).
+  std::string model_fingerprint() const;
   // Cross-field checks, with messages that say how to fix the problem.
   void validate() const;
 };

@@ -93,6 +93,7 @@ struct Trainer::Impl {
     setup.group = job.group;
     setup.token = job.token;
     setup.skip_grad_norm = cfg.train.skip_grad_norm;
+    setup.model_digest = cfg.model_fingerprint();
     sync = make_gradient_sync(setup, *flat, model->parameters());
     writer = sync->local_rank() == 0;
     verbose = verbose && sync->rank() == 0;  // rank 0 prints, local replica 0 of every node writes outputs
@@ -266,6 +267,7 @@ struct Trainer::Impl {
       }
     }
     if (verbose) progress.finish();
+    if (step >= tc.steps) sync->finish(step);  // the run is complete: the peers are told
     if (writer) report_sync_counters();
   }
 

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# scripts/launch_node.sh as a user runs it on three machines: a 3-node BSP parameter-server job
+# with one shard co-located on every node (SYNCOPATE_SERVERS=per-node), on loopback (distinct
+# ports) and, as root, in network namespaces (every node a host of its own address). Node 2 trains
+# fewer steps than the others: its FINISH must let them go on at once (the servers' worker timeout
+# is 600 s, so nothing else can release them before the deadline). Every shard exits by itself
+# after the last worker, with a checkpoint; every launcher exits 0; nothing is left running.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$ROOT/scripts/lib.sh"
+source "$ROOT/scripts/netns.sh"
+TMP=$(mktemp -d)
+NS=""
+cleanup() { end_spawned; [ -n "$NS" ] && netns_down "$NS" 3; rm -rf "$TMP"; }
+trap cleanup EXIT
+python3 -c "open('$TMP/corpus.txt','w').write(('def f(x):\n    return x + 1\n' * 4000))"
+ARGS=(--model.n_embd=32 --model.n_head=2 --model.block_size=32 --train.batch_size=2 --train.threads=1
+      --eval.every=0 --eval.batches=1 --eval.sample_tokens=0 --checkpoint.every=4 --dist.timeout_s=60
+      --schedule.warmup_steps=2
+      --data.corpus="$TMP/corpus.txt" --data.cache_dir="$TMP/cache")
+fail=0
+# Three consecutive free loopback ports (shard k listens on base + k).
+free_base() {
+  python3 - <<'PY'
+import socket
+for _ in range(200):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); base = s.getsockname()[1]; s.close()
+    try:
+        held = []
+        for k in range(3):
+            t = socket.socket(); t.bind(("127.0.0.1", base + k)); held.append(t)
+        for t in held: t.close()
+        print(base); break
+    except OSError:
+        for t in held: t.close()
+PY
+}
+
+run_job() {  # NAME HOSTS PS_PORT [NETNS_PREFIX]
+  local name=$1 hosts=$2 port=$3 ns=${4:-} i steps t0
+  mkdir -p "$TMP/$name"
+  SPAWNED=()
+  t0=$(date +%s)
+  for i in 0 1 2; do
+    steps=8; [ $i = 2 ] && steps=4
+    local cmd=(env NNODES=3 NODE_RANK=$i MASTER_ADDR=127.0.0.1 MASTER_PORT=1 SYNCOPATE_TOKEN=launch-test
+               SYNCOPATE_SERVERS=per-node SYNCOPATE_NODE_HOSTS="$hosts" SYNCOPATE_PS_PORT="$port"
+               "$ROOT/scripts/launch_node.sh" --server-arg --ps.consistency=bsp --server-arg --ps.worker_timeout_s=600
+               -- --out "$TMP/$name/node$i" "${ARGS[@]}" --train.steps=$steps)
+    [ -n "$ns" ] && cmd=(ip netns exec "${ns}n$i" "${cmd[@]}")
+    spawn "${cmd[@]}" > "$TMP/$name/node$i.log" 2>&1
+  done
+  for i in 0 1 2; do  # a deadline far below the 600 s that only FINISH avoids
+    local pid=${SPAWNED[$i]} rc=0
+    while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt 240 ]; do sleep 0.2; done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "FAIL: $name node $i still running after 240 s"; tail -n 20 "$TMP/$name/node$i.log"; fail=1; continue
+    fi
+    wait "$pid" || rc=$?
+    [ $rc = 0 ] || { echo "FAIL: $name node $i's launcher exited $rc"; tail -n 20 "$TMP/$name/node$i.log"; fail=1; }
+  done
+  end_spawned
+  for i in 0 1 2; do
+    steps=8; [ $i = 2 ] && steps=4
+    grep -q "\"step\":$steps," "$TMP/$name/node$i/metrics.jsonl" 2>/dev/null ||
+      { echo "FAIL: $name node $i did not reach step $steps"; tail -n 20 "$TMP/$name/node$i.log"; fail=1; }
+    grep -q "\[server $i\] every worker finished or left: exiting" "$TMP/$name/node$i.log" ||
+      { echo "FAIL: $name shard $i did not exit with its job"; tail -n 20 "$TMP/$name/node$i.log"; fail=1; }
+    grep -q "\[server $i\] stats {.*\"dead_events\":0," "$TMP/$name/node$i.log" ||
+      { echo "FAIL: $name shard $i took a worker for dead (FINISH should have ended it)"; fail=1; }
+    [ -f "$TMP/$name/node$i/server$i/shard_$i.safetensors" ] || { echo "FAIL: $name shard $i left no checkpoint"; fail=1; }
+    grep -q "listening on tcp://${hosts%%,*}" "$TMP/$name/node0.log" || { echo "FAIL: $name shard 0 not on its node's address"; fail=1; }
+  done
+  # BSP over three workers: node 2's four clocks were averaged with the others' (version 8 at the end).
+  grep -q '\[server 0\] stats {.*"version":8[,}]' "$TMP/$name/node0.log" || { echo "FAIL: $name shard 0 did not apply 8 clocks"; grep stats "$TMP/$name/node0.log"; fail=1; }
+  if pgrep -f "$TMP/$name" > /dev/null; then echo "FAIL: $name left processes:"; pgrep -af "$TMP/$name"; fail=1; fi
+  echo "$name: $(( $(date +%s) - t0 )) s"
+}
+
+base=$(free_base)
+run_job loopback 127.0.0.1,127.0.0.1,127.0.0.1 "$base"
+if [ "$(id -u)" = 0 ] && ip netns add "lnt$$" 2>/dev/null; then
+  ip netns del "lnt$$"
+  NS="lnt$$"
+  netns_up "$NS" 3 1
+  run_job netns 10.77.0.1,10.77.0.2,10.77.0.3 29500 "$NS"  # every host has its own ports
+  netns_down "$NS" 3
+  NS=""
+else
+  echo "network namespaces: not root, skipped"
+fi
+
+# Bad input: a per-node layout without the nodes' addresses is refused by name, before anything starts.
+if NNODES=2 NODE_RANK=0 SYNCOPATE_SERVERS=per-node "$ROOT/scripts/launch_node.sh" -- --out "$TMP/bad" 2> "$TMP/bad.err"; then
+  echo "FAIL: per-node without SYNCOPATE_NODE_HOSTS accepted"; fail=1
+fi
+grep -q "SYNCOPATE_NODE_HOSTS" "$TMP/bad.err" || { echo "FAIL: the refusal does not name SYNCOPATE_NODE_HOSTS"; cat "$TMP/bad.err"; fail=1; }
+[ $fail = 0 ] && echo "launch_node: PASS"
+exit $fail
