@@ -53,7 +53,7 @@ class CpuSampler:
         return sum(self.samples) / len(self.samples) if self.samples else None
 
 
-def cluster_command(cfg, em, job, seed, lr, out):
+def cluster_command(cfg, em, job, seed, lr, out, trace=False):
     """local_cluster.sh arguments of one run. cfg: {"cluster": [...], "ring": bool}; em: the
     emulation (step_time_s, slow_node, slowdown, jitter, link_gbit, netns); job: model, batch, steps."""
     cmd = [os.path.join(ROOT, "scripts", "local_cluster.sh"), "--nodes", str(job["nodes"]), "--out", out]
@@ -73,6 +73,8 @@ def cluster_command(cfg, em, job, seed, lr, out):
                 cmd += ["--slow-steps", str(job["steps"])]
     if em.get("link_gbit"):
         cmd += ["--netns", "--link-gbit", f"{em['link_gbit']:.6g}"]
+    if trace:
+        cmd += ["--trace"]  # every process's timeline, merged into OUT/trace.json
     eval_every = max(1, job["steps"] // job["evals"])
     cmd += ["--", f"--model.preset={job['preset']}", f"--train.steps={steps}",
             f"--train.batch_size={job['batch']}", "--train.threads=1", f"--train.seed={seed}",
@@ -156,9 +158,10 @@ def summarize(out, nodes, ring):
     }
 
 
-def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_cpu=CPU_LIMIT):
-    """Runs one configuration once; returns its summary, or {"failed": reason, "log": path}."""
-    cmd = cluster_command(cfg, em, job, seed, lr, out)
+def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_cpu=CPU_LIMIT, trace=False):
+    """Runs one configuration once; returns its summary, or {"failed": reason, "log": path}.
+    trace: record the run's timeline (OUT/trace.json, linked from the report)."""
+    cmd = cluster_command(cfg, em, job, seed, lr, out, trace)
     os.makedirs(out, exist_ok=True)
     log = os.path.join(out, "cluster.log")
     with open(os.path.join(out, "command.txt"), "w") as f:
@@ -184,4 +187,6 @@ def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_c
     r["valid"] = not problems
     r["invalid_because"] = "; ".join(problems)
     r["log"] = log
+    if os.path.exists(os.path.join(out, "trace.json")):
+        r["trace"] = os.path.join(out, "trace.json")
     return r

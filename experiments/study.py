@@ -36,6 +36,8 @@ def add_args(ap, out_default):
                     "configuration's final mean: a level every configuration reaches)")
     ap.add_argument("--configs", help="comma-separated subset of the configurations")
     ap.add_argument("--tensorboard", action="store_true", help="also export every run to OUT/tensorboard/")
+    ap.add_argument("--no-trace", action="store_true",
+                    help="record no timelines (by default seed 0 of each configuration writes OUT/runs/.../trace.json)")
     ap.add_argument("--max-overrun", type=float, default=OVERRUN_LIMIT,
                     help="a run with a larger share of steps over their modelled time is invalid")
     ap.add_argument("--max-cpu", type=float, default=CPU_LIMIT,
@@ -193,7 +195,9 @@ def run_study(configs, a, title, command):
         key = (name, mult, seed)
         if key not in runs:
             out = os.path.join(a.out, "runs", name, f"lr{mult:g}", f"seed{seed}")
-            r = run_once(name, configs[name], em, job, seed, a.base_lr * mult, out, a.max_overrun, a.max_cpu)
+            # Seed 0 of each configuration's chosen rate records a timeline (linked from the report).
+            r = run_once(name, configs[name], em, job, seed, a.base_lr * mult, out, a.max_overrun, a.max_cpu,
+                         trace=seed == 0 and not a.no_trace)
             runs[key] = r
             if "failed" in r:
                 print(f"[study] {name} lr x{mult:g} seed {seed}: FAILED ({r['failed']}); log {r['log']}", flush=True)
@@ -245,6 +249,7 @@ def run_study(configs, a, title, command):
             "overrun_share": max([r["overrun_share"] for r in v["runs"].values() if "failed" not in r], default=None),
             "cpu_util": max([r["cpu_util"] or 0 for r in v["runs"].values() if "failed" not in r], default=None),
             "curves": {str(s): r["curve"] for s, r in v["runs"].items() if usable(r)},
+            "trace": next((r["trace"] for r in v["runs"].values() if "trace" in r), None),
         }
         summary["configurations"][name] = c
     targets(summary)
@@ -379,6 +384,14 @@ def write_report(summary, out):
         for k, c in summary["configurations"].items():
             cells = [c["lr_sensitivity"].get(f"{m:g}") for m in summary["lr_grid"]]
             L.append(f"| {k} | " + " | ".join("-" if x is None else f"{x:.4f}" for x in cells) + " |")
+    traced = {k: c["trace"] for k, c in summary["configurations"].items() if c.get("trace")}
+    if traced:
+        L += ["", "## Timelines", "",
+              "One run per configuration (seed 0) with every process's timeline merged on one clock: the phases of "
+              "each step, each bucket's reduction or each shard's push and pull, the servers' apply and wait in "
+              "their consistency rule, the modelled compute's sleep. Open in https://ui.perfetto.dev; "
+              "`scripts/merge_traces.py --summary` totals them.", ""]
+        L += [f"- {k}: [{os.path.relpath(p, out)}]({os.path.relpath(p, out)})" for k, p in traced.items()]
     for k, c in summary["configurations"].items():
         for f in c["failed"] + c["invalid"]:
             L.append(f"\n{k} seed {f['seed']}: {f['why']} (log: {f['log']})")

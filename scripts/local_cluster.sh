@@ -9,7 +9,7 @@
 #                            [--consistency bsp|ssp|asp] [--staleness-bound S] [--mitigation M]
 #                            [--backup-workers B] [--step-time S [--slow-node I --slowdown F [--slow-steps N]]
 #                            [--jitter X]] [--encrypt auto|off]
-#                            [--netns --link-gbit G] -- <worker args>
+#                            [--netns --link-gbit G] [--trace] -- <worker args>
 #
 # --servers K starts K syncopate-server shards (each on a free port it reports in
 # OUT/logs/server<k>.endpoint; on node 0's host, or with --netns shard k on host k mod N) and runs
@@ -24,13 +24,16 @@
 # Each node runs through scripts/launch_node.sh, so --max-restarts K restarts a failed job from
 # its latest checkpoints.
 #
+# --trace writes every node's and server's timeline (OUT/logs/trace_*.json, --trace.file) and, once
+# all have stopped, merges them into OUT/trace.json (scripts/merge_traces.py; open it in Perfetto).
+#
 # --netns gives every node its own network namespace (10.77.0.<i+1>/24) and a G Gbit/s
 # rate-limited link (tbf qdisc on both ends of its veth) through a bridge namespace; needs root.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
 NODES=2 OUT="" PORT="" NETNS=0 GBIT=1 RESTARTS=0 SERVERS=0 CONSISTENCY=asp BOUND=2 MITIGATION=none BACKUP=0
-SLOW=-1 SLOWDOWN=2 SLOW_STEPS=0 STEP_TIME=0 JITTER=0 ENCRYPT=auto WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
+SLOW=-1 SLOWDOWN=2 SLOW_STEPS=0 STEP_TIME=0 JITTER=0 ENCRYPT=auto TRACE=0 WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) NODES=$2; shift 2;;
@@ -49,6 +52,7 @@ while [ $# -gt 0 ]; do
     --backup-workers) BACKUP=$2; shift 2;;
     --encrypt) ENCRYPT=$2; shift 2;;
     --netns) NETNS=1; shift;;
+    --trace) TRACE=1; shift;;
     --link-gbit) GBIT=$2; shift 2;;
     --) shift; break;;
     *) echo "local_cluster.sh: unknown option $1 (see the header of this script)" >&2; exit 2;;
@@ -76,6 +80,10 @@ cleanup() {
   trap - EXIT INT TERM
   end_spawned
   [ "$NETNS" = 1 ] && netns_down "$NS_PREFIX" "$NODES"
+  if [ "$TRACE" = 1 ] && compgen -G "$OUT/logs/trace_*.json" > /dev/null; then
+    python3 "$ROOT/scripts/merge_traces.py" "$OUT/trace.json" "$OUT"/logs/trace_*.json > "$OUT/logs/trace_merge.log" 2>&1 ||
+      echo "[cluster] merging the traces failed: $OUT/logs/trace_merge.log" >&2
+  fi
   return 0
 }
 on_signal() { echo "[cluster] interrupted: stopping every node and server" >&2; cleanup; exit 130; }
@@ -105,6 +113,7 @@ if [ "$SERVERS" -gt 0 ]; then
     sargs=(--server.host="$shost" --server.port=-1 --server.endpoint_file="$OUT/logs/server$k.endpoint" --server.shard="$k"
            --ps.consistency="$CONSISTENCY" --ps.staleness_bound="$BOUND" --ps.mitigation="$MITIGATION"
            --ps.backup_workers="$BACKUP" --server.encrypt="$ENCRYPT")
+    [ "$TRACE" = 1 ] && sargs+=(--trace.file="$OUT/logs/trace_server$k.json")
     if [ "$NETNS" = 1 ]; then
       spawn ip netns exec "${NS_PREFIX}n$((k % NODES))" "$(dirname "$WORKER")/syncopate-server" "${sargs[@]}" > "$OUT/logs/server$k.log" 2>&1
     else
@@ -131,6 +140,7 @@ for i in $(seq 0 $((NODES - 1))); do
     NODE_ARGS+=(--emulate.step_time_s="$STEP_TIME" --emulate.jitter="$JITTER")
     [ "$i" = "$SLOW" ] && NODE_ARGS+=(--emulate.slowdown="$SLOWDOWN")
   fi
+  [ "$TRACE" = 1 ] && NODE_ARGS+=(--trace.file="$OUT/logs/trace_node$i.json")
   LAST_ARGS=()  # after the shared worker arguments, so that they win
   [ "$i" = "$SLOW" ] && [ "$SLOW_STEPS" -gt 0 ] && LAST_ARGS+=(--train.steps="$SLOW_STEPS")
   if [ "$NETNS" = 1 ]; then

@@ -12,12 +12,14 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
 #include "common/check.h"
 #include "common/comm/sharding.h"
 #include "common/fnv1a.h"
+#include "common/trace.h"
 #include "common/log.h"
 #include "server/ps_protocol.h"
 
@@ -56,6 +58,7 @@ struct PsClient::Impl {
     MsgHeader reply;
     zmq::message_t values;  // the reply's data frame
     size_t frames = 0;      // frames of the reply (2: header and values)
+    int64_t sent_us = 0;    // tracing: when the push was sent
   };
   struct Shard {
     std::mutex mu;  // one caller at a time per shard
@@ -271,6 +274,19 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
     if (I.opt.wire == WireFormat::kInt8 && !I.shards[k]->feedback)
       I.shards[k]->feedback = std::make_unique<ErrorFeedback>(WireFormat::kInt8, I.bounds[k + 1] - I.bounds[k]);
   }
+  if (Tracer::global().on()) record_clock_offsets();
+}
+
+void PsClient::record_clock_offsets() {
+  for (int k = 0; k < shards(); ++k) {
+    Tracer::global().name_track(kTraceTrack + k, fmt::format("shard {} push and pull", k));
+    const int64_t t0 = Tracer::now_us();
+    const auto j = nlohmann::json::parse(stats(k), nullptr, false);
+    const int64_t t1 = Tracer::now_us();
+    if (j.is_object() && j.contains("unix_us"))
+      Tracer::global().clock_sync(fmt::format("server shard {}", k), 0.5 * static_cast<double>(t0 + t1) - j["unix_us"].get<double>(),
+                                  static_cast<double>(t1 - t0));
+  }
 }
 
 PsTicket PsClient::push(int k, const at::Tensor& grad, int64_t clock, double lr, int64_t computed_on) {
@@ -299,6 +315,7 @@ PsTicket PsClient::push(int k, const at::Tensor& grad, int64_t clock, double lr,
   Impl::Pending& p = sh.pending[id];
   p.header = h;
   p.data = body;
+  if (Tracer::global().on()) p.sent_us = Tracer::now_us();
   const size_t bytes = body.nbytes();
   I.send(k, h, body.data_ptr(), bytes, body);  // zero-copy; the message holds a reference
   ++I.pushes;
@@ -346,6 +363,9 @@ PsReply PsClient::wait(const PsTicket& t, at::Tensor& into) {
   }
   Impl::Pending& p = it->second;
   const PsReply out{p.reply.staleness, p.reply.param_version};
+  if (p.sent_us)
+    Tracer::global().complete("push and pull", "ps", p.sent_us, Tracer::now_us(), kTraceTrack + k,
+                              fmt::format(R"("clock":{},"bytes":{},"staleness":{})", p.header.clock, p.data.nbytes(), out.staleness));
   const size_t frames = p.frames;
   zmq::message_t values = std::move(p.values);
   sh.pending.erase(it);  // before the checks below can throw: a ticket is waited for once

@@ -109,8 +109,12 @@ class PsClient {
   std::string layout() const;
 
   static std::vector<std::string> parse_endpoints(const std::string& comma_separated);
+  // Timeline tracks of the shards' round trips: kTraceTrack + k.
+  static constexpr int kTraceTrack = 1000;
 
  private:
+  // Tracing: this process's clock against every shard's (a STATS round trip each), as clock_sync events.
+  void record_clock_offsets();
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -4,10 +4,13 @@
 #include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <algorithm>
 #include <map>
+#include <set>
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -15,6 +18,7 @@
 #include "common/check.h"
 #include "common/comm/wire_format.h"
 #include "common/log.h"
+#include "common/trace.h"
 #include "server/ps_keys.h"
 #include "server/ps_protocol.h"
 #include "server/parameter_shard.h"
@@ -30,6 +34,10 @@ struct PsServer::Impl {
   std::map<int, zmq::message_t> identity;  // worker -> its DEALER identity, for deferred replies
   int64_t errors = 0;
   std::vector<float> decoded;  // a compressed push, decoded (reused)
+  // Tracing: pushes the consistency rule holds (worker -> arrival), and the workers' named tracks.
+  std::map<int, int64_t> held_since;
+  std::set<int> traced_workers;
+  static constexpr int kWorkerTrack = 1000;  // worker w's track: kWorkerTrack + w
 
   static double now() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -50,6 +58,12 @@ struct PsServer::Impl {
   // clock: the request this answers (a push answered at once); -1 = the worker's last clock (an
   // INIT, a PULL, a held reply released).
   void reply_params(int worker, int64_t clock = -1) {
+    if (auto held = held_since.find(worker); held != held_since.end()) {  // (tracing) the wait in the rule ends
+      Tracer::global().complete(shard.consistency() == "bsp" ? "held: waiting for the clock's other workers"
+                                                             : "held: too far ahead of the slowest (ssp)",
+                                "server", held->second, Tracer::now_us(), kWorkerTrack + worker);
+      held_since.erase(held);
+    }
     MsgHeader r;
     r.type = static_cast<int>(MsgType::kOk);
     r.worker = worker;
@@ -89,8 +103,12 @@ struct PsServer::Impl {
   }
   int64_t last_checkpoint = 0;
   // The STATS JSON: the shard's, or only the count of bad messages before any INIT.
+  // unix_us: the server's system clock, against which tracing workers measure their offset.
   std::string stats() const {
-    return shard.initialized() ? shard.stats_json(errors, now()) : fmt::format("{{\"bad_messages\": {}}}", errors);
+    nlohmann::json j = shard.initialized() ? nlohmann::json::parse(shard.stats_json(errors, now()))
+                                           : nlohmann::json{{"bad_messages", errors}};
+    j["unix_us"] = Tracer::now_us();
+    return j.dump();
   }
 
   void maybe_checkpoint(bool force) {
@@ -99,6 +117,15 @@ struct PsServer::Impl {
     std::filesystem::create_directories(scfg.checkpoint_dir);
     shard.save(checkpoint_path());
     last_checkpoint = shard.updates();
+  }
+
+  // Tracing: the push's apply (or buffering) on the server's thread; a held push waits on the worker's track.
+  void trace_push(const MsgHeader& h, int64_t t0, const std::vector<int>& ready) {
+    Tracer& t = Tracer::global();
+    if (traced_workers.insert(h.worker).second) t.name_track(kWorkerTrack + h.worker, fmt::format("worker {}", h.worker));
+    t.complete("apply push", "server", t0, Tracer::now_us(), -1,
+               fmt::format(R"("worker":{},"clock":{},"bytes":{})", h.worker, h.clock, h.length * 4));
+    if (std::find(ready.begin(), ready.end(), h.worker) == ready.end()) held_since[h.worker] = t0;
   }
 
   // server.exit_when_done: every worker has finished or died (at least one finished).
@@ -148,8 +175,10 @@ struct PsServer::Impl {
             decode(wire, static_cast<const uint8_t*>(parts[2].data()), data_bytes, h.length, decoded.data());
             grad = decoded.data();
           }
+          const int64_t t0 = Tracer::global().on() ? Tracer::now_us() : 0;
           std::vector<int> ready = shard.push(h, grad, now());  // throws, changing nothing, on a refused gradient
           identity[h.worker] = zmq::message_t(id.data(), id.size());
+          if (t0) trace_push(h, t0, ready);
           for (int w : ready) reply_params(w, w == h.worker ? h.clock : -1);
           maybe_checkpoint(false);
           return true;

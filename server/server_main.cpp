@@ -12,11 +12,13 @@
 #include <thread>
 
 #include <ATen/Parallel.h>
+#include <fmt/format.h>
 #include <zmq.h>
 
 #include "common/check.h"
 #include "common/comm/job_token.h"
 #include "common/config_schema.h"
+#include "common/trace.h"
 #include "server/ps_client.h"
 #include "server/ps_server.h"
 #include "server/ps_status.h"
@@ -65,9 +67,11 @@ int status(const std::vector<std::string>& args, const ServerConfig& sc) {
 int main(int argc, char** argv) {
   ServerConfig sc;
   PsConfig pc;
+  TraceConfig tc;
   ConfigSchema schema;
   schema.section("server", sc);
   schema.section("ps", pc);
+  schema.section("trace", tc);
   try {
     auto rest = schema.apply_args(std::vector<std::string>(argv + 1, argv + argc));
     if (!rest.empty() && rest[0] == "--status") return status(rest, sc);
@@ -96,6 +100,7 @@ int main(int argc, char** argv) {
     // SIGTERM / SIGINT end the loop cleanly (the shard's statistics are logged on the way out).
     std::signal(SIGTERM, on_signal);
     std::signal(SIGINT, on_signal);
+    TraceSession trace(tc.file, fmt::format("server shard {}", sc.shard));
     PsServer(sc, pc, token).run({}, [] { return g_stop.load(); });
   } catch (const Error& e) {
     std::cerr << "syncopate-server: error: " << e.what() << "\n";

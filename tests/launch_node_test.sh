@@ -90,6 +90,47 @@ else
   echo "network namespaces: not root, skipped"
 fi
 
+# A shard killed mid-run is restarted by its node's launcher, resumes from its checkpoint, and the
+# job ends as usual (the workers resend what the dead shard had not answered).
+restart_job() {
+  local base i rc pid t0
+  base=$(free_base)
+  mkdir -p "$TMP/restart"
+  SPAWNED=()
+  t0=$(date +%s)
+  for i in 0 1 2; do
+    NNODES=3 NODE_RANK=$i SYNCOPATE_TOKEN=launch-test SYNCOPATE_SERVERS=per-node \
+      SYNCOPATE_NODE_HOSTS=127.0.0.1,127.0.0.1,127.0.0.1 SYNCOPATE_PS_PORT="$base" \
+      spawn "$ROOT/scripts/launch_node.sh" --max-restarts 2 --server-arg --ps.consistency=bsp \
+      --server-arg --server.checkpoint_every=3 -- --out "$TMP/restart/node$i" "${ARGS[@]}" --train.steps=60 \
+      > "$TMP/restart/node$i.log" 2>&1
+  done
+  for _ in $(seq 1 1200); do grep -q '"step":15,' "$TMP/restart/node1/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+  pkill -KILL -f "syncopate-server.*--server.checkpoint_dir=$TMP/restart/node1/server1" ||
+    { echo "FAIL: restart: no shard 1 to kill"; fail=1; }
+  for i in 0 1 2; do
+    pid=${SPAWNED[$i]} rc=0
+    while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt 240 ]; do sleep 0.2; done
+    kill -0 "$pid" 2>/dev/null && { echo "FAIL: restart node $i still running after 240 s"; tail -n 20 "$TMP/restart/node$i.log"; fail=1; continue; }
+    wait "$pid" || rc=$?
+    [ $rc = 0 ] || { echo "FAIL: restart: node $i's launcher exited $rc"; tail -n 20 "$TMP/restart/node$i.log"; fail=1; }
+    grep -q '"step":60,' "$TMP/restart/node$i/metrics.jsonl" || { echo "FAIL: restart: node $i did not reach step 60"; fail=1; }
+  done
+  end_spawned
+  grep -q "\[launch\] shard 1 failed (exit 137); restarting from its checkpoint" "$TMP/restart/node1.log" ||
+    { echo "FAIL: restart: shard 1 was not restarted"; tail -n 20 "$TMP/restart/node1.log"; fail=1; }
+  grep -q "\[server 1\] resumed from .*shard_1.safetensors" "$TMP/restart/node1.log" ||
+    { echo "FAIL: restart: shard 1 did not resume from its checkpoint"; fail=1; }
+  # Every clock applied exactly once on every shard, the restarted one included.
+  for i in 0 1 2; do
+    grep -q "\[server $i\] stats {.*\"version\":60[,}]" "$TMP/restart/node$i.log" ||
+      { echo "FAIL: restart: shard $i did not end at version 60"; grep "stats" "$TMP/restart/node$i.log" | cut -c1-300; fail=1; }
+  done
+  if pgrep -f "$TMP/restart" > /dev/null; then echo "FAIL: restart left processes:"; pgrep -af "$TMP/restart"; fail=1; fi
+  echo "restart: $(( $(date +%s) - t0 )) s"
+}
+restart_job
+
 # Bad input: a per-node layout without the nodes' addresses is refused by name, before anything starts.
 if NNODES=2 NODE_RANK=0 SYNCOPATE_SERVERS=per-node "$ROOT/scripts/launch_node.sh" -- --out "$TMP/bad" 2> "$TMP/bad.err"; then
   echo "FAIL: per-node without SYNCOPATE_NODE_HOSTS accepted"; fail=1

@@ -14,7 +14,7 @@ ARGS=(--model.n_embd=32 --model.n_head=2 --model.block_size=32 --train.batch_siz
       --data.corpus="$TMP/corpus.txt" --data.cache_dir="$TMP/cache")
 "$ROOT/scripts/local_cluster.sh" --nodes 2 --out "$TMP/ring" -- "${ARGS[@]}" > "$TMP/ring.out"
 "$ROOT/scripts/local_cluster.sh" --nodes 2 --servers 1 --consistency ssp --staleness-bound 1 \
-  --step-time 0.05 --slow-node 1 --slowdown 2 --out "$TMP/ps" -- "${ARGS[@]}" > "$TMP/ps.out"
+  --step-time 0.05 --slow-node 1 --slowdown 2 --trace --out "$TMP/ps" -- "${ARGS[@]}" > "$TMP/ps.out"
 fail=0
 for run in ring ps; do
   for i in 0 1; do
@@ -29,6 +29,34 @@ grep -q "listening on tcp://127.0.0.1:" "$TMP/ps/logs/server0.log" || { echo "FA
 grep -q '"modelled_s":0.1,' "$TMP/ps/node1/metrics.jsonl" || { echo "FAIL: the slow node's modelled time is not 0.05 x 2"; fail=1; }
 grep -q '"wait_s"' "$TMP/ps/node0/metrics.jsonl" || { echo "FAIL: no wait_s in the metrics"; fail=1; }
 grep -q '\[server 0\] stats {' "$TMP/ps/logs/server0.log" || { echo "FAIL: the server did not log its statistics on exit"; cat "$TMP/ps/logs/server0.log"; fail=1; }
+# --trace: every process's timeline merged on one clock (shard 0's): the step phases, the modelled
+# compute's sleep, each push and pull, the server's apply and the SSP rule holding the fast node.
+python3 - "$TMP/ps/trace.json" <<'PY' || fail=1
+import json, sys
+t = json.load(open(sys.argv[1]))
+ev = t["traceEvents"]
+names = {e["name"] for e in ev if e.get("ph") == "X"}
+need = {"step", "data", "forward", "backward", "reduce and update", "modelled compute (sleep)", "push and pull",
+        "apply push", "held: too far ahead of the slowest (ssp)"}
+missing = need - names
+offsets = t["otherData"]["offsets_us"]
+procs = {e["args"]["name"] for e in ev if e.get("name") == "process_name"}
+ok = not missing and t["otherData"]["reference_clock"] == "server shard 0" and \
+    procs == {"worker node 0", "worker node 1", "server shard 0"} and set(offsets) == procs
+# on one host the measured offsets are small (well under a second)
+ok = ok and all(abs(v) < 1e6 for v in offsets.values())
+pushes = [e for e in ev if e.get("name") == "push and pull"]
+ok = ok and len(pushes) == 20 and all(e["dur"] > 0 for e in pushes)
+if not ok:
+    print("FAIL: trace: missing", missing, "procs", procs, "offsets", offsets, "pushes", len(pushes))
+sys.exit(0 if ok else 1)
+PY
+# A trace path that cannot be written fails at start, naming it.
+if "${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}" --trace.file=/nonexistent-dir/t.json "${ARGS[@]}" --out "$TMP/badtrace" 2> "$TMP/badtrace.err"; then
+  echo "FAIL: an unwritable trace path was accepted"; fail=1
+fi
+grep -q "/nonexistent-dir/t.json" "$TMP/badtrace.err" || { echo "FAIL: the trace error does not name the path"; cat "$TMP/badtrace.err"; fail=1; }
+[ -e "$TMP/badtrace/metrics.jsonl" ] && { echo "FAIL: a run with an unwritable trace started training"; fail=1; }
 # A slow node without a modelled step time is refused by name.
 if "$ROOT/scripts/local_cluster.sh" --nodes 2 --slow-node 1 --slowdown 2 --out "$TMP/bad" -- "${ARGS[@]}" 2> "$TMP/bad.err"; then
   echo "FAIL: --slow-node without --step-time was accepted"; fail=1

@@ -4,12 +4,14 @@
 
 #include "common/check.h"
 #include "common/comm/local_group.h"
+#include "common/trace.h"
 
 namespace syncopate {
 // The inter-node ring on host memory: GPU slices travel through the staging buffer (pinned,
 // reused by every later call: one per bucket per step).
 void NodeAllreduce::ring_sum(RingAllreducer& lane, at::Tensor t, const RingAllreduceOptions& opt) const {
   at::Tensor host = staging_.to_host(t);  // waits for the work queued on the current stream
+  TraceSpan span("ring all-reduce (nodes)", "comm");
   lane.sum(host.data_ptr<float>(), static_cast<size_t>(host.numel()), opt);
   HostStaging::to_device(t, host);
 }
@@ -22,6 +24,7 @@ void NodeAllreduce::sum(at::Tensor t, const RingAllreduceOptions& opt) const {
     return;
   }
   if (nodes_ == 1) {  // one node: the local group is everything
+    TraceSpan span("all-reduce (in node)", "comm");
     group_->all_reduce_sum(local_rank_, t);
     return;
   }
@@ -31,9 +34,13 @@ void NodeAllreduce::sum(at::Tensor t, const RingAllreduceOptions& opt) const {
     group_->broadcast(local_rank_, t, 0);
     return;
   }
-  group_->reduce_scatter_sum(local_rank_, t);
+  {
+    TraceSpan span("reduce-scatter (in node)", "comm");
+    group_->reduce_scatter_sum(local_rank_, t);
+  }
   const int64_t n = t.numel(), L = group_->size();
   ring_sum(*lane_, t.slice(0, Sharding::begin(n, L, local_rank_), Sharding::begin(n, L, local_rank_ + 1)), opt);
+  TraceSpan span("all-gather (in node)", "comm");
   group_->all_gather(local_rank_, t);
 }
 

@@ -18,6 +18,12 @@
 
 namespace syncopate {
 namespace {
+int64_t unix_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+namespace {
 
 using nlohmann::json;
 
@@ -114,7 +120,7 @@ Ring connect_ring(const RendezvousOptions& o) {
     for (auto& [h, p] : nodes) table.push_back({{"host", h}, {"port", p}});
     for (auto& [r, s] : peers) {
       try {
-        write_line(*s, error.empty() ? json{{"nodes", table}, {"blobs", blobs}} : json{{"error", error}});
+        write_line(*s, error.empty() ? json{{"nodes", table}, {"blobs", blobs}, {"time_us", unix_us()}} : json{{"error", error}});
       } catch (...) {}
     }
     SYN_CHECK(error.empty(), "rendezvous failed: " + error,
@@ -129,6 +135,7 @@ Ring connect_ring(const RendezvousOptions& o) {
     write_line(s, {{"node_rank", o.node_rank}, {"host", my_host}, {"port", data->port()},
                    {"fingerprint", o.fingerprint}, {"blob", o.blob}, {"streams", o.streams}, {"lanes", o.lanes}});
     json reply = read_line(s);
+    ring.clock_offset_us = static_cast<double>(unix_us() - reply.value("time_us", unix_us()));
     SYN_CHECK(!reply.contains("error"), "rendezvous failed: " + reply.value("error", std::string()),
               "start every node with the same config, token and distinct NODE_RANKs");
     try {

@@ -46,6 +46,8 @@ struct Ring {
   std::unique_ptr<Connection> next;  // to (rank+1) % world; null when world == 1
   std::unique_ptr<Connection> prev;  // from (rank-1) % world
   std::vector<std::string> blobs;    // every node's RendezvousOptions::blob, by node rank
+  double clock_offset_us = 0;        // this node's system clock minus node 0's, as read at the rendezvous
+                                     // (node 0 stamps its reply; the error is the reply's one-way delay)
   std::vector<std::unique_ptr<Connection>> more_next, more_prev;  // lanes 1..L-1 (lane 0 is next/prev)
 
   int lanes() const { return world == 1 ? 0 : 1 + static_cast<int>(more_next.size()); }
@@ -67,7 +69,7 @@ struct Ring {
     prev.reset();
     more_next.clear();
     more_prev.clear();
-    rank = o.rank, world = o.world, blobs = std::move(o.blobs);
+    rank = o.rank, world = o.world, blobs = std::move(o.blobs), clock_offset_us = o.clock_offset_us;
     transport = std::move(o.transport);
     next = std::move(o.next);
     prev = std::move(o.prev);

@@ -1,5 +1,9 @@
 #include "worker/sync/bucket_reducer.h"
 
+#include <fmt/format.h>
+
+#include "common/trace.h"
+
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -20,6 +24,7 @@ struct BucketReducer::Impl {
     int64_t lo, hi;      // [lo, hi) of the flat gradient buffer
     bool final = false;  // every gradient in it is final in this backward
     std::shared_ptr<CommStream::Fence> fence;  // GPU: the compute-stream point its reduction waits for
+    int64_t queued_us = 0;                     // tracing: when it was handed to the communication thread
   };
   at::Tensor grads;
   std::vector<Region> order;  // launch order: descending offsets (order[0] is the last region)
@@ -37,12 +42,16 @@ struct BucketReducer::Impl {
 
   // Queues regions strictly in launch order (the same on every replica).
   void launch_ready(bool all) {
-    while (next_launch < static_cast<int>(order.size()) && (all || order[next_launch].final))
+    const int64_t now = Tracer::global().on() ? Tracer::now_us() : 0;
+    while (next_launch < static_cast<int>(order.size()) && (all || order[next_launch].final)) {
+      order[next_launch].queued_us = now;
       queue.push_back(next_launch++);
+    }
     cv.notify_all();
   }
   void comm_loop() {
     stream->enter();
+    Tracer::global().name_thread("gradient communication");
     std::unique_lock<std::mutex> l(mu);
     for (;;) {
       cv.wait(l, [&] { return stop || !queue.empty(); });
@@ -52,12 +61,18 @@ struct BucketReducer::Impl {
       queue.pop_front();
       l.unlock();
       std::exception_ptr err;
+      const int region = static_cast<int>(order.size()) - 1 - i;
+      const int64_t t0 = Tracer::global().on() ? Tracer::now_us() : 0;
       try {
         if (r.fence) stream->wait(*r.fence);
-        reduce(static_cast<int>(order.size()) - 1 - i, grads.slice(0, r.lo, r.hi));
+        reduce(region, grads.slice(0, r.lo, r.hi));
       } catch (...) {
         err = std::current_exception();
       }
+      if (t0)
+        Tracer::global().complete("reduce region", "comm", t0, Tracer::now_us(), -1,
+                                  fmt::format(R"("region":{},"bytes":{},"queued_us":{})", region, (r.hi - r.lo) * 4,
+                                              t0 - r.queued_us));
       l.lock();
       if (err && !error) error = err;
       ++done;

@@ -10,12 +10,17 @@
 
 #include "common/check.h"
 #include "common/comm/local_group.h"
+#include "common/comm/rendezvous.h"
+#include "common/trace.h"
 #include "worker/train/trainer.h"
 
 namespace syncopate {
 
 void train_node(RunConfig cfg, const std::string& out_dir, bool resume, const std::string& config_toml) {
+  resolve_from_environment(cfg.dist);  // (join_job does it too) the node's rank names its timeline
+  TraceSession trace(cfg.trace.file, fmt::format("worker node {}", cfg.dist.node_rank));  // opened now: a bad path fails at start
   JobMembership job = join_job(cfg, out_dir, resume);
+  if (job.ring && cfg.dist.node_rank != 0) Tracer::global().clock_sync("worker node 0", job.ring->clock_offset_us, -1);
   const int L = job.local_size;
   if (L == 1) {  // the single-replica path: this thread trains
     Trainer(cfg, out_dir, resume, config_toml, job, 0).run();

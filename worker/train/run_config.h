@@ -7,6 +7,7 @@
 
 #include "common/config_schema.h"
 #include "common/flat_adamw.h"
+#include "common/trace.h"
 #include "model/gpt_config.h"
 #include "worker/data/data_config.h"
 #include "worker/sync/dist_config.h"
@@ -92,6 +93,7 @@ struct RunConfig {
   CheckpointConfig checkpoint;
   DistConfig dist;
   EmulateConfig emulate;  // modelled compute for emulated clusters (off by default)
+  TraceConfig trace;      // timeline of this worker process (off by default)
 
   void bind(ConfigSchema& s) {
     s.section("model", model);
@@ -103,6 +105,7 @@ struct RunConfig {
     s.section("checkpoint", checkpoint);
     s.section("dist", dist);
     s.section("emulate", emulate);
+    s.section("trace", trace);
   }
   // Digest of everything replicas must agree on (model, optimizer, schedule, batch, seed).
   std::string fingerprint() const;

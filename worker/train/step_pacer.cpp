@@ -1,5 +1,7 @@
 #include "worker/train/step_pacer.h"
 
+#include "common/trace.h"
+
 #include <cmath>
 #include <thread>
 
@@ -53,6 +55,7 @@ StepTiming StepPacer::end_compute() {
   t.modelled_s = modelled_s(step_);
   if (t.modelled_s <= 0) return t;
   t.overrun = t.compute_s > t.modelled_s;
+  TraceSpan span("modelled compute (sleep)", "emulate");
   if (!t.overrun)
     std::this_thread::sleep_until(start_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(t.modelled_s)));
   return t;

@@ -1,5 +1,6 @@
 #include "worker/train/trainer.h"
 
+#include <optional>
 #include <chrono>
 #include <cmath>
 #include <mutex>
@@ -19,6 +20,7 @@
 #include "common/comm/local_group.h"
 #include "common/comm/node_allreduce.h"
 #include "common/comm/rendezvous.h"
+#include "common/trace.h"
 #include "common/flat_adamw.h"
 #include "common/log.h"
 #include "model/flat_parameters.h"
@@ -179,7 +181,9 @@ struct Trainer::Impl {
     const double t0 = now_seconds() - time_offset;
     std::ofstream samples;
     if (writer) samples.open((fs::path(out) / "samples.txt").string(), std::ios::app);
+    Tracer::global().name_thread(fmt::format("replica {} (rank {})", sync->local_rank(), sync->rank()));
     while (step < last) {
+      TraceSpan step_span("step", "train");
       const double t_step = now_seconds();
       pacer->begin(step);
       const double lr = lr_at(cfg.schedule, cfg.optim.lr, step, tc.steps);
@@ -187,6 +191,7 @@ struct Trainer::Impl {
       double loss = 0, data_s = 0;  // data_s: time spent assembling batches (the loader's overhead)
       for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
         const double t_data = now_seconds();
+        std::optional<TraceSpan> phase(std::in_place, "data", "train");
         auto [x, y] = batch(*train_sampler,
                             WindowSampler::first_sample(data_position, micro, sync->rank(), sync->world(), tc.batch_size),
                             tc.batch_size);
@@ -196,16 +201,20 @@ struct Trainer::Impl {
         // differ, and a resume draws what the uninterrupted run drew (no generator state to save).
         if (cfg.model.dropout > 0) model->seed_dropout(dropout_seed(tc.seed, sync->rank(), step, micro));
         torch::Tensor l;
+        phase.emplace("forward", "train");
         {
           AutocastGuard ac(bf16);
           l = model->loss(x, y) / static_cast<double>(tc.grad_accum);
         }
+        phase.emplace("backward", "train");
         l.backward();
         loss += l.item<double>();
       }
       const StepTiming timing = pacer->end_compute();  // the modelled device's compute time has passed
       const double t_wait = now_seconds();
+      std::optional<TraceSpan> sync_span(std::in_place, "reduce and update", "train");
       const StepSync synced = sync->finish_step(flat->params, flat->grads, lr, step);  // average, clip, update
+      sync_span.reset();
       if (synced.skipped) {  // as mixed-precision trainers do on overflow: this step's data is consumed, no update
         ++skipped_steps;
         ++skipped_in_a_row;
@@ -248,6 +257,7 @@ struct Trainer::Impl {
       if (eval_due || ckpt_due || sample_due || step == last) sync->synchronize(flat->params);
       if (!writer) continue;  // evaluation, samples, checkpoints: local replica 0 (the others hold the same weights)
       if (eval_due) {
+        TraceSpan span("evaluate", "train");
         const double t_eval = now_seconds();
         const double vl = evaluate();
         metrics->write({{"step", step}, {"time_s", now_seconds() - t0}, {"val_loss", vl}, {"tokens", tokens},
@@ -255,12 +265,14 @@ struct Trainer::Impl {
         if (verbose) progress.line(fmt::format("[eval] step {}: train loss {:.4f}, val loss {:.4f}", step, loss, vl));
       }
       if (sample_due) {
+        TraceSpan span("sample", "train");
         const std::string s = sample_text();
         samples << "--- step " << step << " ---\n" << s << "\n";
         samples.flush();
         if (verbose) progress.line(fmt::format("[sample] step {}:\n{}\n", step, s));
       }
       if (ckpt_due) {
+        TraceSpan span("checkpoint", "train");
         const std::string dir = save_checkpoint((fs::path(out) / "checkpoints").string(), step, *model, sync->optimizer(),
                                                 meta(now_seconds() - t0), cfg.checkpoint.keep, sync->state());
         if (verbose) progress.line(fmt::format("[checkpoint] {}", dir));
