@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Cost of --trace.file: a 2-node ring (loopback) of the `small` preset trained with every process
 # tracing and without, alternating (off, on, off, on, ...) so that both see the same machine.
-# Prints each pair's median step time and the on/off ratio, then the mean ratio with its 95% interval.
+# Prints each pair's median step time and the on/off ratio, then the mean ratio with its 95% interval,
+# and the direct cost: events per node-step x the cost of one event (syncopate-bench-trace).
 #   scripts/bench_trace.sh [--pairs 4] [--steps 30] [--preset small] [--batch 8] [--mode ring|ps]
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -39,9 +40,14 @@ for p in range(1, pairs + 1):
     off, on = median_step(f"{tmp}/off{p}"), median_step(f"{tmp}/on{p}")
     ratios.append(on / off)
     size = os.path.getsize(f"{tmp}/on{p}/trace.json")
-    print(f"pair {p}: step {off * 1e3:.1f} ms off, {on * 1e3:.1f} ms on, ratio {on / off:.4f} (merged trace {size / 1e6:.2f} MB)")
+    ev = json.load(open(f"{tmp}/on{p}/trace.json"))["traceEvents"]
+    per_step = sum(1 for e in ev if e.get("ph") == "X") / sum(1 for e in ev if e.get("name") == "step")
+    print(f"pair {p}: step {off * 1e3:.1f} ms off, {on * 1e3:.1f} ms on, ratio {on / off:.4f} "
+          f"(merged trace {size / 1e6:.2f} MB, {per_step:.1f} events per node-step)")
 m = statistics.mean(ratios)
 t = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 7: 2.45, 8: 2.36}.get(len(ratios), 2.0)
 h = t * statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else float("nan")
 print(f"tracing on / off: {m:.4f} +- {h:.4f} (95% interval over {len(ratios)} pairs)")
+print("cost per event (multiply by the events per node-step above):")
 PY
+"$ROOT/build/bin/syncopate-bench-trace"

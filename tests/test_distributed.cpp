@@ -345,8 +345,9 @@ TEST_P(CheckpointCrash, RingJobRecoversExactly) {
 // Slurm's (SLURM_PROCID -> node rank, SLURM_NTASKS -> nodes, the first host of
 // SLURM_JOB_NODELIST -> master address), then defaults; explicit fields win over both.
 TEST(DistConfig, SlurmAndTorchrunVariablesMapToTheJob) {
-  const std::vector<std::string> names = {"MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK",
-                                          "SLURM_JOB_NODELIST", "SLURM_NTASKS", "SLURM_PROCID"};
+  const std::vector<std::string> names = {"MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "WORLD_SIZE", "RANK",
+                                          "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_JOB_NODELIST", "SLURM_NTASKS",
+                                          "SLURM_PROCID", "SLURM_NNODES", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
   std::map<std::string, std::optional<std::string>> saved;
   for (const auto& n : names) {
     const char* v = std::getenv(n.c_str());
@@ -397,4 +398,65 @@ TEST(DistConfig, SlurmAndTorchrunVariablesMapToTheJob) {
   EXPECT_NE(test::error_of([&] { resolved(ring); }).find("node rank 3 is outside 0..2"), std::string::npos);
   setenv("NODE_RANK", "one", 1);
   EXPECT_NE(test::error_of([&] { resolved(ring); }).find("NODE_RANK='one' is not an integer"), std::string::npos);
+  for (const auto& n : names) unsetenv(n.c_str());
+
+  // Issue 16 (5): launch layouts. torchrun --nnodes=2 --nproc-per-node=8, process 11 (host 1, GPU 3):
+  // one process per GPU, each a node of the job with one replica on its local rank's GPU.
+  setenv("WORLD_SIZE", "16", 1);
+  setenv("RANK", "11", 1);
+  setenv("LOCAL_RANK", "3", 1);
+  setenv("LOCAL_WORLD_SIZE", "8", 1);
+  c = resolved(ring);
+  EXPECT_EQ(c.launch, "gpu");
+  EXPECT_EQ(c.nnodes, 16);
+  EXPECT_EQ(c.node_rank, 11);
+  EXPECT_EQ(c.device, 3);
+  EXPECT_EQ(c.local_replicas, 1);
+  EXPECT_EQ(resolved(c).device, 3);  // idempotent (join_job resolves again)
+  // The same launcher with dist.launch=node would make 8 processes drive all 8 GPUs: refused by name.
+  DistConfig per_node = ring;
+  per_node.launch = "node";
+  EXPECT_NE(test::error_of([&] { resolved(per_node); }).find("--ntasks-per-node=1"), std::string::npos);
+  DistConfig two = ring;
+  two.local_replicas = 2;
+  EXPECT_NE(test::error_of([&] { resolved(two); }).find("dist.launch=gpu with dist.local_replicas=2"), std::string::npos);
+  // torchrun with one process per node: that process drives the node's GPUs.
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("RANK", "1", 1);
+  setenv("LOCAL_RANK", "0", 1);
+  setenv("LOCAL_WORLD_SIZE", "1", 1);
+  c = resolved(ring);
+  EXPECT_EQ(c.launch, "node");
+  EXPECT_EQ(c.nnodes, 2);
+  EXPECT_EQ(c.node_rank, 1);
+  EXPECT_EQ(c.device, -1);
+  for (const auto& n : names) unsetenv(n.c_str());
+  // srun --nodes=2 --ntasks-per-node=8: task 9 is GPU 1 of the second host (tasks are not nodes).
+  setenv("SLURM_NTASKS", "16", 1);
+  setenv("SLURM_NNODES", "2", 1);
+  setenv("SLURM_PROCID", "9", 1);
+  setenv("SLURM_LOCALID", "1", 1);
+  setenv("SLURM_NTASKS_PER_NODE", "8(x2)", 1);
+  c = resolved(ring);
+  EXPECT_EQ(c.launch, "gpu");
+  EXPECT_EQ(c.nnodes, 16);
+  EXPECT_EQ(c.node_rank, 9);
+  EXPECT_EQ(c.device, 1);
+  unsetenv("SLURM_NTASKS_PER_NODE");  // older Slurm: tasks / nodes tells the same
+  EXPECT_EQ(resolved(ring).launch, "gpu");
+  // srun --ntasks-per-node=1: one process per node, as today.
+  setenv("SLURM_NTASKS", "2", 1);
+  setenv("SLURM_PROCID", "1", 1);
+  setenv("SLURM_LOCALID", "0", 1);
+  c = resolved(ring);
+  EXPECT_EQ(c.launch, "node");
+  EXPECT_EQ(c.nnodes, 2);
+  // One process per GPU asked for, but no launcher says which GPU: refused by name.
+  unsetenv("SLURM_LOCALID");
+  DistConfig per_gpu = ring;
+  per_gpu.launch = "gpu";
+  EXPECT_NE(test::error_of([&] { resolved(per_gpu); }).find("neither LOCAL_RANK (torchrun) nor SLURM_LOCALID"),
+            std::string::npos);
+  per_gpu.device = 5;  // or told explicitly
+  EXPECT_EQ(resolved(per_gpu).device, 5);
 }

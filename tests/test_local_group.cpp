@@ -1,6 +1,7 @@
 // Collectives among a node's local replicas (threads; NCCL when a GPU build runs on GPUs), and
 // the hierarchical all-reduce over nodes x local replicas: exact sums for awkward sizes, every
 // replica bit-identical, an aborted group releases its waiters.
+#include <atomic>
 #include <gtest/gtest.h>
 
 #include <future>
@@ -110,6 +111,36 @@ TEST(LocalGroup, AbortReleasesTheWaitingReplicas) {
   for (auto& w : waiting) EXPECT_NE(w.get().find("local replica 0 failed: out of memory"), std::string::npos);
   at::Tensor t = torch::ones({10});  // and every later collective fails at once
   EXPECT_THROW(g->broadcast(0, t, 0), Error);
+}
+
+// Issue 16 (3): the barrier after construction holds every replica until the last has arrived
+// (a replica still building its model delays the others' first step) and is released by an abort.
+TEST(LocalGroup, BarrierHoldsEveryReplicaUntilTheLastArrives) {
+  auto g = make_local_group(3, {});
+  std::atomic<bool> late_arrived{false};
+  std::vector<std::future<bool>> early;
+  for (int r = 0; r < 2; ++r)
+    early.push_back(std::async(std::launch::async, [&, r] {
+      g->barrier(r);
+      return late_arrived.load();  // past the barrier only after rank 2 arrived
+    }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  for (auto& e : early) EXPECT_EQ(e.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  late_arrived = true;
+  g->barrier(2);
+  for (auto& e : early) EXPECT_TRUE(e.get());
+  // A replica that never arrives: an abort releases the waiting ones with its reason.
+  auto waiting = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      g->barrier(0);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "returned";
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  g->abort("local replica 2 failed while building its model");
+  EXPECT_NE(waiting.get().find("local replica 2 failed while building its model"), std::string::npos);
 }
 
 // nodes x local replicas as threads: lane l of the ring joins local replica l of every node.

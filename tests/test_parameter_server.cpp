@@ -1478,3 +1478,51 @@ TEST(PsServer, RefusesAWorkerWhoseServerListOrModelDiffersFromTheJobs) {
   PsClient other_model({server.endpoint}, "job", 2, 3, o);
   refused(other_model, "another model");
 }
+
+// Bad input at start: a shard that nobody runs. The worker retries (resends) within
+// dist.timeout_s, then stops with that shard's index and endpoint, not a hang or a generic error.
+TEST(PsClient, AnUnreachableShardIsRetriedThenNamedWithinTheTimeout) {
+  ServerConfig sc;
+  sc.encrypt = "off";
+  InProcessServer live(sc, PsConfig{}, "job");
+  const std::string dead = "tcp://127.0.0.1:" + std::to_string(test::free_port());  // nothing listens there
+  PsClientOptions o{1.5};
+  o.first_resend_s = 0.3;
+  PsClient c({live.endpoint, dead}, "job", 0, 1, o);
+  auto p = torch::ones({16});
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    c.init(p, {}, AdamWConfig{});
+    FAIL() << "init succeeded without shard 1";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("parameter server 1 (" + dead + ")"), std::string::npos) << m;
+    EXPECT_NE(m.find("dist.timeout_s"), std::string::npos) << m;
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(waited, 1.4);
+  EXPECT_LT(waited, 10.0);
+  EXPECT_GE(c.counters().resends, 1);  // it retried before giving up
+}
+
+// Issue 16 (4): a failure on the communication thread during backward (a shard refuses a push
+// made from a gradient hook) ends the node with the root cause, promptly, and tears down cleanly:
+// the reducer's thread is joined before the sync object it calls into is destroyed. Run under
+// AddressSanitizer by scripts/asan_check.sh (a use after free there fails it).
+TEST(PsTraining, APushRefusedDuringBackwardEndsTheNodeWithTheRootCause) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  std::string ep;
+  auto server = start_server(d, {"--ps.consistency=asp", "--ps.max_grad_norm=1e-12"}, d.str("server.log"), &ep);
+  auto a = train_args(d, corpus, d.str("w"), 2);
+  a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + ep, "--dist.local_replicas=2", "--dist.ps_push_in_backward=true"});
+  test::Process w(a, {"SYNCOPATE_TOKEN=t", "NNODES=1", "NODE_RANK=0"}, d.str("w.log"));
+  const int rc = w.wait(60);
+  const std::string log = test::slurp(d.str("w.log"));
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(rc, -1) << "the node did not end within 60 s:\n" << log;
+  EXPECT_NE(rc, -2) << "the node died of a signal:\n" << log;
+  EXPECT_NE(log.find("refused"), std::string::npos) << log;
+  EXPECT_NE(log.find("max_grad_norm"), std::string::npos) << log;  // the server's reason, named
+  EXPECT_EQ(log.find("AddressSanitizer"), std::string::npos) << log;
+}

@@ -13,6 +13,7 @@
 #include "tests/test_helpers.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "model/flat_parameters.h"
+#include "worker/train/precision.h"
 #include "worker/train/trainer.h"
 
 using namespace syncopate;
@@ -212,4 +213,22 @@ TEST(Trainer, SkippedStepsChangeNothingAndTooManyInARowEndTheRun) {
   Trainer div(c, d.str("diverged"), false, "", false);
   EXPECT_THROW(div.run(), Error);
   EXPECT_TRUE(torch::isfinite(div.flat().params).all().item<bool>()) << "non-finite weights after the guard";
+}
+
+// Issue 16 (6): bf16 only where the GPU has bf16 tensor cores (compute capability 8.0+); below it,
+// or unknown, fp32 with a line that says why; fp32 and CPU never autocast.
+TEST(Precision, Bf16OnlyFromComputeCapability80) {
+  EXPECT_TRUE(choose_precision("auto", true, 90).bf16);   // H100
+  EXPECT_TRUE(choose_precision("bf16", true, 80).bf16);   // A100
+  EXPECT_TRUE(choose_precision("auto", true, 90).note.empty());
+  const PrecisionChoice v100 = choose_precision("auto", true, 70);
+  EXPECT_FALSE(v100.bf16);
+  EXPECT_NE(v100.note.find("compute capability is 7.0"), std::string::npos) << v100.note;
+  EXPECT_NE(v100.note.find("fp32"), std::string::npos) << v100.note;
+  EXPECT_FALSE(choose_precision("bf16", true, 75).bf16);  // T4: asked for, not available
+  EXPECT_NE(choose_precision("bf16", true, -1).note.find("unknown"), std::string::npos);
+  EXPECT_FALSE(choose_precision("fp32", true, 90).bf16);
+  EXPECT_TRUE(choose_precision("fp32", true, 70).note.empty());
+  EXPECT_FALSE(choose_precision("auto", false, -1).bf16);  // CPU
+  EXPECT_TRUE(choose_precision("auto", false, -1).note.empty());
 }

@@ -1,12 +1,11 @@
 #include "common/comm/local_group.h"
 
-#include <condition_variable>
-#include <mutex>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
 #include "common/check.h"
+#include "common/comm/abortable_barrier.h"
 
 namespace syncopate {
 namespace {
@@ -18,7 +17,7 @@ namespace {
 // the same bits.
 class ThreadGroup : public LocalGroup {
  public:
-  explicit ThreadGroup(int n) : n_(n), bufs_(static_cast<size_t>(n)) {}
+  explicit ThreadGroup(int n) : n_(n), bufs_(static_cast<size_t>(n)), barrier_(n) {}
   int size() const override { return n_; }
   std::string backend() const override { return "threads"; }
 
@@ -53,11 +52,8 @@ class ThreadGroup : public LocalGroup {
     if (rank != root) t.copy_(bufs_[root]);
     meet();
   }
-  void abort(const std::string& why) override {
-    std::lock_guard<std::mutex> l(mu_);
-    if (aborted_.empty()) aborted_ = why.empty() ? "a local replica failed" : why;
-    cv_.notify_all();
-  }
+  void barrier(int rank) override { meet(); }  // a thread group's work is done when its calls return
+  void abort(const std::string& why) override { barrier_.abort(why); }
 
  private:
   // Slice `rank` of t <- itself plus that slice of every other rank's buffer, in rank order.
@@ -85,27 +81,11 @@ class ThreadGroup : public LocalGroup {
                           bufs_[0].numel()),
               "this is a bug: every local replica must issue the same collectives");
   }
-  // A reusable barrier that turns into an error once the group is aborted.
-  void meet() {
-    std::unique_lock<std::mutex> l(mu_);
-    const uint64_t gen = gen_;
-    if (aborted_.empty() && ++waiting_ == n_) {
-      waiting_ = 0;
-      ++gen_;
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(l, [&] { return gen_ != gen || !aborted_.empty(); });
-    SYN_CHECK(gen_ != gen, "local collective aborted: " + aborted_, "see the first error above");
-  }
+  void meet() { barrier_.arrive_and_wait(); }
 
   const int n_;
   std::vector<at::Tensor> bufs_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int waiting_ = 0;
-  uint64_t gen_ = 0;
-  std::string aborted_;
+  AbortableBarrier barrier_;
 };
 
 }  // namespace

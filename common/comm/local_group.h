@@ -41,6 +41,9 @@ class LocalGroup {
   virtual void reduce_sum(int local_rank, at::Tensor& t, int root) = 0;
   // t <- rank `root`'s t.
   virtual void broadcast(int local_rank, at::Tensor& t, int root) = 0;
+  // Returns once every local rank has called it and the work this rank queued before it has
+  // finished on its device (NCCL calls are asynchronous: a broadcast alone is no barrier).
+  virtual void barrier(int local_rank) = 0;
   // Called when one local rank failed: every rank waiting in (or later entering) a collective
   // throws syncopate::Error with `why` instead of waiting forever.
   virtual void abort(const std::string& why) = 0;

@@ -55,6 +55,48 @@ uint16_t wait_for_published_port(const std::string& file, double timeout_s) {
   }
 }
 
+// Processes the launcher started on this host: torchrun's LOCAL_WORLD_SIZE, else Slurm's tasks per
+// node ("8", "8(x2)" or "8,4(x3)": this host's is not known, the first is taken), else tasks / nodes.
+int64_t processes_on_this_host() {
+  if (env("LOCAL_WORLD_SIZE")) return env_int("LOCAL_WORLD_SIZE");
+  if (const char* v = env("SLURM_NTASKS_PER_NODE")) {
+    std::cmatch m;
+    if (std::regex_search(v, m, std::regex(R"(^(\d+))"))) return std::stoll(m[1].str());
+  }
+  if (env("SLURM_NTASKS") && env("SLURM_NNODES") && env_int("SLURM_NNODES") > 0)
+    return (env_int("SLURM_NTASKS") + env_int("SLURM_NNODES") - 1) / env_int("SLURM_NNODES");
+  return 1;
+}
+
+// dist.launch: one process per node (it drives the node's GPUs) or one per GPU (it is a node of
+// the job with one replica on the GPU of its local rank).
+void resolve_launch_layout(DistConfig& c) {
+  const int64_t here = processes_on_this_host();
+  if (c.launch == "auto") c.launch = here > 1 ? "gpu" : "node";
+  if (c.launch == "node") {
+    SYN_CHECK(here <= 1,
+              fmt::format("the launcher started {} processes on this host (LOCAL_WORLD_SIZE / SLURM_NTASKS_PER_NODE), "
+                          "but dist.launch=node makes every one of them drive all of the host's GPUs", here),
+              "start one process per node (torchrun --nproc-per-node=1, srun --ntasks-per-node=1) or use "
+              "--dist.launch=gpu (or auto) for one process per GPU");
+    return;
+  }
+  SYN_CHECK(c.local_replicas <= 1,
+            fmt::format("dist.launch=gpu with dist.local_replicas={}", c.local_replicas),
+            "one process per GPU has one replica: drop dist.local_replicas, or use --dist.launch=node to drive "
+            "several GPUs from one process");
+  c.local_replicas = 1;
+  if (c.device < 0) {
+    const int64_t local = env("LOCAL_RANK") ? env_int("LOCAL_RANK") : env("SLURM_LOCALID") ? env_int("SLURM_LOCALID") : -1;
+    SYN_CHECK(local >= 0, "dist.launch=gpu but neither LOCAL_RANK (torchrun) nor SLURM_LOCALID (srun) is set",
+              "start the processes with torchrun or srun, or give --dist.device=N");
+    c.device = local;
+  }
+  SYN_CHECK(c.device < std::max<int64_t>(here, 1) || env("LOCAL_WORLD_SIZE") == nullptr,
+            fmt::format("local rank {} is outside the {} processes torchrun started on this host", c.device, here),
+            "check LOCAL_RANK and LOCAL_WORLD_SIZE");
+}
+
 }  // namespace
 
 void resolve_from_environment(DistConfig& c) {
@@ -69,8 +111,14 @@ void resolve_from_environment(DistConfig& c) {
     else c.master_addr = "127.0.0.1";
   }
   if (c.master_port == 0) c.master_port = env("MASTER_PORT") ? env_int("MASTER_PORT") : 29500;
-  if (c.nnodes == 0) c.nnodes = env("NNODES") ? env_int("NNODES") : env("SLURM_NTASKS") ? env_int("SLURM_NTASKS") : 1;
-  if (c.node_rank < 0) c.node_rank = env("NODE_RANK") ? env_int("NODE_RANK") : env("SLURM_PROCID") ? env_int("SLURM_PROCID") : 0;
+  auto first_of = [](std::initializer_list<const char*> names, int64_t fallback) {
+    for (const char* n : names)
+      if (env(n)) return env_int(n);
+    return fallback;
+  };
+  if (c.nnodes == 0) c.nnodes = first_of({"NNODES", "WORLD_SIZE", "SLURM_NTASKS"}, 1);
+  if (c.node_rank < 0) c.node_rank = first_of({"NODE_RANK", "RANK", "SLURM_PROCID"}, 0);
+  resolve_launch_layout(c);
   SYN_CHECK(c.nnodes >= 1 && c.node_rank >= 0 && c.node_rank < c.nnodes,
             fmt::format("node rank {} is outside 0..{} (nnodes {})", c.node_rank, c.nnodes - 1, c.nnodes),
             "set NODE_RANK (or --dist.node_rank) below NNODES on every node");

@@ -19,8 +19,17 @@ struct DistConfig {
                                  // other nodes wait for the file (a shared filesystem: tests, one-host launchers,
                                  // Slurm jobs on a shared home). Use a fresh path per job: a file left by an
                                  // earlier job would point the other nodes at a dead port until node 0 rewrites it
-  int64_t nnodes = 0;            // nodes in the job; 0 = $NNODES, else $SLURM_NTASKS, else 1
-  int64_t node_rank = -1;        // this node; -1 = $NODE_RANK, else $SLURM_PROCID, else 0
+  std::string launch = "auto";   // how the launcher laid out processes (docs/ARCHITECTURE.md, "Launch layouts"):
+                                 // "node": one process per node drives the node's GPUs (local_replicas of them);
+                                 // "gpu": one process per GPU, as torchrun --nproc-per-node=G or srun
+                                 // --ntasks-per-node=G start them: each process is a node of the job with one
+                                 // replica, on GPU $LOCAL_RANK (else $SLURM_LOCALID); "auto": gpu when the launcher
+                                 // started several processes on this host ($LOCAL_WORLD_SIZE > 1, or Slurm tasks
+                                 // outnumbering nodes), else node
+  int64_t nnodes = 0;            // nodes (processes) in the job; 0 = $NNODES, else $WORLD_SIZE, else $SLURM_NTASKS, else 1
+  int64_t node_rank = -1;        // this node; -1 = $NODE_RANK, else $RANK, else $SLURM_PROCID, else 0
+  int64_t device = -1;           // launch=gpu: this process's CUDA device; -1 = $LOCAL_RANK, else $SLURM_LOCALID
+                                 // (launch=node takes devices 0..local_replicas-1)
   int64_t local_replicas = 0;    // replicas on this node, one thread each: 0 = one per visible GPU (CUDA_VISIBLE_DEVICES),
                                  // or 1 on CPU; N = the first N GPUs, or N CPU replicas (a multi-GPU node in miniature;
                                  // they share the process's train.threads intra-op threads)
@@ -61,6 +70,10 @@ struct DistConfig {
   template <class V>
   void fields(V& v) {
     v("mode", mode, "data-parallel mode", std::vector<std::string>{"none", "ring", "ps"});
+    v("launch", launch, "process layout: one process per node (node), per GPU (gpu), or from the launcher (auto)",
+      std::vector<std::string>{"auto", "node", "gpu"});
+    v("device", device, "launch=gpu: CUDA device of this process (-1 = LOCAL_RANK / SLURM_LOCALID)", int64_t{-1},
+      int64_t{1023});
     v("master_addr", master_addr, "node 0's IP address (default $MASTER_ADDR or 127.0.0.1)");
     v("master_port", master_port, "rendezvous port on node 0 (0 = $MASTER_PORT or 29500; -1 = any free port, see rendezvous_file)",
       int64_t{-1}, int64_t{65535});
@@ -98,8 +111,11 @@ struct DistConfig {
   }
 };
 
-// Fills unset fields from MASTER_ADDR, MASTER_PORT, NNODES, NODE_RANK (torchrun) or SLURM_PROCID,
-// SLURM_NTASKS, SLURM_JOB_NODELIST (Slurm), then defaults. mode "none" forces one node.
+// Fills unset fields from MASTER_ADDR, MASTER_PORT, NNODES, NODE_RANK (ours), WORLD_SIZE, RANK,
+// LOCAL_RANK, LOCAL_WORLD_SIZE (torchrun) or SLURM_PROCID, SLURM_NTASKS, SLURM_NNODES, SLURM_LOCALID,
+// SLURM_NTASKS_PER_NODE, SLURM_JOB_NODELIST (Slurm), then defaults, and decides the launch layout
+// (launch=gpu: local_replicas 1 on `device`). Refuses layouts that contradict the launcher by name.
+// mode "none" forces one node. Idempotent.
 void resolve_from_environment(DistConfig& c);
 
 // Rendezvous settings of a resolved config (ring mode and the ring benchmark).

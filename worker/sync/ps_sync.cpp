@@ -50,6 +50,9 @@ class PsSync : public GradientSync {
     }
   }
   ~PsSync() override {
+    // The reducer's communication thread runs reduce_and_push, which uses this object's members
+    // (mu_, tickets_, the client): join it before any of them is destroyed.
+    regions_.reset();
     if (inflight_.valid()) inflight_.wait();
   }
 

@@ -21,6 +21,8 @@
 #include "common/comm/node_allreduce.h"
 #include "common/comm/rendezvous.h"
 #include "common/trace.h"
+#include "common/comm/cuda_device.h"
+#include "worker/train/precision.h"
 #include "common/flat_adamw.h"
 #include "common/log.h"
 #include "model/flat_parameters.h"
@@ -67,7 +69,10 @@ struct Trainer::Impl {
     if (dev >= 0) device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dev));
     SYN_CHECK(cfg.train.precision != "bf16" || device.is_cuda(), "train.precision=bf16 needs a CUDA device",
               "use precision auto or fp32 on CPU");
-    bf16 = device.is_cuda() && cfg.train.precision != "fp32";
+    const PrecisionChoice precision =
+        choose_precision(cfg.train.precision, device.is_cuda(), device.is_cuda() ? cuda_compute_capability(dev) : -1);
+    bf16 = precision.bf16;
+    if (!precision.note.empty() && local == 0) log::warn("[train] {}", precision.note);
 
     tokenizer = job.tokenizer;
     data = job.data;
@@ -119,6 +124,9 @@ struct Trainer::Impl {
     if (data_position < 0) data_position = step * samples_per_step();
 
     sync->start(flat->params, step);  // every replica from the same weights (rank 0's, or the servers')
+    // Every local replica built and holding those weights on its device before any step starts
+    // (NCCL's broadcast is asynchronous: by itself it is no barrier).
+    if (job.group) job.group->barrier(local);
     pacer = std::make_unique<StepPacer>(cfg.emulate, static_cast<uint64_t>(cfg.train.seed), cfg.dist.node_rank);
     if (writer) {
       write_file_atomic((fs::path(out) / "config.toml").string(), config_toml);
@@ -139,7 +147,12 @@ struct Trainer::Impl {
 
   std::pair<torch::Tensor, torch::Tensor> batch(const WindowSampler& sampler, int64_t first, int64_t b) {
     const int64_t T = cfg.model.block_size;
-    auto x = torch::empty({b, T}, torch::kLong), y = torch::empty({b, T}, torch::kLong);
+    // For a GPU the batch is assembled in pinned memory, so that the copy really is asynchronous
+    // (from pageable memory non_blocking is ignored and the host waits). LibTorch's caching host
+    // allocator reuses a pinned block only once the copy that read it has completed, so the next
+    // micro-batch fills another block while this one is still in flight (double buffering).
+    const auto opt = torch::TensorOptions().dtype(torch::kLong).pinned_memory(device.is_cuda());
+    auto x = torch::empty({b, T}, opt), y = torch::empty({b, T}, opt);
     sampler.fill(first, b, x.data_ptr<int64_t>(), y.data_ptr<int64_t>());
     return {x.to(device, /*non_blocking=*/true), y.to(device, true)};
   }
@@ -188,7 +201,10 @@ struct Trainer::Impl {
       pacer->begin(step);
       const double lr = lr_at(cfg.schedule, cfg.optim.lr, step, tc.steps);
       flat->zero_grad();
-      double loss = 0, data_s = 0;  // data_s: time spent assembling batches (the loader's overhead)
+      double data_s = 0;  // data_s: time spent assembling batches (the loader's overhead)
+      // The step's loss stays on the device until every micro-batch is queued: one host sync per
+      // step, not one per micro-batch.
+      torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device));
       for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
         const double t_data = now_seconds();
         std::optional<TraceSpan> phase(std::in_place, "data", "train");
@@ -208,8 +224,9 @@ struct Trainer::Impl {
         }
         phase.emplace("backward", "train");
         l.backward();
-        loss += l.item<double>();
+        loss_sum += l.detach().to(torch::kDouble);
       }
+      double loss = loss_sum.item<double>();
       const StepTiming timing = pacer->end_compute();  // the modelled device's compute time has passed
       const double t_wait = now_seconds();
       std::optional<TraceSpan> sync_span(std::in_place, "reduce and update", "train");
@@ -310,13 +327,24 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
   const bool cuda = torch::cuda::is_available();
   SYN_CHECK(cfg.train.device != "cuda" || cuda, "train.device=cuda but no CUDA device is visible",
             "use train.device=auto or cpu, or check CUDA_VISIBLE_DEVICES and the driver");
+  resolve_from_environment(cfg.dist);  // the launch layout decides the devices
   if (local <= 0) local = static_cast<int>(cfg.dist.local_replicas);
   if (cfg.train.device == "cuda" || (cfg.train.device == "auto" && cuda)) {
     const int visible = static_cast<int>(torch::cuda::device_count());
-    if (local <= 0) local = visible;
-    SYN_CHECK(local <= visible, fmt::format("dist.local_replicas={} but only {} GPU(s) are visible", local, visible),
-              "lower dist.local_replicas, or 0 for one replica per visible GPU");
-    for (int d = 0; d < local; ++d) job.devices.push_back(d);
+    if (cfg.dist.device >= 0) {  // launch=gpu: this process is a node with one replica on its local rank's GPU
+      SYN_CHECK(cfg.dist.device < visible,
+                fmt::format("dist.launch=gpu: this process's GPU is {} (its local rank) but {} GPU(s) are visible",
+                            cfg.dist.device, visible),
+                "start at most one process per visible GPU, and leave CUDA_VISIBLE_DEVICES listing all of the "
+                "host's GPUs (each process picks its own)");
+      job.devices.push_back(static_cast<int>(cfg.dist.device));
+      local = 1;
+    } else {
+      if (local <= 0) local = visible;
+      SYN_CHECK(local <= visible, fmt::format("dist.local_replicas={} but only {} GPU(s) are visible", local, visible),
+                "lower dist.local_replicas, or 0 for one replica per visible GPU");
+      for (int d = 0; d < local; ++d) job.devices.push_back(d);
+    }
   }
   if (local <= 0) local = 1;
   job.local_size = local;
@@ -328,7 +356,6 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
   if (const int n = remove_checkpoint_leftovers(ckroot); n > 0)
     log::info("[checkpoint] removed {} unfinished checkpoint write(s) from {}", n, ckroot);
   if (resume) job.checkpoints = list_checkpoints(ckroot);
-  resolve_from_environment(cfg.dist);
   job.token = cfg.dist.mode == "none" ? job_token_from_environment() : job_token_or_insecure_default("[dist]");
   job.tokenizer = make_tokenizer(cfg.data.tokenizer_config());
   SYN_CHECK(job.tokenizer->vocab_size() <= cfg.model.vocab_size,
@@ -339,8 +366,10 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
       open_training_data(cfg.data, *job.tokenizer, cfg.model.block_size, verbose && cfg.dist.node_rank == 0));
   const std::string where = job.devices.empty() ? "cpu" : "cuda, " + std::string(job.group ? job.group->backend() : "one GPU");
   if (cfg.dist.mode != "none" && cfg.dist.node_rank == 0)
-    log::info("[dist] node {}/{}: {} local replica(s) ({}); rendezvous at {}:{} ...", cfg.dist.node_rank, cfg.dist.nnodes,
-              local, where, cfg.dist.master_addr, cfg.dist.master_port);
+    log::info("[dist] node {}/{}: {} local replica(s) ({}); launch layout: one process per {}; rendezvous at {}:{} ...",
+              cfg.dist.node_rank, cfg.dist.nnodes, local, where,
+              cfg.dist.launch == "gpu" ? "GPU (each process a node of the job, its GPU its local rank's)" : "node",
+              cfg.dist.master_addr, cfg.dist.master_port);
   else if (cfg.dist.mode == "none" && local > 1)
     log::info("[dist] one node: {} local replicas ({})", local, where);
   // Nodes must agree on model and config, and resume from the newest checkpoint all of them hold:

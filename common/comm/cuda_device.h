@@ -1,0 +1,10 @@
+// What a CUDA device can do, asked of the driver (the CUDA runtime when built with it).
+#pragma once
+
+namespace syncopate {
+
+// Compute capability of CUDA device `device` as major * 10 + minor (H100: 90, A100: 80, V100: 70);
+// -1 when this build has no CUDA or the device cannot be queried.
+int cuda_compute_capability(int device);
+
+}  // namespace syncopate
