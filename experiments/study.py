@@ -197,7 +197,7 @@ def run_study(configs, a, title, command):
             out = os.path.join(a.out, "runs", name, f"lr{mult:g}", f"seed{seed}")
             # Seed 0 of each configuration's chosen rate records a timeline (linked from the report).
             r = run_once(name, configs[name], em, job, seed, a.base_lr * mult, out, a.max_overrun, a.max_cpu,
-                         trace=seed == 0 and not a.no_trace)
+                         trace=seed == 0 and not getattr(a, "no_trace", False))
             runs[key] = r
             if "failed" in r:
                 print(f"[study] {name} lr x{mult:g} seed {seed}: FAILED ({r['failed']}); log {r['log']}", flush=True)

@@ -175,6 +175,24 @@ struct PsClient::Impl {
       if (accept(h, parts)) return {h, std::move(parts)};
     }
   }
+  // While waiting on shard k, the pushes still unanswered by the other shards are sent again
+  // too: a shard that died and came back from its checkpoint may have lost them, and under BSP it
+  // would wait for them while this worker waits on shard k, which waits for a worker that waits
+  // on it (found by the launch test's shard restart). Shards drop duplicates by clock, and a reply
+  // to a copy already answered is ignored, so a needless resend costs bytes only. A shard another
+  // thread is using right now is skipped (its own wait resends).
+  void resend_unanswered(int k) {
+    for (int j = 0; j < static_cast<int>(shards.size()); ++j) {
+      if (j == k) continue;
+      std::unique_lock<std::mutex> l(shards[j]->mu, std::try_to_lock);
+      if (!l.owns_lock()) continue;
+      for (auto& [id, p] : shards[j]->pending) {
+        if (p.replied) continue;
+        send(j, p.header, p.data.data_ptr(), p.data.nbytes());
+        bytes_sent += static_cast<int64_t>(p.data.nbytes());
+      }
+    }
+  }
   // Copies a reply's values into dst (the shard's range) after checking their size.
   void take_values(int k, const zmq::message_t* values, size_t frames, float* dst) {
     const size_t want = static_cast<size_t>(bounds[k + 1] - bounds[k]) * sizeof(float);
@@ -342,6 +360,7 @@ PsReply PsClient::wait(const PsTicket& t, at::Tensor& into) {
       const size_t bytes = p.data.nbytes();
       I.send(k, p.header, p.data.data_ptr(), bytes);
       I.bytes_sent += static_cast<int64_t>(bytes);
+      I.resend_unanswered(k);
     };
     auto accept = [&](const MsgHeader& h, std::vector<zmq::message_t>& parts) {
       if (h.clock == clock) return true;

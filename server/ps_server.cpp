@@ -179,8 +179,11 @@ struct PsServer::Impl {
           std::vector<int> ready = shard.push(h, grad, now());  // throws, changing nothing, on a refused gradient
           identity[h.worker] = zmq::message_t(id.data(), id.size());
           if (t0) trace_push(h, t0, ready);
-          for (int w : ready) reply_params(w, w == h.worker ? h.clock : -1);
+          // Durable before acknowledged: a checkpoint due now is written before the replies go out,
+          // so a restarted shard never lacks an update a worker was told about (with
+          // server.checkpoint_every=1 a crash loses no acknowledged update at all).
           maybe_checkpoint(false);
+          for (int w : ready) reply_params(w, w == h.worker ? h.clock : -1);
           return true;
         }
         case MsgType::kPull:

@@ -91,7 +91,10 @@ else
 fi
 
 # A shard killed mid-run is restarted by its node's launcher, resumes from its checkpoint, and the
-# job ends as usual (the workers resend what the dead shard had not answered).
+# job ends as usual: the workers resend what the dead shard had not answered, to every shard that
+# has not answered (under BSP a worker waiting on another shard must still resend to the restarted
+# one, or the two wait for each other). A checkpoint after every update, written before the reply,
+# makes every clock applied exactly once on every shard, the restarted one included.
 restart_job() {
   local base i rc pid t0
   base=$(free_base)
@@ -102,7 +105,7 @@ restart_job() {
     NNODES=3 NODE_RANK=$i SYNCOPATE_TOKEN=launch-test SYNCOPATE_SERVERS=per-node \
       SYNCOPATE_NODE_HOSTS=127.0.0.1,127.0.0.1,127.0.0.1 SYNCOPATE_PS_PORT="$base" \
       spawn "$ROOT/scripts/launch_node.sh" --max-restarts 2 --server-arg --ps.consistency=bsp \
-      --server-arg --server.checkpoint_every=3 -- --out "$TMP/restart/node$i" "${ARGS[@]}" --train.steps=60 \
+      --server-arg --server.checkpoint_every=1 -- --out "$TMP/restart/node$i" "${ARGS[@]}" --train.steps=60 \
       > "$TMP/restart/node$i.log" 2>&1
   done
   for _ in $(seq 1 1200); do grep -q '"step":15,' "$TMP/restart/node1/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
