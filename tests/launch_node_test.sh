@@ -134,6 +134,28 @@ restart_job() {
 }
 restart_job
 
+# One process per GPU as torchrun --nproc-per-node=2 starts them (the same command line, torchrun's
+# variables): each process is a node of the job (dist.launch=auto -> gpu; on CPU one replica each),
+# and '{node}' in --out gives each its own directory. The two ring nodes end identical.
+torchrun_style() {
+  local port r pids=()
+  port=$(free_port)
+  for r in 0 1; do
+    WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port SYNCOPATE_TOKEN=t \
+      "${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}" --out "$TMP/torchrun/node{node}" "${ARGS[@]}" \
+      --train.steps=6 --dist.mode=ring --dist.check_every=3 > "$TMP/torchrun$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for r in 0 1; do wait "${pids[$r]}" || { echo "FAIL: torchrun-style process $r failed"; cat "$TMP/torchrun$r.log"; fail=1; }; done
+  grep -q "launch layout: one process per GPU" "$TMP/torchrun0.log" || { echo "FAIL: the per-GPU layout was not detected"; cat "$TMP/torchrun0.log"; fail=1; }
+  for r in 0 1; do
+    grep -q '"step":6,' "$TMP/torchrun/node$r/metrics.jsonl" 2>/dev/null || { echo "FAIL: torchrun-style node $r did not write its own run"; fail=1; }
+  done
+  cmp -s "$TMP/torchrun/node0/checkpoints/step_000006/model.safetensors" "$TMP/torchrun/node1/checkpoints/step_000006/model.safetensors" ||
+    { echo "FAIL: the two torchrun-style ring nodes ended with different weights"; fail=1; }
+}
+torchrun_style
+
 # Bad input: a per-node layout without the nodes' addresses is refused by name, before anything starts.
 if NNODES=2 NODE_RANK=0 SYNCOPATE_SERVERS=per-node "$ROOT/scripts/launch_node.sh" -- --out "$TMP/bad" 2> "$TMP/bad.err"; then
   echo "FAIL: per-node without SYNCOPATE_NODE_HOSTS accepted"; fail=1

@@ -25,7 +25,7 @@ using namespace syncopate;
 namespace fs = std::filesystem;
 
 namespace {
-const std::string kWorker = std::string(SYNCOPATE_BIN_DIR) + "/syncopate-worker";
+const std::string kWorker = test::bin_dir() + "/syncopate-worker";
 
 std::vector<std::string> worker_args(const test::TempDir& d, const std::string& corpus, const std::string& out, int batch,
                                      int steps, int accum) {

@@ -3,6 +3,7 @@
 #include "common/check.h"
 #include "common/comm/transport/memory_connection.h"
 
+#include <cstdlib>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -233,6 +234,11 @@ std::string slurp(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+std::string bin_dir() {
+  const char* v = std::getenv("SYNCOPATE_TEST_BIN");
+  return v && *v ? v : SYNCOPATE_BIN_DIR;
 }
 
 }  // namespace syncopate::test

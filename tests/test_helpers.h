@@ -86,6 +86,9 @@ bool wait_for_step(const std::string& out, int64_t step, double timeout_s);
 // A TCP port on 127.0.0.1 that was free a moment ago (bound and released): only for an endpoint
 // where nothing should listen. Servers and rendezvous of tests pick their own ports (above).
 int free_port();
+// The directory of the worker and server binaries the tests start: the build's own, or
+// $SYNCOPATE_TEST_BIN (scripts/asan_check.sh points it at AddressSanitizer builds).
+std::string bin_dir();
 // Reads a whole text file ("" if missing).
 std::string slurp(const std::string& path);
 

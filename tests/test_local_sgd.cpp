@@ -149,7 +149,7 @@ TEST(LocalSgdSync, RingDiLoCoEqualsAHandAppliedReference) {
 }
 
 namespace {
-const std::string kWorker = std::string(SYNCOPATE_BIN_DIR) + "/syncopate-worker";
+const std::string kWorker = test::bin_dir() + "/syncopate-worker";
 std::vector<std::string> diloco_args(const test::TempDir& d, const std::string& corpus, const std::string& out) {
   return {kWorker, "--out", out, "--model.n_embd=32", "--model.n_head=2", "--model.block_size=32",
           "--train.threads=1", "--schedule.warmup_steps=2", "--eval.every=0", "--eval.batches=1",
@@ -233,7 +233,7 @@ std::string start_shards(const test::TempDir& d, int k, const std::string& consi
   std::string eps;
   for (int i = 0; i < k; ++i) {
     const test::ServerPort port = test::any_server_port(d);
-    std::vector<std::string> a = {std::string(SYNCOPATE_BIN_DIR) + "/syncopate-server", "--server.shard=" + std::to_string(i),
+    std::vector<std::string> a = {test::bin_dir() + "/syncopate-server", "--server.shard=" + std::to_string(i),
                                   "--ps.consistency=" + consistency};
     a.insert(a.end(), port.args.begin(), port.args.end());
     ps.push_back(std::make_unique<test::Process>(a, std::vector<std::string>{"SYNCOPATE_TOKEN=t"},

@@ -438,7 +438,7 @@ TEST(PsServer, HostileMessagesGetErrorRepliesAndTheServerKeepsServing) {
 }
 
 namespace {
-const std::string kBin = std::string(SYNCOPATE_BIN_DIR);
+const std::string kBin = test::bin_dir();  // the worker and server binaries (SYNCOPATE_TEST_BIN: another build)
 
 std::vector<std::string> train_args(const test::TempDir& d, const std::string& corpus, const std::string& out, int batch) {
   return {kBin + "/syncopate-worker", "--out", out, "--model.n_embd=32", "--model.n_head=2", "--model.block_size=32",

@@ -21,7 +21,8 @@ const char* kUsage =
     "                        [--section.field=value ...]\n"
     "Trains a GPT; writes DIR/metrics.jsonl, DIR/samples.txt and DIR/checkpoints/.\n"
     "  --config FILE   TOML file with [section] tables of the fields below\n"
-    "  --out DIR       run directory (default runs/default)\n"
+    "  --out DIR       run directory (default runs/default); {node} becomes this node's rank\n"
+    "                  (one process per GPU under torchrun/srun: --out runs/job/node{node})\n"
     "  --resume        continue from DIR/checkpoints/latest\n"
     "  --print-config  print the resolved config as TOML and exit\n"
     "Fields (current value, doc, allowed values):\n";

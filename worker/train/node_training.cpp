@@ -16,8 +16,11 @@
 
 namespace syncopate {
 
-void train_node(RunConfig cfg, const std::string& out_dir, bool resume, const std::string& config_toml) {
+void train_node(RunConfig cfg, std::string out_dir, bool resume, const std::string& config_toml) {
   resolve_from_environment(cfg.dist);  // (join_job does it too) the node's rank names its timeline
+  // "{node}" in --out: processes that share a command line (torchrun, srun) get a directory each.
+  for (size_t at = out_dir.find("{node}"); at != std::string::npos; at = out_dir.find("{node}"))
+    out_dir.replace(at, 6, std::to_string(cfg.dist.node_rank));
   TraceSession trace(cfg.trace.file, fmt::format("worker node {}", cfg.dist.node_rank));  // opened now: a bad path fails at start
   JobMembership job = join_job(cfg, out_dir, resume);
   if (job.ring && cfg.dist.node_rank != 0) Tracer::global().clock_sync("worker node 0", job.ring->clock_offset_us, -1);

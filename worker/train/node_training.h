@@ -8,7 +8,8 @@
 namespace syncopate {
 
 // When one local replica fails, the others are stopped (their collectives abort) and the first
-// failure is rethrown: the root cause, not the replicas that stopped because of it.
-void train_node(RunConfig cfg, const std::string& out_dir, bool resume, const std::string& config_toml);
+// failure is rethrown: the root cause, not the replicas that stopped because of it. "{node}" in
+// out_dir is replaced by the node's rank.
+void train_node(RunConfig cfg, std::string out_dir, bool resume, const std::string& config_toml);
 
 }  // namespace syncopate
