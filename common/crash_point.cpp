@@ -17,4 +17,12 @@ void crash_point(const char* what, const char* phase, int64_t step) {
   std::raise(SIGKILL);
 }
 
+bool fail_point(const char* what, const char* phase, int64_t step) {
+  static const std::string target = [] {
+    const char* v = std::getenv("SYNCOPATE_FAIL_AT");
+    return std::string(v ? v : "");
+  }();
+  return !target.empty() && target == fmt::format("{}:{}:{}", what, phase, step);
+}
+
 }  // namespace syncopate

@@ -10,4 +10,8 @@ namespace syncopate {
 
 void crash_point(const char* what, const char* phase, int64_t step);
 
+// The same with SYNCOPATE_FAIL_AT=<what>:<phase>:<step>: true where the caller must fail (throw),
+// as a replica does when its backward runs out of memory. Without the variable, one comparison.
+bool fail_point(const char* what, const char* phase, int64_t step);
+
 }  // namespace syncopate

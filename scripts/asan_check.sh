@@ -18,7 +18,7 @@ if [ ! -f build-asan/build.ninja ]; then
 fi
 cmake --build build-asan -j "${SYNCOPATE_JOBS:-2}" --target syncopate-worker syncopate-server
 [ -x build/bin/syncopate_tests ] || scripts/build.sh
-FILTER=${1:-'PsTraining.APushRefusedDuringBackward*:PsTraining.*Killed*:PsCheckpointCrash.*:*ReplicaFails*:*NodeDies*:*Dead*:PsServer.Hostile*'}
+FILTER=${1:-'PsTraining.APushRefusedDuringBackward*:PsTraining.AReplicaFailingMidBackward*:PsTraining.*Killed*:PsCheckpointCrash.*:*ReplicaFails*:*NodeDies*:*Dead*:PsServer.Hostile*'}
 # LibTorch's allocators are not instrumented: container-overflow checks across that boundary
 # report false positives, and leaks at exit are LibTorch's static caches.
 export ASAN_OPTIONS=detect_container_overflow=0:detect_leaks=0:abort_on_error=1

@@ -41,9 +41,11 @@ void ParameterShard::check_init(const MsgHeader& h, const float* values) const {
   SYN_CHECK(std::isfinite(h.eps) && h.eps > 0 && std::isfinite(h.weight_decay) && h.weight_decay >= 0,
             fmt::format("INIT AdamW eps {} / weight decay {} invalid", h.eps, h.weight_decay),
             "eps must be positive and finite, weight decay finite and >= 0");
-  SYN_CHECK(h.update == "adamw" || h.update == "average" || h.update == "nesterov",
+  SYN_CHECK(h.update == "adamw" || h.update == "average" || h.update == "nesterov" || h.update == "delayed_nesterov",
             fmt::format("INIT update rule '{}' is not one this server knows", h.update),
-            "use adamw, average or nesterov (a worker and server of the same Syncopate build agree)");
+            "use adamw, average, nesterov or delayed_nesterov (a worker and server of the same Syncopate build agree)");
+  SYN_CHECK(h.outer_delay >= 1 && h.outer_delay <= (int64_t{1} << 20),
+            fmt::format("INIT outer delay {} invalid", h.outer_delay), "dist.outer_delay in [1, 2^20] (0 = the nodes)");
   SYN_CHECK(std::isfinite(h.outer_lr) && h.outer_lr >= 0 && h.outer_lr <= 100 && std::isfinite(h.outer_momentum) &&
                 h.outer_momentum >= 0 && h.outer_momentum < 1,
             fmt::format("INIT outer lr {} / momentum {} invalid", h.outer_lr, h.outer_momentum),
@@ -64,9 +66,10 @@ void ParameterShard::check_init(const MsgHeader& h, const float* values) const {
               "same model: compare the launch environment of this worker with the others'");
     SYN_CHECK(h.wire == wire_, fmt::format("INIT with wire format '{}', but this shard takes '{}'", h.wire, wire_),
               "every worker must run the same --dist.wire (mixed formats are refused)");
-    SYN_CHECK(h.update == update_ && (h.update != "nesterov" || (h.outer_lr == outer_lr_ && h.outer_momentum == outer_mu_)),
-              fmt::format("INIT with update '{}' (outer lr {}, momentum {}), but this shard applies '{}' ({}, {})", h.update,
-                          h.outer_lr, h.outer_momentum, update_, outer_lr_, outer_mu_),
+    SYN_CHECK(h.update == update_ && (h.update == "adamw" || h.update == "average" ||
+                                      (h.outer_lr == outer_lr_ && h.outer_momentum == outer_mu_ && h.outer_delay == outer_delay_)),
+              fmt::format("INIT with update '{}' (outer lr {}, momentum {}, delay {}), but this shard applies '{}' ({}, {}, {})",
+                          h.update, h.outer_lr, h.outer_momentum, h.outer_delay, update_, outer_lr_, outer_mu_, outer_delay_),
               "every worker must run the same dist.sync_every / dist.outer settings");
     return;
   }
@@ -115,8 +118,10 @@ void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t
   layout_ = h.layout;
   outer_lr_ = h.outer_lr;
   outer_mu_ = h.outer_momentum;
+  outer_delay_ = h.outer_delay;
   if (update_ != "adamw")
-    outer_ = std::make_unique<OuterOptimizer>(parse_outer_rule(update_), outer_lr_, outer_mu_, length_, params_.options());
+    outer_ = std::make_unique<OuterOptimizer>(parse_outer_rule(update_), outer_lr_, outer_mu_, length_, params_.options(),
+                                              outer_delay_);
   clock_.assign(static_cast<size_t>(workers_), -1);
   last_stale_.assign(static_cast<size_t>(workers_), 0);
   backup_.assign(static_cast<size_t>(workers_), {});
@@ -316,9 +321,11 @@ void ParameterShard::save(const std::string& path) const {
   nlohmann::json meta = {{"offset", offset_}, {"length", length_}, {"workers", workers_}, {"version", version_},
                          {"updates", updates_}, {"opt_steps", opt_->steps()}, {"clocks", clock_},
                          {"beta1", cfg_beta1_}, {"beta2", cfg_beta2_}, {"eps", cfg_eps_}, {"weight_decay", cfg_wd_},
-                         {"decay", decay_}, {"update", update_}, {"wire", wire_}, {"layout", layout_}, {"outer_lr", outer_lr_}, {"outer_momentum", outer_mu_}};
+                         {"decay", decay_}, {"update", update_}, {"wire", wire_}, {"layout", layout_}, {"outer_lr", outer_lr_}, {"outer_momentum", outer_mu_},
+                         {"outer_delay", outer_delay_}, {"outer_pending", outer_ ? outer_->pending() : 0}};
   std::vector<std::pair<std::string, at::Tensor>> t = {{"params", params_}, {"exp_avg", opt_->exp_avg()}, {"exp_avg_sq", opt_->exp_avg_sq()}};
   if (outer_) t.emplace_back("outer_momentum", outer_->momentum());
+  if (outer_ && outer_->accumulated().defined()) t.emplace_back("outer_accumulated", outer_->accumulated());
   save_safetensors(path, t, {{"shard", meta.dump()}});
 }
 
@@ -343,6 +350,11 @@ bool ParameterShard::load(const std::string& path, double now_s) {
   h.layout = m.value("layout", std::string());
   h.outer_lr = m.value("outer_lr", 0.7);
   h.outer_momentum = m.value("outer_momentum", 0.9);
+  h.outer_delay = m.value("outer_delay", int64_t{1});
+  SYN_CHECK(h.update != "delayed_nesterov" ||
+                (st.tensors.count("outer_accumulated") && st.tensors["outer_accumulated"].numel() == h.length),
+            fmt::format("'{}' is a delayed-Nesterov shard without its accumulated pseudo-gradients", path),
+            "the checkpoint is corrupt: delete it or restore a good copy");
   SYN_CHECK(h.update == "adamw" || (st.tensors.count("outer_momentum") && st.tensors["outer_momentum"].numel() == h.length),
             fmt::format("'{}' is a local SGD shard without its outer momentum", path),
             "the checkpoint is corrupt: delete it or restore a good copy");
@@ -356,6 +368,10 @@ bool ParameterShard::load(const std::string& path, double now_s) {
   opt_->exp_avg_sq().copy_(st.tensors["exp_avg_sq"]);
   opt_->set_steps(m.at("opt_steps"));
   if (outer_) outer_->momentum().copy_(st.tensors["outer_momentum"]);
+  if (outer_ && outer_->accumulated().defined()) {
+    outer_->accumulated().copy_(st.tensors["outer_accumulated"]);
+    outer_->set_pending(m.value("outer_pending", int64_t{0}));
+  }
   version_ = m.at("version");
   updates_ = m.at("updates");
   clock_ = m.at("clocks").get<std::vector<int64_t>>();

@@ -107,6 +107,7 @@ class ParameterShard {
   std::string layout_;        // INIT's layout (server list and model digests); every worker must send the same
   std::vector<bool> finished_;  // per worker: sent FINISH (and did not register again since)
   double outer_lr_ = 0, outer_mu_ = 0;
+  int64_t outer_delay_ = 1;
   int64_t version_ = 0, updates_ = 0;
   std::map<int64_t, int64_t> staleness_hist_;
   std::vector<int64_t> clock_;        // last clock pushed, per worker (-1: none yet)

@@ -270,6 +270,7 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
     h.wire = wire_dtype(I.opt.wire);
     h.outer_lr = update.outer_lr;
     h.outer_momentum = update.outer_momentum;
+    h.outer_delay = update.outer_delay;
     h.clock = start_step;
     h.layout = layout();
     at::Tensor& b = bodies[static_cast<size_t>(k)];

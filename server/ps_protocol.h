@@ -45,13 +45,14 @@ struct MsgHeader {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;  // INIT: AdamW settings
   std::string update = "adamw";  // INIT: what a push carries and how it is applied: "adamw" (a gradient, the shard's
                                  // AdamW), or local SGD's pseudo-gradients under an outer step, "average" / "nesterov"
-  double outer_lr = 0.7, outer_momentum = 0.9;  // INIT with update "nesterov": the outer SGD's settings
+  double outer_lr = 0.7, outer_momentum = 0.9;  // INIT with update "nesterov" / "delayed_nesterov": the outer SGD's settings
+  int64_t outer_delay = 1;     // INIT with update "delayed_nesterov": arrivals per momentum update (N)
   int64_t staleness = 0;       // reply to PUSH: staleness of that update (versions applied since it was read)
   std::string layout;          // INIT: what every worker of the job must agree on: "<K> shards, servers <digest of the
                                // endpoint list>, model <digest>"; fixed by the first INIT, a different one is refused
   std::string text;            // errors, stats JSON
   MSGPACK_DEFINE_MAP(type, version, token, worker, workers, clock, param_version, offset, length, dtype, wire, lr, beta1,
-                     beta2, eps, weight_decay, update, outer_lr, outer_momentum, staleness, layout, text)
+                     beta2, eps, weight_decay, update, outer_lr, outer_momentum, outer_delay, staleness, layout, text)
 };
 
 // The header's `token` field: a 64-bit digest of the job token. It is sent in every request, so

@@ -59,7 +59,51 @@ TEST(OuterOptimizer, NesterovAndAverageFollowTheirDefinitions) {
   start = s0.clone();
   average.step(start, d1, params);
   EXPECT_TRUE(torch::allclose(start, s0 - d1, 1e-7, 1e-7));
-  EXPECT_NE(test::error_of([] { parse_outer_rule("adam"); }).find("use average or nesterov"), std::string::npos);
+  EXPECT_NE(test::error_of([] { parse_outer_rule("adam"); }).find("use average, nesterov or delayed_nesterov"),
+            std::string::npos);
+}
+
+// Delayed Nesterov (asynchronous arrivals): after every N arrivals, in any order, the weights are
+// exactly one Nesterov step on their mean from where the previous N left them, and torch's SGD
+// fed the means agrees; in between, each arrival moved the weights by lr / N of its Delta only.
+// Its state (momentum, what has been accumulated, how many) restores into a fresh optimizer.
+TEST(OuterOptimizer, DelayedNesterovIsOneNesterovStepPerNArrivals) {
+  const torch::Tensor s0 = torch::tensor({1.0f, -2.0f, 0.5f, 3.0f});
+  std::vector<torch::Tensor> d;
+  for (int i = 0; i < 6; ++i) d.push_back(torch::tensor({0.1f * i, -0.2f, 0.05f * (3 - i), 0.3f}));
+  const torch::TensorOptions f(torch::kFloat);
+  OuterOptimizer delayed(OuterRule::kDelayedNesterov, 0.7, 0.9, 4, f, 3), nesterov(OuterRule::kNesterov, 0.7, 0.9, 4, f);
+  torch::Tensor start = s0.clone(), params = torch::zeros({4}), ref = s0.clone(), ref_params = torch::zeros({4});
+  delayed.step(start, d[0], params);
+  EXPECT_TRUE(torch::allclose(start, s0 - (0.7 / 3) * d[0], 1e-6, 1e-7));  // no momentum yet
+  delayed.step(start, d[2], params);
+  delayed.step(start, d[1], params);  // the third: one Nesterov step on the mean of d0..d2
+  nesterov.step(ref, (d[0] + d[1] + d[2]) / 3, ref_params);
+  EXPECT_TRUE(torch::allclose(start, ref, 1e-6, 1e-6)) << start << ref;
+  EXPECT_EQ(delayed.pending(), 0);
+  delayed.step(start, d[3], params);
+  // Checkpointed mid-cycle, restored into a fresh optimizer: the same next steps.
+  OuterOptimizer restored(OuterRule::kDelayedNesterov, 0.7, 0.9, 4, f, 3);
+  restored.momentum().copy_(delayed.momentum());
+  restored.accumulated().copy_(delayed.accumulated());
+  restored.set_pending(delayed.pending());
+  torch::Tensor start2 = start.clone(), params2 = torch::zeros({4});
+  for (int i = 4; i < 6; ++i) {
+    delayed.step(start, d[i], params);
+    restored.step(start2, d[i], params2);
+  }
+  nesterov.step(ref, (d[3] + d[4] + d[5]) / 3, ref_params);
+  EXPECT_TRUE(torch::allclose(start, ref, 1e-6, 1e-6)) << start << ref;
+  EXPECT_TRUE(torch::equal(start, start2));
+  EXPECT_TRUE(torch::equal(params, start));
+  // torch's SGD on the two means.
+  torch::Tensor w = s0.clone().set_requires_grad(true);
+  torch::optim::SGD sgd({w}, torch::optim::SGDOptions(0.7).momentum(0.9).nesterov(true));
+  for (const auto& g : {(d[0] + d[1] + d[2]) / 3, (d[3] + d[4] + d[5]) / 3}) {
+    w.mutable_grad() = g.clone();
+    sgd.step();
+  }
+  EXPECT_TRUE(torch::allclose(start, w.detach(), 1e-6, 1e-6));
 }
 
 // Two nodes over a real TCP ring, H = 3, six steps of fixed per-node gradients, DiLoCo's Nesterov

@@ -56,9 +56,12 @@ struct DistConfig {
                                  // (H). 1 = every step (the per-step modes, unchanged). Inside a node the local
                                  // replicas still average every step; inner AdamW state stays on the node
   std::string outer = "nesterov";  // with sync_every > 1, how the nodes' mean pseudo-gradient (start - now) is applied:
-                                 // "average" = the replicas' mean weights (local SGD); "nesterov" = DiLoCo's outer SGD
+                                 // "average" = the replicas' mean weights (local SGD); "nesterov" = DiLoCo's outer SGD;
+                                 // "delayed_nesterov" (ps, asynchronous arrivals): momentum updated once per
+                                 // outer_delay arrivals with their mean (common/outer_optimizer.h)
   double outer_lr = 0.7;         // nesterov: outer learning rate (DiLoCo's 0.7)
   double outer_momentum = 0.9;   // nesterov: outer momentum (DiLoCo's 0.9)
+  int64_t outer_delay = 0;       // delayed_nesterov: arrivals per momentum update; 0 = the number of nodes
   bool ps_overlap = false;       // ps: push/pull on a communication thread while the next step computes
   bool ps_push_in_backward = false;  // ps: push each shard's gradient range as soon as backward finishes it
                                  // (one more step of staleness); false = wait for the own round trip
@@ -97,8 +100,11 @@ struct DistConfig {
       std::vector<std::string>{"auto", "job", "node"});
     v("sync_every", sync_every, "local SGD / DiLoCo: inner steps between node synchronizations (1 = every step)",
       int64_t{1}, int64_t{1} << 30);
-    v("outer", outer, "sync_every > 1: outer update (average = mean weights; nesterov = DiLoCo)",
-      std::vector<std::string>{"average", "nesterov"});
+    v("outer", outer, "sync_every > 1: outer update (average = mean weights; nesterov = DiLoCo; delayed_nesterov = "
+      "async DiLoCo's momentum once per outer_delay arrivals)",
+      std::vector<std::string>{"average", "nesterov", "delayed_nesterov"});
+    v("outer_delay", outer_delay, "delayed_nesterov: arrivals per momentum update (0 = the nodes)", int64_t{0},
+      int64_t{1} << 20);
     v("outer_lr", outer_lr, "nesterov outer learning rate", 0.0, 100.0);
     v("outer_momentum", outer_momentum, "nesterov outer momentum", 0.0, 0.999999);
     v("ps_overlap", ps_overlap, "ps: overlap push/pull with the next step (one more step of staleness)");

@@ -27,7 +27,9 @@ class PsLocalSgdSync : public GradientSync {
   PsLocalSgdSync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params)
       : GradientSync(s.local, s.local_size), every_(s.dist.sync_every), group_(s.group), node_(static_cast<int>(s.dist.node_rank)),
         nodes_(static_cast<int>(s.dist.nnodes)), optim_(s.optim), decay_(flat.decay_ranges()),
-        update_{s.dist.outer, s.dist.outer_lr, s.dist.outer_momentum}, inner_(make_ring_sync(node_only(s), flat, params)),
+        update_{s.dist.outer, s.dist.outer_lr, s.dist.outer_momentum,
+                s.dist.outer_delay > 0 ? s.dist.outer_delay : s.dist.nnodes},
+        inner_(make_ring_sync(node_only(s), flat, params)),
         start_(flat.params.clone()), delta_(at::empty_like(flat.params)) {
     if (local_ == 0) {  // local replica 0 talks to the servers for its node
       client_ = std::make_unique<PsClient>(PsClient::parse_endpoints(s.dist.servers), s.token, node_, nodes_,

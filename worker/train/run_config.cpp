@@ -56,6 +56,10 @@ void RunConfig::validate() const {
   SYN_CHECK(dist.sync_every == 1 || dist.clip_scope != "job",
             "dist.clip_scope=job with dist.sync_every > 1: between synchronizations each node steps on its own gradient",
             "use --dist.clip_scope=node (or auto)");
+  SYN_CHECK(dist.outer != "delayed_nesterov" || dist.sync_every == 1 || dist.mode == "ps",
+            fmt::format("dist.outer=delayed_nesterov with dist.mode={}", dist.mode),
+            "delayed Nesterov spreads momentum over asynchronous arrivals at parameter servers; a ring applies one "
+            "mean per round: use --dist.outer=nesterov there");
   SYN_CHECK(dist.wire != "int8" || dist.mode == "ps",
             fmt::format("dist.wire=int8 with dist.mode={}", dist.mode),
             "int8 (with error feedback) travels to parameter servers; a ring would requantize at every hop: use bf16 or fp16");

@@ -22,6 +22,7 @@
 #include "common/comm/rendezvous.h"
 #include "common/trace.h"
 #include "common/comm/cuda_device.h"
+#include "common/crash_point.h"
 #include "worker/train/precision.h"
 #include "common/flat_adamw.h"
 #include "common/log.h"
@@ -223,6 +224,12 @@ struct Trainer::Impl {
           l = model->loss(x, y) / static_cast<double>(tc.grad_accum);
         }
         phase.emplace("backward", "train");
+        // Fault injection (tests): this replica fails in the middle of its backward, after the
+        // later layers' gradients are final (their regions already reducing or pushing).
+        if (micro == tc.grad_accum - 1 && fail_point("backward", ("replica" + std::to_string(sync->local_rank())).c_str(), step))
+          model->parameters().front().register_hook([](const torch::Tensor& g) -> torch::Tensor {
+            SYN_FAIL("injected failure in backward (SYNCOPATE_FAIL_AT)", "a test asked for it");
+          });
         l.backward();
         loss_sum += l.detach().to(torch::kDouble);
       }
