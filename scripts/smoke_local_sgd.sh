@@ -2,12 +2,15 @@
 # One-seed smoke comparison of per-step and local SGD modes (not a study: no seeds, no intervals):
 # 4 nodes on loopback, tiny GPT, 200 steps, batch 8 per node; final validation loss per node and the
 # bytes every node sent. scripts/smoke_local_sgd.sh [OUT]   (docs/STUDY.md records a run)
+# ONLY=name,name runs a subset (the names below).
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-OUT=${1:-runs/smoke_local_sgd}; rm -rf $OUT; mkdir -p $OUT
+OUT=${1:-runs/smoke_local_sgd}; mkdir -p $OUT
 COMMON=(--model.preset=tiny --train.steps=200 --train.batch_size=8 --train.threads=1 --eval.every=50 --eval.batches=8
-        --eval.sample_tokens=0 --checkpoint.every=0 --dist.check_every=0 --schedule.warmup_steps=10 --train.seed=1
+        --eval.sample_tokens=0 --checkpoint.every=0 --dist.check_every=0 --schedule.warmup_steps=10 --train.seed=${SEED:-1}
         --data.cache_dir=$PWD/data/cache --dist.clip_scope=node)
 run() { name=$1; shift; local s=$SECONDS
+  [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]] && return
+  rm -rf "$OUT/$name"
   scripts/local_cluster.sh --nodes 4 --out "$OUT/$name" "$@" > "$OUT/$name.log" 2>&1; rc=$?
   echo "$name rc=$rc wall=$((SECONDS - s)) s" ; }
 run ring -- "${COMMON[@]}"
@@ -16,11 +19,14 @@ run diloco10_fp16 -- "${COMMON[@]}" --dist.sync_every=10 --dist.wire=fp16
 run asp --servers 2 --consistency asp --encrypt off -- "${COMMON[@]}"
 run async_diloco10_avg --servers 2 --consistency asp --encrypt off -- "${COMMON[@]}" --dist.sync_every=10 --dist.outer=average
 run async_diloco10 --servers 2 --consistency asp --encrypt off -- "${COMMON[@]}" --dist.sync_every=10 --dist.outer_lr=0.35
+run async_diloco10_delayed --servers 2 --consistency asp --encrypt off -- "${COMMON[@]}" --dist.sync_every=10 --dist.outer=delayed_nesterov
+run async_diloco10_delayed_035 --servers 2 --consistency asp --encrypt off -- "${COMMON[@]}" --dist.sync_every=10 --dist.outer=delayed_nesterov --dist.outer_lr=0.35
 run async_diloco10_int8 --servers 2 --consistency asp --encrypt off -- "${COMMON[@]}" --dist.sync_every=10 --dist.outer_lr=0.35 --dist.wire=int8
 .venv/bin/python - "$OUT" <<'PY'
 import json, os, sys
 OUT = sys.argv[1]
-for name in ["ring","diloco10","diloco10_fp16","asp","async_diloco10_avg","async_diloco10","async_diloco10_int8"]:
+for name in ["ring","diloco10","diloco10_fp16","asp","async_diloco10_avg","async_diloco10","async_diloco10_delayed",
+             "async_diloco10_delayed_035","async_diloco10_int8"]:
     d=f"{OUT}/{name}"
     vl=[]; wb=0
     for n in range(4):

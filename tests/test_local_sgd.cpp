@@ -273,7 +273,7 @@ namespace {
 // K syncopate-server shards (job token "t") with `consistency`, each on any free port; returns the
 // endpoint list once every shard listens.
 std::string start_shards(const test::TempDir& d, int k, const std::string& consistency,
-                         std::vector<std::unique_ptr<test::Process>>& ps) {
+                         std::vector<std::unique_ptr<test::Process>>& ps, const std::string& tag = "") {
   std::string eps;
   for (int i = 0; i < k; ++i) {
     const test::ServerPort port = test::any_server_port(d);
@@ -281,7 +281,7 @@ std::string start_shards(const test::TempDir& d, int k, const std::string& consi
                                   "--ps.consistency=" + consistency};
     a.insert(a.end(), port.args.begin(), port.args.end());
     ps.push_back(std::make_unique<test::Process>(a, std::vector<std::string>{"SYNCOPATE_TOKEN=t"},
-                                                 d.str(fmt::format("server{}_{}.log", consistency, i))));
+                                                 d.str(fmt::format("server{}{}_{}.log", consistency, tag, i))));
     eps += (i ? "," : "") + test::wait_for_line(port.endpoint_file, 60, ps.back().get());
   }
   return eps;
@@ -338,5 +338,50 @@ TEST(LocalSgdTraining, PsBspDiLoCoEqualsRingDiLoCoAndAspAppliesEveryDeltaOnce) {
   for (std::string l; std::getline(lines, l);) {
     const auto j = nlohmann::json::parse(l);
     if (j.contains("loss")) EXPECT_EQ(j["wire_bytes"].get<int64_t>() > 0, j["step"].get<int64_t>() % 3 == 0) << l;
+  }
+}
+
+// Parameter-server DiLoCo resumed in the middle of a round: two nodes (H = 3, 6 steps, BSP shards)
+// die right after their step-4 checkpoint (one inner step into round 2); restarted with --resume
+// against the same shards (which applied round 1 once and keep it), they end at step 6 bit for bit
+// where an uninterrupted job against fresh shards ended, and the shards applied each round once.
+TEST(LocalSgdTraining, PsDiLoCoResumesExactlyMidRound) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  std::vector<std::unique_ptr<test::Process>> servers;
+  const std::string fresh = start_shards(d, 2, "bsp", servers);
+  run_nodes(d, corpus, "full", {"--dist.mode=ps", "--dist.servers=" + fresh, "--checkpoint.every=2"});
+  std::vector<std::unique_ptr<test::Process>> others;
+  const std::string eps = start_shards(d, 2, "bsp", others, "cut");
+  auto node = [&](int r, bool resume, std::vector<std::string> env) {
+    auto a = diloco_args(d, corpus, d.str(fmt::format("cut{}", r)));
+    a.insert(a.end(), {"--train.steps=6", "--dist.sync_every=3", "--checkpoint.every=2", "--dist.mode=ps",
+                       "--dist.servers=" + eps});
+    if (resume) a.push_back("--resume");
+    env.insert(env.end(), {"SYNCOPATE_TOKEN=t", "NNODES=2", "NODE_RANK=" + std::to_string(r)});
+    return std::make_unique<test::Process>(a, env, d.str(fmt::format("cut{}_{}.log", r, resume ? 1 : 0)));
+  };
+  {
+    auto a = node(0, false, {"SYNCOPATE_CRASH_AT=checkpoint:latest:4"}), b = node(1, false, {"SYNCOPATE_CRASH_AT=checkpoint:latest:4"});
+    EXPECT_EQ(a->wait(120), -2);  // killed by its own crash point, after the step-4 checkpoint
+    EXPECT_EQ(b->wait(120), -2);
+  }
+  {
+    auto a = node(0, true, {}), b = node(1, true, {});
+    ASSERT_EQ(a->wait(120), 0) << test::slurp(d.str("cut0_1.log"));
+    ASSERT_EQ(b->wait(120), 0) << test::slurp(d.str("cut1_1.log"));
+  }
+  EXPECT_NE(test::slurp(d.str("cut0_1.log")).find("resumed from"), std::string::npos) << test::slurp(d.str("cut0_1.log"));
+  const at::Tensor full = weights_at(d.str("full0"), 6);
+  EXPECT_TRUE(torch::equal(weights_at(d.str("cut0"), 6), full)) << (weights_at(d.str("cut0"), 6) - full).abs().max().item<double>();
+  EXPECT_TRUE(torch::equal(weights_at(d.str("cut1"), 6), full));
+  EXPECT_FALSE(torch::equal(weights_at(d.str("full0"), 4), weights_at(d.str("full1"), 4)));  // step 4 was mid-round
+  for (auto& s : others) {
+    ::kill(s->pid(), SIGTERM);
+    EXPECT_EQ(s->wait(30), 0);
+  }
+  for (int k = 0; k < 2; ++k) {
+    const auto st = shard_stats(d.str(fmt::format("serverbspcut_{}.log", k)));
+    EXPECT_EQ(st["version"], 2) << st.dump();  // two rounds, each applied once
   }
 }
