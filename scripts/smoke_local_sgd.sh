@@ -2,7 +2,7 @@
 # One-seed smoke comparison of per-step and local SGD modes (not a study: no seeds, no intervals):
 # 4 nodes on loopback, tiny GPT, 200 steps, batch 8 per node; final validation loss per node and the
 # bytes every node sent. scripts/smoke_local_sgd.sh [OUT]   (docs/STUDY.md records a run)
-# ONLY=name,name runs a subset (the names below).
+# ONLY=name,name runs a subset (the names below); SEED=S another seed; NODES=N another node count.
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${1:-runs/smoke_local_sgd}; mkdir -p $OUT
 COMMON=(--model.preset=tiny --train.steps=200 --train.batch_size=8 --train.threads=1 --eval.every=50 --eval.batches=8
@@ -11,7 +11,7 @@ COMMON=(--model.preset=tiny --train.steps=200 --train.batch_size=8 --train.threa
 run() { name=$1; shift; local s=$SECONDS
   [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]] && return
   rm -rf "$OUT/$name"
-  scripts/local_cluster.sh --nodes 4 --out "$OUT/$name" "$@" > "$OUT/$name.log" 2>&1; rc=$?
+  scripts/local_cluster.sh --nodes "${NODES:-4}" --out "$OUT/$name" "$@" > "$OUT/$name.log" 2>&1; rc=$?
   echo "$name rc=$rc wall=$((SECONDS - s)) s" ; }
 run ring -- "${COMMON[@]}"
 run diloco10 -- "${COMMON[@]}" --dist.sync_every=10
@@ -29,7 +29,7 @@ for name in ["ring","diloco10","diloco10_fp16","asp","async_diloco10_avg","async
              "async_diloco10_delayed_035","async_diloco10_int8"]:
     d=f"{OUT}/{name}"
     vl=[]; wb=0
-    for n in range(4):
+    for n in range(64):
         p=f"{d}/node{n}/metrics.jsonl"
         if not os.path.exists(p): continue
         recs=[json.loads(l) for l in open(p)]

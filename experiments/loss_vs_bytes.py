@@ -1,0 +1,89 @@
+"""Validation loss against the bytes the nodes sent, for local SGD / DiLoCo against the per-step
+modes: runs of scripts/smoke_local_sgd.sh with several seeds (OUT/s<seed>/<config>/node<i>/).
+
+    python experiments/loss_vs_bytes.py OUT [--configs a,b,c]
+
+For every configuration: the final validation loss (mean over nodes, then over seeds, with the 95%
+interval over seeds), the bytes all nodes sent, and a plot OUT/loss_vs_bytes.png of each
+evaluation's mean validation loss against the bytes sent up to that step (log scale). Writes
+OUT/loss_vs_bytes.json and prints a markdown table. Conclusions are drawn only where intervals
+separate (experiments/stats.py)."""
+import glob
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from stats import fmt_ci, mean_ci95, separated  # noqa: E402
+
+
+def curve(run_dir):
+    """[(bytes sent by all nodes up to the step, mean val loss over nodes)] at each evaluation."""
+    per_node = []
+    for p in sorted(glob.glob(os.path.join(run_dir, "node*", "metrics.jsonl"))):
+        sent, points = 0, {}
+        for line in open(p):
+            m = json.loads(line)
+            sent += m.get("wire_bytes", 0) if "loss" in m else 0
+            if "val_loss" in m:
+                points[m["step"]] = (sent, m["val_loss"])
+        per_node.append(points)
+    if not per_node:
+        return []
+    steps = sorted(set.intersection(*(set(p) for p in per_node)))
+    return [(sum(p[s][0] for p in per_node), sum(p[s][1] for p in per_node) / len(per_node), s) for s in steps]
+
+
+def main(argv):
+    if not argv:
+        raise SystemExit(__doc__)
+    out = argv[0]
+    seeds = sorted(d for d in os.listdir(out) if d.startswith("s") and os.path.isdir(os.path.join(out, d)))
+    configs = argv[argv.index("--configs") + 1].split(",") if "--configs" in argv else sorted(
+        {c for s in seeds for c in os.listdir(os.path.join(out, s)) if os.path.isdir(os.path.join(out, s, c))})
+    result = {}
+    for c in configs:
+        curves = [curve(os.path.join(out, s, c)) for s in seeds]
+        curves = [k for k in curves if k]
+        if not curves:
+            continue
+        result[c] = {"seeds": len(curves), "final_val_loss": mean_ci95([k[-1][1] for k in curves]),
+                     "bytes_mb": mean_ci95([k[-1][0] / 1e6 for k in curves]), "curves": curves}
+    with open(os.path.join(out, "loss_vs_bytes.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    print("| configuration | seeds | final val loss (95% CI) | bytes sent, all nodes (MB) |")
+    print("|---|---|---|---|")
+    for c, r in result.items():
+        print(f"| {c} | {r['seeds']} | {fmt_ci(r['final_val_loss'], 4)} | {r['bytes_mb']['mean']:.1f} |")
+    names = list(result)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            fa, fb = result[a]["final_val_loss"], result[b]["final_val_loss"]
+            verdict = "separate" if separated(fa, fb) else "overlap (no conclusion)"
+            print(f"- {a} vs {b}: {fa['mean']:.3f} vs {fb['mean']:.3f}: intervals {verdict}")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib missing: no plot)")
+        return 0
+    plt.figure(figsize=(7, 4.5))
+    for c, r in result.items():
+        n = min(len(k) for k in r["curves"])
+        xs = [sum(k[i][0] for k in r["curves"]) / len(r["curves"]) / 1e6 for i in range(n)]
+        ys = [sum(k[i][1] for k in r["curves"]) / len(r["curves"]) for i in range(n)]
+        plt.plot(xs, ys, marker="o", label=c)
+    plt.xscale("log")
+    plt.xlabel("bytes sent by all nodes (MB, log)")
+    plt.ylabel(f"validation loss (mean of {len(seeds)} seeds)")
+    plt.legend()
+    plt.grid(alpha=0.3)
+    plt.tight_layout()
+    plt.savefig(os.path.join(out, "loss_vs_bytes.png"), dpi=120)
+    print(f"plot: {os.path.join(out, 'loss_vs_bytes.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
