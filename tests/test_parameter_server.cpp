@@ -735,10 +735,10 @@ TEST(PsTraining, KilledAndRestartedServerResumesFromItsCheckpoint) {
   auto a = train_args(d, corpus, d.str("w"), 2);
   a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + ep, "--train.steps=400", "--dist.timeout_s=60"});
   test::Process w(a, {"SYNCOPATE_TOKEN=t"}, d.str("w.log"));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!std::filesystem::exists(d.str("ckpt/shard_0.safetensors")) && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Past two shard checkpoints (every 5 updates) and into the next interval: a readiness wait on
+  // the worker's own progress, not a sleep.
+  ASSERT_TRUE(test::wait_for_step(d.str("w"), 13, 60)) << test::slurp(d.str("w.log"));
+  ASSERT_TRUE(std::filesystem::exists(d.str("ckpt/shard_0.safetensors")));
   server->kill_hard();  // the server dies mid-training...
   server->wait(10);
   // ...and comes back on the same port (the workers know that endpoint).

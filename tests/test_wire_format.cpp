@@ -119,6 +119,23 @@ TEST(WireFormat, ErrorFeedbackMakesTheSumOfSentValuesTrackTheTrueSum) {
     EXPECT_EQ(plain[i], 0.0) << i;             // without feedback: nothing, ever
     EXPECT_NEAR(sent[i] + ef.residual()[i], truth[i], 1e-2) << i;  // nothing lost: sent + owed = true
   }
+  // The residual is taken in the encoding pass (int8) or from a decode (the other formats): either
+  // way exactly what was owed minus what the receiver decodes, over several chunks.
+  for (WireFormat f : {WireFormat::kInt8, WireFormat::kBf16, WireFormat::kFp16}) {
+    const int64_t m = 3 * kInt8Chunk + 17;
+    std::vector<float> v(m);
+    for (int64_t i = 0; i < m; ++i) v[i] = std::sin(0.37f * static_cast<float>(i)) * (1.0f + static_cast<float>(i % 97));
+    ErrorFeedback e(f, m);
+    std::vector<uint8_t> wire(wire_bytes(f, m));
+    std::vector<float> got(m);
+    for (int t = 0; t < 3; ++t) {
+      std::vector<float> owed = e.residual();
+      for (int64_t i = 0; i < m; ++i) owed[i] += v[i];
+      e.encode(v.data(), wire.data());
+      decode(f, wire.data(), wire.size(), m, got.data());
+      for (int64_t i = 0; i < m; ++i) ASSERT_EQ(e.residual()[i], owed[i] - got[i]) << wire_dtype(f) << " " << i;
+    }
+  }
 }
 
 // The ring's fp16 wire: sums within fp16's bound, every rank identical; a partial sum beyond fp16's

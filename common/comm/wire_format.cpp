@@ -100,6 +100,30 @@ void check_fp16_range(const float* x, int64_t n) {
               "use --dist.wire=bf16 (float32's range) or f32, or lower the learning rate if values exploded");
 }
 
+namespace {
+// int8 with a float32 scale per kInt8Chunk values: the scales first, then one int8 per value.
+// residual non-null: each value's dequantized form is subtracted from residual[i] as it is made
+// (error feedback in the same pass; the decoder computes the same q * scale).
+void encode_int8(const float* x, int64_t n, uint8_t* out, float* residual) {
+  const int64_t chunks = (n + kInt8Chunk - 1) / kInt8Chunk;
+  uint8_t* q = out + 4 * chunks;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t lo = c * kInt8Chunk, hi = std::min(n, lo + kInt8Chunk);
+    float amax = 0;
+    for (int64_t i = lo; i < hi; ++i) amax = std::max(amax, std::fabs(x[i]));  // NaN is ignored by max
+    const float scale = amax / 127.0f;
+    std::memcpy(out + 4 * c, &scale, 4);
+    const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+    for (int64_t i = lo; i < hi; ++i) {
+      const float r = std::nearbyint(std::clamp(x[i] * inv, -127.0f, 127.0f));
+      const int8_t v = static_cast<int8_t>(std::isnan(r) ? 0 : r);
+      q[i] = static_cast<uint8_t>(v);
+      if (residual) residual[i] -= static_cast<float>(v) * scale;
+    }
+  }
+}
+}  // namespace
+
 void encode(WireFormat f, const float* x, int64_t n, uint8_t* out) {
   switch (f) {
     case WireFormat::kF32:
@@ -118,23 +142,9 @@ void encode(WireFormat f, const float* x, int64_t n, uint8_t* out) {
         std::memcpy(out + 2 * i, &h, 2);
       }
       return;
-    case WireFormat::kInt8: {
-      const int64_t chunks = (n + kInt8Chunk - 1) / kInt8Chunk;
-      uint8_t* q = out + 4 * chunks;
-      for (int64_t c = 0; c < chunks; ++c) {
-        const int64_t lo = c * kInt8Chunk, hi = std::min(n, lo + kInt8Chunk);
-        float amax = 0;
-        for (int64_t i = lo; i < hi; ++i) amax = std::max(amax, std::fabs(x[i]));  // NaN is ignored by max
-        const float scale = amax / 127.0f;
-        std::memcpy(out + 4 * c, &scale, 4);
-        const float inv = scale > 0 ? 1.0f / scale : 0.0f;
-        for (int64_t i = lo; i < hi; ++i) {
-          const float r = std::nearbyint(std::clamp(x[i] * inv, -127.0f, 127.0f));
-          q[i] = static_cast<uint8_t>(static_cast<int8_t>(std::isnan(r) ? 0 : r));
-        }
-      }
+    case WireFormat::kInt8:
+      encode_int8(x, n, out, nullptr);
       return;
-    }
   }
 }
 
@@ -168,12 +178,16 @@ void decode(WireFormat f, const uint8_t* in, size_t bytes, int64_t n, float* out
   }
 }
 
-ErrorFeedback::ErrorFeedback(WireFormat f, int64_t n)
-    : f_(f), residual_(static_cast<size_t>(n), 0.0f), sent_(static_cast<size_t>(n)) {}
+ErrorFeedback::ErrorFeedback(WireFormat f, int64_t n) : f_(f), residual_(static_cast<size_t>(n), 0.0f) {}
 
 void ErrorFeedback::encode(const float* x, uint8_t* out) {
   const int64_t n = static_cast<int64_t>(residual_.size());
   for (int64_t i = 0; i < n; ++i) residual_[i] += x[i];  // what is owed: this message plus the last ones' loss
+  if (f_ == WireFormat::kInt8) {  // quantized and what it carries taken off the residual, in one pass
+    encode_int8(residual_.data(), n, out, residual_.data());
+    return;
+  }
+  if (sent_.size() != residual_.size()) sent_.resize(residual_.size());
   syncopate::encode(f_, residual_.data(), n, out);
   decode(f_, out, wire_bytes(f_, n), n, sent_.data());
   for (int64_t i = 0; i < n; ++i) residual_[i] -= sent_[i];

@@ -53,7 +53,8 @@ class ErrorFeedback {
 
  private:
   WireFormat f_;
-  std::vector<float> residual_, sent_;
+  std::vector<float> residual_;
+  std::vector<float> sent_;  // formats other than int8: the decoded message (int8 subtracts in its encoding pass)
 };
 
 }  // namespace syncopate
