@@ -385,3 +385,54 @@ TEST(LocalSgdTraining, PsDiLoCoResumesExactlyMidRound) {
     EXPECT_EQ(st["version"], 2) << st.dump();  // two rounds, each applied once
   }
 }
+
+// Asynchronous local SGD across a shard's death: two nodes (H = 3, 12 steps: 4 rounds each) push
+// pseudo-gradients to two ASP shards that checkpoint after every update; shard 0 is killed
+// mid-run and restarted on its port from its checkpoint. Both nodes finish, and every node's Delta
+// of every round was applied exactly once on both shards (version = nodes x rounds = 8): the
+// resends of what the dead shard had not answered are applied once, none twice.
+TEST(LocalSgdTraining, AsyncDiLoCoAppliesEveryDeltaOnceAcrossAShardRestart) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  std::vector<std::unique_ptr<test::Process>> shards;
+  std::vector<std::string> eps;
+  auto shard_args = [&](int i) {
+    return std::vector<std::string>{test::bin_dir() + "/syncopate-server", "--server.shard=" + std::to_string(i),
+                                    "--ps.consistency=asp", "--server.checkpoint_dir=" + d.str(fmt::format("ck{}", i)),
+                                    "--server.checkpoint_every=1"};
+  };
+  for (int i = 0; i < 2; ++i) {
+    const test::ServerPort port = test::any_server_port(d);
+    auto a = shard_args(i);
+    a.insert(a.end(), port.args.begin(), port.args.end());
+    shards.push_back(std::make_unique<test::Process>(a, std::vector<std::string>{"SYNCOPATE_TOKEN=t"}, d.str(fmt::format("s{}.log", i))));
+    eps.push_back(test::wait_for_line(port.endpoint_file, 60, shards.back().get()));
+  }
+  std::vector<std::unique_ptr<test::Process>> nodes;
+  for (int r = 0; r < 2; ++r) {
+    auto a = diloco_args(d, corpus, d.str(fmt::format("n{}", r)));
+    a.insert(a.end(), {"--train.steps=12", "--dist.sync_every=3", "--checkpoint.every=6", "--dist.mode=ps",
+                       "--dist.servers=" + eps[0] + "," + eps[1], "--dist.outer=delayed_nesterov", "--dist.outer_lr=0.35",
+                       "--dist.timeout_s=60"});
+    nodes.push_back(std::make_unique<test::Process>(
+        a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", "NNODES=2", "NODE_RANK=" + std::to_string(r)},
+        d.str(fmt::format("n{}.log", r))));
+  }
+  ASSERT_TRUE(test::wait_for_step(d.str("n0"), 5, 60)) << test::slurp(d.str("n0.log"));
+  shards[0]->kill_hard();
+  shards[0]->wait(10);
+  std::vector<std::string> again = shard_args(0);
+  again.push_back("--server.port=" + eps[0].substr(eps[0].rfind(':') + 1));
+  shards[0] = std::make_unique<test::Process>(again, std::vector<std::string>{"SYNCOPATE_TOKEN=t"}, d.str("s0b.log"));
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(nodes[r]->wait(120), 0) << test::slurp(d.str(fmt::format("n{}.log", r)));
+  EXPECT_NE(test::slurp(d.str("s0b.log")).find("resumed from"), std::string::npos) << test::slurp(d.str("s0b.log"));
+  for (auto& s : shards) {
+    ::kill(s->pid(), SIGTERM);
+    EXPECT_EQ(s->wait(30), 0);
+  }
+  for (const char* log : {"s0b.log", "s1.log"}) {
+    const auto st = shard_stats(d.str(log));
+    EXPECT_EQ(st["version"], 8) << log << ": " << st.dump();
+    EXPECT_EQ(st["update"], "delayed_nesterov") << st.dump();
+  }
+}
