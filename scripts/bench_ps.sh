@@ -20,10 +20,12 @@ while [ $# -gt 0 ]; do
 done
 BIN="${SYNCOPATE_BIN:-$ROOT/build/bin}"  # SYNCOPATE_BIN: another build to compare
 P="pb$$"
+OUT=""
 cleanup() {  # servers and workers run in process groups of their own (spawn): end them all
   trap - EXIT INT TERM
   end_spawned
   [ "$NETNS" = 1 ] && netns_down "$P" $((W + K))
+  [ -n "$OUT" ] && rm -rf "$OUT"  # the workers' outputs, also when interrupted
   return 0
 }
 trap cleanup EXIT
@@ -42,7 +44,7 @@ for k in $(seq 0 $((K - 1))); do
   EPS="$EPS${EPS:+,}tcp://$host:$port"
 done
 sleep 0.5
-OUT=$(mktemp -d)
+OUT=$(mktemp -d "/tmp/syncopate-bench-ps.$$.XXXXXX")  # named by this PID: tests check it is gone
 WP=()
 for i in $(seq 0 $((W - 1))); do
   NODE_RANK=$i run_on $((K + i)) "$BIN/syncopate-bench-ps" --servers "$EPS" --bytes "$BYTES" --iters "$ITERS" --encrypt "$ENCRYPT" > "$OUT/w$i" 2>&1
@@ -53,4 +55,3 @@ echo "# $W workers x $K servers, $BYTES bytes, $([ "$NETNS" = 1 ] && echo "${GBI
 echo "worker bytes iters time_s push_pull_GBps updates_per_s"
 cat "$OUT"/w*
 awk '{s+=$5} END {printf "aggregate push_pull_GBps %.3f\n", s}' "$OUT"/w*
-rm -rf "$OUT"

@@ -120,6 +120,9 @@ if [ "$(id -u)" = 0 ] && ip netns add "sctest$$" 2>/dev/null; then
   left=$(left_by "bench-$bpid")
   [ -z "$left" ] || { echo "FAIL: bench_ps.sh left processes: $left"; kill -9 $left 2>/dev/null; fail=1; }
   [ "$before" = "$(ip netns list | wc -l)" ] || { echo "FAIL: bench_ps.sh left namespaces: $(ip netns list)"; fail=1; }
+  if compgen -G "/tmp/syncopate-bench-ps.$bpid.*" > /dev/null; then
+    echo "FAIL: bench_ps.sh left its output directory"; rm -rf "/tmp/syncopate-bench-ps.$bpid."*; fail=1
+  fi
 fi
 [ $fail = 0 ] && echo "local cluster: ring and ps runs complete, nothing left after an interrupt"
 exit $fail
