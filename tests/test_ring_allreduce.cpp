@@ -455,3 +455,22 @@ TEST(RingAllreduce, Bf16WireRoundsTiesToEven) {
   for (int r = 0; r < 2; ++r)
     for (float x : v[r]) EXPECT_EQ(x, 1.015625f) << "rank " << r;
 }
+
+// Slurm names hosts (MASTER_ADDR = the first of SLURM_JOB_NODELIST): node 0 listens on the address
+// its name resolves to; a name that resolves to nothing is refused by name.
+TEST(TcpTransport, AListenerTakesAHostNameAndRefusesOneThatDoesNotResolve) {
+  asio::io_context io;
+  TcpListener listener(io, "localhost", 0);
+  auto dialed = std::async(std::launch::async, [&] {
+    TcpConnection c(tcp_connect(io, "127.0.0.1", listener.port(), 10, "listener"), "dialer", 10);
+    const char x = 42;
+    c.send(&x, 1);
+  });
+  TcpConnection accepted(listener.accept(10, "dialer"), "listener", 10);
+  char got = 0;
+  accepted.recv(&got, 1);
+  dialed.get();
+  EXPECT_EQ(got, 42);
+  EXPECT_NE(test::error_of([&] { TcpListener bad(io, "no-such-host.invalid", 0); }).find("no-such-host.invalid"),
+            std::string::npos);
+}
