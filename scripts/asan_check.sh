@@ -9,9 +9,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-[ -f .syncopate-env ] || scripts/setup.sh
-source .syncopate-env
-export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+source scripts/lib.sh
+build_env
 if [ ! -f build-asan/build.ninja ]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE= -DCMAKE_CXX_FLAGS=-O1 -DSYNCOPATE_ASAN=ON \
     -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DSYNCOPATE_PYTHON="$PYTHON"

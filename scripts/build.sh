@@ -4,11 +4,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-[ -f .syncopate-env ] || scripts/setup.sh
-# shellcheck disable=SC1091
-source .syncopate-env
-export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
-export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
+source scripts/lib.sh
+build_env
 if [ ! -f build/build.ninja ] || [ $# -gt 0 ]; then
   cmake -S . -B build -G Ninja -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DSYNCOPATE_PYTHON="$PYTHON" "$@"
 fi

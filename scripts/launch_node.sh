@@ -48,25 +48,16 @@ die() { echo "launch_node.sh: $*" >&2; exit 2; }
 NNODES=${NNODES:-${SLURM_NTASKS:-1}}
 NODE=${NODE_RANK:-${SLURM_PROCID:-0}}
 
-# The i-th node's host (an IPv4 address; names are resolved, as a shard binds an address).
+# The nodes' hosts, as given (a shard resolves a name to the address it binds).
 node_hosts() {
   local list=${SYNCOPATE_NODE_HOSTS:-}
   if [ -z "$list" ] && [ -n "${SLURM_JOB_NODELIST:-}" ] && command -v scontrol > /dev/null; then
     list=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)
   fi
   [ -n "$list" ] || die "SYNCOPATE_SERVERS=per-node needs the nodes' addresses: set SYNCOPATE_NODE_HOSTS=h0,h1,... (or run under Slurm)"
-  local h out=()
   IFS=, read -ra hs <<< "$list"
   [ "${#hs[@]}" -ge "$NNODES" ] || die "SYNCOPATE_NODE_HOSTS names ${#hs[@]} hosts for NNODES=$NNODES"
-  for h in "${hs[@]:0:$NNODES}"; do
-    if [[ ! $h =~ ^[0-9.]+$ ]]; then
-      local ip; ip=$(getent ahostsv4 "$h" | awk 'NR == 1 { print $1 }')
-      [ -n "$ip" ] || die "cannot resolve node host '$h' to an IPv4 address (SYNCOPATE_NODE_HOSTS or the Slurm node list)"
-      h=$ip
-    fi
-    out+=("$h")
-  done
-  echo "${out[*]}"
+  echo "${hs[*]:0:$NNODES}"
 }
 
 # The shard list every node derives the same way (comma-separated tcp://IP:PORT).

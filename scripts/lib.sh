@@ -28,3 +28,13 @@ end_spawned() {
   wait 2>/dev/null || true
   return 0
 }
+
+# The build's environment, set up first if this checkout has none (scripts/setup.sh): the paths in
+# .syncopate-env (TORCH_PREFIX, PYTHON) and ccache's settings. Call from $ROOT (build.sh, asan_check.sh).
+build_env() {
+  [ -f .syncopate-env ] || scripts/setup.sh
+  # shellcheck disable=SC1091
+  source .syncopate-env
+  export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+  export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
+}

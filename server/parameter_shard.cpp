@@ -380,7 +380,7 @@ bool ParameterShard::load(const std::string& path, double now_s) {
 
 int64_t ParameterShard::last_staleness(int worker) const { return last_stale_[static_cast<size_t>(worker)]; }
 
-std::string ParameterShard::stats_json(int64_t errors, double now_s) const {
+std::string ParameterShard::stats_json(int64_t errors, double now_s, int64_t unix_us) const {
   nlohmann::json hist = nlohmann::json::object();
   for (auto& [s, n] : staleness_hist_) hist[std::to_string(s)] = n;
   nlohmann::json live = nlohmann::json::array();
@@ -393,6 +393,7 @@ std::string ParameterShard::stats_json(int64_t errors, double now_s) const {
                         {"staleness_histogram", hist}, {"live", live}, {"last_staleness", last_stale_},
                         {"last_seen_s", last_seen_}, {"finished", std::vector<bool>(finished_)}};
   if (now_s >= 0) j["now_s"] = now_s;
+  if (unix_us >= 0) j["unix_us"] = unix_us;
   return j.dump();
 }
 

@@ -85,8 +85,9 @@ class ParameterShard {
   int64_t length() const { return length_; }
   // {"version", "updates", "staleness_histogram": {"0": n, ...}, "consistency", ...}
   // now_s >= 0 adds the server's clock ("now_s"), against which "last_seen_s" (per worker) tells how
-  // long each worker has been silent (scripts and syncopate-server --status).
-  std::string stats_json(int64_t errors, double now_s = -1) const;
+  // long each worker has been silent (scripts and syncopate-server --status); unix_us >= 0 adds the
+  // server's system clock ("unix_us"), against which tracing workers measure their offset.
+  std::string stats_json(int64_t errors, double now_s = -1, int64_t unix_us = -1) const;
 
  private:
   void apply(const at::Tensor& grad, double lr);

@@ -175,6 +175,14 @@ struct PsClient::Impl {
       if (accept(h, parts)) return {h, std::move(parts)};
     }
   }
+  // A control request without data (STATS, FINISH, SHUTDOWN) to shard k, resent while the shard is
+  // silent; returns the first reply `accept` takes. One caller at a time per shard.
+  MsgHeader control(int k, const MsgHeader& h, const std::function<bool(const MsgHeader&)>& accept) {
+    std::lock_guard<std::mutex> l(shards[k]->mu);
+    auto ask = [&] { send(k, h, nullptr, 0); };
+    ask();
+    return recv(k, [&](const MsgHeader& r, std::vector<zmq::message_t>&) { return accept(r); }, ask).first;
+  }
   // While waiting on shard k, the pushes still unanswered by the other shards are sent again
   // too: a shard that died and came back from its checkpoint may have lost them, and under BSP it
   // would wait for them while this worker waits on shard k, which waits for a worker that waits
@@ -411,33 +419,20 @@ PsClientCounters PsClient::counters() const {
 }
 
 std::string PsClient::stats(int k) {
-  auto& I = *impl_;
-  std::lock_guard<std::mutex> l(I.shards[k]->mu);
-  auto ask = [&] { I.send(k, I.header(MsgType::kStats, k), nullptr, 0); };
-  ask();
-  auto accept = [](const MsgHeader& h, std::vector<zmq::message_t>&) { return h.type == static_cast<int>(MsgType::kOk); };
-  return I.recv(k, accept, ask).first.text;
+  auto accept = [](const MsgHeader& h) { return h.type == static_cast<int>(MsgType::kOk); };
+  return impl_->control(k, impl_->header(MsgType::kStats, k), accept).text;
 }
 
 void PsClient::shutdown_servers() {
-  auto& I = *impl_;
-  for (int k = 0; k < shards(); ++k) {
-    std::lock_guard<std::mutex> l(I.shards[k]->mu);
-    auto ask = [&] { I.send(k, I.header(MsgType::kShutdown, k), nullptr, 0); };
-    ask();
-    I.recv(k, [](const MsgHeader&, std::vector<zmq::message_t>&) { return true; }, ask);
-  }
+  for (int k = 0; k < shards(); ++k)
+    impl_->control(k, impl_->header(MsgType::kShutdown, k), [](const MsgHeader&) { return true; });
 }
 
 void PsClient::finish(int64_t clock) {
-  auto& I = *impl_;
   for (int k = 0; k < shards(); ++k) {
-    std::lock_guard<std::mutex> l(I.shards[k]->mu);
-    MsgHeader h = I.header(MsgType::kFinish, k);
+    MsgHeader h = impl_->header(MsgType::kFinish, k);
     h.clock = clock;
-    auto ask = [&] { I.send(k, h, nullptr, 0); };
-    ask();
-    I.recv(k, [&](const MsgHeader& r, std::vector<zmq::message_t>&) { return r.type == static_cast<int>(MsgType::kError) || r.clock == clock; }, ask);
+    impl_->control(k, h, [&](const MsgHeader& r) { return r.clock == clock; });  // a refusal throws in recv
   }
 }
 

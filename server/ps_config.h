@@ -37,7 +37,7 @@ struct PsConfig {
 };
 
 struct ServerConfig {
-  std::string host = "127.0.0.1";  // address to listen on (only this one)
+  std::string host = "127.0.0.1";  // address to listen on (only this one); a host name listens on the IPv4 address it resolves to
   int64_t port = 0;                // TCP port; 0 = $MASTER_PORT + 1 + shard (any free port without MASTER_PORT);
                                    // -1 = any free port (the OS picks; endpoint_file tells which)
   int64_t shard = 0;               // this server's index (for the default port and logs)
@@ -57,7 +57,7 @@ struct ServerConfig {
 
   template <class V>
   void fields(V& v) {
-    v("host", host, "IP address to listen on");
+    v("host", host, "IP address (or host name) to listen on");
     v("port", port, "TCP port (0 = MASTER_PORT + 1 + shard; -1 = any free port, see endpoint_file)", int64_t{-1},
       int64_t{65535});
     v("endpoint_file", endpoint_file, "file that receives the bound endpoint once listening (readiness and port)");

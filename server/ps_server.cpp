@@ -1,5 +1,8 @@
 #include "server/ps_server.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -105,10 +108,8 @@ struct PsServer::Impl {
   // The STATS JSON: the shard's, or only the count of bad messages before any INIT.
   // unix_us: the server's system clock, against which tracing workers measure their offset.
   std::string stats() const {
-    nlohmann::json j = shard.initialized() ? nlohmann::json::parse(shard.stats_json(errors, now()))
-                                           : nlohmann::json{{"bad_messages", errors}};
-    j["unix_us"] = Tracer::now_us();
-    return j.dump();
+    return shard.initialized() ? shard.stats_json(errors, now(), Tracer::now_us())
+                               : nlohmann::json{{"bad_messages", errors}, {"unix_us", Tracer::now_us()}}.dump();
   }
 
   void maybe_checkpoint(bool force) {
@@ -231,6 +232,25 @@ struct PsServer::Impl {
   }
 };
 
+namespace {
+// server.host as ZeroMQ can bind it: a numeric address as it is, a host name (Slurm's node list
+// names hosts) as the IPv4 address it resolves to, like the ring's listeners (common/comm/transport).
+std::string ipv4_of(const std::string& host) {
+  in_addr numeric{};
+  if (host == "*" || ::inet_pton(AF_INET, host.c_str(), &numeric) == 1 || host.find(':') != std::string::npos) return host;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* found = nullptr;
+  SYN_CHECK(::getaddrinfo(host.c_str(), nullptr, &hints, &found) == 0 && found != nullptr,
+            fmt::format("server.host '{}' is neither an IP address nor a host name that resolves to one", host),
+            "use a numeric address such as 10.0.0.1, or a name this host resolves (getent hosts NAME)");
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text, sizeof(text));
+  ::freeaddrinfo(found);
+  return text;
+}
+}  // namespace
+
 PsServer::PsServer(const ServerConfig& s, const PsConfig& p, const std::string& token)
     : impl_(std::make_unique<Impl>(s, p, token)) {}
 PsServer::~PsServer() = default;
@@ -253,9 +273,10 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
     s.set(zmq::sockopt::curve_secretkey, ps_server_keys_from_token(impl_->raw_token).secret_z85);
   }
   s.set(zmq::sockopt::linger, 0);
-  const std::string ep = fmt::format("tcp://{}:{}", impl_->scfg.host, impl_->scfg.port == 0 ? std::string("*") : std::to_string(impl_->scfg.port));
+  const std::string host = ipv4_of(impl_->scfg.host);  // ZeroMQ binds addresses (or interfaces), not host names
+  const std::string ep = fmt::format("tcp://{}:{}", host, impl_->scfg.port == 0 ? std::string("*") : std::to_string(impl_->scfg.port));
   try {
-    s.bind(impl_->scfg.port == 0 ? fmt::format("tcp://{}:*", impl_->scfg.host) : ep);
+    s.bind(ep);
   } catch (const zmq::error_t& e) {
     SYN_FAIL(fmt::format("cannot listen on {}: {}", ep, e.what()), "the port may be in use: pick another --server.port");
   }

@@ -92,9 +92,9 @@ void resolve_launch_layout(DistConfig& c) {
               "start the processes with torchrun or srun, or give --dist.device=N");
     c.device = local;
   }
-  SYN_CHECK(c.device < std::max<int64_t>(here, 1) || env("LOCAL_WORLD_SIZE") == nullptr,
-            fmt::format("local rank {} is outside the {} processes torchrun started on this host", c.device, here),
-            "check LOCAL_RANK and LOCAL_WORLD_SIZE");
+  if (env("LOCAL_WORLD_SIZE"))  // torchrun said how many processes share the host: the rank is one of them
+    SYN_CHECK(c.device < here, fmt::format("local rank {} is outside the {} processes torchrun started on this host", c.device, here),
+              "check LOCAL_RANK and LOCAL_WORLD_SIZE");
 }
 
 }  // namespace

@@ -191,6 +191,10 @@ struct Trainer::Impl {
     const int64_t last = stop_at >= 0 ? std::min(stop_at, tc.steps) : tc.steps;
     // Tokens one step consumes: across all replicas when they step together, else this node's.
     const int64_t tokens_per_step = tc.batch_size * tc.grad_accum * cfg.model.block_size * sync->replicas_per_step();
+    // MFU per device: the step's tokens were computed by replicas_per_step devices (0: not logged).
+    const double flops_per_token_per_peak =
+        tc.peak_tflops > 0 ? gpt_train_flops_per_token(cfg.model) / (tc.peak_tflops * 1e12 * sync->replicas_per_step()) : 0;
+    const std::string fail_phase = "replica" + std::to_string(sync->local_rank());  // fault injection (tests)
     Progress progress(tc.steps, tc.log_every);
     const double t0 = now_seconds() - time_offset;
     std::ofstream samples;
@@ -226,7 +230,7 @@ struct Trainer::Impl {
         phase.emplace("backward", "train");
         // Fault injection (tests): this replica fails in the middle of its backward, after the
         // later layers' gradients are final (their regions already reducing or pushing).
-        if (micro == tc.grad_accum - 1 && fail_point("backward", ("replica" + std::to_string(sync->local_rank())).c_str(), step))
+        if (micro == tc.grad_accum - 1 && fail_point("backward", fail_phase.c_str(), step))
           model->parameters().front().register_hook([](const torch::Tensor& g) -> torch::Tensor {
             SYN_FAIL("injected failure in backward (SYNCOPATE_FAIL_AT)", "a test asked for it");
           });
@@ -269,9 +273,7 @@ struct Trainer::Impl {
                             {"compute_s", timing.compute_s}, {"modelled_s", timing.modelled_s}, {"wait_s", wait_s},
                             {"overrun", timing.overrun}, {"unix_s", unix_seconds()}};
         if (synced.round >= 0) m["round"] = synced.round, m["outer_norm"] = synced.outer_norm;  // local SGD
-        // MFU per device: the step's tokens were computed by replicas_per_step devices.
-        if (tc.peak_tflops > 0)
-          m["mfu"] = tok_s * gpt_train_flops_per_token(cfg.model) / (tc.peak_tflops * 1e12 * sync->replicas_per_step());
+        if (flops_per_token_per_peak > 0) m["mfu"] = tok_s * flops_per_token_per_peak;
         metrics->write(m);
       }
       if (verbose) progress.step(step, loss, lr, tok_s);
