@@ -90,6 +90,45 @@ def cluster_command(cfg, em, job, seed, lr, out, trace=False):
     return cmd + cfg.get("worker", [])
 
 
+# local_cluster.sh's server flags and the [ps] fields syncopate-sim takes for them.
+PS_FLAGS = {"--consistency": "ps.consistency", "--staleness-bound": "ps.staleness_bound",
+            "--mitigation": "ps.mitigation", "--backup-workers": "ps.backup_workers"}
+SIM_LOOPBACK_GBIT = 10.0  # the simulator's link where the emulation used plain loopback (no --netns)
+
+
+def sim_command(cfg, em, job, seed, lr, out):
+    """syncopate-sim arguments of the run cluster_command describes: the same workers, servers,
+    modelled compute, straggler, links and worker flags, in virtual time."""
+    nodes = job["nodes"]
+    cmd = [os.path.join(ROOT, "build", "bin", "syncopate-sim"), "--out", out, "--quiet", f"--sim.workers={nodes}",
+           f"--dist.mode={'ring' if cfg.get('ring') else 'ps'}"]
+    if not cfg.get("ring"):
+        cmd += [f"--sim.servers={job['servers']}"]
+        flags = cfg["cluster"]
+        for i in range(0, len(flags), 2):
+            if flags[i] not in PS_FLAGS:
+                raise SystemExit(f"study: the simulator has no equivalent of local_cluster.sh {flags[i]}")
+            cmd.append(f"--{PS_FLAGS[flags[i]]}={flags[i + 1]}")
+    steps = job["steps"]
+    if em["step_time_s"] <= 0:
+        raise SystemExit("study: --backend sim needs a modelled step time (--step-time or a scenario)")
+    cmd += [f"--emulate.step_time_s={em['step_time_s']!r}", f"--emulate.jitter={em['jitter']!r}"]
+    if em["slow_node"] >= 0 and em["slowdown"] > 1:
+        cmd += [f"--sim.slow_workers={em['slow_node']}", f"--emulate.slowdown={em['slowdown']!r}"]
+        if cfg.get("elastic"):
+            steps = int(round(job["steps"] * em["slowdown"]))
+            cmd += [f"--sim.slow_steps={job['steps']}"]
+    cmd += [f"--sim.link_gbit={em.get('link_gbit') or SIM_LOOPBACK_GBIT:.6g}"]
+    if em.get("latency_us") is not None:
+        cmd += [f"--sim.latency_us={em['latency_us']:g}"]
+    eval_every = max(1, job["steps"] // job["evals"])
+    cmd += [f"--model.preset={job['preset']}", f"--train.steps={steps}", f"--train.batch_size={job['batch']}",
+            "--train.threads=1", f"--train.seed={seed}", f"--optim.lr={lr:.6g}", f"--schedule.min_lr={lr / 10:.6g}",
+            f"--schedule.warmup_steps={job['warmup']}", f"--eval.every={eval_every}", "--eval.sample_tokens=0",
+            f"--eval.batches={job['eval_batches']}", f"--data.cache_dir={ROOT}/data/cache", "--dist.clip_scope=node"]
+    return cmd + cfg.get("worker", [])
+
+
 def calibrate(preset, batch, out):
     """Real compute seconds of one step of `preset` at `batch` on one thread of this machine (median
     of steps 3..8 of an unpaced single-process run)."""
@@ -158,10 +197,13 @@ def summarize(out, nodes, ring):
     }
 
 
-def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_cpu=CPU_LIMIT, trace=False):
+def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_cpu=CPU_LIMIT, trace=False,
+             backend="emulated"):
     """Runs one configuration once; returns its summary, or {"failed": reason, "log": path}.
-    trace: record the run's timeline (OUT/trace.json, linked from the report)."""
-    cmd = cluster_command(cfg, em, job, seed, lr, out, trace)
+    trace: record the run's timeline (OUT/trace.json, linked from the report). backend "sim": the
+    same run in syncopate-sim's virtual time (no host limits to hold: its time is modelled)."""
+    sim = backend == "sim"
+    cmd = sim_command(cfg, em, job, seed, lr, out) if sim else cluster_command(cfg, em, job, seed, lr, out, trace)
     os.makedirs(out, exist_ok=True)
     log = os.path.join(out, "cluster.log")
     with open(os.path.join(out, "command.txt"), "w") as f:
@@ -177,8 +219,11 @@ def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_c
         return {"failed": f"unreadable metrics: {e}", "log": log}
     r["servers"] = server_stats(out) if not cfg.get("ring") else []
     r["dropped"] = sum(s.get("dropped", 0) for s in r["servers"])
-    r["cpu_util"] = cpu.mean()
+    r["cpu_util"] = None if sim else cpu.mean()
     r["elapsed_s"] = time.time() - t0
+    if sim:
+        with open(os.path.join(out, "sim.json")) as f:
+            r["sim"] = json.load(f)
     problems = []
     if r["overrun_share"] > max_overrun:
         problems.append(f"{r['overrun_share']:.0%} of steps overran their modelled time")

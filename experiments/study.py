@@ -44,6 +44,10 @@ def add_args(ap, out_default):
                     help="a run whose host CPU use averaged above this is invalid")
     ap.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=True,
                     help="measure one step's real compute first and lengthen the modelled step if needed")
+    ap.add_argument("--backend", choices=["emulated", "sim"], default="emulated",
+                    help="emulated: processes on this machine (scripts/local_cluster.sh); sim: syncopate-sim's virtual "
+                    "time (any node count; validated against the emulation in docs/STUDY.md)")
+    ap.add_argument("--latency-us", type=float, help="sim: one-way message latency, microseconds (default 50)")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", out_default))
 
 
@@ -69,7 +73,11 @@ def emulation(a):
     # The modelled step must be long enough that every node's real compute (plus servers and
     # transport, a 1.5x margin) keeps this machine's cores below max_cpu.
     cores = os.cpu_count() or 1
-    if a.calibrate:
+    sim = getattr(a, "backend", "emulated") == "sim"
+    em["backend"] = "sim" if sim else "emulated"
+    if sim and getattr(a, "latency_us", None) is not None:
+        em["latency_us"] = a.latency_us
+    if a.calibrate and not sim:  # simulated time needs no headroom on this machine's cores
         em["real_compute_s"] = calibrate(em["preset"], em["batch"], os.path.join(a.out, "calibration"))
         em["min_step_time_s"] = 1.5 * em["nodes"] * em["real_compute_s"] / (cores * em["max_cpu"])
         if a.step_time is None and em["step_time_s"] < em["min_step_time_s"]:
@@ -197,7 +205,7 @@ def run_study(configs, a, title, command):
             out = os.path.join(a.out, "runs", name, f"lr{mult:g}", f"seed{seed}")
             # Seed 0 of each configuration's chosen rate records a timeline (linked from the report).
             r = run_once(name, configs[name], em, job, seed, a.base_lr * mult, out, a.max_overrun, a.max_cpu,
-                         trace=seed == 0 and not getattr(a, "no_trace", False))
+                         trace=seed == 0 and not getattr(a, "no_trace", False), backend=em["backend"])
             runs[key] = r
             if "failed" in r:
                 print(f"[study] {name} lr x{mult:g} seed {seed}: FAILED ({r['failed']}); log {r['log']}", flush=True)
@@ -271,7 +279,11 @@ def describe(em):
         parts.append(f"node {em['slow_node']} {em['slowdown']:g}x slower")
     if em["jitter"]:
         parts.append(f"jitter: exponential, mean {em['jitter']:g} of the step")
-    parts.append(f"links {em['link_gbit']:.3g} Gbit/s (network namespaces)" if em["link_gbit"] else "loopback links")
+    if em.get("backend") == "sim":
+        parts.append(f"links {em['link_gbit'] or 10:.3g} Gbit/s, {em.get('latency_us', 50):g} us one way "
+                     "(syncopate-sim: virtual time)")
+    else:
+        parts.append(f"links {em['link_gbit']:.3g} Gbit/s (network namespaces)" if em["link_gbit"] else "loopback links")
     if em.get("ratio") is not None:
         parts.append(f"stands for {em['name']}: comm/compute ratio {em['ratio']:.2f}, "
                      f"time dilation {em['dilation']:.3g} (emulated s per target s)")
@@ -348,7 +360,8 @@ def write_report(summary, out):
          "Target validation loss: none (no valid run)",
          "",
          f"Every figure is a mean over the valid seeds with its 95% interval (Student's t, {summary['seeds']} seeds). "
-         "Time is emulated seconds on node 0's clock with evaluation time removed. "
+         ("Time is simulated seconds (syncopate-sim) on node 0's clock. " if em.get("backend") == "sim" else
+          "Time is emulated seconds on node 0's clock with evaluation time removed. ")
          + (f"Each configuration's learning rate is the best of {', '.join(f'{m:g}x' for m in summary['lr_grid'])} the "
             "base rate on seed 0 under the same budget (final validation loss)" if len(summary["lr_grid"]) > 1 else
             "Learning rates were NOT tuned (a grid of one): every configuration uses the same rate, which favours "

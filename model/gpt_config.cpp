@@ -12,11 +12,12 @@ GPTConfig gpt_preset(const std::string& name) {
   auto shape = [&](int64_t vocab, int64_t block, int64_t layer, int64_t head, int64_t embd) {
     c.vocab_size = vocab; c.block_size = block; c.n_layer = layer; c.n_head = head; c.n_embd = embd;
   };
-  if (name == "tiny") shape(257, 128, 2, 4, 128);
+  if (name == "micro") shape(257, 64, 2, 2, 64);
+  else if (name == "tiny") shape(257, 128, 2, 4, 128);
   else if (name == "small") shape(257, 256, 4, 8, 256);
   else if (name == "gpt2") { shape(50257, 1024, 12, 12, 768); c.dropout = 0.1; }
   else if (name == "gpt2-medium") { shape(50257, 1024, 24, 16, 1024); c.dropout = 0.1; }
-  else SYN_FAIL(fmt::format("unknown model preset '{}'", name), "use tiny, small, gpt2 or gpt2-medium");
+  else SYN_FAIL(fmt::format("unknown model preset '{}'", name), "use micro, tiny, small, gpt2 or gpt2-medium");
   return c;
 }
 

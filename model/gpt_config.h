@@ -11,6 +11,8 @@ GPTConfig gpt_preset(const std::string& name);
 
 struct GPTConfig {
   // Named starting point; setting it resets every field below to the preset's values.
+  //   micro:       2 layers, 64 wide, 2 heads, 64 context, byte vocabulary (~0.12M params; the simulator's
+  //                scale sweeps: hundreds of virtual workers on 2 cores)
   //   tiny:        2 layers, 128 wide, 4 heads, 128 context, byte vocabulary (~0.4M params)
   //   small:       4 layers, 256 wide, 8 heads, 256 context, byte vocabulary (~3.3M params)
   //   gpt2:        GPT-2 small, 124M: 12 layers, 768 wide, 12 heads, 1024 context, 50257 vocab
@@ -33,7 +35,7 @@ struct GPTConfig {
   template <class V>
   void fields(V& v) {
     v("preset", preset, "named model shape; resets the other model fields",
-      std::vector<std::string>{"tiny", "small", "gpt2", "gpt2-medium"},
+      std::vector<std::string>{"micro", "tiny", "small", "gpt2", "gpt2-medium"},
       [this] { *this = gpt_preset(preset); });
     v("vocab_size", vocab_size, "vocabulary size, tokens (padded to a multiple of 64 inside)", int64_t{2}, int64_t{1} << 20);
     v("block_size", block_size, "context length, tokens", int64_t{1}, int64_t{1} << 16);

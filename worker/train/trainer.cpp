@@ -35,6 +35,7 @@
 #include "worker/metrics/metrics_log.h"
 #include "worker/sync/gradient_sync.h"
 #include "worker/train/autocast.h"
+#include "worker/train/dropout_seed.h"
 #include "worker/train/step_pacer.h"
 
 namespace fs = std::filesystem;
@@ -133,13 +134,6 @@ struct Trainer::Impl {
       write_file_atomic((fs::path(out) / "config.toml").string(), config_toml);
       metrics = std::make_unique<MetricsLog>((fs::path(out) / "metrics.jsonl").string(), resume ? step : -1);
     }
-  }
-
-  // The dropout seed of one micro-batch of one replica: a hash of (seed, global rank, step, micro).
-  static uint64_t dropout_seed(int64_t seed, int rank, int64_t step, int64_t micro) {
-    uint64_t h = splitmix64(static_cast<uint64_t>(seed) ^ 0xd50u);
-    for (uint64_t x : {static_cast<uint64_t>(rank), static_cast<uint64_t>(step), static_cast<uint64_t>(micro)}) h = splitmix64(h + x);
-    return h;
   }
 
   // Samples one optimizer step takes from the data order: every replica's micro-batches (see WindowSampler).

@@ -1,0 +1,42 @@
+// Time on the virtual cluster's wires. Every endpoint (worker or parameter-server shard) has a
+// full-duplex link: an uplink and a downlink of its own rate, each serving messages first come,
+// first served. A message of S bytes from a to b, handed over at time t:
+//   leaves   tx = max(t, a's uplink free)                 a's uplink busy S / B_a
+//   lands    rx = max(tx + latency, b's downlink free)     b's downlink busy S / B_b
+//   arrives  max(tx + S / B_a + latency, rx + S / B_b)      (not before its last byte was sent)
+// So W workers pushing S bytes each into one shard at once take W x S / B_shard to get in: the
+// queueing that limits parameter servers at scale; a shard with a W times faster link takes them
+// all in S / B. Concurrent transfers are served one after the other, not shared (TCP shares a
+// link among flows; the last of a batch arrives at the same time either way, the first ones
+// earlier here).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace syncopate {
+
+class NetworkModel {
+ public:
+  // bytes_per_s[e]: endpoint e's link rate (each direction); latency_s: one way, per message.
+  NetworkModel(std::vector<double> bytes_per_s, double latency_s);
+  // Arrival time of a message of `bytes` handed to the network at time t (seconds).
+  double send(int from, int to, double bytes, double t);
+  double latency_s() const { return latency_; }
+  double rate(int e) const { return rate_.at(static_cast<size_t>(e)); }
+  // Bytes each endpoint sent and received so far.
+  double sent(int e) const { return sent_.at(static_cast<size_t>(e)); }
+  double received(int e) const { return received_.at(static_cast<size_t>(e)); }
+
+ private:
+  std::vector<double> rate_, up_free_, down_free_, sent_, received_;
+  double latency_;
+};
+
+// Seconds of the pipelined ring all-reduce (reduce-scatter, then all-gather) of `bytes` over n
+// nodes whose links carry bytes_per_s each way: 2(n-1) phases, each moving one chunk of bytes/n
+// over every link at once and paying one latency: 2(n-1) x (latency + bytes / (n x B)).
+// 0 for n = 1.
+double ring_allreduce_s(int64_t n, double bytes, double bytes_per_s, double latency_s);
+
+}  // namespace syncopate

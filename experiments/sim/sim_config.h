@@ -1,0 +1,50 @@
+// The virtual cluster's own knobs ([sim]): how many workers, what links join them, who straggles,
+// how much memory the run may take. Everything else (model, data, optimizer, schedule,
+// evaluation, mode, consistency, modelled compute) is the workers' and servers' own config
+// (RunConfig + PsConfig), so a scenario means the same in the simulator as on the emulated cluster.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace syncopate {
+
+struct SimConfig {
+  int64_t workers = 4;           // virtual workers (nodes of one replica each), 1..4096
+  int64_t servers = 0;           // ps: parameter-server shards, each an endpoint with its own link; 0 = one per
+                                 // worker, capped at 16 (see docs/STUDY.md: K x B_server >= W x B decides)
+  double link_gbit = 10;         // every worker's link rate, Gbit/s, each direction (full duplex)
+  double server_link_gbit = 0;   // every server's link rate, Gbit/s; 0 = link_gbit
+  double latency_us = 50;        // one-way latency of every message (and of every ring hop), microseconds
+  std::string slow_workers;      // comma-separated indices of workers whose modelled step is emulate.slowdown x
+                                 // longer (e.g. "7" or "0,5"); empty = none
+  double slow_share = 0;         // also slow: the highest-numbered ceil(slow_share x workers) workers; 0 = none
+  int64_t slow_steps = 0;        // > 0: the slow workers stop after this many steps (the others run train.steps;
+                                 // an "elastic" budget, as scripts/local_cluster.sh --slow-steps)
+  int64_t eval_workers = 1;      // workers 0..eval_workers-1 evaluate (validation loss) at eval.every; the rest
+                                 // only log training steps (evaluation costs real time, not simulated time)
+  double memory_gb = 0;          // refuse a run whose estimated memory exceeds this, GiB; 0 = 80% of MemAvailable
+
+  template <class V>
+  void fields(V& v) {
+    v("workers", workers, "virtual workers (nodes)", int64_t{1}, int64_t{4096});
+    v("servers", servers, "ps: parameter-server shards (0 = one per worker, at most 16)", int64_t{0}, int64_t{4096});
+    v("link_gbit", link_gbit, "each worker's link, Gbit/s per direction", 1e-6, 1e5);
+    v("server_link_gbit", server_link_gbit, "each server's link, Gbit/s per direction (0 = link_gbit)", 0.0, 1e6);
+    v("latency_us", latency_us, "one-way message latency, microseconds", 0.0, 1e7);
+    v("slow_workers", slow_workers, "comma-separated indices of stragglers (emulate.slowdown x slower)");
+    v("slow_share", slow_share, "share of workers (the highest-numbered) that straggle", 0.0, 1.0);
+    v("slow_steps", slow_steps, "> 0: stragglers stop after this many steps (elastic budget)", int64_t{0}, int64_t{1} << 40);
+    v("eval_workers", eval_workers, "workers that evaluate validation loss (0..N-1)", int64_t{1}, int64_t{4096});
+    v("memory_gb", memory_gb, "refuse runs estimated above this many GiB (0 = 80% of available)", 0.0, 1e6);
+  }
+
+  // The slow workers' indices (sorted, unique); throws syncopate::Error naming a bad entry.
+  std::vector<int> slow_set() const;
+  int64_t shard_count() const { return servers > 0 ? servers : (workers < 16 ? workers : 16); }
+  double server_gbit() const { return server_link_gbit > 0 ? server_link_gbit : link_gbit; }
+  // Cross-field checks; throws syncopate::Error with the field's name and how to fix it.
+  void validate() const;
+};
+
+}  // namespace syncopate

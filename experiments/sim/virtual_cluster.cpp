@@ -1,0 +1,578 @@
+#include "experiments/sim/virtual_cluster.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "common/atomic_file.h"
+#include "common/check.h"
+#include "common/comm/sharding.h"
+#include "common/flat_adamw.h"
+#include "common/log.h"
+#include "common/outer_optimizer.h"
+#include "common/text/tokenizer.h"
+#include "experiments/sim/event_queue.h"
+#include "experiments/sim/network_model.h"
+#include "model/flat_parameters.h"
+#include "model/gpt.h"
+#include "server/consistency_rule.h"
+#include "server/parameter_shard.h"
+#include "server/ps_protocol.h"
+#include "worker/data/data_config.h"
+#include "worker/data/window_sampler.h"
+#include "worker/train/dropout_seed.h"
+#include "worker/train/lr_schedule.h"
+#include "worker/train/step_pacer.h"
+
+namespace fs = std::filesystem;
+
+namespace syncopate {
+
+namespace {
+
+constexpr double kHeaderBytes = 128;     // a message's header and framing on the wire (msgpack + ZeroMQ), bytes
+constexpr size_t kFlushBytes = 1 << 16;  // a worker's metrics are written out once this much is buffered
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// 80% of MemAvailable (bytes), or 8 GiB where /proc/meminfo cannot be read.
+double default_memory_limit() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return 0.8 * kb * 1024.0;
+  return 8.0 * (1 << 30);
+}
+
+// The mode of a run as the simulator plays it.
+struct Mode {
+  bool ring = false;     // dist.mode ring (or none with one worker): every worker steps together
+  bool local_sgd = false;  // dist.sync_every > 1: inner steps, then an outer step (ring: synchronous; ps: the shards')
+  int64_t every = 1;
+};
+
+Mode mode_of(const RunConfig& run) {
+  Mode m;
+  m.ring = run.dist.mode != "ps";
+  m.every = run.dist.sync_every;
+  m.local_sgd = m.every > 1;
+  return m;
+}
+
+struct Event {
+  enum Kind : uint8_t { kComputeDone, kPushArrive, kReplyArrive, kSyncDone, kFinishArrive } kind = kComputeDone;
+  int worker = -1, shard = -1;
+  int64_t clock = 0, param_version = 0;
+  double lr = 0;
+  at::Tensor data;  // kPushArrive: the pushed slice, held while in flight
+};
+Event event(Event::Kind kind, int worker = -1, int shard = -1) {
+  Event e;
+  e.kind = kind;
+  e.worker = worker;
+  e.shard = shard;
+  return e;
+}
+
+struct Worker {
+  int id = 0;
+  int64_t steps = 0;  // this worker's budget (train.steps, or sim.slow_steps for a straggler)
+  int64_t step = 0;   // steps completed
+  std::unique_ptr<StepPacer> pacer;
+  at::Tensor params;  // ps and local SGD: the parameters this worker holds (its possibly stale copy)
+  at::Tensor start;   // local SGD via ps: the round's start
+  std::unique_ptr<FlatAdamW> inner;  // local SGD: the inner AdamW (never synchronized)
+  std::vector<int64_t> version;      // ps: the shard version of each slice it holds
+  int pending = 0;                   // ps: replies still to come
+  double stale_sum = 0, began = 0, computed = 0, modelled = 0, loss = 0, grad_norm = 0, lr = 0, wire = 0;
+  bool done = false;
+  std::string path, log;  // metrics.jsonl and the lines not yet written to it
+};
+
+class Simulation {
+ public:
+  Simulation(const RunConfig& run, const PsConfig& ps, const SimConfig& sim, const std::string& out, bool verbose)
+      : run_(run), ps_(ps), sim_(sim), out_(out), verbose_(verbose), mode_(mode_of(run)),
+        n_(static_cast<int>(sim.workers)), k_(mode_.ring ? 0 : static_cast<int>(sim.shard_count())),
+        net_(link_rates(), sim.latency_us * 1e-6) {
+    if (run_.train.threads > 0) torch::set_num_threads(static_cast<int>(run_.train.threads));
+    tokenizer_ = make_tokenizer(run_.data.tokenizer_config());
+    data_ = std::make_unique<TrainingData>(open_training_data(run_.data, *tokenizer_, run_.model.block_size, verbose));
+    train_ = std::make_unique<WindowSampler>(data_->train, run_.model.block_size, run_.train.seed, run_.model.vocab_size);
+    val_ = std::make_unique<WindowSampler>(data_->val, run_.model.block_size, run_.train.seed + 1, run_.model.vocab_size);
+    torch::manual_seed(static_cast<uint64_t>(run_.train.seed));  // every worker starts from these weights, as rank 0's
+    model_ = GPT(run_.model);
+    model_->train();
+    flat_ = std::make_unique<FlatParameters>(*model_);
+    p_ = flat_->numel();
+    bounds_ = Sharding::bounds(p_, std::max(k_, 1));
+    samples_per_step_ = run_.train.batch_size * run_.train.grad_accum * n_;
+    const int64_t tokens_per_replica = run_.train.batch_size * run_.train.grad_accum * run_.model.block_size;
+    tokens_per_step_ = mode_.ring && !mode_.local_sgd ? tokens_per_replica * n_ : tokens_per_replica;
+    const auto fp32 = at::TensorOptions().dtype(at::kFloat);
+
+    const std::vector<int> slow = sim_.slow_set();
+    workers_.resize(static_cast<size_t>(n_));
+    for (int r = 0; r < n_; ++r) {
+      Worker& w = workers_[static_cast<size_t>(r)];
+      w.id = r;
+      const bool is_slow = std::binary_search(slow.begin(), slow.end(), r);
+      EmulateConfig em = run_.emulate;
+      em.slowdown = is_slow ? run_.emulate.slowdown : 1.0;
+      w.pacer = std::make_unique<StepPacer>(em, static_cast<uint64_t>(run_.train.seed), r);  // the emulation's draws
+      w.steps = is_slow && sim_.slow_steps > 0 ? sim_.slow_steps : run_.train.steps;
+      w.path = (fs::path(out_) / fmt::format("node{}", r) / "metrics.jsonl").string();
+      fs::create_directories(fs::path(w.path).parent_path());
+      std::ofstream(w.path, std::ios::trunc);
+      if (!mode_.ring || mode_.local_sgd) w.params = flat_->params.clone();
+      if (mode_.local_sgd) w.inner = std::make_unique<FlatAdamW>(run_.optim, p_, flat_->decay_ranges(), fp32);
+      if (mode_.local_sgd && !mode_.ring) w.start = flat_->params.clone();
+    }
+    if (mode_.ring && !mode_.local_sgd) {
+      opt_ = std::make_unique<FlatAdamW>(run_.optim, p_, flat_->decay_ranges(), fp32);
+      sum_ = at::zeros({p_}, fp32);
+    }
+    if (mode_.ring && mode_.local_sgd) {
+      start_ = flat_->params.clone();
+      sum_ = at::zeros({p_}, fp32);
+      scratch_ = at::empty({p_}, fp32);
+      outer_ = std::make_unique<OuterOptimizer>(parse_outer_rule(run_.dist.outer), run_.dist.outer_lr,
+                                                run_.dist.outer_momentum, p_, fp32);
+    }
+    if (!mode_.ring) init_shards();
+  }
+
+  SimResult run() {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (Worker& w : workers_) begin(w, 0.0);
+    int64_t total = 0;
+    for (const Worker& w : workers_) total += w.steps;
+    int64_t next_report = total / 10;
+    while (!queue_.empty()) {
+      auto [t, e] = queue_.pop();
+      ++result_.events;
+      switch (e.kind) {
+        case Event::kComputeDone: compute_done(workers_[static_cast<size_t>(e.worker)], t); break;
+        case Event::kPushArrive: push_arrive(e, t); break;
+        case Event::kReplyArrive: reply_arrive(workers_[static_cast<size_t>(e.worker)], t); break;
+        case Event::kSyncDone: sync_done(t); break;
+        case Event::kFinishArrive:
+          for (int r : shards_[static_cast<size_t>(e.shard)]->finish(e.worker)) reply(e.shard, r, t);
+          break;
+      }
+      if (verbose_ && result_.worker_steps >= next_report) {
+        log::info("[sim] {}/{} worker-steps, simulated {:.2f} s, real {:.1f} s", result_.worker_steps, total, t,
+                  seconds_since(t0));
+        next_report += std::max<int64_t>(1, total / 10);
+      }
+    }
+    for (const Worker& w : workers_)
+      SYN_CHECK(w.done, fmt::format("worker {} stopped at step {} of {} with nothing left to happen", w.id, w.step, w.steps),
+                "a deadlock in the modelled protocol (a simulator bug): report the config");
+    result_.sim_s = queue_.now();
+    result_.real_s = seconds_since(t0);
+    write_outputs();
+    return result_;
+  }
+
+ private:
+  std::vector<double> link_rates() const {
+    std::vector<double> r(static_cast<size_t>(n_ + k_), sim_.link_gbit * 1e9 / 8);
+    for (int k = 0; k < k_; ++k) r[static_cast<size_t>(n_ + k)] = sim_.server_gbit() * 1e9 / 8;
+    return r;
+  }
+  int64_t length(int k) const { return bounds_[static_cast<size_t>(k) + 1] - bounds_[static_cast<size_t>(k)]; }
+  at::Tensor slice(const at::Tensor& t, int k) const {
+    return t.slice(0, bounds_[static_cast<size_t>(k)], bounds_[static_cast<size_t>(k) + 1]);
+  }
+
+  // The shards get worker 0's INIT (the first INIT defines a shard), then every worker registers
+  // at clock 0 and holds the initial values, as after its own INIT's reply.
+  void init_shards() {
+    std::vector<int64_t> pairs;
+    for (auto& [o, l] : flat_->decay_ranges()) pairs.insert(pairs.end(), {o, l});
+    for (int k = 0; k < k_; ++k) {
+      MsgHeader h;
+      h.type = static_cast<int>(MsgType::kInit);
+      h.worker = 0;
+      h.workers = n_;
+      h.offset = bounds_[static_cast<size_t>(k)];
+      h.length = length(k);
+      h.beta1 = run_.optim.beta1;
+      h.beta2 = run_.optim.beta2;
+      h.eps = run_.optim.eps;
+      h.weight_decay = run_.optim.weight_decay;
+      h.update = mode_.local_sgd ? run_.dist.outer : "adamw";
+      h.outer_lr = run_.dist.outer_lr;
+      h.outer_momentum = run_.dist.outer_momentum;
+      h.outer_delay = run_.dist.outer_delay > 0 ? run_.dist.outer_delay : n_;
+      auto shard = std::make_unique<ParameterShard>(ps_);
+      const at::Tensor values = slice(flat_->params, k).contiguous();
+      shard->init(h, values.data_ptr<float>(), pairs.data(), pairs.size() / 2, 0.0);
+      for (int r = 0; r < n_; ++r) {
+        shard->registered(r, 0);
+        shard->seen(r, 0.0);
+      }
+      shards_.push_back(std::move(shard));
+    }
+    for (Worker& w : workers_) w.version.assign(static_cast<size_t>(k_), 0);
+  }
+
+  void begin(Worker& w, double t) {
+    w.began = t;
+    w.modelled = w.pacer->modelled_s(w.step);
+    queue_.push(t + w.modelled, event(Event::kComputeDone, w.id));
+  }
+
+  // Forward and backward of worker w's batch at its current step on `params` (loaded into the
+  // model unless they are its own buffer); the gradient is left in flat_->grads. Returns the loss.
+  double gradient(const Worker& w, const at::Tensor& params) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!params.is_same(flat_->params)) flat_->params.copy_(params);
+    flat_->zero_grad();
+    const int64_t b = run_.train.batch_size, T = run_.model.block_size, accum = run_.train.grad_accum;
+    auto x = torch::empty({b, T}, torch::kLong), y = torch::empty({b, T}, torch::kLong);
+    double loss = 0;
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      train_->fill(WindowSampler::first_sample(w.step * samples_per_step_, micro, w.id, n_, b), b, x.data_ptr<int64_t>(),
+                   y.data_ptr<int64_t>());
+      if (run_.model.dropout > 0) model_->seed_dropout(dropout_seed(run_.train.seed, w.id, w.step, micro));
+      torch::Tensor l = model_->loss(x, y) / static_cast<double>(accum);
+      l.backward();
+      loss += l.item<double>();
+    }
+    result_.gradient_s += seconds_since(t0);
+    return loss;
+  }
+
+  double evaluate(const at::Tensor& params) {
+    const auto t0 = std::chrono::steady_clock::now();
+    torch::NoGradGuard no_grad;
+    if (!params.is_same(flat_->params)) flat_->params.copy_(params);
+    model_->eval();
+    const int64_t b = run_.train.batch_size, T = run_.model.block_size;
+    auto x = torch::empty({b, T}, torch::kLong), y = torch::empty({b, T}, torch::kLong);
+    double sum = 0;
+    for (int64_t i = 0; i < run_.eval.batches; ++i) {
+      val_->fill(i * b, b, x.data_ptr<int64_t>(), y.data_ptr<int64_t>());
+      sum += model_->loss(x, y).item<double>();
+    }
+    model_->train();
+    result_.eval_s += seconds_since(t0);
+    return sum / static_cast<double>(run_.eval.batches);
+  }
+
+  void compute_done(Worker& w, double t) {
+    w.computed = t;
+    w.lr = lr_at(run_.schedule, run_.optim.lr, w.step, w.steps);
+    const double clip = run_.optim.grad_clip;
+    if (mode_.ring && !mode_.local_sgd) {  // every worker on the one set of weights; the ring sums
+      w.loss = gradient(w, flat_->params);
+      const bool node_clip = run_.dist.clip_scope == "node";
+      w.grad_norm = clip_grad_norm(flat_->grads, node_clip ? clip : 0.0);
+      sum_.add_(flat_->grads);
+      loss_sum_ += w.loss;
+      if (++arrived_ == n_) queue_.push(t + ring_s(), event(Event::kSyncDone));
+      return;
+    }
+    if (!mode_.local_sgd) {  // ps: clip the node's gradient, push every shard its slice
+      w.loss = gradient(w, w.params);
+      w.grad_norm = clip_grad_norm(flat_->grads, clip);
+      push(w, flat_->grads, w.step, w.lr, t);
+      return;
+    }
+    // Local SGD: the inner step on the worker's own weights, then (every H-th step) the outer one.
+    w.loss = gradient(w, w.params);
+    w.grad_norm = clip_grad_norm(flat_->grads, clip);
+    w.inner->step(w.params, flat_->grads, w.lr);
+    if ((w.step + 1) % mode_.every != 0) return complete_step(w, t, 0.0);
+    if (mode_.ring) {
+      sum_.add_(start_).sub_(w.params);  // its pseudo-gradient
+      if (++arrived_ == n_) queue_.push(t + ring_s(), event(Event::kSyncDone));
+      return;
+    }
+    push(w, w.start - w.params, w.step / mode_.every, 0.0, t);  // clock = the round, as PsLocalSgdSync
+  }
+
+  double ring_s() const { return ring_allreduce_s(n_, 4.0 * static_cast<double>(p_), net_.rate(0), net_.latency_s()); }
+  double ring_wire_bytes() const { return n_ > 1 ? 2.0 * (n_ - 1) / n_ * 4.0 * static_cast<double>(p_) : 0.0; }
+
+  // The ring's all-reduce has ended: the mean gradient's AdamW step (or the outer step), every worker on.
+  void sync_done(double t) {
+    const double mean_loss = loss_sum_ / n_;
+    if (!mode_.local_sgd) {
+      sum_.div_(static_cast<double>(n_));
+      const double norm = run_.dist.clip_scope == "node" ? -1 : clip_grad_norm(sum_, run_.optim.grad_clip);
+      opt_->step(flat_->params, sum_, workers_[0].lr);
+      for (Worker& w : workers_) {
+        w.loss = mean_loss;
+        if (norm >= 0) w.grad_norm = norm;
+        w.wire = ring_wire_bytes();
+      }
+    } else {
+      sum_.div_(static_cast<double>(n_));
+      outer_->step(start_, sum_, scratch_);
+      for (Worker& w : workers_) {
+        w.params.copy_(start_);
+        w.wire = ring_wire_bytes();
+      }
+    }
+    sum_.zero_();
+    loss_sum_ = 0;
+    arrived_ = 0;
+    for (Worker& w : workers_) complete_step(w, t, 0.0);
+  }
+
+  void push(Worker& w, const at::Tensor& g, int64_t clock, double lr, double t) {
+    w.pending = k_;
+    w.stale_sum = 0;
+    w.wire = 0;
+    for (int k = 0; k < k_; ++k) {
+      Event e = event(Event::kPushArrive, w.id, k);
+      e.clock = clock;
+      e.param_version = w.version[static_cast<size_t>(k)];
+      e.lr = lr;
+      e.data = slice(g, k).clone();  // what is on the wire until it lands
+      const double bytes = 4.0 * static_cast<double>(length(k));
+      w.wire += bytes;
+      queue_.push(net_.send(w.id, n_ + k, bytes + kHeaderBytes, t), std::move(e));
+    }
+  }
+
+  void push_arrive(const Event& e, double t) {
+    MsgHeader h;
+    h.type = static_cast<int>(MsgType::kPushPull);
+    h.worker = e.worker;
+    h.clock = e.clock;
+    h.param_version = e.param_version;
+    h.offset = bounds_[static_cast<size_t>(e.shard)];
+    h.length = length(e.shard);
+    h.lr = e.lr;
+    for (int r : shards_[static_cast<size_t>(e.shard)]->push(h, e.data.data_ptr<float>(), t)) reply(e.shard, r, t);
+  }
+
+  // Shard k answers worker r: the values of now go into the worker's copy (it waits, so nothing
+  // reads them before the reply lands), the reply travels back.
+  void reply(int k, int r, double t) {
+    Worker& w = workers_[static_cast<size_t>(r)];
+    ParameterShard& s = *shards_[static_cast<size_t>(k)];
+    SYN_CHECK(w.pending > 0, fmt::format("shard {} answered worker {}, which waits for nothing", k, r),
+              "a simulator bug: report the config");
+    slice(w.params, k).copy_(s.params());
+    w.version[static_cast<size_t>(k)] = s.version();
+    w.stale_sum += static_cast<double>(s.last_staleness(r));
+    s.pulled(r);
+    queue_.push(net_.send(n_ + k, r, 4.0 * static_cast<double>(length(k)) + kHeaderBytes, t),
+                event(Event::kReplyArrive, r, k));
+  }
+
+  void reply_arrive(Worker& w, double t) {
+    if (--w.pending > 0) return;
+    if (mode_.local_sgd) w.start.copy_(w.params);  // the shards' outer weights: the next round's start
+    complete_step(w, t, k_ ? w.stale_sum / k_ : 0.0);
+  }
+
+  void complete_step(Worker& w, double t, double staleness) {
+    ++w.step;
+    const int64_t position = w.step * samples_per_step_;
+    const double step_s = t - w.began;
+    nlohmann::json m = {{"step", w.step}, {"time_s", t}, {"loss", w.loss}, {"lr", w.lr}, {"grad_norm", w.grad_norm},
+                        {"staleness", staleness}, {"wire_bytes", w.wire}, {"skipped_steps", 0},
+                        {"tokens", w.step * tokens_per_step_}, {"tokens_per_s", tokens_per_step_ / std::max(step_s, 1e-12)},
+                        {"step_s", step_s}, {"data_s", 0.0}, {"epoch", train_->epoch(position)},
+                        {"compute_s", w.modelled}, {"modelled_s", w.modelled}, {"wait_s", t - w.computed},
+                        {"overrun", false}, {"unix_s", t}};
+    if (mode_.local_sgd) m["round"] = w.step / mode_.every;
+    w.wire = 0;
+    w.log += m.dump() + "\n";
+    ++result_.worker_steps;
+    const bool last = w.step >= w.steps;
+    if (w.id < sim_.eval_workers && (last || (run_.eval.every > 0 && w.step % run_.eval.every == 0))) {
+      const double vl = evaluate(mode_.ring && !mode_.local_sgd ? flat_->params : w.params);
+      w.log += nlohmann::json{{"step", w.step}, {"time_s", t}, {"val_loss", vl}, {"tokens", w.step * tokens_per_step_},
+                              {"eval_s", 0.0}, {"unix_s", t}}.dump() + "\n";
+    }
+    if (w.log.size() > kFlushBytes) flush(w);
+    if (!last) return begin(w, t);
+    w.done = true;
+    flush(w);
+    for (int k = 0; k < k_; ++k)  // FINISH: it leaves the shards' BSP/SSP count
+      queue_.push(net_.send(w.id, n_ + k, kHeaderBytes, t), event(Event::kFinishArrive, w.id, k));
+  }
+
+  void flush(Worker& w) {
+    std::ofstream f(w.path, std::ios::app);
+    f << w.log;
+    SYN_CHECK(f.good(), fmt::format("cannot write {}", w.path), "check free space and permissions of --out");
+    w.log.clear();
+  }
+
+  void write_outputs() {
+    if (k_) fs::create_directories(fs::path(out_) / "logs");
+    double server_bytes = 0, worker_bytes = 0;
+    for (int k = 0; k < k_; ++k) {
+      write_file_atomic((fs::path(out_) / "logs" / fmt::format("server{}.log", k)).string(),
+                        fmt::format("[server {}] stats {}\n", k, shards_[static_cast<size_t>(k)]->stats_json(0, queue_.now())));
+      server_bytes += net_.sent(n_ + k);
+    }
+    for (int r = 0; r < n_; ++r) worker_bytes += net_.sent(r);
+    if (mode_.ring) worker_bytes = ring_wire_bytes() * static_cast<double>(result_.worker_steps) /
+                                   static_cast<double>(mode_.every);  // the ring's traffic is modelled, not sent
+    const double per = result_.worker_steps ? 1.0 / static_cast<double>(result_.worker_steps) : 0.0;
+    const nlohmann::json j = {
+        {"workers", n_}, {"servers", k_}, {"params", p_}, {"simulated_s", result_.sim_s}, {"worker_steps", result_.worker_steps},
+        {"events", result_.events}, {"real_s", result_.real_s}, {"gradient_s", result_.gradient_s}, {"eval_s", result_.eval_s},
+        {"real_s_per_worker_step", result_.real_s * per}, {"gradient_s_per_worker_step", result_.gradient_s * per},
+        {"overhead_share", result_.real_s > 0 ? (result_.real_s - result_.gradient_s - result_.eval_s) / result_.real_s : 0.0},
+        {"bytes_sent_by_workers", worker_bytes}, {"bytes_sent_by_servers", server_bytes},
+        {"memory_estimate_bytes", sim_memory_estimate(run_, ps_, sim_)}};
+    write_file_atomic((fs::path(out_) / "sim.json").string(), j.dump(2) + "\n");
+  }
+
+  RunConfig run_;
+  PsConfig ps_;
+  SimConfig sim_;
+  std::string out_;
+  bool verbose_;
+  Mode mode_;
+  int n_, k_;
+  NetworkModel net_;
+  EventQueue<Event> queue_;
+  std::shared_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<TrainingData> data_;
+  std::unique_ptr<WindowSampler> train_, val_;
+  GPT model_{nullptr};
+  std::unique_ptr<FlatParameters> flat_;
+  int64_t p_ = 0, samples_per_step_ = 0, tokens_per_step_ = 0;
+  std::vector<int64_t> bounds_;
+  std::vector<Worker> workers_;
+  std::vector<std::unique_ptr<ParameterShard>> shards_;
+  std::unique_ptr<FlatAdamW> opt_;           // ring: the one AdamW every worker would apply alike
+  std::unique_ptr<OuterOptimizer> outer_;    // ring local SGD: the one outer step
+  at::Tensor sum_, start_, scratch_;         // ring: the gradients' (or pseudo-gradients') sum; local SGD's round start
+  double loss_sum_ = 0;
+  int arrived_ = 0;
+  SimResult result_;
+};
+
+}  // namespace
+
+std::vector<int> SimConfig::slow_set() const {
+  std::set<int> s;
+  std::stringstream ss(slow_workers);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t used = 0;
+    int v = -1;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    SYN_CHECK(used == item.size() && v >= 0 && v < workers,
+              fmt::format("sim.slow_workers entry '{}' is not a worker index 0..{}", item, workers - 1),
+              "list worker indices separated by commas, e.g. --sim.slow_workers=7 or 0,5");
+    s.insert(v);
+  }
+  const auto share = static_cast<int64_t>(std::ceil(slow_share * static_cast<double>(workers) - 1e-9));
+  for (int64_t r = workers - share; r < workers; ++r) s.insert(static_cast<int>(r));
+  return {s.begin(), s.end()};
+}
+
+void SimConfig::validate() const {
+  slow_set();
+  SYN_CHECK(eval_workers <= workers, fmt::format("sim.eval_workers={} but sim.workers={}", eval_workers, workers),
+            "evaluate on at most every worker (1 = worker 0 only, what the studies read)");
+  SYN_CHECK(servers <= workers * 64, fmt::format("sim.servers={} for {} workers", servers, workers),
+            "at most 64 shards per worker");
+}
+
+double sim_memory_estimate(const RunConfig& run, const PsConfig& ps, const SimConfig& sim) {
+  const double p4 = 4.0 * static_cast<double>(gpt_num_params(run.model));
+  const Mode m = mode_of(run);
+  const double n = static_cast<double>(sim.workers);
+  const double b = static_cast<double>(run.train.batch_size), T = static_cast<double>(run.model.block_size);
+  const double C = static_cast<double>(run.model.n_embd), L = static_cast<double>(run.model.n_layer);
+  // Activations kept for backward (about 34 values per token per width per layer, plus the logits
+  // and their gradient), and LibTorch's own footprint.
+  const double activations = 4.0 * b * T * (34.0 * C * L + 3.0 * static_cast<double>(run.model.padded_vocab()));
+  double bytes = 256.0 * (1 << 20) + activations + 6.0 * p4;  // model, gradient, the ring's AdamW and sum
+  double per_worker = 4096 + std::min<double>(kFlushBytes, 400.0 * static_cast<double>(run.train.steps));
+  if (!m.ring) per_worker += 2.0 * p4;              // its copy of the parameters, its push in flight
+  if (m.local_sgd) per_worker += (m.ring ? 3.0 : 4.0) * p4;  // its weights, AdamW moments (and round start)
+  bytes += n * per_worker;
+  if (!m.ring) {
+    bytes += 5.0 * p4;                                                  // the shards: values, moments, sums, outer state
+    if (ps.mitigation == "dc_asgd") bytes += n * ParameterShard::kBackupsPerWorker * p4;  // a backup per worker read
+  }
+  return bytes;
+}
+
+void validate_simulation(const RunConfig& run_in, const PsConfig& ps, const SimConfig& sim) {
+  RunConfig run = run_in;
+  if (run.dist.mode == "ps" && run.dist.servers.empty()) run.dist.servers = "sim";  // the shards are virtual
+  run.validate();
+  sim.validate();
+  const Mode m = mode_of(run);
+  SYN_CHECK(run.dist.mode != "none" || sim.workers == 1,
+            fmt::format("dist.mode=none with sim.workers={}", sim.workers),
+            "choose how the workers synchronize: --dist.mode=ring or --dist.mode=ps");
+  SYN_CHECK(run.emulate.enabled(), "the simulator needs a modelled step time",
+            "set --emulate.step_time_s (simulated seconds of one step's compute at slowdown 1), or emulate.target_params "
+            "with target_tokens to derive it");
+  run.emulate.validate();
+  SYN_CHECK(run.dist.wire == "f32", fmt::format("dist.wire={} in the simulator", run.dist.wire),
+            "the simulator models float32 gradients only; compressed wires run on the emulated cluster "
+            "(scripts/local_cluster.sh)");
+  SYN_CHECK(!run.dist.ps_overlap && !run.dist.ps_push_in_backward,
+            "dist.ps_overlap / dist.ps_push_in_backward in the simulator",
+            "the simulator models a step's push after its compute (what the studies run): leave both off");
+  SYN_CHECK(run.train.device != "cuda", "train.device=cuda in the simulator",
+            "the simulator computes gradients on the CPU, one worker at a time: use --train.device=cpu or auto");
+  SYN_CHECK(!(m.ring && sim.slow_steps > 0), "sim.slow_steps with a ring",
+            "a ring steps together, so every worker runs train.steps; an elastic budget is for modes that wait for "
+            "no straggler (ps asp, bsp with backup workers)");
+  SYN_CHECK(!(m.ring && m.local_sgd && run.dist.outer == "delayed_nesterov"),
+            "dist.outer=delayed_nesterov with a ring", "a ring applies one outer step per round: use nesterov or average");
+  if (!m.ring) {
+    parse_consistency(ps.consistency);
+    parse_mitigation(ps.mitigation);
+    make_consistency_rule(ps, static_cast<int>(sim.workers));  // backup workers fewer than workers, etc.
+    SYN_CHECK(sim.shard_count() <= gpt_num_params(run.model),
+              fmt::format("sim.servers={} for a model of {} parameters", sim.shard_count(), gpt_num_params(run.model)),
+              "use fewer shards than parameters");
+  }
+  const double need = sim_memory_estimate(run, ps, sim);
+  const double limit = sim.memory_gb > 0 ? sim.memory_gb * (1 << 30) : default_memory_limit();
+  SYN_CHECK(need <= limit,
+            fmt::format("this simulation needs about {:.1f} GiB ({} workers, {} parameters, mode {}{}) but {:.1f} GiB are "
+                        "allowed",
+                        need / (1 << 30), sim.workers, gpt_num_params(run.model), run.dist.mode,
+                        m.local_sgd ? ", local SGD" : "", limit / (1 << 30)),
+            "use fewer workers or a smaller model (--model.preset=micro), or raise --sim.memory_gb if the machine has it");
+}
+
+SimResult run_simulation(const RunConfig& run_in, const PsConfig& ps, const SimConfig& sim, const std::string& out,
+                         bool verbose) {
+  RunConfig run = run_in;
+  if (run.dist.mode == "ps" && run.dist.servers.empty()) run.dist.servers = "sim";
+  validate_simulation(run, ps, sim);
+  Simulation s(run, ps, sim, out, verbose);
+  return s.run();
+}
+
+}  // namespace syncopate

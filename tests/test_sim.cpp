@@ -1,0 +1,309 @@
+// The virtual-time cluster (experiments/sim): its clock, its links, and simulations checked against
+// the real trainer (the reference) and against the closed-form times they must produce.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "experiments/sim/event_queue.h"
+#include "experiments/sim/network_model.h"
+#include "experiments/sim/virtual_cluster.h"
+#include "test_helpers.h"
+#include "worker/train/trainer.h"
+
+using namespace syncopate;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+std::vector<nlohmann::json> steps_of(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  for (auto& m : read_jsonl(path))
+    if (m.contains("loss")) out.push_back(m);
+  return out;
+}
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A small job for the simulator: the tests' tiny model, 4 sequences of 32 tokens per worker-step.
+struct SimJob {
+  RunConfig run;
+  PsConfig ps;
+  SimConfig sim;
+};
+SimJob sim_job(const test::TempDir& d, const std::string& mode, int workers) {
+  SimJob j;
+  j.run = test::tiny_run_config(d);
+  j.run.dist.mode = mode;
+  j.run.emulate.step_time_s = 0.1;
+  j.run.eval.every = 3;
+  j.sim.workers = workers;
+  j.sim.link_gbit = 1;
+  j.sim.latency_us = 50;
+  return j;
+}
+
+}  // namespace
+
+TEST(EventQueue, OrdersByTimeThenBySchedulingOrder) {
+  EventQueue<int> q;
+  q.push(2.0, 1);
+  q.push(1.0, 2);
+  q.push(2.0, 3);
+  q.push(1.0, 4);
+  std::vector<int> order;
+  while (!q.empty()) order.push_back(q.pop().second);
+  EXPECT_EQ(order, (std::vector<int>{2, 4, 1, 3}));
+  EXPECT_EQ(q.now(), 2.0);
+  EXPECT_NE(test::error_of([&] { q.push(1.5, 0); }), "");  // before now: refused
+}
+
+TEST(NetworkModel, OneMessageTakesLatencyPlusBytesOverRate) {
+  NetworkModel net({1e9, 1e9}, 1e-4);
+  EXPECT_DOUBLE_EQ(net.send(0, 1, 1e6, 0.0), 1e-3 + 1e-4);
+  EXPECT_DOUBLE_EQ(net.sent(0), 1e6);
+  EXPECT_DOUBLE_EQ(net.received(1), 1e6);
+}
+
+TEST(NetworkModel, PushesIntoOneShardQueueAtItsLink) {
+  const int W = 8;
+  const double S = 1e6, B = 1e9, lat = 1e-4;
+  // Same rate as the workers: the shard's downlink takes them one after the other.
+  std::vector<double> rates(W + 1, B);
+  NetworkModel net(rates, lat);
+  double last = 0;
+  for (int w = 0; w < W; ++w) last = std::max(last, net.send(w, W, S, 0.0));
+  EXPECT_NEAR(last, W * S / B + lat, 1e-12);
+  // A shard with W times the rate takes them all in at the workers' pace (K x B_server >= W x B).
+  rates[W] = W * B;
+  NetworkModel fast(rates, lat);
+  for (int w = 0; w < W; ++w) EXPECT_NEAR(fast.send(w, W, S, 0.0), S / B + lat, 1e-12) << w;
+  // A worker's second message waits for its first on its own uplink.
+  NetworkModel one({B, B, B}, 0.0);
+  one.send(0, 1, S, 0.0);
+  EXPECT_NEAR(one.send(0, 2, S, 0.0), 2 * S / B, 1e-12);
+}
+
+TEST(NetworkModel, RingAllreduceIsAlphaBeta) {
+  EXPECT_EQ(ring_allreduce_s(1, 1e6, 1e9, 1e-4), 0.0);
+  // 2(n-1) phases of bytes/n: the bandwidth term is 2(n-1)/n x S / B.
+  EXPECT_NEAR(ring_allreduce_s(4, 4e6, 1e9, 0.0), 2.0 * 3 / 4 * 4e6 / 1e9, 1e-15);
+  EXPECT_NEAR(ring_allreduce_s(8, 8e6, 1e9, 1e-5), 14 * (1e-5 + 1e6 / 1e9), 1e-15);
+}
+
+// The reference: a ring of 2 virtual workers with batch b makes, step by step, the losses of the
+// plain single-process trainer with batch 2b (the sampler gives replica r of 2 the r-th half of
+// the same global batch; the mean gradient is clipped and AdamW-stepped alike).
+TEST(Simulator, RingOfTwoMatchesThePlainTrainerWithTheGlobalBatch) {
+  test::TempDir d;
+  SimJob j = sim_job(d, "ring", 2);
+  j.run.train.batch_size = 2;
+  j.run.dist.clip_scope = "job";
+  run_simulation(j.run, j.ps, j.sim, d.str("sim"), false);
+
+  RunConfig single = test::tiny_run_config(d);
+  single.train.batch_size = 4;
+  Trainer t(single, d.str("single"), false, "", false);
+  t.run();
+  const auto a = steps_of(d.str("sim/node0/metrics.jsonl")), b = steps_of(d.str("single/metrics.jsonl"));
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i]["loss"].get<double>(), b[i]["loss"].get<double>(), 2e-5) << "step " << i + 1;
+    EXPECT_NEAR(a[i]["lr"].get<double>(), b[i]["lr"].get<double>(), 1e-15);
+    EXPECT_EQ(a[i]["tokens"], b[i]["tokens"]);  // the ring's steps count every worker's tokens
+  }
+  // Both workers log the same averaged loss.
+  EXPECT_EQ(steps_of(d.str("sim/node1/metrics.jsonl")).back()["loss"], a.back()["loss"]);
+}
+
+// The shards' path: BSP parameter servers apply the mean of the node-clipped gradients with the
+// shards' AdamW, which is the ring with clip_scope=node, element for element.
+TEST(Simulator, BspShardsMatchTheRingWithNodeClipping) {
+  test::TempDir d;
+  SimJob ring = sim_job(d, "ring", 3);
+  ring.run.dist.clip_scope = "node";
+  ring.run.optim.grad_clip = 0.5;  // binding: the clip matters
+  run_simulation(ring.run, ring.ps, ring.sim, d.str("ring"), false);
+  SimJob bsp = sim_job(d, "ps", 3);
+  bsp.run.optim.grad_clip = 0.5;
+  bsp.ps.consistency = "bsp";
+  bsp.sim.servers = 2;
+  run_simulation(bsp.run, bsp.ps, bsp.sim, d.str("bsp"), false);
+  // The ring logs the workers' mean loss, a ps worker its own: the means must agree.
+  for (size_t i = 0; i < 6; ++i) {
+    double mean = 0;
+    for (int r = 0; r < 3; ++r) mean += steps_of(d.str("bsp/node" + std::to_string(r) + "/metrics.jsonl"))[i]["loss"].get<double>();
+    EXPECT_NEAR(mean / 3, steps_of(d.str("ring/node0/metrics.jsonl"))[i]["loss"].get<double>(), 2e-5) << "step " << i + 1;
+  }
+  const auto v_ring = read_jsonl(d.str("ring/node0/metrics.jsonl")), v_bsp = read_jsonl(d.str("bsp/node0/metrics.jsonl"));
+  EXPECT_NEAR(v_ring.back()["val_loss"].get<double>(), v_bsp.back()["val_loss"].get<double>(), 2e-5);
+  // BSP: every update fresh; the shards' statistics are where the scripts read them.
+  for (const auto& m : steps_of(d.str("bsp/node1/metrics.jsonl"))) EXPECT_EQ(m["staleness"].get<double>(), 0.0);
+  const std::string log = slurp(d.str("bsp/logs/server1.log"));
+  ASSERT_NE(log.find("[server 1] stats {"), std::string::npos) << log;
+  const auto stats = nlohmann::json::parse(log.substr(log.find('{')));
+  EXPECT_EQ(stats["updates"].get<int64_t>(), 6);  // one per clock
+}
+
+// Closed-form times: a ring step is the slowest modelled compute plus the alpha-beta all-reduce;
+// BSP through one shard whose link is the workers' is compute + W pushes queued into the shard
+// + W replies queued out of it.
+TEST(Simulator, StepTimesFollowTheComputeAndLinkModels) {
+  test::TempDir d;
+  SimJob ring = sim_job(d, "ring", 4);
+  ring.sim.link_gbit = 0.1;
+  run_simulation(ring.run, ring.ps, ring.sim, d.str("ring"), false);
+  const auto p = nlohmann::json::parse(slurp(d.str("ring/sim.json")))["params"].get<double>();
+  const double B = 0.1e9 / 8, lat = 50e-6;
+  const double ring_s = ring_allreduce_s(4, 4 * p, B, lat);
+  for (const auto& m : steps_of(d.str("ring/node2/metrics.jsonl")))
+    EXPECT_NEAR(m["step_s"].get<double>(), 0.1 + ring_s, 1e-9);
+
+  SimJob bsp = sim_job(d, "ps", 4);
+  bsp.sim.link_gbit = 0.1;
+  bsp.sim.servers = 1;
+  bsp.ps.consistency = "bsp";
+  run_simulation(bsp.run, bsp.ps, bsp.sim, d.str("bsp"), false);
+  const double msg = 4 * p + 128;  // the shard's whole range and a header
+  // The last push lands after 4 transfers through the shard's downlink; the last reply leaves
+  // after 4 through its uplink.
+  const double expected = 0.1 + (lat + 4 * msg / B) + (lat + 4 * msg / B);
+  double slowest = 0;
+  for (int r = 0; r < 4; ++r) slowest = std::max(slowest, steps_of(d.str("bsp/node" + std::to_string(r) + "/metrics.jsonl"))[0]["step_s"].get<double>());
+  EXPECT_NEAR(slowest, expected, 1e-9);
+}
+
+// The same config gives the same files, byte for byte; asynchrony with a straggler shows staleness.
+TEST(Simulator, IsDeterministicAndMeasuresStaleness) {
+  test::TempDir d;
+  SimJob j = sim_job(d, "ps", 4);
+  j.ps.consistency = "asp";
+  j.run.emulate.jitter = 0.3;
+  j.run.emulate.slowdown = 3;
+  j.sim.slow_workers = "3";
+  j.sim.slow_steps = 2;
+  j.sim.servers = 2;
+  run_simulation(j.run, j.ps, j.sim, d.str("a"), false);
+  run_simulation(j.run, j.ps, j.sim, d.str("b"), false);
+  for (int r = 0; r < 4; ++r) {
+    const std::string f = "/node" + std::to_string(r) + "/metrics.jsonl";
+    EXPECT_EQ(slurp(d.str("a") + f), slurp(d.str("b") + f)) << f;
+  }
+  EXPECT_EQ(slurp(d.str("a/logs/server0.log")), slurp(d.str("b/logs/server0.log")));
+  EXPECT_EQ(steps_of(d.str("a/node3/metrics.jsonl")).size(), 2u);  // the straggler's elastic budget
+  EXPECT_EQ(steps_of(d.str("a/node0/metrics.jsonl")).size(), 6u);
+  double max_stale = 0;
+  for (int r = 0; r < 4; ++r)
+    for (const auto& m : steps_of(d.str("a/node" + std::to_string(r) + "/metrics.jsonl")))
+      max_stale = std::max(max_stale, m["staleness"].get<double>());
+  EXPECT_GE(max_stale, 2.0);  // three other workers' updates land between a read and its push
+  const auto stats = nlohmann::json::parse(slurp(d.str("a/logs/server0.log")).substr(slurp(d.str("a/logs/server0.log")).find('{')));
+  EXPECT_EQ(stats["updates"].get<int64_t>(), 3 * 6 + 2);  // ASP: every push applied
+}
+
+// Local SGD / DiLoCo: synchronous through the ring, asynchronous through the shards' outer step.
+TEST(Simulator, LocalSgdSyncsEveryHStepsInTheRingAndAtTheShards) {
+  test::TempDir d;
+  SimJob ring = sim_job(d, "ring", 2);
+  ring.run.dist.sync_every = 3;
+  ring.run.dist.outer = "nesterov";
+  run_simulation(ring.run, ring.ps, ring.sim, d.str("ring"), false);
+  const auto r0 = steps_of(d.str("ring/node0/metrics.jsonl"));
+  ASSERT_EQ(r0.size(), 6u);
+  EXPECT_EQ(r0[0]["wire_bytes"].get<double>(), 0.0);  // inner steps send nothing
+  EXPECT_GT(r0[2]["wire_bytes"].get<double>(), 0.0);  // the round's all-reduce
+  EXPECT_GT(r0[2]["step_s"].get<double>(), r0[1]["step_s"].get<double>());
+
+  SimJob ps = sim_job(d, "ps", 2);
+  ps.run.dist.sync_every = 3;
+  ps.run.dist.outer = "delayed_nesterov";
+  ps.ps.consistency = "asp";
+  run_simulation(ps.run, ps.ps, ps.sim, d.str("ps"), false);
+  const auto stats = nlohmann::json::parse(slurp(d.str("ps/logs/server0.log")).substr(slurp(d.str("ps/logs/server0.log")).find('{')));
+  EXPECT_EQ(stats["updates"].get<int64_t>(), 2 * 2);  // two rounds of two workers
+  const auto p0 = steps_of(d.str("ps/node0/metrics.jsonl"));
+  EXPECT_EQ(p0[1]["wire_bytes"].get<double>(), 0.0);
+  EXPECT_GT(p0[5]["wire_bytes"].get<double>(), 0.0);
+}
+
+TEST(Simulator, RefusesBadInputByName) {
+  test::TempDir d;
+  auto err = [&](SimJob j) { return test::error_of([&] { validate_simulation(j.run, j.ps, j.sim); }); };
+  SimJob ok = sim_job(d, "ps", 4);
+  EXPECT_EQ(err(ok), "");
+  SimJob j = ok;
+  j.run.dist.mode = "none";
+  EXPECT_NE(err(j).find("dist.mode=none"), std::string::npos);
+  j = ok;
+  j.run.emulate.step_time_s = 0;
+  EXPECT_NE(err(j).find("modelled step time"), std::string::npos);
+  j = ok;
+  j.sim.slow_workers = "4";
+  EXPECT_NE(err(j).find("sim.slow_workers entry '4'"), std::string::npos);
+  j = ok;
+  j.sim.slow_workers = "x";
+  EXPECT_NE(err(j).find("sim.slow_workers"), std::string::npos);
+  j = ok;
+  j.ps.consistency = "bsp";
+  j.ps.backup_workers = 4;
+  EXPECT_NE(err(j).find("backup"), std::string::npos);
+  j = ok;
+  j.run.dist.mode = "ring";
+  j.sim.slow_steps = 2;
+  EXPECT_NE(err(j).find("sim.slow_steps with a ring"), std::string::npos);
+  j = ok;
+  j.run.dist.wire = "bf16";
+  EXPECT_NE(err(j).find("dist.wire=bf16"), std::string::npos);
+  j = ok;  // memory: refused before it starts, with the estimate
+  j.sim.workers = 4096;
+  j.run.model.preset = "small";
+  j.run.model = gpt_preset("small");
+  j.sim.memory_gb = 1;
+  const std::string m = err(j);
+  EXPECT_NE(m.find("needs about"), std::string::npos) << m;
+  EXPECT_NE(m.find("GiB"), std::string::npos) << m;
+  // The range checks of the config schema: 0 workers, a negative link.
+  ConfigSchema s;
+  SimConfig sc;
+  s.section("sim", sc);
+  EXPECT_NE(test::error_of([&] { s.apply_override("sim.workers", "0"); }), "");
+  EXPECT_NE(test::error_of([&] { s.apply_override("sim.link_gbit", "-1"); }), "");
+  EXPECT_NE(test::error_of([&] { s.apply_override("sim.workers", "5000"); }), "");
+}
+
+// The binary: a run from flags, its files, and a config error's exit code.
+TEST(Simulator, BinaryRunsFromFlags) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  const std::string bin = std::string(SYNCOPATE_BIN_DIR) + "/syncopate-sim";
+  auto r = test::run_command(bin + " --out " + d.str("out") + " --quiet --sim.workers=3 --model.n_embd=32 --model.n_head=2" +
+                             " --model.block_size=32 --train.steps=4 --train.batch_size=2 --data.corpus=" + corpus +
+                             " --data.cache_dir=" + d.str("cache") + " --schedule.warmup_steps=1 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int k = 0; k < 3; ++k) EXPECT_TRUE(fs::exists(d.str("out/node" + std::to_string(k) + "/metrics.jsonl")));
+  EXPECT_TRUE(fs::exists(d.str("out/logs/server2.log")));
+  const auto sim = nlohmann::json::parse(slurp(d.str("out/sim.json")));
+  EXPECT_EQ(sim["worker_steps"].get<int64_t>(), 12);
+  EXPECT_GT(sim["simulated_s"].get<double>(), 4 * 0.3);
+  EXPECT_TRUE(fs::exists(d.str("out/config.toml")));
+  r = test::run_command(bin + " --sim.workers=0 2>&1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("sim.workers"), std::string::npos) << r.output;
+}
