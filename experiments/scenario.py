@@ -40,7 +40,7 @@ RANGES = {
     ("stragglers", "jitter"): (0.0, 100.0),
 }
 # Elements of the flat parameter buffer the presets send (vocabulary rows padded to 320).
-PRESET_PARAMS = {"tiny": 454_144, "small": 3_307_008}
+PRESET_PARAMS = {"micro": 124_672, "tiny": 454_144, "small": 3_307_008}
 
 
 class ScenarioError(ValueError):

@@ -360,7 +360,7 @@ def write_report(summary, out):
          "Target validation loss: none (no valid run)",
          "",
          f"Every figure is a mean over the valid seeds with its 95% interval (Student's t, {summary['seeds']} seeds). "
-         ("Time is simulated seconds (syncopate-sim) on node 0's clock. " if em.get("backend") == "sim" else
+         + ("Time is simulated seconds (syncopate-sim) on node 0's clock. " if em.get("backend") == "sim" else
           "Time is emulated seconds on node 0's clock with evaluation time removed. ")
          + (f"Each configuration's learning rate is the best of {', '.join(f'{m:g}x' for m in summary['lr_grid'])} the "
             "base rate on seed 0 under the same budget (final validation loss)" if len(summary["lr_grid"]) > 1 else

@@ -88,7 +88,13 @@ def main():
         for s in seeds:
             d = os.path.join(a.emulated, "runs", name, f"lr{mult:g}", f"seed{s}")
             emu_runs.append(summarize(d, job["nodes"], cfg.get("ring", False)))
-            r = run_once(name, cfg, em, job, s, c["lr"], os.path.join(out, "runs", name, f"seed{s}"), backend="sim")
+            rd = os.path.join(out, "runs", name, f"seed{s}")
+            if os.path.exists(os.path.join(rd, "sim.json")):  # done before (the simulator is deterministic)
+                r = summarize(rd, job["nodes"], cfg.get("ring", False))
+                with open(os.path.join(rd, "sim.json")) as f:
+                    r["elapsed_s"] = json.load(f)["real_s"]
+            else:
+                r = run_once(name, cfg, em, job, s, c["lr"], rd, backend="sim")
             if "failed" in r:
                 raise SystemExit(f"validate_sim: {name} seed {s} failed in the simulator ({r['failed']}); log {r['log']}")
             sim_runs.append(r)

@@ -183,6 +183,41 @@ class Smoke(unittest.TestCase):
         events = os.listdir(os.path.join(out, "tensorboard", "asp", "seed1"))
         self.assertTrue(any(e.startswith("events.out.tfevents") for e in events), events)
         self.assertGreater(s["configurations"]["asp"]["staleness"]["max"], 0)
+        # The same study re-run in the simulator, figure by figure against the emulated runs.
+        val = tempfile.mkdtemp()
+        subprocess.run([PY, os.path.join(ROOT, "experiments", "validate_sim.py"), "--emulated", out, "--out", val],
+                       check=True, stdout=subprocess.DEVNULL)
+        with open(os.path.join(val, "validation.json")) as f:
+            v = json.load(f)
+        self.assertEqual(set(v["configurations"]), {"ring", "asp", "bsp_backup"})
+        for c in v["configurations"].values():
+            self.assertEqual(len(c["curves"]["simulated"]), 2)
+            self.assertIn(c["agree"]["final_val_loss"], (True, False))
+        self.assertTrue(os.path.exists(os.path.join(val, "report.md")))
+
+    def test_the_simulator_backend_runs_a_study_past_this_machine(self):
+        out = tempfile.mkdtemp()
+        args = smoke_args(out)
+        args[args.index("--nodes") + 1] = "16"
+        cmd = [PY, os.path.join(ROOT, "experiments", "ab_sync_async.py"), "--backend", "sim", "--configs",
+               "ring,asp,bsp_backup", "--slow-node", "15", "--slowdown", "2", "--servers", "4", "--preset", "micro",
+               "--batch", "2"] + args
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        s = self.check_outputs(out, ["ring", "asp", "bsp_backup"])
+        self.assertEqual(s["emulation"]["backend"], "sim")
+        run = os.path.join(out, "runs", "asp", "lr1", "seed0")
+        with open(os.path.join(run, "node15", "metrics.jsonl")) as f:
+            m = [json.loads(l) for l in f if '"modelled_s"' in l]
+        self.assertEqual(len(m), 6)  # the straggler's elastic budget: the synchronous job's steps
+        self.assertTrue(all(abs(x["modelled_s"] - 0.24) < 1e-9 for x in m))
+        with open(os.path.join(run, "node0", "metrics.jsonl")) as f:
+            self.assertEqual(sum('"modelled_s"' in l for l in f), 12)  # the others do slowdown x as many
+        with open(os.path.join(run, "sim.json")) as f:
+            self.assertEqual(json.load(f)["servers"], 4)
+        self.assertGreater(s["configurations"]["asp"]["staleness"]["max"], 0)
+        self.assertEqual(s["configurations"]["ring"]["staleness"]["max"], 0)
+        with open(os.path.join(out, "report.md")) as f:
+            self.assertIn("simulated seconds", f.read())
 
     def test_sweep_writes_its_outputs_and_a_failing_configuration_is_reported(self):
         out = tempfile.mkdtemp()

@@ -307,3 +307,23 @@ TEST(Simulator, BinaryRunsFromFlags) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("sim.workers"), std::string::npos) << r.output;
 }
+
+// sim.target_loss: the run ends when worker 0's validation loss reaches it, and says when.
+TEST(Simulator, StopsAtTheTargetLoss) {
+  test::TempDir d;
+  SimJob j = sim_job(d, "ring", 2);
+  j.sim.target_loss = 100;  // met at the first evaluation (step 3)
+  const SimResult r = run_simulation(j.run, j.ps, j.sim, d.str("out"), false);
+  EXPECT_EQ(steps_of(d.str("out/node0/metrics.jsonl")).size(), 3u);
+  const auto sim = nlohmann::json::parse(slurp(d.str("out/sim.json")));
+  EXPECT_DOUBLE_EQ(sim["target_reached_s"].get<double>(), r.target_s);
+  EXPECT_NEAR(r.target_s, steps_of(d.str("out/node0/metrics.jsonl")).back()["time_s"].get<double>(), 1e-12);
+  j.sim.target_loss = 0.01;  // never met: every step runs, target_reached_s = -1
+  const SimResult all = run_simulation(j.run, j.ps, j.sim, d.str("all"), false);
+  EXPECT_EQ(all.target_s, -1);
+  EXPECT_EQ(steps_of(d.str("all/node1/metrics.jsonl")).size(), 6u);
+  j.sim.target_loss = 0;
+  j.sim.time_limit_s = 0.25;  // two steps of 0.1 s (+ the all-reduce) fit, the third does not
+  run_simulation(j.run, j.ps, j.sim, d.str("limit"), false);
+  EXPECT_EQ(steps_of(d.str("limit/node0/metrics.jsonl")).size(), 2u);
+}

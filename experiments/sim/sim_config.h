@@ -24,6 +24,9 @@ struct SimConfig {
   int64_t eval_workers = 1;      // workers 0..eval_workers-1 evaluate (validation loss) at eval.every; the rest
                                  // only log training steps (evaluation costs real time, not simulated time)
   double memory_gb = 0;          // refuse a run whose estimated memory exceeds this, GiB; 0 = 80% of MemAvailable
+  double target_loss = 0;        // > 0: the run ends once worker 0's validation loss is at or below this (time to
+                                 // target in sim.json; studies stop paying for gradients past it); 0 = run every step
+  double time_limit_s = 0;       // > 0: the run ends when the simulated clock passes this, seconds; 0 = no limit
 
   template <class V>
   void fields(V& v) {
@@ -37,6 +40,8 @@ struct SimConfig {
     v("slow_steps", slow_steps, "> 0: stragglers stop after this many steps (elastic budget)", int64_t{0}, int64_t{1} << 40);
     v("eval_workers", eval_workers, "workers that evaluate validation loss (0..N-1)", int64_t{1}, int64_t{4096});
     v("memory_gb", memory_gb, "refuse runs estimated above this many GiB (0 = 80% of available)", 0.0, 1e6);
+    v("target_loss", target_loss, "> 0: end the run when worker 0's validation loss reaches this", 0.0, 1e6);
+    v("time_limit_s", time_limit_s, "> 0: end the run when the simulated clock passes this, seconds", 0.0, 1e9);
   }
 
   // The slow workers' indices (sorted, unique); throws syncopate::Error naming a bad entry.

@@ -46,6 +46,17 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Adds the real seconds of its scope to `into` (the simulator's own accounting of where time goes).
+class Stopwatch {
+ public:
+  explicit Stopwatch(double& into) : into_(into), t0_(std::chrono::steady_clock::now()) {}
+  ~Stopwatch() { into_ += seconds_since(t0_); }
+
+ private:
+  double& into_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
 // 80% of MemAvailable (bytes), or 8 GiB where /proc/meminfo cannot be read.
 double default_memory_limit() {
   std::ifstream f("/proc/meminfo");
@@ -161,8 +172,12 @@ class Simulation {
     int64_t total = 0;
     for (const Worker& w : workers_) total += w.steps;
     int64_t next_report = total / 10;
-    while (!queue_.empty()) {
+    while (!queue_.empty() && !stopped_) {
       auto [t, e] = queue_.pop();
+      if (sim_.time_limit_s > 0 && t > sim_.time_limit_s) {  // the budget in simulated time is spent
+        stopped_ = true;
+        break;
+      }
       ++result_.events;
       switch (e.kind) {
         case Event::kComputeDone: compute_done(workers_[static_cast<size_t>(e.worker)], t); break;
@@ -179,10 +194,11 @@ class Simulation {
         next_report += std::max<int64_t>(1, total / 10);
       }
     }
+    for (Worker& w : workers_) flush(w);
     for (const Worker& w : workers_)
-      SYN_CHECK(w.done, fmt::format("worker {} stopped at step {} of {} with nothing left to happen", w.id, w.step, w.steps),
+      SYN_CHECK(w.done || stopped_, fmt::format("worker {} stopped at step {} of {} with nothing left to happen", w.id, w.step, w.steps),
                 "a deadlock in the modelled protocol (a simulator bug): report the config");
-    result_.sim_s = queue_.now();
+    result_.sim_s = queue_.now();  // (stopped at the target: that moment; at the time limit: the first event past it)
     result_.real_s = seconds_since(t0);
     write_outputs();
     return result_;
@@ -297,7 +313,10 @@ class Simulation {
     // Local SGD: the inner step on the worker's own weights, then (every H-th step) the outer one.
     w.loss = gradient(w, w.params);
     w.grad_norm = clip_grad_norm(flat_->grads, clip);
-    w.inner->step(w.params, flat_->grads, w.lr);
+    {
+      Stopwatch sw(result_.update_s);
+      w.inner->step(w.params, flat_->grads, w.lr);
+    }
     if ((w.step + 1) % mode_.every != 0) return complete_step(w, t, 0.0);
     if (mode_.ring) {
       sum_.add_(start_).sub_(w.params);  // its pseudo-gradient
@@ -316,6 +335,7 @@ class Simulation {
     if (!mode_.local_sgd) {
       sum_.div_(static_cast<double>(n_));
       const double norm = run_.dist.clip_scope == "node" ? -1 : clip_grad_norm(sum_, run_.optim.grad_clip);
+      Stopwatch sw(result_.update_s);
       opt_->step(flat_->params, sum_, workers_[0].lr);
       for (Worker& w : workers_) {
         w.loss = mean_loss;
@@ -324,6 +344,7 @@ class Simulation {
       }
     } else {
       sum_.div_(static_cast<double>(n_));
+      Stopwatch sw(result_.update_s);
       outer_->step(start_, sum_, scratch_);
       for (Worker& w : workers_) {
         w.params.copy_(start_);
@@ -361,7 +382,12 @@ class Simulation {
     h.offset = bounds_[static_cast<size_t>(e.shard)];
     h.length = length(e.shard);
     h.lr = e.lr;
-    for (int r : shards_[static_cast<size_t>(e.shard)]->push(h, e.data.data_ptr<float>(), t)) reply(e.shard, r, t);
+    std::vector<int> ready;
+    {
+      Stopwatch sw(result_.update_s);
+      ready = shards_[static_cast<size_t>(e.shard)]->push(h, e.data.data_ptr<float>(), t);
+    }
+    for (int r : ready) reply(e.shard, r, t);
   }
 
   // Shard k answers worker r: the values of now go into the worker's copy (it waits, so nothing
@@ -404,6 +430,11 @@ class Simulation {
       const double vl = evaluate(mode_.ring && !mode_.local_sgd ? flat_->params : w.params);
       w.log += nlohmann::json{{"step", w.step}, {"time_s", t}, {"val_loss", vl}, {"tokens", w.step * tokens_per_step_},
                               {"eval_s", 0.0}, {"unix_s", t}}.dump() + "\n";
+      if (w.id == 0 && sim_.target_loss > 0 && vl <= sim_.target_loss && result_.target_s < 0) {
+        result_.target_s = t;  // time to target: the run has told what it was for
+        stopped_ = true;
+        return;
+      }
     }
     if (w.log.size() > kFlushBytes) flush(w);
     if (!last) return begin(w, t);
@@ -435,8 +466,13 @@ class Simulation {
     const nlohmann::json j = {
         {"workers", n_}, {"servers", k_}, {"params", p_}, {"simulated_s", result_.sim_s}, {"worker_steps", result_.worker_steps},
         {"events", result_.events}, {"real_s", result_.real_s}, {"gradient_s", result_.gradient_s}, {"eval_s", result_.eval_s},
+        {"update_s", result_.update_s},
         {"real_s_per_worker_step", result_.real_s * per}, {"gradient_s_per_worker_step", result_.gradient_s * per},
-        {"overhead_share", result_.real_s > 0 ? (result_.real_s - result_.gradient_s - result_.eval_s) / result_.real_s : 0.0},
+        // What is neither gradients, nor evaluation, nor the update rules: scheduling, links, copies, metrics.
+        {"overhead_share", result_.real_s > 0
+                               ? (result_.real_s - result_.gradient_s - result_.eval_s - result_.update_s) / result_.real_s
+                               : 0.0},
+        {"target_loss", sim_.target_loss}, {"target_reached_s", result_.target_s},
         {"bytes_sent_by_workers", worker_bytes}, {"bytes_sent_by_servers", server_bytes},
         {"memory_estimate_bytes", sim_memory_estimate(run_, ps_, sim_)}};
     write_file_atomic((fs::path(out_) / "sim.json").string(), j.dump(2) + "\n");
@@ -465,6 +501,7 @@ class Simulation {
   at::Tensor sum_, start_, scratch_;         // ring: the gradients' (or pseudo-gradients') sum; local SGD's round start
   double loss_sum_ = 0;
   int arrived_ = 0;
+  bool stopped_ = false;  // sim.target_loss reached, or sim.time_limit_s passed
   SimResult result_;
 };
 

@@ -31,6 +31,8 @@ struct SimResult {
   double real_s = 0;         // wall-clock seconds of the simulation
   double gradient_s = 0;     // of which computing gradients (forward + backward)
   double eval_s = 0;         // of which evaluating validation loss
+  double update_s = 0;       // of which the update rules (shards' pushes, the ring's AdamW, outer and inner steps)
+  double target_s = -1;      // sim.target_loss: simulated seconds at which worker 0 reached it (-1: never)
   int64_t events = 0;        // events the scheduler processed
 };
 

@@ -1,0 +1,244 @@
+"""The crossover map: which synchronization reaches a target validation loss first, as the
+cluster grows (N workers), its links slow down (ratio r) and stragglers get worse (slowdown s),
+in syncopate-sim's virtual time (validated against the emulated cluster: docs/STUDY.md).
+
+  python experiments/crossover.py [--nodes 8,64,256,1024] [--ratios 0.1,1,10] [--slowdowns 1,4]
+        [--seeds 3] [--configs ring,bsp_backup,ssp4,asp_lr_scale,diloco10] [--out runs/crossover]
+
+A cell is (N, r, s). Every worker computes a modelled 0.1 s step of the micro model on 2 sequences;
+r is the link's time to move the model's bytes twice (what a ring or a parameter server moves per
+step and worker) divided by the compute time, so r = 0.1 is compute-bound and r = 10
+communication-bound; s: the highest-numbered eighth of the workers is s times slower (1 = none),
+and every step has exponential jitter of mean 0.1. Parameter servers: K = min(N, 16) shards whose
+links together carry what the workers' do (K x B_server = N x B). Each run stops at the target
+loss (time to target) or at a simulated time limit of --limit x the ring's time in that cell.
+Runs are cached under OUT/runs/, so the script can be called again with other cells (fewer seeds
+for large N, say) and the map is redrawn from everything run so far.
+
+Writes OUT/crossover.json, OUT/report.md, OUT/crossover_N<n>.png heatmaps and OUT/ttt_vs_n.png.
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+from cluster_runs import ROOT, read_jsonl
+from stats import fmt_ci, mean_ci95, separated
+
+PRESET, PARAMS, BATCH, STEP_S, JITTER = "micro", 124_672, 2, 0.1, 0.1
+CONFIGS = {  # name: (syncopate-sim flags, learning rate)
+    "ring": (["--dist.mode=ring", "--dist.clip_scope=node"], 2e-3),
+    "bsp_backup": (["--dist.mode=ps", "--ps.consistency=bsp", "--ps.backup_workers={backup}"], 2e-3),
+    "ssp4": (["--dist.mode=ps", "--ps.consistency=ssp", "--ps.staleness_bound=4"], 1e-3),
+    "asp_lr_scale": (["--dist.mode=ps", "--ps.consistency=asp", "--ps.mitigation=lr_scale"], 2e-3),
+    "diloco10": (["--dist.mode=ring", "--dist.sync_every=10", "--dist.outer=nesterov"], 2e-3),
+}
+
+
+def link_gbit(ratio):
+    """The link rate at which moving the model's float32 bytes twice takes ratio x the step's compute."""
+    return 2 * PARAMS * 4 * 8 / (ratio * STEP_S) / 1e9
+
+
+def command(name, n, ratio, slowdown, seed, out, a, limit_s):
+    flags, lr = CONFIGS[name]
+    k = min(n, 16)
+    cmd = [os.path.join(ROOT, "build", "bin", "syncopate-sim"), "--out", out, "--quiet", f"--sim.workers={n}",
+           f"--sim.servers={k}", f"--sim.link_gbit={link_gbit(ratio):.6g}",
+           f"--sim.server_link_gbit={link_gbit(ratio) * n / k:.6g}", f"--sim.target_loss={a.target}",
+           f"--model.preset={PRESET}", f"--train.batch_size={BATCH}", f"--train.steps={a.steps}", "--train.threads=1",
+           f"--train.seed={seed}", f"--optim.lr={lr:g}", f"--schedule.min_lr={lr / 10:g}", "--schedule.warmup_steps=5",
+           f"--eval.every={a.eval_every}", "--eval.batches=4", f"--emulate.step_time_s={STEP_S}",
+           f"--emulate.jitter={JITTER}", f"--data.cache_dir={ROOT}/data/cache"]
+    if slowdown > 1:
+        cmd += [f"--sim.slow_share={1 / 8}", f"--emulate.slowdown={slowdown:g}"]
+    if limit_s:
+        cmd += [f"--sim.time_limit_s={limit_s:.6g}"]
+    return cmd + [f.format(backup=max(1, n // 8)) for f in flags]
+
+
+def run(name, n, ratio, slowdown, seed, a, limit_s=0):
+    out = os.path.join(a.out, "runs", f"N{n}", f"r{ratio:g}_s{slowdown:g}", name, f"seed{seed}")
+    done = os.path.join(out, "result.json")
+    if os.path.exists(done):
+        with open(done) as f:
+            return json.load(f)
+    os.makedirs(out, exist_ok=True)
+    cmd = command(name, n, ratio, slowdown, seed, out, a, limit_s)
+    t0 = time.time()
+    with open(os.path.join(out, "sim.log"), "w") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        raise SystemExit(f"crossover: {name} N={n} r={ratio} s={slowdown} seed {seed} failed (exit {rc}); "
+                         f"see {out}/sim.log\ncommand: {' '.join(cmd)}")
+    with open(os.path.join(out, "sim.json")) as f:
+        sim = json.load(f)
+    evals = [m for m in read_jsonl(os.path.join(out, "node0", "metrics.jsonl")) if "val_loss" in m]
+    r = {"config": name, "n": n, "ratio": ratio, "slowdown": slowdown, "seed": seed,
+         "time_to_target_s": sim["target_reached_s"] if sim["target_reached_s"] >= 0 else None,
+         "simulated_s": sim["simulated_s"], "worker_steps": sim["worker_steps"], "real_s": time.time() - t0,
+         "limit_s": limit_s, "final_val_loss": evals[-1]["val_loss"] if evals else None,
+         "command": " ".join(cmd)}
+    with open(done, "w") as f:
+        json.dump(r, f)
+    print(f"[crossover] N={n} r={ratio:g} s={slowdown:g} {name} seed {seed}: "
+          f"{'target at %.2f s' % r['time_to_target_s'] if r['time_to_target_s'] else 'not reached by %.2f s' % r['simulated_s']}"
+          f" ({r['worker_steps']} worker-steps, {r['real_s']:.0f} s real)", flush=True)
+    return r
+
+
+def collect(out):
+    """Every cached run, grouped by cell and configuration."""
+    cells = {}
+    root = os.path.join(out, "runs")
+    for dirpath, _, files in os.walk(root):
+        if "result.json" in files:
+            with open(os.path.join(dirpath, "result.json")) as f:
+                r = json.load(f)
+            cells.setdefault((r["n"], r["ratio"], r["slowdown"]), {}).setdefault(r["config"], []).append(r)
+    return cells
+
+
+def judge(cell):
+    """The winner of a cell: lowest mean time to target among configurations that reached it in
+    every seed; 'resolved' when its 95% interval separates from the runner-up's (or the runner-up
+    did not reach the target in every seed while the winner did, with at least 2 seeds)."""
+    stats = {}
+    for name, rs in cell.items():
+        t = [r["time_to_target_s"] for r in rs]
+        stats[name] = dict(mean_ci95([x for x in t if x is not None]), reached=sum(x is not None for x in t), seeds=len(t))
+    full = {k: s for k, s in stats.items() if s["reached"] == s["seeds"] and s["mean"] is not None}
+    if not full:
+        return {"winner": None, "stats": stats, "resolved": False, "margin": None}
+    order = sorted(full, key=lambda k: full[k]["mean"])
+    w = order[0]
+    seeds = full[w]["seeds"]
+    if len(order) > 1:
+        ru = order[1]
+        resolved = seeds >= 2 and separated(full[w], full[ru])
+        margin = full[ru]["mean"] / full[w]["mean"]
+    else:
+        ru, margin = None, None
+        resolved = seeds >= 2 and all(s["reached"] < s["seeds"] for k, s in stats.items() if k != w) and len(stats) > 1
+    return {"winner": w, "runner_up": ru, "margin": margin, "resolved": resolved, "stats": stats, "seeds": seeds}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", default="8,64,256,1024")
+    ap.add_argument("--ratios", default="0.1,1,10", help="link time of the model's bytes twice / compute time")
+    ap.add_argument("--slowdowns", default="1,4", help="the slowest eighth's factor (1: no straggler)")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--target", type=float, default=3.0, help="validation loss to reach")
+    ap.add_argument("--steps", type=int, default=150, help="steps per worker at most (the schedule's length)")
+    ap.add_argument("--eval-every", type=int, default=5)
+    ap.add_argument("--limit", type=float, default=3.0, help="time limit: this x the ring's time in the cell")
+    ap.add_argument("--report-only", action="store_true", help="redraw the report and plots from the cached runs")
+    ap.add_argument("--out", default=os.path.join(ROOT, "runs", "crossover"))
+    a = ap.parse_args()
+    names = a.configs.split(",")
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"crossover: unknown configuration(s) {', '.join(unknown)}; choose from {', '.join(CONFIGS)}")
+    nodes = [int(x) for x in a.nodes.split(",")]
+    if any(not 1 <= n <= 4096 for n in nodes):
+        raise SystemExit("crossover: --nodes must lie in 1..4096")
+    ratios, slows = [float(x) for x in a.ratios.split(",")], [float(x) for x in a.slowdowns.split(",")]
+    if any(r <= 0 for r in ratios) or any(s < 1 for s in slows):
+        raise SystemExit("crossover: ratios must be > 0 and slowdowns >= 1")
+    os.makedirs(a.out, exist_ok=True)
+    if not a.report_only:
+        for n in nodes:
+            for ratio in ratios:
+                for slow in slows:
+                    for seed in range(a.seeds):
+                        ring = run("ring", n, ratio, slow, seed, a)
+                        limit = a.limit * (ring["time_to_target_s"] or ring["simulated_s"])
+                        for name in names:
+                            if name != "ring":
+                                run(name, n, ratio, slow, seed, a, limit)
+    cells = collect(a.out)
+    result = {"command": "python experiments/crossover.py " + " ".join(sys.argv[1:]), "target": a.target,
+              "cells": [dict(n=n, ratio=r, slowdown=s, **judge(c)) for (n, r, s), c in sorted(cells.items())]}
+    with open(os.path.join(a.out, "crossover.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    print(report(result, a.out))
+    plots(result, a.out)
+
+
+def report(res, out):
+    L = ["# Crossover map (syncopate-sim)", "", f"Command(s): `{res['command']}` (runs cached; see crossover.py)", "",
+         f"Target validation loss {res['target']}; micro model, 2 sequences x 64 tokens per worker-step, modelled step "
+         f"{STEP_S} s with jitter {JITTER}. Winner: lowest mean simulated time to target among configurations that "
+         "reached it in every seed; resolved = its 95% interval separates from the runner-up's.", "",
+         "| N | ratio r | slowdown s | seeds | winner | margin over runner-up | resolved | time to target per configuration, s (reached) |",
+         "|---|---|---|---|---|---|---|---|"]
+    for c in res["cells"]:
+        per = "; ".join(f"{k} {fmt_ci(s, 3)} ({s['reached']}/{s['seeds']})" for k, s in c["stats"].items())
+        L.append(f"| {c['n']} | {c['ratio']:g} | {c['slowdown']:g} | {c.get('seeds', '-')} | {c['winner'] or 'none'} | "
+                 f"{'-' if not c['margin'] else '%.2fx (%s)' % (c['margin'], c['runner_up'])} | "
+                 f"{'yes' if c['resolved'] else 'no'} | {per} |")
+    text = "\n".join(L) + "\n"
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write(text)
+    return text
+
+
+def plots(res, out):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("[crossover] matplotlib missing: no plots", file=sys.stderr)
+        return
+    names = list(CONFIGS)
+    colors = {k: plt.cm.tab10(i) for i, k in enumerate(names)}
+    ns = sorted({c["n"] for c in res["cells"]})
+    fig, axes = plt.subplots(1, len(ns), figsize=(3.3 * len(ns), 3.2), squeeze=False)
+    for ax, n in zip(axes[0], ns):
+        cs = [c for c in res["cells"] if c["n"] == n]
+        rs, ss = sorted({c["ratio"] for c in cs}), sorted({c["slowdown"] for c in cs})
+        for c in cs:
+            x, y = rs.index(c["ratio"]), ss.index(c["slowdown"])
+            col = colors.get(c["winner"], (0.9, 0.9, 0.9, 1))
+            ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1, color=col, alpha=1.0 if c["resolved"] else 0.45))
+            label = (c["winner"] or "none") + (f"\n{c['margin']:.2f}x" if c["margin"] else "") + f"\n{c.get('seeds', 0)} seed(s)"
+            ax.text(x, y, label, ha="center", va="center", fontsize=7)
+        ax.set_xlim(-0.5, len(rs) - 0.5)
+        ax.set_ylim(-0.5, len(ss) - 0.5)
+        ax.set_xticks(range(len(rs)), [f"{r:g}" for r in rs])
+        ax.set_yticks(range(len(ss)), [f"{s:g}x" for s in ss])
+        ax.set_xlabel("link ratio r (comm / compute)")
+        ax.set_title(f"N = {n}", fontsize=10)
+    axes[0][0].set_ylabel("straggler slowdown (1/8 of workers)")
+    fig.suptitle("first to the target (faded: not resolved at these seeds)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "crossover.png"), dpi=100)
+    plt.close(fig)
+    keys = sorted({(c["ratio"], c["slowdown"]) for c in res["cells"]})
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.3 * len(keys), 3.2), squeeze=False, sharey=True)
+    for ax, (r, s) in zip(axes[0], keys):
+        for name in names:
+            pts = [(c["n"], c["stats"][name]) for c in res["cells"]
+                   if c["ratio"] == r and c["slowdown"] == s and name in c["stats"]
+                   and c["stats"][name]["reached"] == c["stats"][name]["seeds"] and c["stats"][name]["mean"]]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1]["mean"] for p in pts], marker="o", color=colors[name], label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"r = {r:g}, s = {s:g}", fontsize=9)
+        ax.set_xlabel("workers N")
+    axes[0][0].set_ylabel("simulated seconds to target")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "ttt_vs_n.png"), dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
