@@ -118,9 +118,12 @@ def sim_command(cfg, em, job, seed, lr, out):
         if cfg.get("elastic"):
             steps = int(round(job["steps"] * em["slowdown"]))
             cmd += [f"--sim.slow_steps={job['steps']}"]
-    cmd += [f"--sim.link_gbit={em.get('link_gbit') or SIM_LOOPBACK_GBIT:.6g}"]
+    # link_efficiency: the share of the nominal rate that TCP achieves on the emulated links (1 = all).
+    cmd += [f"--sim.link_gbit={(em.get('link_gbit') or SIM_LOOPBACK_GBIT) * em.get('link_efficiency', 1.0):.6g}"]
     if em.get("latency_us") is not None:
         cmd += [f"--sim.latency_us={em['latency_us']:g}"]
+    if em.get("sharing"):
+        cmd += [f"--sim.sharing={em['sharing']}"]
     eval_every = max(1, job["steps"] // job["evals"])
     cmd += [f"--model.preset={job['preset']}", f"--train.steps={steps}", f"--train.batch_size={job['batch']}",
             "--train.threads=1", f"--train.seed={seed}", f"--optim.lr={lr:.6g}", f"--schedule.min_lr={lr / 10:.6g}",

@@ -31,6 +31,19 @@ def study_args(summary):
     return ap.parse_args(argv[2:])
 
 
+def tbf_sharing(em, sa):
+    """fifo where a tbf queue of the emulated link (rate x 50 ms latency + burst, as scripts/netns.sh
+    sets it) holds a worker's whole push to one shard, so the pushes go out in order; else fair
+    (the flows interleave in a queue too short for any one of them)."""
+    from scenario import PRESET_PARAMS
+    if not em.get("link_gbit"):
+        return "fair"
+    rate = em["link_gbit"] * 1e9 / 8
+    queue = rate * 0.050 + max(16384, rate * 0.008)
+    piece = PRESET_PARAMS[em["preset"]] * 4 / (sa.servers or em["nodes"])
+    return "fifo" if piece <= queue else "fair"
+
+
 def overlap(a, b):
     if a["mean"] is None or b["mean"] is None:
         return None
@@ -63,6 +76,12 @@ def main():
     ap.add_argument("--out", help="default: runs/validate/<the study's name>")
     ap.add_argument("--configs", help="comma-separated subset of the study's configurations")
     ap.add_argument("--latency-us", type=float, default=50.0, help="the simulator's one-way latency, microseconds")
+    ap.add_argument("--sharing", choices=["auto", "fair", "fifo"], default="auto",
+                    help="how a sender's simultaneous messages share its link in the simulator; auto: fifo where the "
+                    "emulated link's tbf queue (rate x 50 ms + burst, scripts/netns.sh) holds a whole push to one "
+                    "shard, else fair")
+    ap.add_argument("--link-efficiency", type=float, default=1.0,
+                    help="the simulator's links at this share of the emulated nominal rate (TCP's goodput on them)")
     a = ap.parse_args()
     with open(os.path.join(a.emulated, "summary.json")) as f:
         emu = json.load(f)
@@ -70,7 +89,8 @@ def main():
     em = dict(emu["emulation"])
     if em.get("backend") == "sim":
         raise SystemExit(f"validate_sim: {a.emulated} is a simulated study; give an emulated one")
-    em["backend"], em["latency_us"] = "sim", a.latency_us
+    em["backend"], em["latency_us"], em["link_efficiency"] = "sim", a.latency_us, a.link_efficiency
+    em["sharing"] = a.sharing if a.sharing != "auto" else tbf_sharing(em, sa)
     out = a.out or os.path.join(ROOT, "runs", "validate", os.path.basename(os.path.normpath(a.emulated)))
     os.makedirs(out, exist_ok=True)
     job = {"nodes": em["nodes"], "servers": sa.servers or em["nodes"], "steps": sa.steps, "evals": sa.evals,
@@ -118,7 +138,9 @@ def report(res, out):
     L = [f"# Simulator vs emulated cluster: {os.path.basename(res['emulated'])}", "",
          f"Command: `{res['command']}`", "",
          f"Emulated study: `{res['emulated']}` ({res['emulation']['nodes']} nodes). The simulator ran every configuration "
-         "with the same emulation, learning rate and seeds. A figure agrees when the two 95% intervals overlap "
+         "with the same emulation, learning rate and seeds (links: sharing "
+         f"{res['emulation'].get('sharing', 'fair')}, {res['emulation'].get('link_efficiency', 1.0):g} x the emulated "
+         f"rate, {res['emulation'].get('latency_us', 50):g} us latency). A figure agrees when the two 95% intervals overlap "
          f"(Student's t over the seeds). Common time {res['equal_time_s']:.1f} s; target {res['target_val_loss']:.4f} "
          "(the emulated study's).", "",
          "| configuration | figure | emulated | simulated | agree |", "|---|---|---|---|---|"]

@@ -94,6 +94,15 @@ TEST(NetworkModel, PushesIntoOneShardQueueAtItsLink) {
   rates[W] = W * B;
   NetworkModel fast(rates, lat);
   for (int w = 0; w < W; ++w) EXPECT_NEAR(fast.send(w, W, S, 0.0), S / B + lat, 1e-12) << w;
+  // Messages handed over together share the sender's uplink: all are out when the last byte is.
+  NetworkModel shared(std::vector<double>(W + 1, B), lat);
+  std::vector<int> to;
+  for (int k = 1; k <= W; ++k) to.push_back(k);
+  for (double a : shared.send_batch(0, to, std::vector<double>(W, S), 0.0)) EXPECT_NEAR(a, W * S / B + lat, 1e-12);
+  // ... or, fifo, one after the other: the k-th is out after k messages' bytes.
+  NetworkModel fifo(std::vector<double>(W + 1, B), lat, /*fifo=*/true);
+  const std::vector<double> in_order = fifo.send_batch(0, to, std::vector<double>(W, S), 0.0);
+  for (int k = 0; k < W; ++k) EXPECT_NEAR(in_order[static_cast<size_t>(k)], (k + 1) * S / B + lat, 1e-12) << k;
   // A worker's second message waits for its first on its own uplink.
   NetworkModel one({B, B, B}, 0.0);
   one.send(0, 1, S, 0.0);

@@ -8,26 +8,42 @@
 
 namespace syncopate {
 
-NetworkModel::NetworkModel(std::vector<double> bytes_per_s, double latency_s)
+NetworkModel::NetworkModel(std::vector<double> bytes_per_s, double latency_s, bool fifo)
     : rate_(std::move(bytes_per_s)), up_free_(rate_.size(), 0.0), down_free_(rate_.size(), 0.0),
-      sent_(rate_.size(), 0.0), received_(rate_.size(), 0.0), latency_(latency_s) {
+      sent_(rate_.size(), 0.0), received_(rate_.size(), 0.0), latency_(latency_s), fifo_(fifo) {
   for (size_t e = 0; e < rate_.size(); ++e)
     SYN_CHECK(rate_[e] > 0, fmt::format("endpoint {} has link rate {} bytes/s", e, rate_[e]), "link rates must be > 0");
   SYN_CHECK(latency_ >= 0, fmt::format("latency {} s", latency_), "latency must be >= 0");
 }
 
-double NetworkModel::send(int from, int to, double bytes, double t) {
-  const size_t a = static_cast<size_t>(from), b = static_cast<size_t>(to);
-  SYN_CHECK(a < rate_.size() && b < rate_.size(), fmt::format("message from endpoint {} to {}", from, to),
-            "a simulator bug: endpoints are 0..workers+servers-1");
+double NetworkModel::send(int from, int to, double bytes, double t) { return send_batch(from, {to}, {bytes}, t)[0]; }
+
+std::vector<double> NetworkModel::send_batch(int from, const std::vector<int>& to, const std::vector<double>& bytes,
+                                             double t) {
+  if (fifo_ && to.size() > 1) {  // one after the other
+    std::vector<double> arrive(to.size());
+    for (size_t i = 0; i < to.size(); ++i) arrive[i] = send_batch(from, {to[i]}, {bytes[i]}, t)[0];
+    return arrive;
+  }
+  const size_t a = static_cast<size_t>(from);
+  SYN_CHECK(a < rate_.size() && to.size() == bytes.size(), fmt::format("a batch from endpoint {}", from),
+            "a simulator bug: endpoints are 0..workers+servers-1, one size per message");
+  double total = 0;
+  for (double x : bytes) total += x;
   const double tx = std::max(t, up_free_[a]);
-  const double tx_end = tx + bytes / rate_[a];
+  const double tx_end = tx + total / rate_[a];  // the flows share the uplink: all are out at its end
   up_free_[a] = tx_end;
-  const double rx = std::max(tx + latency_, down_free_[b]);
-  down_free_[b] = rx + bytes / rate_[b];  // the downlink's own work; a slow sender does not hold it
-  const double arrive = std::max(tx_end + latency_, down_free_[b]);
-  sent_[a] += bytes;
-  received_[b] += bytes;
+  sent_[a] += total;
+  std::vector<double> arrive(to.size());
+  for (size_t i = 0; i < to.size(); ++i) {
+    const size_t b = static_cast<size_t>(to[i]);
+    SYN_CHECK(b < rate_.size(), fmt::format("message from endpoint {} to {}", from, to[i]),
+              "a simulator bug: endpoints are 0..workers+servers-1");
+    const double rx = std::max(tx + latency_, down_free_[b]);
+    down_free_[b] = rx + bytes[i] / rate_[b];  // the downlink's own work; a slow sender does not hold it
+    arrive[i] = std::max(tx_end + latency_, down_free_[b]);
+    received_[b] += bytes[i];
+  }
   return arrive;
 }
 

@@ -6,9 +6,12 @@
 //   arrives  max(tx + S / B_a + latency, rx + S / B_b)      (not before its last byte was sent)
 // So W workers pushing S bytes each into one shard at once take W x S / B_shard to get in: the
 // queueing that limits parameter servers at scale; a shard with a W times faster link takes them
-// all in S / B. Concurrent transfers are served one after the other, not shared (TCP shares a
-// link among flows; the last of a batch arrives at the same time either way, the first ones
-// earlier here).
+// all in S / B. Messages a sender hands over at the same instant (a worker's pushes to its K
+// shards, a shard's replies to the workers a clock released) share its uplink as TCP flows do:
+// each leaves when the batch's last byte has left, tx + (sum of S) / B_a, so none of them can be
+// answered before the whole batch is out (or, with fifo, one after the other: the first leaves after
+// its own bytes). Messages handed over at different instants are served first come, first served;
+// a receiver's downlink serves arrivals first come, first served.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -19,9 +22,13 @@ namespace syncopate {
 class NetworkModel {
  public:
   // bytes_per_s[e]: endpoint e's link rate (each direction); latency_s: one way, per message.
-  NetworkModel(std::vector<double> bytes_per_s, double latency_s);
+  // fifo: messages handed over together are served one after the other instead of sharing the uplink.
+  NetworkModel(std::vector<double> bytes_per_s, double latency_s, bool fifo = false);
   // Arrival time of a message of `bytes` handed to the network at time t (seconds).
   double send(int from, int to, double bytes, double t);
+  // Arrival times of messages handed over together at time t, sharing the sender's uplink:
+  // to[i] receives bytes[i].
+  std::vector<double> send_batch(int from, const std::vector<int>& to, const std::vector<double>& bytes, double t);
   double latency_s() const { return latency_; }
   double rate(int e) const { return rate_.at(static_cast<size_t>(e)); }
   // Bytes each endpoint sent and received so far.
@@ -31,6 +38,7 @@ class NetworkModel {
  private:
   std::vector<double> rate_, up_free_, down_free_, sent_, received_;
   double latency_;
+  bool fifo_;
 };
 
 // Seconds of the pipelined ring all-reduce (reduce-scatter, then all-gather) of `bytes` over n

@@ -16,6 +16,10 @@ struct SimConfig {
   double link_gbit = 10;         // every worker's link rate, Gbit/s, each direction (full duplex)
   double server_link_gbit = 0;   // every server's link rate, Gbit/s; 0 = link_gbit
   double latency_us = 50;        // one-way latency of every message (and of every ring hop), microseconds
+  std::string sharing = "fair";  // messages a sender hands over together (a worker's pushes to its shards, a shard's
+                                 // released replies): "fair" = they share its uplink and all leave when the last byte
+                                 // has (TCP flows on a fair-queueing NIC); "fifo" = served one after the other (one
+                                 // FIFO queue that holds them all, as a tbf qdisc whose rate x 50 ms exceeds them)
   std::string slow_workers;      // comma-separated indices of workers whose modelled step is emulate.slowdown x
                                  // longer (e.g. "7" or "0,5"); empty = none
   double slow_share = 0;         // also slow: the highest-numbered ceil(slow_share x workers) workers; 0 = none
@@ -35,6 +39,8 @@ struct SimConfig {
     v("link_gbit", link_gbit, "each worker's link, Gbit/s per direction", 1e-6, 1e5);
     v("server_link_gbit", server_link_gbit, "each server's link, Gbit/s per direction (0 = link_gbit)", 0.0, 1e6);
     v("latency_us", latency_us, "one-way message latency, microseconds", 0.0, 1e7);
+    v("sharing", sharing, "messages sent together share the uplink (fair) or go in order (fifo)",
+      std::vector<std::string>{"fair", "fifo"});
     v("slow_workers", slow_workers, "comma-separated indices of stragglers (emulate.slowdown x slower)");
     v("slow_share", slow_share, "share of workers (the highest-numbered) that straggle", 0.0, 1.0);
     v("slow_steps", slow_steps, "> 0: stragglers stop after this many steps (elastic budget)", int64_t{0}, int64_t{1} << 40);

@@ -9,6 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include <sys/resource.h>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -56,6 +58,13 @@ class Stopwatch {
   double& into_;
   std::chrono::steady_clock::time_point t0_;
 };
+
+// The process's peak resident memory so far, bytes (what the memory estimate is checked against).
+double peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024.0;
+}
 
 // 80% of MemAvailable (bytes), or 8 GiB where /proc/meminfo cannot be read.
 double default_memory_limit() {
@@ -118,7 +127,7 @@ class Simulation {
   Simulation(const RunConfig& run, const PsConfig& ps, const SimConfig& sim, const std::string& out, bool verbose)
       : run_(run), ps_(ps), sim_(sim), out_(out), verbose_(verbose), mode_(mode_of(run)),
         n_(static_cast<int>(sim.workers)), k_(mode_.ring ? 0 : static_cast<int>(sim.shard_count())),
-        net_(link_rates(), sim.latency_us * 1e-6) {
+        net_(link_rates(), sim.latency_us * 1e-6, sim.sharing == "fifo") {
     if (run_.train.threads > 0) torch::set_num_threads(static_cast<int>(run_.train.threads));
     tokenizer_ = make_tokenizer(run_.data.tokenizer_config());
     data_ = std::make_unique<TrainingData>(open_training_data(run_.data, *tokenizer_, run_.model.block_size, verbose));
@@ -185,7 +194,7 @@ class Simulation {
         case Event::kReplyArrive: reply_arrive(workers_[static_cast<size_t>(e.worker)], t); break;
         case Event::kSyncDone: sync_done(t); break;
         case Event::kFinishArrive:
-          for (int r : shards_[static_cast<size_t>(e.shard)]->finish(e.worker)) reply(e.shard, r, t);
+          reply(e.shard, shards_[static_cast<size_t>(e.shard)]->finish(e.worker), t);
           break;
       }
       if (verbose_ && result_.worker_steps >= next_report) {
@@ -361,15 +370,21 @@ class Simulation {
     w.pending = k_;
     w.stale_sum = 0;
     w.wire = 0;
+    std::vector<int> to(static_cast<size_t>(k_));
+    std::vector<double> bytes(static_cast<size_t>(k_));
+    for (int k = 0; k < k_; ++k) {
+      to[static_cast<size_t>(k)] = n_ + k;
+      bytes[static_cast<size_t>(k)] = 4.0 * static_cast<double>(length(k)) + kHeaderBytes;
+      w.wire += 4.0 * static_cast<double>(length(k));
+    }
+    const std::vector<double> arrive = net_.send_batch(w.id, to, bytes, t);  // all shards at once, as PsClient
     for (int k = 0; k < k_; ++k) {
       Event e = event(Event::kPushArrive, w.id, k);
       e.clock = clock;
       e.param_version = w.version[static_cast<size_t>(k)];
       e.lr = lr;
       e.data = slice(g, k).clone();  // what is on the wire until it lands
-      const double bytes = 4.0 * static_cast<double>(length(k));
-      w.wire += bytes;
-      queue_.push(net_.send(w.id, n_ + k, bytes + kHeaderBytes, t), std::move(e));
+      queue_.push(arrive[static_cast<size_t>(k)], std::move(e));
     }
   }
 
@@ -387,22 +402,27 @@ class Simulation {
       Stopwatch sw(result_.update_s);
       ready = shards_[static_cast<size_t>(e.shard)]->push(h, e.data.data_ptr<float>(), t);
     }
-    for (int r : ready) reply(e.shard, r, t);
+    reply(e.shard, ready, t);
   }
 
-  // Shard k answers worker r: the values of now go into the worker's copy (it waits, so nothing
-  // reads them before the reply lands), the reply travels back.
-  void reply(int k, int r, double t) {
-    Worker& w = workers_[static_cast<size_t>(r)];
+  // Shard k answers the workers in `ready` (at once: their replies share its uplink): the values
+  // of now go into each worker's copy (it waits, so nothing reads them before the reply lands),
+  // the replies travel back.
+  void reply(int k, const std::vector<int>& ready, double t) {
+    if (ready.empty()) return;
     ParameterShard& s = *shards_[static_cast<size_t>(k)];
-    SYN_CHECK(w.pending > 0, fmt::format("shard {} answered worker {}, which waits for nothing", k, r),
-              "a simulator bug: report the config");
-    slice(w.params, k).copy_(s.params());
-    w.version[static_cast<size_t>(k)] = s.version();
-    w.stale_sum += static_cast<double>(s.last_staleness(r));
-    s.pulled(r);
-    queue_.push(net_.send(n_ + k, r, 4.0 * static_cast<double>(length(k)) + kHeaderBytes, t),
-                event(Event::kReplyArrive, r, k));
+    for (int r : ready) {
+      Worker& w = workers_[static_cast<size_t>(r)];
+      SYN_CHECK(w.pending > 0, fmt::format("shard {} answered worker {}, which waits for nothing", k, r),
+                "a simulator bug: report the config");
+      slice(w.params, k).copy_(s.params());
+      w.version[static_cast<size_t>(k)] = s.version();
+      w.stale_sum += static_cast<double>(s.last_staleness(r));
+      s.pulled(r);
+    }
+    const std::vector<double> bytes(ready.size(), 4.0 * static_cast<double>(length(k)) + kHeaderBytes);
+    const std::vector<double> arrive = net_.send_batch(n_ + k, ready, bytes, t);
+    for (size_t i = 0; i < ready.size(); ++i) queue_.push(arrive[i], event(Event::kReplyArrive, ready[i], k));
   }
 
   void reply_arrive(Worker& w, double t) {
@@ -474,7 +494,7 @@ class Simulation {
                                : 0.0},
         {"target_loss", sim_.target_loss}, {"target_reached_s", result_.target_s},
         {"bytes_sent_by_workers", worker_bytes}, {"bytes_sent_by_servers", server_bytes},
-        {"memory_estimate_bytes", sim_memory_estimate(run_, ps_, sim_)}};
+        {"memory_estimate_bytes", sim_memory_estimate(run_, ps_, sim_)}, {"peak_rss_bytes", peak_rss_bytes()}};
     write_file_atomic((fs::path(out_) / "sim.json").string(), j.dump(2) + "\n");
   }
 
@@ -545,9 +565,9 @@ double sim_memory_estimate(const RunConfig& run, const PsConfig& ps, const SimCo
   const double b = static_cast<double>(run.train.batch_size), T = static_cast<double>(run.model.block_size);
   const double C = static_cast<double>(run.model.n_embd), L = static_cast<double>(run.model.n_layer);
   // Activations kept for backward (about 34 values per token per width per layer, plus the logits
-  // and their gradient), and LibTorch's own footprint.
+  // and their gradient), and the process itself.
   const double activations = 4.0 * b * T * (34.0 * C * L + 3.0 * static_cast<double>(run.model.padded_vocab()));
-  double bytes = 256.0 * (1 << 20) + activations + 6.0 * p4;  // model, gradient, the ring's AdamW and sum
+  double bytes = 512.0 * (1 << 20) + activations + 6.0 * p4;  // LibTorch and data (measured ~0.4 GiB), model, gradient, AdamW, sum
   double per_worker = 4096 + std::min<double>(kFlushBytes, 400.0 * static_cast<double>(run.train.steps));
   if (!m.ring) per_worker += 2.0 * p4;              // its copy of the parameters, its push in flight
   if (m.local_sgd) per_worker += (m.ring ? 3.0 : 4.0) * p4;  // its weights, AdamW moments (and round start)
