@@ -13,7 +13,10 @@ and every step has exponential jitter of mean 0.1. Parameter servers: K = min(N,
 links together carry what the workers' do (K x B_server = N x B). Each run stops at the target
 loss (time to target) or at a simulated time limit of --limit x the ring's time in that cell.
 Runs are cached under OUT/runs/, so the script can be called again with other cells (fewer seeds
-for large N, say) and the map is redrawn from everything run so far.
+for large N, say) and the map is redrawn from everything run so far. Configurations are compared
+seed by seed (the same seed gives every configuration the same initialization, data order and
+jitter draws): one is resolved behind the first when the paired difference's 95% interval lies
+above 0, otherwise the map says they are not resolved apart.
 
 Writes OUT/crossover.json, OUT/report.md, OUT/crossover_N<n>.png heatmaps and OUT/ttt_vs_n.png.
 """
@@ -122,8 +125,9 @@ def paired(cell, w, ru):
 
 def judge(cell):
     """The winner of a cell: lowest mean time to target among configurations that reached it in
-    every seed; 'resolved' when the paired difference to the runner-up (every other configuration
-    that reached it, or the best of those that did not) has a 95% interval above 0."""
+    every seed. Another configuration is resolved behind it when their paired difference (seed by
+    seed; a missed target counts at the time limit) has a 95% interval above 0, else tied with it;
+    the cell is resolved when none is tied."""
     stats = {}
     for name, rs in cell.items():
         t = [r["time_to_target_s"] for r in rs]
@@ -139,10 +143,11 @@ def judge(cell):
         return {"winner": w, "runner_up": None, "margin": None, "resolved": False, "stats": stats, "seeds": seeds}
     diffs = {k: paired(cell, w, k) for k in others}
     ru = order[1] if len(order) > 1 else min(others, key=lambda k: diffs[k]["mean"] if diffs[k]["mean"] is not None else 1e30)
-    resolved = all(diffs[k]["n"] >= 2 and diffs[k]["ci95"][0] > 0 for k in others)
+    behind = [k for k in others if diffs[k]["n"] >= 2 and diffs[k]["ci95"][0] > 0]
+    tied = [k for k in others if k not in behind]  # not resolved behind the winner at these seeds
     margin = full[ru]["mean"] / full[w]["mean"] if ru in full else None
-    return {"winner": w, "runner_up": ru, "margin": margin, "resolved": resolved, "stats": stats, "seeds": seeds,
-            "paired_vs_winner": diffs}
+    return {"winner": w, "runner_up": ru, "margin": margin, "resolved": not tied, "tied": tied, "behind": behind,
+            "stats": stats, "seeds": seeds, "paired_vs_winner": diffs}
 
 
 def main():
@@ -193,16 +198,17 @@ def report(res, out):
     L = ["# Crossover map (syncopate-sim)", "", f"Command(s): `{res['command']}` (runs cached; see crossover.py)", "",
          f"Target validation loss {res['target']}; micro model, 2 sequences x 64 tokens per worker-step, modelled step "
          f"{STEP_S} s with jitter {JITTER}; validation on {EVAL_BATCHES} x {BATCH} held-out sequences every "
-         "5 steps of worker 0, the crossing placed linearly between evaluations. Winner: lowest mean simulated time to target among configurations that "
-         "reached it in every seed; resolved = the winner is ahead of every other configuration, paired seed by seed "
-         "(same initialization, data order and jitter draws), with 95% intervals of the differences above 0.", "",
-         "| N | ratio r | slowdown s | seeds | winner | margin over runner-up | resolved | time to target per configuration, s (reached) |",
+         "5 steps of worker 0 (DiLoCo: worker 0's own weights, mid-round its inner model, as the trainer evaluates), "
+         "the crossing placed linearly between evaluations. First: lowest mean simulated time to target among "
+         "configurations that reached it in every seed. Another is resolved behind it when their difference, paired "
+         "seed by seed (same initialization, data order and jitter draws; a missed target counts at the time limit), "
+         "has a 95% interval above 0; otherwise it is not resolved behind it at these seeds.", "",
+         "| N | ratio r | slowdown s | seeds | first | not resolved behind it | resolved behind it | time to target per configuration, s (reached) |",
          "|---|---|---|---|---|---|---|---|"]
     for c in res["cells"]:
         per = "; ".join(f"{k} {fmt_ci(s, 3)} ({s['reached']}/{s['seeds']})" for k, s in c["stats"].items())
         L.append(f"| {c['n']} | {c['ratio']:g} | {c['slowdown']:g} | {c.get('seeds', '-')} | {c['winner'] or 'none'} | "
-                 f"{'-' if not c['margin'] else '%.2fx (%s)' % (c['margin'], c['runner_up'])} | "
-                 f"{'yes' if c['resolved'] else 'no'} | {per} |")
+                 f"{', '.join(c.get('tied', [])) or '-'} | {', '.join(c.get('behind', [])) or '-'} | {per} |")
     L += ["", "Paired differences to the winner (other minus winner, seconds, 95% interval over seeds):", ""]
     for c in res["cells"]:
         if c.get("paired_vs_winner"):
@@ -234,7 +240,9 @@ def plots(res, out):
             x, y = rs.index(c["ratio"]), ss.index(c["slowdown"])
             col = colors.get(c["winner"], (0.9, 0.9, 0.9, 1))
             ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1, color=col, alpha=1.0 if c["resolved"] else 0.45))
-            label = (c["winner"] or "none") + (f"\n{c['margin']:.2f}x" if c["margin"] else "") + f"\n{c.get('seeds', 0)} seed(s)"
+            tied = c.get("tied", [])
+            label = (c["winner"] or "none") + (f"\n= {', '.join(tied[:2])}" + ("..." if len(tied) > 2 else "") if tied else "") \
+                + f"\n{c.get('seeds', 0)} seed(s)"
             ax.text(x, y, label, ha="center", va="center", fontsize=7)
         ax.set_xlim(-0.5, len(rs) - 0.5)
         ax.set_ylim(-0.5, len(ss) - 0.5)
@@ -243,7 +251,7 @@ def plots(res, out):
         ax.set_xlabel("link ratio r (comm / compute)")
         ax.set_title(f"N = {n}", fontsize=10)
     axes[0][0].set_ylabel("straggler slowdown (1/8 of workers)")
-    fig.suptitle("first to the target (faded: not resolved at these seeds)", fontsize=9)
+    fig.suptitle("first to the target; '= x': x not resolved behind it (paired, 95%); faded: some tie", fontsize=9)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "crossover.png"), dpi=100)
     plt.close(fig)
