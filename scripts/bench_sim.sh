@@ -6,7 +6,7 @@
 # step time, the simulator's real seconds per worker-step, their ratio, and where the simulator's
 # time went (gradients, update rules, evaluation, the rest: scheduling, links, copies, metrics).
 #   scripts/bench_sim.sh [--pairs 2] [--workers 64] [--steps 200] [--preset tiny] [--batch 2]
-#                        [--mode ps|ring] [--consistency asp] [--servers 8]
+#                        [--mode ps|ring] [--consistency asp] [--servers 8] [-- extra syncopate-sim flags]
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PAIRS=2 WORKERS=64 STEPS=200 PRESET=tiny BATCH=2 MODE=ps CONSISTENCY=asp SERVERS=8
@@ -15,6 +15,7 @@ while [ $# -gt 0 ]; do
     --pairs) PAIRS=$2; shift 2;; --workers) WORKERS=$2; shift 2;; --steps) STEPS=$2; shift 2;;
     --preset) PRESET=$2; shift 2;; --batch) BATCH=$2; shift 2;; --mode) MODE=$2; shift 2;;
     --consistency) CONSISTENCY=$2; shift 2;; --servers) SERVERS=$2; shift 2;;
+    --) shift; break;;
     *) echo "bench_sim.sh: unknown option $1" >&2; exit 2;;
   esac
 done
@@ -27,13 +28,13 @@ for p in $(seq 1 "$PAIRS"); do
     --checkpoint.every=0 > "$TMP/trainer$p.log" 2>&1
   "$ROOT/build/bin/syncopate-sim" --out "$TMP/sim$p" --quiet "${COMMON[@]}" --train.steps="$STEPS" \
     --eval.every=$((STEPS / 10)) --sim.workers="$WORKERS" --sim.servers="$SERVERS" --dist.mode="$MODE" \
-    --ps.consistency="$CONSISTENCY" --emulate.step_time_s=0.1 > "$TMP/sim$p.log" 2>&1
+    --ps.consistency="$CONSISTENCY" --emulate.step_time_s=0.1 "$@" > "$TMP/sim$p.log" 2>&1
 done
-python3 - "$TMP" "$PAIRS" "$WORKERS" "$STEPS" "$PRESET" "$BATCH" "$MODE" "$CONSISTENCY" <<'PY'
+python3 - "$TMP" "$PAIRS" "$WORKERS" "$STEPS" "$PRESET" "$BATCH" "$MODE" "$CONSISTENCY" "$*" <<'PY'
 import json, os, statistics, sys
-tmp, pairs, workers, steps, preset, batch, mode, cons = sys.argv[1:]
+tmp, pairs, workers, steps, preset, batch, mode, cons, extra = sys.argv[1:]
 print(f"syncopate-sim vs syncopate-worker: {workers} workers x {steps} steps, {preset}, batch {batch}, {mode}"
-      f"{' ' + cons if mode == 'ps' else ''}, one thread")
+      f"{' ' + cons if mode == 'ps' else ''}, one thread{' ' + extra if extra else ''}")
 print("pair | trainer s/step | sim real s/worker-step | ratio | gradients | update rules | eval | rest | sim total s")
 ratios = []
 for p in range(1, int(pairs) + 1):

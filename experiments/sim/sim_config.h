@@ -31,6 +31,10 @@ struct SimConfig {
   double target_loss = 0;        // > 0: the run ends once worker 0's validation loss is at or below this (time to
                                  // target in sim.json; studies stop paying for gradients past it); 0 = run every step
   double time_limit_s = 0;       // > 0: the run ends when the simulated clock passes this, seconds; 0 = no limit
+  bool flush_denormal = false;   // flush denormal floats to zero (x86 FTZ/DAZ). Many small asynchronous updates take
+                                 // the model where softmax tails underflow into denormals, which made gradients ~1.8x
+                                 // slower (docs/PERFORMANCE.md); flushing them is faster but no longer bit for bit
+                                 // what the workers (which do not flush) compute
 
   template <class V>
   void fields(V& v) {
@@ -48,6 +52,7 @@ struct SimConfig {
     v("memory_gb", memory_gb, "refuse runs estimated above this many GiB (0 = 80% of available)", 0.0, 1e6);
     v("target_loss", target_loss, "> 0: end the run when worker 0's validation loss reaches this", 0.0, 1e6);
     v("time_limit_s", time_limit_s, "> 0: end the run when the simulated clock passes this, seconds", 0.0, 1e9);
+    v("flush_denormal", flush_denormal, "flush denormal floats to zero (faster; not bit for bit the workers' numerics)");
   }
 
   // The slow workers' indices (sorted, unique); throws syncopate::Error naming a bad entry.

@@ -129,6 +129,7 @@ class Simulation {
         n_(static_cast<int>(sim.workers)), k_(mode_.ring ? 0 : static_cast<int>(sim.shard_count())),
         net_(link_rates(), sim.latency_us * 1e-6, sim.sharing == "fifo") {
     if (run_.train.threads > 0) torch::set_num_threads(static_cast<int>(run_.train.threads));
+    at::globalContext().setFlushDenormal(sim.flush_denormal);
     tokenizer_ = make_tokenizer(run_.data.tokenizer_config());
     data_ = std::make_unique<TrainingData>(open_training_data(run_.data, *tokenizer_, run_.model.block_size, verbose));
     train_ = std::make_unique<WindowSampler>(data_->train, run_.model.block_size, run_.train.seed, run_.model.vocab_size);
