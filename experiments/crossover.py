@@ -31,6 +31,7 @@ import time
 from cluster_runs import ROOT, read_jsonl
 from stats import fmt_ci, mean_ci95
 from study import time_to_target
+from plotting import pyplot
 
 PRESET, PARAMS, BATCH, STEP_S, JITTER = "micro", 124_672, 2, 0.1, 0.1
 EVAL_BATCHES = 32  # 64 held-out sequences per evaluation: the crossing time is not the evaluation's noise
@@ -222,12 +223,8 @@ def report(res, out):
 
 
 def plots(res, out):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("[crossover] matplotlib missing: no plots", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return
     names = list(CONFIGS)
     colors = {k: plt.cm.tab10(i) for i, k in enumerate(names)}

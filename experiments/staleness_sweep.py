@@ -13,6 +13,7 @@ import os
 import sys
 
 from study import add_args, run_study
+from plotting import pyplot
 
 
 def main():
@@ -33,11 +34,8 @@ def main():
             configs[name] = {"cluster": ["--consistency", "asp", "--mitigation", mit], "elastic": True}
             where[name] = (mit, None)
     summary = run_study(configs, a, "Staleness sweep", f"python experiments/staleness_sweep.py {' '.join(sys.argv[1:])}")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     plt.figure(figsize=(7, 4.5))
     for mit in a.mitigations.split(","):

@@ -10,6 +10,7 @@ import sys
 import scenario as scen
 from cluster_runs import CPU_LIMIT, OVERRUN_LIMIT, ROOT, calibrate, run_once
 from stats import fmt_ci, mean_ci95, separated
+from plotting import pyplot
 
 
 def add_args(ap, out_default):
@@ -415,12 +416,8 @@ def write_report(summary, out):
 
 
 def plots(summary, out):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("[study] matplotlib missing: no plots", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return
     cfgs = summary["configurations"]
 

@@ -21,6 +21,7 @@ from ab_sync_async import CONFIGS
 from cluster_runs import ROOT, read_jsonl, run_once, summarize
 from stats import fmt_ci, mean_ci95
 from study import add_args, loss_at, time_to_target
+from plotting import pyplot
 
 
 def study_args(summary):
@@ -167,11 +168,8 @@ def report(res, out):
 
 
 def plots(res, out):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     names = list(res["configurations"])
     fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.4), sharey=True, squeeze=False)

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "common/check.h"
+#include "common/command_line.h"
 #include "common/config_schema.h"
 #include "worker/train/run_config.h"
 #include "worker/train/node_training.h"
@@ -36,17 +37,7 @@ int main(int argc, char** argv) {
   std::string out = "runs/default";
   bool resume = false, print_config = false;
   try {
-    std::vector<std::string> rest;
-    for (size_t i = 0; i < args.size(); ++i) {  // --config first, so overrides win
-      if (args[i] == "--config" || args[i].rfind("--config=", 0) == 0) {
-        std::string path = args[i] == "--config" ? (i + 1 < args.size() ? args[++i] : "") : args[i].substr(9);
-        SYN_CHECK(!path.empty(), "--config needs a file", "write --config run.toml");
-        schema.load_file(path);
-      } else {
-        rest.push_back(args[i]);
-      }
-    }
-    rest = schema.apply_args(rest);
+    const std::vector<std::string> rest = apply_command_line(schema, args);
     for (size_t i = 0; i < rest.size(); ++i) {
       const std::string& a = rest[i];
       if (a == "--help" || a == "-h") {
@@ -56,10 +47,8 @@ int main(int argc, char** argv) {
         resume = true;
       } else if (a == "--print-config") {
         print_config = true;
-      } else if (a == "--out" && i + 1 < rest.size()) {
-        out = rest[++i];
-      } else if (a.rfind("--out=", 0) == 0) {
-        out = a.substr(6);
+      } else if (flag_value(rest, i, "--out", out)) {
+        SYN_CHECK(!out.empty(), "--out needs a directory", "write --out DIR");
       } else {
         SYN_FAIL(fmt::format("unknown argument '{}'", a), "see syncopate-worker --help");
       }

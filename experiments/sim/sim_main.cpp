@@ -14,6 +14,7 @@
 
 #include "common/atomic_file.h"
 #include "common/check.h"
+#include "common/command_line.h"
 #include "common/config_schema.h"
 #include "common/log.h"
 #include "experiments/sim/virtual_cluster.h"
@@ -55,17 +56,7 @@ int main(int argc, char** argv) {
   std::string out = "runs/sim";
   bool print_config = false, quiet = false;
   try {
-    std::vector<std::string> rest;
-    for (size_t i = 0; i < args.size(); ++i) {  // --config first, so overrides win
-      if (args[i] == "--config" || args[i].rfind("--config=", 0) == 0) {
-        std::string path = args[i] == "--config" ? (i + 1 < args.size() ? args[++i] : "") : args[i].substr(9);
-        SYN_CHECK(!path.empty(), "--config needs a file", "write --config sim.toml");
-        schema.load_file(path);
-      } else {
-        rest.push_back(args[i]);
-      }
-    }
-    rest = schema.apply_args(rest);
+    const std::vector<std::string> rest = apply_command_line(schema, args);
     for (size_t i = 0; i < rest.size(); ++i) {
       const std::string& a = rest[i];
       if (a == "--help" || a == "-h") {
@@ -75,10 +66,8 @@ int main(int argc, char** argv) {
         print_config = true;
       } else if (a == "--quiet") {
         quiet = true;
-      } else if (a == "--out" && i + 1 < rest.size()) {
-        out = rest[++i];
-      } else if (a.rfind("--out=", 0) == 0) {
-        out = a.substr(6);
+      } else if (flag_value(rest, i, "--out", out)) {
+        SYN_CHECK(!out.empty(), "--out needs a directory", "write --out DIR");
       } else {
         SYN_FAIL(fmt::format("unknown argument '{}'", a), "see syncopate-sim --help");
       }
