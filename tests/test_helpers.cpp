@@ -64,6 +64,15 @@ RunConfig tiny_run_config(const TempDir& dir) {
   return c;
 }
 
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/comm/rendezvous.h"
 #include "worker/train/run_config.h"
 
@@ -36,6 +38,9 @@ std::string write_tiny_corpus(const TempDir& dir, size_t bytes = 200000);
 
 // A config that trains in well under a second per step on one CPU core.
 RunConfig tiny_run_config(const TempDir& dir);
+
+// Every line of a JSON Lines file (metrics.jsonl), parsed; blank lines skipped.
+std::vector<nlohmann::json> read_jsonl(const std::string& path);
 
 // Runs f and returns the message of the syncopate::Error it throws ("" if it throws none).
 std::string error_of(const std::function<void()>& f);

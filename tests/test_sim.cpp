@@ -20,17 +20,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line))
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
 std::vector<nlohmann::json> steps_of(const std::string& path) {
   std::vector<nlohmann::json> out;
-  for (auto& m : read_jsonl(path))
+  for (auto& m : test::read_jsonl(path))
     if (m.contains("loss")) out.push_back(m);
   return out;
 }
@@ -161,7 +153,7 @@ TEST(Simulator, BspShardsMatchTheRingWithNodeClipping) {
     for (int r = 0; r < 3; ++r) mean += steps_of(d.str("bsp/node" + std::to_string(r) + "/metrics.jsonl"))[i]["loss"].get<double>();
     EXPECT_NEAR(mean / 3, steps_of(d.str("ring/node0/metrics.jsonl"))[i]["loss"].get<double>(), 2e-5) << "step " << i + 1;
   }
-  const auto v_ring = read_jsonl(d.str("ring/node0/metrics.jsonl")), v_bsp = read_jsonl(d.str("bsp/node0/metrics.jsonl"));
+  const auto v_ring = test::read_jsonl(d.str("ring/node0/metrics.jsonl")), v_bsp = test::read_jsonl(d.str("bsp/node0/metrics.jsonl"));
   EXPECT_NEAR(v_ring.back()["val_loss"].get<double>(), v_bsp.back()["val_loss"].get<double>(), 2e-5);
   // BSP: every update fresh; the shards' statistics are where the scripts read them.
   for (const auto& m : steps_of(d.str("bsp/node1/metrics.jsonl"))) EXPECT_EQ(m["staleness"].get<double>(), 0.0);

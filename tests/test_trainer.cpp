@@ -19,15 +19,6 @@
 using namespace syncopate;
 namespace fs = std::filesystem;
 
-namespace {
-std::vector<nlohmann::json> read_metrics(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line)) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-}  // namespace
 
 TEST(Trainer, TinyModelOverfitsTinyText) {
   test::TempDir d;
@@ -44,7 +35,7 @@ TEST(Trainer, TinyModelOverfitsTinyText) {
   const double after = t.evaluate();
   EXPECT_GT(before, 5.0);
   EXPECT_LT(after, 1.0) << "val loss before " << before;
-  auto m = read_metrics(d.str("run/metrics.jsonl"));
+  auto m = test::read_jsonl(d.str("run/metrics.jsonl"));
   ASSERT_FALSE(m.empty());
   for (const char* k : {"step", "time_s", "loss", "lr", "tokens", "tokens_per_s"}) EXPECT_TRUE(m.front().contains(k)) << k;
   EXPECT_TRUE(m.back().contains("val_loss"));  // evaluation at the last step
@@ -81,7 +72,7 @@ TEST(Trainer, ResumeIsBitIdentical) {
   }
   EXPECT_TRUE(torch::equal(straight, resumed)) << (straight - resumed).abs().max().item<double>();
   // The resumed run appended to the metrics of the first part.
-  EXPECT_EQ(read_metrics(d.str("b/metrics.jsonl")).back()["step"], 8);
+  EXPECT_EQ(test::read_jsonl(d.str("b/metrics.jsonl")).back()["step"], 8);
 }
 
 TEST(Checkpoint, KeepsNewestAndPointsLatestAtIt) {
@@ -190,7 +181,7 @@ TEST(Trainer, SkippedStepsChangeNothingAndTooManyInARowEndTheRun) {
     const torch::Tensor before = t.flat().params.clone();
     t.run();
     EXPECT_TRUE(torch::equal(t.flat().params, before));
-    auto m = read_metrics(d.str("skip/metrics.jsonl"));
+    auto m = test::read_jsonl(d.str("skip/metrics.jsonl"));
     int64_t skipped = -1;
     for (const auto& r : m)
       if (r.contains("skipped_steps")) skipped = r["skipped_steps"];
