@@ -19,6 +19,13 @@ import study  # noqa: E402
 from stats import mean_ci95, separated, t975  # noqa: E402
 
 PY = sys.executable
+# Every directory a test writes lies under one temporary directory, removed when the tests end
+# (pass or fail): nothing is left in /tmp.
+_SCRATCH = tempfile.TemporaryDirectory(prefix="syncopate-experiments-test-")
+
+
+def mkdtemp():
+    return tempfile.mkdtemp(dir=_SCRATCH.name)
 
 
 class Stats(unittest.TestCase):
@@ -112,7 +119,7 @@ class Scenarios(unittest.TestCase):
 
 def knobs(**kw):
     a = dict(scenario=None, nodes=2, preset=None, batch=None, step_time=0.1, slow_node=None, slowdown=None,
-             jitter=None, netns=False, link_gbit=None, calibrate=False, target_loss="best", out=tempfile.mkdtemp())
+             jitter=None, netns=False, link_gbit=None, calibrate=False, target_loss="best", out=mkdtemp())
     a.update(kw)
     return types.SimpleNamespace(**a)
 
@@ -127,14 +134,14 @@ class Emulation(unittest.TestCase):
             self.assertIn(word, str(e.exception))
 
     def test_a_bad_target_is_refused_before_any_run(self):
-        a = knobs(configs=None, lr_grid="1", target_loss="lowest", out=tempfile.mkdtemp())
+        a = knobs(configs=None, lr_grid="1", target_loss="lowest", out=mkdtemp())
         with self.assertRaises(SystemExit) as e:
             study.run_study({"asp": {"cluster": []}}, a, "t", "c")
         self.assertIn("--target-loss", str(e.exception))
         self.assertFalse(os.path.exists(os.path.join(a.out, "runs")))
 
     def test_too_many_backup_workers_are_refused(self):
-        a = knobs(configs=None, lr_grid="1", out=tempfile.mkdtemp())
+        a = knobs(configs=None, lr_grid="1", out=mkdtemp())
         with self.assertRaises(SystemExit) as e:
             study.run_study({"b": {"cluster": [], "backup": 2}}, a, "t", "c")
         self.assertIn("backup workers", str(e.exception))
@@ -169,7 +176,7 @@ class Smoke(unittest.TestCase):
         return s
 
     def test_ab_writes_its_outputs_and_the_straggler_is_paced(self):
-        out = tempfile.mkdtemp()
+        out = mkdtemp()
         cmd = [PY, os.path.join(ROOT, "experiments", "ab_sync_async.py"), "--configs", "ring,asp,bsp_backup",
                "--slow-node", "1", "--slowdown", "2", "--tensorboard"] + smoke_args(out)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
@@ -184,7 +191,7 @@ class Smoke(unittest.TestCase):
         self.assertTrue(any(e.startswith("events.out.tfevents") for e in events), events)
         self.assertGreater(s["configurations"]["asp"]["staleness"]["max"], 0)
         # The same study re-run in the simulator, figure by figure against the emulated runs.
-        val = tempfile.mkdtemp()
+        val = mkdtemp()
         subprocess.run([PY, os.path.join(ROOT, "experiments", "validate_sim.py"), "--emulated", out, "--out", val],
                        check=True, stdout=subprocess.DEVNULL)
         with open(os.path.join(val, "validation.json")) as f:
@@ -196,7 +203,7 @@ class Smoke(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(val, "report.md")))
 
     def test_the_simulator_backend_runs_a_study_past_this_machine(self):
-        out = tempfile.mkdtemp()
+        out = mkdtemp()
         args = smoke_args(out)
         args[args.index("--nodes") + 1] = "16"
         cmd = [PY, os.path.join(ROOT, "experiments", "ab_sync_async.py"), "--backend", "sim", "--configs",
@@ -220,13 +227,13 @@ class Smoke(unittest.TestCase):
             self.assertIn("simulated seconds", f.read())
 
     def test_sweep_writes_its_outputs_and_a_failing_configuration_is_reported(self):
-        out = tempfile.mkdtemp()
+        out = mkdtemp()
         cmd = [PY, os.path.join(ROOT, "experiments", "staleness_sweep.py"), "--bounds", "1", "--no-asp"] + smoke_args(out)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         self.check_outputs(out, ["ssp1"])
         self.assertTrue(os.path.exists(os.path.join(out, "val_loss_vs_bound.png")))
         # A configuration whose workers refuse their arguments fails; the other still completes.
-        out2 = tempfile.mkdtemp()
+        out2 = mkdtemp()
         a = knobs(configs=None, lr_grid="1", seeds=1, steps=4, evals=2, warmup=1, servers=None, target_loss=None,
                   tensorboard=False, base_lr=2e-3, max_overrun=1.0, max_cpu=1.0, out=out2)
         a.target_loss = "best"
@@ -240,7 +247,7 @@ class Smoke(unittest.TestCase):
             self.assertIn("broken seed 0: exit", f.read())
         # An emulation that cannot hold (1 ms modelled against ~tens of ms of real compute) is
         # reported invalid and kept out of every figure.
-        out3 = tempfile.mkdtemp()
+        out3 = mkdtemp()
         a3 = knobs(configs=None, lr_grid="1", seeds=1, steps=4, evals=2, warmup=1, servers=None, target_loss=None,
                    tensorboard=False, base_lr=2e-3, max_overrun=0.05, max_cpu=1.0, step_time=0.001, out=out3)
         a3.target_loss = "best"
