@@ -53,30 +53,20 @@ class CpuSampler:
         return sum(self.samples) / len(self.samples) if self.samples else None
 
 
-def cluster_command(cfg, em, job, seed, lr, out, trace=False):
-    """local_cluster.sh arguments of one run. cfg: {"cluster": [...], "ring": bool}; em: the
-    emulation (step_time_s, slow_node, slowdown, jitter, link_gbit, netns); job: model, batch, steps."""
-    cmd = [os.path.join(ROOT, "scripts", "local_cluster.sh"), "--nodes", str(job["nodes"]), "--out", out]
-    if not cfg.get("ring"):
-        # Like for like: the ring's links are authenticated, not encrypted, so the parameter-server
-        # links of a study are too (encryption is measured on its own in docs/PERFORMANCE.md).
-        cmd += ["--servers", str(job["servers"]), "--encrypt", "off"] + cfg["cluster"]
-    steps = job["steps"]
-    if em["step_time_s"] > 0:
-        cmd += ["--step-time", repr(em["step_time_s"]), "--jitter", repr(em["jitter"])]
-        if em["slow_node"] >= 0 and em["slowdown"] > 1:
-            cmd += ["--slow-node", str(em["slow_node"]), "--slowdown", repr(em["slowdown"])]
-            if cfg.get("elastic"):
-                # The budget is the synchronous job's wall time (steps at the straggler's pace): in
-                # it a worker that waits for nobody does slowdown x as many steps as the straggler.
-                steps = int(round(job["steps"] * em["slowdown"]))
-                cmd += ["--slow-steps", str(job["steps"])]
-    if em.get("link_gbit"):
-        cmd += ["--netns", "--link-gbit", f"{em['link_gbit']:.6g}"]
-    if trace:
-        cmd += ["--trace"]  # every process's timeline, merged into OUT/trace.json
+def budget(cfg, em, job):
+    """(steps per node, the straggler's steps or None). The synchronous configurations run the
+    job's steps everywhere. One that waits for no straggler ("elastic") gets the synchronous job's
+    wall time as its budget: in it a worker that waits for nobody does slowdown x as many steps
+    as the straggler, which does the job's steps."""
+    if cfg.get("elastic") and em["step_time_s"] > 0 and em["slow_node"] >= 0 and em["slowdown"] > 1:
+        return int(round(job["steps"] * em["slowdown"])), job["steps"]
+    return job["steps"], None
+
+
+def worker_flags(job, seed, lr, steps):
+    """The worker's flags of one run, the same on the emulated cluster and in the simulator."""
     eval_every = max(1, job["steps"] // job["evals"])
-    cmd += ["--", f"--model.preset={job['preset']}", f"--train.steps={steps}",
+    return [f"--model.preset={job['preset']}", f"--train.steps={steps}",
             f"--train.batch_size={job['batch']}", "--train.threads=1", f"--train.seed={seed}",
             f"--optim.lr={lr:.6g}", f"--schedule.min_lr={lr / 10:.6g}", f"--schedule.warmup_steps={job['warmup']}",
             f"--eval.every={eval_every}", "--eval.sample_tokens=0", f"--eval.batches={job['eval_batches']}",
@@ -87,7 +77,28 @@ def cluster_command(cfg, em, job, seed, lr, out, trace=False):
             # Like for like: parameter servers combine gradients that each node clipped on its own,
             # so the ring clips each node's gradient before the nodes combine too.
             "--dist.clip_scope=node"]
-    return cmd + cfg.get("worker", [])
+
+
+def cluster_command(cfg, em, job, seed, lr, out, trace=False):
+    """local_cluster.sh arguments of one run. cfg: {"cluster": [...], "ring": bool}; em: the
+    emulation (step_time_s, slow_node, slowdown, jitter, link_gbit, netns); job: model, batch, steps."""
+    cmd = [os.path.join(ROOT, "scripts", "local_cluster.sh"), "--nodes", str(job["nodes"]), "--out", out]
+    if not cfg.get("ring"):
+        # Like for like: the ring's links are authenticated, not encrypted, so the parameter-server
+        # links of a study are too (encryption is measured on its own in docs/PERFORMANCE.md).
+        cmd += ["--servers", str(job["servers"]), "--encrypt", "off"] + cfg["cluster"]
+    steps, slow_steps = budget(cfg, em, job)
+    if em["step_time_s"] > 0:
+        cmd += ["--step-time", repr(em["step_time_s"]), "--jitter", repr(em["jitter"])]
+        if em["slow_node"] >= 0 and em["slowdown"] > 1:
+            cmd += ["--slow-node", str(em["slow_node"]), "--slowdown", repr(em["slowdown"])]
+            if slow_steps:
+                cmd += ["--slow-steps", str(slow_steps)]
+    if em.get("link_gbit"):
+        cmd += ["--netns", "--link-gbit", f"{em['link_gbit']:.6g}"]
+    if trace:
+        cmd += ["--trace"]  # every process's timeline, merged into OUT/trace.json
+    return cmd + ["--"] + worker_flags(job, seed, lr, steps) + cfg.get("worker", [])
 
 
 # local_cluster.sh's server flags and the [ps] fields syncopate-sim takes for them.
@@ -109,27 +120,21 @@ def sim_command(cfg, em, job, seed, lr, out):
             if flags[i] not in PS_FLAGS:
                 raise SystemExit(f"study: the simulator has no equivalent of local_cluster.sh {flags[i]}")
             cmd.append(f"--{PS_FLAGS[flags[i]]}={flags[i + 1]}")
-    steps = job["steps"]
+    steps, slow_steps = budget(cfg, em, job)
     if em["step_time_s"] <= 0:
         raise SystemExit("study: --backend sim needs a modelled step time (--step-time or a scenario)")
     cmd += [f"--emulate.step_time_s={em['step_time_s']!r}", f"--emulate.jitter={em['jitter']!r}"]
     if em["slow_node"] >= 0 and em["slowdown"] > 1:
         cmd += [f"--sim.slow_workers={em['slow_node']}", f"--emulate.slowdown={em['slowdown']!r}"]
-        if cfg.get("elastic"):
-            steps = int(round(job["steps"] * em["slowdown"]))
-            cmd += [f"--sim.slow_steps={job['steps']}"]
+        if slow_steps:
+            cmd += [f"--sim.slow_steps={slow_steps}"]
     # link_efficiency: the share of the nominal rate that TCP achieves on the emulated links (1 = all).
     cmd += [f"--sim.link_gbit={(em.get('link_gbit') or SIM_LOOPBACK_GBIT) * em.get('link_efficiency', 1.0):.6g}"]
     if em.get("latency_us") is not None:
         cmd += [f"--sim.latency_us={em['latency_us']:g}"]
     if em.get("sharing"):
         cmd += [f"--sim.sharing={em['sharing']}"]
-    eval_every = max(1, job["steps"] // job["evals"])
-    cmd += [f"--model.preset={job['preset']}", f"--train.steps={steps}", f"--train.batch_size={job['batch']}",
-            "--train.threads=1", f"--train.seed={seed}", f"--optim.lr={lr:.6g}", f"--schedule.min_lr={lr / 10:.6g}",
-            f"--schedule.warmup_steps={job['warmup']}", f"--eval.every={eval_every}", "--eval.sample_tokens=0",
-            f"--eval.batches={job['eval_batches']}", f"--data.cache_dir={ROOT}/data/cache", "--dist.clip_scope=node"]
-    return cmd + cfg.get("worker", [])
+    return cmd + worker_flags(job, seed, lr, steps) + cfg.get("worker", [])
 
 
 def calibrate(preset, batch, out):

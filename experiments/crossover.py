@@ -111,13 +111,13 @@ def collect(out):
     return cells
 
 
-def paired(cell, w, ru):
-    """Runner-up minus winner, seed by seed (same initialization, data order and jitter draws: a
-    paired comparison), as a mean with its 95% interval; a seed where the runner-up missed the
+def paired(cell, w, other):
+    """`other` minus the winner `w`, seed by seed (same initialization, data order and jitter draws: a
+    paired comparison), as a mean with its 95% interval; a seed where `other` missed the
     target counts at the time limit it ran to."""
     tw = {r["seed"]: r["time_to_target_s"] for r in cell[w]}
     d = []
-    for r in cell[ru]:
+    for r in cell[other]:
         if r["seed"] in tw and tw[r["seed"]] is not None:
             t = r["time_to_target_s"] if r["time_to_target_s"] is not None else r["simulated_s"]
             d.append(t - tw[r["seed"]])
@@ -135,19 +135,16 @@ def judge(cell):
         stats[name] = dict(mean_ci95([x for x in t if x is not None]), reached=sum(x is not None for x in t), seeds=len(t))
     full = {k: s for k, s in stats.items() if s["reached"] == s["seeds"] and s["mean"] is not None}
     if not full:
-        return {"winner": None, "stats": stats, "resolved": False, "margin": None}
-    order = sorted(full, key=lambda k: full[k]["mean"])
-    w = order[0]
+        return {"winner": None, "stats": stats, "resolved": False}
+    w = min(full, key=lambda k: full[k]["mean"])
     seeds = full[w]["seeds"]
     others = [k for k in stats if k != w]
     if not others:
-        return {"winner": w, "runner_up": None, "margin": None, "resolved": False, "stats": stats, "seeds": seeds}
+        return {"winner": w, "resolved": False, "stats": stats, "seeds": seeds}
     diffs = {k: paired(cell, w, k) for k in others}
-    ru = order[1] if len(order) > 1 else min(others, key=lambda k: diffs[k]["mean"] if diffs[k]["mean"] is not None else 1e30)
     behind = [k for k in others if diffs[k]["n"] >= 2 and diffs[k]["ci95"][0] > 0]
     tied = [k for k in others if k not in behind]  # not resolved behind the winner at these seeds
-    margin = full[ru]["mean"] / full[w]["mean"] if ru in full else None
-    return {"winner": w, "runner_up": ru, "margin": margin, "resolved": not tied, "tied": tied, "behind": behind,
+    return {"winner": w, "resolved": not tied, "tied": tied, "behind": behind,
             "stats": stats, "seeds": seeds, "paired_vs_winner": diffs}
 
 

@@ -200,6 +200,13 @@ class Smoke(unittest.TestCase):
         for c in v["configurations"].values():
             self.assertEqual(len(c["curves"]["simulated"]), 2)
             self.assertIn(c["agree"]["final_val_loss"], (True, False))
+        # The ring's evaluations fall on the same steps in both backends (the simulator plays the
+        # same run), and its simulated losses are close to the emulated ones: the same model, data
+        # and updates, summed in another order.
+        ring = v["configurations"]["ring"]["curves"]
+        for emu, sim in zip(ring["emulated"], ring["simulated"]):
+            self.assertEqual([p["step"] for p in emu], [p["step"] for p in sim])
+            self.assertAlmostEqual(emu[-1]["val_loss"], sim[-1]["val_loss"], delta=0.05)
         self.assertTrue(os.path.exists(os.path.join(val, "report.md")))
 
     def test_the_simulator_backend_runs_a_study_past_this_machine(self):

@@ -138,6 +138,9 @@ class Simulation {
     model_ = GPT(run_.model);
     model_->train();
     flat_ = std::make_unique<FlatParameters>(*model_);
+    node_clip_ = run_.dist.clip_scope == "node";
+    batch_x_ = torch::empty({run_.train.batch_size, run_.model.block_size}, torch::kLong);
+    batch_y_ = torch::empty_like(batch_x_);
     p_ = flat_->numel();
     bounds_ = Sharding::bounds(p_, std::max(k_, 1));
     samples_per_step_ = run_.train.batch_size * run_.train.grad_accum * n_;
@@ -269,8 +272,9 @@ class Simulation {
     const auto t0 = std::chrono::steady_clock::now();
     if (!params.is_same(flat_->params)) flat_->params.copy_(params);
     flat_->zero_grad();
-    const int64_t b = run_.train.batch_size, T = run_.model.block_size, accum = run_.train.grad_accum;
-    auto x = torch::empty({b, T}, torch::kLong), y = torch::empty({b, T}, torch::kLong);
+    const int64_t b = run_.train.batch_size, accum = run_.train.grad_accum;
+    at::Tensor& x = batch_x_;
+    at::Tensor& y = batch_y_;
     double loss = 0;
     for (int64_t micro = 0; micro < accum; ++micro) {
       train_->fill(WindowSampler::first_sample(w.step * samples_per_step_, micro, w.id, n_, b), b, x.data_ptr<int64_t>(),
@@ -289,8 +293,9 @@ class Simulation {
     torch::NoGradGuard no_grad;
     if (!params.is_same(flat_->params)) flat_->params.copy_(params);
     model_->eval();
-    const int64_t b = run_.train.batch_size, T = run_.model.block_size;
-    auto x = torch::empty({b, T}, torch::kLong), y = torch::empty({b, T}, torch::kLong);
+    const int64_t b = run_.train.batch_size;
+    at::Tensor& x = batch_x_;
+    at::Tensor& y = batch_y_;
     double sum = 0;
     for (int64_t i = 0; i < run_.eval.batches; ++i) {
       val_->fill(i * b, b, x.data_ptr<int64_t>(), y.data_ptr<int64_t>());
@@ -307,8 +312,8 @@ class Simulation {
     const double clip = run_.optim.grad_clip;
     if (mode_.ring && !mode_.local_sgd) {  // every worker on the one set of weights; the ring sums
       w.loss = gradient(w, flat_->params);
-      const bool node_clip = run_.dist.clip_scope == "node";
-      w.grad_norm = clip_grad_norm(flat_->grads, node_clip ? clip : 0.0);
+      // clip_scope=node: each worker's gradient is clipped before the sum; else the mean is (sync_done)
+      if (node_clip_) w.grad_norm = clip_grad_norm(flat_->grads, clip);
       sum_.add_(flat_->grads);
       loss_sum_ += w.loss;
       if (++arrived_ == n_) queue_.push(t + ring_s(), event(Event::kSyncDone));
@@ -344,7 +349,7 @@ class Simulation {
     const double mean_loss = loss_sum_ / n_;
     if (!mode_.local_sgd) {
       sum_.div_(static_cast<double>(n_));
-      const double norm = run_.dist.clip_scope == "node" ? -1 : clip_grad_norm(sum_, run_.optim.grad_clip);
+      const double norm = node_clip_ ? -1 : clip_grad_norm(sum_, run_.optim.grad_clip);
       Stopwatch sw(result_.update_s);
       opt_->step(flat_->params, sum_, workers_[0].lr);
       for (Worker& w : workers_) {
@@ -523,6 +528,8 @@ class Simulation {
   double loss_sum_ = 0;
   int arrived_ = 0;
   bool stopped_ = false;  // sim.target_loss reached, or sim.time_limit_s passed
+  bool node_clip_ = false;  // ring: dist.clip_scope=node (each worker's gradient clipped, not the mean)
+  at::Tensor batch_x_, batch_y_;  // one micro-batch's ids [batch, context], reused by every gradient and evaluation
   SimResult result_;
 };
 
@@ -624,11 +631,9 @@ void validate_simulation(const RunConfig& run_in, const PsConfig& ps, const SimC
             "use fewer workers or a smaller model (--model.preset=micro), or raise --sim.memory_gb if the machine has it");
 }
 
-SimResult run_simulation(const RunConfig& run_in, const PsConfig& ps, const SimConfig& sim, const std::string& out,
+SimResult run_simulation(const RunConfig& run, const PsConfig& ps, const SimConfig& sim, const std::string& out,
                          bool verbose) {
-  RunConfig run = run_in;
-  if (run.dist.mode == "ps" && run.dist.servers.empty()) run.dist.servers = "sim";
-  validate_simulation(run, ps, sim);
+  validate_simulation(run, ps, sim);  // callers other than the CLI get the same refusals
   Simulation s(run, ps, sim, out, verbose);
   return s.run();
 }
