@@ -20,30 +20,29 @@ double NetworkModel::send(int from, int to, double bytes, double t) { return sen
 
 std::vector<double> NetworkModel::send_batch(int from, const std::vector<int>& to, const std::vector<double>& bytes,
                                              double t) {
-  if (fifo_ && to.size() > 1) {  // one after the other
-    std::vector<double> arrive(to.size());
-    for (size_t i = 0; i < to.size(); ++i) arrive[i] = send_batch(from, {to[i]}, {bytes[i]}, t)[0];
-    return arrive;
-  }
   const size_t a = static_cast<size_t>(from);
   SYN_CHECK(a < rate_.size() && to.size() == bytes.size(), fmt::format("a batch from endpoint {}", from),
             "a simulator bug: endpoints are 0..workers+servers-1, one size per message");
   double total = 0;
   for (double x : bytes) total += x;
   const double tx = std::max(t, up_free_[a]);
-  const double tx_end = tx + total / rate_[a];  // the flows share the uplink: all are out at its end
-  up_free_[a] = tx_end;
-  sent_[a] += total;
+  // Fair: the flows share the uplink, all are out at the batch's end. FIFO: each leaves after its
+  // own bytes, the next starting where it ended.
+  double start = tx, end = tx + total / rate_[a];
   std::vector<double> arrive(to.size());
   for (size_t i = 0; i < to.size(); ++i) {
     const size_t b = static_cast<size_t>(to[i]);
     SYN_CHECK(b < rate_.size(), fmt::format("message from endpoint {} to {}", from, to[i]),
               "a simulator bug: endpoints are 0..workers+servers-1");
-    const double rx = std::max(tx + latency_, down_free_[b]);
+    if (fifo_) end = start + bytes[i] / rate_[a];
+    const double rx = std::max(start + latency_, down_free_[b]);
     down_free_[b] = rx + bytes[i] / rate_[b];  // the downlink's own work; a slow sender does not hold it
-    arrive[i] = std::max(tx_end + latency_, down_free_[b]);
+    arrive[i] = std::max(end + latency_, down_free_[b]);
     received_[b] += bytes[i];
+    if (fifo_) start = end;
   }
+  up_free_[a] = fifo_ ? start : end;
+  sent_[a] += total;
   return arrive;
 }
 
