@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -43,7 +44,7 @@ struct PsClient::Impl {
   std::condition_variable hb_cv;
   bool hb_stop = false;
   std::vector<std::string> endpoints;
-  std::vector<int64_t> bounds;  // shard k holds [bounds[k], bounds[k+1])
+  std::vector<int64_t> bounds;  // part p holds [bounds[p], bounds[p+1])
   uint64_t token = 0;
   std::vector<std::string> curve;  // server public, own public, own secret (Z85); empty = plain
   int worker = 0, workers = 0;
@@ -60,45 +61,54 @@ struct PsClient::Impl {
     size_t frames = 0;      // frames of the reply (2: header and values)
     int64_t sent_us = 0;    // tracing: when the push was sent
   };
-  struct Shard {
-    std::mutex mu;  // one caller at a time per shard
+  struct Server {
+    std::mutex mu;  // one caller at a time per server: its socket, and its parts' state
     zmq::socket_t sock;
+    std::vector<int> parts;  // the parts it holds, in order
+  };
+  struct Part {
+    int server = 0;
     int64_t version = 0;  // parameter version last pulled
-    int64_t init_clock = -1;  // this worker's clock on the shard when INIT registered it
+    int64_t init_clock = -1;  // this worker's clock on the part when INIT registered it
     std::unique_ptr<ErrorFeedback> feedback;  // int8 wire: what rounding dropped, owed to the next push
     at::Tensor wire_buf;  // compressed pushes: the bytes of the last one, reused once nothing holds them
     std::map<int64_t, Pending> pending;  // by ticket id
   };
-  std::vector<std::unique_ptr<Shard>> shards;
+  std::vector<std::unique_ptr<Server>> servers;
+  std::vector<Part> parts;  // after init()
 
+  int64_t length(int p) const { return bounds[p + 1] - bounds[p]; }
   void secure(zmq::socket_t& s) const {
     if (curve.empty()) return;
     s.set(zmq::sockopt::curve_serverkey, curve[0]);
     s.set(zmq::sockopt::curve_publickey, curve[1]);
     s.set(zmq::sockopt::curve_secretkey, curve[2]);
   }
-  MsgHeader header(MsgType t, int k) const {
+  // A request naming no part (STATS, FINISH, SHUTDOWN); part_header adds part p's range.
+  MsgHeader header(MsgType t) const {
     MsgHeader h;
     h.type = static_cast<int>(t);
     h.token = token;
     h.worker = worker;
     h.workers = workers;
-    if (!bounds.empty()) {
-      h.offset = bounds[k];
-      h.length = bounds[k + 1] - bounds[k];
-      h.param_version = shards[k]->version;
-    }
     return h;
   }
-  // Sends a header and, optionally, a data frame. `hold` defined: the frame is sent without
-  // copying and the message keeps a reference to hold's memory until ZeroMQ is done with it;
-  // otherwise the bytes are copied into the message.
+  MsgHeader part_header(MsgType t, int p) const {
+    MsgHeader h = header(t);
+    h.offset = bounds[p];
+    h.length = length(p);
+    h.param_version = parts.empty() ? 0 : parts[p].version;
+    return h;
+  }
+  // Sends a header and, optionally, a data frame to server k. `hold` defined: the frame is sent
+  // without copying and the message keeps a reference to hold's memory until ZeroMQ is done with
+  // it; otherwise the bytes are copied into the message.
   // A DEALER with no connected peer blocks in send: with no server listening, or a CURVE
   // handshake that fails (another job's key, a plain client), it has none. Sends wait at most
   // timeout_s (ZMQ_SNDTIMEO) and then fail naming the server, like a reply that never comes.
   void send(int k, const MsgHeader& h, const void* data, size_t bytes, const at::Tensor& hold = {}) {
     const std::string hdr = encode_header(h);
-    zmq::socket_t& s = shards[k]->sock;
+    zmq::socket_t& s = servers[k]->sock;
     auto sent = [&](const zmq::send_result_t& r) {
       SYN_CHECK(r.has_value(), fmt::format("parameter server {} ({}) took no message within {} s: no connection to it", k,
                                            endpoints[k], opt.timeout_s),
@@ -128,11 +138,7 @@ struct PsClient::Impl {
       secure(hs.back());
       hs.back().connect(ep);
     }
-    MsgHeader h;
-    h.type = static_cast<int>(MsgType::kHeartbeat);
-    h.token = token;
-    h.worker = worker;
-    const std::string hdr = encode_header(h);
+    const std::string hdr = encode_header(header(MsgType::kHeartbeat));
     std::unique_lock<std::mutex> l(hb_mu);
     while (!hb_cv.wait_for(l, std::chrono::seconds(1), [&] { return hb_stop; }))
       for (auto& s : hs) s.send(zmq::buffer(hdr), zmq::send_flags::dontwait);
@@ -146,20 +152,20 @@ struct PsClient::Impl {
     if (heartbeat.joinable()) heartbeat.join();
   }
 
-  // Receives shard k's replies until `accept(header)` takes one, which is returned with its data
-  // frames. A refused request throws. When the shard is silent (it may have died and been
+  // Receives server k's replies until `accept(header)` takes one, which is returned with its data
+  // frames. A refused request throws. When the server is silent (it may have died and been
   // restarted from its checkpoint; ZeroMQ reconnects by itself) `resend` runs with exponential
   // backoff, up to timeout_s in all; the server drops duplicate pushes by clock, so nothing is
-  // applied twice.
+  // applied twice. The caller holds servers[k]->mu.
   std::pair<MsgHeader, std::vector<zmq::message_t>> recv(int k, const std::function<bool(const MsgHeader&, std::vector<zmq::message_t>&)>& accept,
                                                           const std::function<void()>& resend) {
-    zmq::socket_t& sock = shards[k]->sock;
+    zmq::socket_t& sock = servers[k]->sock;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opt.timeout_s);
     double attempt_s = std::min(opt.timeout_s, opt.first_resend_s);
     for (;;) {
       sock.set(zmq::sockopt::rcvtimeo, static_cast<int>(attempt_s * 1000));
-      std::vector<zmq::message_t> parts;
-      if (!zmq::recv_multipart(sock, std::back_inserter(parts))) {
+      std::vector<zmq::message_t> frames;
+      if (!zmq::recv_multipart(sock, std::back_inserter(frames))) {
         SYN_CHECK(std::chrono::steady_clock::now() < deadline,
                   fmt::format("parameter server {} ({}) did not reply within {} s", k, endpoints[k], opt.timeout_s),
                   "check that syncopate-server is running there (its log), or raise dist.timeout_s");
@@ -169,43 +175,68 @@ struct PsClient::Impl {
         attempt_s = std::min(attempt_s * 2, 60.0);
         continue;
       }
-      MsgHeader h = decode_reply(parts[0].data(), parts[0].size());
+      MsgHeader h = decode_reply(frames[0].data(), frames[0].size());
       SYN_CHECK(h.type != static_cast<int>(MsgType::kError), fmt::format("parameter server {} refused: {}", k, h.text),
-                "workers and servers must share token, model and worker count");
-      if (accept(h, parts)) return {h, std::move(parts)};
+                "workers and servers must share token, model, worker count and dist.ps_partition_mb");
+      if (accept(h, frames)) return {h, std::move(frames)};
     }
   }
-  // A control request without data (STATS, FINISH, SHUTDOWN) to shard k, resent while the shard is
-  // silent; returns the first reply `accept` takes. One caller at a time per shard.
+  // A control request without data (STATS, FINISH, SHUTDOWN) to server k, resent while the server
+  // is silent; returns the first reply `accept` takes.
   MsgHeader control(int k, const MsgHeader& h, const std::function<bool(const MsgHeader&)>& accept) {
-    std::lock_guard<std::mutex> l(shards[k]->mu);
+    std::lock_guard<std::mutex> l(servers[k]->mu);
     auto ask = [&] { send(k, h, nullptr, 0); };
     ask();
     return recv(k, [&](const MsgHeader& r, std::vector<zmq::message_t>&) { return accept(r); }, ask).first;
   }
-  // While waiting on shard k, the pushes still unanswered by the other shards are sent again
-  // too: a shard that died and came back from its checkpoint may have lost them, and under BSP it
-  // would wait for them while this worker waits on shard k, which waits for a worker that waits
-  // on it (found by the launch test's shard restart). Shards drop duplicates by clock, and a reply
-  // to a copy already answered is ignored, so a needless resend costs bytes only. A shard another
+  // The part of server k whose range a reply names, or -1.
+  int part_named(int k, const MsgHeader& h) const {
+    for (int p : servers[k]->parts)
+      if (bounds[p] == h.offset && length(p) == h.length) return p;
+    return -1;
+  }
+  // A reply that is not the one being waited for: kept for the wait() of the pending push it
+  // answers (same part, same clock), or dropped (an answer to a copy of a request already answered).
+  void keep_reply(int k, const MsgHeader& h, std::vector<zmq::message_t>& frames) {
+    const int p = part_named(k, h);
+    if (p < 0) return;
+    for (auto& [id, pend] : parts[p].pending)
+      if (!pend.replied && pend.header.clock == h.clock) {
+        pend.replied = true;
+        pend.reply = h;
+        pend.frames = frames.size();
+        if (frames.size() == 2) pend.values = std::move(frames[1]);
+        return;
+      }
+  }
+  // Sends again every push of server k still unanswered (the caller holds its lock).
+  void resend_server(int k) {
+    for (int p : servers[k]->parts)
+      for (auto& [id, pend] : parts[p].pending) {
+        if (pend.replied) continue;
+        send(k, pend.header, pend.data.data_ptr(), pend.data.nbytes());  // a copy: ZeroMQ may hold it past wait()
+        bytes_sent += static_cast<int64_t>(pend.data.nbytes());
+      }
+  }
+  // While waiting on server k, the pushes still unanswered by the other servers are sent again
+  // too: a server that died and came back from its checkpoint may have lost them, and under BSP it
+  // would wait for them while this worker waits on server k, which waits for a worker that waits
+  // on it (found by the launch test's shard restart). Servers drop duplicates by clock, and a reply
+  // to a copy already answered is ignored, so a needless resend costs bytes only. A server another
   // thread is using right now is skipped (its own wait resends).
   void resend_unanswered(int k) {
-    for (int j = 0; j < static_cast<int>(shards.size()); ++j) {
+    for (int j = 0; j < static_cast<int>(servers.size()); ++j) {
       if (j == k) continue;
-      std::unique_lock<std::mutex> l(shards[j]->mu, std::try_to_lock);
-      if (!l.owns_lock()) continue;
-      for (auto& [id, p] : shards[j]->pending) {
-        if (p.replied) continue;
-        send(j, p.header, p.data.data_ptr(), p.data.nbytes());
-        bytes_sent += static_cast<int64_t>(p.data.nbytes());
-      }
+      std::unique_lock<std::mutex> l(servers[j]->mu, std::try_to_lock);
+      if (l.owns_lock()) resend_server(j);
     }
   }
-  // Copies a reply's values into dst (the shard's range) after checking their size.
-  void take_values(int k, const zmq::message_t* values, size_t frames, float* dst) {
-    const size_t want = static_cast<size_t>(bounds[k + 1] - bounds[k]) * sizeof(float);
+  // Copies a reply's values into dst (part p's range) after checking their size.
+  void take_values(int p, const zmq::message_t* values, size_t frames, float* dst) {
+    const size_t want = static_cast<size_t>(length(p)) * sizeof(float);
     SYN_CHECK(frames == 2 && values && values->size() == want,
-              fmt::format("parameter server {} sent {} bytes, expected {}", k, frames == 2 && values ? values->size() : 0, want),
+              fmt::format("parameter server {} sent {} bytes for part [{}, +{}), expected {}", parts[p].server,
+                          frames == 2 && values ? values->size() : 0, bounds[p], length(p), want),
               "server and worker disagree on the sharding");
     if (want) std::memcpy(dst, values->data(), want);
   }
@@ -237,39 +268,72 @@ PsClient::PsClient(const std::vector<std::string>& endpoints, const std::string&
   I.worker = worker;
   I.workers = workers;
   I.opt = options;
+  SYN_CHECK(options.partition_elems >= 0, fmt::format("partition of {} values", options.partition_elems),
+            "dist.ps_partition_mb must be >= 0 (0 = a shard's whole range in one message)");
   for (const auto& ep : endpoints) {
-    auto sh = std::make_unique<Impl::Shard>();
-    sh->sock = zmq::socket_t(I.ctx, zmq::socket_type::dealer);
-    sh->sock.set(zmq::sockopt::linger, 0);
-    sh->sock.set(zmq::sockopt::sndtimeo, static_cast<int>(std::min(options.timeout_s, 2e6) * 1000));  // see send()
-    I.secure(sh->sock);
+    auto sv = std::make_unique<Impl::Server>();
+    sv->sock = zmq::socket_t(I.ctx, zmq::socket_type::dealer);
+    sv->sock.set(zmq::sockopt::linger, 0);
+    sv->sock.set(zmq::sockopt::sndtimeo, static_cast<int>(std::min(options.timeout_s, 2e6) * 1000));  // see send()
+    I.secure(sv->sock);
     try {
-      sh->sock.connect(ep);
+      sv->sock.connect(ep);
     } catch (const zmq::error_t& e) {
       SYN_FAIL(fmt::format("bad parameter-server endpoint '{}': {}", ep, e.what()), "write tcp://IP:PORT");
     }
-    I.shards.push_back(std::move(sh));
+    I.servers.push_back(std::move(sv));
   }
   I.heartbeat = std::thread([this] { impl_->heartbeat_loop(); });
 }
 
 PsClient::~PsClient() = default;
 
-int PsClient::shards() const { return static_cast<int>(impl_->shards.size()); }
+int PsClient::shards() const { return static_cast<int>(impl_->servers.size()); }
+int PsClient::parts() const { return static_cast<int>(impl_->parts.size()); }
 const std::vector<int64_t>& PsClient::bounds() const { return impl_->bounds; }
+int PsClient::server_of(int part) const { return impl_->parts.at(static_cast<size_t>(part)).server; }
+
+std::vector<int64_t> PsClient::part_bounds(int64_t n, int servers, int64_t partition_elems, std::vector<int>* server_of_part) {
+  const std::vector<int64_t> shard = Sharding::bounds(n, servers);
+  std::vector<int64_t> out{0};
+  if (server_of_part) server_of_part->clear();
+  for (int k = 0; k < servers; ++k) {
+    const int64_t len = shard[k + 1] - shard[k];
+    const int64_t pieces = partition_elems > 0 ? std::max<int64_t>(1, (len + partition_elems - 1) / partition_elems) : 1;
+    SYN_CHECK(pieces <= kMaxPartitionsPerServer,
+              fmt::format("shard {} of {} values would be {} partitions of at most {} values, over the limit of {}", k,
+                          len, pieces, partition_elems, kMaxPartitionsPerServer),
+              "raise dist.ps_partition_mb (fewer, larger partitions) or add servers");
+    const std::vector<int64_t> cut = Sharding::bounds(len, static_cast<int>(pieces));
+    for (size_t i = 1; i < cut.size(); ++i) {
+      out.push_back(shard[k] + cut[i]);
+      if (server_of_part) server_of_part->push_back(k);
+    }
+  }
+  return out;
+}
 
 void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int64_t>>& decay, const AdamWConfig& oc,
                     int64_t start_step, const ShardUpdate& update) {
   auto& I = *impl_;
   require_host(params, params.numel(), "init");
   const int K = shards();
-  I.bounds = Sharding::bounds(params.numel(), K);
+  std::vector<int> server_of_part;
+  I.bounds = part_bounds(params.numel(), K, I.opt.partition_elems, &server_of_part);
+  const int P = static_cast<int>(I.bounds.size()) - 1;
+  I.parts = std::vector<Impl::Part>(static_cast<size_t>(P));
+  for (auto& sv : I.servers) sv->parts.clear();
+  for (int p = 0; p < P; ++p) {
+    I.parts[p].server = server_of_part[static_cast<size_t>(p)];
+    I.servers[I.parts[p].server]->parts.push_back(p);
+  }
   std::vector<int64_t> pairs;
   for (auto& [o, l] : decay) pairs.insert(pairs.end(), {o, l});
   std::vector<MsgHeader> hs;
-  std::vector<at::Tensor> bodies(static_cast<size_t>(K));  // bytes; each INIT message holds a reference
-  for (int k = 0; k < K; ++k) {
-    MsgHeader h = I.header(MsgType::kInit, k);
+  std::vector<at::Tensor> bodies(static_cast<size_t>(P));  // bytes; each INIT message holds a reference
+  for (int p = 0; p < P; ++p) {
+    MsgHeader h = I.part_header(MsgType::kInit, p);
+    h.partition = I.opt.partition_elems;
     h.beta1 = oc.beta1;
     h.beta2 = oc.beta2;
     h.eps = oc.eps;
@@ -281,25 +345,32 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
     h.outer_delay = update.outer_delay;
     h.clock = start_step;
     h.layout = layout();
-    at::Tensor& b = bodies[static_cast<size_t>(k)];
+    at::Tensor& b = bodies[static_cast<size_t>(p)];
     b = at::empty({h.length * 4 + static_cast<int64_t>(pairs.size()) * 8}, at::kByte);
     auto* bytes = b.data_ptr<uint8_t>();
     if (h.length) std::memcpy(bytes, params.data_ptr<float>() + h.offset, static_cast<size_t>(h.length) * 4);
     if (!pairs.empty()) std::memcpy(bytes + h.length * 4, pairs.data(), pairs.size() * 8);
     hs.push_back(h);
   }
-  for (int k = 0; k < K; ++k)  // all shards first, so they work in parallel; zero-copy
-    I.send(k, hs[k], bodies[k].data_ptr(), static_cast<size_t>(bodies[k].numel()), bodies[k]);
-  auto send_init = [&](int k) {  // a resend: a copy
-    I.send(k, hs[k], bodies[k].data_ptr(), static_cast<size_t>(bodies[k].numel()));
-  };
+  for (int p = 0; p < P; ++p)  // all parts first, so the servers work in parallel; zero-copy
+    I.send(I.parts[p].server, hs[p], bodies[p].data_ptr(), static_cast<size_t>(bodies[p].numel()), bodies[p]);
   for (int k = 0; k < K; ++k) {
-    auto [h, parts] = I.recv(k, [](const MsgHeader&, std::vector<zmq::message_t>&) { return true; }, [&] { send_init(k); });
-    I.take_values(k, parts.size() > 1 ? &parts[1] : nullptr, parts.size(), params.data_ptr<float>() + I.bounds[k]);
-    I.shards[k]->version = h.param_version;
-    I.shards[k]->init_clock = h.clock;
-    if (I.opt.wire == WireFormat::kInt8 && !I.shards[k]->feedback)
-      I.shards[k]->feedback = std::make_unique<ErrorFeedback>(WireFormat::kInt8, I.bounds[k + 1] - I.bounds[k]);
+    std::lock_guard<std::mutex> l(I.servers[k]->mu);
+    std::set<int> unanswered(I.servers[k]->parts.begin(), I.servers[k]->parts.end());
+    auto resend = [&] {  // copies
+      for (int p : unanswered) I.send(k, hs[p], bodies[p].data_ptr(), static_cast<size_t>(bodies[p].numel()));
+    };
+    auto accept = [&](const MsgHeader& h, std::vector<zmq::message_t>&) { return unanswered.count(I.part_named(k, h)) > 0; };
+    while (!unanswered.empty()) {
+      auto [h, frames] = I.recv(k, accept, resend);
+      const int p = I.part_named(k, h);
+      I.take_values(p, frames.size() > 1 ? &frames[1] : nullptr, frames.size(), params.data_ptr<float>() + I.bounds[p]);
+      I.parts[p].version = h.param_version;
+      I.parts[p].init_clock = h.clock;
+      if (I.opt.wire == WireFormat::kInt8 && !I.parts[p].feedback)
+        I.parts[p].feedback = std::make_unique<ErrorFeedback>(WireFormat::kInt8, I.length(p));
+      unanswered.erase(p);
+    }
   }
   if (Tracer::global().on()) record_clock_offsets();
 }
@@ -316,14 +387,14 @@ void PsClient::record_clock_offsets() {
   }
 }
 
-PsTicket PsClient::push(int k, const at::Tensor& grad, int64_t clock, double lr, int64_t computed_on) {
+PsTicket PsClient::push(int p, const at::Tensor& grad, int64_t clock, double lr, int64_t computed_on) {
   auto& I = *impl_;
-  SYN_CHECK(!I.bounds.empty() && k >= 0 && k < shards(), fmt::format("push to shard {} of {} before init or out of range", k, shards()),
+  SYN_CHECK(!I.bounds.empty() && p >= 0 && p < parts(), fmt::format("push to part {} of {} before init or out of range", p, parts()),
             "this is a bug: call init() first");
-  require_host(grad, I.bounds[k + 1] - I.bounds[k], "push");
-  Impl::Shard& sh = *I.shards[k];
-  std::lock_guard<std::mutex> l(sh.mu);
-  MsgHeader h = I.header(MsgType::kPushPull, k);
+  require_host(grad, I.length(p), "push");
+  Impl::Part& part = I.parts[p];
+  std::lock_guard<std::mutex> l(I.servers[part.server]->mu);
+  MsgHeader h = I.part_header(MsgType::kPushPull, p);
   h.clock = clock;
   h.lr = lr;
   if (computed_on >= 0) h.param_version = computed_on;
@@ -332,85 +403,77 @@ PsTicket PsClient::push(int k, const at::Tensor& grad, int64_t clock, double lr,
   if (I.opt.wire != WireFormat::kF32) {  // compressed into a buffer of its own (kept for resends)
     const int64_t n = static_cast<int64_t>(wire_bytes(I.opt.wire, h.length));
     // Reused when neither a pending ticket nor ZeroMQ still holds the last push's bytes.
-    if (!sh.wire_buf.defined() || sh.wire_buf.use_count() > 1 || sh.wire_buf.numel() != n)
-      sh.wire_buf = at::empty({n}, at::kByte);
-    body = sh.wire_buf;
-    if (sh.feedback) sh.feedback->encode(grad.data_ptr<float>(), body.data_ptr<uint8_t>());
+    if (!part.wire_buf.defined() || part.wire_buf.use_count() > 1 || part.wire_buf.numel() != n)
+      part.wire_buf = at::empty({n}, at::kByte);
+    body = part.wire_buf;
+    if (part.feedback) part.feedback->encode(grad.data_ptr<float>(), body.data_ptr<uint8_t>());
     else encode(I.opt.wire, grad.data_ptr<float>(), h.length, body.data_ptr<uint8_t>());  // fp16: a value out of range throws
     h.dtype = wire_dtype(I.opt.wire);
   }
-  Impl::Pending& p = sh.pending[id];
-  p.header = h;
-  p.data = body;
-  if (Tracer::global().on()) p.sent_us = Tracer::now_us();
+  Impl::Pending& pend = part.pending[id];
+  pend.header = h;
+  pend.data = body;
+  if (Tracer::global().on()) pend.sent_us = Tracer::now_us();
   const size_t bytes = body.nbytes();
-  I.send(k, h, body.data_ptr(), bytes, body);  // zero-copy; the message holds a reference
+  I.send(part.server, h, body.data_ptr(), bytes, body);  // zero-copy; the message holds a reference
   ++I.pushes;
   I.bytes_sent += static_cast<int64_t>(bytes);
-  return {k, id};
+  return {p, id};
 }
 
 PsReply PsClient::wait(const PsTicket& t, at::Tensor& into) {
   auto& I = *impl_;
-  SYN_CHECK(t.shard >= 0 && t.shard < shards(), "wait on a ticket of no shard", "this is a bug");
-  const int k = t.shard;
-  require_host(into, I.bounds[k + 1] - I.bounds[k], "wait");
-  Impl::Shard& sh = *I.shards[k];
-  std::lock_guard<std::mutex> l(sh.mu);
-  auto it = sh.pending.find(t.id);
-  SYN_CHECK(it != sh.pending.end(), fmt::format("ticket {} of shard {} is unknown or was waited for already", t.id, k),
+  SYN_CHECK(t.part >= 0 && t.part < parts(), "wait on a ticket of no part", "this is a bug");
+  const int p = t.part;
+  require_host(into, I.length(p), "wait");
+  Impl::Part& part = I.parts[p];
+  const int k = part.server;
+  std::lock_guard<std::mutex> l(I.servers[k]->mu);
+  auto it = part.pending.find(t.id);
+  SYN_CHECK(it != part.pending.end(), fmt::format("ticket {} of part {} is unknown or was waited for already", t.id, p),
             "this is a bug: wait once per push");
   if (!it->second.replied) {
-    // Replies are matched to pushes by clock; a reply to another pending push is kept for its
-    // wait(), one to an earlier copy of a request already answered is dropped.
+    // Replies are matched to pushes by part (its range) and clock; a reply to another pending push
+    // is kept for its wait(), one to an earlier copy of a request already answered is dropped.
     const int64_t clock = it->second.header.clock;
-    auto resend = [&] {  // a copy: ZeroMQ may still hold it after this wait() returns
-      const Impl::Pending& p = sh.pending.at(t.id);
-      const size_t bytes = p.data.nbytes();
-      I.send(k, p.header, p.data.data_ptr(), bytes);
-      I.bytes_sent += static_cast<int64_t>(bytes);
+    auto resend = [&] {
+      I.resend_server(k);
       I.resend_unanswered(k);
     };
-    auto accept = [&](const MsgHeader& h, std::vector<zmq::message_t>& parts) {
-      if (h.clock == clock) return true;
-      for (auto& [id, p] : sh.pending)
-        if (id != t.id && !p.replied && p.header.clock == h.clock) {
-          p.replied = true;
-          p.reply = h;
-          p.frames = parts.size();
-          if (parts.size() == 2) p.values = std::move(parts[1]);
-          return false;
-        }
+    auto accept = [&](const MsgHeader& h, std::vector<zmq::message_t>& frames) {
+      if (h.clock == clock && I.part_named(k, h) == p) return true;
+      I.keep_reply(k, h, frames);
       return false;
     };
-    auto [h, parts] = I.recv(k, accept, resend);
+    auto [h, frames] = I.recv(k, accept, resend);
     it->second.reply = h;
-    it->second.frames = parts.size();
-    if (parts.size() == 2) it->second.values = std::move(parts[1]);
+    it->second.frames = frames.size();
+    if (frames.size() == 2) it->second.values = std::move(frames[1]);
     it->second.replied = true;
   }
-  Impl::Pending& p = it->second;
-  const PsReply out{p.reply.staleness, p.reply.param_version};
-  if (p.sent_us)
-    Tracer::global().complete("push and pull", "ps", p.sent_us, Tracer::now_us(), kTraceTrack + k,
-                              fmt::format(R"("clock":{},"bytes":{},"staleness":{})", p.header.clock, p.data.nbytes(), out.staleness));
-  const size_t frames = p.frames;
-  zmq::message_t values = std::move(p.values);
-  sh.pending.erase(it);  // before the checks below can throw: a ticket is waited for once
-  I.take_values(k, &values, frames, into.data_ptr<float>());
-  sh.version = out.version;
+  Impl::Pending& pend = it->second;
+  const PsReply out{pend.reply.staleness, pend.reply.param_version};
+  if (pend.sent_us)
+    Tracer::global().complete("push and pull", "ps", pend.sent_us, Tracer::now_us(), kTraceTrack + k,
+                              fmt::format(R"("clock":{},"offset":{},"bytes":{},"staleness":{})", pend.header.clock,
+                                          pend.header.offset, pend.data.nbytes(), out.staleness));
+  const size_t frames = pend.frames;
+  zmq::message_t values = std::move(pend.values);
+  part.pending.erase(it);  // before the checks below can throw: a ticket is waited for once
+  I.take_values(p, &values, frames, into.data_ptr<float>());
+  part.version = out.version;
   return out;
 }
 
 std::vector<int64_t> PsClient::versions() const {
   std::vector<int64_t> v;
-  for (const auto& sh : impl_->shards) v.push_back(sh->version);
+  for (const auto& part : impl_->parts) v.push_back(part.version);
   return v;
 }
 
 int64_t PsClient::applied_clock() const {
   int64_t c = -1;
-  for (const auto& sh : impl_->shards) c = std::max(c, sh->init_clock);
+  for (const auto& part : impl_->parts) c = std::max(c, part.init_clock);
   return c;
 }
 
@@ -420,42 +483,41 @@ PsClientCounters PsClient::counters() const {
 
 std::string PsClient::stats(int k) {
   auto accept = [](const MsgHeader& h) { return h.type == static_cast<int>(MsgType::kOk); };
-  return impl_->control(k, impl_->header(MsgType::kStats, k), accept).text;
+  return impl_->control(k, impl_->header(MsgType::kStats), accept).text;
 }
 
 void PsClient::shutdown_servers() {
-  for (int k = 0; k < shards(); ++k)
-    impl_->control(k, impl_->header(MsgType::kShutdown, k), [](const MsgHeader&) { return true; });
+  for (int k = 0; k < shards(); ++k) impl_->control(k, impl_->header(MsgType::kShutdown), [](const MsgHeader&) { return true; });
 }
 
 void PsClient::finish(int64_t clock) {
   for (int k = 0; k < shards(); ++k) {
-    MsgHeader h = impl_->header(MsgType::kFinish, k);
+    MsgHeader h = impl_->header(MsgType::kFinish);
     h.clock = clock;
-    impl_->control(k, h, [&](const MsgHeader& r) { return r.clock == clock; });  // a refusal throws in recv
+    impl_->control(k, h, [&](const MsgHeader& r) { return r.clock == clock && r.type == static_cast<int>(MsgType::kOk) && r.length == 0; });  // a refusal throws in recv
   }
 }
 
 std::string PsClient::layout() const {
   std::string eps;
   for (const auto& e : impl_->endpoints) eps += e + ",";
-  return fmt::format("{} shards, servers {:016x}, model {}", impl_->endpoints.size(), fnv1a64(eps),
-                     impl_->opt.model_digest.empty() ? "-" : impl_->opt.model_digest);
+  return fmt::format("{} shards, partition {}, servers {:016x}, model {}", impl_->endpoints.size(), impl_->opt.partition_elems,
+                     fnv1a64(eps), impl_->opt.model_digest.empty() ? "-" : impl_->opt.model_digest);
 }
 
 double push_pull(PsClient& client, const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr,
                  const std::vector<int64_t>* computed_on) {
   const auto& b = client.bounds();
   std::vector<PsTicket> tickets;
-  for (int k = 0; k < client.shards(); ++k)
-    tickets.push_back(client.push(k, grads.slice(0, b[k], b[k + 1]), clock, lr,
-                                  computed_on ? (*computed_on)[static_cast<size_t>(k)] : -1));
+  for (int p = 0; p < client.parts(); ++p)
+    tickets.push_back(client.push(p, grads.slice(0, b[p], b[p + 1]), clock, lr,
+                                  computed_on ? (*computed_on)[static_cast<size_t>(p)] : -1));
   double stale = 0;
-  for (int k = 0; k < client.shards(); ++k) {
-    at::Tensor into = params.slice(0, b[k], b[k + 1]);
-    stale += static_cast<double>(client.wait(tickets[static_cast<size_t>(k)], into).staleness);
+  for (int p = 0; p < client.parts(); ++p) {
+    at::Tensor into = params.slice(0, b[p], b[p + 1]);
+    stale += static_cast<double>(client.wait(tickets[static_cast<size_t>(p)], into).staleness);
   }
-  return client.shards() ? stale / client.shards() : 0;
+  return client.parts() ? stale / client.parts() : 0;
 }
 
 }  // namespace syncopate

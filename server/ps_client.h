@@ -1,9 +1,15 @@
 // Worker side of the `ps` mode, a small ticketed API in the spirit of ps-lite: one ZeroMQ DEALER
-// per parameter-server shard; `push` sends shard k's gradient and returns a ticket at once,
-// `wait` blocks for that ticket's reply and writes the shard's new parameters. Shards are the
+// per parameter-server shard; `push` sends one part's gradient and returns a ticket at once,
+// `wait` blocks for that ticket's reply and writes the part's new parameters. Shards are the
 // contiguous pieces of the flat parameter vector cut by the one partition rule (Sharding), shard
 // k on server k (a large tensor such as the embedding spreads over several servers). Pushing
-// every shard before waiting for any makes the shards work in parallel.
+// every part before waiting for any makes the shards work in parallel.
+//
+// Parts: each shard's range is pushed as one part, or (partition_elems > 0, dist.ps_partition_mb)
+// cut into parts of at most that many values, BytePS's partitions. A server applies and answers
+// each part on its own, so on one connection the reply of part p travels back while part p+1 is
+// still being pushed: push and pull overlap on a full-duplex link. Replies are matched to pushes by
+// (part offset, clock). Parts are numbered in order over the flat vector; bounds() gives them.
 //
 // Buffer lifetime: a push is sent without copying, and the message holds a reference to the
 // tensor it was given, so the memory outlives ZeroMQ's use of it. The caller must not write that
@@ -32,12 +38,14 @@ struct PsClientOptions {
   std::string model_digest = "";      // what the job's workers must agree on besides the server list (the run's model
                                       // digest); INIT's layout carries both, and a shard refuses a worker whose differs
   WireFormat wire = WireFormat::kF32; // how pushes travel (dist.wire); int8 carries its rounding error into
-                                      // the next push to the same shard (ErrorFeedback); replies are f32
+                                      // the next push of the same part (ErrorFeedback); replies are f32
+  int64_t partition_elems = 0;        // values per part at most (dist.ps_partition_mb); 0 = a shard's whole
+                                      // range is one part. Every worker of a job must use the same
 };
 
-// A push in flight: shard, and the request's sequence number on this client.
+// A push in flight: part, and the request's sequence number on this client.
 struct PsTicket {
-  int shard = -1;
+  int part = -1;
   int64_t id = -1;
 };
 
@@ -78,21 +86,28 @@ class PsClient {
   // first worker's INIT wins; later joiners and restarted workers get the latest).
   void init(at::Tensor& params, const std::vector<std::pair<int64_t, int64_t>>& decay, const AdamWConfig& opt,
             int64_t start_step = 0, const ShardUpdate& update = {});
-  int shards() const;
-  // Shard k is [bounds()[k], bounds()[k+1]) of the flat vector (after init()).
+  int shards() const;  // servers
+  int parts() const;   // parts pushed independently (after init()): shards() when not partitioned
+  // Part p is [bounds()[p], bounds()[p+1]) of the flat vector (after init()), on server server_of(p).
   const std::vector<int64_t>& bounds() const;
+  int server_of(int part) const;
+  // The parts' bounds for a flat vector of n values over `servers` shards: each shard's range
+  // (Sharding) cut into the fewest near-equal pieces of at most partition_elems values (0: whole).
+  // server_of_part, when given, receives each part's server.
+  static std::vector<int64_t> part_bounds(int64_t n, int servers, int64_t partition_elems,
+                                          std::vector<int>* server_of_part = nullptr);
 
-  // Sends shard k's gradient `grad` (the shard's range only, bounds()[k+1] - bounds()[k] elements),
+  // Sends part p's gradient `grad` (the part's range only, bounds()[p+1] - bounds()[p] elements),
   // computed at step `clock` on the parameters of version `computed_on` (-1: the version of the
-  // last reply of this shard), to be applied with learning rate lr. Returns at once.
-  PsTicket push(int shard, const at::Tensor& grad, int64_t clock, double lr, int64_t computed_on = -1);
-  // Waits for the reply to `ticket` and writes the shard's new parameters into `into` (the shard's
+  // last reply of this part), to be applied with learning rate lr. Returns at once.
+  PsTicket push(int part, const at::Tensor& grad, int64_t clock, double lr, int64_t computed_on = -1);
+  // Waits for the reply to `ticket` and writes the part's new parameters into `into` (the part's
   // range). Resends with backoff while the server is silent (the server drops duplicates by
   // clock), up to timeout_s; throws syncopate::Error naming the server otherwise or when it
-  // refused. One thread at a time per shard.
+  // refused. One thread at a time per server (its parts share one connection).
   PsReply wait(const PsTicket& ticket, at::Tensor& into);
 
-  // Parameter versions of the last replies, per shard.
+  // Parameter versions of the last replies, per part.
   std::vector<int64_t> versions() const;
   // The newest clock of this worker that any shard had applied when init() registered it (-1: none):
   // a worker resumed from an older checkpoint recomputes the clocks up to it, which the shards
@@ -106,7 +121,8 @@ class PsClient {
   // Tells every shard that this worker ended its run normally at `clock` (FINISH): it leaves the
   // BSP/SSP count, and shards started with server.exit_when_done exit once every worker has.
   void finish(int64_t clock);
-  // INIT's layout of this client: "<K> shards, servers <digest of the endpoints in order>, model <digest>".
+  // INIT's layout of this client: "<K> shards, partition <values>, servers <digest of the endpoints in order>,
+  // model <digest>".
   std::string layout() const;
 
   static std::vector<std::string> parse_endpoints(const std::string& comma_separated);
@@ -120,8 +136,8 @@ class PsClient {
   std::unique_ptr<Impl> impl_;
 };
 
-// Every shard's push, then every reply: grads and params are the whole flat vector (host memory).
-// Returns the mean staleness over shards. computed_on: per-shard versions (null: the last replies').
+// Every part's push, then every reply: grads and params are the whole flat vector (host memory).
+// Returns the mean staleness over parts. computed_on: per-part versions (null: the last replies').
 double push_pull(PsClient& client, const at::Tensor& grads, at::Tensor& params, int64_t clock, double lr,
                  const std::vector<int64_t>* computed_on = nullptr);
 

@@ -10,8 +10,10 @@
 
 namespace syncopate {
 
-constexpr uint32_t kPsProtocolVersion = 3;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format;
-                                            // 3: INIT's job layout, FINISH
+constexpr uint32_t kPsProtocolVersion = 4;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format;
+                                            // 3: INIT's job layout, FINISH; 4: partitions (INIT's `partition`,
+                                            // requests and replies name their partition by offset and length)
+constexpr int64_t kMaxPartitionsPerServer = 4096;  // a server holds at most this many partitions (INIT `partition`)
 constexpr size_t kMaxHeaderBytes = 4096;          // requests (what a server decodes: tight)
 constexpr size_t kMaxReplyHeaderBytes = 1 << 20;  // replies
 
@@ -36,8 +38,10 @@ struct MsgHeader {
   int32_t workers = 0;         // INIT: workers in the job
   int64_t clock = 0;           // worker's step of this gradient
   int64_t param_version = 0;   // PUSH: parameter version the gradient was computed on; replies: current version
-  int64_t offset = 0;          // range in the flat parameter vector, elements
-  int64_t length = 0;
+  int64_t offset = 0;          // range in the flat parameter vector, elements: a server's whole range, or (INIT with
+  int64_t length = 0;          // partition > 0) one of its partitions, which every later request and reply names
+  int64_t partition = 0;       // INIT: elements per partition of the server's range (dist.ps_partition_mb); 0 = the
+                               // whole range is one partition. Each partition is pushed, applied and pulled on its own
   std::string dtype = "f32";   // data frame element type: INIT "f32"; PUSH_PULL the shard's wire format (`wire`)
   std::string wire = "f32";    // INIT: the format of every later push's data ("f32", "bf16", "f16", "i8"; see
                                // common/comm/wire_format.h); fixed by the first INIT, replies are f32
@@ -51,7 +55,7 @@ struct MsgHeader {
   std::string layout;          // INIT: what every worker of the job must agree on: "<K> shards, servers <digest of the
                                // endpoint list>, model <digest>"; fixed by the first INIT, a different one is refused
   std::string text;            // errors, stats JSON
-  MSGPACK_DEFINE_MAP(type, version, token, worker, workers, clock, param_version, offset, length, dtype, wire, lr, beta1,
+  MSGPACK_DEFINE_MAP(type, version, token, worker, workers, clock, param_version, offset, length, partition, dtype, wire, lr, beta1,
                      beta2, eps, weight_decay, update, outer_lr, outer_momentum, outer_delay, staleness, layout, text)
 };
 

@@ -24,21 +24,21 @@
 #include "common/trace.h"
 #include "server/ps_keys.h"
 #include "server/ps_protocol.h"
-#include "server/parameter_shard.h"
+#include "server/shard_partitions.h"
 
 namespace syncopate {
 
 struct PsServer::Impl {
   ServerConfig scfg;
-  ParameterShard shard;
+  ShardPartitions parts;  // this server's range: one partition, or dist.ps_partition_mb's pieces
   uint64_t token;
   zmq::context_t ctx{1};
   zmq::socket_t sock{ctx, zmq::socket_type::router};
   std::map<int, zmq::message_t> identity;  // worker -> its DEALER identity, for deferred replies
   int64_t errors = 0;
   std::vector<float> decoded;  // a compressed push, decoded (reused)
-  // Tracing: pushes the consistency rule holds (worker -> arrival), and the workers' named tracks.
-  std::map<int, int64_t> held_since;
+  // Tracing: pushes the consistency rule holds ((worker, partition offset) -> arrival), and the workers' named tracks.
+  std::map<std::pair<int, int64_t>, int64_t> held_since;
   std::set<int> traced_workers;
   static constexpr int kWorkerTrack = 1000;  // worker w's track: kWorkerTrack + w
 
@@ -47,7 +47,7 @@ struct PsServer::Impl {
   }
 
   Impl(const ServerConfig& s, const PsConfig& p, const std::string& tok)
-      : scfg(s), shard(p), token(token_digest(tok)), raw_token(tok) {}
+      : scfg(s), parts(p, s.shard, s.checkpoint_dir, s.checkpoint_every), token(token_digest(tok)), raw_token(tok) {}
   std::string raw_token;  // for the token-derived CURVE keys
 
   void send(const zmq::message_t& id, const MsgHeader& h, const void* data, size_t bytes) {
@@ -58,11 +58,11 @@ struct PsServer::Impl {
     if (bytes || h.type == static_cast<int>(MsgType::kOk)) sock.send(zmq::buffer(data, bytes), zmq::send_flags::none);
   }
 
-  // clock: the request this answers (a push answered at once); -1 = the worker's last clock (an
-  // INIT, a PULL, a held reply released).
-  void reply_params(int worker, int64_t clock = -1) {
-    if (auto held = held_since.find(worker); held != held_since.end()) {  // (tracing) the wait in the rule ends
-      Tracer::global().complete(shard.consistency() == "bsp" ? "held: waiting for the clock's other workers"
+  // Partition `shard`'s values to `worker`. clock: the request this answers (a push answered at
+  // once); -1 = the worker's last clock (an INIT, a PULL, a held reply released).
+  void reply_params(ParameterShard& shard, int worker, int64_t clock = -1) {
+    if (auto held = held_since.find({worker, shard.offset()}); held != held_since.end()) {  // (tracing) the wait in the rule ends
+      Tracer::global().complete(parts.consistency() == "bsp" ? "held: waiting for the clock's other workers"
                                                              : "held: too far ahead of the slowest (ssp)",
                                 "server", held->second, Tracer::now_us(), kWorkerTrack + worker);
       held_since.erase(held);
@@ -70,7 +70,7 @@ struct PsServer::Impl {
     MsgHeader r;
     r.type = static_cast<int>(MsgType::kOk);
     r.worker = worker;
-    r.offset = shard.offset();
+    r.offset = shard.offset();  // names the partition: replies to one server's partitions share a connection
     r.length = shard.length();
     r.param_version = shard.version();
     r.staleness = shard.last_staleness(worker);
@@ -101,51 +101,36 @@ struct PsServer::Impl {
     send(id, r, nullptr, 0);
   }
 
-  std::string checkpoint_path() const {
-    return scfg.checkpoint_dir.empty() ? "" : fmt::format("{}/shard_{}.safetensors", scfg.checkpoint_dir, scfg.shard);
-  }
-  int64_t last_checkpoint = 0;
-  // The STATS JSON: the shard's, or only the count of bad messages before any INIT.
+  // The STATS JSON: the partitions' (merged), or only the count of bad messages before any INIT.
   // unix_us: the server's system clock, against which tracing workers measure their offset.
-  std::string stats() const {
-    return shard.initialized() ? shard.stats_json(errors, now(), Tracer::now_us())
-                               : nlohmann::json{{"bad_messages", errors}, {"unix_us", Tracer::now_us()}}.dump();
-  }
-
-  void maybe_checkpoint(bool force) {
-    if (checkpoint_path().empty() || !shard.initialized()) return;
-    if (!force && shard.updates() - last_checkpoint < scfg.checkpoint_every) return;
-    std::filesystem::create_directories(scfg.checkpoint_dir);
-    shard.save(checkpoint_path());
-    last_checkpoint = shard.updates();
-  }
+  std::string stats() const { return parts.stats_json(errors, now(), Tracer::now_us()); }
 
   // Tracing: the push's apply (or buffering) on the server's thread; a held push waits on the worker's track.
   void trace_push(const MsgHeader& h, int64_t t0, const std::vector<int>& ready) {
     Tracer& t = Tracer::global();
     if (traced_workers.insert(h.worker).second) t.name_track(kWorkerTrack + h.worker, fmt::format("worker {}", h.worker));
     t.complete("apply push", "server", t0, Tracer::now_us(), -1,
-               fmt::format(R"("worker":{},"clock":{},"bytes":{})", h.worker, h.clock, h.length * 4));
-    if (std::find(ready.begin(), ready.end(), h.worker) == ready.end()) held_since[h.worker] = t0;
+               fmt::format(R"("worker":{},"clock":{},"offset":{},"bytes":{})", h.worker, h.clock, h.offset, h.length * 4));
+    if (std::find(ready.begin(), ready.end(), h.worker) == ready.end()) held_since[{h.worker, h.offset}] = t0;
   }
 
   // server.exit_when_done: every worker has finished or died (at least one finished).
   bool done() {
-    if (!scfg.exit_when_done || !shard.job_done()) return false;
-    maybe_checkpoint(true);
+    if (!scfg.exit_when_done || !parts.job_done()) return false;
+    parts.checkpoint_all();
     log::info("[server {}] every worker finished or left: exiting (server.exit_when_done)", scfg.shard);
     return true;
   }
 
   // Returns false on SHUTDOWN, or once the job is done (server.exit_when_done).
-  bool handle(std::vector<zmq::message_t>& parts) {
-    const zmq::message_t& id = parts[0];
+  bool handle(std::vector<zmq::message_t>& frames) {
+    const zmq::message_t& id = frames[0];
     try {
-      SYN_CHECK(parts.size() >= 2 && parts.size() <= 3, fmt::format("message of {} frames", parts.size()),
+      SYN_CHECK(frames.size() >= 2 && frames.size() <= 3, fmt::format("message of {} frames", frames.size()),
                 "expected [header] or [header, data]");
-      MsgHeader h = decode_header(parts[1].data(), parts[1].size());
+      MsgHeader h = decode_header(frames[1].data(), frames[1].size());
       SYN_CHECK(h.token == token, "wrong job token", "give workers and servers the same SYNCOPATE_TOKEN");
-      const size_t data_bytes = parts.size() == 3 ? parts[2].size() : 0;
+      const size_t data_bytes = frames.size() == 3 ? frames[2].size() : 0;
       // Every request is checked whole before it changes anything (liveness included).
       switch (static_cast<MsgType>(h.type)) {
         case MsgType::kInit: {
@@ -153,27 +138,28 @@ struct PsServer::Impl {
                     fmt::format("INIT length {} is not a length", h.length), "send 0..2^36 values");
           SYN_CHECK(data_bytes >= static_cast<size_t>(h.length) * 4 && (data_bytes - h.length * 4) % 16 == 0,
                     fmt::format("INIT data of {} bytes for {} values", data_bytes, h.length), "send values then decay pairs");
-          const char* d = parts.size() == 3 ? static_cast<const char*>(parts[2].data()) : nullptr;
+          const char* d = frames.size() == 3 ? static_cast<const char*>(frames[2].data()) : nullptr;
           std::vector<int64_t> pairs((data_bytes - h.length * 4) / 8);
           if (!pairs.empty()) std::memcpy(pairs.data(), d + h.length * 4, pairs.size() * 8);
-          shard.init(h, reinterpret_cast<const float*>(d), pairs.data(), pairs.size() / 2, now());
+          ParameterShard& shard = parts.init(h, reinterpret_cast<const float*>(d), pairs.data(), pairs.size() / 2, now());
           shard.check(h);
           shard.registered(h.worker, h.clock);  // first: a worker that had finished takes part again
-          shard.seen(h.worker, now());
+          parts.seen(h.worker, now());
           identity[h.worker] = zmq::message_t(id.data(), id.size());
-          reply_params(h.worker);
+          reply_params(shard, h.worker);
           return true;
         }
         case MsgType::kPushPull: {
+          ParameterShard& shard = parts.at(h);
           shard.check(h);  // the dtype is the shard's wire format (mixed formats refused)
           const WireFormat wire = wire_format_of_dtype(h.dtype);
           SYN_CHECK(data_bytes == wire_bytes(wire, h.length),
                     fmt::format("gradient of {} bytes for {} values in {}", data_bytes, h.length, h.dtype),
                     "send length values in the shard's wire format");
-          const float* grad = parts.size() == 3 ? static_cast<const float*>(parts[2].data()) : nullptr;
+          const float* grad = frames.size() == 3 ? static_cast<const float*>(frames[2].data()) : nullptr;
           if (wire != WireFormat::kF32 && h.length > 0) {  // decoded into the server's own buffer (reused)
             if (decoded.size() < static_cast<size_t>(h.length)) decoded.resize(static_cast<size_t>(h.length));
-            decode(wire, static_cast<const uint8_t*>(parts[2].data()), data_bytes, h.length, decoded.data());
+            decode(wire, static_cast<const uint8_t*>(frames[2].data()), data_bytes, h.length, decoded.data());
             grad = decoded.data();
           }
           const int64_t t0 = Tracer::global().on() ? Tracer::now_us() : 0;
@@ -183,16 +169,18 @@ struct PsServer::Impl {
           // Durable before acknowledged: a checkpoint due now is written before the replies go out,
           // so a restarted shard never lacks an update a worker was told about (with
           // server.checkpoint_every=1 a crash loses no acknowledged update at all).
-          maybe_checkpoint(false);
-          for (int w : ready) reply_params(w, w == h.worker ? h.clock : -1);
+          parts.checkpoint(shard);
+          for (int w : ready) reply_params(shard, w, w == h.worker ? h.clock : -1);
           return true;
         }
-        case MsgType::kPull:
+        case MsgType::kPull: {
+          ParameterShard& shard = parts.at(h);
           shard.check(h);
-          shard.seen(h.worker, now());
+          parts.seen(h.worker, now());
           identity[h.worker] = zmq::message_t(id.data(), id.size());
-          reply_params(h.worker);
+          reply_params(shard, h.worker);
           return true;
+        }
         case MsgType::kStats: {
           MsgHeader r;
           r.type = static_cast<int>(MsgType::kOk);
@@ -201,20 +189,20 @@ struct PsServer::Impl {
           return true;
         }
         case MsgType::kHeartbeat:
-          shard.seen(h.worker, now());  // liveness only (a worker id out of range is ignored); no reply
+          parts.seen(h.worker, now());  // liveness only (a worker id out of range is ignored); no reply
           return true;
         case MsgType::kFinish: {
-          shard.check(h);
+          parts.check_worker(h);
           MsgHeader r;
           r.type = static_cast<int>(MsgType::kOk);
           r.clock = h.clock;
           send(id, r, nullptr, 0);
-          for (int w : shard.finish(h.worker)) reply_params(w);  // the others no longer wait for it
+          for (auto [shard, w] : parts.finish(h.worker)) reply_params(*shard, w);  // the others no longer wait for it
           log::info("[server {}] worker {} finished at clock {}", scfg.shard, h.worker, h.clock);
           return !done();
         }
         case MsgType::kShutdown: {
-          maybe_checkpoint(true);
+          parts.checkpoint_all();
           MsgHeader r;
           r.type = static_cast<int>(MsgType::kOk);
           send(id, r, nullptr, 0);
@@ -280,12 +268,9 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
   } catch (const zmq::error_t& e) {
     SYN_FAIL(fmt::format("cannot listen on {}: {}", ep, e.what()), "the port may be in use: pick another --server.port");
   }
-  if (!impl_->checkpoint_path().empty()) remove_temp_files(impl_->checkpoint_path());  // writes a kill cut short
-  if (!impl_->checkpoint_path().empty() && impl_->shard.load(impl_->checkpoint_path(), Impl::now())) {
-    impl_->last_checkpoint = impl_->shard.updates();
-    log::info("[server {}] resumed from {} (version {})", impl_->scfg.shard, impl_->checkpoint_path(),
-              impl_->shard.version());
-  }
+  if (const int n = impl_->parts.load(Impl::now()); n > 0)  // (and removes the temporary files of a write cut short)
+    log::info("[server {}] resumed from {}/shard_{}*.safetensors ({} partition(s), version {})", impl_->scfg.shard,
+              impl_->scfg.checkpoint_dir, impl_->scfg.shard, n, impl_->parts.min_version());
   const std::string bound = s.get(zmq::sockopt::last_endpoint);
   log::info("[server {}] listening on {}", impl_->scfg.shard, bound);
   if (!impl_->scfg.endpoint_file.empty()) publish_file(impl_->scfg.endpoint_file, bound + "\n");  // readiness, and the port
@@ -293,19 +278,19 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
   s.set(zmq::sockopt::rcvtimeo, 200);  // wake up to expire silent workers
   for (;;) {
     if (stop_requested && stop_requested()) {
-      impl_->maybe_checkpoint(true);  // a stopped server loses no update it has applied
+      impl_->parts.checkpoint_all();  // a stopped server loses no update it has applied
       break;
     }
-    for (int w : impl_->shard.expire(Impl::now())) impl_->reply_params(w);
+    for (auto [shard, w] : impl_->parts.expire(Impl::now())) impl_->reply_params(*shard, w);
     if (impl_->done()) break;
-    std::vector<zmq::message_t> parts;
+    std::vector<zmq::message_t> frames;
     try {
-      if (!zmq::recv_multipart(s, std::back_inserter(parts))) continue;
+      if (!zmq::recv_multipart(s, std::back_inserter(frames))) continue;
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;  // a signal: check stop_requested
       throw;
     }
-    if (!impl_->handle(parts)) break;
+    if (!impl_->handle(frames)) break;
   }
   log::info("[server {}] stats {}", impl_->scfg.shard, impl_->stats());
 }

@@ -606,6 +606,8 @@ void validate_simulation(const RunConfig& run_in, const PsConfig& ps, const SimC
   SYN_CHECK(!run.dist.ps_overlap && !run.dist.ps_push_in_backward,
             "dist.ps_overlap / dist.ps_push_in_backward in the simulator",
             "the simulator models a step's push after its compute (what the studies run): leave both off");
+  SYN_CHECK(run.dist.ps_partition_mb == 0, "dist.ps_partition_mb in the simulator",
+            "the simulator sends a shard's range as one message (its links are not pipelined per partition): leave it 0");
   SYN_CHECK(run.train.device != "cuda", "train.device=cuda in the simulator",
             "the simulator computes gradients on the CPU, one worker at a time: use --train.device=cpu or auto");
   SYN_CHECK(!(m.ring && sim.slow_steps > 0), "sim.slow_steps with a ring",

@@ -63,8 +63,12 @@ struct DistConfig {
   double outer_momentum = 0.9;   // nesterov: outer momentum (DiLoCo's 0.9)
   int64_t outer_delay = 0;       // delayed_nesterov: arrivals per momentum update; 0 = the number of nodes
   bool ps_overlap = false;       // ps: push/pull on a communication thread while the next step computes
-  bool ps_push_in_backward = false;  // ps: push each shard's gradient range as soon as backward finishes it
                                  // (one more step of staleness); false = wait for the own round trip
+  bool ps_push_in_backward = false;  // ps: push each shard's gradient range as soon as backward finishes it
+  double ps_partition_mb = 0;    // ps: each shard's range travels in partitions of at most this many MiB of float32
+                                 // values, each pushed, applied and pulled back on its own, so a worker's link
+                                 // carries one partition's pull while the next one's push goes out (BytePS: ~4);
+                                 // 0 = a shard's whole range in one message (push, then pull)
   std::string curve_server_key = "";  // ps: the servers' CURVE public key (Z85) from a key file; "" = see ps_encrypt
   std::string ps_encrypt = "auto";   // ps: "auto" = CURVE with the servers' key derived from the job token when one
                                      // is set (as syncopate-server --server.encrypt=auto does); "off" = plain TCP
@@ -108,6 +112,9 @@ struct DistConfig {
     v("outer_lr", outer_lr, "nesterov outer learning rate", 0.0, 100.0);
     v("outer_momentum", outer_momentum, "nesterov outer momentum", 0.0, 0.999999);
     v("ps_overlap", ps_overlap, "ps: overlap push/pull with the next step (one more step of staleness)");
+    v("ps_partition_mb", ps_partition_mb,
+      "ps: partitions of at most this many MiB per shard, pushed and pulled in a pipeline (0 = whole shard)", 0.0,
+      65536.0);
     v("ps_push_in_backward", ps_push_in_backward,
       "ps: push each shard's gradient as backward finishes it (needs optim.grad_clip=0, ps_overlap=false)");
     v("curve_server_key", curve_server_key, "ps: servers' CURVE public key (Z85, 40 chars); empty = no encryption");

@@ -31,12 +31,17 @@ SyncSetup node_only(const SyncSetup& s) {
   return n;
 }
 
+int64_t partition_elems(const DistConfig& d) {
+  return d.ps_partition_mb > 0 ? std::max<int64_t>(1, static_cast<int64_t>(d.ps_partition_mb * (1 << 20) / 4)) : 0;
+}
+
 PsClientOptions ps_client_options(const SyncSetup& s) {
   PsClientOptions o;
   o.timeout_s = s.dist.timeout_s;
   o.curve_server_key = ps_client_server_key(s.token, s.dist.ps_encrypt, s.dist.curve_server_key);
   o.wire = parse_wire_format(s.dist.wire);
   o.model_digest = s.model_digest;
+  o.partition_elems = partition_elems(s.dist);
   return o;
 }
 

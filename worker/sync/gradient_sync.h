@@ -146,6 +146,8 @@ SyncSetup node_only(const SyncSetup& s);
 // The parameter-server client's options of a setup (timeout, encryption key, wire format, layout).
 struct PsClientOptions;
 PsClientOptions ps_client_options(const SyncSetup& s);
+// dist.ps_partition_mb as float32 values per partition (0: none).
+int64_t partition_elems(const DistConfig& d);
 // float32 options on a replica's device (-1: CPU), for the small tensors of a collective.
 at::TensorOptions replica_options(int device);
 // The FlatParameters' [offset, length) of every parameter, in registration order.

@@ -8,7 +8,7 @@
 //   default                after backward, wait for the round trip;
 //   ps_overlap             the round trip of step t runs on a thread while step t+1 computes on
 //                          the parameters of step t-1 (one more step of staleness);
-//   ps_push_in_backward    a BucketReducer over the shards' ranges: each range is reduced in the
+//   ps_push_in_backward    a BucketReducer over the parts' ranges: each range is reduced in the
 //                          node the moment backward has finished it on every local replica, and
 //                          replica 0 pushes it at once (the gradient must be final before
 //                          clipping: optim.grad_clip=0).
@@ -43,7 +43,7 @@ class PsSync : public GradientSync {
       client_ = std::make_unique<PsClient>(endpoints, s.token, node_, nodes_, ps_client_options(s));
     }
     if (push_in_backward_) {
-      bounds_ = Sharding::bounds(flat.numel(), static_cast<int>(endpoints.size()));
+      bounds_ = PsClient::part_bounds(flat.numel(), static_cast<int>(endpoints.size()), partition_elems(s.dist));
       flat_grads_ = flat.grads;
       regions_ = std::make_unique<BucketReducer>(params, parameter_ranges(flat), flat.grads, bounds_, device_,
                                                  [this](int k, at::Tensor region) { reduce_and_push(k, region); });
@@ -133,8 +133,8 @@ class PsSync : public GradientSync {
     if (group_) group_->broadcast(local_, params, 0);
   }
 
-  // push_in_backward, on the communication thread: the node's mean of shard k's range on local
-  // replica 0, which pushes it at once.
+  // push_in_backward, on the communication thread: the node's mean of part k's range (a shard's, or
+  // one partition of it) on local replica 0, which pushes it at once.
   void reduce_and_push(int k, at::Tensor region) {
     if (group_) {
       group_->reduce_sum(local_, region, 0);
@@ -153,7 +153,7 @@ class PsSync : public GradientSync {
     at::Tensor host = params_host_.for_(params);
     double stale = 0;
     for (const PsTicket& t : tickets_) {
-      at::Tensor into = host.slice(0, client_->bounds()[t.shard], client_->bounds()[t.shard + 1]);
+      at::Tensor into = host.slice(0, client_->bounds()[t.part], client_->bounds()[t.part + 1]);
       stale += static_cast<double>(client_->wait(t, into).staleness);
     }
     HostStaging::to_device(params, host);
@@ -196,7 +196,7 @@ class PsSync : public GradientSync {
   double skip_;
   bool overlap_, push_in_backward_;
   std::unique_ptr<PsClient> client_;  // local replica 0 only
-  std::vector<int64_t> bounds_;       // push_in_backward: the shards' ranges (Sharding)
+  std::vector<int64_t> bounds_;       // push_in_backward: the parts' ranges (PsClient::part_bounds)
   std::unique_ptr<BucketReducer> regions_;
   at::Tensor flat_grads_;             // the flat gradient buffer (push_in_backward stages slices of it)
   HostStaging grads_host_, params_host_, outgoing_, incoming_;

@@ -1,0 +1,182 @@
+#include "server/shard_partitions.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.h"
+#include "common/check.h"
+
+namespace syncopate {
+
+ShardPartitions::ShardPartitions(const PsConfig& cfg, int shard, std::string checkpoint_dir, int64_t checkpoint_every)
+    : cfg_(cfg), shard_(shard), dir_(std::move(checkpoint_dir)), every_(checkpoint_every) {}
+ShardPartitions::~ShardPartitions() = default;
+
+std::string ShardPartitions::path_of(int64_t offset, bool whole) const {
+  return whole ? fmt::format("{}/shard_{}.safetensors", dir_, shard_) : fmt::format("{}/shard_{}.at{}.safetensors", dir_, shard_, offset);
+}
+
+std::string ShardPartitions::describe() const {
+  if (parts_.empty()) return "none";
+  const auto& first = parts_.begin()->first;
+  const auto& last = parts_.rbegin()->first;
+  return fmt::format("{} partition(s) from [{}, +{}) to [{}, +{})", parts_.size(), first.first, first.second, last.first,
+                     last.second);
+}
+
+ParameterShard& ShardPartitions::init(const MsgHeader& h, const float* values, const int64_t* decay, size_t pairs,
+                                      double now_s) {
+  SYN_CHECK(h.partition >= 0 && (h.partition == 0 || h.length <= h.partition),
+            fmt::format("INIT of [{}, +{}) with partition size {}", h.offset, h.length, h.partition),
+            "a partition holds at most `partition` values (0 = the whole range): same Syncopate build everywhere");
+  const bool whole = h.partition == 0;
+  if (auto it = parts_.find({h.offset, h.length}); it != parts_.end()) {
+    SYN_CHECK(it->second.whole == whole,
+              fmt::format("INIT of [{}, +{}) {}, but this server holds it {}", h.offset, h.length,
+                          whole ? "unpartitioned" : "as a partition", it->second.whole ? "unpartitioned" : "as a partition"),
+              "every worker must run the same dist.ps_partition_mb");
+    it->second.shard->init(h, values, decay, pairs, now_s);  // checks agreement; changes nothing
+    return *it->second.shard;
+  }
+  for (const auto& [range, part] : parts_) {
+    const bool overlap = h.offset < range.first + range.second && range.first < h.offset + h.length;
+    SYN_CHECK(!overlap && part.whole == whole && !whole,
+              fmt::format("INIT of [{}, +{}) ({}), but this server holds {}", h.offset, h.length,
+                          whole ? "unpartitioned" : fmt::format("partitions of {} values", h.partition), describe()),
+              "every worker must run the same model, server list and dist.ps_partition_mb; a checkpoint directory "
+              "written with another partition size must be deleted (or the old size used)");
+  }
+  SYN_CHECK(static_cast<int64_t>(parts_.size()) < kMaxPartitionsPerServer,
+            fmt::format("INIT of a partition beyond this server's limit of {}", kMaxPartitionsPerServer),
+            "raise dist.ps_partition_mb (fewer, larger partitions) or add servers");
+  auto shard = std::make_unique<ParameterShard>(cfg_);
+  shard->init(h, values, decay, pairs, now_s);  // throws before anything is kept
+  Part& p = parts_[{h.offset, h.length}];
+  p.shard = std::move(shard);
+  p.whole = whole;
+  return *p.shard;
+}
+
+ParameterShard& ShardPartitions::at(const MsgHeader& h) {
+  SYN_CHECK(!parts_.empty(), "shard not initialized yet", "a worker must send INIT first");
+  auto it = parts_.find({h.offset, h.length});
+  SYN_CHECK(it != parts_.end(),
+            fmt::format("range [{}, +{}) is no partition of this server, which holds {}", h.offset, h.length, describe()),
+            "workers and servers disagree on the sharding: same model, server list and dist.ps_partition_mb everywhere");
+  return *it->second.shard;
+}
+
+void ShardPartitions::check_worker(const MsgHeader& h) const {
+  SYN_CHECK(!parts_.empty(), "shard not initialized yet", "a worker must send INIT first");
+  MsgHeader named = h;  // any partition answers for the job's worker count
+  named.offset = parts_.begin()->first.first;
+  named.length = parts_.begin()->first.second;
+  parts_.begin()->second.shard->check(named);
+}
+
+void ShardPartitions::seen(int worker, double now_s) {
+  for (auto& [r, p] : parts_) p.shard->seen(worker, now_s);
+}
+
+std::vector<std::pair<ParameterShard*, int>> ShardPartitions::expire(double now_s) {
+  std::vector<std::pair<ParameterShard*, int>> out;
+  for (auto& [r, p] : parts_)
+    for (int w : p.shard->expire(now_s)) out.emplace_back(p.shard.get(), w);
+  return out;
+}
+
+std::vector<std::pair<ParameterShard*, int>> ShardPartitions::finish(int worker) {
+  std::vector<std::pair<ParameterShard*, int>> out;
+  for (auto& [r, p] : parts_)
+    for (int w : p.shard->finish(worker)) out.emplace_back(p.shard.get(), w);
+  return out;
+}
+
+bool ShardPartitions::job_done() const {
+  if (parts_.empty()) return false;
+  for (const auto& [r, p] : parts_)
+    if (!p.shard->job_done()) return false;
+  return true;
+}
+
+const std::string& ShardPartitions::consistency() const { return cfg_.consistency; }
+
+void ShardPartitions::checkpoint(ParameterShard& shard, bool force) {
+  if (dir_.empty()) return;
+  auto it = parts_.find({shard.offset(), shard.length()});
+  SYN_CHECK(it != parts_.end() && it->second.shard.get() == &shard, "checkpoint of a partition this server does not hold",
+            "this is a bug");
+  Part& p = it->second;
+  if (!force && shard.updates() - p.last_checkpoint < every_) return;
+  std::filesystem::create_directories(dir_);
+  shard.save(path_of(shard.offset(), p.whole));
+  p.last_checkpoint = shard.updates();
+}
+
+void ShardPartitions::checkpoint_all() {
+  for (auto& [r, p] : parts_) checkpoint(*p.shard, true);
+}
+
+int ShardPartitions::load(double now_s) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (dir_.empty() || !fs::is_directory(dir_, ec)) return 0;
+  const std::regex name(fmt::format(R"(shard_{}(\.at(\d+))?\.safetensors)", shard_));
+  std::vector<std::pair<std::string, bool>> files;  // path, whole
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string n = e.path().filename().string();
+    std::smatch m;
+    if (std::regex_match(n, m, name)) files.emplace_back(e.path().string(), !m[1].matched);
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& [path, whole] : files) {
+    remove_temp_files(path);  // a write that a kill cut short
+    auto shard = std::make_unique<ParameterShard>(cfg_);
+    if (!shard->load(path, now_s)) continue;
+    const std::pair<int64_t, int64_t> range{shard->offset(), shard->length()};
+    for (const auto& [r, p] : parts_)
+      SYN_CHECK(range.first >= r.first + r.second || r.first >= range.first + range.second,
+                fmt::format("'{}' holds [{}, +{}), which overlaps another checkpoint of shard {} in {}", path, range.first,
+                            range.second, shard_, dir_),
+                "the directory mixes partition sizes: delete the files of the run you do not resume");
+    Part& p = parts_[range];
+    p.last_checkpoint = shard->updates();
+    p.shard = std::move(shard);
+    p.whole = whole;
+  }
+  return static_cast<int>(parts_.size());
+}
+
+int64_t ShardPartitions::min_version() const {
+  int64_t v = -1;
+  for (const auto& [r, p] : parts_) v = v < 0 ? p.shard->version() : std::min(v, p.shard->version());
+  return std::max<int64_t>(v, 0);
+}
+
+std::string ShardPartitions::stats_json(int64_t errors, double now_s, int64_t unix_us) const {
+  if (parts_.empty()) return nlohmann::json{{"bad_messages", errors}, {"unix_us", unix_us}}.dump();
+  nlohmann::json out;
+  int64_t length = 0;
+  for (const auto& [r, p] : parts_) {
+    nlohmann::json j = nlohmann::json::parse(p.shard->stats_json(errors, now_s, unix_us));
+    length += r.second;
+    if (out.is_null()) {
+      out = std::move(j);
+      continue;
+    }
+    out["version"] = std::min(out["version"].get<int64_t>(), j["version"].get<int64_t>());
+    for (const char* k : {"updates", "duplicates", "dropped", "rejected", "dc_uncompensated"})
+      out[k] = out[k].get<int64_t>() + j[k].get<int64_t>();
+    for (auto& [s, n] : j["staleness_histogram"].items())
+      out["staleness_histogram"][s] = out["staleness_histogram"].value(s, int64_t{0}) + n.get<int64_t>();
+  }
+  out["length"] = length;
+  out["partitions"] = parts_.size();
+  return out.dump();
+}
+
+}  // namespace syncopate

@@ -1,0 +1,82 @@
+// The partitions of one server's range (dist.ps_partition_mb; BytePS pushes ~4 MB partitions).
+// Each partition is a ParameterShard of its own: range, optimizer state, consistency rule, clocks,
+// staleness, checkpoint file. A worker pushes each partition as its own message, the server applies
+// it and replies with that partition's new values at once, so the reply of one partition travels
+// back while the push of the next is still arriving: a full-duplex link carries push and pull
+// together instead of one after the other. Every request names its partition by its range (offset,
+// length). A server whose INITs say partition = 0 holds one partition, its whole range, as before
+// (checkpointed as shard_<k>.safetensors); partition p's file is shard_<k>.at<offset>.safetensors.
+//
+// The consistency rules hold per partition: under BSP, partition p of clock c is applied once every
+// worker's partition p of clock c has arrived, which is the same sum as the whole range's. AdamW,
+// the mitigations and the outer optimizers are element-wise, so a partitioned server computes
+// exactly what an unpartitioned one does; only ps.max_grad_norm then bounds each partition's norm.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "server/parameter_shard.h"
+#include "server/ps_config.h"
+
+namespace syncopate {
+
+class ShardPartitions {
+ public:
+  // shard: this server's index (file names); checkpoint_dir "" = no checkpoints.
+  ShardPartitions(const PsConfig& cfg, int shard, std::string checkpoint_dir, int64_t checkpoint_every);
+  ~ShardPartitions();
+
+  // INIT: the partition with exactly h's range, made by the first INIT that names it (it must not
+  // overlap a partition held, and agree on partitioned or whole), after every check
+  // ParameterShard::init makes. Throws syncopate::Error, changing nothing.
+  ParameterShard& init(const MsgHeader& h, const float* values, const int64_t* decay, size_t pairs, double now_s);
+  // The partition a request names by its exact range; throws naming the ranges held.
+  ParameterShard& at(const MsgHeader& h);
+  bool initialized() const { return !parts_.empty(); }
+  size_t size() const { return parts_.size(); }
+
+  // A request that names no range (FINISH): the worker id must be one of the job's.
+  void check_worker(const MsgHeader& h) const;
+  void seen(int worker, double now_s);
+  // Replies released, as (partition, worker): workers expired, or a worker that finished.
+  std::vector<std::pair<ParameterShard*, int>> expire(double now_s);
+  std::vector<std::pair<ParameterShard*, int>> finish(int worker);
+  bool job_done() const;  // every partition's job is over (server.exit_when_done)
+  const std::string& consistency() const;
+
+  // Writes partition p's checkpoint when checkpoint_every of its updates have passed since its last
+  // one (force: now), atomically. checkpoint_all(): every partition, now.
+  void checkpoint(ParameterShard& p, bool force = false);
+  void checkpoint_all();
+  // Loads every partition file of this shard from the checkpoint directory (removing the temporary
+  // files of a write a kill cut short); returns how many. Throws on a corrupt file or on files that
+  // overlap (a directory written with another partition size).
+  int load(double now_s);
+  int64_t min_version() const;
+  // The shard's STATS JSON: the lowest partition's fields (clocks, liveness, per-worker staleness),
+  // with `version` the lowest over partitions, `updates`, `duplicates`, `dropped`, `rejected`,
+  // `dc_uncompensated` and `staleness_histogram` summed over them (an update counts once per
+  // partition), and `partitions` their count (docs/PROTOCOL.md).
+  std::string stats_json(int64_t errors, double now_s, int64_t unix_us) const;
+
+ private:
+  struct Part {
+    std::unique_ptr<ParameterShard> shard;
+    bool whole = true;  // INIT partition = 0: the server's whole range
+    int64_t last_checkpoint = 0;
+  };
+  std::string path_of(int64_t offset, bool whole) const;
+  std::string describe() const;  // the ranges held, for errors
+
+  PsConfig cfg_;
+  int shard_;
+  std::string dir_;
+  int64_t every_;
+  std::map<std::pair<int64_t, int64_t>, Part> parts_;  // by (offset, length)
+};
+
+}  // namespace syncopate

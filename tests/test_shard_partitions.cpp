@@ -1,0 +1,232 @@
+// Parameter-server partitions (dist.ps_partition_mb): the cut of the flat vector into parts, a
+// server's partitions (transport-free), and real server processes answering parts out of order.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "common/check.h"
+#include "common/comm/sharding.h"
+#include "server/parameter_shard.h"
+#include "server/ps_client.h"
+#include "server/ps_protocol.h"
+#include "server/shard_partitions.h"
+#include "tests/test_helpers.h"
+
+using namespace syncopate;
+
+namespace {
+// An INIT of [offset, +length) with `partition` values per partition, from worker 0 of `workers`.
+MsgHeader init_of(int64_t offset, int64_t length, int64_t partition, int workers = 1) {
+  MsgHeader h;
+  h.type = static_cast<int>(MsgType::kInit);
+  h.worker = 0;
+  h.workers = workers;
+  h.offset = offset;
+  h.length = length;
+  h.partition = partition;
+  return h;
+}
+MsgHeader push_of(int worker, int64_t offset, int64_t length, int64_t clock) {
+  MsgHeader h;
+  h.type = static_cast<int>(MsgType::kPushPull);
+  h.worker = worker;
+  h.offset = offset;
+  h.length = length;
+  h.clock = clock;
+  h.param_version = clock;
+  h.lr = 0.1;
+  return h;
+}
+// The message of the Error `f` throws ("" if it throws none).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(PsClient, PartBoundsCutEachShardIntoTheFewestNearEqualPieces) {
+  std::vector<int> server;
+  EXPECT_EQ(PsClient::part_bounds(10, 2, 0, &server), (std::vector<int64_t>{0, 5, 10}));  // unpartitioned: the shards
+  EXPECT_EQ(server, (std::vector<int>{0, 1}));
+  EXPECT_EQ(PsClient::part_bounds(10, 2, 2, &server), (std::vector<int64_t>{0, 1, 3, 5, 6, 8, 10}));
+  EXPECT_EQ(server, (std::vector<int>{0, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(PsClient::part_bounds(10, 2, 5), (std::vector<int64_t>{0, 5, 10}));  // a shard that fits is one part
+  EXPECT_EQ(PsClient::part_bounds(2, 3, 4, &server), (std::vector<int64_t>{0, 0, 1, 2}));  // an empty shard: one empty part
+  EXPECT_EQ(server, (std::vector<int>{0, 1, 2}));
+  for (int64_t n : {1, 7, 1000, 4097}) {  // every part within the limit, contiguous, inside its server's shard
+    for (int64_t part : {1, 3, 64}) {
+      const auto b = PsClient::part_bounds(n, 3, part, &server);
+      const auto shard = Sharding::bounds(n, 3);
+      ASSERT_EQ(b.front(), 0);
+      ASSERT_EQ(b.back(), n);
+      for (size_t p = 0; p + 1 < b.size(); ++p) {
+        EXPECT_LE(b[p], b[p + 1]);
+        EXPECT_LE(b[p + 1] - b[p], part);
+        EXPECT_GE(b[p], shard[server[p]]);
+        EXPECT_LE(b[p + 1], shard[server[p] + 1]);
+      }
+    }
+  }
+  EXPECT_NE(error_of([] { PsClient::part_bounds(kMaxPartitionsPerServer + 1, 1, 1); }).find("dist.ps_partition_mb"),
+            std::string::npos);
+}
+
+TEST(ShardPartitions, HoldsDisjointPartitionsAndRefusesOverlapsOrMixedSettings) {
+  test::TempDir d;
+  PsConfig cfg;
+  cfg.consistency = "asp";
+  ShardPartitions parts(cfg, 0, d.str("ck"), 1);
+  std::vector<float> v(8);
+  for (int i = 0; i < 8; ++i) v[i] = 0.5f * static_cast<float>(i);
+  parts.init(init_of(0, 4, 4), v.data(), nullptr, 0, 0);
+  parts.init(init_of(4, 4, 4), v.data() + 4, nullptr, 0, 0);
+  EXPECT_EQ(parts.size(), 2u);
+  parts.init(init_of(4, 4, 4), v.data() + 4, nullptr, 0, 0);  // a second worker's INIT of a partition held: agrees
+  EXPECT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts.at(push_of(0, 4, 4, 0)).offset(), 4);
+  EXPECT_NE(error_of([&] { parts.at(push_of(0, 0, 8, 0)); }).find("is no partition of this server"), std::string::npos);
+  EXPECT_NE(error_of([&] { parts.init(init_of(2, 4, 4), v.data(), nullptr, 0, 0); }).find("dist.ps_partition_mb"),
+            std::string::npos);  // overlaps both
+  EXPECT_NE(error_of([&] { parts.init(init_of(8, 4, 0), v.data(), nullptr, 0, 0); }).find("dist.ps_partition_mb"),
+            std::string::npos);  // a whole range beside partitions: mixed settings
+  EXPECT_NE(error_of([&] { parts.init(init_of(8, 5, 4), v.data(), nullptr, 0, 0); }).find("partition size 4"),
+            std::string::npos);  // longer than a partition
+  EXPECT_EQ(parts.size(), 2u);  // nothing refused was kept
+
+  const std::vector<float> g(4, 1.0f);
+  parts.at(push_of(0, 0, 4, 0)).push(push_of(0, 0, 4, 0), g.data());
+  parts.at(push_of(0, 4, 4, 0)).push(push_of(0, 4, 4, 0), g.data());
+  parts.at(push_of(0, 0, 4, 1)).push(push_of(0, 0, 4, 1), g.data());  // partition 0 one update ahead
+  auto s = nlohmann::json::parse(parts.stats_json(0, -1, -1));
+  EXPECT_EQ(s["partitions"], 2);
+  EXPECT_EQ(s["length"], 8);
+  EXPECT_EQ(s["version"], 1);  // the lowest partition's
+  EXPECT_EQ(s["updates"], 3);  // summed, as the staleness histogram
+  EXPECT_EQ(s["staleness_histogram"]["0"], 3) << s.dump();
+
+  parts.checkpoint_all();
+  ShardPartitions back(cfg, 0, d.str("ck"), 1);
+  EXPECT_EQ(back.load(0), 2);
+  EXPECT_TRUE(torch::equal(back.at(push_of(0, 0, 4, 0)).params(), parts.at(push_of(0, 0, 4, 0)).params()));
+  EXPECT_TRUE(torch::equal(back.at(push_of(0, 4, 4, 0)).params(), parts.at(push_of(0, 4, 4, 0)).params()));
+  EXPECT_EQ(back.at(push_of(0, 0, 4, 0)).version(), 2);
+  EXPECT_TRUE(std::filesystem::exists(d.str("ck/shard_0.at4.safetensors")));
+
+  // A directory that also holds an unpartitioned checkpoint of the same shard is refused by name.
+  ShardPartitions whole(cfg, 0, d.str("ck"), 1);
+  whole.init(init_of(0, 8, 0), v.data(), nullptr, 0, 0);
+  whole.checkpoint_all();
+  ShardPartitions mixed(cfg, 0, d.str("ck"), 1);
+  EXPECT_NE(error_of([&] { mixed.load(0); }).find("mixes partition sizes"), std::string::npos);
+}
+
+// Two BSP workers on two real server processes, 4 parts per server. Each worker pushes its parts in
+// a random order and waits for them in another, so replies arrive in an order unlike the waits
+// (kept for their own wait by part and clock); the result must equal, bit for bit, unpartitioned
+// shards fed the same gradients. A worker with another partition size is refused by name.
+TEST(PsClient, PartsReassembleExactlyUnderReordering) {
+  test::TempDir d;
+  std::vector<std::unique_ptr<test::Process>> servers;
+  std::string eps;
+  for (int k = 0; k < 2; ++k) {
+    const test::ServerPort port = test::any_server_port(d);
+    std::vector<std::string> args = {test::bin_dir() + "/syncopate-server", "--server.shard=" + std::to_string(k),
+                                     "--ps.consistency=bsp", "--server.encrypt=off"};
+    args.insert(args.end(), port.args.begin(), port.args.end());
+    servers.push_back(std::make_unique<test::Process>(args, std::vector<std::string>{"SYNCOPATE_TOKEN=t"},
+                                                      d.str(fmt::format("server{}.log", k))));
+    eps += (k ? "," : "") + test::wait_for_line(port.endpoint_file, 60, servers.back().get());
+  }
+  constexpr int64_t kN = 20, kSteps = 4;
+  PsClientOptions o{20};
+  o.partition_elems = 3;  // shards of 10 values: parts of 2, 3, 2, 3
+  torch::manual_seed(1);
+  const at::Tensor start = torch::randn({kN});
+  auto grad = [](int worker, int64_t step) {
+    return torch::randn({kN}, torch::TensorOptions().dtype(torch::kFloat)).mul_(0.1 * (worker + 1) + 0.01 * step);
+  };
+  std::vector<std::vector<at::Tensor>> grads(2);
+  for (int w = 0; w < 2; ++w)
+    for (int64_t s = 0; s < kSteps; ++s) grads[w].push_back(grad(w, s));
+  std::vector<at::Tensor> result(2);
+  std::vector<std::string> failure(2);
+  auto worker = [&](int w) {
+    try {
+      PsClient c(PsClient::parse_endpoints(eps), "t", w, 2, o);
+      at::Tensor params = start.clone();
+      c.init(params, {}, AdamWConfig{});
+      ASSERT_EQ(c.parts(), 8);
+      std::mt19937 rng(100 + w);
+      std::vector<int> order(8);
+      for (int p = 0; p < 8; ++p) order[p] = p;
+      const auto& b = c.bounds();
+      for (int64_t s = 0; s < kSteps; ++s) {
+        std::shuffle(order.begin(), order.end(), rng);
+        std::vector<PsTicket> tickets(8);
+        for (int p : order) tickets[p] = c.push(p, grads[w][s].slice(0, b[p], b[p + 1]), s, 0.05);
+        std::shuffle(order.begin(), order.end(), rng);
+        for (int p : order) {
+          at::Tensor into = params.slice(0, b[p], b[p + 1]);
+          c.wait(tickets[p], into);
+        }
+      }
+      result[w] = params;
+      EXPECT_EQ(c.counters().resends, 0);  // every reply was matched to its push (none waited out into a resend)
+    } catch (const Error& e) {
+      failure[w] = e.what();
+    }
+  };
+  std::thread t0(worker, 0), t1(worker, 1);
+  t0.join();
+  t1.join();
+  ASSERT_EQ(failure[0] + failure[1], "");
+  ASSERT_TRUE(result[0].defined() && result[1].defined());
+
+  // The reference: each server's whole range as one BSP ParameterShard, the same gradients.
+  PsConfig cfg;
+  cfg.consistency = "bsp";
+  at::Tensor want = start.clone();
+  const auto shard = Sharding::bounds(kN, 2);
+  for (int k = 0; k < 2; ++k) {
+    ParameterShard ref(cfg);
+    MsgHeader h = init_of(shard[k], shard[k + 1] - shard[k], 0, 2);
+    const AdamWConfig oc;
+    h.beta1 = oc.beta1, h.beta2 = oc.beta2, h.eps = oc.eps, h.weight_decay = oc.weight_decay;
+    ref.init(h, start.data_ptr<float>() + shard[k], nullptr, 0);
+    for (int64_t s = 0; s < kSteps; ++s)
+      for (int w = 0; w < 2; ++w) {
+        MsgHeader p = push_of(w, h.offset, h.length, s);
+        p.lr = 0.05;
+        ref.push(p, grads[w][s].data_ptr<float>() + shard[k]);
+      }
+    want.slice(0, shard[k], shard[k + 1]).copy_(ref.params());
+  }
+  EXPECT_TRUE(torch::equal(result[0], want)) << (result[0] - want).abs().max().item<double>();
+  EXPECT_TRUE(torch::equal(result[1], want)) << (result[1] - want).abs().max().item<double>();
+
+  PsClient probe(PsClient::parse_endpoints(eps), "t", 0, 2, PsClientOptions{20});
+  for (int k = 0; k < 2; ++k) {
+    const auto s = nlohmann::json::parse(probe.stats(k));
+    EXPECT_EQ(s["partitions"], 4) << s.dump();
+    EXPECT_EQ(s["version"], kSteps) << s.dump();
+    EXPECT_EQ(s["duplicates"], 0) << s.dump();
+  }
+  at::Tensor p = start.clone();
+  PsClientOptions whole{5};  // partition 0: the job's layout and partitions differ
+  PsClient other(PsClient::parse_endpoints(eps), "t", 1, 2, whole);
+  EXPECT_NE(error_of([&] { other.init(p, {}, AdamWConfig{}); }).find("ps_partition_mb"), std::string::npos);
+  probe.shutdown_servers();
+  for (auto& s : servers) EXPECT_EQ(s->wait(20), 0);
+}
