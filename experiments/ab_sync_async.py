@@ -2,7 +2,9 @@
 
   python experiments/ab_sync_async.py [--scenario experiments/scenarios/stragglers.toml] [--seeds 3]
         [--nodes 8] [--steps 60] [--configs ring,bsp,bsp_backup,ssp1,ssp4,asp,asp_lr_scale,asp_dc_asgd]
-        (also: diloco10, diloco50, async_diloco10: local SGD / DiLoCo)
+        (also: diloco10, diloco50, async_diloco10, async_diloco50: local SGD / DiLoCo; asp_int8,
+         diloco10_int8, diloco50_int8, async_diloco10_int8, async_diloco50_int8: int8 wire; diloco10_ps:
+         synchronous DiLoCo through BSP shards in float32, the int8 runs' transport)
         [--step-time S] [--slow-node I --slowdown F] [--jitter X] [--netns --link-gbit G] [--out runs/ab]
 
 Every configuration trains the same model on the same data with the same per-node batch and step
@@ -19,6 +21,8 @@ from study import add_args, run_study
 # elastic: the configuration waits for no straggler, so with one its budget is the synchronous
 # job's wall time rather than a step count (the fast nodes do slowdown x the straggler's steps).
 # The others step together (ring, BSP) or within a bound of the slowest (SSP): equal steps.
+ASYNC_OUTER = ["--dist.outer=delayed_nesterov", "--dist.outer_lr=0.35"]
+INT8 = ["--dist.wire=int8"]
 CONFIGS = {
     "ring": {"ring": True, "cluster": []},
     "bsp": {"cluster": ["--consistency", "bsp"]},
@@ -31,10 +35,25 @@ CONFIGS = {
     # Local SGD / DiLoCo (issue 12): H inner steps per synchronization, DiLoCo's outer Nesterov step;
     # synchronous over the ring, asynchronous through ASP shards (each node's Delta on arrival).
     # Named in --configs to run (not in the default set).
+    # Asynchronous: delayed Nesterov (momentum once per N = nodes arrivals) at half DiLoCo's outer lr, the
+    # form that trains (docs/STUDY.md: per-arrival Nesterov at 0.7 diverged in every seed).
     "diloco10": {"ring": True, "cluster": [], "worker": ["--dist.sync_every=10"], "optional": True},
     "diloco50": {"ring": True, "cluster": [], "worker": ["--dist.sync_every=50"], "optional": True},
-    "async_diloco10": {"cluster": ["--consistency", "asp"], "worker": ["--dist.sync_every=10"], "elastic": True,
-                       "optional": True},
+    "async_diloco10": {"cluster": ["--consistency", "asp"], "worker": ["--dist.sync_every=10"] + ASYNC_OUTER,
+                       "elastic": True, "optional": True},
+    "async_diloco50": {"cluster": ["--consistency", "asp"], "worker": ["--dist.sync_every=50"] + ASYNC_OUTER,
+                       "elastic": True, "optional": True},
+    # int8 wire (a float32 scale per 4096 values, error feedback on the sender) for what travels to
+    # the shards; the ring takes 16-bit wires only, so synchronous DiLoCo in int8 runs through BSP
+    # shards (which equal the ring's DiLoCo in float32: LocalSgdTraining.PsBspDiLoCoEqualsRingDiLoCo...).
+    "diloco10_ps": {"cluster": ["--consistency", "bsp"], "worker": ["--dist.sync_every=10"], "optional": True},
+    "asp_int8": {"cluster": ["--consistency", "asp"], "worker": INT8, "elastic": True, "optional": True},
+    "diloco10_int8": {"cluster": ["--consistency", "bsp"], "worker": ["--dist.sync_every=10"] + INT8, "optional": True},
+    "diloco50_int8": {"cluster": ["--consistency", "bsp"], "worker": ["--dist.sync_every=50"] + INT8, "optional": True},
+    "async_diloco10_int8": {"cluster": ["--consistency", "asp"], "worker": ["--dist.sync_every=10"] + ASYNC_OUTER + INT8,
+                            "elastic": True, "optional": True},
+    "async_diloco50_int8": {"cluster": ["--consistency", "asp"], "worker": ["--dist.sync_every=50"] + ASYNC_OUTER + INT8,
+                            "elastic": True, "optional": True},
 }
 
 

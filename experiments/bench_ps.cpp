@@ -1,4 +1,5 @@
-// syncopate-bench-ps: push-and-pull throughput of one worker against K parameter-server shards.
+// syncopate-bench-ps: push-and-pull throughput of one worker against K parameter-server shards
+// (--partition-mb M: each shard's range in pipelined partitions of at most M MiB).
 // Run W copies (scripts/bench_ps.sh does it) with NODE_RANK/NNODES/SYNCOPATE_TOKEN set. Prints
 //   worker bytes iters time_s push_pull_GBps updates_per_s
 // where push_pull_GBps counts both directions (2 x bytes per round trip), the traffic a worker's
@@ -36,6 +37,9 @@ int main(int argc, char** argv) {
   bool stats_only = false;
   app.add_option("--seconds", seconds, "soak: round trips for this long instead of --iters");
   app.add_flag("--stats", stats_only, "print every shard's STATS JSON and exit");
+  double partition_mb = 4;  // dist.ps_partition_mb's default
+  app.add_option("--partition-mb", partition_mb,
+                 "push and pull each shard in partitions of at most this many MiB, pipelined (0 = whole shards)");
   std::string encrypt = "auto";
   app.add_option("--encrypt", encrypt, "auto: CURVE with the servers' key derived from the job token; off: plain TCP");
   CLI11_PARSE(app, argc, argv);
@@ -45,6 +49,7 @@ int main(int argc, char** argv) {
     const std::string token = job_token_from_environment();
     PsClientOptions o{120};
     o.curve_server_key = ps_client_server_key(token, encrypt);
+    o.partition_elems = partition_mb > 0 ? std::max<int64_t>(1, static_cast<int64_t>(partition_mb * (1 << 20) / 4)) : 0;
     PsClient c(PsClient::parse_endpoints(servers), token, rank, world, o);
     if (stats_only) {
       for (int k = 0; k < c.shards(); ++k) std::cout << c.stats(k) << std::endl;

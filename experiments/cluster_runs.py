@@ -166,7 +166,8 @@ def server_stats(out):
 
 def summarize(out, nodes, ring):
     """Per-run figures from the nodes' metrics: the validation curve of node 0 on a clock that
-    excludes evaluation time, with the global tokens at each point, and the emulation's health."""
+    excludes evaluation time, with the global tokens and the bytes all nodes had sent at each
+    point, and the emulation's health."""
     metrics = [read_jsonl(os.path.join(out, f"node{i}", "metrics.jsonl")) for i in range(nodes)]
     steps = [[m for m in ms if "tokens_per_s" in m] for ms in metrics]
     evals = [m for m in metrics[0] if "val_loss" in m]
@@ -179,7 +180,9 @@ def summarize(out, nodes, ring):
             tokens = m["tokens"]
         else:  # every node's own tokens at that moment
             tokens = sum(max([s["tokens"] for s in ns if s["unix_s"] <= at_unix] or [0]) for ns in steps)
-        curve.append({"t": m["time_s"] - spent, "val_loss": m["val_loss"], "tokens": tokens, "step": m["step"]})
+        sent = sum(s.get("wire_bytes", 0) for ns in steps for s in ns if s["unix_s"] <= at_unix)
+        curve.append({"t": m["time_s"] - spent, "val_loss": m["val_loss"], "tokens": tokens, "bytes": sent,
+                      "step": m["step"]})
     all_steps = [s for ns in steps for s in ns]
     t_start = min(ns[0]["unix_s"] - ns[0]["step_s"] for ns in steps)
     t_end = max(ns[-1]["unix_s"] for ns in steps)
@@ -194,6 +197,7 @@ def summarize(out, nodes, ring):
         "wall_s": t_end - t_start - spent,
         "tokens": total_tokens,
         "tokens_per_s": total_tokens / max(t_end - t_start - spent, 1e-9),
+        "bytes": sum(s.get("wire_bytes", 0) for s in all_steps),  # sent by all nodes (dist.wire's bytes)
         "staleness_mean": sum(stale) / len(stale),
         "staleness_max": max(stale),
         "staleness_histogram": hist,

@@ -251,6 +251,7 @@ def run_study(configs, a, title, command):
             "final_val_loss": finals[name],
             "tokens_per_s": mean_ci95([r["tokens_per_s"] for r in ok]),
             "wall_s": mean_ci95([r["wall_s"] for r in ok]),
+            "bytes": mean_ci95([r.get("bytes", 0) for r in ok]),
             "staleness": {"mean": mean_ci95([r["staleness_mean"] for r in ok])["mean"],
                           "max": max([r["staleness_max"] for r in ok], default=None), "histogram": hist},
             "dropped_gradients": mean_ci95([r["dropped"] for r in ok])["mean"],
@@ -374,8 +375,9 @@ def write_report(summary, out):
          f"Runs whose emulation did not hold (overrun share > {summary['limits']['overrun']:.0%} "
          f"or CPU > {summary['limits']['cpu']:.0%}) are left out and listed.", "",
          f"| configuration | lr | valid runs | time to target, s | val loss at {summary['equal_time_s'] or 0:.0f} s | "
-         "final val loss | tokens/s | staleness mean / max | dropped grads | wait share | overrun (max) | CPU (max) |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+         "final val loss | tokens/s | MB sent | staleness mean / max | dropped grads | wait share | overrun (max) | "
+         "CPU (max) |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for k, c in summary["configurations"].items():
         t = c["time_to_target_s"]
         ttt = fmt_ci(t) + (f" ({t['reached']}/{c['valid_runs']})" if t["reached"] < c["valid_runs"] else "")
@@ -384,7 +386,9 @@ def write_report(summary, out):
         st = c["staleness"]
         L.append(f"| {k} | {c['lr']:.2g} | {c['valid_runs']}/{c['runs_total']} | {ttt} | "
                  f"{fmt_ci(c['val_loss_at_equal_time'], 4)} | {fmt_ci(c['final_val_loss'], 4)} | "
-                 f"{fmt_ci(c['tokens_per_s'])} | {st['mean'] if st['mean'] is None else round(st['mean'], 2)} / "
+                 f"{fmt_ci(c['tokens_per_s'])} | "
+                 f"{'-' if c.get('bytes', {}).get('mean') is None else format(c['bytes']['mean'] / 1e6, '.1f')} | "
+                 f"{st['mean'] if st['mean'] is None else round(st['mean'], 2)} / "
                  f"{st['max'] if st['max'] is None else round(st['max'], 1)} | "
                  f"{'-' if not c['dropped_gradients'] else round(c['dropped_gradients'])} | "
                  f"{'-' if c['wait_share'] is None else format(c['wait_share'], '.0%')} | "
@@ -430,15 +434,17 @@ def plots(summary, out):
         plt.savefig(os.path.join(out, fname), dpi=100)
         plt.close()
 
-    def banded(xkey, fname, xlabel):
+    def banded(xkey, fname, xlabel, log_x=False):
         plt.figure(figsize=(7, 4.5))
+        if log_x:
+            plt.xscale("log")
         lo, hi = float("inf"), float("-inf")  # y range: the mean curves, without stale-gradient spikes
         for k, c in cfgs.items():
             curves = list(c["curves"].values())
             if not curves:
                 continue
             npts = min(len(cv) for cv in curves)
-            xs = [sum(cv[i][xkey] for cv in curves) / len(curves) for i in range(npts)]
+            xs = [sum(cv[i].get(xkey, 0) for cv in curves) / len(curves) for i in range(npts)]
             stats = [mean_ci95([cv[i]["val_loss"] for cv in curves]) for i in range(npts)]
             line, = plt.plot(xs, [s["mean"] for s in stats], label=k)
             lo = min(lo, min(s["mean"] for s in stats))
@@ -454,6 +460,8 @@ def plots(summary, out):
 
     banded("t", "val_loss_vs_time.png", "emulated seconds (evaluation excluded)")
     banded("tokens", "val_loss_vs_tokens.png", "global tokens processed")
+    if any(pt.get("bytes") for c in cfgs.values() for cv in c["curves"].values() for pt in cv):
+        banded("bytes", "val_loss_vs_bytes.png", "bytes sent by all nodes (log scale)", log_x=True)
     names = [k for k, c in cfgs.items() if c["time_to_target_s"]["mean"] is not None]
     if names:
         plt.figure(figsize=(7, 4.5))

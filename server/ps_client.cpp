@@ -333,7 +333,9 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
   std::vector<at::Tensor> bodies(static_cast<size_t>(P));  // bytes; each INIT message holds a reference
   for (int p = 0; p < P; ++p) {
     MsgHeader h = I.part_header(MsgType::kInit, p);
-    h.partition = I.opt.partition_elems;
+    // A server whose range is one part holds it whole (as without partitions); the layout still
+    // carries the setting, so every worker of a job must use the same.
+    h.partition = I.servers[I.parts[p].server]->parts.size() > 1 ? I.opt.partition_elems : 0;
     h.beta1 = oc.beta1;
     h.beta2 = oc.beta2;
     h.eps = oc.eps;

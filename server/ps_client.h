@@ -40,7 +40,7 @@ struct PsClientOptions {
   WireFormat wire = WireFormat::kF32; // how pushes travel (dist.wire); int8 carries its rounding error into
                                       // the next push of the same part (ErrorFeedback); replies are f32
   int64_t partition_elems = 0;        // values per part at most (dist.ps_partition_mb); 0 = a shard's whole
-                                      // range is one part. Every worker of a job must use the same
+                                      // range is one part. Every worker of a job must use the same (INIT's layout)
 };
 
 // A push in flight: part, and the request's sequence number on this client.

@@ -268,9 +268,9 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
   } catch (const zmq::error_t& e) {
     SYN_FAIL(fmt::format("cannot listen on {}: {}", ep, e.what()), "the port may be in use: pick another --server.port");
   }
-  if (const int n = impl_->parts.load(Impl::now()); n > 0)  // (and removes the temporary files of a write cut short)
-    log::info("[server {}] resumed from {}/shard_{}*.safetensors ({} partition(s), version {})", impl_->scfg.shard,
-              impl_->scfg.checkpoint_dir, impl_->scfg.shard, n, impl_->parts.min_version());
+  if (impl_->parts.load(Impl::now()) > 0)  // (and removes the temporary files of a write cut short)
+    log::info("[server {}] resumed from {} (version {})", impl_->scfg.shard, impl_->parts.checkpoint_files(),
+              impl_->parts.min_version());
   const std::string bound = s.get(zmq::sockopt::last_endpoint);
   log::info("[server {}] listening on {}", impl_->scfg.shard, bound);
   if (!impl_->scfg.endpoint_file.empty()) publish_file(impl_->scfg.endpoint_file, bound + "\n");  // readiness, and the port

@@ -157,6 +157,11 @@ int64_t ShardPartitions::min_version() const {
   return std::max<int64_t>(v, 0);
 }
 
+std::string ShardPartitions::checkpoint_files() const {
+  if (parts_.size() == 1 && parts_.begin()->second.whole) return path_of(0, true);
+  return fmt::format("{}/shard_{}.at*.safetensors ({} files)", dir_, shard_, parts_.size());
+}
+
 std::string ShardPartitions::stats_json(int64_t errors, double now_s, int64_t unix_us) const {
   if (parts_.empty()) return nlohmann::json{{"bad_messages", errors}, {"unix_us", unix_us}}.dump();
   nlohmann::json out;

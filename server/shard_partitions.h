@@ -57,6 +57,8 @@ class ShardPartitions {
   // overlap (a directory written with another partition size).
   int load(double now_s);
   int64_t min_version() const;
+  // The checkpoint files held, for logs: "DIR/shard_K.safetensors", or "DIR/shard_K.at*.safetensors (N files)".
+  std::string checkpoint_files() const;
   // The shard's STATS JSON: the lowest partition's fields (clocks, liveness, per-worker staleness),
   // with `version` the lowest over partitions, `updates`, `duplicates`, `dropped`, `rejected`,
   // `dc_uncompensated` and `staleness_histogram` summed over them (an update counts once per

@@ -31,6 +31,7 @@
 #include "server/ps_protocol.h"
 #include "worker/data/data_config.h"
 #include "worker/data/window_sampler.h"
+#include "worker/sync/gradient_sync.h"
 #include "worker/train/dropout_seed.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/step_pacer.h"
@@ -606,8 +607,7 @@ void validate_simulation(const RunConfig& run_in, const PsConfig& ps, const SimC
   SYN_CHECK(!run.dist.ps_overlap && !run.dist.ps_push_in_backward,
             "dist.ps_overlap / dist.ps_push_in_backward in the simulator",
             "the simulator models a step's push after its compute (what the studies run): leave both off");
-  SYN_CHECK(run.dist.ps_partition_mb == 0, "dist.ps_partition_mb in the simulator",
-            "the simulator sends a shard's range as one message (its links are not pipelined per partition): leave it 0");
+
   SYN_CHECK(run.train.device != "cuda", "train.device=cuda in the simulator",
             "the simulator computes gradients on the CPU, one worker at a time: use --train.device=cpu or auto");
   SYN_CHECK(!(m.ring && sim.slow_steps > 0), "sim.slow_steps with a ring",
@@ -622,6 +622,12 @@ void validate_simulation(const RunConfig& run_in, const PsConfig& ps, const SimC
     SYN_CHECK(sim.shard_count() <= gpt_num_params(run.model),
               fmt::format("sim.servers={} for a model of {} parameters", sim.shard_count(), gpt_num_params(run.model)),
               "use fewer shards than parameters");
+    const int64_t shard_values = (gpt_num_params(run.model) + sim.shard_count() - 1) / sim.shard_count();
+    SYN_CHECK(partition_elems(run.dist) == 0 || shard_values <= partition_elems(run.dist),
+              fmt::format("shards of up to {} values cut into dist.ps_partition_mb={} partitions", shard_values,
+                          run.dist.ps_partition_mb),
+              "the simulator sends a shard's range as one message (its links are not pipelined per partition): use "
+              "--dist.ps_partition_mb=0, more servers, or a smaller model");
   }
   const double need = sim_memory_estimate(run, ps, sim);
   const double limit = sim.memory_gb > 0 ? sim.memory_gb * (1 << 30) : default_memory_limit();

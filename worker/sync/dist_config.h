@@ -65,10 +65,12 @@ struct DistConfig {
   bool ps_overlap = false;       // ps: push/pull on a communication thread while the next step computes
                                  // (one more step of staleness); false = wait for the own round trip
   bool ps_push_in_backward = false;  // ps: push each shard's gradient range as soon as backward finishes it
-  double ps_partition_mb = 0;    // ps: each shard's range travels in partitions of at most this many MiB of float32
-                                 // values, each pushed, applied and pulled back on its own, so a worker's link
-                                 // carries one partition's pull while the next one's push goes out (BytePS: ~4);
-                                 // 0 = a shard's whole range in one message (push, then pull)
+  double ps_partition_mb = 4;    // ps: each shard's range travels in partitions of at most this many MiB of float32
+                                 // values (BytePS's 4 MB), each pushed, applied and pulled back on its own, so a
+                                 // worker's link carries one partition's pull while the next one's push goes out and
+                                 // the server applies one while the next arrives (docs/PERFORMANCE.md: 1.8x the
+                                 // round trip of whole shards on 1 Gbit/s); a shard that fits is one message as
+                                 // before; 0 = whole shards always (push, then pull)
   std::string curve_server_key = "";  // ps: the servers' CURVE public key (Z85) from a key file; "" = see ps_encrypt
   std::string ps_encrypt = "auto";   // ps: "auto" = CURVE with the servers' key derived from the job token when one
                                      // is set (as syncopate-server --server.encrypt=auto does); "off" = plain TCP
