@@ -198,6 +198,7 @@ def summarize(out, nodes, ring):
         "tokens": total_tokens,
         "tokens_per_s": total_tokens / max(t_end - t_start - spent, 1e-9),
         "bytes": sum(s.get("wire_bytes", 0) for s in all_steps),  # sent by all nodes (dist.wire's bytes)
+        "bytes_received": sum(s.get("wire_bytes_received", 0) for s in all_steps),  # by all nodes (ps replies: f32)
         "staleness_mean": sum(stale) / len(stale),
         "staleness_max": max(stale),
         "staleness_histogram": hist,

@@ -252,6 +252,7 @@ def run_study(configs, a, title, command):
             "tokens_per_s": mean_ci95([r["tokens_per_s"] for r in ok]),
             "wall_s": mean_ci95([r["wall_s"] for r in ok]),
             "bytes": mean_ci95([r.get("bytes", 0) for r in ok]),
+            "bytes_received": mean_ci95([r.get("bytes_received", 0) for r in ok]),
             "staleness": {"mean": mean_ci95([r["staleness_mean"] for r in ok])["mean"],
                           "max": max([r["staleness_max"] for r in ok], default=None), "histogram": hist},
             "dropped_gradients": mean_ci95([r["dropped"] for r in ok])["mean"],
@@ -272,6 +273,11 @@ def run_study(configs, a, title, command):
         export_tensorboard(results, a.out)
     print(report)
     return summary
+
+
+def mbytes(ci):
+    """A mean byte count as MB, '-' where none was recorded (builds before the counter)."""
+    return "-" if not ci or not ci.get("mean") else f"{ci['mean'] / 1e6:.1f}"
 
 
 def describe(em):
@@ -336,10 +342,14 @@ def conclusions(summary):
     return lines
 
 
-def rebuild(out):
-    """Rewrites OUT/report.md and the plots from OUT/summary.json (after a change of the report)."""
+def rebuild(out, target_rule=None):
+    """Rewrites OUT/report.md and the plots from OUT/summary.json (after a change of the report);
+    target_rule ('best', 'all' or a loss) re-reads the runs against another target."""
     with open(os.path.join(out, "summary.json")) as f:
         summary = json.load(f)
+    if target_rule is not None:
+        check_target_rule(target_rule)
+        summary["target_rule"] = target_rule
     targets(summary)
     summary["conclusions"] = conclusions(summary)
     with open(os.path.join(out, "summary.json"), "w") as f:
@@ -375,7 +385,7 @@ def write_report(summary, out):
          f"Runs whose emulation did not hold (overrun share > {summary['limits']['overrun']:.0%} "
          f"or CPU > {summary['limits']['cpu']:.0%}) are left out and listed.", "",
          f"| configuration | lr | valid runs | time to target, s | val loss at {summary['equal_time_s'] or 0:.0f} s | "
-         "final val loss | tokens/s | MB sent | staleness mean / max | dropped grads | wait share | overrun (max) | "
+         "final val loss | tokens/s | MB sent (received) | staleness mean / max | dropped grads | wait share | overrun (max) | "
          "CPU (max) |",
          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for k, c in summary["configurations"].items():
@@ -387,7 +397,7 @@ def write_report(summary, out):
         L.append(f"| {k} | {c['lr']:.2g} | {c['valid_runs']}/{c['runs_total']} | {ttt} | "
                  f"{fmt_ci(c['val_loss_at_equal_time'], 4)} | {fmt_ci(c['final_val_loss'], 4)} | "
                  f"{fmt_ci(c['tokens_per_s'])} | "
-                 f"{'-' if c.get('bytes', {}).get('mean') is None else format(c['bytes']['mean'] / 1e6, '.1f')} | "
+                 f"{mbytes(c.get('bytes'))} ({mbytes(c.get('bytes_received'))}) | "
                  f"{st['mean'] if st['mean'] is None else round(st['mean'], 2)} / "
                  f"{st['max'] if st['max'] is None else round(st['max'], 1)} | "
                  f"{'-' if not c['dropped_gradients'] else round(c['dropped_gradients'])} | "
@@ -511,7 +521,10 @@ def export_tensorboard(results, out):
 
 
 if __name__ == "__main__":
-    # python experiments/study.py OUT: rebuild OUT's report and plots from its summary.json.
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: python experiments/study.py OUT   (rebuilds OUT/report.md and plots from OUT/summary.json)")
-    print(rebuild(sys.argv[1]))
+    # python experiments/study.py OUT [--target-loss best|all|LOSS]: rebuild OUT's report and plots from its
+    # summary.json (another target re-reads the same runs).
+    ap = argparse.ArgumentParser(description="rebuild OUT/report.md and plots from OUT/summary.json")
+    ap.add_argument("out")
+    ap.add_argument("--target-loss", help="a number, 'best' or 'all' (default: the study's own rule)")
+    args = ap.parse_args()
+    print(rebuild(args.out, args.target_loss))

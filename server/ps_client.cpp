@@ -49,7 +49,7 @@ struct PsClient::Impl {
   std::vector<std::string> curve;  // server public, own public, own secret (Z85); empty = plain
   int worker = 0, workers = 0;
   PsClientOptions opt;
-  std::atomic<int64_t> next_id{0}, pushes{0}, resends{0}, bytes_sent{0};
+  std::atomic<int64_t> next_id{0}, pushes{0}, resends{0}, bytes_sent{0}, bytes_received{0};
 
   // A push whose reply has not been taken by wait(): its header and data, for resends.
   struct Pending {
@@ -239,6 +239,7 @@ struct PsClient::Impl {
                           frames == 2 && values ? values->size() : 0, bounds[p], length(p), want),
               "server and worker disagree on the sharding");
     if (want) std::memcpy(dst, values->data(), want);
+    bytes_received += static_cast<int64_t>(want);
   }
 };
 
@@ -480,7 +481,7 @@ int64_t PsClient::applied_clock() const {
 }
 
 PsClientCounters PsClient::counters() const {
-  return {impl_->pushes.load(), impl_->resends.load(), impl_->bytes_sent.load()};
+  return {impl_->pushes.load(), impl_->resends.load(), impl_->bytes_sent.load(), impl_->bytes_received.load()};
 }
 
 std::string PsClient::stats(int k) {

@@ -60,6 +60,7 @@ struct PsClientCounters {
   int64_t pushes = 0;      // pushes sent (resends not counted)
   int64_t resends = 0;     // requests sent again after the server was silent
   int64_t bytes_sent = 0;  // gradient bytes of pushes and resends
+  int64_t bytes_received = 0;  // parameter bytes of the replies taken (INIT's and pushes')
 };
 
 // Every tensor passed in lives in host memory, float32, contiguous (a GPU replica stages through

@@ -50,6 +50,11 @@ ParameterShard& ShardPartitions::init(const MsgHeader& h, const float* values, c
               "every worker must run the same model, server list and dist.ps_partition_mb; a checkpoint directory "
               "written with another partition size must be deleted (or the old size used)");
   }
+  int64_t held = 0;
+  for (const auto& [range, part] : parts_) held += range.second;
+  SYN_CHECK(held + h.length <= ParameterShard::kMaxShardLength,
+            fmt::format("INIT of [{}, +{}) beyond this server's {} values", h.offset, h.length, ParameterShard::kMaxShardLength),
+            "a server holds at most 2^36 values: add servers");
   SYN_CHECK(static_cast<int64_t>(parts_.size()) < kMaxPartitionsPerServer,
             fmt::format("INIT of a partition beyond this server's limit of {}", kMaxPartitionsPerServer),
             "raise dist.ps_partition_mb (fewer, larger partitions) or add servers");

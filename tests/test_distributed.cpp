@@ -90,6 +90,7 @@ void expect_ring_equals_single(int nodes, int b, int accum, const std::vector<st
   for (int r = 0; r < nodes; ++r) {
     const auto c = nlohmann::json::parse(test::slurp(d.str("node" + std::to_string(r) + "/sync.json")));
     EXPECT_GT(c["wire_bytes"].get<int64_t>(), 0) << r << " " << c.dump();
+    EXPECT_EQ(c["wire_bytes_received"], c["wire_bytes"]) << r << " " << c.dump();  // a ring receives what it sends
     if (overlap) {
       EXPECT_EQ(c["reduced"].get<int64_t>(), steps * c["regions"].get<int64_t>()) << r << " " << c.dump();
       // Every bucket but possibly the step's last is launched from a hook during backward.

@@ -523,6 +523,8 @@ TEST_P(PsPushModes, OneAspWorkerEqualsSingleProcess) {
   EXPECT_EQ(c["launched_early"], GetParam() ? 18 : 0) << c.dump();
   // 6 pushes of the whole model in float32, each byte once (no resend).
   EXPECT_EQ(c["wire_bytes"], 6 * c["params"].get<int64_t>() * 4) << c.dump();
+  // Received: INIT's reply and 6 replies, the whole model in float32 each.
+  EXPECT_EQ(c["wire_bytes_received"], 7 * c["params"].get<int64_t>() * 4) << c.dump();
 }
 
 // Issue 12: compressed pushes. bf16 and int8 (with error feedback) gradients reach the shards,
@@ -539,6 +541,7 @@ TEST(PsTraining, CompressedPushesTrainAndSendTheFormatsBytes) {
     for (int k = 0; k < 3; ++k) per_step += static_cast<int64_t>(wire_bytes(parse_wire_format(wire), b[k + 1] - b[k]));
     EXPECT_EQ(per_step, wire == "bf16" ? 2 * p : p + 4 * ((b[1] - b[0] + 4095) / 4096 + (b[2] - b[1] + 4095) / 4096 + (b[3] - b[2] + 4095) / 4096));
     EXPECT_EQ(c["wire_bytes"], 6 * per_step) << c.dump();
+    EXPECT_EQ(c["wire_bytes_received"], 7 * p * 4) << c.dump();  // replies stay float32 whatever the push's format
   }
 }
 

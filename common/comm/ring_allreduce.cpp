@@ -115,6 +115,7 @@ struct RingAllreducer::Impl {
   std::unique_ptr<SegmentSender> sender;  // started on first use (world > 1)
   std::exception_ptr broken;    // a failed collective leaves the links in an unknown state
   std::atomic<int64_t> sent{0};   // bytes handed to `next` by every call so far
+  std::atomic<int64_t> received{0};  // bytes taken from `prev` by every call so far
 };
 
 RingAllreducer::RingAllreducer(int rank, int world, Connection& next, Connection& prev)
@@ -123,6 +124,7 @@ RingAllreducer::~RingAllreducer() = default;
 
 void RingAllreducer::sum(float* data, size_t count, const RingAllreduceOptions& opt) { impl_->sum(data, count, opt); }
 int64_t RingAllreducer::bytes_sent() const { return impl_->sent.load(); }
+int64_t RingAllreducer::bytes_received() const { return impl_->received.load(); }
 
 void ring_allreduce_sum(float* data, size_t count, int rank, int world, Connection& next, Connection& prev,
                         const RingAllreduceOptions& opt) {
@@ -164,6 +166,7 @@ void RingAllreducer::Impl::sum(float* data, size_t count, const RingAllreduceOpt
   auto receive = [&](float* dst, size_t len) {  // into dst (float32) or wire (16 bits)
     if (half) prev.recv(wire.data(), len * 2);
     else prev.recv(dst, len * sizeof(float));
+    received += static_cast<int64_t>(len) * wire_bytes;
   };
   try {
     for_segments(static_cast<size_t>(rank), [&](float* p, size_t len) {

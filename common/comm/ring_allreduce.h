@@ -35,8 +35,10 @@ class RingAllreducer {
   ~RingAllreducer();
   // Sums data[0..count) across the ranks in place; see ring_allreduce_sum.
   void sum(float* data, size_t count, const RingAllreduceOptions& opt = {});
-  // Bytes sent to `next` by every call so far (2(n-1)/n of each buffer, in the wire's format).
+  // Bytes sent to `next` / received from `prev` by every call so far (2(n-1)/n of each buffer, in
+  // the wire's format).
   int64_t bytes_sent() const;
+  int64_t bytes_received() const;
 
  private:
   struct Impl;

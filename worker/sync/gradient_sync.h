@@ -46,6 +46,8 @@ struct StepSync {
   double staleness = 0;    // parameter versions applied between reading the weights and this update; 0 synchronous
   double grad_norm = 0;    // L2 norm of the averaged gradient, before clipping
   int64_t wire_bytes = 0;  // bytes this replica sent to other nodes for this step's gradient
+  int64_t wire_bytes_received = 0;  // bytes it received from them for this step (ring: its share of the others'
+                                    // sums; ps: the replies' parameters, float32 whatever dist.wire is)
   bool skipped = false;    // the averaged gradient was non-finite (or above SyncSetup::skip_grad_norm): no update
   int64_t round = -1;      // local SGD: outer rounds completed after this step; -1 in the per-step modes
   double outer_norm = 0;   // local SGD: norm of the outer update applied at this step (0 between synchronizations)
@@ -57,6 +59,7 @@ struct SyncCounters {
   int64_t launched_early = 0;  // region reductions a gradient hook started while backward still ran
   int64_t reduced = 0;         // region reductions in all
   int64_t wire_bytes = 0;      // bytes sent to other nodes
+  int64_t wire_bytes_received = 0;  // bytes received from them
 };
 
 // Everything a GradientSync is built from: the resolved [dist] and [optim] sections, where this

@@ -54,12 +54,13 @@ class LocalSgdSync : public GradientSync {
     StepSync r = inner_->finish_step(params, grads, lr, step);  // the node's inner step
     r.round = (step + 1) / every_;
     if ((step + 1) % every_ != 0) return r;
-    const int64_t mark = wire_bytes();
+    const int64_t mark = wire_bytes(), mark_in = wire_bytes_received();
     at::sub_out(delta_, start_, params);  // this node's pseudo-gradient
     sum_.sum(delta_, wire_);
     delta_.div_(world());
     r.outer_norm = outer_.step(start_, delta_, params);
     r.wire_bytes = wire_bytes() - mark;
+    r.wire_bytes_received = wire_bytes_received() - mark_in;
     return r;
   }
   void synchronize(at::Tensor& params) override { inner_->synchronize(params); }
@@ -76,12 +77,14 @@ class LocalSgdSync : public GradientSync {
   SyncCounters counters() const override {
     SyncCounters c = inner_->counters();
     c.wire_bytes = wire_bytes();
+    c.wire_bytes_received = wire_bytes_received();
     return c;
   }
 
  private:
   RingAllreduceOptions exact() const { return RingAllreduceOptions{wire_.segment_bytes, WireFormat::kF32}; }
   int64_t wire_bytes() const { return allreducer_ ? allreducer_->bytes_sent() : 0; }
+  int64_t wire_bytes_received() const { return allreducer_ ? allreducer_->bytes_received() : 0; }
 
   int64_t every_;
   std::shared_ptr<Ring> ring_;

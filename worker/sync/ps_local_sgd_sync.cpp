@@ -63,12 +63,13 @@ class PsLocalSgdSync : public GradientSync {
     if (client_) {
       at::sub_out(delta_, start_, params);  // the node's pseudo-gradient
       r.outer_norm = delta_.norm().item<double>();
-      const int64_t mark = client_->counters().bytes_sent;
+      const PsClientCounters mark = client_->counters();
       const at::Tensor d = delta_host_.to_host(delta_);
       at::Tensor p = params_host_.for_(params);
       r.staleness = push_pull(*client_, d, p, step / every_, 0.0);  // clock = the round
       HostStaging::to_device(params, p);
-      r.wire_bytes = client_->counters().bytes_sent - mark;
+      r.wire_bytes = client_->counters().bytes_sent - mark.bytes_sent;
+      r.wire_bytes_received = client_->counters().bytes_received - mark.bytes_received;
     }
     if (group_) group_->broadcast(local_, params, 0);  // the node's replicas take replica 0's new start
     start_.copy_(params);
@@ -85,6 +86,7 @@ class PsLocalSgdSync : public GradientSync {
   SyncCounters counters() const override {
     SyncCounters c = inner_->counters();
     c.wire_bytes = client_ ? client_->counters().bytes_sent : 0;
+    c.wire_bytes_received = client_ ? client_->counters().bytes_received : 0;
     return c;
   }
 

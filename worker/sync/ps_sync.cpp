@@ -76,7 +76,7 @@ class PsSync : public GradientSync {
     std::lock_guard<std::mutex> l(mu_);
     lr_ = lr, step_ = step;
     tickets_.clear();
-    if (client_) mark_ = client_->counters().bytes_sent;
+    if (client_) mark_ = client_->counters();
     if (regions_) regions_->arm();
   }
 
@@ -97,7 +97,8 @@ class PsSync : public GradientSync {
       if (pushed) r.staleness = wait_all(params);
       else if (overlap_) r.staleness = overlapped_round_trip(params, grads, lr, step);
       else r.staleness = round_trip(params, grads, lr, step);
-      r.wire_bytes = client_->counters().bytes_sent - mark_;
+      r.wire_bytes = client_->counters().bytes_sent - mark_.bytes_sent;
+      r.wire_bytes_received = client_->counters().bytes_received - mark_.bytes_received;
     }
     share_node_params(params);
     return r;
@@ -123,7 +124,7 @@ class PsSync : public GradientSync {
   SyncCounters counters() const override {
     SyncCounters c;
     if (regions_) c.regions = regions_->regions(), c.launched_early = regions_->launched_early(), c.reduced = regions_->reduced();
-    if (client_) c.wire_bytes = client_->counters().bytes_sent;
+    if (client_) c.wire_bytes = client_->counters().bytes_sent, c.wire_bytes_received = client_->counters().bytes_received;
     return c;
   }
 
@@ -203,7 +204,8 @@ class PsSync : public GradientSync {
   at::Tensor in_;                     // overlap: the parameters the round trip in flight writes
   std::mutex mu_;  // lr_, step_, tickets_: set by the loop, read on the communication thread
   double lr_ = 0;
-  int64_t step_ = 0, mark_ = 0;
+  int64_t step_ = 0;
+  PsClientCounters mark_;  // the client's counters when the step's pushes began
   std::vector<PsTicket> tickets_;
   std::vector<int64_t> in_use_;  // overlap: parameter versions of the values in params
   std::future<double> inflight_;

@@ -51,7 +51,7 @@ class RingSync : public GradientSync {
     sum_.sum(params, exact());
   }
   void begin_last_backward(double, int64_t) override {
-    mark_ = wire_bytes();
+    mark_ = wire_bytes(), mark_in_ = wire_bytes_received();
     if (buckets_) buckets_->arm();
   }
   StepSync finish_step(at::Tensor& params, at::Tensor& grads, double lr, int64_t) override {
@@ -67,6 +67,7 @@ class RingSync : public GradientSync {
     }
     if (!r.skipped) opt_.step(params, grads, lr);
     r.wire_bytes = wire_bytes() - mark_;
+    r.wire_bytes_received = wire_bytes_received() - mark_in_;
     return r;
   }
   double average(double x) override {
@@ -82,6 +83,7 @@ class RingSync : public GradientSync {
     SyncCounters c;
     if (buckets_) c.regions = buckets_->regions(), c.launched_early = buckets_->launched_early(), c.reduced = buckets_->reduced();
     c.wire_bytes = wire_bytes();
+    c.wire_bytes_received = wire_bytes_received();
     return c;
   }
 
@@ -101,6 +103,7 @@ class RingSync : public GradientSync {
   }
   RingAllreduceOptions exact() const { return RingAllreduceOptions{wire_.segment_bytes, WireFormat::kF32}; }
   int64_t wire_bytes() const { return allreducer_ ? allreducer_->bytes_sent() : 0; }
+  int64_t wire_bytes_received() const { return allreducer_ ? allreducer_->bytes_received() : 0; }
 
   std::shared_ptr<Ring> ring_;  // shared by the node's local replicas; replica l rings over lane l
   std::shared_ptr<LocalGroup> group_;  // null: one local replica

@@ -261,7 +261,7 @@ struct Trainer::Impl {
       const double tok_s = tokens_per_step / std::max(now - t_step, 1e-9);
       if (writer) {
         nlohmann::json m = {{"step", step}, {"time_s", now - t0}, {"loss", loss}, {"lr", lr}, {"grad_norm", synced.grad_norm},
-                            {"staleness", synced.staleness}, {"wire_bytes", synced.wire_bytes}, {"skipped_steps", skipped_steps},
+                            {"staleness", synced.staleness}, {"wire_bytes", synced.wire_bytes}, {"wire_bytes_received", synced.wire_bytes_received}, {"skipped_steps", skipped_steps},
                             {"tokens", tokens}, {"tokens_per_s", tok_s},
                             {"step_s", now - t_step}, {"data_s", data_s}, {"epoch", train_sampler->epoch(data_position)},
                             {"compute_s", timing.compute_s}, {"modelled_s", timing.modelled_s}, {"wait_s", wait_s},
@@ -307,7 +307,7 @@ struct Trainer::Impl {
   void report_sync_counters() {
     const SyncCounters c = sync->counters();
     const nlohmann::json j = {{"mode", cfg.dist.mode}, {"regions", c.regions}, {"launched_early", c.launched_early},
-                              {"reduced", c.reduced}, {"wire_bytes", c.wire_bytes}};
+                              {"reduced", c.reduced}, {"wire_bytes", c.wire_bytes}, {"wire_bytes_received", c.wire_bytes_received}};
     write_file_atomic((fs::path(out) / "sync.json").string(), j.dump() + "\n");
     if (c.reduced > 0)
       log::info("[{}] {} of {} {} during backward", cfg.dist.mode == "ps" ? "ps" : "dist", c.launched_early, c.reduced,
