@@ -171,6 +171,9 @@ def summarize(out, nodes, ring):
     metrics = [read_jsonl(os.path.join(out, f"node{i}", "metrics.jsonl")) for i in range(nodes)]
     steps = [[m for m in ms if "tokens_per_s" in m] for ms in metrics]
     evals = [m for m in metrics[0] if "val_loss" in m]
+    # A per-step ring's "tokens" are the job's (every node steps every step together); local SGD's
+    # (records with a "round") and a parameter server's are each node's own, summed over the nodes.
+    ring = ring and not any("round" in m for m in steps[0])
     # Clock: node 0's training time minus the evaluation time spent before each point.
     curve, spent = [], 0.0
     for m in evals:

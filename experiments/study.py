@@ -8,7 +8,7 @@ import os
 import sys
 
 import scenario as scen
-from cluster_runs import CPU_LIMIT, OVERRUN_LIMIT, ROOT, calibrate, run_once
+from cluster_runs import CPU_LIMIT, OVERRUN_LIMIT, ROOT, calibrate, run_once, server_stats, summarize
 from stats import fmt_ci, mean_ci95, separated
 from plotting import pyplot
 
@@ -342,11 +342,28 @@ def conclusions(summary):
     return lines
 
 
-def rebuild(out, target_rule=None):
+def resummarize(summary, out):
+    """Re-reads every kept valid run under OUT/runs/ (after a change of cluster_runs.summarize): its
+    curve, throughput, wall time and bytes. Validity and failures stay as recorded."""
+    nodes = summary["emulation"]["nodes"]
+    for name, c in summary["configurations"].items():
+        runs = {}
+        for seed in c["curves"]:
+            d = os.path.join(out, "runs", name, f"lr{c['lr_multiplier']:g}", f"seed{seed}")
+            runs[seed] = summarize(d, nodes, ring=not server_stats(d))
+        c["curves"] = {seed: r["curve"] for seed, r in runs.items()}
+        for key in ("tokens_per_s", "wall_s", "bytes", "bytes_received"):
+            c[key] = mean_ci95([r[key] for r in runs.values()])
+
+
+def rebuild(out, target_rule=None, from_runs=False):
     """Rewrites OUT/report.md and the plots from OUT/summary.json (after a change of the report);
-    target_rule ('best', 'all' or a loss) re-reads the runs against another target."""
+    target_rule ('best', 'all' or a loss) re-reads the runs against another target; from_runs
+    re-reads every run's metrics first (resummarize)."""
     with open(os.path.join(out, "summary.json")) as f:
         summary = json.load(f)
+    if from_runs:
+        resummarize(summary, out)
     if target_rule is not None:
         check_target_rule(target_rule)
         summary["target_rule"] = target_rule
@@ -456,7 +473,9 @@ def plots(summary, out):
             npts = min(len(cv) for cv in curves)
             xs = [sum(cv[i].get(xkey, 0) for cv in curves) / len(curves) for i in range(npts)]
             stats = [mean_ci95([cv[i]["val_loss"] for cv in curves]) for i in range(npts)]
-            line, = plt.plot(xs, [s["mean"] for s in stats], label=k)
+            i = list(cfgs).index(k)  # more configurations than the default cycle's 10 colours: tab20's
+            line, = plt.plot(xs, [s["mean"] for s in stats], label=k, color=plt.cm.tab20.colors[(2 * i + i // 10) % 20],
+                             linestyle="--" if k.endswith("_int8") else "-")
             lo = min(lo, min(s["mean"] for s in stats))
             hi = max(hi, stats[0]["mean"])
             if len(curves) > 1:
@@ -521,10 +540,11 @@ def export_tensorboard(results, out):
 
 
 if __name__ == "__main__":
-    # python experiments/study.py OUT [--target-loss best|all|LOSS]: rebuild OUT's report and plots from its
-    # summary.json (another target re-reads the same runs).
+    # python experiments/study.py OUT [--target-loss best|all|LOSS] [--from-runs]: rebuild OUT's report and
+    # plots from its summary.json (another target re-reads the same runs; --from-runs their metrics too).
     ap = argparse.ArgumentParser(description="rebuild OUT/report.md and plots from OUT/summary.json")
     ap.add_argument("out")
     ap.add_argument("--target-loss", help="a number, 'best' or 'all' (default: the study's own rule)")
+    ap.add_argument("--from-runs", action="store_true", help="re-read every run's metrics under OUT/runs/ first")
     args = ap.parse_args()
-    print(rebuild(args.out, args.target_loss))
+    print(rebuild(args.out, args.target_loss, args.from_runs))

@@ -115,7 +115,7 @@ class RingSync : public GradientSync {
   RingAllreduceOptions wire_;
   FlatAdamW opt_;
   std::unique_ptr<BucketReducer> buckets_;  // dist.overlap: reductions during backward
-  int64_t mark_ = 0;  // wire bytes sent before this step's last backward
+  int64_t mark_ = 0, mark_in_ = 0;  // wire bytes sent and received before this step's last backward
 };
 
 }  // namespace
