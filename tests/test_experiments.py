@@ -86,6 +86,42 @@ class TimeToTarget(unittest.TestCase):
                                study.time_to_target(curve, 2.04) / 2.0)
 
 
+class Summarize(unittest.TestCase):
+    """cluster_runs.summarize on hand-written metrics of two nodes: tokens are the job's in a
+    per-step ring's records (node 0's count) and each node's own otherwise (summed), local SGD's
+    (records with a "round") included; bytes are summed over the nodes up to each evaluation."""
+
+    def write(self, out, rounds):
+        for node in range(2):
+            os.makedirs(os.path.join(out, f"node{node}"), exist_ok=True)
+            recs = []
+            for step in (1, 2):
+                r = {"step": step, "tokens": 100 * step, "tokens_per_s": 1.0, "unix_s": 10.0 + step, "step_s": 1.0,
+                     "wire_bytes": 7, "wire_bytes_received": 28}
+                if rounds:
+                    r["round"] = step // 2
+                recs.append(r)
+            if node == 0:
+                recs.append({"step": 2, "val_loss": 3.0, "unix_s": 12.5, "time_s": 2.5, "tokens": 200})
+            with open(os.path.join(out, f"node{node}", "metrics.jsonl"), "w") as f:
+                f.write("\n".join(json.dumps(r) for r in recs) + "\n")
+
+    def test_tokens_and_bytes(self):
+        import cluster_runs
+        for rounds, tokens in ((False, 200), (True, 400)):
+            out = mkdtemp()
+            self.write(out, rounds)
+            r = cluster_runs.summarize(out, 2, ring=True)
+            self.assertEqual(r["tokens"], tokens)
+            self.assertEqual(r["curve"][-1]["tokens"], tokens)
+            self.assertEqual(r["bytes"], 28)  # 2 nodes x 2 steps x 7
+            self.assertEqual(r["bytes_received"], 112)
+            self.assertEqual(r["curve"][-1]["bytes"], 28)
+        out = mkdtemp()  # parameter servers: each node's own, summed
+        self.write(out, False)
+        self.assertEqual(cluster_runs.summarize(out, 2, ring=False)["tokens"], 400)
+
+
 class Scenarios(unittest.TestCase):
     def test_shipped_scenarios_load_and_derive_the_ratio(self):
         for name in ("compute_bound", "balanced", "comm_bound", "stragglers"):
