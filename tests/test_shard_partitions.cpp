@@ -44,16 +44,6 @@ MsgHeader push_of(int worker, int64_t offset, int64_t length, int64_t clock) {
   h.lr = 0.1;
   return h;
 }
-// The message of the Error `f` throws ("" if it throws none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 }  // namespace
 
 TEST(PsClient, PartBoundsCutEachShardIntoTheFewestNearEqualPieces) {
@@ -79,7 +69,7 @@ TEST(PsClient, PartBoundsCutEachShardIntoTheFewestNearEqualPieces) {
       }
     }
   }
-  EXPECT_NE(error_of([] { PsClient::part_bounds(kMaxPartitionsPerServer + 1, 1, 1); }).find("dist.ps_partition_mb"),
+  EXPECT_NE(test::error_of([] { PsClient::part_bounds(kMaxPartitionsPerServer + 1, 1, 1); }).find("dist.ps_partition_mb"),
             std::string::npos);
 }
 
@@ -96,12 +86,12 @@ TEST(ShardPartitions, HoldsDisjointPartitionsAndRefusesOverlapsOrMixedSettings) 
   parts.init(init_of(4, 4, 4), v.data() + 4, nullptr, 0, 0);  // a second worker's INIT of a partition held: agrees
   EXPECT_EQ(parts.size(), 2u);
   EXPECT_EQ(parts.at(push_of(0, 4, 4, 0)).offset(), 4);
-  EXPECT_NE(error_of([&] { parts.at(push_of(0, 0, 8, 0)); }).find("is no partition of this server"), std::string::npos);
-  EXPECT_NE(error_of([&] { parts.init(init_of(2, 4, 4), v.data(), nullptr, 0, 0); }).find("dist.ps_partition_mb"),
+  EXPECT_NE(test::error_of([&] { parts.at(push_of(0, 0, 8, 0)); }).find("is no partition of this server"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { parts.init(init_of(2, 4, 4), v.data(), nullptr, 0, 0); }).find("dist.ps_partition_mb"),
             std::string::npos);  // overlaps both
-  EXPECT_NE(error_of([&] { parts.init(init_of(8, 4, 0), v.data(), nullptr, 0, 0); }).find("dist.ps_partition_mb"),
+  EXPECT_NE(test::error_of([&] { parts.init(init_of(8, 4, 0), v.data(), nullptr, 0, 0); }).find("dist.ps_partition_mb"),
             std::string::npos);  // a whole range beside partitions: mixed settings
-  EXPECT_NE(error_of([&] { parts.init(init_of(8, 5, 4), v.data(), nullptr, 0, 0); }).find("partition size 4"),
+  EXPECT_NE(test::error_of([&] { parts.init(init_of(8, 5, 4), v.data(), nullptr, 0, 0); }).find("partition size 4"),
             std::string::npos);  // longer than a partition
   EXPECT_EQ(parts.size(), 2u);  // nothing refused was kept
 
@@ -129,7 +119,7 @@ TEST(ShardPartitions, HoldsDisjointPartitionsAndRefusesOverlapsOrMixedSettings) 
   whole.init(init_of(0, 8, 0), v.data(), nullptr, 0, 0);
   whole.checkpoint_all();
   ShardPartitions mixed(cfg, 0, d.str("ck"), 1);
-  EXPECT_NE(error_of([&] { mixed.load(0); }).find("mixes partition sizes"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { mixed.load(0); }).find("mixes partition sizes"), std::string::npos);
 }
 
 // Two BSP workers on two real server processes, 4 parts per server. Each worker pushes its parts in
@@ -226,7 +216,7 @@ TEST(PsClient, PartsReassembleExactlyUnderReordering) {
   at::Tensor p = start.clone();
   PsClientOptions whole{5};  // partition 0: the job's layout and partitions differ
   PsClient other(PsClient::parse_endpoints(eps), "t", 1, 2, whole);
-  EXPECT_NE(error_of([&] { other.init(p, {}, AdamWConfig{}); }).find("ps_partition_mb"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { other.init(p, {}, AdamWConfig{}); }).find("ps_partition_mb"), std::string::npos);
   probe.shutdown_servers();
   for (auto& s : servers) EXPECT_EQ(s->wait(20), 0);
 }

@@ -272,6 +272,11 @@ TEST(Simulator, RefusesBadInputByName) {
   j = ok;
   j.run.dist.wire = "bf16";
   EXPECT_NE(err(j).find("dist.wire=bf16"), std::string::npos);
+  j = ok;  // partitions it does not model: a shard cut into several (a partition that holds a shard is fine)
+  j.run.dist.ps_partition_mb = 1e-4;
+  EXPECT_NE(err(j).find("dist.ps_partition_mb"), std::string::npos);
+  j.run.dist.ps_partition_mb = 4;
+  EXPECT_EQ(err(j), "");
   j = ok;  // memory: refused before it starts, with the estimate
   j.sim.workers = 4096;
   j.run.model.preset = "small";
