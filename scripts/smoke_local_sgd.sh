@@ -2,10 +2,11 @@
 # One-seed smoke comparison of per-step and local SGD modes (not a study: no seeds, no intervals):
 # 4 nodes on loopback, tiny GPT, 200 steps, batch 8 per node; final validation loss per node and the
 # bytes every node sent. scripts/smoke_local_sgd.sh [OUT]   (docs/STUDY.md records a run)
-# ONLY=name,name runs a subset (the names below); SEED=S another seed; NODES=N another node count.
+# ONLY=name,name runs a subset (the names below); SEED=S another seed; NODES=N another node count;
+# STEPS=N another length.
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${1:-runs/smoke_local_sgd}; mkdir -p $OUT
-COMMON=(--model.preset=tiny --train.steps=200 --train.batch_size=8 --train.threads=1 --eval.every=50 --eval.batches=8
+COMMON=(--model.preset=tiny --train.steps=${STEPS:-200} --train.batch_size=8 --train.threads=1 --eval.every=50 --eval.batches=8
         --eval.sample_tokens=0 --checkpoint.every=0 --dist.check_every=0 --schedule.warmup_steps=10 --train.seed=${SEED:-1}
         --data.cache_dir=$PWD/data/cache --dist.clip_scope=node)
 run() { name=$1; shift; local s=$SECONDS
