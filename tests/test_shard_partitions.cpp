@@ -140,7 +140,8 @@ TEST(PsClient, PartsReassembleExactlyUnderReordering) {
     eps += (k ? "," : "") + test::wait_for_line(port.endpoint_file, 60, servers.back().get());
   }
   constexpr int64_t kN = 20, kSteps = 4;
-  PsClientOptions o{20};
+  PsClientOptions o{60};
+  o.first_resend_s = 15;  // a reply routed nowhere would show as a resend; a loaded machine must not
   o.partition_elems = 3;  // shards of 10 values: parts of 2, 3, 2, 3
   torch::manual_seed(1);
   const at::Tensor start = torch::randn({kN});
