@@ -22,6 +22,7 @@
 #include "common/comm/job_token.h"
 #include "server/ps_client.h"
 #include "server/ps_keys.h"
+#include "worker/sync/gradient_sync.h"
 
 using namespace syncopate;
 
@@ -49,7 +50,9 @@ int main(int argc, char** argv) {
     const std::string token = job_token_from_environment();
     PsClientOptions o{120};
     o.curve_server_key = ps_client_server_key(token, encrypt);
-    o.partition_elems = partition_mb > 0 ? std::max<int64_t>(1, static_cast<int64_t>(partition_mb * (1 << 20) / 4)) : 0;
+    DistConfig dist;  // the worker's conversion of dist.ps_partition_mb
+    dist.ps_partition_mb = partition_mb;
+    o.partition_elems = partition_elems(dist);
     PsClient c(PsClient::parse_endpoints(servers), token, rank, world, o);
     if (stats_only) {
       for (int k = 0; k < c.shards(); ++k) std::cout << c.stats(k) << std::endl;

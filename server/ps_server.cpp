@@ -93,6 +93,14 @@ struct PsServer::Impl {
     sock.send(body, zmq::send_flags::none);
   }
 
+  // The worker's DEALER identity, for replies sent later; copied only when it changed (a
+  // reconnect), not on every message (a partitioned push is one message per partition).
+  void remember(int worker, const zmq::message_t& id) {
+    auto it = identity.find(worker);
+    if (it == identity.end()) identity.emplace(worker, zmq::message_t(id.data(), id.size()));
+    else if (it->second != id) it->second = zmq::message_t(id.data(), id.size());
+  }
+
   void error(const zmq::message_t& id, const std::string& what) {
     ++errors;
     MsgHeader r;
@@ -145,7 +153,7 @@ struct PsServer::Impl {
           shard.check(h);
           shard.registered(h.worker, h.clock);  // first: a worker that had finished takes part again
           parts.seen(h.worker, now());
-          identity[h.worker] = zmq::message_t(id.data(), id.size());
+          remember(h.worker, id);
           reply_params(shard, h.worker);
           return true;
         }
@@ -164,7 +172,7 @@ struct PsServer::Impl {
           }
           const int64_t t0 = Tracer::global().on() ? Tracer::now_us() : 0;
           std::vector<int> ready = shard.push(h, grad, now());  // throws, changing nothing, on a refused gradient
-          identity[h.worker] = zmq::message_t(id.data(), id.size());
+          remember(h.worker, id);
           if (t0) trace_push(h, t0, ready);
           // Durable before acknowledged: a checkpoint due now is written before the replies go out,
           // so a restarted shard never lacks an update a worker was told about (with
@@ -177,7 +185,7 @@ struct PsServer::Impl {
           ParameterShard& shard = parts.at(h);
           shard.check(h);
           parts.seen(h.worker, now());
-          identity[h.worker] = zmq::message_t(id.data(), id.size());
+          remember(h.worker, id);
           reply_params(shard, h.worker);
           return true;
         }
