@@ -28,6 +28,7 @@
 #include "server/parameter_shard.h"
 #include "server/ps_server.h"
 #include "tests/test_helpers.h"
+#include "tests/ps_test_messages.h"
 #include "server/ps_client.h"
 #include "server/ps_keys.h"
 #include "model/gpt_config.h"
@@ -39,25 +40,8 @@
 using namespace syncopate;
 
 namespace {
-MsgHeader init_header(int workers, int64_t n) {
-  MsgHeader h;
-  h.type = static_cast<int>(MsgType::kInit);
-  h.worker = 0;  // a valid sender (issue 11: an INIT from no worker is refused)
-  h.workers = workers;
-  h.length = n;
-  h.weight_decay = 0;
-  return h;
-}
-MsgHeader push_header(int worker, int64_t clock, int64_t version, int64_t n) {
-  MsgHeader h;
-  h.type = static_cast<int>(MsgType::kPushPull);
-  h.worker = worker;
-  h.clock = clock;
-  h.param_version = version;
-  h.length = n;
-  h.lr = 0.1;
-  return h;
-}
+using test::init_header;
+using test::push_header;
 // A test client's options for servers of job `token`: encrypted with the token-derived key (as
 // every worker and server of a job with a token is by default), or plain.
 PsClientOptions client_options(const std::string& token, bool encrypted) {

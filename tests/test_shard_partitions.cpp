@@ -18,31 +18,18 @@
 #include "server/ps_protocol.h"
 #include "server/shard_partitions.h"
 #include "tests/test_helpers.h"
+#include "tests/ps_test_messages.h"
 
 using namespace syncopate;
 
 namespace {
-// An INIT of [offset, +length) with `partition` values per partition, from worker 0 of `workers`.
+// INIT of [offset, +length) with `partition` values per partition; a push of that range at `clock`
+// on version `clock`.
 MsgHeader init_of(int64_t offset, int64_t length, int64_t partition, int workers = 1) {
-  MsgHeader h;
-  h.type = static_cast<int>(MsgType::kInit);
-  h.worker = 0;
-  h.workers = workers;
-  h.offset = offset;
-  h.length = length;
-  h.partition = partition;
-  return h;
+  return test::init_header(workers, length, offset, partition);
 }
 MsgHeader push_of(int worker, int64_t offset, int64_t length, int64_t clock) {
-  MsgHeader h;
-  h.type = static_cast<int>(MsgType::kPushPull);
-  h.worker = worker;
-  h.offset = offset;
-  h.length = length;
-  h.clock = clock;
-  h.param_version = clock;
-  h.lr = 0.1;
-  return h;
+  return test::push_header(worker, clock, clock, length, offset);
 }
 }  // namespace
 
