@@ -37,4 +37,7 @@ build_env() {
   source .syncopate-env
   export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
   export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
+  # Paths under the checkout are hashed relative to it, so a second worktree of the repository
+  # (another branch) reuses this one's cached objects instead of compiling everything again.
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 }
