@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.join(ROOT, "experiments"))
 
 import scenario  # noqa: E402
 import study  # noqa: E402
+import stats  # noqa: E402
 from stats import mean_ci95, separated, t975  # noqa: E402
 
 PY = sys.executable
@@ -60,6 +61,86 @@ class Stats(unittest.TestCase):
         a, b, c = mean_ci95([1.0, 1.1, 0.9]), mean_ci95([2.0, 2.1, 1.9]), mean_ci95([1.0, 2.0, 3.0])
         self.assertTrue(separated(a, b))
         self.assertFalse(separated(a, c))
+
+
+class PairedStats(unittest.TestCase):
+    """The t distribution, the paired test, Holm and TOST against numbers computed by hand or by
+    closed forms independent of the incomplete-beta code (df 1, 2 and 3 have elementary CDFs)."""
+
+    def test_t_cdf_against_closed_forms(self):
+        for t in (-3.0, -0.5, 0.0, 0.7, 2.0, 12.706):
+            self.assertAlmostEqual(stats.t_cdf(t, 1), 0.5 + math.atan(t) / math.pi, places=10)  # Cauchy
+            self.assertAlmostEqual(stats.t_cdf(t, 2), 0.5 + t / (2 * math.sqrt(2 + t * t)), places=10)
+            u = t / math.sqrt(3)
+            self.assertAlmostEqual(stats.t_cdf(t, 3), 0.5 + (u / (1 + u * u) + math.atan(u)) / math.pi, places=10)
+
+    def test_table_points(self):
+        # The printed tables' two-sided 5% points: p = 0.05 to the tables' 3 decimals.
+        self.assertAlmostEqual(stats.t_two_sided_p(2.776, 4), 0.05, places=4)
+        self.assertAlmostEqual(stats.t_two_sided_p(12.706, 1), 0.05, places=5)
+        self.assertAlmostEqual(stats.t_two_sided_p(2.228, 10), 0.05, places=4)
+        for df in (1, 2, 3, 4, 10, 30):  # the quantile by bisection matches the tabled t975
+            self.assertAlmostEqual(stats.t_quantile(0.975, df), t975(df), delta=1e-3)
+        self.assertAlmostEqual(stats.t_quantile(0.025, 4), -stats.t_quantile(0.975, 4))
+        self.assertAlmostEqual(stats.betainc(2.0, 3.0, 0.4), 0.5248, places=10)  # 1 - sum_{k<2} C(4,k) .4^k .6^(4-k)
+
+    def test_paired_by_hand(self):
+        # a - b by seed: 0.5, 1.0, 1.0 (seed 3 only in b: left out). mean 5/6, sd sqrt(1/12),
+        # se 1/6, t = 5, df 2: p = 1 - 5/sqrt(27) = 0.0377496; half width 4.3027 / 6 = 0.717108.
+        r = stats.paired({0: 1.0, 1: 2.0, 2: 3.0}, {0: 0.5, 1: 1.0, 2: 2.0, 3: 9.0})
+        self.assertEqual((r["n"], r["left_out"], r["seeds"]), (3, 1, ["0", "1", "2"]))
+        self.assertAlmostEqual(r["mean_diff"], 5 / 6)
+        self.assertAlmostEqual(r["t"], 5.0)
+        self.assertAlmostEqual(r["p"], 1 - 5 / math.sqrt(27), places=8)
+        self.assertAlmostEqual(r["ci95"][0], 5 / 6 - 0.717108, places=5)
+        self.assertAlmostEqual(r["ci95"][1], 5 / 6 + 0.717108, places=5)
+        # A None value is a missing seed; the sign follows a - b.
+        r2 = stats.paired([(0, 0.5), (1, 1.0), (2, 2.0), (4, None)], [(0, 1.0), (1, 2.0), (2, 3.0), (4, 1.0)])
+        self.assertAlmostEqual(r2["mean_diff"], -5 / 6)
+        self.assertEqual(r2["left_out"], 1)
+        one = stats.paired({0: 1.0}, {0: 2.0})
+        self.assertEqual((one["n"], one["p"], one["ci95"]), (1, None, [None, None]))
+
+    def test_paired_beats_unpaired_when_the_seed_effect_is_shared(self):
+        # Seeds move both sides together: the unpaired intervals overlap, the pairs all say a < b.
+        a = {0: 3.0, 1: 3.5, 2: 4.0, 3: 3.2}
+        b = {k: v + 0.1 + 0.01 * k for k, v in a.items()}
+        self.assertFalse(separated(mean_ci95(list(a.values())), mean_ci95(list(b.values()))))
+        r = stats.paired(a, b)
+        self.assertLess(r["ci95"][1], 0)
+        self.assertLess(r["p"], 0.001)
+
+    def test_holm_by_hand(self):
+        # sorted 0.01, 0.03, 0.04 -> 3 x 0.01, 2 x 0.03, max(0.06, 1 x 0.04): in input order.
+        for got, want in zip(stats.holm([0.01, 0.04, 0.03]), [0.03, 0.06, 0.06]):
+            self.assertAlmostEqual(got, want)
+        for got, want in zip(stats.holm([0.5, None, 0.4, 0.001]), [0.8, None, 0.8, 0.003]):
+            self.assertTrue(got == want if want is None else abs(got - want) < 1e-12)
+        self.assertEqual(stats.holm([0.9, 0.8]), [1.0, 1.0])  # capped at 1
+        self.assertEqual(stats.holm([]), [])
+
+    def test_tost_by_hand(self):
+        # diffs 0.01, -0.01, 0.02, 0: mean 0.005, sd sqrt(0.0005/3), se = sd / 2 = 0.00645497, df 3.
+        # Upper test: t = (0.005 - 0.05) / se = -6.97137; its p is the df-3 closed form at that t.
+        se = math.sqrt(0.0005 / 3) / 2
+        t = (0.005 - 0.05) / se
+        u = t / math.sqrt(3)
+        p_upper = 0.5 + (u / (1 + u * u) + math.atan(u)) / math.pi
+        r = stats.tost([0.01, -0.01, 0.02, 0.0], 0.05)
+        self.assertAlmostEqual(r["p_upper"], p_upper, places=10)
+        self.assertAlmostEqual(r["p"], p_upper, places=10)  # the larger one-sided p
+        self.assertTrue(r["equivalent"])
+        # The same differences against a margin they straddle: not equivalent.
+        self.assertFalse(stats.tost([0.01, -0.01, 0.02, 0.0], 0.012)["equivalent"])
+        self.assertFalse(stats.tost([0.3], 1.0)["equivalent"])  # one pair shows nothing
+        with self.assertRaises(ValueError):
+            stats.tost([0.1, 0.2], 0.0)
+
+    def test_median_with_censored_seeds(self):
+        self.assertEqual(stats.median_censored([3.0, None, 1.0]), {"median": 3.0, "reached": 2, "n": 3})
+        # half never reached it: no median (never a mean over the two that made it)
+        self.assertEqual(stats.median_censored([3.0, None, None, 1.0])["median"], None)
+        self.assertEqual(stats.median_censored([4.0, 2.0, 1.0, 3.0])["median"], 2.5)
 
 
 class TimeToTarget(unittest.TestCase):
