@@ -7,8 +7,10 @@
          synchronous DiLoCo through BSP shards in float32, the int8 runs' transport)
         [--step-time S] [--slow-node I --slowdown F] [--jitter X] [--netns --link-gbit G] [--out runs/ab]
 
-Every configuration trains the same model on the same data with the same per-node batch and step
-budget; each gets its learning rate from a small grid (--lr-grid), then runs with --seeds seeds.
+Every configuration trains the same model on the same data with the same per-node batch under one
+budget (--token-budget, or --time-budget-s with schedules fitted to it); each gets its learning rate
+(and a local-SGD configuration its outer lr) from a grid tuned on --tuning-seeds, then runs with
+--seeds headline seeds; the report compares them paired over seeds with Holm's correction.
 Writes OUT/report.md, OUT/summary.json and plots (validation loss vs time and vs tokens with 95%
 bands, time to target with error bars, staleness histograms, learning-rate sensitivity). See
 experiments/study.py and docs/STUDY.md.
@@ -21,7 +23,9 @@ from study import add_args, run_study
 # elastic: the configuration waits for no straggler, so with one its budget is the synchronous
 # job's wall time rather than a step count (the fast nodes do slowdown x the straggler's steps).
 # The others step together (ring, BSP) or within a bound of the slowest (SSP): equal steps.
-ASYNC_OUTER = ["--dist.outer=delayed_nesterov", "--dist.outer_lr=0.35"]
+# outer_lr: the configuration's own outer learning rate, which the study tunes (--outer-lr-grid multiplies it).
+ASYNC_OUTER = ["--dist.outer=delayed_nesterov"]
+DILOCO_OUTER_LR, ASYNC_OUTER_LR = 0.7, 0.35
 INT8 = ["--dist.wire=int8"]
 CONFIGS = {
     "ring": {"ring": True, "cluster": []},
@@ -37,31 +41,38 @@ CONFIGS = {
     # Named in --configs to run (not in the default set).
     # Asynchronous: delayed Nesterov (momentum once per N = nodes arrivals) at half DiLoCo's outer lr, the
     # form that trains (docs/STUDY.md: per-arrival Nesterov at 0.7 diverged in every seed).
-    "diloco10": {"ring": True, "cluster": [], "worker": ["--dist.sync_every=10"], "optional": True},
-    "diloco50": {"ring": True, "cluster": [], "worker": ["--dist.sync_every=50"], "optional": True},
-    "async_diloco10": {"cluster": ["--consistency", "asp"], "worker": ["--dist.sync_every=10"] + ASYNC_OUTER,
+    "diloco10": {"outer_lr": DILOCO_OUTER_LR, "ring": True, "cluster": [], "worker": ["--dist.sync_every=10"], "optional": True},
+    "diloco50": {"outer_lr": DILOCO_OUTER_LR, "ring": True, "cluster": [], "worker": ["--dist.sync_every=50"], "optional": True},
+    "async_diloco10": {"outer_lr": ASYNC_OUTER_LR, "cluster": ["--consistency", "asp"], "worker": ["--dist.sync_every=10"] + ASYNC_OUTER,
                        "elastic": True, "optional": True},
-    "async_diloco50": {"cluster": ["--consistency", "asp"], "worker": ["--dist.sync_every=50"] + ASYNC_OUTER,
+    "async_diloco50": {"outer_lr": ASYNC_OUTER_LR, "cluster": ["--consistency", "asp"], "worker": ["--dist.sync_every=50"] + ASYNC_OUTER,
                        "elastic": True, "optional": True},
     # int8 wire (a float32 scale per 4096 values, error feedback on the sender) for what travels to
     # the shards; the ring takes 16-bit wires only, so synchronous DiLoCo in int8 runs through BSP
     # shards (which equal the ring's DiLoCo in float32: LocalSgdTraining.PsBspDiLoCoEqualsRingDiLoCo...).
-    "diloco10_ps": {"cluster": ["--consistency", "bsp"], "worker": ["--dist.sync_every=10"], "optional": True},
+    "diloco10_ps": {"outer_lr": DILOCO_OUTER_LR, "cluster": ["--consistency", "bsp"], "worker": ["--dist.sync_every=10"], "optional": True},
     "asp_int8": {"cluster": ["--consistency", "asp"], "worker": INT8, "elastic": True, "optional": True},
-    "diloco10_int8": {"cluster": ["--consistency", "bsp"], "worker": ["--dist.sync_every=10"] + INT8, "optional": True},
-    "diloco50_int8": {"cluster": ["--consistency", "bsp"], "worker": ["--dist.sync_every=50"] + INT8, "optional": True},
-    "async_diloco10_int8": {"cluster": ["--consistency", "asp"], "worker": ["--dist.sync_every=10"] + ASYNC_OUTER + INT8,
+    "diloco10_int8": {"outer_lr": DILOCO_OUTER_LR, "cluster": ["--consistency", "bsp"], "worker": ["--dist.sync_every=10"] + INT8, "optional": True},
+    "diloco50_int8": {"outer_lr": DILOCO_OUTER_LR, "cluster": ["--consistency", "bsp"], "worker": ["--dist.sync_every=50"] + INT8, "optional": True},
+    "async_diloco10_int8": {"outer_lr": ASYNC_OUTER_LR, "cluster": ["--consistency", "asp"], "worker": ["--dist.sync_every=10"] + ASYNC_OUTER + INT8,
                             "elastic": True, "optional": True},
-    "async_diloco50_int8": {"cluster": ["--consistency", "asp"], "worker": ["--dist.sync_every=50"] + ASYNC_OUTER + INT8,
+    "async_diloco50_int8": {"outer_lr": ASYNC_OUTER_LR, "cluster": ["--consistency", "asp"], "worker": ["--dist.sync_every=50"] + ASYNC_OUTER + INT8,
                             "elastic": True, "optional": True},
 }
+
+# Pairs the report discusses beyond every configuration against the baseline (--baseline, default
+# the first): a mitigation against plain ASP at ASP's own tuned lr, asynchronous against synchronous
+# local SGD at the same H, the int8 wire against float32.
+PAIRS = [("asp_lr_scale", "asp"), ("asp_dc_asgd", "asp"), ("async_diloco10", "diloco10"),
+         ("async_diloco50", "diloco50"), ("asp_int8", "asp"), ("diloco10_int8", "diloco10_ps"),
+         ("async_diloco10_int8", "async_diloco10"), ("async_diloco50_int8", "async_diloco50")]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_args(ap, "ab")
     a = ap.parse_args()
-    run_study(CONFIGS, a, "Sync vs async", f"python experiments/ab_sync_async.py {' '.join(sys.argv[1:])}")
+    run_study(CONFIGS, a, "Sync vs async", f"python experiments/ab_sync_async.py {' '.join(sys.argv[1:])}", PAIRS)
 
 
 if __name__ == "__main__":

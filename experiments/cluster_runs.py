@@ -53,30 +53,81 @@ class CpuSampler:
         return sum(self.samples) / len(self.samples) if self.samples else None
 
 
+# The trainer's evaluation, schedule and overlap flags a study passes to every run (issue 25), in one
+# place so that they follow the trainer's names. Each entry: job key -> flags ({} is the value).
+TRAINER_FLAGS = {
+    "val_windows": ["--eval.val_windows={}"],      # a held-out set of N windows fixed across seeds and configurations
+    "defer": ["--eval.defer={}"],                  # evaluate snapshots of the shipped weights after training
+    "every_tokens": ["--eval.every_tokens={}"],    # evaluate when the job's global tokens cross multiples of this
+    "warmup_frac": ["--schedule.warmup_frac={}"],  # warmup as a fraction of train.steps
+    "overlap": ["--emulate.overlap={}"],           # the pacer releases gradient buckets at modelled times
+}
+RING_OVERLAP_FLAGS = ["--dist.overlap={}"]         # the ring's bucket all-reduce during backward (DDP's overlap)
+# Study defaults (docs/STUDY.md, Method): 512 windows = 65,536 tokens at block 128.
+STUDY_DEFAULTS = {"val_windows": 512, "defer": True, "overlap": True, "warmup_frac": 0.05}
+# Fields of an evaluation record the tooling reads beyond step/time_s/val_loss (absent in old runs).
+EVAL_FIELDS = ("eval_of", "val_tokens", "val_set", "global_tokens")
+# Model shapes the tooling needs before any run (model/gpt_config.cpp): vocabulary and block size.
+PRESETS = {"micro": {"vocab": 257, "block": 64}, "tiny": {"vocab": 257, "block": 128},
+           "small": {"vocab": 257, "block": 256}, "gpt2": {"vocab": 50257, "block": 1024},
+           "gpt2-medium": {"vocab": 50257, "block": 1024}}
+
+
+def _flag_value(v):
+    return ("true" if v else "false") if isinstance(v, bool) else f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def _flags(key, value):
+    return [f.format(_flag_value(value)) for f in TRAINER_FLAGS[key]]
+
+
 def budget(cfg, em, job):
-    """(steps per node, the straggler's steps or None). The synchronous configurations run the
-    job's steps everywhere. One that waits for no straggler ("elastic") gets the synchronous job's
-    wall time as its budget: in it a worker that waits for nobody does slowdown x as many steps
-    as the straggler, which does the job's steps."""
+    """(steps per node, the straggler's steps or None). A study's plan (cfg "steps", "slow_steps":
+    the token or wall-time budget fitted per configuration, study.plan_budgets) wins. Without one
+    (old callers): the job's steps everywhere, except that a configuration that waits for no
+    straggler ("elastic") gets slowdown x the steps on its fast nodes."""
+    if "steps" in cfg:
+        return cfg["steps"], cfg.get("slow_steps")
     if cfg.get("elastic") and em["step_time_s"] > 0 and em["slow_node"] >= 0 and em["slowdown"] > 1:
         return int(round(job["steps"] * em["slowdown"])), job["steps"]
     return job["steps"], None
 
 
-def worker_flags(job, seed, lr, steps):
-    """The worker's flags of one run, the same on the emulated cluster and in the simulator."""
-    eval_every = max(1, job["steps"] // job["evals"])
-    return [f"--model.preset={job['preset']}", f"--train.steps={steps}",
-            f"--train.batch_size={job['batch']}", "--train.threads=1", f"--train.seed={seed}",
-            f"--optim.lr={lr:.6g}", f"--schedule.min_lr={lr / 10:.6g}", f"--schedule.warmup_steps={job['warmup']}",
-            f"--eval.every={eval_every}", "--eval.sample_tokens=0", f"--eval.batches={job['eval_batches']}",
-            "--checkpoint.every=0", "--dist.check_every=0", f"--data.cache_dir={ROOT}/data/cache",
-            # No mode overlaps communication with compute here: the modelled compute ends before the
-            # ring reduces or a worker pushes, so every mode meets the link on the same terms.
-            "--dist.overlap=false",
-            # Like for like: parameter servers combine gradients that each node clipped on its own,
-            # so the ring clips each node's gradient before the nodes combine too.
-            "--dist.clip_scope=node"]
+def worker_flags(job, seed, lr, steps, ring=False):
+    """The worker's flags of one run, the same on the emulated cluster and in the simulator. A job
+    with the study method's keys (TRAINER_FLAGS: val_windows, defer, every_tokens, warmup_frac,
+    overlap) passes them; without them (old callers) the old flags: eval.every steps, eval.batches,
+    warmup_steps, no overlap."""
+    flags = [f"--model.preset={job['preset']}", f"--train.steps={steps}",
+             f"--train.batch_size={job['batch']}", "--train.threads=1", f"--train.seed={seed}",
+             f"--optim.lr={lr:.6g}", f"--schedule.min_lr={lr / 10:.6g}"]
+    if job.get("warmup_frac") is not None:
+        flags += _flags("warmup_frac", job["warmup_frac"])
+    else:
+        flags.append(f"--schedule.warmup_steps={job['warmup']}")
+    if job.get("every_tokens"):
+        flags += _flags("every_tokens", job["every_tokens"])
+    else:
+        flags.append(f"--eval.every={max(1, job['steps'] // job['evals'])}")
+    if job.get("val_windows"):
+        flags += _flags("val_windows", job["val_windows"])
+    else:
+        flags.append(f"--eval.batches={job['eval_batches']}")
+    if job.get("defer") is not None:
+        flags += _flags("defer", job["defer"])
+    flags += ["--eval.sample_tokens=0", "--checkpoint.every=0", "--dist.check_every=0",
+              f"--data.cache_dir={ROOT}/data/cache"]
+    if job.get("overlap") is not None:
+        # Every mode with its overlap as users would run it: the pacer releases buckets at modelled
+        # times in the modelled backward (ring buckets reduce, ps pushes leave), the ring overlaps.
+        flags += _flags("overlap", job["overlap"])
+        if ring:
+            flags += [f.format(_flag_value(job["overlap"])) for f in RING_OVERLAP_FLAGS]
+    else:
+        flags.append("--dist.overlap=false")  # old method: no mode overlaps communication with compute
+    # Like for like: parameter servers combine gradients that each node clipped on its own,
+    # so the ring clips each node's gradient before the nodes combine too.
+    return flags + ["--dist.clip_scope=node"]
 
 
 def cluster_command(cfg, em, job, seed, lr, out, trace=False):
@@ -98,7 +149,7 @@ def cluster_command(cfg, em, job, seed, lr, out, trace=False):
         cmd += ["--netns", "--link-gbit", f"{em['link_gbit']:.6g}"]
     if trace:
         cmd += ["--trace"]  # every process's timeline, merged into OUT/trace.json
-    return cmd + ["--"] + worker_flags(job, seed, lr, steps) + cfg.get("worker", [])
+    return cmd + ["--"] + worker_flags(job, seed, lr, steps, cfg.get("ring", False)) + cfg.get("worker", [])
 
 
 # local_cluster.sh's server flags and the [ps] fields syncopate-sim takes for them.
@@ -134,7 +185,7 @@ def sim_command(cfg, em, job, seed, lr, out):
         cmd += [f"--sim.latency_us={em['latency_us']:g}"]
     if em.get("sharing"):
         cmd += [f"--sim.sharing={em['sharing']}"]
-    return cmd + worker_flags(job, seed, lr, steps) + cfg.get("worker", [])
+    return cmd + worker_flags(job, seed, lr, steps, cfg.get("ring", False)) + cfg.get("worker", [])
 
 
 def calibrate(preset, batch, out):
@@ -153,6 +204,21 @@ def calibrate(preset, batch, out):
     return cs[len(cs) // 2]
 
 
+def refusal(log):
+    """The trainer's own words where it refused its arguments (e.g. a held-out set larger than the
+    validation split), from the run's log: ': <message>' or ''."""
+    try:
+        with open(log, errors="replace") as f:
+            lines = [l.strip() for l in f if l.strip()]
+    except OSError:
+        return ""
+    for l in lines:
+        if "val_windows" in l or "validation split" in l:
+            return f": {l[:400]}"
+    errs = [l for l in lines if "error" in l.lower() or "refus" in l.lower()]
+    return f": {errs[-1][:400]}" if errs else ""
+
+
 def server_stats(out):
     """The statistics each server logged on exit ({} per shard that logged none)."""
     stats, k = [], 0
@@ -164,28 +230,57 @@ def server_stats(out):
     return stats
 
 
-def summarize(out, nodes, ring):
-    """Per-run figures from the nodes' metrics: the validation curve of node 0 on a clock that
-    excludes evaluation time, with the global tokens and the bytes all nodes had sent at each
-    point, and the emulation's health."""
+def eval_records(metrics):
+    """The evaluation records of a run, one per evaluation point: node 0's; with the study method's
+    records (eval_of "outer" or "servers": the job's shipped weights, whichever node wrote them)
+    those of every node, one per global token count, in time order."""
+    evals = [m for m in metrics[0] if "val_loss" in m]
+    if any(m.get("eval_of") in ("outer", "servers") for ms in metrics for m in ms if "val_loss" in m):
+        seen, evals = set(), []
+        for ms in metrics:
+            for m in ms:
+                if "val_loss" in m and m.get("eval_of") in ("outer", "servers"):
+                    key = m.get("global_tokens", (m.get("step"), m.get("time_s")))
+                    if key not in seen:
+                        seen.add(key)
+                        evals.append(m)
+        evals.sort(key=lambda m: (m.get("time_s", 0.0), m.get("global_tokens", 0)))
+    return evals
+
+
+def summarize(out, nodes, ring, deferred=False):
+    """Per-run figures from the nodes' metrics: the validation curve (evaluation_records) on a
+    clock that excludes evaluation time, with the global tokens and the bytes all nodes had sent
+    at each point, the held-out set's description, and the emulation's health. deferred: the
+    evaluations ran after training (eval.defer), so their time_s is the training clock already."""
     metrics = [read_jsonl(os.path.join(out, f"node{i}", "metrics.jsonl")) for i in range(nodes)]
     steps = [[m for m in ms if "tokens_per_s" in m] for ms in metrics]
-    evals = [m for m in metrics[0] if "val_loss" in m]
+    evals = eval_records(metrics)
     # A per-step ring's "tokens" are the job's (every node steps every step together); local SGD's
     # (records with a "round") and a parameter server's are each node's own, summed over the nodes.
     ring = ring and not any("round" in m for m in steps[0])
-    # Clock: node 0's training time minus the evaluation time spent before each point.
+    # Clock: the training time minus the evaluation time spent before each point (none when deferred).
     curve, spent = [], 0.0
     for m in evals:
-        spent += m.get("eval_s", 0.0)
-        at_unix = m["unix_s"] - m.get("eval_s", 0.0)
-        if ring:
+        # A deferred evaluation's time_s is on the training clock already (its snapshot's cost is off it).
+        off_clock = deferred or m.get("deferred", False)
+        if not off_clock:
+            spent += m.get("eval_s", 0.0)
+        at_unix = m["unix_s"] - (0.0 if off_clock else m.get("eval_s", 0.0)) if "unix_s" in m else None
+        if "global_tokens" in m:
+            tokens = m["global_tokens"]
+        elif ring:
             tokens = m["tokens"]
         else:  # every node's own tokens at that moment
             tokens = sum(max([s["tokens"] for s in ns if s["unix_s"] <= at_unix] or [0]) for ns in steps)
-        sent = sum(s.get("wire_bytes", 0) for ns in steps for s in ns if s["unix_s"] <= at_unix)
-        curve.append({"t": m["time_s"] - spent, "val_loss": m["val_loss"], "tokens": tokens, "bytes": sent,
-                      "step": m["step"]})
+        t = m["time_s"] - spent
+        sent = sum(s.get("wire_bytes", 0) for ns in steps for s in ns
+                   if (s["unix_s"] <= at_unix if at_unix is not None else s.get("time_s", 0.0) <= t))
+        pt = {"t": t, "val_loss": m["val_loss"], "tokens": tokens, "bytes": sent, "step": m["step"]}
+        for k in ("eval_of", "val_tokens", "val_set"):
+            if k in m:
+                pt[k] = m[k]
+        curve.append(pt)
     all_steps = [s for ns in steps for s in ns]
     t_start = min(ns[0]["unix_s"] - ns[0]["step_s"] for ns in steps)
     t_end = max(ns[-1]["unix_s"] for ns in steps)
@@ -210,6 +305,13 @@ def summarize(out, nodes, ring):
         "compute_s_mean": sum(s.get("compute_s", 0.0) for s in all_steps) / len(all_steps),
         "modelled_s_mean": sum(s.get("modelled_s", 0.0) for s in all_steps) / len(all_steps),
         "eval_s_total": spent,
+        # The held-out set: digests and sizes seen in this run's records (None: an old trainer's records).
+        "val_set": sorted({p["val_set"] for p in curve if "val_set" in p}) or None,
+        "val_tokens": sorted({p["val_tokens"] for p in curve if "val_tokens" in p}) or None,
+        "eval_of": sorted({p["eval_of"] for p in curve if "eval_of" in p}) or None,
+        # Each node's steps and the training-clock time of its last one (budgets are checked on them).
+        "node_steps": [ns[-1]["step"] if ns else 0 for ns in steps],
+        "node_end_s": [ns[-1].get("time_s") if ns else None for ns in steps],
     }
 
 
@@ -228,9 +330,9 @@ def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_c
     with CpuSampler() as cpu, open(log, "w") as lf:
         rc = subprocess.run(cmd, stdout=lf, stderr=subprocess.STDOUT).returncode
     if rc != 0:
-        return {"failed": f"exit {rc}", "log": log}
+        return {"failed": f"exit {rc}" + refusal(log), "log": log}
     try:
-        r = summarize(out, job["nodes"], cfg.get("ring", False))
+        r = summarize(out, job["nodes"], cfg.get("ring", False), deferred=bool(job.get("defer")))
     except (OSError, ValueError, KeyError, IndexError) as e:
         return {"failed": f"unreadable metrics: {e}", "log": log}
     r["servers"] = server_stats(out) if not cfg.get("ring") else []

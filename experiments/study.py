@@ -1,27 +1,74 @@
-"""The study driver shared by ab_sync_async.py and staleness_sweep.py: every configuration runs on
-the same emulated cluster (a scenario, or raw knobs), its learning rate chosen on a small grid
-under the same budget, then with several seeds; the report concludes only where 95% intervals
-separate. Writes OUT/summary.json, OUT/report.md and plots, and keeps every run under OUT/runs/."""
+"""The study driver shared by ab_sync_async.py and staleness_sweep.py (docs/STUDY.md, "Method"):
+every configuration runs on the same emulated cluster (a scenario, or raw knobs) under one budget,
+equal tokens (--token-budget, or --steps) or equal wall time (--time-budget-s: a short calibration
+run per configuration measures each node's step time and every node's schedule is fitted to end at
+the budget); its learning rate is tuned on seeds disjoint from the headline seeds with a grid that
+extends itself past an edge pick; every run is scored on one held-out set (the same windows for
+every seed and configuration, at the same global token counts, on the weights the job would ship);
+targets are declared before the runs; the report concludes only from paired comparisons over seeds,
+Holm-corrected, and claims equivalence only by TOST with a declared margin. Writes
+OUT/summary.json, OUT/report.md and plots, and keeps every run under OUT/runs/."""
 import argparse
 import json
 import os
+import subprocess
 import sys
 
+import method
 import scenario as scen
-from cluster_runs import CPU_LIMIT, OVERRUN_LIMIT, ROOT, calibrate, run_once, server_stats, summarize
-from stats import fmt_ci, mean_ci95, separated
+from cluster_runs import (CPU_LIMIT, OVERRUN_LIMIT, PRESETS, ROOT, STUDY_DEFAULTS, TRAINER_FLAGS, calibrate,
+                          read_jsonl, run_once, server_stats, summarize)
+from method import BadInput, time_to_target  # noqa: F401  (time_to_target: validate_sim, crossover)
+from stats import fmt_ci, mean_ci95
 from plotting import pyplot
 
 
 def add_args(ap, out_default):
     ap.add_argument("--scenario", help="a TOML scenario (experiments/scenarios/); raw knobs below override it")
     ap.add_argument("--nodes", type=int, help="emulated nodes (default: the scenario's, else 4)")
-    ap.add_argument("--steps", type=int, default=60, help="optimizer steps per node")
-    ap.add_argument("--evals", type=int, default=10, help="validation points per run (>= 10 for studies)")
-    ap.add_argument("--seeds", type=int, default=3, help="seeds per configuration (weights, data order, jitter)")
+    ap.add_argument("--steps", type=int, default=60,
+                    help="optimizer steps per node: the token budget (nodes x batch x block x steps) when neither "
+                    "--token-budget nor --time-budget-s is given")
+    ap.add_argument("--token-budget", type=float,
+                    help="equal token budget: every run's train.steps such that the job's total tokens equal this "
+                    "(its schedule ends there)")
+    ap.add_argument("--time-budget-s", type=float,
+                    help="equal wall-time budget, emulated seconds: a calibration run per configuration measures each "
+                    "node's step time (communication included); each node's steps = budget / its step time")
+    ap.add_argument("--calibration-steps", type=int, default=20, help="steps of each --time-budget-s calibration run")
+    ap.add_argument("--evals", type=int, default=10,
+                    help="evaluation points per run, at the same global token counts in every configuration")
+    ap.add_argument("--seeds", type=int, default=3, help="headline seeds 0..N-1 (weights, data order, jitter)")
+    ap.add_argument("--tuning-seeds", default="1000",
+                    help="seeds the learning rates are tuned on (disjoint from the headline seeds)")
     ap.add_argument("--lr-grid", default="0.5,1,2", help="learning-rate multipliers tried per configuration")
+    ap.add_argument("--tune", action=argparse.BooleanOptionalAction, default=True,
+                    help="--no-tune: every configuration at --base-lr (smoke runs only; the report says NOT tuned)")
+    ap.add_argument("--lr-extend", type=int, default=3,
+                    help="times the grid may extend past an edge pick (by --lr-extend-factor); 0: never (then a grid "
+                    "of one value is refused)")
+    ap.add_argument("--lr-extend-factor", type=float, default=2.0, help="the factor an extension steps by")
+    ap.add_argument("--outer-lr-grid", default="0.5,1,2",
+                    help="multipliers of a local-SGD configuration's own outer lr, tuned after its inner lr")
     ap.add_argument("--base-lr", type=float, default=2e-3, help="the learning rate the grid multiplies")
-    ap.add_argument("--warmup", type=int, default=5, help="warmup steps")
+    ap.add_argument("--warmup-frac", type=float, default=STUDY_DEFAULTS["warmup_frac"],
+                    help="warmup as a fraction of each run's steps (0: --warmup steps)")
+    ap.add_argument("--warmup", type=int, default=5, help="warmup steps when --warmup-frac is 0")
+    ap.add_argument("--val-windows", type=int, default=STUDY_DEFAULTS["val_windows"],
+                    help="held-out windows per evaluation, the same set for every seed and configuration "
+                    "(512 x block 128 = 65,536 tokens)")
+    ap.add_argument("--defer", action=argparse.BooleanOptionalAction, default=STUDY_DEFAULTS["defer"],
+                    help="evaluate snapshots of the shipped weights after training (no node time)")
+    ap.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=STUDY_DEFAULTS["overlap"],
+                    help="every mode with its communication overlapped with the modelled backward")
+    ap.add_argument("--targets", help="target validation losses declared before the runs, e.g. 3.2,2.9,2.7 "
+                    "(early, middle, late); each below the initial loss")
+    ap.add_argument("--targets-from", help="DIR[:CONFIG]: targets from a separate reference study's summary.json "
+                    "(CONFIG's median loss at 1/4, 1/2 and all of its token budget)")
+    ap.add_argument("--equivalence-margin", type=float,
+                    help="nats: claim 'equivalent' where two one-sided tests put the paired difference within +-margin")
+    ap.add_argument("--baseline", help="the configuration every other is compared with (default: the first)")
+    ap.add_argument("--compare", help="further pairs the report compares, A:B,C:D")
     ap.add_argument("--preset", help="model preset (default: the scenario's, else tiny)")
     ap.add_argument("--batch", type=int, help="sequences per node per step (default: the scenario's, else 8)")
     ap.add_argument("--servers", type=int, help="parameter-server shards (default: one per node)")
@@ -31,10 +78,6 @@ def add_args(ap, out_default):
     ap.add_argument("--jitter", type=float, help="mean exponential extra time per step, fraction of the step time")
     ap.add_argument("--netns", action="store_true", help="each node in its own network namespace (root)")
     ap.add_argument("--link-gbit", type=float, help="the emulated link rate with --netns, Gbit/s")
-    ap.add_argument("--target-loss", default="best",
-                    help="validation loss that defines time to target: a number, 'best' (1.02 x the best "
-                    "configuration's final mean: how soon each gets near the best) or 'all' (1.02 x the worst "
-                    "configuration's final mean: a level every configuration reaches)")
     ap.add_argument("--configs", help="comma-separated subset of the configurations")
     ap.add_argument("--tensorboard", action="store_true", help="also export every run to OUT/tensorboard/")
     ap.add_argument("--no-trace", action="store_true",
@@ -130,141 +173,218 @@ def loss_at(curve, t):
     return None
 
 
-def check_target_rule(rule):
-    """--target-loss as given: 'best', 'all' or a number (checked before any run, not after them)."""
-    if rule in ("best", "all"):
-        return rule
-    try:
-        return float(rule)
-    except (TypeError, ValueError):
-        raise SystemExit(f"study: --target-loss {rule!r} is not a number, 'best' or 'all'")
-
-
-def targets(summary):
-    """From the stored curves: the common time (the earliest end of any valid run), every
-    configuration's validation loss at it, the target loss, and time to target (emulated and
-    target seconds). Budgets can end at different times (a straggler-free configuration's fast
-    nodes may finish later or sooner), so the loss at the common time is what compares fairly."""
-    cfgs = summary["configurations"]
-    ends = [cv[-1]["t"] for c in cfgs.values() for cv in c["curves"].values() if cv]
-    t_eq = min(ends) if ends else None
-    summary["equal_time_s"] = t_eq
-    for c in cfgs.values():
-        c["val_loss_at_equal_time"] = mean_ci95([loss_at(cv, t_eq) for cv in c["curves"].values()] if t_eq else [])
-    rule = check_target_rule(summary.get("target_rule") or "best")
-    means = [c["val_loss_at_equal_time"]["mean"] for c in cfgs.values() if c["val_loss_at_equal_time"]["mean"] is not None]
-    if rule in ("best", "all"):
-        target = 1.02 * (max(means) if rule == "all" else min(means)) if means else None
+def declared_targets(a, preset):
+    """The study's targets, declared before any run (--targets, or --targets-from a reference study),
+    each refused where it is at or above the initial loss."""
+    if getattr(a, "targets", None) and getattr(a, "targets_from", None):
+        raise BadInput("give --targets or --targets-from, not both")
+    if getattr(a, "targets_from", None):
+        path, _, config = a.targets_from.partition(":")
+        try:
+            ref = method.load_summary(path)
+        except (OSError, ValueError) as e:
+            raise BadInput(f"--targets-from {a.targets_from}: {e}")
+        targets = method.targets_from_reference(ref, config or None)
     else:
-        target = rule
-    summary["target_val_loss"] = target
-    dil = summary["emulation"].get("dilation")
-    for c in cfgs.values():
-        ttt = [time_to_target(cv, target) for cv in c["curves"].values()] if target else []
-        c["time_to_target_s"] = dict(mean_ci95(ttt), reached=sum(t is not None for t in ttt))
-        if dil:
-            c["time_to_target_target_s"] = {k: (x / dil if isinstance(x, float) else x)
-                                            for k, x in c["time_to_target_s"].items() if k in ("mean", "n")}
+        targets = method.parse_targets(getattr(a, "targets", None))
+    return method.check_targets(targets, preset)
 
 
-def time_to_target(curve, target):
-    """Emulated seconds at which the validation curve first reaches `target` (linear between
-    evaluation points), or None if it never does."""
-    prev = None
-    for p in curve:
-        if p["val_loss"] <= target:
-            if prev is None or prev["val_loss"] == p["val_loss"]:
-                return p["t"]
-            f = (prev["val_loss"] - target) / (prev["val_loss"] - p["val_loss"])
-            return prev["t"] + f * (p["t"] - prev["t"])
-        prev = p
-    return None
+def check_held_out(job, out):
+    """A held-out set larger than the validation split is refused by the trainer: a one-step run with
+    the study's evaluation flags asks it before hours of runs, and its message is surfaced."""
+    worker = os.path.join(ROOT, "build", "bin", "syncopate-worker")
+    if not job.get("val_windows") or not os.path.exists(worker):
+        return
+    d = os.path.join(out, "preflight")
+    os.makedirs(d, exist_ok=True)
+    cmd = [worker, "--out", d, f"--model.preset={job['preset']}", f"--train.batch_size={job['batch']}",
+           "--train.steps=1", "--train.threads=1", "--eval.every=1", "--eval.sample_tokens=0", "--checkpoint.every=0",
+           f"--data.cache_dir={ROOT}/data/cache"] + [f.format(job["val_windows"]) for f in TRAINER_FLAGS["val_windows"]]
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        msg = r.stderr.strip().splitlines()
+        raise BadInput(f"--val-windows {job['val_windows']}: the trainer refused the held-out set: "
+                       f"{msg[-1] if msg else f'exit {r.returncode}'}")
 
 
-def run_study(configs, a, title, command):
-    check_target_rule(a.target_loss)
-    em = emulation(a)
-    # Configurations marked "optional" run only when named in --configs.
+def parse_pairs(spec, names):
+    pairs = []
+    for p in (spec or "").split(","):
+        if not p.strip():
+            continue
+        a, sep, b = p.partition(":")
+        if not sep or a not in names or b not in names or a == b:
+            raise BadInput(f"--compare {p!r}: give A:B with two different configurations of this study ({', '.join(names)})")
+        pairs.append((a, b))
+    return pairs
+
+
+def run_study(configs, a, title, command, pairs=()):
+    """Runs the study (see the module's docstring). pairs: (a, b) comparisons the caller's report
+    discusses beyond every configuration against the baseline (e.g. asp_lr_scale against asp)."""
     names = a.configs.split(",") if a.configs else [n for n, c in configs.items() if not c.get("optional")]
     unknown = [n for n in names if n not in configs]
     if unknown:
-        raise SystemExit(f"study: unknown configuration(s) {', '.join(unknown)}; choose from {', '.join(configs)}")
+        raise BadInput(f"unknown configuration(s) {', '.join(unknown)}; choose from {', '.join(configs)}")
+    # Bad input, named before any run.
+    seeds = list(range(a.seeds))
+    tseeds = method.tuning_seeds(getattr(a, "tuning_seeds", "1000"), seeds)
+    extend = getattr(a, "lr_extend", 3)
+    tune = getattr(a, "tune", True)
+    grid = method.check_grid([float(x) for x in a.lr_grid.split(",")], extend) if tune else [1.0]
+    outer_grid = method.check_grid([float(x) for x in getattr(a, "outer_lr_grid", "1").split(",")], extend,
+                                   "--outer-lr-grid") if tune else [1.0]
+    margin = getattr(a, "equivalence_margin", None)
+    if margin is not None and not margin > 0:
+        raise BadInput(f"--equivalence-margin {margin}: a margin in nats must be positive")
+    if getattr(a, "token_budget", None) and getattr(a, "time_budget_s", None):
+        raise BadInput("give --token-budget or --time-budget-s, not both (run the study once per budget)")
+    for x, flag in ((getattr(a, "token_budget", None), "--token-budget"), (getattr(a, "time_budget_s", None),
+                                                                            "--time-budget-s")):
+        if x is not None and not x > 0:
+            raise BadInput(f"{flag} {x}: must be positive")
+    baseline = getattr(a, "baseline", None) or names[0]
+    if baseline not in names:
+        raise BadInput(f"--baseline {baseline}: not among this study's configurations ({', '.join(names)})")
+    extra_pairs = parse_pairs(getattr(a, "compare", None), names)
+    em = emulation(a)
     for n in names:
         if configs[n].get("backup", 0) >= em["nodes"]:
-            raise SystemExit(f"study: {n} uses {configs[n]['backup']} backup workers but there are only "
-                             f"{em['nodes']} workers: at most workers - 1")
-    grid = [float(x) for x in a.lr_grid.split(",")]
+            raise BadInput(f"{n} uses {configs[n]['backup']} backup workers but there are only "
+                           f"{em['nodes']} workers: at most workers - 1")
+    targets = declared_targets(a, em["preset"])
+    if em["preset"] not in PRESETS:
+        raise BadInput(f"preset {em['preset']}: its block size is unknown to the tooling (cluster_runs.PRESETS)")
     job = {"nodes": em["nodes"], "servers": a.servers or em["nodes"], "steps": a.steps, "evals": a.evals,
-           "preset": em["preset"], "batch": em["batch"], "warmup": a.warmup, "eval_batches": 4}
+           "preset": em["preset"], "batch": em["batch"], "warmup": a.warmup, "eval_batches": 4,
+           "val_windows": getattr(a, "val_windows", None) or None,
+           "defer": getattr(a, "defer", None), "overlap": getattr(a, "overlap", None),
+           "warmup_frac": getattr(a, "warmup_frac", None) or None}
     os.makedirs(a.out, exist_ok=True)
+    check_held_out(job, a.out)
     print(f"[study] {title}\n[study] emulation: {describe(em)}", flush=True)
-    runs = {}  # (config, multiplier, seed) -> summary
-
-    def run(name, mult, seed):
-        key = (name, mult, seed)
-        if key not in runs:
-            out = os.path.join(a.out, "runs", name, f"lr{mult:g}", f"seed{seed}")
-            # Seed 0 of each configuration's chosen rate records a timeline (linked from the report).
-            r = run_once(name, configs[name], em, job, seed, a.base_lr * mult, out, a.max_overrun, a.max_cpu,
-                         trace=seed == 0 and not getattr(a, "no_trace", False), backend=em["backend"])
-            runs[key] = r
-            if "failed" in r:
-                print(f"[study] {name} lr x{mult:g} seed {seed}: FAILED ({r['failed']}); log {r['log']}", flush=True)
-            else:
-                print(f"[study] {name} lr x{mult:g} seed {seed}: final val {r['final_val_loss']:.4f}, "
-                      f"{r['wall_s']:.1f} s, cpu {r['cpu_util'] or 0:.0%}, overrun {r['overrun_share']:.0%}"
-                      f"{'' if r['valid'] else ' INVALID: ' + r['invalid_because']}", flush=True)
-        return runs[key]
+    per_step = method.tokens_per_node_step(em["preset"], em["batch"])
+    slow_nodes = [em["slow_node"]] if em["slow_node"] >= 0 and em["slowdown"] > 1 else []
 
     def usable(r):
         return "failed" not in r and r["valid"]
 
+    # Budgets: every configuration's steps (its schedule ends at the budget), decided before any tuning.
+    plans, calibrations = {}, {}
+    if getattr(a, "time_budget_s", None):
+        kind, value = "time", a.time_budget_s
+        cal_job = dict(job, steps=a.calibration_steps, every_tokens=None, evals=1)
+        for n in names:
+            d = os.path.join(a.out, "calibration", n)
+            cfg = dict(configs[n], steps=a.calibration_steps, slow_steps=None)
+            r = run_once(n, cfg, em, cal_job, tseeds[0], a.base_lr, d, 1.0, 1.0, backend=em["backend"])
+            if "failed" in r:
+                raise BadInput(f"the calibration run of {n} failed ({r['failed']}); log {r['log']}")
+            times = method.node_step_times([read_jsonl(os.path.join(d, f"node{i}", "metrics.jsonl"))
+                                            for i in range(em["nodes"])])
+            calibrations[n] = times
+            synchronous = not configs[n].get("elastic")
+            plans[n] = method.time_budget_plan(n, value, times, slow_nodes, synchronous, a.evals)
+    else:
+        kind = "tokens"
+        value = getattr(a, "token_budget", None) or a.steps * em["nodes"] * per_step
+        plan = method.token_budget_plan(value, em["nodes"], em["batch"], em["preset"], a.evals)
+        plans = {n: dict(plan) for n in names}
+    totals = {n: method.job_tokens(p, em["nodes"], slow_nodes, per_step) for n, p in plans.items()}
+    job["every_tokens"] = method.every_tokens(list(totals.values()), a.evals)
+    job["steps"] = max(p["steps"] for p in plans.values())
+    for n, p in plans.items():
+        print(f"[study] {n}: {p['steps']} steps per node" + (f", straggler {p['slow_steps']}" if p.get("slow_steps")
+              else "") + f" ({totals[n]} tokens); evaluations every {job['every_tokens']} global tokens", flush=True)
+
+    runs = {}  # (config, lr multiplier, outer multiplier, seed) -> summary
+
+    def run(name, mult, outer, seed):
+        key = (name, mult, outer, seed)
+        if key not in runs:
+            tag = f"lr{mult:g}" + (f"_outer{outer:g}" if outer is not None else "")
+            out = os.path.join(a.out, "runs", name, tag, f"seed{seed}")
+            cfg = dict(configs[name], steps=plans[name]["steps"], slow_steps=plans[name].get("slow_steps"))
+            if outer is not None:
+                cfg["worker"] = list(cfg.get("worker", [])) + [f"--dist.outer_lr={cfg['outer_lr'] * outer:.6g}"]
+            r = run_once(name, cfg, em, job, seed, a.base_lr * mult, out, a.max_overrun, a.max_cpu,
+                         trace=seed == 0 and not getattr(a, "no_trace", False), backend=em["backend"])
+            r["dir"] = out
+            runs[key] = r
+            if "failed" in r:
+                print(f"[study] {name} {tag} seed {seed}: FAILED ({r['failed']}); log {r['log']}", flush=True)
+            else:
+                print(f"[study] {name} {tag} seed {seed}: final val {r['final_val_loss']}, "
+                      f"{r['wall_s']:.1f} s, cpu {r['cpu_util'] or 0:.0%}, overrun {r['overrun_share']:.0%}"
+                      f"{'' if r['valid'] else ' INVALID: ' + r['invalid_because']}", flush=True)
+        return runs[key]
+
     results = {}
     for name in names:
-        sens = {}
-        for mult in grid if len(grid) > 1 else []:
-            r = run(name, mult, 0)
-            sens[mult] = r["final_val_loss"] if usable(r) else None
-        tried = {m: v for m, v in sens.items() if v is not None}
-        best = min(tried, key=tried.get) if tried else grid[0] if len(grid) == 1 else 1.0
-        rs = [run(name, best, s) for s in range(a.seeds)]
-        results[name] = {"lr_multiplier": best, "lr": a.base_lr * best, "lr_sensitivity": sens,
-                         "runs": {s: r for s, r in enumerate(rs)}}
+        cfg = configs[name]
+        tuning = {}
+        has_outer = cfg.get("outer_lr") is not None
+        outer0 = 1.0 if has_outer else None
 
-    finals = {n: mean_ci95([r["final_val_loss"] for r in v["runs"].values() if usable(r)]) for n, v in results.items()}
-    summary = {"title": title, "command": command, "emulation": em, "target_rule": a.target_loss,
-               "seeds": a.seeds, "lr_grid": grid, "limits": {"overrun": a.max_overrun, "cpu": a.max_cpu},
+        def inner_score(m, name=name, outer0=outer0):
+            vals = [run(name, m, outer0, s) for s in tseeds]
+            vals = [r["curve"][-1]["val_loss"] if usable(r) and r["curve"] else None for r in vals]
+            return None if any(v is None for v in vals) else sum(vals) / len(vals)
+
+        best, best_outer = 1.0, outer0
+        if tune:
+            t = method.tune(inner_score, grid, getattr(a, "lr_extend_factor", 2.0), extend)
+            tuning["lr"] = t
+            best = t["pick"] if t["pick"] is not None else 1.0
+        if tune and has_outer and tuning["lr"]["pick"] is not None:
+            def outer_score(o, name=name, best=best):
+                vals = [run(name, best, o, s) for s in tseeds]
+                vals = [r["curve"][-1]["val_loss"] if usable(r) and r["curve"] else None for r in vals]
+                return None if any(v is None for v in vals) else sum(vals) / len(vals)
+            to = method.tune(outer_score, outer_grid, getattr(a, "lr_extend_factor", 2.0), extend)
+            tuning["outer_lr"] = to
+            best_outer = to["pick"] if to["pick"] is not None else outer0
+        rs = {s: run(name, best, best_outer, s) for s in seeds}
+        results[name] = {"lr_multiplier": best, "lr": a.base_lr * best, "outer_multiplier": best_outer,
+                         "outer_lr": cfg["outer_lr"] * best_outer if has_outer else None,
+                         "tuning": tuning, "runs": rs}
+    summary = {"title": title, "command": command, "method": "issue25", "emulation": em, "job": job,
+               "budget": {"kind": kind, "value": value}, "targets": targets, "seeds": seeds, "tuning_seeds": tseeds,
+               "tuned": tune, "lr_grid": grid, "outer_lr_grid": outer_grid, "equivalence_margin": margin, "baseline": baseline,
+               "pairs": [[x, y] for x, y in extra_pairs] + [[x, y] for x, y in pairs if x in names and y in names],
+               "limits": {"overrun": a.max_overrun, "cpu": a.max_cpu}, "calibration": calibrations,
                "configurations": {}}
     for name, v in results.items():
-        ok = [r for r in v["runs"].values() if usable(r)]
+        ok = {s: r for s, r in v["runs"].items() if usable(r)}
         hist = {}
-        for r in ok:
+        for r in ok.values():
             for k, c in r["staleness_histogram"].items():
                 hist[k] = hist.get(k, 0) + c
         c = {
-            "lr": v["lr"], "lr_multiplier": v["lr_multiplier"],
-            "lr_sensitivity": {f"{m:g}": x for m, x in v["lr_sensitivity"].items()},
+            "lr": v["lr"], "lr_multiplier": v["lr_multiplier"], "outer_lr": v["outer_lr"],
+            "outer_multiplier": v["outer_multiplier"], "plan": plans[name],
+            "tuning": {k: {"pick": t["pick"], "edge": t["edge"], "extended": t["extended"],
+                           "scores": {f"{m:g}": x for m, x in sorted(t["scores"].items())}}
+                       for k, t in v["tuning"].items()},
             "valid_runs": len(ok), "runs_total": len(v["runs"]),
             "failed": [{"seed": s, "why": r["failed"], "log": r["log"]} for s, r in v["runs"].items() if "failed" in r],
             "invalid": [{"seed": s, "why": r["invalid_because"], "log": r["log"]}
                         for s, r in v["runs"].items() if "failed" not in r and not r["valid"]],
-            "final_val_loss": finals[name],
-            "tokens_per_s": mean_ci95([r["tokens_per_s"] for r in ok]),
-            "wall_s": mean_ci95([r["wall_s"] for r in ok]),
-            "bytes": mean_ci95([r.get("bytes", 0) for r in ok]),
-            "bytes_received": mean_ci95([r.get("bytes_received", 0) for r in ok]),
-            "staleness": {"mean": mean_ci95([r["staleness_mean"] for r in ok])["mean"],
-                          "max": max([r["staleness_max"] for r in ok], default=None), "histogram": hist},
-            "dropped_gradients": mean_ci95([r["dropped"] for r in ok])["mean"],
-            "wait_share": mean_ci95([r["wait_share"] for r in ok])["mean"],
+            "per_seed": [dict(method.per_seed(s, r, targets), run_dir=r["dir"]) for s, r in ok.items()],
+            "bytes": mean_ci95([r.get("bytes", 0) for r in ok.values()]),
+            "bytes_received": mean_ci95([r.get("bytes_received", 0) for r in ok.values()]),
+            "staleness": {"mean": mean_ci95([r["staleness_mean"] for r in ok.values()])["mean"],
+                          "max": max([r["staleness_max"] for r in ok.values()], default=None), "histogram": hist},
+            "dropped_gradients": mean_ci95([r["dropped"] for r in ok.values()])["mean"],
+            "wait_share": mean_ci95([r["wait_share"] for r in ok.values()])["mean"],
             "overrun_share": max([r["overrun_share"] for r in v["runs"].values() if "failed" not in r], default=None),
             "cpu_util": max([r["cpu_util"] or 0 for r in v["runs"].values() if "failed" not in r], default=None),
-            "curves": {str(s): r["curve"] for s, r in v["runs"].items() if usable(r)},
+            "curves": {str(s): r["curve"] for s, r in ok.items()},
             "trace": next((r["trace"] for r in v["runs"].values() if "trace" in r), None),
         }
         summary["configurations"][name] = c
-    targets(summary)
-    summary["conclusions"] = conclusions(summary)
+    analyse(summary)
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     report = write_report(summary, a.out)
@@ -273,6 +393,187 @@ def run_study(configs, a, title, command):
         export_tensorboard(results, a.out)
     print(report)
     return summary
+
+
+def analyse(summary):
+    """From every configuration's per_seed values: the means with 95% intervals, the per-target reach
+    counts and censored medians, the held-out set check (refused where digests differ), the
+    comparisons (paired, Holm across the report's list, TOST with the declared margin) and the
+    conclusions, which come from the comparisons alone."""
+    cfgs = summary["configurations"]
+    targets = summary.get("targets") or []
+    for c in cfgs.values():
+        ps = c["per_seed"]
+        for key in ("final_val_loss", "val_loss_at_budget", "tokens_per_s", "wall_s", "end_s"):
+            c[key] = mean_ci95([s.get(key) for s in ps])
+        c["time_to_target"] = method.target_table(ps, targets)
+    labels = {f"{n} seed {s['seed']}": s.get("val_set") for n, c in cfgs.items() for s in c["per_seed"]}
+    summary["held_out"] = {"absent": method.check_val_sets(labels),
+                           "val_set": next((d[0] for d in labels.values() if d), None),
+                           "val_tokens": next((s["val_tokens"][0] for c in cfgs.values() for s in c["per_seed"]
+                                               if s.get("val_tokens")), None),
+                           "eval_of": {n: sorted({e for s in c["per_seed"] for e in (s.get("eval_of") or [])})
+                                       for n, c in cfgs.items()}}
+    names = list(cfgs)
+    base = summary.get("baseline") or (names[0] if names else None)
+    pairs = [(n, base) for n in names if n != base]
+    for x, y in summary.get("pairs", []):
+        if (x, y) not in pairs and (y, x) not in pairs:
+            pairs.append((x, y))
+    metrics = ["val_loss_at_budget", "tokens_per_s"] + [f"time_to_target_s@{method.target_key(t)}" for t in targets]
+    summary["comparisons"] = method.comparisons(cfgs, pairs, metrics, summary.get("equivalence_margin"))
+    summary["conclusions"] = conclusions(summary)
+
+
+def conclusions(summary):
+    """Sentences that follow from the numbers: the runs left out, the targets' reach counts, and each
+    comparison as resolved, equivalent (TOST) or not resolved."""
+    cfgs = summary["configurations"]
+    lines = []
+    for k, c in cfgs.items():
+        if c["valid_runs"] < c["runs_total"]:
+            lines.append(f"{k}: {c['runs_total'] - c['valid_runs']} of {c['runs_total']} runs failed or were invalid "
+                         f"(left out of every figure).")
+        for t, r in c.get("time_to_target", {}).items():
+            if r["reached"] < r["n"]:
+                lines.append(f"{k}: reached the target {t} in {r['reached']} of {r['n']} seeds (the others censored).")
+        for what, t in c.get("tuning", {}).items():
+            if t["edge"]:
+                lines.append(f"{k}: the {what} pick {t['pick']:g}x is still on the {t['edge']} edge of the grid after "
+                             f"{t['extended']} extension(s): under-tuned.")
+    lines += [method.sentence(c) for c in summary.get("comparisons", [])]
+    return lines
+
+
+def rebuild(out, from_runs=False, targets=None):
+    """Rewrites OUT/report.md and the plots from OUT/summary.json (after a change of the report);
+    targets (a list) re-reads the kept curves against other targets declared now; from_runs re-reads
+    every run's metrics first."""
+    with open(os.path.join(out, "summary.json")) as f:
+        summary = json.load(f)
+    if targets is not None:
+        summary["targets"] = method.check_targets(targets, summary["emulation"]["preset"])
+    nodes = summary["emulation"]["nodes"]
+    for c in summary["configurations"].values():
+        if from_runs:
+            for s in c["per_seed"]:
+                r = summarize(s["run_dir"], nodes, ring=not server_stats(s["run_dir"]),
+                              deferred=bool(summary.get("job", {}).get("defer")))
+                s.update(method.per_seed(s["seed"], r, summary.get("targets") or []))
+                c["curves"][str(s["seed"])] = r["curve"]
+        else:
+            for s in c["per_seed"]:
+                cv = c["curves"].get(str(s["seed"]), [])
+                s["time_to_target_s"] = {method.target_key(t): time_to_target(cv, t)
+                                         for t in summary.get("targets") or []}
+    analyse(summary)
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    text = write_report(summary, out)
+    plots(summary, out)
+    return text
+
+
+def write_report(summary, out):
+    em = summary["emulation"]
+    job = summary.get("job", {})
+    b = summary["budget"]
+    cfgs = summary["configurations"]
+    targets = summary.get("targets") or []
+    ho = summary.get("held_out", {})
+    budget = (f"equal token budget: {b['value']:.0f} tokens per job" if b["kind"] == "tokens" else
+              f"equal wall-time budget: {b['value']:g} s (each node's steps from a {len(summary.get('calibration', {}))}"
+              "-configuration calibration of its step time)")
+    L = [f"# {summary['title']}", "", f"Command: `{summary['command']}`", "", f"Emulation: {describe(em)}.", "",
+         "Time: " + ("simulated seconds (syncopate-sim's virtual clock)" if em.get("backend") == "sim" else
+                     "emulated seconds on the training clock (evaluation off it)") + ".", "",
+         f"Budget: {budget}; every run's learning-rate schedule (warmup "
+         + (f"{job['warmup_frac']:g} of its steps" if job.get("warmup_frac") else f"{job.get('warmup')} steps")
+         + ", decay to the end) ends at the budget, so no figure compares an annealed run with one at peak lr.", "",
+         "Evaluation: " + (f"{job['val_windows']} held-out windows" if job.get("val_windows") else "the old per-seed "
+                           "held-out batches (no --val-windows)")
+         + (f" ({ho['val_tokens']} tokens, set {ho['val_set']})" if ho.get("val_set") else "")
+         + f", every {job.get('every_tokens')} global tokens and at the end, "
+         + ("deferred (scored after training on snapshots: no node time)" if job.get("defer") else "on the clock")
+         + "; evaluated weights: " + ", ".join(f"{n} {'/'.join(e) or 'not recorded'}" for n, e in
+                                               ho.get("eval_of", {}).items()) + ".", ""]
+    if ho.get("absent"):
+        L += [f"**Note:** {len(ho['absent'])} run(s) carry no held-out digest (val_set), so the sameness of their "
+              f"held-out set is not checked (old trainer or a backend without it): {', '.join(ho['absent'][:8])}"
+              + (" ..." if len(ho['absent']) > 8 else "") + ".", ""]
+    if not any(e for e in ho.get("eval_of", {}).values()):
+        L += ["**Note:** the evaluation records do not say which weights were evaluated (no eval_of): an old trainer's "
+              "records, which evaluated node 0's own replica.", ""]
+    L += [f"Overlap: {'on for every mode' if job.get('overlap') else 'off' if job.get('overlap') is False else 'not set'}. "
+          f"Targets (declared before the runs): {', '.join(f'{t:g}' for t in targets) if targets else 'none declared'}. "
+          f"Seeds: {len(summary['seeds'])} headline ({', '.join(map(str, summary['seeds']))}); "
+          + (f"learning rates tuned on seeds {', '.join(map(str, summary['tuning_seeds']))} (disjoint), grid "
+             f"{', '.join(f'{m:g}' for m in summary['lr_grid'])} x the base lr (outer lr: "
+             f"{', '.join(f'{m:g}' for m in summary.get('outer_lr_grid', []))} x the configuration's own), "
+             "extended past an edge pick. " if summary.get("tuned", True) else
+             "learning rates NOT tuned (--no-tune): every configuration at the base lr, which favours whichever mode "
+             "it happens to suit; no conclusion of this report stands for tuned configurations. ")
+          + "Comparisons are paired over seeds (same initialization, data order and jitter), with 95% t intervals "
+          "and Holm's correction across every comparison below; a comparison is resolved when its Holm p < 0.05. "
+          + (f"Equivalence is claimed only by TOST within +-{summary['equivalence_margin']:g} nats. "
+             if summary.get("equivalence_margin") else "No equivalence margin was declared, so nothing is called "
+             "equivalent. ")
+          + f"Runs whose emulation did not hold (overrun share > {summary['limits']['overrun']:.0%} or CPU > "
+          f"{summary['limits']['cpu']:.0%}) are left out and listed.", ""]
+    head = "| configuration | lr (outer) | steps/node | valid runs | val loss at budget | end, s | tokens/s |"
+    head += "".join(f" reached {t:g} (median s) |" for t in targets)
+    head += " MB sent | staleness mean / max | overrun (max) | CPU (max) |"
+    L += [head, "|" + "---|" * (head.count("|") - 1)]
+    for k, c in cfgs.items():
+        p = c.get("plan", {})
+        steps = f"{p.get('steps')}" + (f" (straggler {p['slow_steps']})" if p.get("slow_steps") else "")
+        cells = [f"{k}", f"{c['lr']:.2g}" + (f" ({c['outer_lr']:.2g})" if c.get("outer_lr") else ""), steps,
+                 f"{c['valid_runs']}/{c['runs_total']}", fmt_ci(c["val_loss_at_budget"], 4), fmt_ci(c["end_s"]),
+                 fmt_ci(c["tokens_per_s"])]
+        for t in targets:
+            r = c["time_to_target"][method.target_key(t)]
+            cells.append(f"{r['reached']}/{r['n']} ({'-' if r['median'] is None else format(r['median'], '.3g')})")
+        st = c["staleness"]
+        cells += [mbytes(c.get("bytes")),
+                  f"{'-' if st['mean'] is None else round(st['mean'], 2)} / {'-' if st['max'] is None else round(st['max'], 1)}",
+                  "-" if c["overrun_share"] is None else format(c["overrun_share"], ".0%"),
+                  "-" if c["cpu_util"] is None else format(c["cpu_util"], ".0%")]
+        L.append("| " + " | ".join(cells) + " |")
+    if targets:
+        L += ["", "Time to target: per target, the seeds that reached it of the valid seeds and the median time with "
+              "the others counted as not reached (censored; no median where half or more did not reach it); the "
+              "paired comparisons of time use only the seeds where both reached it, as each line states."]
+    L += ["", "## Comparisons", "", "| a | b | metric | a - b | 95% interval | p | Holm p | n | verdict |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    for c in summary.get("comparisons", []):
+        out_n = f" (+{c['left_out']} out)" if c["left_out"] else ""
+        verdict = ("resolved" if c["resolved"] else "equivalent (TOST)" if c.get("tost", {}).get("equivalent")
+                   else "not resolved")
+        ci = c["ci95"]
+        L.append(f"| {c['a']} | {c['b']} | {c['metric']} | {method._fmt(c['mean_diff'])} | "
+                 f"{'-' if ci[0] is None else f'[{ci[0]:.4g}, {ci[1]:.4g}]'} | {method._fmt(c['p'], 3)} | "
+                 f"{method._fmt(c.get('p_holm'), 3)} | {c['n']}{out_n} | {verdict} |")
+    L += ["", "## Conclusions", ""] + [f"- {x}" for x in summary["conclusions"]]
+    L += ["", "## Learning-rate tuning (mean final validation loss over the tuning seeds)", ""]
+    for k, c in cfgs.items():
+        for what, t in c.get("tuning", {}).items():
+            cells = ", ".join(f"{m}x: {'failed' if x is None else format(x, '.4f')}" for m, x in t["scores"].items())
+            L.append(f"- {k} {what}: pick {'-' if t['pick'] is None else format(t['pick'], 'g')}x"
+                     + (f" (ON THE {t['edge'].upper()} EDGE)" if t["edge"] else "")
+                     + f"; extended {t['extended']} time(s); {cells}")
+    traced = {k: c["trace"] for k, c in cfgs.items() if c.get("trace")}
+    if traced:
+        L += ["", "## Timelines", "",
+              "One run per configuration (seed 0) with every process's timeline merged on one clock. Open in "
+              "https://ui.perfetto.dev; `scripts/merge_traces.py --summary` totals them.", ""]
+        L += [f"- {k}: [{os.path.relpath(p, out)}]({os.path.relpath(p, out)})" for k, p in traced.items()]
+    for k, c in cfgs.items():
+        for f in c["failed"] + c["invalid"]:
+            L.append(f"\n{k} seed {f['seed']}: {f['why']} (log: {f['log']})")
+    text = "\n".join(L) + "\n"
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write(text)
+    return text
 
 
 def mbytes(ci):
@@ -296,154 +597,6 @@ def describe(em):
         parts.append(f"stands for {em['name']}: comm/compute ratio {em['ratio']:.2f}, "
                      f"time dilation {em['dilation']:.3g} (emulated s per target s)")
     return "; ".join(parts)
-
-
-def conclusions(summary):
-    """Sentences that follow from the numbers: comparisons of time to target (configurations that
-    reached it in every valid seed), of final validation loss at the shared budget and of
-    throughput, each printed as a finding only where the 95% intervals separate."""
-    cfgs = summary["configurations"]
-    n = summary["seeds"]
-    lines = []
-    for k, c in cfgs.items():
-        if c["valid_runs"] < c["runs_total"]:
-            lines.append(f"{k}: {c['runs_total'] - c['valid_runs']} of {c['runs_total']} runs failed or were invalid "
-                         f"(left out of every figure).")
-        if c["valid_runs"] and c["time_to_target_s"]["reached"] < c["valid_runs"]:
-            lines.append(f"{k}: reached the target in {c['time_to_target_s']['reached']} of {c['valid_runs']} valid runs.")
-
-    def compare(key, label, lower_is_better, unit, complete):
-        pool = {k: cfgs[k][key] for k in complete}
-        if len(pool) < 2:
-            return
-        order = sorted(pool, key=lambda k: pool[k]["mean"], reverse=not lower_is_better)
-        best, b = order[0], pool[order[0]]
-        for k in order[1:]:
-            o = pool[k]
-            if separated(b, o):
-                ratio = o["mean"] / b["mean"] if lower_is_better else b["mean"] / o["mean"]
-                word = {"time_to_target_s": f"reaches the target {ratio:.2f}x sooner than",
-                        "val_loss_at_equal_time": f"is {abs(o['mean'] - b['mean']):.3f} nats lower than",
-                        "tokens_per_s": f"processes {ratio:.2f}x the tokens per second of"}[key]
-                lines.append(f"{label}: {best} {word} {k} ({fmt_ci(b, 4)} vs {fmt_ci(o, 4)}{unit}; intervals separate).")
-            else:
-                lines.append(f"{label}: {best} vs {k} not resolved at {n} seeds ({fmt_ci(b, 4)} vs {fmt_ci(o, 4)}{unit}).")
-
-    reached_all = [k for k, c in cfgs.items() if c["time_to_target_s"]["mean"] is not None
-                   and c["time_to_target_s"]["reached"] == c["valid_runs"] >= 2]
-    with_runs = [k for k, c in cfgs.items() if c["valid_runs"] >= 2]
-    compare("time_to_target_s", "Time to target", True, " s", reached_all)
-    if len(reached_all) < 2:
-        lines.append("Time to target: fewer than two configurations reached it in every valid seed; compare the "
-                     "reach counts above and the losses at the common time below.")
-    compare("val_loss_at_equal_time", f"Validation loss at t = {summary['equal_time_s'] or 0:.1f} s (every run's "
-            "curve reaches it)", True, "", with_runs)
-    compare("tokens_per_s", "Throughput", False, " tokens/s", with_runs)
-    return lines
-
-
-def resummarize(summary, out):
-    """Re-reads every kept valid run under OUT/runs/ (after a change of cluster_runs.summarize): its
-    curve, throughput, wall time and bytes. Validity and failures stay as recorded."""
-    nodes = summary["emulation"]["nodes"]
-    for name, c in summary["configurations"].items():
-        runs = {}
-        for seed in c["curves"]:
-            d = os.path.join(out, "runs", name, f"lr{c['lr_multiplier']:g}", f"seed{seed}")
-            runs[seed] = summarize(d, nodes, ring=not server_stats(d))
-        c["curves"] = {seed: r["curve"] for seed, r in runs.items()}
-        for key in ("tokens_per_s", "wall_s", "bytes", "bytes_received"):
-            c[key] = mean_ci95([r[key] for r in runs.values()])
-
-
-def rebuild(out, target_rule=None, from_runs=False):
-    """Rewrites OUT/report.md and the plots from OUT/summary.json (after a change of the report);
-    target_rule ('best', 'all' or a loss) re-reads the runs against another target; from_runs
-    re-reads every run's metrics first (resummarize)."""
-    with open(os.path.join(out, "summary.json")) as f:
-        summary = json.load(f)
-    if from_runs:
-        resummarize(summary, out)
-    if target_rule is not None:
-        check_target_rule(target_rule)
-        summary["target_rule"] = target_rule
-    targets(summary)
-    summary["conclusions"] = conclusions(summary)
-    with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    text = write_report(summary, out)
-    plots(summary, out)
-    return text
-
-
-def write_report(summary, out):
-    em = summary["emulation"]
-    L = [f"# {summary['title']}", "", f"Command: `{summary['command']}`", "",
-         f"Emulation: {describe(em)}.", "",
-         f"Target validation loss: {summary['target_val_loss']:.4f} ("
-         + ({"best": "1.02 x the best", "all": "1.02 x the worst"}[str(summary["target_rule"])]
-            + f" configuration's mean validation loss at t = {summary['equal_time_s'] or 0:.1f} s, the earliest end of "
-            "any run" + ("; a level every configuration reaches" if summary["target_rule"] == "all" else "")
-            if str(summary["target_rule"]) in ("best", "all") else "given with --target-loss") + ")"
-         if summary["target_val_loss"] else
-         "Target validation loss: none (no valid run)",
-         "",
-         f"Every figure is a mean over the valid seeds with its 95% interval (Student's t, {summary['seeds']} seeds). "
-         + ("Time is simulated seconds (syncopate-sim) on node 0's clock. " if em.get("backend") == "sim" else
-          "Time is emulated seconds on node 0's clock with evaluation time removed. ")
-         + (f"Each configuration's learning rate is the best of {', '.join(f'{m:g}x' for m in summary['lr_grid'])} the "
-            "base rate on seed 0 under the same budget (final validation loss)" if len(summary["lr_grid"]) > 1 else
-            "Learning rates were NOT tuned (a grid of one): every configuration uses the same rate, which favours "
-            "whichever mode it happens to suit; the studies in docs/STUDY.md tune each one")
-         + ". A configuration that waits for no straggler (ASP, BSP with backup workers) gets the synchronous job's "
-         "wall time as its budget: its fast nodes do slowdown x the straggler's steps (waiting for each other they "
-         "may end later than the synchronous job; losses are therefore compared at the common time, the earliest "
-         "end of any run). "
-         f"Runs whose emulation did not hold (overrun share > {summary['limits']['overrun']:.0%} "
-         f"or CPU > {summary['limits']['cpu']:.0%}) are left out and listed.", "",
-         f"| configuration | lr | valid runs | time to target, s | val loss at {summary['equal_time_s'] or 0:.0f} s | "
-         "final val loss | tokens/s | MB sent (received) | staleness mean / max | dropped grads | wait share | overrun (max) | "
-         "CPU (max) |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for k, c in summary["configurations"].items():
-        t = c["time_to_target_s"]
-        ttt = fmt_ci(t) + (f" ({t['reached']}/{c['valid_runs']})" if t["reached"] < c["valid_runs"] else "")
-        tgt = c.get("time_to_target_target_s", {}).get("mean")
-        ttt += f"; target {tgt:.3g} s" if isinstance(tgt, float) else ""
-        st = c["staleness"]
-        L.append(f"| {k} | {c['lr']:.2g} | {c['valid_runs']}/{c['runs_total']} | {ttt} | "
-                 f"{fmt_ci(c['val_loss_at_equal_time'], 4)} | {fmt_ci(c['final_val_loss'], 4)} | "
-                 f"{fmt_ci(c['tokens_per_s'])} | "
-                 f"{mbytes(c.get('bytes'))} ({mbytes(c.get('bytes_received'))}) | "
-                 f"{st['mean'] if st['mean'] is None else round(st['mean'], 2)} / "
-                 f"{st['max'] if st['max'] is None else round(st['max'], 1)} | "
-                 f"{'-' if not c['dropped_gradients'] else round(c['dropped_gradients'])} | "
-                 f"{'-' if c['wait_share'] is None else format(c['wait_share'], '.0%')} | "
-                 f"{'-' if c['overrun_share'] is None else format(c['overrun_share'], '.0%')} | "
-                 f"{'-' if c['cpu_util'] is None else format(c['cpu_util'], '.0%')} |")
-    L += ["", "## Conclusions", ""] + [f"- {x}" for x in summary["conclusions"]]
-    if len(summary["lr_grid"]) > 1:
-        L += ["", "## Learning-rate sensitivity (final validation loss, seed 0)", "",
-              "| configuration | " + " | ".join(f"{m:g}x" for m in summary["lr_grid"]) + " |",
-              "|---|" + "---|" * len(summary["lr_grid"])]
-        for k, c in summary["configurations"].items():
-            cells = [c["lr_sensitivity"].get(f"{m:g}") for m in summary["lr_grid"]]
-            L.append(f"| {k} | " + " | ".join("-" if x is None else f"{x:.4f}" for x in cells) + " |")
-    traced = {k: c["trace"] for k, c in summary["configurations"].items() if c.get("trace")}
-    if traced:
-        L += ["", "## Timelines", "",
-              "One run per configuration (seed 0) with every process's timeline merged on one clock: the phases of "
-              "each step, each bucket's reduction or each shard's push and pull, the servers' apply and wait in "
-              "their consistency rule, the modelled compute's sleep. Open in https://ui.perfetto.dev; "
-              "`scripts/merge_traces.py --summary` totals them.", ""]
-        L += [f"- {k}: [{os.path.relpath(p, out)}]({os.path.relpath(p, out)})" for k, p in traced.items()]
-    for k, c in summary["configurations"].items():
-        for f in c["failed"] + c["invalid"]:
-            L.append(f"\n{k} seed {f['seed']}: {f['why']} (log: {f['log']})")
-    text = "\n".join(L) + "\n"
-    with open(os.path.join(out, "report.md"), "w") as f:
-        f.write(text)
-    return text
 
 
 def plots(summary, out):
@@ -481,25 +634,16 @@ def plots(summary, out):
             if len(curves) > 1:
                 plt.fill_between(xs, [s["ci95"][0] for s in stats], [s["ci95"][1] for s in stats],
                                  color=line.get_color(), alpha=0.2)
-        if summary["target_val_loss"]:
-            plt.axhline(summary["target_val_loss"], color="gray", linestyle=":", label="target")
+        for i, t in enumerate(summary.get("targets") or []):
+            plt.axhline(t, color="gray", linestyle=":", label="targets" if i == 0 else None)
         if lo < hi:
             plt.ylim(lo - 0.1, hi + 0.3)  # spikes above the first evaluation are clipped (see the report's table)
         save(fname, xlabel, "validation loss (mean, 95% band)")
 
-    banded("t", "val_loss_vs_time.png", "emulated seconds (evaluation excluded)")
+    banded("t", "val_loss_vs_time.png", "emulated seconds (training clock)")
     banded("tokens", "val_loss_vs_tokens.png", "global tokens processed")
     if any(pt.get("bytes") for c in cfgs.values() for cv in c["curves"].values() for pt in cv):
         banded("bytes", "val_loss_vs_bytes.png", "bytes sent by all nodes (log scale)", log_x=True)
-    names = [k for k, c in cfgs.items() if c["time_to_target_s"]["mean"] is not None]
-    if names:
-        plt.figure(figsize=(7, 4.5))
-        m = [cfgs[k]["time_to_target_s"]["mean"] for k in names]
-        err = [[x - cfgs[k]["time_to_target_s"]["ci95"][0] for k, x in zip(names, m)],
-               [cfgs[k]["time_to_target_s"]["ci95"][1] - x for k, x in zip(names, m)]]
-        plt.bar(names, m, yerr=err, capsize=4)
-        plt.xticks(rotation=30, ha="right")
-        save("time_to_target.png", "configuration", "emulated seconds to target (95% CI)", legend=False)
     plt.figure(figsize=(7, 4.5))
     for k, c in cfgs.items():
         h = c["staleness"]["histogram"]
@@ -508,14 +652,14 @@ def plots(summary, out):
             tot = sum(h.values())
             plt.plot([int(x) for x in ks], [h[x] / tot for x in ks], marker="o", label=k)
     save("staleness.png", "staleness (parameter versions)", "share of updates")
-    if len(summary["lr_grid"]) > 1:
+    if any(c.get("tuning", {}).get("lr") for c in cfgs.values()):
         plt.figure(figsize=(7, 4.5))
         for k, c in cfgs.items():
-            pts = [(float(m), v) for m, v in c["lr_sensitivity"].items() if v is not None]
+            pts = [(float(m), v) for m, v in c.get("tuning", {}).get("lr", {}).get("scores", {}).items() if v is not None]
             if pts:
                 plt.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=k)
         plt.xscale("log", base=2)
-        save("lr_sensitivity.png", "learning-rate multiplier", "final validation loss (seed 0)")
+        save("lr_sensitivity.png", "learning-rate multiplier", "final validation loss (tuning seeds' mean)")
 
 
 def export_tensorboard(results, out):
@@ -540,11 +684,11 @@ def export_tensorboard(results, out):
 
 
 if __name__ == "__main__":
-    # python experiments/study.py OUT [--target-loss best|all|LOSS] [--from-runs]: rebuild OUT's report and
-    # plots from its summary.json (another target re-reads the same runs; --from-runs their metrics too).
+    # python experiments/study.py OUT [--targets 3.2,2.9] [--from-runs]: rebuild OUT's report and plots from
+    # its summary.json (other targets re-read the same curves; --from-runs re-reads their metrics too).
     ap = argparse.ArgumentParser(description="rebuild OUT/report.md and plots from OUT/summary.json")
     ap.add_argument("out")
-    ap.add_argument("--target-loss", help="a number, 'best' or 'all' (default: the study's own rule)")
+    ap.add_argument("--targets", help="targets declared now, e.g. 3.2,2.9 (default: the study's own)")
     ap.add_argument("--from-runs", action="store_true", help="re-read every run's metrics under OUT/runs/ first")
     args = ap.parse_args()
-    print(rebuild(args.out, args.target_loss, args.from_runs))
+    print(rebuild(args.out, args.from_runs, method.parse_targets(args.targets) if args.targets else None))
