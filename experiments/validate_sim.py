@@ -1,15 +1,21 @@
-"""Validates syncopate-sim against the emulated cluster: takes a finished emulated study (the
-output directory of ab_sync_async.py), runs every configuration again in the simulator with the
-same emulation (nodes, servers, modelled step, straggler, jitter, link rate), the same learning
-rate and the same seeds, and compares per configuration: validation loss at the common time,
-final validation loss, time to the emulated study's target, throughput, wall time, and the
-staleness histograms. A figure "agrees" when the two 95% intervals overlap; a disagreement is
-named with both intervals, for the report to explain.
+"""Validates syncopate-sim against the emulated cluster, in a way that can fail: takes a finished
+emulated study (the output directory of ab_sync_async.py), runs every configuration again in the
+simulator with the same emulation (nodes, servers, modelled step, straggler, jitter, link rate),
+the same per-node step counts (the study's fitted budget), learning rates and seeds, and checks,
+seed by seed, the simulator - emulation differences of each configuration's figures (end time,
+throughput, time to each target: relative; validation loss at the budget: nats) and of the
+contrasts between configurations the study's report compares (a / b ratios for times, a - b for
+losses). A figure passes when the 95% interval of its mean paired difference lies within the
+declared tolerance (default +-5% for times, +-0.03 nats for losses); otherwise it fails, naming
+why. The old "the two 95% intervals overlap" check is kept as a secondary column only.
 
   python experiments/validate_sim.py --emulated runs/study/stragglers [--out runs/validate/stragglers]
-        [--configs ring,asp] [--latency-us 50]
+        [--configs ring,asp] [--latency-us 50] [--time-tolerance 0.05] [--loss-tolerance 0.03]
+        [--fit-from runs/study/other [--fit-grid 0.6,0.7,0.8,0.9,1.0]]
 
-Writes OUT/validation.json, OUT/report.md, OUT/val_loss_<config>.png and OUT/staleness.png.
+--fit-from fits the link efficiency on another emulated study (the one whose simulated throughput
+is closest, per seed) and checks this one with it: parameters are never fitted on the runs they
+validate. Writes OUT/validation.json, OUT/report.md, OUT/val_loss.png and OUT/staleness.png.
 """
 import argparse
 import json
@@ -18,10 +24,72 @@ import shlex
 import sys
 
 from ab_sync_async import CONFIGS
-from cluster_runs import ROOT, read_jsonl, run_once, summarize
-from stats import fmt_ci, mean_ci95
-from study import add_args, loss_at, time_to_target
+from cluster_runs import ROOT, run_once, summarize
+from method import per_seed
+from stats import fmt_ci, mean_ci95, paired
+from study import add_args, loss_at, time_to_target  # noqa: F401
 from plotting import pyplot
+
+TIME_FIGURES = ("end_s", "tokens_per_s")  # relative differences; plus time_to_target_s@<target>
+LOSS_FIGURES = ("val_loss_at_budget",)    # differences in nats
+
+
+def figure_kind(metric):
+    return "loss" if metric in LOSS_FIGURES else "time"
+
+
+def check_figure(emu, sim, kind, tol):
+    """emu, sim: {seed: value}. The per-seed simulator - emulation differences (relative for times:
+    sim / emu - 1; nats for losses), their mean and 95% interval; verdict "pass" when the whole
+    interval lies within +-tol, "fail" otherwise (with the reason), "n/a" with fewer than 2 pairs."""
+    diffs = {}
+    for s_, e in emu.items():
+        v = sim.get(s_)
+        if e is None or v is None:
+            continue
+        if kind == "time":
+            if e == 0:
+                continue
+            diffs[s_] = v / e - 1.0
+        else:
+            diffs[s_] = v - e
+    r = paired(diffs, {k: 0.0 for k in diffs})
+    out = {"diffs": diffs, "mean": r["mean_diff"], "ci95": r["ci95"], "n": r["n"], "tolerance": tol, "kind": kind}
+    if r["n"] < 2:
+        out.update(verdict="n/a", why=f"{r['n']} paired seed(s)")
+    elif -tol <= r["ci95"][0] and r["ci95"][1] <= tol:
+        out.update(verdict="pass", why="")
+    else:
+        out.update(verdict="fail", why=("the mean difference is outside the tolerance" if abs(r["mean_diff"]) > tol
+                                         else "the interval is wider than the tolerance"))
+    return out
+
+
+def contrast(x_a, x_b, kind):
+    """Per seed, a configuration's figure against another's: a / b for times, a - b for losses."""
+    out = {}
+    for s_ in x_a:
+        a, b = x_a.get(s_), x_b.get(s_)
+        if a is None or b is None or (kind == "time" and b == 0):
+            continue
+        out[s_] = a / b if kind == "time" else a - b
+    return out
+
+
+def check_contrast(emu_a, emu_b, sim_a, sim_b, kind, tol):
+    """The simulator's contrast against the emulation's, seed by seed: for times the ratio of ratios
+    minus 1 (check_figure's relative difference), for losses the difference of differences."""
+    ce, cs = contrast(emu_a, emu_b, kind), contrast(sim_a, sim_b, kind)
+    return check_figure(ce, cs, kind, tol)
+
+
+def fit_efficiency(errors):
+    """errors: {link efficiency: [per-seed relative throughput errors sim / emu - 1]}. The efficiency
+    whose mean absolute error is least."""
+    scored = {e: sum(abs(x) for x in xs) / len(xs) for e, xs in errors.items() if xs}
+    if not scored:
+        raise SystemExit("validate_sim: the fit produced no comparable run")
+    return min(scored, key=scored.get), scored
 
 
 def study_args(summary):
@@ -29,7 +97,7 @@ def study_args(summary):
     ap = argparse.ArgumentParser()
     add_args(ap, "x")
     argv = shlex.split(summary["command"])
-    return ap.parse_args(argv[2:])
+    return ap.parse_known_args(argv[2:])[0]  # an old study's retired flags (--target-loss) are ignored
 
 
 def tbf_sharing(em, sa):
@@ -53,22 +121,78 @@ def overlap(a, b):
     return lo_a <= hi_b and lo_b <= hi_a
 
 
-def figures(runs, t_eq, target):
-    """Per-configuration figures from per-run summaries (either backend, treated alike)."""
-    hist = {}
-    for r in runs:
-        for k, c in r["staleness_histogram"].items():
-            hist[k] = hist.get(k, 0) + c
-    return {
-        "val_loss_at_equal_time": mean_ci95([loss_at(r["curve"], t_eq) for r in runs]),
-        "final_val_loss": mean_ci95([r["final_val_loss"] for r in runs]),
-        "time_to_target_s": mean_ci95([time_to_target(r["curve"], target) for r in runs]),
-        "reached": sum(time_to_target(r["curve"], target) is not None for r in runs),
-        "tokens_per_s": mean_ci95([r["tokens_per_s"] for r in runs]),
-        "wall_s": mean_ci95([r["wall_s"] for r in runs]),
-        "staleness_mean": mean_ci95([r["staleness_mean"] for r in runs]),
-        "staleness_histogram": hist,
-    }
+def seed_values(runs, targets):
+    """{metric: {seed: value}} from per-run summaries (either backend, treated alike)."""
+    ps = {s_: per_seed(s_, r, targets) for s_, r in runs.items()}
+    vals = {m: {s_: p.get(m) for s_, p in ps.items()} for m in TIME_FIGURES + LOSS_FIGURES}
+    for t in targets:
+        k = f"{t:g}"
+        vals[f"time_to_target_s@{k}"] = {s_: p["time_to_target_s"][k] for s_, p in ps.items()}
+    return vals
+
+
+def study_job(emu, sa):
+    """The emulated study's job (its summary's, or for an old study rebuilt from its command)."""
+    if "job" in emu:
+        return dict(emu["job"])
+    em = emu["emulation"]
+    return {"nodes": em["nodes"], "servers": sa.servers or em["nodes"], "steps": sa.steps, "evals": sa.evals,
+            "preset": em["preset"], "batch": em["batch"], "warmup": sa.warmup, "eval_batches": 4}
+
+
+def run_dirs(emu, name, c):
+    """{seed: the emulated run's directory} of a configuration."""
+    if c.get("per_seed"):
+        return {str(p["seed"]): p["run_dir"] for p in c["per_seed"]}
+    return {s_: os.path.join(emu["_dir"], "runs", name, f"lr{c['lr_multiplier']:g}", f"seed{s_}") for s_ in c["curves"]}
+
+
+def simulate(emu, sa, em, out, names, targets):
+    """Every configuration and seed of an emulated study, both backends' per-run summaries."""
+    job = study_job(emu, sa)
+    res = {}
+    for name in names:
+        c = emu["configurations"][name]
+        cfg = dict(CONFIGS[name])
+        if c.get("plan"):
+            cfg.update(steps=c["plan"]["steps"], slow_steps=c["plan"].get("slow_steps"))
+        if c.get("outer_lr") is not None:
+            cfg["worker"] = list(cfg.get("worker", [])) + [f"--dist.outer_lr={c['outer_lr']:.6g}"]
+        ring = cfg.get("ring", False)
+        emu_runs, sim_runs = {}, {}
+        for s_, d in sorted(run_dirs(emu, name, c).items()):
+            emu_runs[s_] = summarize(d, job["nodes"], ring, deferred=bool(job.get("defer")))
+            rd = os.path.join(out, "runs", name, f"seed{s_}")
+            if os.path.exists(os.path.join(rd, "sim.json")):  # done before (the simulator is deterministic)
+                r = summarize(rd, job["nodes"], ring, deferred=bool(job.get("defer")))
+                with open(os.path.join(rd, "sim.json")) as f:
+                    r["elapsed_s"] = json.load(f)["real_s"]
+            else:
+                r = run_once(name, cfg, em, job, int(s_), c["lr"], rd, backend="sim")
+            if "failed" in r:
+                raise SystemExit(f"validate_sim: {name} seed {s_} failed in the simulator ({r['failed']}); log {r['log']}")
+            sim_runs[s_] = r
+            print(f"[validate] {name} seed {s_}: emulated final {emu_runs[s_]['final_val_loss']:.4f} / "
+                  f"{emu_runs[s_]['wall_s']:.1f} s; simulated {r['final_val_loss']:.4f} / {r['wall_s']:.1f} s "
+                  f"({r.get('elapsed_s', 0):.0f} s real)", flush=True)
+        res[name] = (emu_runs, sim_runs)
+    return res
+
+
+def sim_emulation(emu, a, sa, efficiency):
+    em = dict(emu["emulation"])
+    if em.get("backend") == "sim":
+        raise SystemExit("validate_sim: that study is a simulated one; give an emulated one")
+    em["backend"], em["latency_us"], em["link_efficiency"] = "sim", a.latency_us, efficiency
+    em["sharing"] = a.sharing if a.sharing != "auto" else tbf_sharing(em, sa)
+    return em
+
+
+def load(path):
+    with open(os.path.join(path, "summary.json")) as f:
+        emu = json.load(f)
+    emu["_dir"] = os.path.abspath(path)
+    return emu, study_args(emu)
 
 
 def main():
@@ -82,85 +206,131 @@ def main():
                     "emulated link's tbf queue (rate x 50 ms + burst, scripts/netns.sh) holds a whole push to one "
                     "shard, else fair")
     ap.add_argument("--link-efficiency", type=float, default=1.0,
-                    help="the simulator's links at this share of the emulated nominal rate (TCP's goodput on them)")
+                    help="the simulator's links at this share of the emulated nominal rate (TCP's goodput on them); "
+                    "with --fit-from, fitted instead")
+    ap.add_argument("--fit-from", help="another emulated study: fit the link efficiency on it (--fit-grid), then "
+                    "check this study with the fitted value")
+    ap.add_argument("--fit-grid", default="0.6,0.7,0.8,0.9,1.0", help="link efficiencies tried by --fit-from")
+    ap.add_argument("--time-tolerance", type=float, default=0.05,
+                    help="a time figure (end time, throughput, time to target, and time ratios between configurations) "
+                    "passes when its paired relative difference's 95%% interval lies within +-this")
+    ap.add_argument("--loss-tolerance", type=float, default=0.03,
+                    help="nats: the same for validation losses and loss differences between configurations")
     a = ap.parse_args()
-    with open(os.path.join(a.emulated, "summary.json")) as f:
-        emu = json.load(f)
-    sa = study_args(emu)
-    em = dict(emu["emulation"])
-    if em.get("backend") == "sim":
-        raise SystemExit(f"validate_sim: {a.emulated} is a simulated study; give an emulated one")
-    em["backend"], em["latency_us"], em["link_efficiency"] = "sim", a.latency_us, a.link_efficiency
-    em["sharing"] = a.sharing if a.sharing != "auto" else tbf_sharing(em, sa)
+    if a.time_tolerance <= 0 or a.loss_tolerance <= 0:
+        raise SystemExit("validate_sim: tolerances must be positive")
+    emu, sa = load(a.emulated)
     out = a.out or os.path.join(ROOT, "runs", "validate", os.path.basename(os.path.normpath(a.emulated)))
     os.makedirs(out, exist_ok=True)
-    job = {"nodes": em["nodes"], "servers": sa.servers or em["nodes"], "steps": sa.steps, "evals": sa.evals,
-           "preset": em["preset"], "batch": em["batch"], "warmup": sa.warmup, "eval_batches": 4}
+    efficiency, fit = a.link_efficiency, None
+    if a.fit_from:
+        if os.path.realpath(a.fit_from) == os.path.realpath(a.emulated):
+            raise SystemExit("validate_sim: --fit-from is the study being validated; fit on another study")
+        femu, fsa = load(a.fit_from)
+        errors = {}
+        for eff in [float(x) for x in a.fit_grid.split(",")]:
+            fem = sim_emulation(femu, a, fsa, eff)
+            runs = simulate(femu, fsa, fem, os.path.join(out, "fit", f"eff{eff:g}"), list(femu["configurations"]), [])
+            errors[eff] = [s_r["tokens_per_s"] / e_r["tokens_per_s"] - 1.0 for e_runs, s_runs in runs.values()
+                           for s_, e_r in e_runs.items() for s_r in [s_runs[s_]] if e_r["tokens_per_s"]]
+        efficiency, scored = fit_efficiency(errors)
+        fit = {"from": os.path.abspath(a.fit_from), "grid": scored, "link_efficiency": efficiency}
+        print(f"[validate] link efficiency fitted on {a.fit_from}: {efficiency:g}", flush=True)
+    em = sim_emulation(emu, a, sa, efficiency)
     names = a.configs.split(",") if a.configs else list(emu["configurations"])
-    t_eq, target = emu["equal_time_s"], emu["target_val_loss"]
-    result = {"emulated": os.path.abspath(a.emulated), "command": " ".join(["python"] + sys.argv),
-              "emulation": em, "equal_time_s": t_eq, "target_val_loss": target, "configurations": {}}
-    for name in names:
-        c = emu["configurations"][name]
-        cfg = CONFIGS[name]
-        mult = c["lr_multiplier"]
-        seeds = sorted(int(s) for s in c["curves"])
-        emu_runs, sim_runs = [], []
-        for s in seeds:
-            d = os.path.join(a.emulated, "runs", name, f"lr{mult:g}", f"seed{s}")
-            emu_runs.append(summarize(d, job["nodes"], cfg.get("ring", False)))
-            rd = os.path.join(out, "runs", name, f"seed{s}")
-            if os.path.exists(os.path.join(rd, "sim.json")):  # done before (the simulator is deterministic)
-                r = summarize(rd, job["nodes"], cfg.get("ring", False))
-                with open(os.path.join(rd, "sim.json")) as f:
-                    r["elapsed_s"] = json.load(f)["real_s"]
-            else:
-                r = run_once(name, cfg, em, job, s, c["lr"], rd, backend="sim")
-            if "failed" in r:
-                raise SystemExit(f"validate_sim: {name} seed {s} failed in the simulator ({r['failed']}); log {r['log']}")
-            sim_runs.append(r)
-            print(f"[validate] {name} seed {s}: emulated final {emu_runs[-1]['final_val_loss']:.4f} / "
-                  f"{emu_runs[-1]['wall_s']:.1f} s; simulated {r['final_val_loss']:.4f} / {r['wall_s']:.1f} s "
-                  f"({r['elapsed_s']:.0f} s real)", flush=True)
-        fe, fs_ = figures(emu_runs, t_eq, target), figures(sim_runs, t_eq, target)
-        agree = {k: overlap(fe[k], fs_[k]) for k in
-                 ("val_loss_at_equal_time", "final_val_loss", "time_to_target_s", "tokens_per_s", "wall_s", "staleness_mean")}
+    targets = emu.get("targets") or ([emu["target_val_loss"]] if emu.get("target_val_loss") else [])
+    tols = {"time": a.time_tolerance, "loss": a.loss_tolerance}
+    result = {"emulated": emu["_dir"], "command": " ".join(["python"] + sys.argv), "emulation": em, "fit": fit,
+              "targets": targets, "tolerances": tols, "configurations": {}, "contrasts": []}
+    runs = simulate(emu, sa, em, out, names, targets)
+    values = {}
+    for name, (emu_runs, sim_runs) in runs.items():
+        ve, vs = seed_values(emu_runs, targets), seed_values(sim_runs, targets)
+        values[name] = (ve, vs)
+        checks = {m: check_figure(ve[m], vs[m], figure_kind(m), tols[figure_kind(m)]) for m in ve}
+        agree = {m: overlap(mean_ci95(list(ve[m].values())), mean_ci95(list(vs[m].values()))) for m in ve}
         result["configurations"][name] = {
-            "lr": c["lr"], "seeds": seeds, "emulated": fe, "simulated": fs_, "agree": agree,
-            "curves": {"emulated": [r["curve"] for r in emu_runs], "simulated": [r["curve"] for r in sim_runs]},
-            "sim_real_s": sum(r["elapsed_s"] for r in sim_runs)}
+            "lr": emu["configurations"][name]["lr"], "seeds": sorted(emu_runs), "checks": checks, "agree": agree,
+            "emulated": {m: mean_ci95(list(v.values())) for m, v in ve.items()},
+            "simulated": {m: mean_ci95(list(v.values())) for m, v in vs.items()},
+            "staleness_histogram": {b: hist(r) for b, r in (("emulated", emu_runs), ("simulated", sim_runs))},
+            "curves": {"emulated": [r["curve"] for r in emu_runs.values()],
+                       "simulated": [r["curve"] for r in sim_runs.values()]},
+            "sim_real_s": sum(r.get("elapsed_s", 0) for r in sim_runs.values())}
+    pairs = []
+    for c in emu.get("comparisons", []):
+        if (c["a"], c["b"]) not in pairs and c["a"] in values and c["b"] in values:
+            pairs.append((c["a"], c["b"]))
+    if not pairs:  # an old study: every configuration against the first
+        pairs = [(n, names[0]) for n in names[1:]]
+    for x, y in pairs:
+        for m in values[x][0]:
+            k = figure_kind(m)
+            r = check_contrast(values[x][0][m], values[y][0][m], values[x][1][m], values[y][1][m], k, tols[k])
+            result["contrasts"].append(dict(r, a=x, b=y, metric=m))
+    result["verdict"] = ("fail" if any(c["verdict"] == "fail" for c in all_checks(result)) else
+                         "pass" if any(c["verdict"] == "pass" for c in all_checks(result)) else "n/a")
     with open(os.path.join(out, "validation.json"), "w") as f:
         json.dump(result, f, indent=2)
     print(report(result, out))
     plots(result, out)
 
 
+def hist(runs):
+    h = {}
+    for r in runs.values():
+        for k, c in r["staleness_histogram"].items():
+            h[k] = h.get(k, 0) + c
+    return h
+
+
+def all_checks(res):
+    return [c for cfg in res["configurations"].values() for c in cfg["checks"].values()] + res["contrasts"]
+
+
+def _cell(c):
+    if c["mean"] is None:
+        return "-", "-"
+    f = (lambda x: f"{100 * x:+.1f}%") if c["kind"] == "time" else (lambda x: f"{x:+.4f}")
+    ci = "-" if c["ci95"][0] is None else f"[{f(c['ci95'][0])}, {f(c['ci95'][1])}]"
+    return f(c["mean"]), ci
+
+
 def report(res, out):
+    t = res["tolerances"]
+    fit = res.get("fit")
     L = [f"# Simulator vs emulated cluster: {os.path.basename(res['emulated'])}", "",
          f"Command: `{res['command']}`", "",
          f"Emulated study: `{res['emulated']}` ({res['emulation']['nodes']} nodes). The simulator ran every configuration "
-         "with the same emulation, learning rate and seeds (links: sharing "
+         "with the same emulation, per-node step counts, learning rates and seeds (links: sharing "
          f"{res['emulation'].get('sharing', 'fair')}, {res['emulation'].get('link_efficiency', 1.0):g} x the emulated "
-         f"rate, {res['emulation'].get('latency_us', 50):g} us latency). A figure agrees when the two 95% intervals overlap "
-         f"(Student's t over the seeds). Common time {res['equal_time_s']:.1f} s; target {res['target_val_loss']:.4f} "
-         "(the emulated study's).", "",
-         "| configuration | figure | emulated | simulated | agree |", "|---|---|---|---|---|"]
-    labels = {"val_loss_at_equal_time": "val loss at common time", "final_val_loss": "final val loss",
-              "time_to_target_s": "time to target, s", "tokens_per_s": "tokens/s", "wall_s": "wall time, s",
-              "staleness_mean": "staleness mean"}
-    n_agree = n_all = 0
+         f"rate, {res['emulation'].get('latency_us', 50):g} us latency)"
+         + (f"; the link efficiency was fitted on another study, `{fit['from']}`" if fit else
+            "; no parameter was fitted on these runs by this script") + ".", "",
+         f"Each figure is checked seed by seed: the simulator - emulation difference (relative for times, nats for "
+         f"losses), its mean and 95% interval over the seeds; **pass** when the whole interval lies within "
+         f"+-{100 * t['time']:g}% (times) or +-{t['loss']:g} nats (losses), otherwise **fail**. Contrasts between "
+         "configurations (the pairs the study's report compares) are checked the same way: ratios a / b for times "
+         "(their relative difference), differences a - b for losses. Time to target: the seeds where both backends "
+         "reached it. The last column is the old check (the two backends' 95% intervals overlap), secondary.", "",
+         f"**Verdict: {res['verdict'].upper()}** ({sum(c['verdict'] == 'pass' for c in all_checks(res))} pass, "
+         f"{sum(c['verdict'] == 'fail' for c in all_checks(res))} fail, "
+         f"{sum(c['verdict'] == 'n/a' for c in all_checks(res))} n/a).", "",
+         "| configuration | figure | emulated | simulated | sim - emu (mean) | 95% interval | n | verdict | intervals overlap |",
+         "|---|---|---|---|---|---|---|---|---|"]
     for name, c in res["configurations"].items():
-        for k, label in labels.items():
-            e, s = c["emulated"][k], c["simulated"][k]
-            ok = c["agree"][k]
-            extra = f" ({c['emulated']['reached']}/{len(c['seeds'])} vs {c['simulated']['reached']}/{len(c['seeds'])} reached)" \
-                if k == "time_to_target_s" else ""
-            L.append(f"| {name} | {label} | {fmt_ci(e, 4)} | {fmt_ci(s, 4)}{extra} | "
-                     f"{'-' if ok is None else 'yes' if ok else '**no**'} |")
-            if ok is not None:
-                n_agree += ok
-                n_all += 1
-    L += ["", f"{n_agree} of {n_all} comparable figures agree.", ""]
+        for m, ch in c["checks"].items():
+            mean, ci = _cell(ch)
+            ok = c["agree"].get(m)
+            L.append(f"| {name} | {m} | {fmt_ci(c['emulated'][m], 4)} | {fmt_ci(c['simulated'][m], 4)} | {mean} | {ci} | "
+                     f"{ch['n']} | {'**fail**' if ch['verdict'] == 'fail' else ch['verdict']}"
+                     f"{' (' + ch['why'] + ')' if ch['why'] else ''} | {'-' if ok is None else 'yes' if ok else 'no'} |")
+    L += ["", "## Contrasts between configurations", "",
+          "| a | b | figure | sim - emu (mean) | 95% interval | n | verdict |", "|---|---|---|---|---|---|---|"]
+    for ch in res["contrasts"]:
+        mean, ci = _cell(ch)
+        L.append(f"| {ch['a']} | {ch['b']} | {ch['metric']} | {mean} | {ci} | {ch['n']} | "
+                 f"{'**fail**' if ch['verdict'] == 'fail' else ch['verdict']}{' (' + ch['why'] + ')' if ch['why'] else ''} |")
     text = "\n".join(L) + "\n"
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write(text)
@@ -189,12 +359,12 @@ def plots(res, out):
     fig.tight_layout()
     fig.savefig(os.path.join(out, "val_loss.png"), dpi=100)
     plt.close(fig)
-    ps_names = [n for n in names if any(k != "0" for k in res["configurations"][n]["emulated"]["staleness_histogram"])]
+    ps_names = [n for n in names if any(k != "0" for k in res["configurations"][n]["staleness_histogram"]["emulated"])]
     if ps_names:
         fig, axes = plt.subplots(1, len(ps_names), figsize=(3.2 * len(ps_names), 3.0), squeeze=False)
         for ax, name in zip(axes[0], ps_names):
             for backend, marker in (("emulated", "o"), ("simulated", "x")):
-                h = res["configurations"][name][backend]["staleness_histogram"]
+                h = res["configurations"][name]["staleness_histogram"][backend]
                 tot = sum(h.values()) or 1
                 ks = sorted(h, key=int)
                 ax.plot([int(k) for k in ks], [h[k] / tot for k in ks], marker=marker, label=backend)

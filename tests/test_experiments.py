@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.join(ROOT, "experiments"))
 import method  # noqa: E402
 import scenario  # noqa: E402
 import study  # noqa: E402
+import validate_sim  # noqa: E402
 import stats  # noqa: E402
 from stats import mean_ci95, separated, t975  # noqa: E402
 
@@ -279,6 +280,87 @@ class Method(unittest.TestCase):
         self.assertIn("Not resolved", method.sentence(cs2[0]))
 
 
+class SimValidation(unittest.TestCase):
+    """validate_sim's checks on hand-computed paired differences: they can fail."""
+
+    def test_a_figure_passes_only_inside_its_tolerance(self):
+        emu = {"0": 10.0, "1": 20.0, "2": 30.0}
+        r = validate_sim.check_figure(emu, {"0": 10.2, "1": 20.4, "2": 30.6}, "time", 0.05)  # +2% every seed
+        self.assertEqual(r["verdict"], "pass")
+        self.assertAlmostEqual(r["mean"], 0.02)
+        # +2%, +5%, +1%: mean 2.667%, sd 2.0817%, half width 4.3027 x 2.0817% / sqrt(3) = 5.1714%
+        r = validate_sim.check_figure(emu, {"0": 10.2, "1": 21.0, "2": 30.3}, "time", 0.05)
+        self.assertAlmostEqual(r["mean"], 0.08 / 3)
+        self.assertAlmostEqual(r["ci95"][1], 0.08 / 3 + 0.051714, places=5)
+        self.assertEqual((r["verdict"], r["why"]), ("fail", "the interval is wider than the tolerance"))
+        # A 25% error in time to target fails (the old interval-overlap check could pass it).
+        r = validate_sim.check_figure(emu, {"0": 12.5, "1": 25.0, "2": 37.5}, "time", 0.05)
+        self.assertEqual((r["verdict"], r["why"]), ("fail", "the mean difference is outside the tolerance"))
+        r = validate_sim.check_figure({"0": 3.0, "1": 3.1}, {"0": 3.01, "1": 3.11}, "loss", 0.03)  # +0.01 nats
+        self.assertEqual(r["verdict"], "pass")
+        self.assertEqual(validate_sim.check_figure({"0": 3.0}, {"0": 3.0}, "loss", 0.03)["verdict"], "n/a")
+        r = validate_sim.check_figure({"0": 5.0, "1": None, "2": 6.0}, {"0": 5.0, "1": 4.0, "2": None}, "time", 0.05)
+        self.assertEqual(r["n"], 1)  # only seeds both backends have (reached)
+
+    def test_contrasts_between_configurations(self):
+        emu_a, emu_b = {"0": 10.0, "1": 12.0, "2": 11.0}, {"0": 20.0, "1": 24.0, "2": 22.0}
+        # Both configurations 10% slower in the simulator: each figure fails, their ratio (0.5) holds.
+        sim_a = {k: 1.1 * v for k, v in emu_a.items()}
+        sim_b = {k: 1.1 * v for k, v in emu_b.items()}
+        self.assertEqual(validate_sim.check_figure(emu_a, sim_a, "time", 0.05)["verdict"], "fail")
+        self.assertEqual(validate_sim.check_contrast(emu_a, emu_b, sim_a, sim_b, "time", 0.05)["verdict"], "pass")
+        # The simulator reverses the effect (a is twice b instead of half): fails.
+        r = validate_sim.check_contrast(emu_a, emu_b, emu_b, emu_a, "time", 0.05)
+        self.assertAlmostEqual(r["mean"], 3.0)  # (2 / 0.5) - 1
+        self.assertEqual(r["verdict"], "fail")
+        # Losses: the difference of differences, in nats.
+        la, lb = {"0": 3.0, "1": 3.2}, {"0": 3.1, "1": 3.3}
+        r = validate_sim.check_contrast(la, lb, {"0": 3.05, "1": 3.25}, {"0": 3.1, "1": 3.3}, "loss", 0.03)
+        self.assertAlmostEqual(r["mean"], 0.05)
+        self.assertEqual(r["verdict"], "fail")
+
+    def test_the_link_efficiency_fit(self):
+        eff, scored = validate_sim.fit_efficiency({0.8: [0.1, -0.1], 0.9: [0.02, -0.01], 1.0: [0.2, 0.3]})
+        self.assertEqual(eff, 0.9)
+        self.assertAlmostEqual(scored[0.9], 0.015)
+
+    def test_main_on_a_recorded_study(self):
+        """validate_sim end to end on the run-free study of Orchestration, the simulator replaced by the
+        emulated runs 1% faster: every time figure passes at 5%, and fitting on the study itself is refused."""
+        s, a = Orchestration().study([])
+
+        def fake_summarize(d, nodes, ring, deferred=False):
+            name, seed = d.split(os.sep)[-3], d.rstrip(os.sep).split("seed")[-1]
+            cv = s["configurations"][name]["curves"][seed]
+            return {"curve": cv, "final_val_loss": cv[-1]["val_loss"], "tokens_per_s": 1000.0 + int(seed),
+                    "wall_s": 6.0, "tokens": 2000, "staleness_histogram": {"0": 1}}
+
+        def fake_run_once(name, cfg, em, job, seed, lr, out, *x, **kw):
+            r = fake_summarize(os.path.join("x", name, "lr1", f"seed{seed}"), 2, False)
+            return dict(r, tokens_per_s=r["tokens_per_s"] * 1.01, elapsed_s=0.0)
+
+        real = validate_sim.summarize, validate_sim.run_once, sys.argv
+        validate_sim.summarize, validate_sim.run_once = fake_summarize, fake_run_once
+        try:
+            val = mkdtemp()
+            sys.argv = ["validate_sim.py", "--emulated", a.out, "--out", val]
+            with contextlib.redirect_stdout(io.StringIO()):
+                validate_sim.main()
+            with open(os.path.join(val, "validation.json")) as f:
+                v = json.load(f)
+            self.assertEqual(v["verdict"], "pass")
+            tps = v["configurations"]["asp"]["checks"]["tokens_per_s"]
+            self.assertAlmostEqual(tps["mean"], 0.01)
+            self.assertEqual(tps["verdict"], "pass")
+            self.assertEqual({(c["a"], c["b"]) for c in v["contrasts"]}, {("asp", "ring")})
+            sys.argv = ["validate_sim.py", "--emulated", a.out, "--out", val, "--fit-from", a.out]
+            with self.assertRaises(SystemExit) as e:
+                validate_sim.main()
+            self.assertIn("fit on another study", str(e.exception))
+        finally:
+            validate_sim.summarize, validate_sim.run_once, sys.argv = real
+
+
 class TimeToTarget(unittest.TestCase):
     def test_linear_between_points_and_none_when_not_reached(self):
         curve = [{"t": 0.0, "val_loss": 3.0}, {"t": 10.0, "val_loss": 2.0}, {"t": 20.0, "val_loss": 1.0}]
@@ -524,10 +606,11 @@ class Smoke(unittest.TestCase):
             self.assertIn("cpu_util", c)
             curve = c["curves"]["0"]
             self.assertGreaterEqual(len(curve), 3)
-            # Every configuration is evaluated at the same global token counts.
-            pts = [p["tokens"] for p in curve]
-            tokens = tokens or pts
-            self.assertEqual(pts, tokens, n)
+            # Under a token budget every configuration is evaluated as often (at the same global token
+            # counts, crossed by each job's own steps, and at its end).
+            if s["budget"]["kind"] == "tokens":
+                tokens = tokens or len(curve)
+                self.assertEqual(len(curve), tokens, n)
         for cmp in s["comparisons"]:
             self.assertEqual(set(cmp) >= {"a", "b", "metric", "mean_diff", "ci95", "p", "p_holm", "resolved"}, True)
         self.assertEqual(len(s["comparisons"]), (len(names) - 1) * 4)  # vs the baseline: loss, tokens/s, 2 targets
@@ -555,9 +638,12 @@ class Smoke(unittest.TestCase):
         with open(os.path.join(val, "validation.json")) as f:
             v = json.load(f)
         self.assertEqual(set(v["configurations"]), {"ring", "asp", "bsp_backup"})
+        self.assertIn(v["verdict"], ("pass", "fail", "n/a"))
         for c in v["configurations"].values():
             self.assertEqual(len(c["curves"]["simulated"]), 2)
-            self.assertIn(c["agree"]["final_val_loss"], (True, False))
+            for m in ("end_s", "tokens_per_s", "val_loss_at_budget", "time_to_target_s@5.4"):
+                self.assertIn(c["checks"][m]["verdict"], ("pass", "fail", "n/a"))
+        self.assertEqual({(x["a"], x["b"]) for x in v["contrasts"]}, {("asp", "ring"), ("bsp_backup", "ring")})
         # The ring's evaluations fall on the same steps in both backends (the simulator plays the
         # same run), and its simulated losses are close to the emulated ones: the same model, data
         # and updates, summed in another order.
