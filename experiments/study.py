@@ -451,6 +451,9 @@ def rebuild(out, from_runs=False, targets=None):
     every run's metrics first."""
     with open(os.path.join(out, "summary.json")) as f:
         summary = json.load(f)
+    if any("per_seed" not in c for c in summary["configurations"].values()):
+        raise BadInput(f"{out}/summary.json is an old-method study (no per-seed values): its report cannot be rebuilt "
+                       "with the paired method; re-run the study")
     if targets is not None:
         summary["targets"] = method.check_targets(targets, summary["emulation"]["preset"])
     nodes = summary["emulation"]["nodes"]
@@ -481,7 +484,8 @@ def write_report(summary, out):
     cfgs = summary["configurations"]
     targets = summary.get("targets") or []
     ho = summary.get("held_out", {})
-    budget = (f"equal token budget: {b['value']:.0f} tokens per job" if b["kind"] == "tokens" else
+    budget = (f"equal token budget: {b['value']:.0f} tokens per job (every node of every configuration does the same "
+              "steps, a straggler included)" if b["kind"] == "tokens" else
               f"equal wall-time budget: {b['value']:g} s (each node's steps from a {len(summary.get('calibration', {}))}"
               "-configuration calibration of its step time)")
     L = [f"# {summary['title']}", "", f"Command: `{summary['command']}`", "", f"Emulation: {describe(em)}.", "",
