@@ -60,9 +60,17 @@ TRAINER_FLAGS = {
     "defer": ["--eval.defer={}"],                  # evaluate snapshots of the shipped weights after training
     "every_tokens": ["--eval.every_tokens={}"],    # evaluate when the job's global tokens cross multiples of this
     "warmup_frac": ["--schedule.warmup_frac={}"],  # warmup as a fraction of train.steps
-    "overlap": ["--emulate.overlap={}"],           # the pacer releases gradient buckets at modelled times
+    "overlap": ["--emulate.overlap={}"],           # the pacer releases gradient regions at modelled times
 }
-RING_OVERLAP_FLAGS = ["--dist.overlap={}"]         # the ring's bucket all-reduce during backward (DDP's overlap)
+# With overlap on, what each mode needs besides --emulate.overlap=true (the trainer refuses it otherwise,
+# worker/train/run_config.cpp): the ring reduces buckets during backward (dist.overlap) and clips the
+# job's gradient, not each node's (clip_scope=node needs the whole gradient first); parameter servers
+# push each shard's part as backward finishes it (ps_push_in_backward), which needs clipping off. So
+# that every mode clips alike, no mode clips (optim.grad_clip=0) when the study runs with overlap.
+# Local SGD sends nothing during backward: it runs without emulate.overlap (clipping off too).
+OVERLAP_MODE_FLAGS = {"ring": ["--dist.overlap=true", "--dist.clip_scope=job", "--optim.grad_clip=0"],
+                      "ps": ["--dist.ps_push_in_backward=true", "--optim.grad_clip=0"],
+                      "local_sgd": ["--optim.grad_clip=0"]}
 # Study defaults (docs/STUDY.md, Method): 512 windows = 65,536 tokens at block 128.
 STUDY_DEFAULTS = {"val_windows": 512, "defer": True, "overlap": True, "warmup_frac": 0.05}
 # Fields of an evaluation record the tooling reads beyond step/time_s/val_loss (absent in old runs).
@@ -93,7 +101,16 @@ def budget(cfg, em, job):
     return job["steps"], None
 
 
-def worker_flags(job, seed, lr, steps, ring=False):
+def sync_every(cfg):
+    """A configuration's local-SGD period H (1: per-step synchronization), from its worker flags."""
+    h = 1
+    for f in cfg.get("worker", []):
+        if f.startswith("--dist.sync_every="):
+            h = int(f.split("=", 1)[1])
+    return h
+
+
+def worker_flags(job, seed, lr, steps, ring=False, local_sgd=False, paced=True):
     """The worker's flags of one run, the same on the emulated cluster and in the simulator. A job
     with the study method's keys (TRAINER_FLAGS: val_windows, defer, every_tokens, warmup_frac,
     overlap) passes them; without them (old callers) the old flags: eval.every steps, eval.batches,
@@ -117,14 +134,15 @@ def worker_flags(job, seed, lr, steps, ring=False):
         flags += _flags("defer", job["defer"])
     flags += ["--eval.sample_tokens=0", "--checkpoint.every=0", "--dist.check_every=0",
               f"--data.cache_dir={ROOT}/data/cache"]
-    if job.get("overlap") is not None:
-        # Every mode with its overlap as users would run it: the pacer releases buckets at modelled
-        # times in the modelled backward (ring buckets reduce, ps pushes leave), the ring overlaps.
-        flags += _flags("overlap", job["overlap"])
-        if ring:
-            flags += [f.format(_flag_value(job["overlap"])) for f in RING_OVERLAP_FLAGS]
-    else:
-        flags.append("--dist.overlap=false")  # old method: no mode overlaps communication with compute
+    if job.get("overlap"):
+        # Every mode with its overlap as users would run it: the pacer releases gradient regions at
+        # modelled times in the modelled backward (ring buckets reduce, ps pushes leave).
+        mode = "local_sgd" if local_sgd else "ring" if ring else "ps"
+        flags += _flags("overlap", paced and not local_sgd) + OVERLAP_MODE_FLAGS[mode]
+        return flags
+    if job.get("overlap") is False:
+        flags += _flags("overlap", False)
+    flags.append("--dist.overlap=false")  # no mode overlaps communication with compute
     # Like for like: parameter servers combine gradients that each node clipped on its own,
     # so the ring clips each node's gradient before the nodes combine too.
     return flags + ["--dist.clip_scope=node"]
@@ -149,7 +167,8 @@ def cluster_command(cfg, em, job, seed, lr, out, trace=False):
         cmd += ["--netns", "--link-gbit", f"{em['link_gbit']:.6g}"]
     if trace:
         cmd += ["--trace"]  # every process's timeline, merged into OUT/trace.json
-    return cmd + ["--"] + worker_flags(job, seed, lr, steps, cfg.get("ring", False)) + cfg.get("worker", [])
+    return cmd + ["--"] + worker_flags(job, seed, lr, steps, cfg.get("ring", False), sync_every(cfg) > 1,
+                                       em["step_time_s"] > 0) + cfg.get("worker", [])
 
 
 # local_cluster.sh's server flags and the [ps] fields syncopate-sim takes for them.
@@ -185,7 +204,8 @@ def sim_command(cfg, em, job, seed, lr, out):
         cmd += [f"--sim.latency_us={em['latency_us']:g}"]
     if em.get("sharing"):
         cmd += [f"--sim.sharing={em['sharing']}"]
-    return cmd + worker_flags(job, seed, lr, steps, cfg.get("ring", False)) + cfg.get("worker", [])
+    return cmd + worker_flags(job, seed, lr, steps, cfg.get("ring", False), sync_every(cfg) > 1,
+                              em["step_time_s"] > 0) + cfg.get("worker", [])
 
 
 def calibrate(preset, batch, out):

@@ -157,6 +157,25 @@ def time_budget_plan(name, budget_s, step_times, slow_nodes, synchronous, evals)
             "expected_end_s": {g: steps[g] * groups[g] for g in steps}}
 
 
+def whole_rounds(name, plan, h, evals):
+    """A local-SGD configuration (H inner steps per synchronization) must end on a synchronization
+    (the trainer refuses train.steps not a multiple of H): its step counts are rounded down to
+    whole rounds. Refused by name when that leaves fewer steps than max(H, evaluations)."""
+    if h <= 1:
+        return plan
+    out = dict(plan)
+    for key in ("steps", "slow_steps"):
+        if out.get(key) is not None:
+            out[key] = out[key] - out[key] % h
+            if out[key] < max(h, evals):
+                raise BadInput(f"{name}: the budget gives {plan[key]} steps, {out[key]} in whole rounds of "
+                               f"H = {h}, fewer than max(H, {evals} evaluations); raise the budget")
+    if out.get("slow_steps") == out.get("steps"):
+        out["slow_steps"] = None
+    out["rounded_to_h"] = h
+    return out
+
+
 def job_tokens(plan, nodes, slow_nodes, per_node_step):
     """The job's total tokens under a plan (fast nodes x steps + stragglers x slow_steps)."""
     n_slow = len([i for i in range(nodes) if i in slow_nodes])

@@ -17,7 +17,7 @@ import sys
 import method
 import scenario as scen
 from cluster_runs import (CPU_LIMIT, OVERRUN_LIMIT, PRESETS, ROOT, STUDY_DEFAULTS, TRAINER_FLAGS, calibrate,
-                          read_jsonl, run_once, server_stats, summarize)
+                          read_jsonl, run_once, server_stats, summarize, sync_every)
 from method import BadInput, time_to_target  # noqa: F401  (time_to_target: validate_sim, crossover)
 from stats import fmt_ci, mean_ci95
 from plotting import pyplot
@@ -291,6 +291,7 @@ def run_study(configs, a, title, command, pairs=()):
         value = getattr(a, "token_budget", None) or a.steps * em["nodes"] * per_step
         plan = method.token_budget_plan(value, em["nodes"], em["batch"], em["preset"], a.evals)
         plans = {n: dict(plan) for n in names}
+    plans = {n: method.whole_rounds(n, p, sync_every(configs[n]), a.evals) for n, p in plans.items()}
     totals = {n: method.job_tokens(p, em["nodes"], slow_nodes, per_step) for n, p in plans.items()}
     job["every_tokens"] = method.every_tokens(list(totals.values()), a.evals)
     job["steps"] = max(p["steps"] for p in plans.values())

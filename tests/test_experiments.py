@@ -176,6 +176,36 @@ class Method(unittest.TestCase):
         with self.assertRaises(SystemExit):
             method.time_budget_plan("asp", 60.0, [0.3, None], [], synchronous=False, evals=1)
 
+    def test_local_sgd_budgets_end_on_a_synchronization(self):
+        p = method.whole_rounds("diloco10", {"steps": 197, "slow_steps": 66}, 10, 3)
+        self.assertEqual((p["steps"], p["slow_steps"]), (190, 60))
+        self.assertEqual(method.whole_rounds("ring", {"steps": 197, "slow_steps": None}, 1, 3)["steps"], 197)
+        with self.assertRaises(SystemExit) as e:
+            method.whole_rounds("diloco50", {"steps": 120, "slow_steps": 40}, 50, 3)  # the straggler: 0 rounds
+        self.assertIn("diloco50", str(e.exception))
+        import cluster_runs
+        self.assertEqual(cluster_runs.sync_every({"worker": ["--dist.sync_every=50", "--x=1"]}), 50)
+        self.assertEqual(cluster_runs.sync_every({"cluster": []}), 1)
+
+    def test_overlap_flags_follow_the_mode(self):
+        import cluster_runs
+        job = {"preset": "tiny", "batch": 8, "steps": 10, "evals": 2, "warmup": 1, "eval_batches": 4,
+               "val_windows": 512, "defer": True, "overlap": True, "warmup_frac": 0.05, "every_tokens": 100}
+        ring = cluster_runs.worker_flags(job, 0, 1e-3, 10, ring=True)
+        ps = cluster_runs.worker_flags(job, 0, 1e-3, 10)
+        local = cluster_runs.worker_flags(job, 0, 1e-3, 10, ring=True, local_sgd=True)
+        for f in ("--emulate.overlap=true", "--dist.overlap=true", "--dist.clip_scope=job", "--optim.grad_clip=0"):
+            self.assertIn(f, ring)
+        for f in ("--emulate.overlap=true", "--dist.ps_push_in_backward=true", "--optim.grad_clip=0"):
+            self.assertIn(f, ps)
+        self.assertIn("--emulate.overlap=false", local)  # local SGD sends nothing during backward
+        for f in ("--eval.val_windows=512", "--eval.defer=true", "--eval.every_tokens=100",
+                  "--schedule.warmup_frac=0.05"):
+            self.assertIn(f, ring)
+        off = cluster_runs.worker_flags(dict(job, overlap=False), 0, 1e-3, 10, ring=True)
+        self.assertIn("--dist.overlap=false", off)
+        self.assertIn("--dist.clip_scope=node", off)
+
     def test_step_times_and_evaluation_spacing(self):
         recs = [[{"step": k, "time_s": 0.5 * k, "tokens_per_s": 1.0} for k in range(1, 11)],
                 [{"step": k, "time_s": 0.25 * k, "tokens_per_s": 1.0} for k in range(1, 11)] + [{"val_loss": 3.0}],
