@@ -277,12 +277,16 @@ def run_study(configs, a, title, command, pairs=()):
         cal_job = dict(job, steps=a.calibration_steps, every_tokens=None, evals=1)
         for n in names:
             d = os.path.join(a.out, "calibration", n)
-            cfg = dict(configs[n], steps=a.calibration_steps, slow_steps=None)
-            r = run_once(n, cfg, em, cal_job, tseeds[0], a.base_lr, d, 1.0, 1.0, backend=em["backend"])
+            # Local SGD: two rounds, timed over the second (H steps with their one synchronization).
+            h = sync_every(configs[n])
+            steps, skip = (a.calibration_steps, 3) if h == 1 else (2 * h, h - 1)
+            cfg = dict(configs[n], steps=steps, slow_steps=None)
+            r = run_once(n, cfg, em, dict(cal_job, steps=steps), tseeds[0], a.base_lr, d, 1.0, 1.0,
+                         backend=em["backend"])
             if "failed" in r:
                 raise BadInput(f"the calibration run of {n} failed ({r['failed']}); log {r['log']}")
             times = method.node_step_times([read_jsonl(os.path.join(d, f"node{i}", "metrics.jsonl"))
-                                            for i in range(em["nodes"])])
+                                            for i in range(em["nodes"])], skip=skip)
             calibrations[n] = times
             synchronous = not configs[n].get("elastic")
             plans[n] = method.time_budget_plan(n, value, times, slow_nodes, synchronous, a.evals)
