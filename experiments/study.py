@@ -297,6 +297,8 @@ def run_study(configs, a, title, command, pairs=()):
         plans = {n: dict(plan) for n in names}
     plans = {n: method.whole_rounds(n, p, sync_every(configs[n]), a.evals) for n, p in plans.items()}
     totals = {n: method.job_tokens(p, em["nodes"], slow_nodes, per_step) for n, p in plans.items()}
+    for n in plans:
+        plans[n]["job_tokens"] = totals[n]
     job["every_tokens"] = method.every_tokens(list(totals.values()), a.evals)
     job["steps"] = max(p["steps"] for p in plans.values())
     for n, p in plans.items():
@@ -446,6 +448,13 @@ def conclusions(summary):
             if t["edge"]:
                 lines.append(f"{k}: the {what} pick {t['pick']:g}x is still on the {t['edge']} edge of the grid after "
                              f"{t['extended']} extension(s): under-tuned.")
+    b = summary.get("budget", {})
+    if b.get("kind") == "time":  # the fitted schedules should end at the budget: say where one did not
+        for k, c in cfgs.items():
+            for ps in c["per_seed"]:
+                if ps.get("end_s") is not None and abs(ps["end_s"] - b["value"]) > 0.1 * b["value"]:
+                    lines.append(f"{k} seed {ps['seed']}: its last evaluation is at {ps['end_s']:.1f} s, more than 10% "
+                                 f"from the {b['value']:g} s budget (the calibrated step time did not hold).")
     lines += [method.sentence(c) for c in summary.get("comparisons", [])]
     return lines
 

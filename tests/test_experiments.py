@@ -487,6 +487,9 @@ class Orchestration(unittest.TestCase):
         self.assertIn("Resolved: ring is better", text)
         self.assertIn("reached the target 2.9 in 0 of 3 seeds", text)
         self.assertIn("fewer than 2 paired seeds", text)  # time to 2.9: no seed reached it on both sides
+        # The model's asp curve ends at 4 s of a 6 s budget: named (ring's ends at 6 s: not).
+        self.assertIn("asp seed 0: its last evaluation is at 4.0 s", text)
+        self.assertNotIn("ring seed 0: its last evaluation", text)
         self.assertNotIn("\u2248", text)
         # The report can be rebuilt from summary.json with other targets declared afterwards.
         text2 = study.rebuild(a.out, targets=[4.0])
