@@ -344,6 +344,9 @@ def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_c
     cmd = sim_command(cfg, em, job, seed, lr, out) if sim else cluster_command(cfg, em, job, seed, lr, out, trace)
     os.makedirs(out, exist_ok=True)
     log = os.path.join(out, "cluster.log")
+    binary = cmd[0] if sim else os.path.join(ROOT, "build", "bin", "syncopate-worker")
+    if not os.path.exists(binary) and not os.environ.get("SYNCOPATE_WORKER"):
+        return {"failed": f"{binary} is not built (scripts/build.sh)", "log": log}
     with open(os.path.join(out, "command.txt"), "w") as f:
         f.write(" ".join(cmd) + "\n")
     t0 = time.time()
