@@ -6,15 +6,17 @@ modes: runs of scripts/smoke_local_sgd.sh with several seeds (OUT/s<seed>/<confi
 For every configuration: the final validation loss (mean over nodes, then over seeds, with the 95%
 interval over seeds), the bytes all nodes sent, and a plot OUT/loss_vs_bytes.png of each
 evaluation's mean validation loss against the bytes sent up to that step (log scale). Writes
-OUT/loss_vs_bytes.json and prints a markdown table. Conclusions are drawn only where intervals
-separate (experiments/stats.py)."""
+OUT/loss_vs_bytes.json and prints a markdown table. Every pair of configurations is compared seed
+by seed (paired t over the seeds both have, Holm-corrected across the pairs: experiments/method.py);
+a pair is resolved only where its Holm p < 0.05, otherwise "not resolved"."""
 import glob
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from stats import fmt_ci, mean_ci95, separated  # noqa: E402
+import method  # noqa: E402
+from stats import fmt_ci, mean_ci95  # noqa: E402
 
 
 def curve(run_dir):
@@ -43,24 +45,25 @@ def main(argv):
         {c for s in seeds for c in os.listdir(os.path.join(out, s)) if os.path.isdir(os.path.join(out, s, c))})
     result = {}
     for c in configs:
-        curves = [curve(os.path.join(out, s, c)) for s in seeds]
-        curves = [k for k in curves if k]
+        by_seed = {s: curve(os.path.join(out, s, c)) for s in seeds}
+        by_seed = {s: k for s, k in by_seed.items() if k}
+        curves = list(by_seed.values())
         if not curves:
             continue
         result[c] = {"seeds": len(curves), "final_val_loss": mean_ci95([k[-1][1] for k in curves]),
-                     "bytes_mb": mean_ci95([k[-1][0] / 1e6 for k in curves]), "curves": curves}
+                     "bytes_mb": mean_ci95([k[-1][0] / 1e6 for k in curves]), "curves": curves,
+                     "per_seed": [{"seed": s, "final_val_loss": k[-1][1]} for s, k in by_seed.items()]}
+    names = list(result)
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    comparisons = method.comparisons(result, pairs, ["final_val_loss"])
     with open(os.path.join(out, "loss_vs_bytes.json"), "w") as f:
-        json.dump(result, f, indent=1)
+        json.dump({"configurations": result, "comparisons": comparisons}, f, indent=1)
     print("| configuration | seeds | final val loss (95% CI) | bytes sent, all nodes (MB) |")
     print("|---|---|---|---|")
     for c, r in result.items():
         print(f"| {c} | {r['seeds']} | {fmt_ci(r['final_val_loss'], 4)} | {r['bytes_mb']['mean']:.1f} |")
-    names = list(result)
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            fa, fb = result[a]["final_val_loss"], result[b]["final_val_loss"]
-            verdict = "separate" if separated(fa, fb) else "overlap (no conclusion)"
-            print(f"- {a} vs {b}: {fa['mean']:.3f} vs {fb['mean']:.3f}: intervals {verdict}")
+    for c in comparisons:
+        print(f"- {method.sentence(c)}")
     try:
         import matplotlib
         matplotlib.use("Agg")
