@@ -15,8 +15,9 @@ loss (time to target) or at a simulated time limit of --limit x the ring's time 
 Runs are cached under OUT/runs/, so the script can be called again with other cells (fewer seeds
 for large N, say) and the map is redrawn from everything run so far. Configurations are compared
 seed by seed (the same seed gives every configuration the same initialization, data order and
-jitter draws): one is resolved behind the first when the paired difference's 95% interval lies
-above 0, otherwise the map says they are not resolved apart.
+jitter draws): one is resolved behind the first when the paired difference is above 0 with a
+Holm-corrected p < 0.05 (paired t over the seeds, Holm across the cell's comparisons with the
+winner), otherwise the map says they are not resolved apart.
 
 Writes OUT/crossover.json, OUT/report.md, OUT/crossover_N<n>.png heatmaps and OUT/ttt_vs_n.png.
 """
@@ -29,7 +30,8 @@ import sys
 import time
 
 from cluster_runs import ROOT, read_jsonl
-from stats import fmt_ci, mean_ci95
+from stats import fmt_ci, holm, mean_ci95
+from stats import paired as stats_paired
 from study import time_to_target
 from plotting import pyplot
 
@@ -113,22 +115,23 @@ def collect(out):
 
 def paired(cell, w, other):
     """`other` minus the winner `w`, seed by seed (same initialization, data order and jitter draws: a
-    paired comparison), as a mean with its 95% interval; a seed where `other` missed the
-    target counts at the time limit it ran to."""
+    paired comparison), as a mean with its 95% interval and the paired t test's two-sided p; a seed
+    where `other` missed the target counts at the time limit it ran to (a lower bound of its time)."""
     tw = {r["seed"]: r["time_to_target_s"] for r in cell[w]}
     d = []
     for r in cell[other]:
         if r["seed"] in tw and tw[r["seed"]] is not None:
             t = r["time_to_target_s"] if r["time_to_target_s"] is not None else r["simulated_s"]
             d.append(t - tw[r["seed"]])
-    return mean_ci95(d)
+    return dict(mean_ci95(d), p=stats_paired(dict(enumerate(d)), {i: 0.0 for i in range(len(d))})["p"])
 
 
 def judge(cell):
     """The winner of a cell: lowest mean time to target among configurations that reached it in
     every seed. Another configuration is resolved behind it when their paired difference (seed by
-    seed; a missed target counts at the time limit) has a 95% interval above 0, else tied with it;
-    the cell is resolved when none is tied."""
+    seed; a missed target counts at the time limit) is above 0 with a Holm-corrected p < 0.05 (Holm
+    across the cell's comparisons with the winner), else tied with it; the cell is resolved when
+    none is tied."""
     stats = {}
     for name, rs in cell.items():
         t = [r["time_to_target_s"] for r in rs]
@@ -142,7 +145,10 @@ def judge(cell):
     if not others:
         return {"winner": w, "resolved": False, "stats": stats, "seeds": seeds}
     diffs = {k: paired(cell, w, k) for k in others}
-    behind = [k for k in others if diffs[k]["n"] >= 2 and diffs[k]["ci95"][0] > 0]
+    for k, ph in zip(others, holm([diffs[k]["p"] for k in others])):
+        diffs[k]["p_holm"] = ph
+    behind = [k for k in others if diffs[k]["n"] >= 2 and diffs[k]["mean"] > 0 and diffs[k]["p_holm"] is not None
+              and diffs[k]["p_holm"] < 0.05]
     tied = [k for k in others if k not in behind]  # not resolved behind the winner at these seeds
     return {"winner": w, "resolved": not tied, "tied": tied, "behind": behind,
             "stats": stats, "seeds": seeds, "paired_vs_winner": diffs}
@@ -200,7 +206,7 @@ def report(res, out):
          "the crossing placed linearly between evaluations. First: lowest mean simulated time to target among "
          "configurations that reached it in every seed. Another is resolved behind it when their difference, paired "
          "seed by seed (same initialization, data order and jitter draws; a missed target counts at the time limit), "
-         "has a 95% interval above 0; otherwise it is not resolved behind it at these seeds.", "",
+         "is above 0 with a Holm-corrected p < 0.05 (paired t, Holm across the cell); otherwise it is not resolved behind it at these seeds.", "",
          "| N | ratio r | slowdown s | seeds | first | not resolved behind it | resolved behind it | time to target per configuration, s (reached) |",
          "|---|---|---|---|---|---|---|---|"]
     for c in res["cells"]:

@@ -391,6 +391,22 @@ class SimValidation(unittest.TestCase):
             validate_sim.summarize, validate_sim.run_once, sys.argv = real
 
 
+class Crossover(unittest.TestCase):
+    def test_behind_the_winner_only_with_a_holm_corrected_paired_test(self):
+        import crossover
+        cell = {"ring": [{"seed": k, "time_to_target_s": 10.0 + k, "simulated_s": 30.0} for k in range(3)],
+                # ring + 2.0, 2.1, 2.2 seed by seed: resolved behind (t = 36.4, df 2: p = 0.00075, Holm x 2)
+                "asp": [{"seed": k, "time_to_target_s": 12.0 + 1.1 * k, "simulated_s": 30.0} for k in range(3)],
+                # ring + 0.5, -1, 1: not resolved
+                "bsp": [{"seed": k, "time_to_target_s": [10.5, 10.0, 13.0][k], "simulated_s": 30.0} for k in range(3)]}
+        j = crossover.judge(cell)
+        self.assertEqual((j["winner"], j["behind"], j["tied"]), ("ring", ["asp"], ["bsp"]))
+        d = j["paired_vs_winner"]["asp"]
+        t = 2.1 / (0.1 / math.sqrt(3))
+        self.assertAlmostEqual(d["p"], 1 - t / math.sqrt(2 + t * t), places=8)  # df 2 closed form
+        self.assertAlmostEqual(d["p_holm"], 2 * d["p"])
+
+
 class TimeToTarget(unittest.TestCase):
     def test_linear_between_points_and_none_when_not_reached(self):
         curve = [{"t": 0.0, "val_loss": 3.0}, {"t": 10.0, "val_loss": 2.0}, {"t": 20.0, "val_loss": 1.0}]
