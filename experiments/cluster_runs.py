@@ -251,21 +251,10 @@ def server_stats(out):
 
 
 def eval_records(metrics):
-    """The evaluation records of a run, one per evaluation point: node 0's; with the study method's
-    records (eval_of "outer" or "servers": the job's shipped weights, whichever node wrote them)
-    those of every node, one per global token count, in time order."""
-    evals = [m for m in metrics[0] if "val_loss" in m]
-    if any(m.get("eval_of") in ("outer", "servers") for ms in metrics for m in ms if "val_loss" in m):
-        seen, evals = set(), []
-        for ms in metrics:
-            for m in ms:
-                if "val_loss" in m and m.get("eval_of") in ("outer", "servers"):
-                    key = m.get("global_tokens", (m.get("step"), m.get("time_s")))
-                    if key not in seen:
-                        seen.add(key)
-                        evals.append(m)
-        evals.sort(key=lambda m: (m.get("time_s", 0.0), m.get("global_tokens", 0)))
-    return evals
+    """The evaluation records of a run: node 0's, in the order written. (Every node may evaluate the
+    shipped weights, eval_of "servers"/"outer", at its own moments; node 0's are the study's, and at
+    the end of a complete run node 0 scores the job's final weights.)"""
+    return [m for m in metrics[0] if "val_loss" in m]
 
 
 def summarize(out, nodes, ring, deferred=False):

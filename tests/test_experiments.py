@@ -537,6 +537,28 @@ class Summarize(unittest.TestCase):
             with open(os.path.join(out, f"node{node}", "metrics.jsonl"), "w") as f:
                 f.write("\n".join(json.dumps(r) for r in recs) + "\n")
 
+    def test_deferred_evaluation_records_of_the_shipped_weights(self):
+        import cluster_runs
+        out = mkdtemp()
+        self.write(out, False)
+        with open(os.path.join(out, "node0", "metrics.jsonl"), "a") as f:  # a deferred record, scored after training
+            f.write(json.dumps({"step": 2, "val_loss": 2.5, "unix_s": 12.2, "time_s": 2.0, "tokens": 200,
+                                "global_tokens": 400, "eval_of": "servers", "val_tokens": 65536, "val_set": "ab12",
+                                "eval_s": 0.3, "deferred": True}) + "\n")
+        r = cluster_runs.summarize(out, 2, ring=False)
+        last = r["curve"][-1]
+        # time_s is on the training clock already: its eval_s (0.3, the snapshot) is not taken off again
+        self.assertAlmostEqual(last["t"], 2.0)
+        self.assertEqual((last["tokens"], last["eval_of"], last["val_set"]), (400, "servers", "ab12"))
+        self.assertEqual((r["val_set"], r["val_tokens"], r["eval_of"]), (["ab12"], [65536], ["servers"]))
+        self.assertEqual(r["node_steps"], [2, 2])
+        with open(os.path.join(out, "node0", "metrics.jsonl")) as f:  # the same record evaluated on the clock
+            text = f.read().replace(', "deferred": true', "")
+        with open(os.path.join(out, "node0", "metrics.jsonl"), "w") as f:
+            f.write(text)
+        self.assertAlmostEqual(cluster_runs.summarize(out, 2, ring=False)["curve"][-1]["t"], 2.0 - 0.3)
+        self.assertAlmostEqual(cluster_runs.summarize(out, 2, ring=False, deferred=True)["curve"][-1]["t"], 2.0)
+
     def test_tokens_and_bytes(self):
         import cluster_runs
         for rounds, tokens in ((False, 200), (True, 400)):
