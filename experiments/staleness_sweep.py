@@ -1,6 +1,8 @@
 """Staleness sweep on an emulated cluster, one command: SSP with each bound and ASP (no bound),
-each with every chosen mitigation, under the same study rules as the A/B (learning rate from a
-grid, several seeds, 95% intervals, invalid emulations left out):
+each with every chosen mitigation, under the same study method as the A/B (experiments/study.py:
+one budget with fitted schedules, learning rates tuned on their own seeds, paired comparisons with
+Holm's correction; each mitigation is compared with the same bound without it, at that one's own
+tuned learning rate; invalid emulations left out):
 
   python experiments/staleness_sweep.py [--bounds 0,1,2,4,8] [--asp] [--mitigations none,lr_scale,dc_asgd]
         [--scenario FILE] [--seeds 3] [--nodes 8] [--steps 60] [--out runs/sweep]
@@ -33,7 +35,10 @@ def main():
             name = "asp" + ("" if mit == "none" else f"_{mit}")
             configs[name] = {"cluster": ["--consistency", "asp", "--mitigation", mit], "elastic": True}
             where[name] = (mit, None)
-    summary = run_study(configs, a, "Staleness sweep", f"python experiments/staleness_sweep.py {' '.join(sys.argv[1:])}")
+    pairs = [(n, n[:-len(where[n][0]) - 1] if where[n][0] != "none" else n) for n in configs]
+    pairs = [(x, y) for x, y in pairs if x != y and y in configs]  # mitigation vs none, same bound
+    summary = run_study(configs, a, "Staleness sweep", f"python experiments/staleness_sweep.py {' '.join(sys.argv[1:])}",
+                        pairs)
     plt = pyplot()
     if plt is None:
         return
