@@ -119,7 +119,9 @@ def worker_flags(job, seed, lr, steps, ring=False, local_sgd=False, paced=True):
              f"--train.batch_size={job['batch']}", "--train.threads=1", f"--train.seed={seed}",
              f"--optim.lr={lr:.6g}", f"--schedule.min_lr={lr / 10:.6g}"]
     if job.get("warmup_frac") is not None:
-        flags += _flags("warmup_frac", job["warmup_frac"])
+        # warmup_steps = 0 too: the fraction sets the warmup, and a default step count must not be
+        # checked against a short run's steps.
+        flags += _flags("warmup_frac", job["warmup_frac"]) + ["--schedule.warmup_steps=0"]
     else:
         flags.append(f"--schedule.warmup_steps={job['warmup']}")
     if job.get("every_tokens"):

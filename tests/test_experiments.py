@@ -200,7 +200,7 @@ class Method(unittest.TestCase):
             self.assertIn(f, ps)
         self.assertIn("--emulate.overlap=false", local)  # local SGD sends nothing during backward
         for f in ("--eval.val_windows=512", "--eval.defer=true", "--eval.every_tokens=100",
-                  "--schedule.warmup_frac=0.05"):
+                  "--schedule.warmup_frac=0.05", "--schedule.warmup_steps=0"):
             self.assertIn(f, ring)
         off = cluster_runs.worker_flags(dict(job, overlap=False), 0, 1e-3, 10, ring=True)
         self.assertIn("--dist.overlap=false", off)
