@@ -501,8 +501,8 @@ def write_report(summary, out):
     ho = summary.get("held_out", {})
     budget = (f"equal token budget: {b['value']:.0f} tokens per job (every node of every configuration does the same "
               "steps, a straggler included)" if b["kind"] == "tokens" else
-              f"equal wall-time budget: {b['value']:g} s (each node's steps from a {len(summary.get('calibration', {}))}"
-              "-configuration calibration of its step time)")
+              f"equal wall-time budget: {b['value']:g} s (each node's steps = the budget / its step time, measured by "
+              "a short calibration run per configuration)")
     L = [f"# {summary['title']}", "", f"Command: `{summary['command']}`", "", f"Emulation: {describe(em)}.", "",
          "Time: " + ("simulated seconds (syncopate-sim's virtual clock)" if em.get("backend") == "sim" else
                      "emulated seconds on the training clock (evaluation off it)") + ".", "",
