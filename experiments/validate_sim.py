@@ -150,6 +150,9 @@ def run_dirs(emu, name, c):
 def simulate(emu, sa, em, out, names, targets):
     """Every configuration and seed of an emulated study, both backends' per-run summaries."""
     job = study_job(emu, sa)
+    if job.get("overlap"):
+        raise SystemExit(f"validate_sim: {emu['_dir']} ran with overlap (--overlap), which syncopate-sim does not model; "
+                         "validate a study run with --no-overlap")
     res = {}
     for name in names:
         c = emu["configurations"][name]
