@@ -689,8 +689,9 @@ class Smoke(unittest.TestCase):
 
     def test_ab_writes_its_outputs_and_the_straggler_is_paced(self):
         out = mkdtemp()
+        # --no-overlap: the simulator, which validates this study below, does not model overlap.
         cmd = [PY, os.path.join(ROOT, "experiments", "ab_sync_async.py"), "--configs", "ring,asp,bsp_backup",
-               "--slow-node", "1", "--slowdown", "2", "--tensorboard"] + smoke_args(out)
+               "--slow-node", "1", "--slowdown", "2", "--tensorboard", "--no-overlap"] + smoke_args(out)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         s = self.check_outputs(out, ["ring", "asp", "bsp_backup"])
         # The straggler's steps were modelled 2x longer: its metrics say so.
@@ -775,8 +776,15 @@ class Smoke(unittest.TestCase):
         out = mkdtemp()
         cmd = [PY, os.path.join(ROOT, "experiments", "staleness_sweep.py"), "--bounds", "1", "--no-asp"] + smoke_args(out)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        self.check_outputs(out, ["ssp1"])
+        s = self.check_outputs(out, ["ssp1"])
         self.assertTrue(os.path.exists(os.path.join(out, "val_loss_vs_bound.png")))
+        self.assertEqual(s["held_out"]["eval_of"]["ssp1"], ["servers"])  # the servers' weights were evaluated
+        self.assertEqual(s["held_out"]["val_tokens"], 64 * 128)
+        # This study ran with overlap (the default), which the simulator does not model: validate_sim refuses it.
+        r = subprocess.run([PY, os.path.join(ROOT, "experiments", "validate_sim.py"), "--emulated", out, "--out",
+                            mkdtemp()], capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--no-overlap", r.stderr)
         # A configuration whose workers refuse their arguments fails; the other still completes.
         out2 = mkdtemp()
         a = knobs(out=out2, val_windows=64)
