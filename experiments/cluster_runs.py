@@ -237,7 +237,9 @@ def refusal(log):
     for l in lines:
         if "val_windows" in l or "validation split" in l:
             return f": {l[:400]}"
-    errs = [l for l in lines if "error" in l.lower() or "refus" in l.lower()]
+    # The trainer's or simulator's own message first, then any other error line (launchers' last words).
+    own = [l for l in lines if l.startswith(("syncopate-worker:", "syncopate-sim:", "syncopate-server:"))]
+    errs = own or [l for l in lines if "error" in l.lower() or "refus" in l.lower()]
     return f": {errs[-1][:400]}" if errs else ""
 
 

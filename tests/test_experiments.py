@@ -795,7 +795,7 @@ class Smoke(unittest.TestCase):
         self.assertEqual(s["configurations"]["broken"]["valid_runs"], 0)
         self.assertEqual(len(s["configurations"]["broken"]["failed"]), 1)
         with open(os.path.join(out2, "report.md")) as f:
-            self.assertIn("broken seed 0: exit", f.read())
+            self.assertIn("broken seed 0: exit 2: syncopate-worker: config error: unknown config field", f.read())
         # A held-out set larger than the validation split: the trainer's refusal, surfaced before any run.
         out4 = mkdtemp()
         with self.assertRaises(SystemExit) as e:
