@@ -13,6 +13,7 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
@@ -69,6 +70,7 @@ struct PsClient::Impl {
   struct Part {
     int server = 0;
     int64_t version = 0;  // parameter version last pulled
+    int64_t latest = 0;   // the newest version seen, a PULL's included
     int64_t init_clock = -1;  // this worker's clock on the part when INIT registered it
     std::unique_ptr<ErrorFeedback> feedback;  // int8 wire: what rounding dropped, owed to the next push
     at::Tensor wire_buf;  // compressed pushes: the bytes of the last one, reused once nothing holds them
@@ -474,6 +476,12 @@ std::vector<int64_t> PsClient::versions() const {
   return v;
 }
 
+std::vector<int64_t> PsClient::latest_versions() const {
+  std::vector<int64_t> v;
+  for (const auto& p : impl_->parts) v.push_back(std::max(p.version, p.latest));
+  return v;
+}
+
 int64_t PsClient::applied_clock() const {
   int64_t c = -1;
   for (const auto& part : impl_->parts) c = std::max(c, part.init_clock);
@@ -487,6 +495,51 @@ PsClientCounters PsClient::counters() const {
 std::string PsClient::stats(int k) {
   auto accept = [](const MsgHeader& h) { return h.type == static_cast<int>(MsgType::kOk); };
   return impl_->control(k, impl_->header(MsgType::kStats), accept).text;
+}
+
+void PsClient::pull(at::Tensor& params) {
+  auto& I = *impl_;
+  require_host(params, params.numel(), "pull");
+  for (int k = 0; k < shards(); ++k) {
+    std::lock_guard<std::mutex> l(I.servers[k]->mu);
+    std::set<int> unanswered(I.servers[k]->parts.begin(), I.servers[k]->parts.end());
+    auto ask = [&] {
+      for (int p : unanswered) I.send(k, I.part_header(MsgType::kPull, p), nullptr, 0);
+    };
+    auto accept = [&](const MsgHeader& h, std::vector<zmq::message_t>& frames) {
+      return h.type == static_cast<int>(MsgType::kOk) && frames.size() == 2 && unanswered.count(I.part_named(k, h)) > 0;
+    };
+    ask();
+    while (!unanswered.empty()) {
+      auto [h, frames] = I.recv(k, accept, ask);
+      const int p = I.part_named(k, h);
+      I.take_values(p, &frames[1], frames.size(), params.data_ptr<float>() + I.bounds[p]);
+      I.parts[p].latest = std::max(I.parts[p].latest, h.param_version);
+      unanswered.erase(p);  // the parts' versions stay those of this worker's own replies (staleness, DC-ASGD)
+    }
+  }
+}
+
+bool PsClient::wait_for_other_workers(double poll_s) {
+  int64_t updates = -1;
+  auto progress_at = std::chrono::steady_clock::now();
+  for (;;) {
+    const nlohmann::json j = nlohmann::json::parse(stats(0));
+    const auto finished = j.at("finished").get<std::vector<bool>>();
+    const auto live = j.at("live").get<std::vector<bool>>();
+    std::vector<int> waiting;
+    for (size_t w = 0; w < finished.size() && w < live.size(); ++w)
+      if (static_cast<int>(w) != impl_->worker && !finished[w] && live[w]) waiting.push_back(static_cast<int>(w));
+    if (waiting.empty()) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (const int64_t u = j.at("updates").get<int64_t>(); u != updates) updates = u, progress_at = now;
+    if (now - progress_at > std::chrono::duration<double>(impl_->opt.timeout_s)) {
+      log::warn("[ps] waited for workers {} to finish, but shard 0 applied nothing for {} s: taking the shards' values "
+                "without their last updates", fmt::join(waiting, ","), impl_->opt.timeout_s);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(poll_s));
+  }
 }
 
 void PsClient::shutdown_servers() {

@@ -110,6 +110,9 @@ class PsClient {
 
   // Parameter versions of the last replies, per part.
   std::vector<int64_t> versions() const;
+  // The newest parameter version seen of each part, pulls included (versions() stays that of this
+  // worker's own replies, for staleness and DC-ASGD).
+  std::vector<int64_t> latest_versions() const;
   // The newest clock of this worker that any shard had applied when init() registered it (-1: none):
   // a worker resumed from an older checkpoint recomputes the clocks up to it, which the shards
   // answer without applying them again.
@@ -117,6 +120,15 @@ class PsClient {
   PsClientCounters counters() const;
   // The STATS JSON of shard k.
   std::string stats(int k);
+  // Every part's current values from its shard (PULL), into params (the whole flat vector). Applies
+  // nothing; resent while a shard is silent.
+  void pull(at::Tensor& params);
+  // Blocks until every other worker of the job has finished (FINISH) or is dead by the shards'
+  // liveness, polling shard 0's STATS (poll_s apart): the job's last update has landed; true. False
+  // (with a warning) once shard 0 has applied nothing for the client's timeout_s while a worker is
+  // still unfinished (e.g. one that died while held by BSP/SSP stays "live"). Heartbeats go on
+  // meanwhile, so this worker is not taken for dead.
+  bool wait_for_other_workers(double poll_s = 0.05);
   // Asks every shard to exit.
   void shutdown_servers();
   // Tells every shard that this worker ended its run normally at `clock` (FINISH): it leaves the

@@ -3,6 +3,8 @@
 // round boundaries, bytes only at synchronizations, exact resume in the middle of a round).
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -207,12 +209,13 @@ at::Tensor weights_at(const std::string& out, int step) {
   for (auto& [n, t] : st.tensors) all.push_back(t.reshape(-1));
   return torch::cat(all);
 }
-void run_job(const test::TempDir& d, const std::string& corpus, bool resume) {
+void run_job(const test::TempDir& d, const std::string& corpus, bool resume, const std::vector<std::string>& extra = {}) {
   const auto rendezvous = test::rendezvous_args(d);
   std::vector<std::unique_ptr<test::Process>> ps;
   for (int r = 0; r < 2; ++r) {
     auto a = diloco_args(d, corpus, d.str(fmt::format("node{}", r)));
     a.insert(a.end(), rendezvous.begin(), rendezvous.end());
+    a.insert(a.end(), extra.begin(), extra.end());
     if (resume) a.push_back("--resume");
     ps.push_back(std::make_unique<test::Process>(
         a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", "NNODES=2", "NODE_RANK=" + std::to_string(r)},
@@ -221,6 +224,41 @@ void run_job(const test::TempDir& d, const std::string& corpus, bool resume) {
   for (int r = 0; r < 2; ++r) ASSERT_EQ(ps[r]->wait(120), 0) << test::slurp(d.str(fmt::format("node{}.log", r)));
 }
 }  // namespace
+
+// Issue 25: ring local SGD is evaluated on the weights the job would ship, the outer weights of
+// the round, never a node's inner ones. Evaluated after every step (H = 4): the losses of steps
+// 4..7 are one value (the outer weights do not move mid-round) although each node's inner weights
+// do, step 8's differs (an outer step), and both nodes score the same weights on the same set.
+TEST(LocalSgdTraining, RingDiLoCoEvaluatesTheOuterWeightsMidRound) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  run_job(d, corpus, false, {"--eval.every=1", "--eval.defer=true", "--eval.val_windows=4"});
+  std::map<int64_t, double> loss[2];
+  for (int n = 0; n < 2; ++n)
+    for (const auto& j : test::read_jsonl(d.str(fmt::format("node{}/metrics.jsonl", n)))) {
+      if (!j.contains("val_loss")) continue;
+      EXPECT_EQ(j["eval_of"], "outer") << j.dump();
+      EXPECT_EQ(j["val_tokens"], 4 * 32) << j.dump();
+      loss[n][j["step"].get<int64_t>()] = j["val_loss"].get<double>();
+    }
+  ASSERT_EQ(loss[0].size(), 8u);
+  for (int64_t s = 5; s <= 7; ++s) EXPECT_EQ(loss[0][s], loss[0][4]) << "step " << s;
+  for (int64_t s = 1; s <= 3; ++s) EXPECT_EQ(loss[0][s], loss[0][1]) << "step " << s;  // round 1: the initial weights
+  EXPECT_NE(loss[0][8], loss[0][7]);
+  EXPECT_NE(loss[0][4], loss[0][3]);
+  EXPECT_EQ(loss[0], loss[1]);
+  // The nodes' inner weights differ mid-round (what the old evaluation scored on node 0).
+  EXPECT_FALSE(torch::equal(weights_at(d.str("node0"), 6), weights_at(d.str("node1"), 6)));
+  // Scored on the spot instead (the outer weights swapped into the model mid-training and its own
+  // restored): the same losses, and training ends on the same weights bit for bit.
+  test::TempDir e;
+  run_job(e, test::write_tiny_corpus(e), false, {"--eval.every=1", "--eval.defer=false", "--eval.val_windows=4"});
+  std::map<int64_t, double> spot;
+  for (const auto& j : test::read_jsonl(e.str("node0/metrics.jsonl")))
+    if (j.contains("val_loss")) spot[j["step"].get<int64_t>()] = j["val_loss"].get<double>();
+  EXPECT_EQ(spot, loss[0]);
+  EXPECT_TRUE(torch::equal(weights_at(e.str("node0"), 8), weights_at(d.str("node0"), 8)));
+}
 
 // A 2-node ring DiLoCo job (H = 4, 8 steps): the nodes agree at every round boundary (the run's
 // replica check at steps 4 and 8 would fail otherwise) and differ in between; bytes leave a node

@@ -57,6 +57,27 @@ TEST(LrSchedule, WarmupThenCosineToFloor) {
   for (int i = 11; i < 100; ++i) EXPECT_LE(lr_at(s, peak, i, 100), lr_at(s, peak, i - 1, 100));
 }
 
+// Warmup as a share of the run: runs of 100 and 1000 steps warm up over 5 and 50 steps, each
+// ending its cosine at its own last step.
+TEST(LrSchedule, WarmupFractionScalesWithTheRun) {
+  ScheduleConfig s;
+  s.warmup_steps = 10;  // ignored once warmup_frac is set
+  s.warmup_frac = 0.05;
+  s.warmup_start_lr = 0;
+  s.min_lr = 0;
+  EXPECT_EQ(warmup_steps_of(s, 100), 5);
+  EXPECT_EQ(warmup_steps_of(s, 1000), 50);
+  EXPECT_EQ(warmup_steps_of(s, 3), 1);  // at least one step
+  EXPECT_DOUBLE_EQ(lr_at(s, 1.0, 0, 100), 0.0);
+  EXPECT_DOUBLE_EQ(lr_at(s, 1.0, 5, 100), 1.0);
+  EXPECT_DOUBLE_EQ(lr_at(s, 1.0, 25, 1000), 0.5);
+  EXPECT_DOUBLE_EQ(lr_at(s, 1.0, 50, 1000), 1.0);
+  EXPECT_NEAR(lr_at(s, 1.0, 999, 1000), 0.0, 1e-12);
+  EXPECT_NEAR(lr_at(s, 1.0, 99, 100), 0.0, 1e-12);
+  s.warmup_frac = 0;
+  EXPECT_EQ(warmup_steps_of(s, 1000), 10);
+}
+
 TEST(Clipping, ScalesToMaxNormAndReportsNorm) {
   auto g = torch::tensor({3.0f, 4.0f});
   EXPECT_NEAR(clip_grad_norm(g, 1.0), 5.0, 1e-6);

@@ -563,6 +563,37 @@ TEST(PsClient, CompressedPushesDeliverTheirValuesWithinTheFormatsBound) {
   }
 }
 
+// Issue 25: what an evaluation of a parameter-server job scores. PULL returns the shards' current
+// values (another worker's update included, every part of a partitioned server), and node 0's
+// wait for the job's end returns only once every other worker has finished.
+TEST(PsClient, PullTakesTheShardsValuesAndTheJobEndWaitsForTheOtherWorkers) {
+  PsConfig pc;
+  pc.consistency = "asp";
+  InProcessServer server(ServerConfig{}, pc, "t");
+  PsClientOptions o = client_options("t", true);
+  o.partition_elems = 300;  // 4 parts of the server's range: pull reassembles them
+  PsClient a({server.endpoint}, "t", 0, 2, o), b({server.endpoint}, "t", 1, 2, o);
+  const int64_t n = 1000;
+  at::Tensor wa = torch::zeros({n}), wb = torch::zeros({n});
+  a.init(wa, {}, AdamWConfig{}, 0);
+  b.init(wb, {}, AdamWConfig{}, 0);
+  ASSERT_EQ(a.parts(), 4);
+  torch::manual_seed(5);
+  push_pull(b, torch::randn({n}), wb, 0, 1e-2);  // b's update: a has not seen it
+  ASSERT_FALSE(torch::equal(wa, wb));
+  at::Tensor pulled = torch::full({n}, 7.0f);
+  a.pull(pulled);
+  EXPECT_TRUE(torch::equal(pulled, wb)) << (pulled - wb).abs().max().item<double>();
+  at::Tensor again = torch::zeros({n});
+  a.pull(again);
+  EXPECT_TRUE(torch::equal(again, wb));  // a pull applies nothing: pulled twice, the same values
+  // (The wait gives up by itself once shard 0 applied nothing for the client's timeout, 10 s: no hang.)
+  auto done = std::async(std::launch::async, [&] { return a.wait_for_other_workers(0.01); });
+  EXPECT_EQ(done.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);  // b is alive, not finished
+  b.finish(1);
+  EXPECT_TRUE(done.get()) << "b finished: the wait ends with every other worker done, not by giving up";
+}
+
 // A node of two CPU replicas averages inside the node, and local replica 0 alone pushes and pulls
 // for it: one ASP worker node equals one process with the node's whole batch. fp32 tolerance as
 // in the ring tests: the mean of two half-batch gradients is not the full-batch gradient bit for

@@ -89,6 +89,35 @@ TEST(StepPacer, JitterIsReproduciblePerSeedAndNodeAndHasTheConfiguredMean) {
   EXPECT_NEAR(sum / n, 2.5, 0.05);
 }
 
+// emulate.overlap (issue 25): a gradient region is released when the modelled backward has
+// produced it: forward is forward_share of the (last micro-batch's share of the) step, then the
+// gradient from the end of the flat buffer to its start. The release is never early (a lower
+// bound, not a timing assertion), and without overlap nothing waits.
+TEST(StepPacer, ReleasesGradientRegionsAtTheirModelledMoments) {
+  EmulateConfig c;
+  c.step_time_s = 0.3;
+  c.overlap = true;
+  StepPacer p(c, 1, 0);
+  EXPECT_NEAR(p.produced_share(0.0), 1.0 / 3, 1e-12);  // the last layer's region: right after the forward
+  EXPECT_NEAR(p.produced_share(0.5), 2.0 / 3, 1e-12);
+  EXPECT_NEAR(p.produced_share(1.0), 1.0, 1e-12);       // the first layer's: the end of the step
+  EXPECT_NEAR(p.produced_share(0.0, 4), (3 + 1.0 / 3) / 4, 1e-12);  // only the last of 4 micro-batches' backward
+  p.begin(0);
+  const double t0 = now_seconds();
+  p.wait_until_produced(0.5);
+  const double waited = now_seconds() - t0;
+  EXPECT_GE(waited, 0.3 * 2 / 3 - 2e-3);
+  p.wait_until_produced(0.0);  // a moment already passed: at once
+  const StepTiming t = p.end_compute();
+  EXPECT_NEAR(t.modelled_s, 0.3, 1e-12);
+  c.overlap = false;
+  StepPacer off(c, 1, 0);
+  off.begin(0);
+  const double t1 = now_seconds();
+  off.wait_until_produced(1.0);
+  EXPECT_LT(now_seconds() - t1, 0.1);  // without overlap the gate never holds a region
+}
+
 TEST(EmulateConfig, DerivesTheStepTimeFromATargetDevice) {
   EmulateConfig c;
   c.target_params = 124000000;

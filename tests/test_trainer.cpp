@@ -42,6 +42,88 @@ TEST(Trainer, TinyModelOverfitsTinyText) {
   EXPECT_TRUE(fs::exists(d.str("run/checkpoints/step_000150/model.safetensors")));
 }
 
+// Issue 25: one held-out set for every seed. Two runs of different training seeds are scored on the
+// same windows (the same digest and token count in every evaluation record), a different
+// eval.val_seed picks other windows, and a set larger than the validation split is refused by name.
+TEST(Trainer, HeldOutSetIsTheSameForEverySeedAndNamedInEveryRecord) {
+  test::TempDir d;
+  auto evals_of = [&](int64_t seed, int64_t val_seed, bool defer, const std::string& out) {
+    RunConfig c = test::tiny_run_config(d);
+    c.train.steps = 4;
+    c.train.seed = seed;
+    c.eval.every = 2;
+    c.eval.val_windows = 6;
+    c.eval.val_seed = val_seed;
+    c.eval.defer = defer;
+    Trainer t(c, d.str(out), false, "", false);
+    t.run();
+    std::vector<nlohmann::json> evals;
+    for (auto& m : test::read_jsonl(d.str(out + "/metrics.jsonl")))
+      if (m.contains("val_loss")) evals.push_back(m);
+    return evals;
+  };
+  const auto a = evals_of(1, 1, false, "a"), b = evals_of(2, 1, true, "b"), c = evals_of(1, 2, false, "c");
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  for (const auto& e : a) {
+    EXPECT_EQ(e["val_tokens"], 6 * test::tiny_run_config(d).model.block_size) << e.dump();
+    EXPECT_EQ(e["val_set"], a.front()["val_set"]) << e.dump();
+    EXPECT_EQ(e["eval_of"], "replica") << e.dump();
+  }
+  for (const auto& e : b) {
+    EXPECT_EQ(e["val_set"], a.front()["val_set"]) << "another training seed, the same held-out windows: " << e.dump();
+    EXPECT_TRUE(e.value("deferred", false)) << e.dump();
+  }
+  EXPECT_NE(c.front()["val_set"], a.front()["val_set"]);
+  EXPECT_NE(a.front()["val_loss"], b.front()["val_loss"]);  // other weights, same set: other losses
+  RunConfig big = test::tiny_run_config(d);
+  big.eval.val_windows = 1 << 20;
+  const std::string err = test::error_of([&] { Trainer t(big, d.str("big"), false, "", false); });
+  EXPECT_NE(err.find("eval.val_windows=1048576"), std::string::npos) << err;
+  EXPECT_NE(err.find("lower eval.val_windows"), std::string::npos) << err;
+}
+
+// eval.every_tokens: evaluations where the job's tokens cross multiples of it (and at the end),
+// each record with the job's tokens (alone: the node's own).
+TEST(Trainer, EvaluatesAtMultiplesOfTheJobsTokens) {
+  test::TempDir d;
+  RunConfig c = test::tiny_run_config(d);
+  c.train.steps = 7;
+  c.eval.every = 1;  // ignored once every_tokens is set
+  const int64_t per_step = c.train.batch_size * c.train.grad_accum * c.model.block_size;
+  c.eval.every_tokens = 3 * per_step - 1;  // crossed at steps 3, 6 (and 7 is the end)
+  Trainer t(c, d.str("run"), false, "", false);
+  t.run();
+  std::vector<int64_t> steps;
+  for (auto& m : test::read_jsonl(d.str("run/metrics.jsonl")))
+    if (m.contains("val_loss")) {
+      steps.push_back(m["step"].get<int64_t>());
+      EXPECT_EQ(m["global_tokens"], m["tokens"]) << m.dump();
+    }
+  EXPECT_EQ(steps, (std::vector<int64_t>{3, 6, 7}));
+}
+
+// eval.defer scores the same weights as an evaluation on the spot: the same losses, bit for bit,
+// and the snapshots cost the training clock (nearly) nothing.
+TEST(Trainer, DeferredEvaluationScoresTheSameWeightsAsOnTheSpot) {
+  test::TempDir d;
+  auto run = [&](bool defer, const std::string& out) {
+    RunConfig c = test::tiny_run_config(d);
+    c.train.steps = 6;
+    c.eval.every = 2;
+    c.eval.defer = defer;
+    Trainer t(c, d.str(out), false, "", false);
+    t.run();
+    std::vector<double> v;
+    for (auto& m : test::read_jsonl(d.str(out + "/metrics.jsonl")))
+      if (m.contains("val_loss")) v.push_back(m["val_loss"].get<double>());
+    return v;
+  };
+  const auto now = run(false, "now"), later = run(true, "later");
+  ASSERT_EQ(now.size(), 3u);
+  EXPECT_EQ(now, later);
+}
+
 TEST(Trainer, ResumeIsBitIdentical) {
   test::TempDir d;
   RunConfig c = test::tiny_run_config(d);

@@ -30,6 +30,7 @@
 #include "server/parameter_shard.h"
 #include "server/ps_protocol.h"
 #include "worker/data/data_config.h"
+#include "worker/data/held_out_set.h"
 #include "worker/data/window_sampler.h"
 #include "worker/sync/gradient_sync.h"
 #include "worker/train/dropout_seed.h"
@@ -134,7 +135,10 @@ class Simulation {
     tokenizer_ = make_tokenizer(run_.data.tokenizer_config());
     data_ = std::make_unique<TrainingData>(open_training_data(run_.data, *tokenizer_, run_.model.block_size, verbose));
     train_ = std::make_unique<WindowSampler>(data_->train, run_.model.block_size, run_.train.seed, run_.model.vocab_size);
-    val_ = std::make_unique<WindowSampler>(data_->val, run_.model.block_size, run_.train.seed + 1, run_.model.vocab_size);
+    held_out_ = std::make_unique<HeldOutSet>(
+        data_->val, run_.model.block_size,
+        run_.eval.val_windows > 0 ? run_.eval.val_windows : run_.eval.batches * run_.train.batch_size,
+        static_cast<uint64_t>(run_.eval.val_seed), run_.model.vocab_size);
     torch::manual_seed(static_cast<uint64_t>(run_.train.seed));  // every worker starts from these weights, as rank 0's
     model_ = GPT(run_.model);
     model_->train();
@@ -294,17 +298,25 @@ class Simulation {
     torch::NoGradGuard no_grad;
     if (!params.is_same(flat_->params)) flat_->params.copy_(params);
     model_->eval();
-    const int64_t b = run_.train.batch_size;
-    at::Tensor& x = batch_x_;
-    at::Tensor& y = batch_y_;
+    const int64_t b = run_.train.batch_size, n = held_out_->windows();
     double sum = 0;
-    for (int64_t i = 0; i < run_.eval.batches; ++i) {
-      val_->fill(i * b, b, x.data_ptr<int64_t>(), y.data_ptr<int64_t>());
-      sum += model_->loss(x, y).item<double>();
+    for (int64_t first = 0; first < n; first += b) {
+      const int64_t count = std::min(b, n - first);
+      at::Tensor x = count == b ? batch_x_ : batch_x_.narrow(0, 0, count), y = count == b ? batch_y_ : batch_y_.narrow(0, 0, count);
+      held_out_->fill(first, count, x.data_ptr<int64_t>(), y.data_ptr<int64_t>());
+      sum += model_->loss(x, y).item<double>() * static_cast<double>(count);
     }
     model_->train();
     result_.eval_s += seconds_since(t0);
-    return sum / static_cast<double>(run_.eval.batches);
+    return sum / static_cast<double>(n);
+  }
+  // The weights the job would ship at this moment (as the trainer's GradientSync::shipped): the ring's
+  // one set of weights, ring local SGD's outer weights (the round's start), or the shards' current values.
+  std::pair<at::Tensor, const char*> shipped(const Worker& w) {
+    if (mode_.ring) return {mode_.local_sgd ? start_ : flat_->params, mode_.local_sgd ? "outer" : "replica"};
+    if (!servers_view_.defined()) servers_view_ = at::empty_like(flat_->params);
+    for (const auto& s : shards_) servers_view_.narrow(0, s->offset(), s->length()).copy_(s->params());
+    return {servers_view_, "servers"};
   }
 
   void compute_done(Worker& w, double t) {
@@ -454,8 +466,10 @@ class Simulation {
     ++result_.worker_steps;
     const bool last = w.step >= w.steps;
     if (w.id < sim_.eval_workers && (last || (run_.eval.every > 0 && w.step % run_.eval.every == 0))) {
-      const double vl = evaluate(mode_.ring && !mode_.local_sgd ? flat_->params : w.params);
+      const auto [weights, of] = shipped(w);
+      const double vl = evaluate(weights);
       w.log += nlohmann::json{{"step", w.step}, {"time_s", t}, {"val_loss", vl}, {"tokens", w.step * tokens_per_step_},
+                              {"eval_of", of}, {"val_tokens", held_out_->tokens()}, {"val_set", held_out_->digest()},
                               {"eval_s", 0.0}, {"unix_s", t}}.dump() + "\n";
       if (w.id == 0 && sim_.target_loss > 0 && vl <= sim_.target_loss && result_.target_s < 0) {
         result_.target_s = t;  // time to target: the run has told what it was for
@@ -516,7 +530,9 @@ class Simulation {
   EventQueue<Event> queue_;
   std::shared_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<TrainingData> data_;
-  std::unique_ptr<WindowSampler> train_, val_;
+  std::unique_ptr<WindowSampler> train_;
+  std::unique_ptr<HeldOutSet> held_out_;  // the same windows for every seed (eval.val_seed)
+  at::Tensor servers_view_;               // ps: the shards' values assembled for an evaluation
   GPT model_{nullptr};
   std::unique_ptr<FlatParameters> flat_;
   int64_t p_ = 0, samples_per_step_ = 0, tokens_per_step_ = 0;
@@ -601,6 +617,9 @@ void validate_simulation(const RunConfig& run_in, const PsConfig& ps, const SimC
             "set --emulate.step_time_s (simulated seconds of one step's compute at slowdown 1), or emulate.target_params "
             "with target_tokens to derive it");
   run.emulate.validate();
+  SYN_CHECK(!run.emulate.overlap, "emulate.overlap=true in the simulator",
+            "the simulator does not model communication overlapping the backward yet: its studies compare every mode "
+            "without overlap; leave emulate.overlap off (validate against emulated runs without it)");
   SYN_CHECK(run.dist.wire == "f32", fmt::format("dist.wire={} in the simulator", run.dist.wire),
             "the simulator models float32 gradients only; compressed wires run on the emulated cluster "
             "(scripts/local_cluster.sh)");

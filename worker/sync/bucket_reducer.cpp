@@ -29,6 +29,7 @@ struct BucketReducer::Impl {
   at::Tensor grads;
   std::vector<Region> order;  // launch order: descending offsets (order[0] is the last region)
   Reduce reduce;
+  std::function<void(double)> gate;  // emulate.overlap: waits for the region's modelled moment
   std::unique_ptr<CommStream> stream;
   std::unique_ptr<GradientReadiness> ready;
   std::mutex mu;
@@ -64,6 +65,7 @@ struct BucketReducer::Impl {
       const int region = static_cast<int>(order.size()) - 1 - i;
       const int64_t t0 = Tracer::global().on() ? Tracer::now_us() : 0;
       try {
+        if (gate) gate(static_cast<double>(grads.numel() - r.lo) / static_cast<double>(std::max<int64_t>(1, grads.numel())));
         if (r.fence) stream->wait(*r.fence);
         reduce(region, grads.slice(0, r.lo, r.hi));
       } catch (...) {
@@ -115,6 +117,8 @@ BucketReducer::~BucketReducer() {
   impl_->cv.notify_all();
   if (impl_->comm.joinable()) impl_->comm.join();
 }
+
+void BucketReducer::set_gate(std::function<void(double)> gate) { impl_->gate = std::move(gate); }
 
 void BucketReducer::arm() {
   auto& I = *impl_;

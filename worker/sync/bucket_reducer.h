@@ -38,6 +38,11 @@ class BucketReducer {
   // Regions launched from gradient hooks during backward, and regions reduced in all, so far.
   int64_t launched_early() const;
   int64_t reduced() const;
+  // A gate the communication thread passes before reducing each region: gate(share), share being
+  // the part of the flat buffer from the region's first value to the end (the share of backward
+  // done when the region is final). The emulation's pacer blocks there until that modelled moment
+  // (emulate.overlap). Set before the first backward; none by default.
+  void set_gate(std::function<void(double)> gate);
 
  private:
   struct Impl;

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "common/check.h"
 #include "model/flat_parameters.h"
@@ -29,6 +30,13 @@ SyncSetup node_only(const SyncSetup& s) {
   n.dist.sync_every = 1;
   n.dist.clip_scope = "job";  // the job of the inner steps is the node
   return n;
+}
+
+int64_t pushes_per_version(PsClient& client, int nodes) {
+  const auto j = nlohmann::json::parse(client.stats(0));
+  const std::string c = j.value("consistency", std::string());
+  if (c == "bsp") return std::max<int64_t>(1, nodes - j.value("backup_workers", int64_t{0}));
+  return c == "ssp" || c == "asp" ? 1 : 0;
 }
 
 int64_t partition_elems(const DistConfig& d) {

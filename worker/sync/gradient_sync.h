@@ -53,6 +53,16 @@ struct StepSync {
   double outer_norm = 0;   // local SGD: norm of the outer update applied at this step (0 between synchronizations)
 };
 
+// The weights a job would ship at some moment (what an evaluation scores), and what they are:
+//   "replica": this replica's own (per-step synchronous modes: every replica holds the same);
+//   "outer":   local SGD on the ring: the synchronized outer weights of the round, not a node's inner ones;
+//   "servers": the parameter servers' values (as this node last received them, or pulled).
+struct ShippedWeights {
+  at::Tensor weights;
+  std::string of = "replica";
+  bool complete = true;  // final_weights(): false when some node's last updates may be missing (it stalled)
+};
+
 // Running totals since construction, for logs and tests.
 struct SyncCounters {
   int64_t regions = 0;         // regions of the flat gradient handled during backward (buckets, shards); 0: none
@@ -104,7 +114,7 @@ class GradientSync {
   // Brings params fully up to date (waits for an update still in flight). Collective: every local
   // replica calls it at the same steps.
   virtual void synchronize(at::Tensor& params) {}
-  // Mean of a scalar over the replicas of one step (the logged loss). Collective.
+  // Mean of a scalar over this node's replicas (the logged loss). Collective within the node only.
   virtual double average(double x) = 0;
   // Throws syncopate::Error naming the replicas whose params differ from rank 0's. Collective.
   virtual void check_identical(const at::Tensor& params, int64_t step) = 0;
@@ -118,6 +128,21 @@ class GradientSync {
   // told (ps: every shard gets FINISH, so that this node leaves the BSP/SSP count and shards that
   // exit with their job know when it is over).
   virtual void finish(int64_t step) {}
+  // emulate.overlap: the gate every gradient region passes before it leaves this replica during
+  // backward (BucketReducer::set_gate); modes that send nothing during backward ignore it.
+  virtual void set_release_gate(std::function<void(double)> gate) {}
+  // The job's tokens applied so far, as this replica knows them, from its node's count: the count
+  // itself where every replica takes every step (the ring's tokens are the job's); the nodes' sum in
+  // ring local SGD; with parameter servers, the shards' parameter version (the lowest over parts)
+  // times the tokens one version stands for (a push of tokens_per_node_step under ASP/SSP, a
+  // clock of every node's but the backup workers' under BSP; H steps each in local SGD). Not collective.
+  virtual int64_t job_tokens(int64_t node_tokens, int64_t tokens_per_node_step) const { return node_tokens; }
+  // The weights the job would ship now (after synchronize()); see ShippedWeights. Not collective.
+  virtual ShippedWeights shipped(const at::Tensor& params) { return {params, "replica"}; }
+  // The job's final weights, asked once by node 0's first replica after its last step and before
+  // finish(): shipped() where every node ends together; with parameter servers, the shards' values
+  // once every other node has finished (or died), pulled. Not collective.
+  virtual ShippedWeights final_weights(at::Tensor& params) { return shipped(params); }
 
  protected:
   GradientSync(int local, int local_size) : local_(local), local_size_(local_size) {}
@@ -148,7 +173,11 @@ void check_replicas_identical(const at::Tensor& params, int64_t step, int rank, 
 SyncSetup node_only(const SyncSetup& s);
 // The parameter-server client's options of a setup (timeout, encryption key, wire format, layout).
 struct PsClientOptions;
+class PsClient;
 PsClientOptions ps_client_options(const SyncSetup& s);
+// Node pushes one shard version stands for, from shard 0's STATS: its live nodes but the backup
+// workers under BSP (one version per clock), 1 under SSP/ASP (one per push); 0 if STATS says neither.
+int64_t pushes_per_version(PsClient& client, int nodes);
 // dist.ps_partition_mb as float32 values per partition (0: none).
 int64_t partition_elems(const DistConfig& d);
 // float32 options on a replica's device (-1: CPU), for the small tensors of a collective.

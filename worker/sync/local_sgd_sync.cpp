@@ -71,6 +71,9 @@ class LocalSgdSync : public GradientSync {
     check_replicas_identical(params, step, rank(), world(), local_size_, device_, [&](at::Tensor& t) { sum_.sum(t, exact()); });
   }
   FlatAdamW* optimizer() override { return inner_->optimizer(); }
+  int64_t job_tokens(int64_t node_tokens, int64_t) const override { return node_tokens * nodes_; }  // they step together
+  // Mid-round a node holds its inner weights; the job's weights are the round's start.
+  ShippedWeights shipped(const at::Tensor&) override { return {start_, "outer"}; }
   std::vector<std::pair<std::string, at::Tensor>> state() override {
     return {{"outer_start", start_}, {"outer_momentum", outer_.momentum()}};
   }

@@ -8,6 +8,7 @@
 // step (synchronous DiLoCo, equal to the ring's); ASP applies each Delta on arrival
 // (asynchronous local SGD); SSP bounds how many rounds a node runs ahead. A shard's version
 // advances once per outer step, so staleness is counted in outer steps.
+#include <algorithm>
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -51,6 +52,7 @@ class PsLocalSgdSync : public GradientSync {
       at::Tensor host = host_.copy_of(params);  // INIT's reply lands here, not in params
       client_->init(host, decay_, optim_, step / every_, update_);
       if (boundary) HostStaging::to_device(params, host);
+      per_version_ = pushes_per_version(*client_, nodes_);
     }
     if (group_) group_->broadcast(local_, params, 0);
     if (boundary) start_.copy_(params);
@@ -79,6 +81,20 @@ class PsLocalSgdSync : public GradientSync {
   double average(double x) override { return inner_->average(x); }
   void check_identical(const at::Tensor& params, int64_t step) override { inner_->check_identical(params, step); }
   FlatAdamW* optimizer() override { return inner_->optimizer(); }
+  int64_t job_tokens(int64_t node_tokens, int64_t per_step) const override {
+    if (!client_ || per_version_ <= 0) return node_tokens * nodes_;
+    const auto v = client_->latest_versions();
+    return v.empty() ? node_tokens * nodes_ : *std::min_element(v.begin(), v.end()) * per_version_ * every_ * per_step;
+  }
+  // Mid-round a node holds its inner weights; the servers' outer weights it last took are the round's start.
+  ShippedWeights shipped(const at::Tensor&) override { return {start_, "servers"}; }
+  ShippedWeights final_weights(at::Tensor& params) override {
+    if (!client_) return shipped(params);
+    const bool complete = client_->wait_for_other_workers();  // their last pushes land first
+    at::Tensor host = final_host_.copy_of(start_);
+    client_->pull(host);
+    return {host, "servers", complete};
+  }
   std::vector<std::pair<std::string, at::Tensor>> state() override { return {{"outer_start", start_}}; }
   void finish(int64_t step) override {
     if (client_) client_->finish(step / every_);  // the shards count this node's clock in rounds
@@ -100,7 +116,8 @@ class PsLocalSgdSync : public GradientSync {
   std::unique_ptr<GradientSync> inner_;
   std::unique_ptr<PsClient> client_;  // local replica 0 only
   at::Tensor start_, delta_;
-  HostStaging host_, delta_host_, params_host_;
+  HostStaging host_, delta_host_, params_host_, final_host_;
+  int64_t per_version_ = 0;  // node rounds one shard version stands for (job_tokens); 0: unknown
 };
 
 }  // namespace

@@ -13,6 +13,7 @@
 //                          replica 0 pushes it at once (the gradient must be final before
 //                          clipping: optim.grad_clip=0).
 // GPU buffers go through host staging (pinned, reused): the client reads and writes host memory.
+#include <algorithm>
 #include <future>
 #include <mutex>
 
@@ -71,6 +72,7 @@ class PsSync : public GradientSync {
                   "recomputed and answered with the servers' parameters, not applied again", applied, step);
     }
     share_node_params(params);
+    if (client_) per_version_ = pushes_per_version(*client_, nodes_);
   }
   void begin_last_backward(double lr, int64_t step) override {
     std::lock_guard<std::mutex> l(mu_);
@@ -120,6 +122,23 @@ class PsSync : public GradientSync {
   }
   void finish(int64_t step) override {
     if (client_) client_->finish(step);
+  }
+  void set_release_gate(std::function<void(double)> gate) override {
+    if (regions_) regions_->set_gate(std::move(gate));
+  }
+  int64_t job_tokens(int64_t node_tokens, int64_t per_step) const override {
+    if (!client_ || per_version_ <= 0) return node_tokens * nodes_;
+    const auto v = client_->latest_versions();
+    return v.empty() ? node_tokens * nodes_ : *std::min_element(v.begin(), v.end()) * per_version_ * per_step;
+  }
+  // After synchronize() the node holds what the servers last replied.
+  ShippedWeights shipped(const at::Tensor& params) override { return {params, "servers"}; }
+  ShippedWeights final_weights(at::Tensor& params) override {
+    if (!client_) return shipped(params);
+    const bool complete = client_->wait_for_other_workers();  // their last pushes land first
+    at::Tensor host = final_host_.copy_of(params);
+    client_->pull(host);
+    return {host, "servers", complete};
   }
   SyncCounters counters() const override {
     SyncCounters c;
@@ -200,7 +219,7 @@ class PsSync : public GradientSync {
   std::vector<int64_t> bounds_;       // push_in_backward: the parts' ranges (PsClient::part_bounds)
   std::unique_ptr<BucketReducer> regions_;
   at::Tensor flat_grads_;             // the flat gradient buffer (push_in_backward stages slices of it)
-  HostStaging grads_host_, params_host_, outgoing_, incoming_;
+  HostStaging grads_host_, params_host_, outgoing_, incoming_, final_host_;
   at::Tensor in_;                     // overlap: the parameters the round trip in flight writes
   std::mutex mu_;  // lr_, step_, tickets_: set by the loop, read on the communication thread
   double lr_ = 0;
@@ -209,6 +228,7 @@ class PsSync : public GradientSync {
   std::vector<PsTicket> tickets_;
   std::vector<int64_t> in_use_;  // overlap: parameter versions of the values in params
   std::future<double> inflight_;
+  int64_t per_version_ = 0;  // node steps one shard version stands for (job_tokens); 0: unknown
 };
 
 }  // namespace

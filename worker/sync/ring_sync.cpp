@@ -70,15 +70,22 @@ class RingSync : public GradientSync {
     r.wire_bytes_received = wire_bytes_received() - mark_in_;
     return r;
   }
+  // The logged loss is the node's (its replicas' mean), as in every other mode: no collective across
+  // nodes on the step's path that the other modes do not pay (issue 25); the job's mean is the mean
+  // of the nodes' logs.
   double average(double x) override {
+    if (!group_) return x;
     at::Tensor t = at::full({1}, x, replica_options(device_));
-    sum_.sum(t, exact());
-    return t.item<double>() / world();
+    group_->all_reduce_sum(local_, t);
+    return t.item<double>() / local_size_;
   }
   void check_identical(const at::Tensor& params, int64_t step) override {
     check_replicas_identical(params, step, rank(), world(), local_size_, device_, [&](at::Tensor& t) { sum_.sum(t, exact()); });
   }
   FlatAdamW* optimizer() override { return &opt_; }
+  void set_release_gate(std::function<void(double)> gate) override {
+    if (buckets_) buckets_->set_gate(std::move(gate));
+  }
   SyncCounters counters() const override {
     SyncCounters c;
     if (buckets_) c.regions = buckets_->regions(), c.launched_early = buckets_->launched_early(), c.reduced = buckets_->reduced();

@@ -22,6 +22,13 @@ struct EmulateConfig {
   double peak_tflops = 989;   // the target device's dense peak, TFLOP/s (H100 SXM bf16)
   double mfu = 0.4;           // model FLOP utilization the target reaches (fraction of peak)
   double dilation = 1.0;      // emulated seconds per target second (slows the whole cluster down uniformly)
+  // The modelled step's timeline (overlap): the forward takes forward_share of the modelled time, the
+  // backward the rest, producing gradients from the last parameter to the first at an even rate
+  // per value. With overlap, a gradient region (a ring bucket, a ps shard's part) is handed to the
+  // network no earlier than the modelled moment backward finishes it, so communication overlaps the
+  // modelled backward as it would on the device (DDP, BytePS), neither before nor only after it.
+  bool overlap = false;       // true: regions released at their modelled times (needs dist.overlap / ps_push_in_backward)
+  double forward_share = 1.0 / 3;  // forward's share of the modelled step (6N FLOPs per token: forward 2N, backward 4N)
 
   template <class V>
   void fields(V& v) {
@@ -34,6 +41,8 @@ struct EmulateConfig {
     v("peak_tflops", peak_tflops, "target device peak, TFLOP/s, for the derivation", 1e-3, 1e6);
     v("mfu", mfu, "target model FLOP utilization (0, 1], for the derivation", 1e-4, 1.0);
     v("dilation", dilation, "emulated seconds per target second, for the derivation", 1e-6, 1e9);
+    v("overlap", overlap, "release gradient regions at their modelled times during the modelled backward");
+    v("forward_share", forward_share, "forward's share of the modelled step time (the rest is backward)", 0.0, 0.99);
   }
 
   // The modelled step time at slowdown 1 (the derivation when target_params > 0), seconds.

@@ -63,6 +63,28 @@ void RunConfig::validate() const {
   SYN_CHECK(dist.wire != "int8" || dist.mode == "ps",
             fmt::format("dist.wire=int8 with dist.mode={}", dist.mode),
             "int8 (with error feedback) travels to parameter servers; a ring would requantize at every hop: use bf16 or fp16");
+  SYN_CHECK(dist.sync_every == 1 || train.steps % dist.sync_every == 0,
+            fmt::format("train.steps={} is not a multiple of dist.sync_every={}: the last {} inner steps would never reach "
+                        "the job's weights (no outer step after them)", train.steps, dist.sync_every,
+                        train.steps % dist.sync_every),
+            fmt::format("use train.steps={} or {}", train.steps - train.steps % dist.sync_every,
+                        train.steps - train.steps % dist.sync_every + dist.sync_every));
+  // emulate.overlap gates the regions that leave during backward: a mode that sends none would
+  // silently run without overlap while the study says it had it.
+  if (emulate.overlap) {
+    SYN_CHECK(emulate.enabled(), "emulate.overlap=true without a modelled step time",
+              "set --emulate.step_time_s (overlap places gradient regions on the modelled step's timeline)");
+    SYN_CHECK(dist.sync_every == 1, "emulate.overlap=true with local SGD (dist.sync_every > 1): nothing leaves a node "
+              "during backward", "turn emulate.overlap off for local SGD");
+    SYN_CHECK(dist.mode != "ring" || (dist.overlap && dist.clip_scope != "node"),
+              "emulate.overlap=true on the ring without bucket reductions during backward (dist.overlap=false, or "
+              "dist.clip_scope=node, which needs the whole gradient before anything is sent)",
+              "set --dist.overlap=true --dist.clip_scope=job (and --optim.grad_clip=0 to clip alike with ps pushes "
+              "during backward), or turn emulate.overlap off");
+    SYN_CHECK(dist.mode != "ps" || dist.ps_push_in_backward,
+              "emulate.overlap=true in ps mode without dist.ps_push_in_backward: the pushes leave after backward",
+              "set --dist.ps_push_in_backward=true --optim.grad_clip=0, or turn emulate.overlap off");
+  }
   SYN_CHECK(data.tokenizer == "byte" || data.tokenizer == "gpt2-bpe",
             fmt::format("data.tokenizer='{}' is not a tokenizer", data.tokenizer), "use byte or gpt2-bpe");
   SYN_CHECK(data.tokenizer != "gpt2-bpe" || (!data.vocab_file.empty() && !data.merge_file.empty()),

@@ -50,7 +50,17 @@ struct TrainConfig {
 
 struct EvalConfig {
   int64_t every = 250;            // steps between validation-loss evaluations; 0 = only at the end
-  int64_t batches = 8;            // fixed validation batches per evaluation
+  int64_t every_tokens = 0;       // > 0: evaluate instead whenever the job's tokens cross a multiple of this (the job's
+                                  // count from this node's: steps x the node count where nodes step apart), so that
+                                  // configurations of a study evaluate at the same global token counts; and at the end
+  int64_t batches = 8;            // validation batches per evaluation when val_windows is 0
+  int64_t val_windows = 0;        // windows of the held-out set (context+1 tokens each); 0 = batches x train.batch_size.
+                                  // Studies use 512 (65,536 tokens with block 128)
+  int64_t val_seed = 1;           // picks the held-out windows; independent of train.seed, so every seed and every
+                                  // configuration is scored on the same tokens (records carry the set's digest)
+  bool defer = false;             // true: at each evaluation point only a snapshot of the weights the job would ship is
+                                  // kept (in memory); all are evaluated after the last step, so evaluating costs no
+                                  // node any training time (studies). false: evaluated on the spot
   int64_t sample_every = 500;     // steps between greedy text samples; 0 = only at the end
   std::string sample_prompt = "def ";  // prompt of the text sample
   int64_t sample_tokens = 96;     // tokens generated per sample
@@ -58,7 +68,14 @@ struct EvalConfig {
   template <class V>
   void fields(V& v) {
     v("every", every, "steps between validation evaluations (0 = end only)", int64_t{0}, int64_t{1} << 40);
-    v("batches", batches, "validation batches per evaluation", int64_t{1}, int64_t{1} << 20);
+    v("every_tokens", every_tokens, "evaluate whenever the job's tokens cross a multiple of this (0 = use every)",
+      int64_t{0}, int64_t{1} << 50);
+    v("batches", batches, "validation batches per evaluation (when val_windows = 0)", int64_t{1}, int64_t{1} << 20);
+    v("val_windows", val_windows, "held-out windows per evaluation; 0 = batches x train.batch_size", int64_t{0},
+      int64_t{1} << 24);
+    v("val_seed", val_seed, "seed that picks the held-out windows (not train.seed: the same set for every seed)",
+      int64_t{0}, int64_t{1} << 62);
+    v("defer", defer, "snapshot the shipped weights at each evaluation point, evaluate them after training (no node time)");
     v("sample_every", sample_every, "steps between text samples (0 = end only)", int64_t{0}, int64_t{1} << 40);
     v("sample_prompt", sample_prompt, "prompt for text samples");
     v("sample_tokens", sample_tokens, "tokens per text sample", int64_t{0}, int64_t{1} << 20);

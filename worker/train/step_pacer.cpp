@@ -2,6 +2,7 @@
 
 #include "common/trace.h"
 
+#include <algorithm>
 #include <cmath>
 #include <thread>
 
@@ -47,6 +48,25 @@ double StepPacer::modelled_s(int64_t step) const {
 void StepPacer::begin(int64_t step) {
   step_ = step;
   start_ = Clock::now();
+  step_modelled_.store(cfg_.overlap ? modelled_s(step) : 0.0);
+  start_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(start_.time_since_epoch()).count());
+}
+
+double StepPacer::produced_share(double backward_done, int64_t micro_batches) const {
+  const double k = static_cast<double>(std::max<int64_t>(1, micro_batches));
+  return (k - 1 + cfg_.forward_share + (1.0 - cfg_.forward_share) * std::clamp(backward_done, 0.0, 1.0)) / k;
+}
+
+void StepPacer::wait_until_produced(double backward_done, int64_t micro_batches) const {
+  const double modelled = step_modelled_.load();
+  if (modelled <= 0) return;
+  const double f = produced_share(backward_done, micro_batches);
+  const Clock::time_point at = Clock::time_point(std::chrono::nanoseconds(start_ns_.load())) +
+                               std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(modelled * f));
+  if (Clock::now() < at) {
+    TraceSpan span("modelled backward (region not yet produced)", "emulate");
+    std::this_thread::sleep_until(at);
+  }
 }
 
 StepTiming StepPacer::end_compute() {

@@ -31,6 +31,7 @@
 #include "model/gpt.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/data/data_config.h"
+#include "worker/data/held_out_set.h"
 #include "worker/data/window_sampler.h"
 #include "worker/metrics/metrics_log.h"
 #include "worker/sync/gradient_sync.h"
@@ -50,13 +51,22 @@ struct Trainer::Impl {
   bool bf16 = false;
   GPT model{nullptr};
   std::unique_ptr<FlatParameters> flat;
+  // Declared before sync: a BucketReducer's communication thread may pass the pacer's gate until
+  // sync is destroyed.
+  std::unique_ptr<StepPacer> pacer;  // modelled compute time per step (emulate.*); measures only when off
   std::unique_ptr<GradientSync> sync;  // average, clip, update: this mode's step synchronization
   std::shared_ptr<Tokenizer> tokenizer;  // the node's, shared by its local replicas (read-only)
   std::shared_ptr<TrainingData> data;
-  std::unique_ptr<WindowSampler> train_sampler, val_sampler;
+  std::unique_ptr<WindowSampler> train_sampler;
+  std::unique_ptr<HeldOutSet> held_out;  // the evaluation's windows: the same for every seed (eval.val_seed)
+  // eval.defer: the shipped weights at each evaluation point, scored after the last step.
+  struct Snapshot {
+    torch::Tensor weights;  // host copy
+    nlohmann::json record;  // step, tokens, time_s, eval_of, ... (val_loss added when scored)
+  };
+  std::vector<Snapshot> snapshots;
   int64_t data_position = 0;  // training samples consumed by this worker's steps so far (see WindowSampler)
   std::unique_ptr<MetricsLog> metrics;
-  std::unique_ptr<StepPacer> pacer;  // modelled compute time per step (emulate.*); measures only when off
   int64_t step = 0;
   int64_t tokens = 0;
   int64_t skipped_steps = 0, skipped_in_a_row = 0;  // updates skipped by the finite-update guard
@@ -79,7 +89,9 @@ struct Trainer::Impl {
     tokenizer = job.tokenizer;
     data = job.data;
     train_sampler = std::make_unique<WindowSampler>(data->train, cfg.model.block_size, cfg.train.seed, cfg.model.vocab_size);
-    val_sampler = std::make_unique<WindowSampler>(data->val, cfg.model.block_size, cfg.train.seed + 1, cfg.model.vocab_size);
+    const int64_t val_windows = cfg.eval.val_windows > 0 ? cfg.eval.val_windows : cfg.eval.batches * cfg.train.batch_size;
+    held_out = std::make_unique<HeldOutSet>(data->val, cfg.model.block_size, val_windows,
+                                            static_cast<uint64_t>(cfg.eval.val_seed), cfg.model.vocab_size);
 
     {
       // Local replicas build their models on threads of one process: one at a time, so that each
@@ -125,11 +137,13 @@ struct Trainer::Impl {
     }
     if (data_position < 0) data_position = step * samples_per_step();
 
+    pacer = std::make_unique<StepPacer>(cfg.emulate, static_cast<uint64_t>(cfg.train.seed), cfg.dist.node_rank);
+    if (cfg.emulate.overlap)
+      sync->set_release_gate([p = pacer.get(), k = cfg.train.grad_accum](double done) { p->wait_until_produced(done, k); });
     sync->start(flat->params, step);  // every replica from the same weights (rank 0's, or the servers')
     // Every local replica built and holding those weights on its device before any step starts
     // (NCCL's broadcast is asynchronous: by itself it is no barrier).
     if (job.group) job.group->barrier(local);
-    pacer = std::make_unique<StepPacer>(cfg.emulate, static_cast<uint64_t>(cfg.train.seed), cfg.dist.node_rank);
     if (writer) {
       write_file_atomic((fs::path(out) / "config.toml").string(), config_toml);
       metrics = std::make_unique<MetricsLog>((fs::path(out) / "metrics.jsonl").string(), resume ? step : -1);
@@ -152,17 +166,52 @@ struct Trainer::Impl {
     return {x.to(device, /*non_blocking=*/true), y.to(device, true)};
   }
 
+  // Mean loss per token over the held-out set, of the model's current weights.
   double evaluate() {
     torch::NoGradGuard no_grad;
     model->eval();
+    const int64_t n = held_out->windows(), b = cfg.train.batch_size, T = cfg.model.block_size;
+    const auto opt = torch::TensorOptions().dtype(torch::kLong);
     double sum = 0;
-    for (int64_t i = 0; i < cfg.eval.batches; ++i) {
-      auto [x, y] = batch(*val_sampler, i * cfg.train.batch_size, cfg.train.batch_size);
+    for (int64_t first = 0; first < n; first += b) {
+      const int64_t count = std::min(b, n - first);
+      auto x = torch::empty({count, T}, opt), y = torch::empty({count, T}, opt);
+      held_out->fill(first, count, x.data_ptr<int64_t>(), y.data_ptr<int64_t>());
       AutocastGuard ac(bf16);
-      sum += model->loss(x, y).item<double>();
+      sum += model->loss(x.to(device), y.to(device)).item<double>() * static_cast<double>(count);
     }
     model->train();
-    return sum / cfg.eval.batches;
+    return sum / static_cast<double>(n);
+  }
+  // The loss of `weights` (a flat vector like flat->params, on any device): swapped into the model
+  // for the evaluation, the model's own weights restored after.
+  double evaluate_weights(const torch::Tensor& weights) {
+    if (weights.data_ptr() == flat->params.data_ptr()) return evaluate();
+    torch::NoGradGuard no_grad;
+    torch::Tensor own = flat->params.clone();
+    flat->params.copy_(weights);
+    const double v = evaluate();
+    flat->params.copy_(own);
+    return v;
+  }
+  // What every evaluation record says of the set it was scored on.
+  void describe_held_out(nlohmann::json& m) const {
+    m["val_tokens"] = held_out->tokens();
+    m["val_set"] = held_out->digest();
+  }
+  // Scores the deferred snapshots (eval.defer) after the last step, in order, into metrics.jsonl.
+  void score_snapshots(Progress& progress) {
+    for (Snapshot& s : snapshots) {
+      const double t = now_seconds();
+      const double vl = evaluate_weights(s.weights);
+      s.record["val_loss"] = vl;
+      s.record["deferred_eval_s"] = now_seconds() - t;
+      metrics->write(s.record);
+      if (verbose)
+        progress.line(fmt::format("[eval] step {} ({} weights, scored after training): val loss {:.4f}",
+                                  s.record.at("step").get<int64_t>(), s.record.at("eval_of").get<std::string>(), vl));
+    }
+    snapshots.clear();
   }
 
   std::string sample_text() {
@@ -181,6 +230,24 @@ struct Trainer::Impl {
   static bool due(int64_t step, int64_t every, int64_t last) { return step == last || (every > 0 && step % every == 0); }
 
   void run(int64_t stop_at) {
+    try {
+      run_steps(stop_at);
+    } catch (...) {
+      // A failed run still reports the evaluations it snapshotted (eval.defer) before it stops.
+      if (writer && !snapshots.empty()) {
+        try {
+          Progress quiet(0, 1);
+          verbose = false;
+          score_snapshots(quiet);
+        } catch (const std::exception& e) {
+          log::warn("[eval] could not score the deferred evaluations after the failure: {}", e.what());
+        }
+      }
+      throw;
+    }
+  }
+
+  void run_steps(int64_t stop_at) {
     const auto& tc = cfg.train;
     const int64_t last = stop_at >= 0 ? std::min(stop_at, tc.steps) : tc.steps;
     // Tokens one step consumes: across all replicas when they step together, else this node's.
@@ -190,7 +257,7 @@ struct Trainer::Impl {
         tc.peak_tflops > 0 ? gpt_train_flops_per_token(cfg.model) / (tc.peak_tflops * 1e12 * sync->replicas_per_step()) : 0;
     const std::string fail_phase = "replica" + std::to_string(sync->local_rank());  // fault injection (tests)
     Progress progress(tc.steps, tc.log_every);
-    const double t0 = now_seconds() - time_offset;
+    double t0 = now_seconds() - time_offset;  // moves later by the time deferred evaluations took
     std::ofstream samples;
     if (writer) samples.open((fs::path(out) / "samples.txt").string(), std::ios::app);
     Tracer::global().name_thread(fmt::format("replica {} (rank {})", sync->local_rank(), sync->rank()));
@@ -272,17 +339,47 @@ struct Trainer::Impl {
       }
       if (verbose) progress.step(step, loss, lr, tok_s);
 
-      const bool eval_due = due(step, cfg.eval.every, tc.steps), ckpt_due = due(step, cfg.checkpoint.every, tc.steps);
+      // eval.every_tokens: the job's tokens as every replica of this node computes them alike (the
+      // node's count times the nodes where nodes step apart: exact for the ring and BSP, the
+      // expectation for ASP/SSP; the record's global_tokens is the shards' count).
+      const int64_t nodes_apart = sync->world() / sync->replicas_per_step();
+      const bool eval_due = cfg.eval.every_tokens > 0
+                                ? step == tc.steps || (tokens * nodes_apart) / cfg.eval.every_tokens >
+                                                          ((tokens - tokens_per_step) * nodes_apart) / cfg.eval.every_tokens
+                                : due(step, cfg.eval.every, tc.steps);
+      const bool ckpt_due = due(step, cfg.checkpoint.every, tc.steps);
       const bool sample_due = cfg.eval.sample_tokens > 0 && due(step, cfg.eval.sample_every, tc.steps);
       if (eval_due || ckpt_due || sample_due || step == last) sync->synchronize(flat->params);
       if (!writer) continue;  // evaluation, samples, checkpoints: local replica 0 (the others hold the same weights)
       if (eval_due) {
         TraceSpan span("evaluate", "train");
         const double t_eval = now_seconds();
-        const double vl = evaluate();
-        metrics->write({{"step", step}, {"time_s", now_seconds() - t0}, {"val_loss", vl}, {"tokens", tokens},
-                        {"eval_s", now_seconds() - t_eval}, {"unix_s", unix_seconds()}});
-        if (verbose) progress.line(fmt::format("[eval] step {}: train loss {:.4f}, val loss {:.4f}", step, loss, vl));
+        // The weights the job would ship; at the end of a complete run node 0 takes the job's final
+        // ones (parameter servers: once every node has finished, pulled from the shards).
+        const bool job_final = step == tc.steps && cfg.dist.node_rank == 0;
+        const ShippedWeights w = job_final ? sync->final_weights(flat->params) : sync->shipped(flat->params);
+        // A job's final weights are stamped when they exist: after node 0 waited for the others'
+        // last updates (that wait is the job's time, not evaluation time).
+        const double t_weights = job_final ? now_seconds() : t_eval;
+        nlohmann::json m = {{"step", step}, {"time_s", t_weights - t0}, {"tokens", tokens}, {"eval_of", w.of},
+                            {"global_tokens", sync->job_tokens(tokens, tokens_per_step)}, {"unix_s", unix_seconds()}};
+        if (job_final) m["job_final"] = true;
+        if (!w.complete) m["job_final_partial"] = true;
+        describe_held_out(m);
+        if (cfg.eval.defer) {
+          snapshots.push_back({w.weights.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true), m});
+          // The snapshot's cost is off this node's clock.
+          snapshots.back().record["eval_s"] = now_seconds() - t_weights;
+          snapshots.back().record["deferred"] = true;
+          t0 += now_seconds() - t_weights;
+        } else {
+          const double vl = evaluate_weights(w.weights);
+          m["val_loss"] = vl;
+          m["eval_s"] = now_seconds() - t_weights;
+          metrics->write(m);
+          if (verbose)
+            progress.line(fmt::format("[eval] step {}: train loss {:.4f}, val loss {:.4f} ({} weights)", step, loss, vl, w.of));
+        }
       }
       if (sample_due) {
         TraceSpan span("sample", "train");
@@ -290,6 +387,11 @@ struct Trainer::Impl {
         samples << "--- step " << step << " ---\n" << s << "\n";
         samples.flush();
         if (verbose) progress.line(fmt::format("[sample] step {}:\n{}\n", step, s));
+      }
+      if (ckpt_due && !snapshots.empty()) {  // scored before a checkpoint: a resume from it loses none
+        const double t_score = now_seconds();
+        score_snapshots(progress);
+        t0 += now_seconds() - t_score;
       }
       if (ckpt_due) {
         TraceSpan span("checkpoint", "train");
@@ -300,6 +402,7 @@ struct Trainer::Impl {
     }
     if (verbose) progress.finish();
     if (step >= tc.steps) sync->finish(step);  // the run is complete: the peers are told
+    if (writer && !snapshots.empty()) score_snapshots(progress);  // eval.defer: after training, on no node's clock
     if (writer) report_sync_counters();
   }
 
