@@ -234,14 +234,15 @@ struct PsClient::Impl {
     }
   }
   // Copies a reply's values into dst (part p's range) after checking their size.
-  void take_values(int p, const zmq::message_t* values, size_t frames, float* dst) {
+  // counted: adds to bytes_received (training traffic; an evaluation's PULL is not).
+  void take_values(int p, const zmq::message_t* values, size_t frames, float* dst, bool counted = true) {
     const size_t want = static_cast<size_t>(length(p)) * sizeof(float);
     SYN_CHECK(frames == 2 && values && values->size() == want,
               fmt::format("parameter server {} sent {} bytes for part [{}, +{}), expected {}", parts[p].server,
                           frames == 2 && values ? values->size() : 0, bounds[p], length(p), want),
               "server and worker disagree on the sharding");
     if (want) std::memcpy(dst, values->data(), want);
-    bytes_received += static_cast<int64_t>(want);
+    if (counted) bytes_received += static_cast<int64_t>(want);
   }
 };
 
@@ -513,7 +514,7 @@ void PsClient::pull(at::Tensor& params) {
     while (!unanswered.empty()) {
       auto [h, frames] = I.recv(k, accept, ask);
       const int p = I.part_named(k, h);
-      I.take_values(p, &frames[1], frames.size(), params.data_ptr<float>() + I.bounds[p]);
+      I.take_values(p, &frames[1], frames.size(), params.data_ptr<float>() + I.bounds[p], /*counted=*/false);
       I.parts[p].latest = std::max(I.parts[p].latest, h.param_version);
       unanswered.erase(p);  // the parts' versions stay those of this worker's own replies (staleness, DC-ASGD)
     }
