@@ -35,7 +35,13 @@ void ParameterShard::check_init(const MsgHeader& h, const float* values) const {
   wire_format_of_dtype(h.wire);  // a format this server knows, else an error naming it
   SYN_CHECK(h.clock >= 0 && h.param_version >= 0,
             fmt::format("INIT clock {} / parameter version {} invalid", h.clock, h.param_version), "they are >= 0");
-  SYN_CHECK(std::isfinite(h.lr), fmt::format("INIT learning rate {} is not finite", h.lr), "send a finite value");
+  // The same bound as check(): an INIT refused there would already have created the shard.
+  SYN_CHECK(std::isfinite(h.lr) && h.lr >= 0 && h.lr < 1e3, fmt::format("INIT learning rate {} is not sane", h.lr),
+            "send a finite value in [0, 1e3) (a worker's INIT sends 0)");
+  SYN_CHECK(h.length <= kMaxMessageBytes / 4,
+            fmt::format("INIT of {} values: its reply ({} bytes) exceeds the message size limit of {} bytes", h.length,
+                        h.length * 4, kMaxMessageBytes),
+            "a message carries at most 2^32 float32 values: add servers or set dist.ps_partition_mb");
   SYN_CHECK(std::isfinite(h.beta1) && h.beta1 >= 0 && h.beta1 < 1 && std::isfinite(h.beta2) && h.beta2 >= 0 && h.beta2 < 1,
             fmt::format("INIT AdamW betas ({}, {}) outside [0, 1)", h.beta1, h.beta2), "check optim.beta1/beta2");
   SYN_CHECK(std::isfinite(h.eps) && h.eps > 0 && std::isfinite(h.weight_decay) && h.weight_decay >= 0,
@@ -53,6 +59,15 @@ void ParameterShard::check_init(const MsgHeader& h, const float* values) const {
   SYN_CHECK(h.update == "adamw" || cfg_.mitigation == "none",
             fmt::format("ps.mitigation={} with local SGD pushes (update '{}')", cfg_.mitigation, h.update),
             "staleness mitigations rescale gradients; pseudo-gradients of local SGD take none: use --ps.mitigation=none");
+  SYN_CHECK(h.update != "delayed_nesterov" || parse_consistency(cfg_.consistency) == Consistency::kAsp,
+            fmt::format("dist.outer=delayed_nesterov with ps.consistency={}", cfg_.consistency),
+            "delayed Nesterov spreads its momentum over asynchronous arrivals; under bsp or ssp each round would count "
+            "as one arrival, which is not DiLoCo's outer step: use --ps.consistency=asp, or --dist.outer=nesterov");
+  SYN_CHECK(!(h.overlap && cfg_.backup_workers > 0),
+            fmt::format("dist.ps_overlap=true with ps.backup_workers={}", cfg_.backup_workers),
+            "backup workers drop a push computed on parameters older than the shard's, and an overlapped push always is "
+            "(it was computed on the read before last): every other step would be dropped. Turn --dist.ps_overlap off, "
+            "or run the servers with --ps.backup_workers=0");
   make_consistency_rule(cfg_, h.workers);  // backup workers against the worker count
   if (initialized_) {
     SYN_CHECK(h.offset == offset_ && h.length == length_ && h.workers == workers_,
@@ -87,8 +102,17 @@ int64_t ParameterShard::count_nonfinite(const float* v, int64_t n) {
   return bad;
 }
 
+void ParameterShard::check_decay(const int64_t* decay, size_t pairs) {
+  constexpr int64_t kLimit = int64_t{1} << 50;  // offset + length never overflows
+  for (size_t i = 0; i < pairs; ++i)
+    SYN_CHECK(decay[2 * i] >= 0 && decay[2 * i] <= kLimit && decay[2 * i + 1] >= 0 && decay[2 * i + 1] <= kLimit,
+              fmt::format("INIT weight-decay pair {} is [{}, +{})", i, decay[2 * i], decay[2 * i + 1]),
+              "decay pairs are (offset, length) in the flat vector, each in [0, 2^50]: the worker is corrupt or not Syncopate's");
+}
+
 void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t* decay, size_t pairs, double now_s) {
   check_init(h, values);  // everything, agreement with a first INIT included
+  check_decay(decay, pairs);
   if (initialized_) return;  // later INITs only had to agree with it
   rule_ = make_consistency_rule(cfg_, h.workers);
   offset_ = h.offset;
@@ -158,16 +182,24 @@ void ParameterShard::apply(const at::Tensor& grad, double lr) {
   ++updates_;
 }
 
+// Versions applied since the read a push names: of this epoch exactly; of an earlier one (read
+// before this shard was restored) counted from the number, the best estimate there is (the values
+// it names may have been lost with the crash). A number above ours counts 0.
+int64_t ParameterShard::staleness_of(int64_t param_version) const {
+  const int64_t read = param_version & ((int64_t{1} << kEpochShift) - 1);
+  return std::max<int64_t>(0, version_ - read);
+}
+
 void ParameterShard::pulled(int worker) {
   if (!mitigation_.keeps_backups()) return;
   std::vector<Backup>& kept = backup_[static_cast<size_t>(worker)];
-  if (!kept.empty() && kept.back().version == version_) return;  // the same values again (a resent reply)
+  if (!kept.empty() && kept.back().version == wire_version()) return;  // the same values again (a resent reply)
   Backup b;
   if (kept.size() >= kBackupsPerWorker) {  // reuse the oldest buffer: no fresh pages per pull
     b = std::move(kept.front());
     kept.erase(kept.begin());
   }
-  b.version = version_;
+  b.version = wire_version();
   if (b.values.defined() && b.values.numel() == params_.numel()) b.values.copy_(params_);
   else b.values = params_.clone();
   kept.push_back(std::move(b));
@@ -216,9 +248,13 @@ std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data, dou
   if (now_s >= 0) seen(h.worker, now_s);  // alive (and back in the BSP/SSP count if it had expired)
   if (h.clock <= clock_[w]) {  // a resent push (the worker timed out waiting): never apply twice
     ++duplicates_;
-    return waiting_.count(h.worker) ? std::vector<int>{} : std::vector<int>{h.worker};
+    // A copy of the push that is held waits with it; a duplicate of an older clock (a worker
+    // resumed from an older checkpoint, replaying) is answered at once, also while a newer push of
+    // that worker is held: it must not stall the replay.
+    const bool held_copy = h.clock == clock_[w] && waiting_.count(h.worker);
+    return held_copy ? std::vector<int>{} : std::vector<int>{h.worker};
   }
-  const int64_t stale = std::max<int64_t>(0, version_ - h.param_version);
+  const int64_t stale = staleness_of(h.param_version);
   last_stale_[w] = stale;
   clock_[w] = h.clock;
   if (rule_->drops(stale)) {  // late: its clock was applied without it
@@ -284,6 +320,7 @@ std::vector<int> ParameterShard::expire(double now) {
   for (int w = 0; w < workers_; ++w) {
     if (live_[w] && !waiting_.count(w) && now - last_seen_[w] > cfg_.worker_timeout_s) {
       live_[w] = false;
+      backup_[static_cast<size_t>(w)].clear();  // DC-ASGD: a dead worker's reads are freed (it rejoins uncompensated)
       ++dead_events_;
       changed = true;
     }
@@ -295,6 +332,7 @@ std::vector<int> ParameterShard::expire(double now) {
 std::vector<int> ParameterShard::finish(int worker) {
   if (!initialized_ || worker < 0 || worker >= workers_) return {};
   finished_[static_cast<size_t>(worker)] = true;
+  backup_[static_cast<size_t>(worker)].clear();  // DC-ASGD: memory bounded by the workers still training
   if (!live_[static_cast<size_t>(worker)] || waiting_.count(worker)) return {};
   live_[static_cast<size_t>(worker)] = false;
   return rule_->sums_clock() ? release_bsp() : release_held();
@@ -322,10 +360,15 @@ void ParameterShard::save(const std::string& path) const {
                          {"updates", updates_}, {"opt_steps", opt_->steps()}, {"clocks", clock_},
                          {"beta1", cfg_beta1_}, {"beta2", cfg_beta2_}, {"eps", cfg_eps_}, {"weight_decay", cfg_wd_},
                          {"decay", decay_}, {"update", update_}, {"wire", wire_}, {"layout", layout_}, {"outer_lr", outer_lr_}, {"outer_momentum", outer_mu_},
-                         {"outer_delay", outer_delay_}, {"outer_pending", outer_ ? outer_->pending() : 0}};
+                         {"outer_delay", outer_delay_}, {"outer_pending", outer_ ? outer_->pending() : 0},
+                         {"waiting", std::vector<int>(waiting_.begin(), waiting_.end())}, {"bsp_lr", bsp_lr_},
+                         {"finished", std::vector<bool>(finished_)}, {"epoch", epoch_}};
   std::vector<std::pair<std::string, at::Tensor>> t = {{"params", params_}, {"exp_avg", opt_->exp_avg()}, {"exp_avg_sq", opt_->exp_avg_sq()}};
   if (outer_) t.emplace_back("outer_momentum", outer_->momentum());
   if (outer_ && outer_->accumulated().defined()) t.emplace_back("outer_accumulated", outer_->accumulated());
+  // BSP: a clock partly collected (its held workers' gradients summed, waiting for the others) is
+  // saved with them, so a restored shard still holds those workers and their gradients.
+  if (rule_->sums_clock() && !waiting_.empty()) t.emplace_back("bsp_pending_sum", grad_sum_);
   save_safetensors(path, t, {{"shard", meta.dump()}});
 }
 
@@ -373,9 +416,39 @@ bool ParameterShard::load(const std::string& path, double now_s) {
     outer_->set_pending(m.value("outer_pending", int64_t{0}));
   }
   version_ = m.at("version");
+  epoch_ = m.value("epoch", int64_t{0}) + 1;  // a restore begins an epoch: versions never repeat on the wire
+  SYN_CHECK(version_ >= 0 && version_ < (int64_t{1} << kEpochShift) && epoch_ < (int64_t{1} << 22),
+            fmt::format("'{}' holds version {} of epoch {}", path, version_, epoch_ - 1),
+            "the checkpoint is corrupt: delete it or restore a good copy");
   updates_ = m.at("updates");
   clock_ = m.at("clocks").get<std::vector<int64_t>>();
+  SYN_CHECK(clock_.size() == static_cast<size_t>(workers_), fmt::format("'{}' holds {} clocks for {} workers", path, clock_.size(), workers_),
+            "the checkpoint is corrupt: delete it or restore a good copy");
+  for (int w : m.value("waiting", std::vector<int>{}))
+    SYN_CHECK(w >= 0 && w < workers_, fmt::format("'{}' holds worker {} as waiting, of {}", path, w, workers_),
+              "the checkpoint is corrupt: delete it or restore a good copy");
+  const std::vector<int> waiting = m.value("waiting", std::vector<int>{});
+  if (rule_->sums_clock() && !waiting.empty()) {
+    SYN_CHECK(st.tensors.count("bsp_pending_sum") && st.tensors["bsp_pending_sum"].numel() == length_,
+              fmt::format("'{}' holds {} waiting workers but not their gradients' sum", path, waiting.size()),
+              "the checkpoint is corrupt: delete it or restore a good copy");
+    grad_sum_.copy_(st.tensors["bsp_pending_sum"]);
+  }
+  waiting_ = std::set<int>(waiting.begin(), waiting.end());
+  bsp_lr_ = m.value("bsp_lr", 0.0);
+  const std::vector<bool> finished = m.value("finished", std::vector<bool>(static_cast<size_t>(workers_), false));
+  SYN_CHECK(finished.size() == static_cast<size_t>(workers_), fmt::format("'{}' holds {} finished flags for {} workers", path, finished.size(), workers_),
+            "the checkpoint is corrupt: delete it or restore a good copy");
+  for (int w = 0; w < workers_; ++w)
+    if (finished[static_cast<size_t>(w)]) finished_[static_cast<size_t>(w)] = true, live_[static_cast<size_t>(w)] = false;
   return true;
+}
+
+int64_t ParameterShard::dc_backup_values() const {
+  int64_t n = 0;
+  for (const auto& kept : backup_)
+    for (const Backup& b : kept) n += b.values.defined() ? b.values.numel() : 0;
+  return n;
 }
 
 int64_t ParameterShard::last_staleness(int worker) const { return last_stale_[static_cast<size_t>(worker)]; }
@@ -391,7 +464,8 @@ std::string ParameterShard::stats_json(int64_t errors, double now_s, int64_t uni
                         {"consistency", cfg_.consistency}, {"bad_messages", errors}, {"duplicates", duplicates_},
                         {"dc_uncompensated", dc_uncompensated_}, {"update", update_}, {"wire", wire_},
                         {"staleness_histogram", hist}, {"live", live}, {"last_staleness", last_stale_},
-                        {"last_seen_s", last_seen_}, {"finished", std::vector<bool>(finished_)}};
+                        {"last_seen_s", last_seen_}, {"finished", std::vector<bool>(finished_)},
+                        {"dc_backup_values", dc_backup_values()}, {"epoch", epoch_}, {"wire_version", wire_version()}};
   if (now_s >= 0) j["now_s"] = now_s;
   if (unix_us >= 0) j["unix_us"] = unix_us;
   return j.dump();

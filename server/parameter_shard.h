@@ -66,7 +66,8 @@ class ParameterShard {
   bool job_done() const;
 
   // Atomic checkpoint of everything the shard needs to resume: values, AdamW moments and step,
-  // version, clocks, worker count, range. load() returns false if there is no file; throws on a
+  // version, clocks, worker count, range, which workers finished, the held workers and (BSP) the
+  // sum of their gradients and the clock's lr, so a clock partly collected is not lost. load() returns false if there is no file; throws on a
   // corrupt one.
   void save(const std::string& path) const;
   bool load(const std::string& path, double now_s);
@@ -79,6 +80,12 @@ class ParameterShard {
 
   const at::Tensor& params() const { return params_; }
   int64_t version() const { return version_; }
+  // The version on the wire (replies' param_version, what pushes name, DC-ASGD's keys): the epoch
+  // (restores of this shard so far) above bit kEpochShift, the version below. Monotonic across
+  // restarts, where version() repeats the numbers the updates a crash lost had carried.
+  int64_t wire_version() const { return (epoch_ << kEpochShift) | version_; }
+  static constexpr int kEpochShift = 40;
+  int64_t epoch() const { return epoch_; }
   int64_t last_staleness(int worker) const;
   const std::string& wire() const { return wire_; }  // the dtype every push must carry
   int64_t offset() const { return offset_; }
@@ -110,6 +117,8 @@ class ParameterShard {
   double outer_lr_ = 0, outer_mu_ = 0;
   int64_t outer_delay_ = 1;
   int64_t version_ = 0, updates_ = 0;
+  int64_t epoch_ = 0;  // restores from a checkpoint so far (saved; one more at every load)
+  int64_t staleness_of(int64_t param_version) const;  // a push's, from the wire version it names
   std::map<int64_t, int64_t> staleness_hist_;
   std::vector<int64_t> clock_;        // last clock pushed, per worker (-1: none yet)
   std::vector<int64_t> last_stale_;   // staleness of each worker's last update
@@ -127,6 +136,8 @@ class ParameterShard {
   std::vector<bool> live_;
   int64_t dead_events_ = 0, duplicates_ = 0, dropped_ = 0, rejected_ = 0;
   static int64_t count_nonfinite(const float* v, int64_t n);
+  static void check_decay(const int64_t* decay, size_t pairs);  // INIT's pairs: no overflow, none negative
+  int64_t dc_backup_values() const;  // DC-ASGD: values held in the workers' saved reads (STATS dc_backup_values)
   double cfg_beta1_ = 0, cfg_beta2_ = 0, cfg_eps_ = 0, cfg_wd_ = 0;  // AdamW settings from INIT (saved)
   std::vector<std::pair<int64_t, int64_t>> decay_;                    // shard-relative decay ranges
   std::vector<int> release_bsp();

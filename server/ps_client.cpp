@@ -1,5 +1,6 @@
 #include "server/ps_client.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -23,6 +24,7 @@
 #include "common/fnv1a.h"
 #include "common/trace.h"
 #include "common/log.h"
+#include "server/parameter_shard.h"
 #include "server/ps_protocol.h"
 
 namespace syncopate {
@@ -189,7 +191,11 @@ struct PsClient::Impl {
     std::lock_guard<std::mutex> l(servers[k]->mu);
     auto ask = [&] { send(k, h, nullptr, 0); };
     ask();
-    return recv(k, [&](const MsgHeader& r, std::vector<zmq::message_t>&) { return accept(r); }, ask).first;
+    return recv(k, [&](const MsgHeader& r, std::vector<zmq::message_t>& frames) {
+      if (accept(r)) return true;
+      keep_reply(k, r, frames);  // a pending push's reply, for its wait()
+      return false;
+    }, ask).first;
   }
   // The part of server k whose range a reply names, or -1.
   int part_named(int k, const MsgHeader& h) const {
@@ -278,6 +284,10 @@ PsClient::PsClient(const std::vector<std::string>& endpoints, const std::string&
     auto sv = std::make_unique<Impl::Server>();
     sv->sock = zmq::socket_t(I.ctx, zmq::socket_type::dealer);
     sv->sock.set(zmq::sockopt::linger, 0);
+    // No receive high-water mark: every part is pushed before any reply is read, and the replies
+    // (one per push, bounded by what this worker sent) must all be kept (the server's ROUTER would
+    // drop those past the mark silently). Sends keep the default mark: they wait for the server.
+    sv->sock.set(zmq::sockopt::rcvhwm, 0);
     sv->sock.set(zmq::sockopt::sndtimeo, static_cast<int>(std::min(options.timeout_s, 2e6) * 1000));  // see send()
     I.secure(sv->sock);
     try {
@@ -309,6 +319,11 @@ std::vector<int64_t> PsClient::part_bounds(int64_t n, int servers, int64_t parti
                           len, pieces, partition_elems, kMaxPartitionsPerServer),
               "raise dist.ps_partition_mb (fewer, larger partitions) or add servers");
     const std::vector<int64_t> cut = Sharding::bounds(len, static_cast<int>(pieces));
+    const int64_t longest = (len + pieces - 1) / pieces;
+    SYN_CHECK(longest <= kMaxMessageBytes / 4,
+              fmt::format("shard {} would travel in parts of {} values, beyond the message size limit of {} values "
+                          "({} bytes)", k, longest, kMaxMessageBytes / 4, kMaxMessageBytes),
+              "add servers, or set dist.ps_partition_mb (at most 16384 MiB per part)");
     for (size_t i = 1; i < cut.size(); ++i) {
       out.push_back(shard[k] + cut[i]);
       if (server_of_part) server_of_part->push_back(k);
@@ -351,6 +366,7 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
     h.outer_delay = update.outer_delay;
     h.clock = start_step;
     h.layout = layout();
+    h.overlap = I.opt.overlap;
     at::Tensor& b = bodies[static_cast<size_t>(p)];
     b = at::empty({h.length * 4 + static_cast<int64_t>(pairs.size()) * 8}, at::kByte);
     auto* bytes = b.data_ptr<uint8_t>();
@@ -412,7 +428,7 @@ PsTicket PsClient::push(int p, const at::Tensor& grad, int64_t clock, double lr,
     if (!part.wire_buf.defined() || part.wire_buf.use_count() > 1 || part.wire_buf.numel() != n)
       part.wire_buf = at::empty({n}, at::kByte);
     body = part.wire_buf;
-    if (part.feedback) part.feedback->encode(grad.data_ptr<float>(), body.data_ptr<uint8_t>());
+    if (part.feedback && clock > part.init_clock) part.feedback->encode(grad.data_ptr<float>(), body.data_ptr<uint8_t>());
     else encode(I.opt.wire, grad.data_ptr<float>(), h.length, body.data_ptr<uint8_t>());  // fp16: a value out of range throws
     h.dtype = wire_dtype(I.opt.wire);
   }
@@ -471,6 +487,18 @@ PsReply PsClient::wait(const PsTicket& t, at::Tensor& into) {
   return out;
 }
 
+void PsClient::residuals(float* out) const {
+  for (size_t p = 0; p < impl_->parts.size(); ++p)
+    if (const auto& f = impl_->parts[p].feedback)
+      std::copy(f->residual().begin(), f->residual().end(), out + impl_->bounds[p]);
+}
+
+void PsClient::set_residuals(const float* in) {
+  for (size_t p = 0; p < impl_->parts.size(); ++p)
+    if (auto& f = impl_->parts[p].feedback)
+      std::copy(in + impl_->bounds[p], in + impl_->bounds[p + 1], f->residual().begin());
+}
+
 std::vector<int64_t> PsClient::versions() const {
   std::vector<int64_t> v;
   for (const auto& part : impl_->parts) v.push_back(part.version);
@@ -479,7 +507,9 @@ std::vector<int64_t> PsClient::versions() const {
 
 std::vector<int64_t> PsClient::latest_versions() const {
   std::vector<int64_t> v;
-  for (const auto& p : impl_->parts) v.push_back(std::max(p.version, p.latest));
+  // The update count of the wire version (its low bits; the restore epoch sits above them).
+  const int64_t mask = (int64_t{1} << ParameterShard::kEpochShift) - 1;
+  for (const auto& p : impl_->parts) v.push_back(std::max(p.version & mask, p.latest & mask));
   return v;
 }
 
@@ -494,7 +524,8 @@ PsClientCounters PsClient::counters() const {
 }
 
 std::string PsClient::stats(int k) {
-  auto accept = [](const MsgHeader& h) { return h.type == static_cast<int>(MsgType::kOk); };
+  // STATS' reply is the one OK whose text is its JSON (a push's reply has none).
+  auto accept = [](const MsgHeader& h) { return h.type == static_cast<int>(MsgType::kOk) && !h.text.empty(); };
   return impl_->control(k, impl_->header(MsgType::kStats), accept).text;
 }
 

@@ -41,6 +41,7 @@ struct PsClientOptions {
                                       // the next push of the same part (ErrorFeedback); replies are f32
   int64_t partition_elems = 0;        // values per part at most (dist.ps_partition_mb); 0 = a shard's whole
                                       // range is one part. Every worker of a job must use the same (INIT's layout)
+  bool overlap = false;               // dist.ps_overlap: told to the servers in INIT (BSP backup workers refuse it)
 };
 
 // A push in flight: part, and the request's sequence number on this client.
@@ -100,7 +101,9 @@ class PsClient {
 
   // Sends part p's gradient `grad` (the part's range only, bounds()[p+1] - bounds()[p] elements),
   // computed at step `clock` on the parameters of version `computed_on` (-1: the version of the
-  // last reply of this part), to be applied with learning rate lr. Returns at once.
+  // last reply of this part), to be applied with learning rate lr. Returns at once. A clock the
+  // part had applied when init() registered this worker is a replay the server answers without
+  // applying: with int8 it is encoded without touching the residual (nothing of it is delivered).
   PsTicket push(int part, const at::Tensor& grad, int64_t clock, double lr, int64_t computed_on = -1);
   // Waits for the reply to `ticket` and writes the part's new parameters into `into` (the part's
   // range). Resends with backoff while the server is silent (the server drops duplicates by
@@ -108,9 +111,15 @@ class PsClient {
   // refused. One thread at a time per server (its parts share one connection).
   PsReply wait(const PsTicket& ticket, at::Tensor& into);
 
+  // int8 wire: the parts' error-feedback residuals (what rounding dropped, owed to each part's next
+  // push) as one vector of bounds().back() values, for the worker's checkpoint; set_residuals puts
+  // them back after init() (a resumed worker owes what it owed at its checkpoint). No-ops otherwise.
+  void residuals(float* out) const;
+  void set_residuals(const float* in);
   // Parameter versions of the last replies, per part.
   std::vector<int64_t> versions() const;
-  // The newest parameter version seen of each part, pulls included (versions() stays that of this
+  // The newest update count (wire version without its restore epoch) seen of each part, pulls included
+  // (versions() stays that of this
   // worker's own replies, for staleness and DC-ASGD).
   std::vector<int64_t> latest_versions() const;
   // The newest clock of this worker that any shard had applied when init() registered it (-1: none):

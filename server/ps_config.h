@@ -16,7 +16,7 @@ struct PsConfig {
   int64_t backup_workers = 0;       // BSP only (Chen et al. 2016): apply a clock once all live workers but this many
                                     // have pushed it (the mean of those that came); a gradient computed on parameters
                                     // older than the shard's is late: dropped, counted, and answered with the new
-                                    // parameters at once. Assumes workers wait for their round trip (ps_overlap off)
+                                    // parameters at once. Needs workers that wait for their round trip: ps_overlap is refused at INIT
   double max_grad_norm = 0;         // a push whose gradient (this shard's range) has a larger L2 norm is refused
                                     // with an ERROR and counted (`rejected`), like a non-finite one; 0 = no bound
   double worker_timeout_s = 30;     // a worker silent this long (no push, pull or heartbeat) leaves the

@@ -10,12 +10,17 @@
 
 namespace syncopate {
 
-constexpr uint32_t kPsProtocolVersion = 4;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format;
+constexpr uint32_t kPsProtocolVersion = 5;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format;
                                             // 3: INIT's job layout, FINISH; 4: partitions (INIT's `partition`,
-                                            // requests and replies name their partition by offset and length)
+                                            // requests and replies name their partition by offset and length);
+                                            // 5: INIT's `overlap` (refused with BSP backup workers)
 constexpr int64_t kMaxPartitionsPerServer = 4096;  // a server holds at most this many partitions (INIT `partition`)
 constexpr size_t kMaxHeaderBytes = 4096;          // requests (what a server decodes: tight)
 constexpr size_t kMaxReplyHeaderBytes = 1 << 20;  // replies
+// The largest message a server takes (ZMQ_MAXMSGSIZE; a larger one makes ZeroMQ drop the
+// connection): a part of at most kMaxMessageBytes / 4 float32 values. Workers refuse a layout with
+// a longer part (PsClient::part_bounds), servers an INIT of one (ParameterShard::check_init).
+constexpr int64_t kMaxMessageBytes = int64_t{1} << 34;
 
 enum class MsgType : int {
   kInit = 1,      // worker -> server: shard range, optimizer settings, initial values (+ decay ranges)
@@ -23,7 +28,7 @@ enum class MsgType : int {
   kPull = 3,      // worker -> server: reply carries the current parameters
   kStats = 4,     // reply header's `text` is a JSON object of counters and the staleness histogram
   kShutdown = 5,  // server exits after replying
-  kHeartbeat = 6, // worker -> server, no reply: the worker is alive (sent every timeout/4 by a side thread)
+  kHeartbeat = 6, // worker -> server, no reply: the worker is alive (sent once a second per server by a side thread)
   kFinish = 7,    // worker -> server: this worker ended its run normally (it leaves the BSP/SSP count); reply OK.
                   // A server started with server.exit_when_done exits once every worker has finished or died
   kOk = 100,      // reply
@@ -52,11 +57,13 @@ struct MsgHeader {
   double outer_lr = 0.7, outer_momentum = 0.9;  // INIT with update "nesterov" / "delayed_nesterov": the outer SGD's settings
   int64_t outer_delay = 1;     // INIT with update "delayed_nesterov": arrivals per momentum update (N)
   int64_t staleness = 0;       // reply to PUSH: staleness of that update (versions applied since it was read)
+  bool overlap = false;        // INIT: the worker overlaps its round trip with the next step (dist.ps_overlap): its
+                               // pushes are computed on the read before last (refused with BSP backup workers)
   std::string layout;          // INIT: what every worker of the job must agree on: "<K> shards, servers <digest of the
                                // endpoint list>, model <digest>"; fixed by the first INIT, a different one is refused
   std::string text;            // errors, stats JSON
   MSGPACK_DEFINE_MAP(type, version, token, worker, workers, clock, param_version, offset, length, partition, dtype, wire, lr, beta1,
-                     beta2, eps, weight_decay, update, outer_lr, outer_momentum, outer_delay, staleness, layout, text)
+                     beta2, eps, weight_decay, update, outer_lr, outer_momentum, outer_delay, staleness, overlap, layout, text)
 };
 
 // The header's `token` field: a 64-bit digest of the job token. It is sent in every request, so

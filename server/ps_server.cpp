@@ -19,6 +19,7 @@
 
 #include "common/atomic_file.h"
 #include "common/check.h"
+#include "common/crash_point.h"
 #include "common/comm/wire_format.h"
 #include "common/log.h"
 #include "common/trace.h"
@@ -36,6 +37,7 @@ struct PsServer::Impl {
   zmq::socket_t sock{ctx, zmq::socket_type::router};
   std::map<int, zmq::message_t> identity;  // worker -> its DEALER identity, for deferred replies
   int64_t errors = 0;
+  int64_t pushes = 0;  // PUSH_PULL requests received by this process (SYNCOPATE_CRASH_AT=ps_server:<point>:<n>)
   std::vector<float> decoded;  // a compressed push, decoded (reused)
   // Tracing: pushes the consistency rule holds ((worker, partition offset) -> arrival), and the workers' named tracks.
   std::map<std::pair<int, int64_t>, int64_t> held_since;
@@ -72,7 +74,7 @@ struct PsServer::Impl {
     r.worker = worker;
     r.offset = shard.offset();  // names the partition: replies to one server's partitions share a connection
     r.length = shard.length();
-    r.param_version = shard.version();
+    r.param_version = shard.wire_version();  // monotonic across restarts (the shard's epoch)
     r.staleness = shard.last_staleness(worker);
     r.clock = clock >= 0 ? clock : shard.clock(worker);  // lets the worker match replies to (possibly resent) requests
     shard.pulled(worker);
@@ -122,6 +124,16 @@ struct PsServer::Impl {
     if (std::find(ready.begin(), ready.end(), h.worker) == ready.end()) held_since[{h.worker, h.offset}] = t0;
   }
 
+  // Replies released by something other than a push (a worker expired, or FINISH): each partition
+  // that applied a clock is checkpointed (per server.checkpoint_every) before any of them leaves,
+  // as a push's replies are: durable before acknowledged.
+  void release(const std::vector<std::pair<ParameterShard*, int>>& ready) {
+    std::set<ParameterShard*> saved;
+    for (auto [shard, w] : ready)
+      if (saved.insert(shard).second) parts.checkpoint(*shard);
+    for (auto [shard, w] : ready) reply_params(*shard, w);
+  }
+
   // server.exit_when_done: every worker has finished or died (at least one finished).
   bool done() {
     if (!scfg.exit_when_done || !parts.job_done()) return false;
@@ -149,8 +161,13 @@ struct PsServer::Impl {
           const char* d = frames.size() == 3 ? static_cast<const char*>(frames[2].data()) : nullptr;
           std::vector<int64_t> pairs((data_bytes - h.length * 4) / 8);
           if (!pairs.empty()) std::memcpy(pairs.data(), d + h.length * 4, pairs.size() * 8);
-          ParameterShard& shard = parts.init(h, reinterpret_cast<const float*>(d), pairs.data(), pairs.size() / 2, now());
+          bool created = false;
+          ParameterShard& shard =
+              parts.init(h, reinterpret_cast<const float*>(d), pairs.data(), pairs.size() / 2, now(), &created);
           shard.check(h);
+          // Durable before acknowledged: a partition the workers were told exists is in the checkpoint
+          // directory before the reply (a restart before its first update still knows it).
+          if (created) parts.checkpoint(shard, true);
           shard.registered(h.worker, h.clock);  // first: a worker that had finished takes part again
           parts.seen(h.worker, now());
           remember(h.worker, id);
@@ -158,6 +175,8 @@ struct PsServer::Impl {
           return true;
         }
         case MsgType::kPushPull: {
+          const int64_t n = ++pushes;
+          crash_point("ps_server", "received", n);  // recovery tests: a kill at each point of the request path
           ParameterShard& shard = parts.at(h);
           shard.check(h);  // the dtype is the shard's wire format (mixed formats refused)
           const WireFormat wire = wire_format_of_dtype(h.dtype);
@@ -172,13 +191,16 @@ struct PsServer::Impl {
           }
           const int64_t t0 = Tracer::global().on() ? Tracer::now_us() : 0;
           std::vector<int> ready = shard.push(h, grad, now());  // throws, changing nothing, on a refused gradient
+          crash_point("ps_server", "applied", n);
           remember(h.worker, id);
           if (t0) trace_push(h, t0, ready);
           // Durable before acknowledged: a checkpoint due now is written before the replies go out,
           // so a restarted shard never lacks an update a worker was told about (with
           // server.checkpoint_every=1 a crash loses no acknowledged update at all).
           parts.checkpoint(shard);
+          crash_point("ps_server", "checkpointed", n);
           for (int w : ready) reply_params(shard, w, w == h.worker ? h.clock : -1);
+          crash_point("ps_server", "replied", n);
           return true;
         }
         case MsgType::kPull: {
@@ -201,11 +223,15 @@ struct PsServer::Impl {
           return true;
         case MsgType::kFinish: {
           parts.check_worker(h);
+          const auto released = parts.finish(h.worker);
+          // Durable before acknowledged: FINISH is part of the checkpoint (a restarted shard must not
+          // wait for a worker that finished), written with the clocks it released before any reply.
+          parts.checkpoint_all();
           MsgHeader r;
           r.type = static_cast<int>(MsgType::kOk);
           r.clock = h.clock;
           send(id, r, nullptr, 0);
-          for (auto [shard, w] : parts.finish(h.worker)) reply_params(*shard, w);  // the others no longer wait for it
+          for (auto [shard, w] : released) reply_params(*shard, w);  // the others no longer wait for it
           log::info("[server {}] worker {} finished at clock {}", scfg.shard, h.worker, h.clock);
           return !done();
         }
@@ -254,7 +280,11 @@ PsServer::~PsServer() = default;
 void PsServer::run(const std::function<void(const std::string&)>& on_listening,
                    const std::function<bool()>& stop_requested) {
   auto& s = impl_->sock;
-  s.set(zmq::sockopt::maxmsgsize, int64_t{1} << 34);
+  s.set(zmq::sockopt::maxmsgsize, kMaxMessageBytes + 4096);  // a part's values and its header frame
+  // No high-water mark on replies: a ROUTER drops a message silently when the peer's pipe is full,
+  // and a worker pushes every part (up to kMaxPartitionsPerServer) before it reads a reply. What is
+  // queued is bounded by the requests the workers sent, one reply each.
+  s.set(zmq::sockopt::sndhwm, 0);
   if (!impl_->scfg.curve_key_file.empty()) {  // CURVE: encrypted and authenticated transport
     std::istringstream keys(read_file(impl_->scfg.curve_key_file));
     std::string pub, sec;
@@ -289,7 +319,7 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
       impl_->parts.checkpoint_all();  // a stopped server loses no update it has applied
       break;
     }
-    for (auto [shard, w] : impl_->parts.expire(Impl::now())) impl_->reply_params(*shard, w);
+    impl_->release(impl_->parts.expire(Impl::now()));
     if (impl_->done()) break;
     std::vector<zmq::message_t> frames;
     try {

@@ -29,7 +29,8 @@ std::string ShardPartitions::describe() const {
 }
 
 ParameterShard& ShardPartitions::init(const MsgHeader& h, const float* values, const int64_t* decay, size_t pairs,
-                                      double now_s) {
+                                      double now_s, bool* created) {
+  if (created) *created = false;
   SYN_CHECK(h.partition >= 0 && (h.partition == 0 || h.length <= h.partition),
             fmt::format("INIT of [{}, +{}) with partition size {}", h.offset, h.length, h.partition),
             "a partition holds at most `partition` values (0 = the whole range): same Syncopate build everywhere");
@@ -63,6 +64,7 @@ ParameterShard& ShardPartitions::init(const MsgHeader& h, const float* values, c
   Part& p = parts_[{h.offset, h.length}];
   p.shard = std::move(shard);
   p.whole = whole;
+  if (created) *created = true;
   return *p.shard;
 }
 

@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <future>
 #include <random>
 #include <vector>
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
@@ -181,4 +183,42 @@ TEST(RingAllreduce, Fp16WireSumsWithinItsBoundAndRefusesOverflow) {
     e8[static_cast<size_t>(r)] = test::error_of([&] { ring_allreduce_sum(w[r].data(), 1, r, 2, next, prev, opt); });
   });
   EXPECT_NE(e8[0].find("int8 is not a wire format of the ring"), std::string::npos) << e8[0];
+}
+
+// Issue 26 (2): int8 took a chunk's maximum with std::max (which skips NaN) and wrote a NaN as 0,
+// so the server decoded a finite 0 and its finite check never fired, while the error-feedback
+// residual stayed NaN (that element sent as 0 forever); an Inf made the chunk's scale Inf. A
+// non-finite value is now an error naming it, before anything (the residual included) changes.
+TEST(WireFormat, Int8RefusesNonFiniteValuesByNameAndKeepsTheResidualClean) {
+  const int64_t n = 3 * kInt8Chunk + 5;
+  std::vector<float> x = random_values(static_cast<size_t>(n), 7);
+  for (float& v : x) v = std::clamp(v, -100.0f, 100.0f);
+  std::vector<uint8_t> out(wire_bytes(WireFormat::kInt8, n));
+  for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    std::vector<float> y = x;
+    y[kInt8Chunk + 17] = bad;
+    std::string e = test::error_of([&] { encode(WireFormat::kInt8, y.data(), n, out.data()); });
+    EXPECT_NE(e.find(fmt::format("index {}", kInt8Chunk + 17)), std::string::npos) << "encoded " << bad << " as a number: " << e;
+    EXPECT_NE(e.find("int8"), std::string::npos) << e;
+    ErrorFeedback fb(WireFormat::kInt8, n);
+    fb.encode(x.data(), out.data());  // a residual of rounding errors
+    const std::vector<float> before = fb.residual();
+    e = test::error_of([&] { fb.encode(y.data(), out.data()); });
+    EXPECT_NE(e.find(fmt::format("index {}", kInt8Chunk + 17)), std::string::npos) << e;
+    EXPECT_EQ(fb.residual(), before) << "a refused push changed the residual";
+    // The next finite push goes out as if the refused one had never been made.
+    std::vector<uint8_t> a(out.size()), b(out.size());
+    ErrorFeedback twin(WireFormat::kInt8, n);
+    twin.encode(x.data(), a.data());
+    twin.encode(x.data(), a.data());
+    fb.encode(x.data(), b.data());
+    EXPECT_EQ(a, b);
+  }
+  // A receiver refuses a message whose scale is not finite (a hostile or corrupt sender).
+  encode(WireFormat::kInt8, x.data(), n, out.data());
+  const float inf = INFINITY;
+  std::memcpy(out.data() + 4, &inf, 4);  // chunk 1's scale
+  std::vector<float> back(static_cast<size_t>(n));
+  const std::string e = test::error_of([&] { decode(WireFormat::kInt8, out.data(), out.size(), n, back.data()); });
+  EXPECT_NE(e.find("scale"), std::string::npos) << "decoded an infinite scale: " << e;
 }

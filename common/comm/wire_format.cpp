@@ -101,22 +101,37 @@ void check_fp16_range(const float* x, int64_t n) {
 }
 
 namespace {
+// The first non-finite value of x[0..n) named, for a format that cannot carry it.
+[[noreturn]] void fail_nonfinite(const float* x, int64_t n, const char* format) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i]))
+      SYN_FAIL(fmt::format("value {} at index {} cannot travel on the {} wire: it is not finite", x[i], i, format),
+               "the gradient diverged: the step must be skipped (train.skip_grad_norm does), or lower the learning "
+               "rate; with dist.ps_push_in_backward the push leaves before the worker's finite check");
+  SYN_FAIL("a non-finite value vanished", "this is a bug");
+}
+
 // int8 with a float32 scale per kInt8Chunk values: the scales first, then one int8 per value.
 // residual non-null: each value's dequantized form is subtracted from residual[i] as it is made
-// (error feedback in the same pass; the decoder computes the same q * scale).
+// (error feedback in the same pass; the decoder computes the same q * scale). A non-finite value
+// is an error naming it, thrown before anything is written (int8 cannot carry it: std::max skips a
+// NaN, and an Inf makes the chunk's scale Inf).
 void encode_int8(const float* x, int64_t n, uint8_t* out, float* residual) {
   const int64_t chunks = (n + kInt8Chunk - 1) / kInt8Chunk;
   uint8_t* q = out + 4 * chunks;
+  bool finite = true;
+  for (int64_t i = 0; i < n; ++i) finite &= std::isfinite(x[i]);
+  if (!finite) fail_nonfinite(x, n, "int8");
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t lo = c * kInt8Chunk, hi = std::min(n, lo + kInt8Chunk);
     float amax = 0;
-    for (int64_t i = lo; i < hi; ++i) amax = std::max(amax, std::fabs(x[i]));  // NaN is ignored by max
+    for (int64_t i = lo; i < hi; ++i) amax = std::max(amax, std::fabs(x[i]));
     const float scale = amax / 127.0f;
     std::memcpy(out + 4 * c, &scale, 4);
     const float inv = scale > 0 ? 1.0f / scale : 0.0f;
     for (int64_t i = lo; i < hi; ++i) {
       const float r = std::nearbyint(std::clamp(x[i] * inv, -127.0f, 127.0f));
-      const int8_t v = static_cast<int8_t>(std::isnan(r) ? 0 : r);
+      const int8_t v = static_cast<int8_t>(r);
       q[i] = static_cast<uint8_t>(v);
       if (residual) residual[i] -= static_cast<float>(v) * scale;
     }
@@ -170,6 +185,8 @@ void decode(WireFormat f, const uint8_t* in, size_t bytes, int64_t n, float* out
       for (int64_t c = 0; c < chunks; ++c) {
         float scale;
         std::memcpy(&scale, in + 4 * c, 4);
+        SYN_CHECK(std::isfinite(scale) && scale >= 0, fmt::format("int8 chunk {} has scale {}", c, scale),
+                  "the sender is corrupt or not Syncopate's: an int8 message's scales are finite and >= 0");
         const int64_t lo = c * kInt8Chunk, hi = std::min(n, lo + kInt8Chunk);
         for (int64_t i = lo; i < hi; ++i) out[i] = static_cast<float>(static_cast<int8_t>(q[i])) * scale;
       }
@@ -182,6 +199,17 @@ ErrorFeedback::ErrorFeedback(WireFormat f, int64_t n) : f_(f), residual_(static_
 
 void ErrorFeedback::encode(const float* x, uint8_t* out) {
   const int64_t n = static_cast<int64_t>(residual_.size());
+  // Checked before the residual changes: a refused message leaves it as it was (a NaN kept in it
+  // would be owed, and sent, forever).
+  bool finite = true;
+  for (int64_t i = 0; i < n; ++i) finite &= std::isfinite(x[i]) && std::isfinite(residual_[i] + x[i]);
+  if (!finite) {
+    std::vector<float> owed(residual_);
+    for (int64_t i = 0; i < n; ++i) owed[i] += x[i];
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(x[i])) fail_nonfinite(x, n, f_ == WireFormat::kInt8 ? "int8" : wire_dtype(f_).c_str());
+    fail_nonfinite(owed.data(), n, f_ == WireFormat::kInt8 ? "int8" : wire_dtype(f_).c_str());
+  }
   for (int64_t i = 0; i < n; ++i) residual_[i] += x[i];  // what is owed: this message plus the last ones' loss
   if (f_ == WireFormat::kInt8) {  // quantized and what it carries taken off the residual, in one pass
     encode_int8(residual_.data(), n, out, residual_.data());

@@ -5,7 +5,8 @@
 //         is an error naming it (fp16 never saturates silently)
 //   int8  1 byte per value + one float32 scale per chunk of kInt8Chunk values (scale = the
 //         chunk's max |x| / 127, values rounded to nearest); meant for error feedback
-//         (ErrorFeedback), which carries what rounding dropped into the next message
+//         (ErrorFeedback), which carries what rounding dropped into the next message. A NaN or
+//         Inf is an error naming it (int8 cannot carry one); decode refuses a non-finite scale
 // The parameter-server protocol names them by dtype ("f32", "bf16", "f16", "i8"); the ring sends
 // f32, bf16 or fp16. No torch here.
 #pragma once
@@ -47,6 +48,8 @@ class ErrorFeedback {
  public:
   ErrorFeedback(WireFormat f, int64_t n);
   // Encodes x (n values) plus the carried residual into out (wire_bytes(f, n)) and keeps the new residual.
+  // A non-finite value (of x, or of x plus the residual) throws syncopate::Error naming it, before the
+  // residual changes.
   void encode(const float* x, uint8_t* out);
   const std::vector<float>& residual() const { return residual_; }
   std::vector<float>& residual() { return residual_; }  // checkpointed with the sender's state

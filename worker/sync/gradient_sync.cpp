@@ -50,6 +50,7 @@ PsClientOptions ps_client_options(const SyncSetup& s) {
   o.wire = parse_wire_format(s.dist.wire);
   o.model_digest = s.model_digest;
   o.partition_elems = partition_elems(s.dist);
+  o.overlap = s.dist.ps_overlap;
   return o;
 }
 

@@ -32,6 +32,7 @@ class PsLocalSgdSync : public GradientSync {
                 s.dist.outer_delay > 0 ? s.dist.outer_delay : s.dist.nnodes},
         inner_(make_ring_sync(node_only(s), flat, params)),
         start_(flat.params.clone()), delta_(at::empty_like(flat.params)) {
+    if (s.dist.wire == "int8") residual_ = at::zeros({flat.numel()}, at::kFloat);  // checkpointed (state())
     if (local_ == 0) {  // local replica 0 talks to the servers for its node
       client_ = std::make_unique<PsClient>(PsClient::parse_endpoints(s.dist.servers), s.token, node_, nodes_,
                                            ps_client_options(s));
@@ -51,6 +52,7 @@ class PsLocalSgdSync : public GradientSync {
     if (client_) {
       at::Tensor host = host_.copy_of(params);  // INIT's reply lands here, not in params
       client_->init(host, decay_, optim_, step / every_, update_);
+      if (residual_.defined()) client_->set_residuals(residual_.data_ptr<float>());  // owed at the checkpoint
       if (boundary) HostStaging::to_device(params, host);
       per_version_ = pushes_per_version(*client_, nodes_);
     }
@@ -95,7 +97,12 @@ class PsLocalSgdSync : public GradientSync {
     client_->pull(host);
     return {host, "servers", complete};
   }
-  std::vector<std::pair<std::string, at::Tensor>> state() override { return {{"outer_start", start_}}; }
+  // The round's start, and with the int8 wire the error-feedback residuals (gathered from the client).
+  std::vector<std::pair<std::string, at::Tensor>> state() override {
+    if (!residual_.defined()) return {{"outer_start", start_}};
+    if (client_ && client_->parts() > 0) client_->residuals(residual_.data_ptr<float>());
+    return {{"outer_start", start_}, {"ps_residual", residual_}};
+  }
   void finish(int64_t step) override {
     if (client_) client_->finish(step / every_);  // the shards count this node's clock in rounds
   }
@@ -115,6 +122,7 @@ class PsLocalSgdSync : public GradientSync {
   ShardUpdate update_;
   std::unique_ptr<GradientSync> inner_;
   std::unique_ptr<PsClient> client_;  // local replica 0 only
+  at::Tensor residual_;  // int8 wire: the client's error-feedback residuals, flat (local replica 0's are the real ones)
   at::Tensor start_, delta_;
   HostStaging host_, delta_host_, params_host_, final_host_;
   int64_t per_version_ = 0;  // node rounds one shard version stands for (job_tokens); 0: unknown

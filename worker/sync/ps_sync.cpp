@@ -43,6 +43,7 @@ class PsSync : public GradientSync {
     if (local_ == 0) {  // local replica 0 talks to the servers for its node
       client_ = std::make_unique<PsClient>(endpoints, s.token, node_, nodes_, ps_client_options(s));
     }
+    if (s.dist.wire == "int8") residual_ = at::zeros({flat.numel()}, at::kFloat);  // checkpointed (state())
     if (push_in_backward_) {
       bounds_ = PsClient::part_bounds(flat.numel(), static_cast<int>(endpoints.size()), partition_elems(s.dist));
       flat_grads_ = flat.grads;
@@ -66,6 +67,7 @@ class PsSync : public GradientSync {
     if (client_) {
       at::Tensor host = params_host_.to_host(params);
       client_->init(host, decay_, optim_, step);
+      if (residual_.defined()) client_->set_residuals(residual_.data_ptr<float>());  // owed at the checkpoint
       HostStaging::to_device(params, host);
       if (const int64_t applied = client_->applied_clock(); applied >= step)
         log::warn("[ps] the servers applied this node's steps up to {} before it resumed at {}: those steps are "
@@ -73,6 +75,14 @@ class PsSync : public GradientSync {
     }
     share_node_params(params);
     if (client_) per_version_ = pushes_per_version(*client_, nodes_);
+  }
+  // With the int8 wire, the error-feedback residuals (what rounding dropped, owed to the next push):
+  // a resumed worker owes what it owed at its checkpoint. Gathered from the client when saving.
+  std::vector<std::pair<std::string, at::Tensor>> state() override {
+    if (!residual_.defined()) return {};
+    if (inflight_.valid()) inflight_.wait();  // ps_overlap: the round trip in flight encodes into them
+    if (client_ && client_->parts() > 0) client_->residuals(residual_.data_ptr<float>());
+    return {{"ps_residual", residual_}};
   }
   void begin_last_backward(double lr, int64_t step) override {
     std::lock_guard<std::mutex> l(mu_);
@@ -216,6 +226,7 @@ class PsSync : public GradientSync {
   double skip_;
   bool overlap_, push_in_backward_;
   std::unique_ptr<PsClient> client_;  // local replica 0 only
+  at::Tensor residual_;               // int8 wire: the client's residuals, flat (local replica 0's are the real ones)
   std::vector<int64_t> bounds_;       // push_in_backward: the parts' ranges (PsClient::part_bounds)
   std::unique_ptr<BucketReducer> regions_;
   at::Tensor flat_grads_;             // the flat gradient buffer (push_in_backward stages slices of it)

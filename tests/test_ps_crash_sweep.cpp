@@ -1,0 +1,143 @@
+// The crash-point sweep of issue 26: a real syncopate-server process (server.checkpoint_every=1)
+// kills itself (SIGKILL, SYNCOPATE_CRASH_AT=ps_server:<point>:<n>) at one point of its request path
+// (after receive, after apply, after checkpoint, after reply) on the n-th push, is restarted on the
+// same port from its checkpoint, and the workers (real PsClients, resending while it is down) finish
+// their clocks. Every case: BSP / SSP / ASP x whole / partitioned x f32 / int8. Asserted: the crash
+// happened, and the exactly-once ledger: every worker's clocks, the number of updates per
+// partition and the version are those of an uninterrupted run, and where the mode is deterministic
+// (BSP: the mean of a clock; ASP with one worker) the final weights are equal bit for bit.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "common/comm/wire_format.h"
+#include "server/ps_client.h"
+#include "tests/test_helpers.h"
+
+using namespace syncopate;
+
+namespace {
+
+constexpr int64_t kValues = 1000;
+constexpr int kClocks = 5;
+
+struct Outcome {
+  nlohmann::json stats;
+  std::vector<at::Tensor> params;  // each worker's after its last reply
+  bool crashed = false;
+};
+
+// A deterministic gradient of worker w at clock c.
+at::Tensor gradient(int w, int c) {
+  return torch::sin(torch::arange(kValues, torch::kFloat) * 0.37 + 1.3 * c + 2.1 * w) * 0.05;
+}
+
+// Runs `workers` clients for kClocks clocks against one server process; crash_at: "" or
+// "ps_server:<point>:<n>". The server is restarted (without the crash) when it dies.
+Outcome run_job(const std::string& consistency, bool partitioned, bool int8, const std::string& crash_at) {
+  test::TempDir d;
+  const int workers = consistency == "asp" ? 1 : 2;  // ASP with one worker is deterministic
+  const std::string bin = test::bin_dir() + "/syncopate-server";
+  const std::vector<std::string> common = {bin, "--ps.consistency=" + consistency, "--ps.staleness_bound=1",
+                                           "--server.checkpoint_dir=" + d.str("ck"), "--server.checkpoint_every=1",
+                                           "--server.encrypt=off"};
+  const test::ServerPort port = test::any_server_port(d);
+  std::vector<std::string> args = common;
+  args.insert(args.end(), port.args.begin(), port.args.end());
+  std::vector<std::string> env = {"SYNCOPATE_TOKEN=t", "SYNCOPATE_LOG=warn"};
+  if (!crash_at.empty()) env.push_back("SYNCOPATE_CRASH_AT=" + crash_at);
+  auto server = std::make_unique<test::Process>(args, env, d.str("server1.log"));
+  const std::string ep = test::wait_for_line(port.endpoint_file, 60, server.get());
+
+  PsClientOptions o{30};
+  o.first_resend_s = 0.3;
+  o.wire = int8 ? WireFormat::kInt8 : WireFormat::kF32;
+  o.partition_elems = partitioned ? 256 : 0;  // 4 partitions
+  std::vector<std::unique_ptr<PsClient>> clients;
+  Outcome out;
+  for (int w = 0; w < workers; ++w) {
+    clients.push_back(std::make_unique<PsClient>(std::vector<std::string>{ep}, "t", w, workers, o));
+    out.params.push_back(torch::arange(kValues, torch::kFloat) * 0.01);
+    clients.back()->init(out.params.back(), {}, AdamWConfig{});
+  }
+  std::atomic<int> done{0};
+  std::vector<std::string> errors(static_cast<size_t>(workers));
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w)
+    threads.emplace_back([&, w] {
+      try {
+        for (int c = 0; c < kClocks; ++c) push_pull(*clients[w], gradient(w, c), out.params[w], c, 0.01);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(w)] = e.what();
+      }
+      ++done;
+    });
+  // The harness: a server that died is started again on its port, from its checkpoint.
+  while (done < workers) {
+    if (!out.crashed && server->wait(0) != -1) {
+      out.crashed = true;
+      std::vector<std::string> again = common;
+      again.push_back("--server.port=" + ep.substr(ep.rfind(':') + 1));
+      server = std::make_unique<test::Process>(again, std::vector<std::string>{"SYNCOPATE_TOKEN=t", "SYNCOPATE_LOG=warn"},
+                                               d.str("server2.log"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (auto& t : threads) t.join();
+  for (int w = 0; w < workers; ++w)
+    EXPECT_EQ(errors[static_cast<size_t>(w)], "") << "worker " << w << "\n" << test::slurp(d.str("server1.log"))
+                                                  << test::slurp(d.str("server2.log"));
+  out.stats = nlohmann::json::parse(clients[0]->stats(0));
+  clients[0]->shutdown_servers();
+  server->wait(10);
+  return out;
+}
+
+}  // namespace
+
+using SweepCase = std::tuple<std::string, bool, bool>;  // consistency, partitioned, int8
+class PsCrashSweep : public ::testing::TestWithParam<SweepCase> {};
+INSTANTIATE_TEST_SUITE_P(EveryModeLayoutAndWire, PsCrashSweep,
+                         ::testing::Combine(::testing::Values("bsp", "ssp", "asp"), ::testing::Bool(), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<SweepCase>& i) {
+                           return fmt::format("{}_{}_{}", std::get<0>(i.param), std::get<1>(i.param) ? "partitioned" : "whole",
+                                              std::get<2>(i.param) ? "int8" : "f32");
+                         });
+
+// Each case: one uninterrupted run, then one run per crash point.
+TEST_P(PsCrashSweep, ARestartedServerAppliesEveryAcknowledgedClockExactlyOnce) {
+  const auto& [consistency, partitioned, int8] = GetParam();
+  const int workers = consistency == "asp" ? 1 : 2, parts = partitioned ? 4 : 1;
+  const Outcome ref = run_job(consistency, partitioned, int8, "");
+  EXPECT_FALSE(ref.crashed);
+  for (const char* point : {"received", "applied", "checkpointed", "replied"}) {
+    SCOPED_TRACE(point);
+    // The crash in the middle of the run: the first push of clock 2 to arrive (pushes are counted
+    // per server process, every partition's separately).
+    const int64_t n = 2 * workers * parts + 1;
+    const Outcome got = run_job(consistency, partitioned, int8, fmt::format("ps_server:{}:{}", point, n));
+    EXPECT_TRUE(got.crashed) << "the server never reached " << point << " of push " << n;
+    const int64_t updates_per_part = consistency == "bsp" ? kClocks : kClocks * workers;
+    EXPECT_EQ(got.stats["updates"], updates_per_part * parts) << got.stats.dump();
+    EXPECT_EQ(got.stats["version"], updates_per_part) << got.stats.dump();
+    EXPECT_EQ(got.stats["clocks"], ref.stats["clocks"]) << got.stats.dump();
+    EXPECT_EQ(got.stats["clocks"], nlohmann::json(std::vector<int64_t>(static_cast<size_t>(workers), kClocks - 1)));
+    EXPECT_EQ(got.stats["rejected"], 0);
+    if (consistency != "ssp") {  // deterministic: the same weights bit for bit
+      for (int w = 0; w < workers; ++w)
+        EXPECT_TRUE(torch::equal(got.params[w], ref.params[w]))
+            << "worker " << w << ": " << (got.params[w] - ref.params[w]).abs().max().item<double>();
+    }
+  }
+}
