@@ -155,6 +155,9 @@ def emulation(a):
         problems.append(f"--link-gbit {em['link_gbit']} must be positive")
     if (em["slowdown"] > 1 or em["jitter"] > 0) and em["step_time_s"] == 0:
         problems.append("a straggler or jitter needs --step-time > 0 (the modelled time it multiplies)")
+    if em["link_gbit"] and em["backend"] == "emulated" and os.geteuid() != 0:  # issue 32: say it before any run
+        problems.append(f"a {em['link_gbit']:g} Gbit/s emulated link (--netns, --link-gbit or the scenario's link) "
+                        "puts every node in a network namespace, which needs root: run as root, or use --backend sim")
     if problems:
         raise SystemExit("study: " + "; ".join(problems))
     return em
