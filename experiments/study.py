@@ -201,7 +201,7 @@ def check_held_out(job, out):
         return
     d = os.path.join(out, "preflight")
     os.makedirs(d, exist_ok=True)
-    cmd = [worker, "--out", d, f"--model.preset={job['preset']}", f"--train.batch_size={job['batch']}",
+    cmd = [worker, "--out", d, "--force", f"--model.preset={job['preset']}", f"--train.batch_size={job['batch']}",
            "--train.steps=1", "--schedule.warmup_steps=0", "--train.threads=1", "--eval.every=1",
            "--eval.sample_tokens=0", "--checkpoint.every=0",
            f"--data.cache_dir={ROOT}/data/cache"] + [f.format(job["val_windows"]) for f in TRAINER_FLAGS["val_windows"]]
