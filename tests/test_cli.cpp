@@ -79,9 +79,9 @@ TEST(JobFile, WorkerAndServerShareOneFile) {
   EXPECT_NE(r.output.find("staleness_bound = 7"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("threads = 3"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("[train]"), std::string::npos) << r.output;
-  r = test::run_command(kWorker + " --config " + d.str("job.toml") + " --train.steps=5 --print-config 2>&1");
+  r = test::run_command(kWorker + " --config " + d.str("job.toml") + " --train.steps=50 --print-config 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("steps = 5"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("steps = 50"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("[ps]"), std::string::npos) << r.output;
 
   r = test::run_command(kWorker + " --ps.consistency=asp 2>&1");
