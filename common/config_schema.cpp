@@ -112,6 +112,7 @@ void ConfigSchema::apply_table(const void* tp, const std::string& source) {
   const auto& root = *static_cast<const toml::table*>(tp);
   for (const auto& [sec_key, sec_node] : root) {
     std::string sec(sec_key.str());
+    if (foreign_.count(sec)) continue;  // another program's section of the same job file
     const toml::table* sec_tab = sec_node.as_table();
     if (!sec_tab)
       SYN_FAIL(fmt::format("{}:{}: top-level key '{}' is not a [section]", source, sec_node.source().begin.line, sec),
@@ -120,6 +121,10 @@ void ConfigSchema::apply_table(const void* tp, const std::string& source) {
     std::vector<std::pair<std::string, const toml::node*>> items;
     for (const auto& [k, v] : *sec_tab) items.emplace_back(std::string(k.str()), &v);
     std::stable_partition(items.begin(), items.end(), [](auto& kv) { return kv.first == "preset"; });
+    const bool known_section = std::any_of(fields_.begin(), fields_.end(), [&](const FieldBinding& f) { return f.section == sec; });
+    if (!known_section)
+      SYN_FAIL(fmt::format("{}:{}: unknown config section [{}]", source, sec_node.source().begin.line, sec),
+               fmt::format("check the spelling; this program's sections are {}", section_list()));
     for (const auto& [name, node] : items) {
       FieldBinding* f = find(sec, name);
       const auto line = node->source().begin.line;  // 0 for text without positions (overrides)
@@ -171,6 +176,10 @@ void ConfigSchema::apply_override(const std::string& key, const std::string& val
     SYN_FAIL(fmt::format("override '{}' is not of the form section.field", key),
              "write e.g. --train.steps=20");
   std::string sec = key.substr(0, dot), name = key.substr(dot + 1);
+  if (auto owner = foreign_.find(sec); owner != foreign_.end())
+    SYN_FAIL(fmt::format("--{} is a setting of {}, not of this program", key, owner->second),
+             fmt::format("give it to {} (a shared --config file may hold a [{}] section: this program skips it)",
+                         owner->second, sec));
   FieldBinding* f = find(sec, name);
   if (!f)
     SYN_FAIL(fmt::format("unknown config field '{}'", key), "`--help` lists every field");
@@ -208,6 +217,17 @@ std::vector<std::string> ConfigSchema::apply_args(const std::vector<std::string>
   });
   for (auto& [k, v] : kv) apply_override(k, v);
   return rest;
+}
+
+std::string ConfigSchema::section_list() const {
+  std::vector<std::string> names;
+  for (const auto& f : fields_)
+    if (std::find(names.begin(), names.end(), "[" + f.section + "]") == names.end()) names.push_back("[" + f.section + "]");
+  std::string s = fmt::format("{}", fmt::join(names, " "));
+  std::map<std::string, std::vector<std::string>> by_owner;
+  for (const auto& [sec, owner] : foreign_) by_owner[owner].push_back("[" + sec + "]");
+  for (const auto& [owner, secs] : by_owner) s += fmt::format("; it skips {}'s {}", owner, fmt::join(secs, " "));
+  return s;
 }
 
 std::string ConfigSchema::help() const {

@@ -34,6 +34,11 @@ class ConfigSchema {
     s.fields(b);
   }
 
+  // A section owned by another program that reads the same job file (the server's [ps] in the
+  // worker's job.toml, the worker's [train] in the server's): skipped when a file holds it, refused
+  // by name (with its owner) when given on the command line.
+  void foreign_section(const std::string& name, const std::string& owner) { foreign_[name] = owner; }
+
   // Loads a TOML file; unknown sections/fields are errors (typos must not pass silently).
   void load_file(const std::string& path);
   // Loads TOML text (used for embedded defaults and tests).
@@ -45,6 +50,9 @@ class ConfigSchema {
   // Returns the arguments it did not consume.
   std::vector<std::string> apply_args(const std::vector<std::string>& args);
 
+  // "[model] [data] ...; it skips [ps] (syncopate-server)": the sections this schema reads, and
+  // the other programs' sections it skips.
+  std::string section_list() const;
   // "--section.field  (type, default X) doc" lines for every field.
   std::string help() const;
   // The full current config as TOML text (saved into checkpoints and run directories).
@@ -75,6 +83,7 @@ class ConfigSchema {
   void apply_table(const void* toml_table, const std::string& source_name);
 
   std::vector<FieldBinding> fields_;
+  std::map<std::string, std::string> foreign_;  // section -> the program that owns it
 };
 
 }  // namespace syncopate

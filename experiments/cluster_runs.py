@@ -214,7 +214,7 @@ def calibrate(preset, batch, out):
     """Real compute seconds of one step of `preset` at `batch` on one thread of this machine (median
     of steps 3..8 of an unpaced single-process run)."""
     worker = os.path.join(ROOT, "build", "bin", "syncopate-worker")
-    cmd = [worker, "--out", out, f"--model.preset={preset}", f"--train.batch_size={batch}", "--train.steps=8",
+    cmd = [worker, "--out", out, "--force", f"--model.preset={preset}", f"--train.batch_size={batch}", "--train.steps=8",
            "--schedule.warmup_steps=1",
            "--train.threads=1", "--eval.every=0", "--eval.sample_tokens=0", "--eval.batches=1",
            "--checkpoint.every=0", f"--data.cache_dir={ROOT}/data/cache"]

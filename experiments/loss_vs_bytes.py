@@ -1,7 +1,7 @@
 """Validation loss against the bytes the nodes sent, for local SGD / DiLoCo against the per-step
 modes: runs of scripts/smoke_local_sgd.sh with several seeds (OUT/s<seed>/<config>/node<i>/).
 
-    python experiments/loss_vs_bytes.py OUT [--configs a,b,c]
+    usage: python experiments/loss_vs_bytes.py OUT [--configs a,b,c]
 
 For every configuration: the final validation loss (mean over nodes, then over seeds, with the 95%
 interval over seeds), the bytes all nodes sent, and a plot OUT/loss_vs_bytes.png of each
@@ -9,6 +9,7 @@ evaluation's mean validation loss against the bytes sent up to that step (log sc
 OUT/loss_vs_bytes.json and prints a markdown table. Every pair of configurations is compared seed
 by seed (paired t over the seeds both have, Holm-corrected across the pairs: experiments/method.py);
 a pair is resolved only where its Holm p < 0.05, otherwise "not resolved"."""
+import argparse
 import glob
 import json
 import os
@@ -37,11 +38,15 @@ def curve(run_dir):
 
 
 def main(argv):
-    if not argv:
-        raise SystemExit(__doc__)
-    out = argv[0]
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", metavar="OUT", help="the runs' directory (OUT/s<seed>/<config>/node<i>/)")
+    ap.add_argument("--configs", help="comma-separated configurations (default: every one found under OUT/s*/)")
+    a = ap.parse_args(argv)
+    out = a.out
+    if not os.path.isdir(out):
+        raise SystemExit(f"loss_vs_bytes: {out} is not a directory (run scripts/smoke_local_sgd.sh OUT first)")
     seeds = sorted(d for d in os.listdir(out) if d.startswith("s") and os.path.isdir(os.path.join(out, d)))
-    configs = argv[argv.index("--configs") + 1].split(",") if "--configs" in argv else sorted(
+    configs = a.configs.split(",") if a.configs else sorted(
         {c for s in seeds for c in os.listdir(os.path.join(out, s)) if os.path.isdir(os.path.join(out, s, c))})
     result = {}
     for c in configs:

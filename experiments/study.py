@@ -155,6 +155,9 @@ def emulation(a):
         problems.append(f"--link-gbit {em['link_gbit']} must be positive")
     if (em["slowdown"] > 1 or em["jitter"] > 0) and em["step_time_s"] == 0:
         problems.append("a straggler or jitter needs --step-time > 0 (the modelled time it multiplies)")
+    if em["link_gbit"] and em["backend"] == "emulated" and os.geteuid() != 0:  # issue 32: say it before any run
+        problems.append(f"a {em['link_gbit']:g} Gbit/s emulated link (--netns, --link-gbit or the scenario's link) "
+                        "puts every node in a network namespace, which needs root: run as root, or use --backend sim")
     if problems:
         raise SystemExit("study: " + "; ".join(problems))
     return em
@@ -198,7 +201,7 @@ def check_held_out(job, out):
         return
     d = os.path.join(out, "preflight")
     os.makedirs(d, exist_ok=True)
-    cmd = [worker, "--out", d, f"--model.preset={job['preset']}", f"--train.batch_size={job['batch']}",
+    cmd = [worker, "--out", d, "--force", f"--model.preset={job['preset']}", f"--train.batch_size={job['batch']}",
            "--train.steps=1", "--schedule.warmup_steps=0", "--train.threads=1", "--eval.every=1",
            "--eval.sample_tokens=0", "--checkpoint.every=0",
            f"--data.cache_dir={ROOT}/data/cache"] + [f.format(job["val_windows"]) for f in TRAINER_FLAGS["val_windows"]]

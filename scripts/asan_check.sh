@@ -5,7 +5,8 @@
 # fails mid-step, a node aborts, or a run is torn down with communication in flight, from the
 # regular test binary pointed at those binaries (SYNCOPATE_TEST_BIN). A use after free, a double
 # free or a heap overflow makes the process abort with ASan's report, which fails the test.
-#   scripts/asan_check.sh [gtest filter]
+# Usage: scripts/asan_check.sh [gtest filter]
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"

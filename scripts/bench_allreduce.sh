@@ -3,12 +3,13 @@
 # the same N and sizes in the same run for comparison. Prints nccl-tests-style tables:
 #   size_bytes time_us algbw_GBps busbw_GBps
 #
-#   scripts/bench_allreduce.sh --nodes N [--local L] [--sizes a,b,...] [--iters K] [--netns --link-gbit G] [-- extra args]
+# Usage: scripts/bench_allreduce.sh --nodes N [--local L] [--sizes a,b,...] [--iters K] [--netns --link-gbit G] [-- extra args]
 # --netns: every node in its own network namespace with a G Gbit/s link (needs root).
 # --local L: L replicas per node as threads, all-reduced hierarchically, first "sliced"
 #   (reduce-scatter in the node, one ring lane per replica, all-gather), then "root" (reduce to
 #   replica 0, which rings, broadcast); then, in the same run, the flat ring of N x L processes
 #   (L per node) that one-process-per-replica trainers use, then Gloo on N x L.
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"

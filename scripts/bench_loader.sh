@@ -2,7 +2,8 @@
 # Loader overhead per training step: trains the `tiny` preset for --steps steps and reads the
 # trainer's own per-step timings from metrics.jsonl (data_s: assembling the batch from the
 # memory-mapped tokens; step_s: the whole step). Prints their means and the ratio.
-#   scripts/bench_loader.sh [--steps N] [-- extra syncopate-worker arguments, e.g. --data.train_file=PREFIX]
+# Usage: scripts/bench_loader.sh [--steps N] [-- extra syncopate-worker arguments, e.g. --data.train_file=PREFIX]
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STEPS=60

@@ -2,12 +2,13 @@
 # Peak resident memory (VmHWM, from GNU time) of a worker in ps mode and in ring mode: 2 nodes on
 # loopback, the same model and steps, 1 server shard for ps. Prints one line per mode and node.
 #
-#   scripts/bench_memory.sh [--bin DIR] [--preset small] [--steps 20] [--out DIR] [-- WORKER ARGS]
+# Usage: scripts/bench_memory.sh [--bin DIR] [--preset small] [--steps 20] [--out DIR] [-- WORKER ARGS]
 #
 # WORKER ARGS come last on every worker's command line (e.g. --model.n_embd=768 for a model
 # whose size dominates the process's memory).
 # --bin DIR: where syncopate-worker and syncopate-server live (default build/bin), so that an
 # older build can be measured in the same run as the current one.
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN="$ROOT/build/bin" PRESET=small STEPS=20 OUT=""

@@ -2,13 +2,14 @@
 # Parameter-server push-and-pull throughput: W worker processes x K server shards, each worker
 # pushing a gradient of --bytes and pulling the parameters back, --iters times. BSP off (asp), so
 # workers do not wait for each other. Prints one line per worker and the aggregate.
-#   scripts/bench_ps.sh [--workers W] [--servers K] [--bytes B] [--iters N] [--netns --link-gbit G]
+# Usage: scripts/bench_ps.sh [--workers W] [--servers K] [--bytes B] [--iters N] [--netns --link-gbit G]
 #                       [--encrypt auto|off] [--partition-mb M]
 # --encrypt auto (default, as a real job): CURVE with keys derived from the job token; off: plain TCP.
 # --netns: servers and workers each on their own emulated host with a G Gbit/s link (root).
 # --partition-mb M: each shard's range travels in partitions of at most M MiB, pushed, applied and
 #   pulled back on their own (dist.ps_partition_mb; default 4, as a worker's); 0 = whole shards, push
 #   then pull (also what a build from before partitions does: compare it with SYNCOPATE_BIN=... and 0).
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"

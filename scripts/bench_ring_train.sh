@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Training throughput of an N-node ring run against PyTorch DDP (Python, Gloo) with the same
 # model, per-node batch and threads, in the same invocation, on loopback.
-#   scripts/bench_ring_train.sh [--nodes 2] [--local 1] [--preset tiny] [--batch 16] [--steps 40] [--threads 1]
+# Usage: scripts/bench_ring_train.sh [--nodes 2] [--local 1] [--preset tiny] [--batch 16] [--steps 40] [--threads 1]
 # --local L: L replicas per node (threads of one worker, dist.local_replicas=L) against L DDP
 # processes per node. Batch and threads are per replica.
 # Prints global tokens/s (median over steps after the first 5) for both and the ratio.
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"

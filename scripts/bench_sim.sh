@@ -5,8 +5,9 @@
 # (trainer, sim, trainer, sim, ...) so both see the same machine. Prints per pair the trainer's mean
 # step time, the simulator's real seconds per worker-step, their ratio, and where the simulator's
 # time went (gradients, update rules, evaluation, the rest: scheduling, links, copies, metrics).
-#   scripts/bench_sim.sh [--pairs 2] [--workers 64] [--steps 200] [--preset tiny] [--batch 2]
+# Usage: scripts/bench_sim.sh [--pairs 2] [--workers 64] [--steps 200] [--preset tiny] [--batch 2]
 #                        [--mode ps|ring] [--consistency asp] [--servers 8] [-- extra syncopate-sim flags]
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PAIRS=2 WORKERS=64 STEPS=200 PRESET=tiny BATCH=2 MODE=ps CONSISTENCY=asp SERVERS=8

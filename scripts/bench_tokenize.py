@@ -84,11 +84,14 @@ def ours_run(vocab_dir, jsonl, prefix, threads):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=float, default=32)
     ap.add_argument("--vocab-size", type=int, default=50257)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--work", default=os.path.join(ROOT, "build", "bench_tokenize"))
+    for act in ap._actions:  # --help shows every option's default, with or without a help text
+        if act.help is None and act.default not in (None, argparse.SUPPRESS):
+            act.help = "default: %(default)s"
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     jsonl = os.path.join(a.work, "corpus.jsonl")

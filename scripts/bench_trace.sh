@@ -3,7 +3,8 @@
 # tracing and without, alternating (off, on, off, on, ...) so that both see the same machine.
 # Prints each pair's median step time and the on/off ratio, then the mean ratio with its 95% interval,
 # and the direct cost: events per node-step x the cost of one event (syncopate-bench-trace).
-#   scripts/bench_trace.sh [--pairs 4] [--steps 30] [--preset small] [--batch 8] [--mode ring|ps]
+# Usage: scripts/bench_trace.sh [--pairs 4] [--steps 30] [--preset small] [--batch 8] [--mode ring|ps]
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PAIRS=4 STEPS=30 PRESET=small BATCH=8 MODE=ring

@@ -38,12 +38,15 @@ def median_tok_s(dts, tokens_per_step):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--presets", default="tiny,small")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
+    for act in ap._actions:  # --help shows every option's default, with or without a help text
+        if act.help is None and act.default not in (None, argparse.SUPPRESS):
+            act.help = "default: %(default)s"
     a = ap.parse_args()
     worker = os.path.join(ROOT, "build/bin/syncopate-worker")
     py = os.path.join(ROOT, ".venv/bin/python")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Configures (once) and builds Syncopate into build/ (binaries in build/bin/). Idempotent.
 # Usage: scripts/build.sh [extra cmake -D options]
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"

@@ -6,9 +6,12 @@
 # the tiny GPT on the byte-tokenized Python standard library (no download). About 4 minutes on 2
 # cores. Leaves runs/demo/report.md, runs/demo/summary.json and the plots (runs/demo/*.png).
 #
-#   scripts/demo.sh                 the A/B (extra arguments go to experiments/ab_sync_async.py)
-#   scripts/demo.sh --single [...]  one process training the tiny GPT for ~2 minutes instead
-#                                   (extra arguments go to syncopate-worker, e.g. --train.steps=100)
+# Usage: scripts/demo.sh                 the A/B (extra arguments go to experiments/ab_sync_async.py)
+#   scripts/demo.sh --single [...]  one process training the tiny GPT for ~2 minutes instead, into
+#                                   runs/demo-single/ (replaced on every run; the A/B's runs/demo/
+#                                   is left alone); extra arguments go to syncopate-worker,
+#                                   e.g. --train.steps=100
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -17,8 +20,8 @@ scripts/build.sh
 OUT=${SYNCOPATE_DEMO_OUT:-runs/demo}
 if [ "${1:-}" = "--single" ]; then
   shift
-  rm -rf "$OUT"
-  build/bin/syncopate-worker --out "$OUT" "$@"
+  OUT=${SYNCOPATE_DEMO_SINGLE_OUT:-runs/demo-single}
+  build/bin/syncopate-worker --out "$OUT" --force "$@"   # --force: a rerun replaces the last one
   echo
   echo "[demo] metrics:     $OUT/metrics.jsonl"
   echo "[demo] checkpoints: $OUT/checkpoints/ (latest: $(cat "$OUT/checkpoints/latest"))"

@@ -6,7 +6,8 @@
 #      (PsServer.RandomRequestSequencesNeverCrashAndRefusedOnesChangeNothing, which the test suite
 #      runs for 3 s).
 # Prints the executions of each and exits non-zero on any crash or broken invariant.
-#   scripts/fuzz_ps.sh [--seconds N]
+# Usage: scripts/fuzz_ps.sh [--seconds N]
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SECONDS_EACH=60

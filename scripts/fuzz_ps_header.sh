@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the parameter-server header decoder with libFuzzer + AddressSanitizer + UBSan (clang) and
 # fuzzes it for the given number of seconds (default 60). Seeds: valid headers of every type.
+# Usage: scripts/fuzz_ps_header.sh [SECONDS]
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SECONDS_TO_RUN=${1:-60}

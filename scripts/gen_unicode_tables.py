@@ -2,7 +2,7 @@
 """Writes common/text/unicode_tables.inc: the code-point ranges of Unicode general categories L*
 (letters) and N* (numbers) that GPT-2's pre-tokenization pattern (\\p{L}, \\p{N}) needs.
 
-Run from the repository root:  python3 scripts/gen_unicode_tables.py > common/text/unicode_tables.inc
+usage: python3 scripts/gen_unicode_tables.py > common/text/unicode_tables.inc   (from the repository root)
 The Unicode version is Python's unicodedata version, printed into the file.
 """
 import sys
@@ -35,4 +35,7 @@ def main():
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(__doc__)
+        sys.exit(0)
     main()

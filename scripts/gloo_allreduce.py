@@ -5,14 +5,17 @@ import argparse
 import os
 import time
 
-import torch
-import torch.distributed as dist
-
-ap = argparse.ArgumentParser()
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--sizes", default="1048576,4194304,16777216,67108864")
 ap.add_argument("--iters", type=int, default=10)
 ap.add_argument("--warmup", type=int, default=3)
+for act in ap._actions:  # --help shows every option's default, with or without a help text
+    if act.help is None and act.default not in (None, argparse.SUPPRESS):
+        act.help = "default: %(default)s"
 a = ap.parse_args()
+
+import torch  # noqa: E402  (after the arguments: --help answers without loading torch)
+import torch.distributed as dist  # noqa: E402
 rank, world = int(os.environ["NODE_RANK"]), int(os.environ["NNODES"])
 dist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
                         rank=rank, world_size=world)

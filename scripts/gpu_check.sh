@@ -9,10 +9,11 @@
 #      stream), bf16, preset P: tokens/s and MFU;
 #   3. two simulated nodes of one GPU each, joined by the ring (both on the first visible GPU).
 #
-#   scripts/gpu_check.sh [--preset gpt2] [--batch 8] [--steps 30] [--peak-tflops 989]
+# Usage: scripts/gpu_check.sh [--preset gpt2] [--batch 8] [--steps 30] [--peak-tflops 989]
 # MFU per device = tokens/s x (6 N + 12 layers x context x width) / (devices of the step x peak)
 # (BRIEF.md section 3), logged by the worker itself as `mfu` with --train.peak_tflops: N is the
 # run's own parameter count (gpt_train_flops_per_token), the devices are the step's replicas.
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PRESET=gpt2 BATCH=8 STEPS=30 PEAK=989

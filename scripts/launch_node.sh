@@ -5,7 +5,7 @@
 # examples). The environment is torchrun's, or Slurm's (SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_NODELIST):
 #
 #   MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 NNODES=4 NODE_RANK=<i> SYNCOPATE_TOKEN_FILE=~/.syncopate_token \
-#     scripts/launch_node.sh [--max-restarts K] [--server-arg ARG ...] -- --out runs/job [worker args...]
+# Usage: scripts/launch_node.sh [--max-restarts K] [--server-arg ARG ...] -- --out runs/job [worker args...]
 #
 # Ring mode: nothing more (the worker meets the others at MASTER_ADDR:MASTER_PORT).
 # Parameter-server mode: set SYNCOPATE_SERVERS, the same on every node; the launcher adds
@@ -21,6 +21,8 @@
 #     SYNCOPATE_SERVER_LAYOUT=dedicated: workers' nodes start none; on each server host run
 #                    scripts/launch_node.sh --role server --shard k [--max-restarts K] [--server-arg ARG ...]
 # --server-arg ARG (repeatable) passes ARG to every shard, e.g. --server-arg --ps.consistency=bsp.
+# The worker's --config FILE goes to the co-located shards too (they read its [ps] and [server]
+# sections); dedicated shards take it as --server-arg --config=FILE.
 # A shard binds only its own address, keeps its checkpoint in OUT/server<k>/ (SYNCOPATE_SERVER_DIR
 # for --role server) and resumes from it when restarted; it exits by itself once every worker has
 # finished or died (server.exit_when_done), and this launcher waits for that before it exits, so
@@ -28,6 +30,7 @@
 #
 # When one node dies, the others stop within dist.timeout_s with an error naming it (ring) or go
 # on without it (ps, asynchronous modes); every launcher restarts its worker with --resume.
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN="$ROOT/build/bin"
@@ -121,10 +124,11 @@ if [ "$ROLE" = server ]; then
 fi
 [ "$ROLE" = node ] || die "--role is node (default) or server"
 
-OUT="" prev=""
+OUT="" CONFIG="" prev=""
 for a in "$@"; do
   [ "$prev" = "--out" ] && OUT=$a
-  case "$a" in --out=*) OUT=${a#--out=};; esac
+  [ "$prev" = "--config" ] && CONFIG=$a
+  case "$a" in --out=*) OUT=${a#--out=};; --config=*) CONFIG=${a#--config=};; esac
   prev=$a
 done
 [ -n "$OUT" ] || die "pass --out DIR to the worker (checkpoints live there)"
@@ -138,6 +142,9 @@ if [ -n "$SERVERS_LIST" ]; then
       # Each shard supervised by this script in its server role (same process group as this
       # launcher: a scheduler ending the node's group ends them too).
       fwd=()
+      # The job file goes to the shards too: they take its [ps] / [server] sections (and skip the
+      # worker's); --server-arg values still win over it.
+      [ -n "$CONFIG" ] && fwd+=(--server-arg "--config=$CONFIG")
       for a in "${SERVER_ARGS[@]}"; do fwd+=(--server-arg "$a"); done
       SYNCOPATE_SERVER_DIR="$OUT/server$k" "$0" --role server --shard "$k" --max-restarts "$MAX_RESTARTS" "${fwd[@]}" &
       SHARD_PIDS+=($!)

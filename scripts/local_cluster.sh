@@ -5,7 +5,7 @@
 # All processes are stopped on exit, on Ctrl-C, or as soon as one of them fails: each node and
 # server runs in its own process group, and the whole group is ended (namespaces removed too).
 #
-#   scripts/local_cluster.sh --nodes N --out DIR [--port P] [--max-restarts K] [--servers K]
+# Usage: scripts/local_cluster.sh --nodes N --out DIR [--port P] [--max-restarts K] [--servers K]
 #                            [--consistency bsp|ssp|asp] [--staleness-bound S] [--mitigation M]
 #                            [--backup-workers B] [--step-time S [--slow-node I --slowdown F [--slow-steps N]]
 #                            [--jitter X]] [--encrypt auto|off]
@@ -29,6 +29,7 @@
 #
 # --netns gives every node its own network namespace (10.77.0.<i+1>/24) and a G Gbit/s
 # rate-limited link (tbf qdisc on both ends of its veth) through a bridge namespace; needs root.
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
@@ -171,3 +172,33 @@ echo "[cluster] all $NODES nodes finished"
 for k in $(seq 0 $((SERVERS - 1))); do
   [ "$SERVERS" -gt 0 ] && echo "[cluster] server $k: $(grep -c . "$OUT/logs/server$k.log") log lines"
 done
+# How the run ended, on one screen: per node its steps, final validation loss, tokens/s and bytes
+# (from its metrics.jsonl), then where the files are.
+python3 - "$OUT" "$NODES" <<'PY' || echo "[cluster] (no summary: the metrics could not be read)"
+import json, os, sys
+out, nodes = sys.argv[1], int(sys.argv[2])
+print(f"[cluster] summary of {out}:")
+print(f"  {'node':>4} {'steps':>6} {'final val loss':>14} {'tokens/s':>10} {'sent MB':>9} {'received MB':>11}")
+total_tps = total_sent = 0.0
+for i in range(nodes):
+    steps, val, tokens, time_s, sent, received = 0, None, 0, 0.0, 0, 0
+    try:
+        for line in open(os.path.join(out, f"node{i}", "metrics.jsonl")):
+            m = json.loads(line)
+            if "val_loss" in m:
+                val = m["val_loss"]
+            elif "loss" in m:
+                steps, tokens, time_s = m["step"], m.get("tokens", 0), m.get("time_s", 0.0)
+                sent += m.get("wire_bytes", 0)
+                received += m.get("wire_bytes_received", 0)
+    except OSError:
+        print(f"  {i:>4} (no metrics.jsonl)")
+        continue
+    tps = tokens / time_s if time_s > 0 else 0.0
+    total_tps += tps
+    total_sent += sent
+    vl = f"{val:.4f}" if val is not None else "-"
+    print(f"  {i:>4} {steps:>6} {vl:>14} {tps:>10.0f} {sent / 1e6:>9.2f} {received / 1e6:>11.2f}")
+print(f"  all nodes: {total_tps:.0f} tokens/s, {total_sent / 1e6:.2f} MB sent")
+print(f"  files: {out}/node<i>/metrics.jsonl, samples.txt, checkpoints/; logs: {out}/logs/")
+PY

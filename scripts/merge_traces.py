@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Merges the Chrome trace files of a job's workers and servers (--trace.file) into one timeline.
 
-    scripts/merge_traces.py OUT.json TRACE.json [TRACE.json ...] [--summary]
+usage: scripts/merge_traces.py OUT.json TRACE.json [TRACE.json ...] [--summary]
 
 Every file holds one process's events on its own system clock. A process records how far its
 clock is from another's as "clock_sync" events (a ring node against node 0 at the rendezvous; a
@@ -64,6 +64,9 @@ def offsets(files):
 
 
 def main(argv):
+    if "-h" in argv or "--help" in argv:
+        print(__doc__)
+        return 0
     args = [a for a in argv if a != "--summary"]
     if len(args) < 2:
         raise SystemExit(__doc__)

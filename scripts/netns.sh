@@ -7,6 +7,12 @@
 # netem is not available on these machines: latency/slowness is modelled elsewhere.
 netns_up() {
   local p=$1 n=$2 gbit=$3 i rate burst
+  # Up front, before anything is created or started: namespaces, veths and qdiscs need root.
+  if [ "$(id -u)" != 0 ]; then
+    echo "$(basename "$0"): --netns needs root (it creates network namespaces and tc qdiscs, as user $(id -un) cannot):" \
+         "run it as root (sudo -E $0 ...), or drop --netns / --link-gbit" >&2
+    exit 2
+  fi
   # GBIT may be a fraction (an emulated slow link, e.g. 0.0228): tc gets kbit/s, and a bucket of
   # 8 ms at that rate (at least 16 KiB), so that a burst is never a large share of a message.
   rate="$(awk -v g="$gbit" 'BEGIN { r = int(g * 1000000 + 0.5); if (r < 8) r = 8; print r "kbit" }')"

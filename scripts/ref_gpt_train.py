@@ -62,12 +62,15 @@ class GPT(nn.Module):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--data", required=True, help="uint16 token file")
+    for act in ap._actions:  # --help shows every option's default, with or without a help text
+        if act.help is None and act.default not in (None, argparse.SUPPRESS):
+            act.help = "default: %(default)s"
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)

@@ -7,6 +7,8 @@
 #   2. `torch` from PyPI into the project-local virtual environment .venv,
 #   3. Debian's libtorch-dev (CPU only, LibTorch 1.13).
 # The result is written to .syncopate-env (TORCH_PREFIX, PYTHON) for scripts/build.sh.
+# Usage: scripts/setup.sh   (no options)
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"

@@ -1,9 +1,11 @@
 #!/bin/bash
 # One-seed smoke comparison of per-step and local SGD modes (not a study: no seeds, no intervals):
 # 4 nodes on loopback, tiny GPT, 200 steps, batch 8 per node; final validation loss per node and the
-# bytes every node sent. scripts/smoke_local_sgd.sh [OUT]   (docs/STUDY.md records a run)
+# bytes every node sent. (docs/STUDY.md records a run)
 # ONLY=name,name runs a subset (the names below); SEED=S another seed; NODES=N another node count;
 # STEPS=N another length.
+# Usage: scripts/smoke_local_sgd.sh [OUT]   (default OUT: runs/smoke_local_sgd)
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${1:-runs/smoke_local_sgd}; mkdir -p $OUT
 COMMON=(--model.preset=tiny --train.steps=${STEPS:-200} --train.batch_size=8 --train.threads=1 --eval.every=50 --eval.batches=8

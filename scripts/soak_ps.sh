@@ -6,7 +6,8 @@
 # the workers made (ASP applies each on arrival; a resend is dropped as a duplicate), none lost,
 # none twice. Exits 1 if the ledger does not balance.
 #
-#   scripts/soak_ps.sh [--workers 16] [--servers 2] [--minutes 3] [--bytes 1048576]
+# Usage: scripts/soak_ps.sh [--workers 16] [--servers 2] [--minutes 3] [--bytes 1048576]
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"

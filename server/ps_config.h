@@ -58,11 +58,11 @@ struct ServerConfig {
   template <class V>
   void fields(V& v) {
     v("host", host, "IP address (or host name) to listen on");
-    v("port", port, "TCP port (0 = MASTER_PORT + 1 + shard; -1 = any free port, see endpoint_file)", int64_t{-1},
+    v("port", port, "TCP port (0 = MASTER_PORT + 1 + shard, or any free port without MASTER_PORT; -1 = any free port, see endpoint_file)", int64_t{-1},
       int64_t{65535});
     v("endpoint_file", endpoint_file, "file that receives the bound endpoint once listening (readiness and port)");
     v("shard", shard, "server index", int64_t{0}, int64_t{4095});
-    v("curve_key_file", curve_key_file, "CURVE key file (PUBLIC SECRET, Z85); empty = no encryption");
+    v("curve_key_file", curve_key_file, "CURVE key file (PUBLIC SECRET, Z85); empty = keys derived from the job token (encrypt=auto, the default)");
     v("encrypt", encrypt, "CURVE from the job token (auto) or plain TCP (off)", std::vector<std::string>{"auto", "off"});
     v("checkpoint_dir", checkpoint_dir, "directory for shard checkpoints; a restarted server resumes from it");
     v("checkpoint_every", checkpoint_every, "updates between shard checkpoints", int64_t{1}, int64_t{1} << 40);

@@ -58,8 +58,8 @@ nlohmann::json poll_status(const std::vector<std::string>& endpoints, const Stat
     nlohmann::json e = {{"endpoint", ep}};
     try {
       e["stats"] = shard_stats(ctx, ep, o);
-      e["ok"] = e["stats"].contains("clocks");  // an uninitialized shard has no workers yet
-      if (!e["ok"].get<bool>()) e["error"] = "no worker has initialized it yet";
+      e["ok"] = true;  // it answered
+      if (!e["stats"].contains("clocks")) e["waiting"] = "no worker has joined yet";  // not initialized: nothing to report
       else stats.push_back(e["stats"]);
     } catch (const std::exception& x) {
       e["ok"] = false;
@@ -110,7 +110,9 @@ nlohmann::json poll_status(const std::vector<std::string>& endpoints, const Stat
 std::string format_status(const nlohmann::json& p) {
   std::string out;
   for (const auto& s : p["shards"]) {
-    if (s["ok"].get<bool>()) {
+    if (s.contains("waiting")) {
+      out += fmt::format("shard {}: up, {}\n", s["endpoint"].get<std::string>(), s["waiting"].get<std::string>());
+    } else if (s["ok"].get<bool>()) {
       const auto& st = s["stats"];
       out += fmt::format("shard {}: {} consistency, version {}, {} of {} workers live, {} duplicates, {} dropped\n",
                          s["endpoint"].get<std::string>(), st.value("consistency", "?"), st.value("version", int64_t{0}),

@@ -19,7 +19,8 @@ struct StatusOptions {
   double timeout_s = 3;          // longest wait for one shard's answer, seconds
 };
 
-// One poll of every shard: {"shards": [{"endpoint", "ok", "error"?, "stats"?}], "workers": [...],
+// One poll of every shard: {"shards": [{"endpoint", "ok" (it answered), "waiting"? (no worker has
+// joined it yet), "error"?, "stats"?}], "workers": [...],
 // "straggler": worker id or -1}. previous: an earlier poll (its "workers"/"time_s"), for rates.
 nlohmann::json poll_status(const std::vector<std::string>& endpoints, const StatusOptions& o,
                            const nlohmann::json& previous = nullptr);

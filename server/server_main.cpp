@@ -1,8 +1,7 @@
 // syncopate-server: one parameter-server shard. Start K of them (scripts/local_cluster.sh --servers K
-// does it per node); workers in `ps` mode shard the flat parameter vector across them.
-//   syncopate-server [--server.host=IP] [--server.port=P] [--server.shard=I] [--ps.consistency=bsp|ssp|asp]
-//                    [--ps.staleness_bound=S] [--ps.mitigation=none|lr_scale|dc_asgd]
-//   syncopate-server --status tcp://H:P,... [--json] [--watch SECONDS]   live status of a job's shards
+// does it per node); workers in `ps` mode shard the flat parameter vector across them. It reads
+// the job's TOML file (--config, the worker's too): its [server], [ps] and [trace] sections, and
+// skips the worker's by name. Usage: kUsage below.
 // The job token comes from $SYNCOPATE_TOKEN (or the file named by $SYNCOPATE_TOKEN_FILE).
 #include <atomic>
 #include <csignal>
@@ -17,6 +16,7 @@
 
 #include "common/check.h"
 #include "common/comm/job_token.h"
+#include "common/command_line.h"
 #include "common/config_schema.h"
 #include "common/trace.h"
 #include "server/ps_client.h"
@@ -26,6 +26,23 @@
 using namespace syncopate;
 
 namespace {
+const char* kUsage =
+    "usage: syncopate-server [--config FILE.toml] [--print-config] [--section.field=value ...]\n"
+    "       syncopate-server --status tcp://H:P[,tcp://H:P...] [--json] [--watch SECONDS]\n"
+    "       syncopate-server --generate-curve-keys\n"
+    "Runs one parameter-server shard until interrupted (or, with server.exit_when_done, until the workers end).\n"
+    "  --config FILE          the job's TOML file: its [server], [ps] and [trace] sections; the worker's\n"
+    "                         sections ([model], [train], [dist], ...) are skipped (see configs/)\n"
+    "  --print-config         print this shard's config as TOML and exit\n"
+    "  --status ENDPOINTS     live status of a job's shards (clock, staleness, straggler per worker);\n"
+    "                         --json: one JSON object per poll; --watch S: poll every S seconds.\n"
+    "                         Exit 0 when every shard answered (one no worker has joined yet included),\n"
+    "                         3 when one did not\n"
+    "  --generate-curve-keys  print a CURVE key pair 'PUBLIC SECRET' (PUBLIC goes to the workers'\n"
+    "                         dist.curve_server_key; both to server.curve_key_file) and exit\n"
+    "The job token comes from $SYNCOPATE_TOKEN (or the file named by $SYNCOPATE_TOKEN_FILE); with\n"
+    "server.encrypt=auto (the default) the CURVE keys derive from it.\n"
+    "Fields (current value, doc, allowed values):\n";
 std::atomic<bool> g_stop{false};
 extern "C" void on_signal(int) { g_stop = true; }
 }  // namespace
@@ -72,10 +89,17 @@ int main(int argc, char** argv) {
   schema.section("server", sc);
   schema.section("ps", pc);
   schema.section("trace", tc);
+  // The worker's sections of a shared job file (syncopate-worker --print-config lists them).
+  for (const char* s : {"model", "data", "train", "optim", "schedule", "eval", "checkpoint", "dist", "emulate"})
+    schema.foreign_section(s, "syncopate-worker");
   try {
-    auto rest = schema.apply_args(std::vector<std::string>(argv + 1, argv + argc));
+    auto rest = apply_command_line(schema, std::vector<std::string>(argv + 1, argv + argc));
     if (!rest.empty() && rest[0] == "--status") return status(rest, sc);
     for (auto& a : rest) {
+      if (a == "--print-config") {
+        std::cout << schema.to_toml();
+        return 0;
+      }
       if (a == "--generate-curve-keys") {  // "PUBLIC SECRET": give PUBLIC to the workers (dist.curve_server_key)
         char pub[41], sec[41];
         SYN_CHECK(zmq_curve_keypair(pub, sec) == 0, "this libzmq has no CURVE support", "install libzmq built with libsodium");
@@ -83,7 +107,7 @@ int main(int argc, char** argv) {
         return 0;
       }
       if (a == "--help" || a == "-h") {
-        std::cout << "usage: syncopate-server [--section.field=value ...]\n" << schema.help();
+        std::cout << kUsage << schema.help();
         return 0;
       }
       SYN_FAIL("unknown argument '" + a + "'", "see syncopate-server --help");

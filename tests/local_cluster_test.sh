@@ -29,6 +29,17 @@ grep -q "listening on tcp://127.0.0.1:" "$TMP/ps/logs/server0.log" || { echo "FA
 grep -q '"modelled_s":0.1,' "$TMP/ps/node1/metrics.jsonl" || { echo "FAIL: the slow node's modelled time is not 0.05 x 2"; fail=1; }
 grep -q '"wait_s"' "$TMP/ps/node0/metrics.jsonl" || { echo "FAIL: no wait_s in the metrics"; fail=1; }
 grep -q '\[server 0\] stats {' "$TMP/ps/logs/server0.log" || { echo "FAIL: the server did not log its statistics on exit"; cat "$TMP/ps/logs/server0.log"; fail=1; }
+# The run ends with its summary: a row per node with its steps and final validation loss, and where
+# the files are.
+for run in ring ps; do
+  for i in 0 1; do
+    grep -qE "^ +$i +10 +[0-9]+\.[0-9]{4} +[0-9]+ " "$TMP/$run.out" ||
+      { echo "FAIL: $run: the summary has no row for node $i with 10 steps and a final validation loss"; cat "$TMP/$run.out"; fail=1; }
+  done
+  grep -q "files: $TMP/$run/node<i>/metrics.jsonl" "$TMP/$run.out" || { echo "FAIL: $run: the summary does not say where the files are"; fail=1; }
+done
+grep -qE "^ +1 +10 +[0-9.]+ +[0-9]+ +[0-9]+\.[0-9]{2} " "$TMP/ps.out" && ! grep -qE "^ +1 +10 +[0-9.]+ +[0-9]+ +0\.00 " "$TMP/ps.out" ||
+  { echo "FAIL: ps: the summary shows no bytes sent by node 1"; cat "$TMP/ps.out"; fail=1; }
 # --trace: every process's timeline merged on one clock (shard 0's): the step phases, the modelled
 # compute's sleep, each push and pull, the server's apply and the SSP rule holding the fast node.
 python3 - "$TMP/ps/trace.json" <<'PY' || fail=1

@@ -1,54 +1,71 @@
 #!/usr/bin/env bash
-# The sbatch examples (scripts/slurm/) run as Slurm would run them, with stand-ins for srun (one
-# task per "node", Slurm's per-task variables) and scontrol (node names that resolve to loopback):
-# a 3-node ring job and a 3-node parameter-server job with co-located shards both finish, from a
-# token file readable only by its owner; a token file others can read is refused.
+# The sbatch examples (scripts/slurm/) submitted as a user submits them, with stand-ins for sbatch
+# (runs the script in the foreground; a log whose directory does not exist fails the job, as with
+# Slurm), srun (one task per "node", Slurm's per-task variables) and scontrol (node names that
+# resolve to loopback). Checked: the shipped configs/ (their defaults) load in the worker and the
+# server; a 3-node ring job and a 3-node parameter-server job with co-located shards, from the
+# shipped CPU configs with the user's overrides as the script's arguments, both finish; the ps
+# job's shards took the [ps] section of the same file; the job logs land in the submit directory;
+# a missing config is named; a token file others can read is refused.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
 TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+JOB=t$$
+# The jobs' logs are written where they were submitted (the repository): removed on every exit.
+trap 'rm -rf "$TMP"; rm -f "$ROOT"/slurm-syncopate-*-"$JOB"-*.out' EXIT
+trap 'exit 130' INT TERM
 python3 -c "open('$TMP/corpus.txt','w').write(('def f(x):\n    return x + 1\n' * 4000))"
-cat > "$TMP/job.toml" <<TOML
-[model]
-n_embd = 32
-n_head = 2
-block_size = 32
-[train]
-batch_size = 2
-steps = 8
-threads = 1
-[schedule]
-warmup_steps = 2
-[eval]
-every = 0
-batches = 1
-sample_tokens = 0
-[data]
-corpus = "$TMP/corpus.txt"
-cache_dir = "$TMP/cache"
-TOML
+TINY=(--model.n_embd=32 --model.n_head=2 --model.block_size=32 --train.batch_size=2 --train.steps=8 --train.threads=1
+      --schedule.warmup_steps=2 --eval.every=0 --eval.batches=1 --eval.sample_tokens=0 --checkpoint.every=4
+      --data.corpus="$TMP/corpus.txt" --data.cache_dir="$TMP/cache")
 (umask 077; echo slurm-test-secret > "$TMP/token")
-export PATH="$ROOT/tests/fakeslurm:$PATH" SLURM_NTASKS=3 SLURM_NNODES=3 SLURM_JOB_NODELIST='n[1-3]'
-export SYNCOPATE_TOKEN_FILE="$TMP/token" CONFIG="$TMP/job.toml"
+export PATH="$ROOT/tests/fakeslurm:$PATH"
+unset SLURM_NTASKS SLURM_NNODES SLURM_JOB_NODELIST SLURM_PROCID CONFIG OUT CONSISTENCY BOUND
+export SYNCOPATE_TOKEN_FILE="$TMP/token"
 export SYNCOPATE_WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
+SERVER="$(dirname "$SYNCOPATE_WORKER")/syncopate-server"
 fail=0
 cd "$ROOT"
+# The defaults the scripts name exist, and both programs read every shipped config.
+for mode in ring ps; do
+  def=$(sed -n 's/.*CONFIG=\${CONFIG:-\([^}]*\)}.*/\1/p' scripts/slurm/$mode.sbatch)
+  [ -f "$def" ] || { echo "FAIL: $mode.sbatch defaults to CONFIG=$def, which is not in the repository"; fail=1; }
+done
+for c in configs/*.toml; do
+  "$SYNCOPATE_WORKER" --config "$c" --print-config > "$TMP/print.out" 2>&1 || { echo "FAIL: the worker refuses $c"; cat "$TMP/print.out"; fail=1; }
+  "$SERVER" --config "$c" --print-config > "$TMP/print.out" 2>&1 || { echo "FAIL: the server refuses $c"; cat "$TMP/print.out"; fail=1; }
+done
+[ "$(ls configs/*.toml | wc -l)" -ge 4 ] || { echo "FAIL: configs/ lacks the ring/ps CPU/GPU examples"; fail=1; }
+
 for mode in ring ps; do
   port=$(free_port)
-  if ! SLURM_JOB_ID=$mode FAKE_LOG="$TMP/$mode" OUT="$TMP/$mode-run" MASTER_PORT=$port SYNCOPATE_PS_PORT=$((port % 30000 + 20000)) \
-       timeout 180 bash scripts/slurm/$mode.sbatch > "$TMP/$mode.out" 2>&1; then
-    echo "FAIL: $mode.sbatch"; cat "$TMP/$mode.out" "$TMP/$mode".* 2>/dev/null | tail -20; fail=1; continue
+  if ! FAKE_JOB_ID=$JOB-$mode FAKE_LOG="$TMP/$mode" OUT="$TMP/$mode-run" CONFIG=configs/$mode-cpu.toml MASTER_PORT=$port \
+       SYNCOPATE_PS_PORT=$((port % 30000 + 20000)) timeout 180 sbatch --nodes=3 scripts/slurm/$mode.sbatch "${TINY[@]}" \
+       > "$TMP/$mode.submit" 2>&1; then
+    echo "FAIL: sbatch $mode.sbatch"; cat "$TMP/$mode.submit" slurm-syncopate-$mode-$JOB-$mode.out "$TMP/$mode".* 2>/dev/null | tail -20; fail=1; continue
   fi
+  grep -q "config configs/$mode-cpu.toml" "slurm-syncopate-$mode-$JOB-$mode.out" ||
+    { echo "FAIL: $mode: no job log in the submit directory saying what ran"; fail=1; }
   for i in 0 1 2; do
     grep -q '"step":8,' "$TMP/$mode-run/node$i/metrics.jsonl" 2>/dev/null || { echo "FAIL: $mode node $i did not train 8 steps"; tail -5 "$TMP/$mode.$i"; fail=1; }
   done
 done
 grep -q "every worker finished or left: exiting" "$TMP/ps.0" || { echo "FAIL: the ps job's shards did not end with it"; fail=1; }
+grep -q '"consistency":"ssp"' "$TMP/ps.0" || { echo "FAIL: the shards did not take [ps] consistency = \"ssp\" from configs/ps-cpu.toml"; grep stats "$TMP/ps.0"; fail=1; }
 cmp -s "$TMP/ring-run/node0/checkpoints/step_000008/model.safetensors" "$TMP/ring-run/node2/checkpoints/step_000008/model.safetensors" ||
   { echo "FAIL: the ring nodes ended with different weights"; fail=1; }
+# The old log path (runs/ is git-ignored, so absent on a fresh clone) fails the job silently: the
+# stand-in does what Slurm does.
+if FAKE_JOB_ID=$JOB-old sbatch --output="runs-absent-$JOB/slurm-%j.out" scripts/slurm/ring.sbatch > "$TMP/old.out" 2>&1; then
+  echo "FAIL: the sbatch stand-in accepted a log in a directory that does not exist"; fail=1
+fi
+FAKE_JOB_ID=$JOB-missing FAKE_LOG="$TMP/missing" CONFIG="$TMP/none.toml" OUT="$TMP/missing-run" sbatch scripts/slurm/ring.sbatch > /dev/null 2>&1 &&
+  { echo "FAIL: a missing config was accepted"; fail=1; }
+grep -q "the config '$TMP/none.toml' does not exist" "slurm-syncopate-ring-$JOB-missing.out" ||
+  { echo "FAIL: a missing config is not named in the job log"; cat "slurm-syncopate-ring-$JOB-missing.out"; fail=1; }
 chmod 644 "$TMP/token"
-if bash scripts/slurm/ring.sbatch > "$TMP/open.out" 2>&1; then echo "FAIL: a token file others can read was accepted"; fail=1; fi
-grep -q "chmod 600" "$TMP/open.out" || { echo "FAIL: the refusal does not say chmod 600"; cat "$TMP/open.out"; fail=1; }
+if FAKE_JOB_ID=$JOB-open OUT="$TMP/open-run" sbatch scripts/slurm/ring.sbatch > /dev/null 2>&1; then echo "FAIL: a token file others can read was accepted"; fail=1; fi
+grep -q "chmod 600" "slurm-syncopate-ring-$JOB-open.out" || { echo "FAIL: the refusal does not say chmod 600"; cat "slurm-syncopate-ring-$JOB-open.out"; fail=1; }
 [ $fail = 0 ] && echo "slurm examples: PASS"
 exit $fail

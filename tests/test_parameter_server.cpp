@@ -1285,6 +1285,22 @@ TEST(PsStatus, NamesTheStragglerAndADeadShard) {
   EXPECT_EQ(stats["bad_messages"], 0);
 }
 
+// Issue 32: a shard that answers before any worker has joined it is up, not failed: exit 0, "ok"
+// true, and a line that says it waits for workers.
+TEST(PsStatus, AShardWithoutWorkersYetIsUp) {
+  InProcessServer server(ServerConfig{}, PsConfig{}, "t");
+  const std::string cmd = "SYNCOPATE_TOKEN=t " + kBin + "/syncopate-server --status " + server.endpoint;
+  auto r = test::run_command(cmd + " --json 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_TRUE(j["shards"][0]["ok"].get<bool>()) << j.dump();
+  EXPECT_EQ(j["shards"][0]["waiting"], "no worker has joined yet") << j.dump();
+  EXPECT_EQ(j["workers"].size(), 0u) << j.dump();
+  r = test::run_command(cmd + " 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("shard " + server.endpoint + ": up, no worker has joined yet"), std::string::npos) << r.output;
+}
+
 // Issue 11: a ps worker killed (SIGKILL) at each phase of its step-4 checkpoint write, restarted
 // as launch_node.sh does (--resume where `latest` exists), completes against the live server and
 // leaves no unfinished write. Issue 15 (5): and the job ends exactly where an uninterrupted one

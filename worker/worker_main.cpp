@@ -3,6 +3,7 @@
 //
 //   syncopate-worker [--config FILE.toml] [--out DIR] [--resume] [--section.field=value ...]
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "common/check.h"
 #include "common/command_line.h"
 #include "common/config_schema.h"
+#include "worker/sync/dist_config.h"
 #include "worker/train/run_config.h"
 #include "worker/train/node_training.h"
 
@@ -18,15 +20,44 @@ using namespace syncopate;
 
 namespace {
 const char* kUsage =
-    "usage: syncopate-worker [--config FILE.toml] [--out DIR] [--resume] [--print-config]\n"
+    "usage: syncopate-worker [--config FILE.toml] [--out DIR] [--resume | --force] [--print-config]\n"
     "                        [--section.field=value ...]\n"
     "Trains a GPT; writes DIR/metrics.jsonl, DIR/samples.txt and DIR/checkpoints/.\n"
-    "  --config FILE   TOML file with [section] tables of the fields below\n"
+    "  --config FILE   TOML file with [section] tables of the fields below; the [ps] and [server]\n"
+    "                  sections of syncopate-server are skipped (one job.toml serves both; see configs/)\n"
     "  --out DIR       run directory (default runs/default); {node} becomes this node's rank\n"
     "                  (one process per GPU under torchrun/srun: --out runs/job/node{node})\n"
     "  --resume        continue from DIR/checkpoints/latest\n"
-    "  --print-config  print the resolved config as TOML and exit\n"
+    "  --force         start afresh in a DIR that holds a run (DIR/checkpoints/latest): its metrics,\n"
+    "                  samples and checkpoints are deleted first (without --resume or --force such a\n"
+    "                  DIR is refused)\n"
+    "  --print-config  print the config as TOML and exit; dist.nnodes, node_rank, master_addr and\n"
+    "                  master_port are annotated with the values this run would use and their source\n"
     "Fields (current value, doc, allowed values):\n";
+}
+
+// The config as TOML, with the [dist] fields the environment fills in annotated with the values
+// this process would use and where each comes from ("nnodes = 0  # this run: 3 (from $NNODES)").
+std::string annotated_config(const ConfigSchema& schema, const RunConfig& cfg) {
+  std::vector<ResolvedField> resolved;
+  std::string problem;
+  try {
+    resolved = explain_resolution(cfg.dist);
+  } catch (const Error& e) {
+    problem = e.what();
+  }
+  std::istringstream in(schema.to_toml());
+  std::string out, line, section;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line[0] == '[') section = line;
+    if (section == "[dist]")
+      for (const auto& r : resolved)
+        if (line.rfind(r.field + " = ", 0) == 0) line += fmt::format("  # this run: {} (from {})", r.value, r.source);
+    out += line + "\n";
+    if (line == "[dist]" && !problem.empty())
+      out += fmt::format("# the environment does not resolve here: {}\n", problem);
+  }
+  return out;
 }
 
 int main(int argc, char** argv) {
@@ -34,8 +65,10 @@ int main(int argc, char** argv) {
   RunConfig cfg;
   ConfigSchema schema;
   cfg.bind(schema);
+  schema.foreign_section("ps", "syncopate-server");
+  schema.foreign_section("server", "syncopate-server");
   std::string out = "runs/default";
-  bool resume = false, print_config = false;
+  bool resume = false, force = false, print_config = false;
   try {
     const std::vector<std::string> rest = apply_command_line(schema, args);
     for (size_t i = 0; i < rest.size(); ++i) {
@@ -45,6 +78,8 @@ int main(int argc, char** argv) {
         return 0;
       } else if (a == "--resume") {
         resume = true;
+      } else if (a == "--force") {
+        force = true;
       } else if (a == "--print-config") {
         print_config = true;
       } else if (flag_value(rest, i, "--out", out)) {
@@ -54,12 +89,13 @@ int main(int argc, char** argv) {
       }
     }
     cfg.validate();
+    if (!print_config) out = claim_run_dir(cfg, out, resume, force);
   } catch (const Error& e) {
     std::cerr << "syncopate-worker: config error: " << e.what() << "\n";
     return 2;
   }
   if (print_config) {
-    std::cout << schema.to_toml();
+    std::cout << annotated_config(schema, cfg);
     return 0;
   }
   try {

@@ -129,6 +129,27 @@ void resolve_from_environment(DistConfig& c) {
             "set --dist.rendezvous_file to a path every node can read, or give a fixed port");
 }
 
+std::vector<ResolvedField> explain_resolution(const DistConfig& c) {
+  DistConfig r = c;
+  resolve_from_environment(r);
+  if (c.mode == "none")
+    return {{"nnodes", "1", "dist.mode=none (one node)"}, {"node_rank", "0", "dist.mode=none (one node)"}};
+  auto from_env = [](std::initializer_list<const char*> names) -> std::string {
+    for (const char* n : names)
+      if (env(n)) return std::string("$") + n;
+    return "the default";
+  };
+  std::string addr_src = !c.master_addr.empty() ? "dist.master_addr"
+                         : env("MASTER_ADDR")     ? "$MASTER_ADDR"
+                         : env("SLURM_JOB_NODELIST") ? "the first host of $SLURM_JOB_NODELIST"
+                                                     : "the default";
+  return {{"nnodes", std::to_string(r.nnodes), c.nnodes != 0 ? "dist.nnodes" : from_env({"NNODES", "WORLD_SIZE", "SLURM_NTASKS"})},
+          {"node_rank", std::to_string(r.node_rank),
+           c.node_rank >= 0 ? "dist.node_rank" : from_env({"NODE_RANK", "RANK", "SLURM_PROCID"})},
+          {"master_addr", "\"" + r.master_addr + "\"", addr_src},
+          {"master_port", std::to_string(r.master_port), c.master_port != 0 ? "dist.master_port" : from_env({"MASTER_PORT"})}};
+}
+
 RendezvousOptions rendezvous_options(const DistConfig& c, const std::string& token, const std::string& fingerprint) {
   RendezvousOptions o;
   o.master_addr = c.master_addr;

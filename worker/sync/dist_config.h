@@ -119,7 +119,7 @@ struct DistConfig {
       65536.0);
     v("ps_push_in_backward", ps_push_in_backward,
       "ps: push each shard's gradient as backward finishes it (needs optim.grad_clip=0, ps_overlap=false)");
-    v("curve_server_key", curve_server_key, "ps: servers' CURVE public key (Z85, 40 chars); empty = no encryption");
+    v("curve_server_key", curve_server_key, "ps: servers' CURVE public key (Z85, 40 chars); empty = derived from the job token (ps_encrypt=auto, the default)");
     v("ps_encrypt", ps_encrypt, "ps: CURVE from the job token (auto) or plain TCP (off)",
       std::vector<std::string>{"auto", "off"});
     v("servers", servers, "ps mode: parameter-server endpoints tcp://IP:PORT, comma-separated");
@@ -132,6 +132,14 @@ struct DistConfig {
 // (launch=gpu: local_replicas 1 on `device`). Refuses layouts that contradict the launcher by name.
 // mode "none" forces one node. Idempotent.
 void resolve_from_environment(DistConfig& c);
+
+// For --print-config: the values resolve_from_environment gives nnodes, node_rank, master_addr and
+// master_port here, each with where it came from ("$NNODES", "dist.nnodes", "the default", ...).
+// Throws what resolve_from_environment throws.
+struct ResolvedField {
+  std::string field, value, source;
+};
+std::vector<ResolvedField> explain_resolution(const DistConfig& c);
 
 // Rendezvous settings of a resolved config (ring mode and the ring benchmark).
 RendezvousOptions rendezvous_options(const DistConfig& c, const std::string& token, const std::string& fingerprint);

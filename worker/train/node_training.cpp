@@ -1,6 +1,7 @@
 #include "worker/train/node_training.h"
 
 #include <exception>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -10,11 +11,36 @@
 
 #include "common/check.h"
 #include "common/comm/local_group.h"
+#include "common/log.h"
 #include "common/comm/rendezvous.h"
 #include "common/trace.h"
 #include "worker/train/trainer.h"
 
 namespace syncopate {
+namespace fs = std::filesystem;
+
+std::string claim_run_dir(RunConfig cfg, std::string out_dir, bool resume, bool force) {
+  resolve_from_environment(cfg.dist);
+  for (size_t at = out_dir.find("{node}"); at != std::string::npos; at = out_dir.find("{node}"))
+    out_dir.replace(at, 6, std::to_string(cfg.dist.node_rank));
+  // A run already there (one that finished or checkpointed: checkpoints/latest) is continued
+  // (--resume), replaced (--force), or refused: never overwritten by accident. (A run that died
+  // before its first checkpoint has nothing to resume: it is started afresh, as launch_node.sh's
+  // restarts expect.)
+  const fs::path metrics_file = fs::path(out_dir) / "metrics.jsonl", checkpoints = fs::path(out_dir) / "checkpoints";
+  SYN_CHECK(!(resume && force), "--resume and --force together",
+            "--resume continues the run in --out, --force deletes it and starts afresh: give one");
+  if (!resume && fs::exists(checkpoints / "latest")) {
+    SYN_CHECK(force, fmt::format("'{}' already holds a run (checkpoints/latest, metrics.jsonl)", out_dir),
+              "continue it with --resume, replace it with --force (its metrics, samples and checkpoints are "
+              "deleted), or give another --out");
+    fs::remove(metrics_file);
+    fs::remove(fs::path(out_dir) / "samples.txt");
+    fs::remove_all(checkpoints);
+    log::info("[train] --force: removed the earlier run's metrics, samples and checkpoints from {}", out_dir);
+  }
+  return out_dir;
+}
 
 void train_node(RunConfig cfg, std::string out_dir, bool resume, const std::string& config_toml) {
   resolve_from_environment(cfg.dist);  // (join_job does it too) the node's rank names its timeline

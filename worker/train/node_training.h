@@ -12,4 +12,10 @@ namespace syncopate {
 // out_dir is replaced by the node's rank.
 void train_node(RunConfig cfg, std::string out_dir, bool resume, const std::string& config_toml);
 
+// This node's run directory ("{node}" replaced by its rank, from the environment as train_node
+// resolves it), checked before anything starts: one that already holds a run (checkpoints/latest)
+// is refused (syncopate::Error saying what to do) unless `resume` (continue it) or `force` (its
+// metrics, samples and checkpoints are deleted here).
+std::string claim_run_dir(RunConfig cfg, std::string out_dir, bool resume, bool force);
+
 }  // namespace syncopate
