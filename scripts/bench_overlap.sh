@@ -5,7 +5,7 @@
 # (emulate.overlap=true, dist.overlap=true) and without overlap (the whole gradient reduced after
 # the modelled step), alternating in one invocation. Prints the median step time of each and the
 # ratio; the ideal with overlap is about max(compute, forward + ring), without compute + ring.
-#   scripts/bench_overlap.sh [--step-time 0.4] [--link-gbit 0.048] [--steps 30] [--bucket-kb 256] [--rounds 2]
+# Usage: scripts/bench_overlap.sh [--step-time 0.4] [--link-gbit 0.048] [--steps 30] [--bucket-kb 256] [--rounds 2]
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STEP=0.4 GBIT=0.048 STEPS=30 BUCKET=256 ROUNDS=2
@@ -13,7 +13,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --step-time) STEP=$2; shift 2;; --link-gbit) GBIT=$2; shift 2;; --steps) STEPS=$2; shift 2;;
     --bucket-kb) BUCKET=$2; shift 2;; --rounds) ROUNDS=$2; shift 2;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0;;
+    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0;;
     *) echo "bench_overlap.sh: unknown option $1 (see --help)" >&2; exit 2;;
   esac
 done

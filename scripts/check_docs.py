@@ -118,18 +118,19 @@ def check_names(root, fields, sections, problems):
 
 
 def written_metrics(root):
-    """Keys of the trainer's metrics.jsonl records: the step record (nlohmann::json m = {...} and
-    m["key"] = ...) and the evaluation record (metrics->write({...}))."""
+    """Keys of the trainer's metrics.jsonl records: every record built as `nlohmann::json m = {...};`
+    (the step record, the evaluation record) and every key set later as m["key"] = ... or
+    record["key"] = ... (the evaluation's optional fields, a deferred snapshot's)."""
     path = os.path.join(root, "worker", "train", "trainer.cpp")
     src = open(path, encoding="utf-8").read()
-    start = src.find('nlohmann::json m = {{"step"')
-    ev = src.find("metrics->write({", start)
-    end = src.find("});", ev)
-    if start < 0 or ev < 0 or end < 0:
+    blocks = [src[m.end():src.find("};", m.end())] for m in re.finditer(r"nlohmann::json m = \{", src)]
+    if not any('{"step"' in b for b in blocks) or "metrics->write(" not in src:
         raise SystemExit(f"check_docs: cannot find the metrics records in {path} (nlohmann::json m = {{{{\"step\"... "
-                         "and metrics->write({{...}})): update written_metrics() in scripts/check_docs.py")
-    region = src[start:end]
-    return set(re.findall(r'\{"([a-z_]+)",', region)) | set(re.findall(r'm\["([a-z_]+)"\]\s*=', region))
+                         "and metrics->write(...)): update written_metrics() in scripts/check_docs.py")
+    keys = set()
+    for b in blocks:
+        keys |= set(re.findall(r'\{"([a-z_]+)",', b))
+    return keys | set(re.findall(r'(?:\bm|record)\["([a-z_]+)"\]\s*=', src))
 
 
 def check_metrics(root, problems):
