@@ -30,7 +30,7 @@ if [ "${1:-}" = "--single" ]; then
 fi
 rm -rf "$OUT"
 .venv/bin/python experiments/ab_sync_async.py --out "$OUT" --nodes 4 --configs ring,ssp1,asp \
-  --slow-node 3 --slowdown 3 --jitter 0.1 --steps 20 --seeds 3 --lr-grid 1 --target-loss all "$@"
+  --slow-node 3 --slowdown 3 --jitter 0.1 --steps 20 --seeds 3 --lr-grid 0.5,1,2 --lr-extend 1 --targets 3.6,3.3 "$@"
 echo
 echo "[demo] report:  $OUT/report.md"
 echo "[demo] summary: $OUT/summary.json"
