@@ -268,3 +268,43 @@ TEST(ParameterShard, VersionsStayDistinctAcrossARestoreAndDcAsgdNeverMatchesAnOl
   b.push(push_header(0, 1, read_before, 4), g.data());  // computed on the read from before the crash
   EXPECT_EQ(uncompensated(), before + 1) << "compensated against values that only share the version number";
 }
+
+// Found by the crash sweep under load (SSP, a kill after "applied"): a restarted server releases a
+// held worker (restored from the checkpoint) when another worker's push completes its clock, before
+// the held worker has sent anything to the new process. The reply has nowhere to go; it threw
+// (map::at) and the pusher got "internal error" and stopped. Now the reply is skipped and the held
+// worker's resend is answered. SSP bound 0, 2 workers: A pushes clock 0 and is held; the server is
+// shut down (checkpointed) and started again on its port; B pushes clock 0 before A resends.
+TEST(PsServer, ARestoredHeldWorkerUnknownToTheNewProcessGetsItsReplyOnResend) {
+  test::TempDir d;
+  ServerConfig sc;
+  sc.encrypt = "off";
+  sc.checkpoint_dir = d.str("ck");
+  sc.checkpoint_every = 1;
+  PsConfig pc;
+  pc.consistency = "ssp";
+  pc.staleness_bound = 0;
+  auto server = std::make_unique<test::InProcessServer>(sc, pc, "job");
+  const std::string ep = server->endpoint;
+  PsClientOptions slow_resend{60};
+  slow_resend.first_resend_s = 5;  // A stays silent towards the new process until B's push is in
+  PsClient a({ep}, "job", 0, 2, slow_resend), b({ep}, "job", 1, 2, PsClientOptions{30});
+  auto pa = torch::ones({8}), pb = torch::ones({8}), g = torch::full({8}, 0.5);
+  a.init(pa, {}, AdamWConfig{});
+  b.init(pb, {}, AdamWConfig{});
+  const PsTicket held = a.push(0, g, 0, 0.01);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // applied, checkpointed, reply held
+  server.reset();                                               // SHUTDOWN: checkpointed, joined
+  sc.port = std::stoll(ep.substr(ep.rfind(':') + 1));
+  server = std::make_unique<test::InProcessServer>(sc, pc, "job");
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_NO_THROW(push_pull(b, g, pb, 0, 0.01));  // completes clock 0: releases A, unknown to this process
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 4.0)
+      << "B's push was answered only after A's resend: the test did not exercise the release";
+  PsReply r;
+  EXPECT_NO_THROW(r = a.wait(held, pa));
+  const auto j = nlohmann::json::parse(b.stats(0));
+  EXPECT_EQ(j["version"], 2) << j.dump();
+  EXPECT_EQ(j["bad_messages"], 0) << j.dump();
+  EXPECT_TRUE(torch::equal(pa, pb)) << pa << pb;
+}
