@@ -63,6 +63,10 @@ struct PsServer::Impl {
   // Partition `shard`'s values to `worker`. clock: the request this answers (a push answered at
   // once); -1 = the worker's last clock (an INIT, a PULL, a held reply released).
   void reply_params(ParameterShard& shard, int worker, int64_t clock = -1) {
+    const auto to = identity.find(worker);
+    // A worker this process has not heard from (a held push restored from a checkpoint, released
+    // before the worker resent): nowhere to send; its resend is answered (the shard knows the clock).
+    if (to == identity.end()) return;
     if (auto held = held_since.find({worker, shard.offset()}); held != held_since.end()) {  // (tracing) the wait in the rule ends
       Tracer::global().complete(parts.consistency() == "bsp" ? "held: waiting for the clock's other workers"
                                                              : "held: too far ahead of the slowest (ssp)",
@@ -78,7 +82,7 @@ struct PsServer::Impl {
     r.staleness = shard.last_staleness(worker);
     r.clock = clock >= 0 ? clock : shard.clock(worker);  // lets the worker match replies to (possibly resent) requests
     shard.pulled(worker);
-    send_params(identity.at(worker), r, shard.params());
+    send_params(to->second, r, shard.params());
   }
 
   // Like send(), but the body is `t` itself, sent without a copy: the message keeps a reference
