@@ -6,11 +6,14 @@
          diloco10_int8, diloco50_int8, async_diloco10_int8, async_diloco50_int8: int8 wire; diloco10_ps:
          synchronous DiLoCo through BSP shards in float32, the int8 runs' transport)
         [--step-time S] [--slow-node I --slowdown F] [--jitter X] [--netns --link-gbit G] [--out runs/ab]
+        [--dry-run]
 
 Every configuration trains the same model on the same data with the same per-node batch under one
 budget (--token-budget, or --time-budget-s with schedules fitted to it); each gets its learning rate
 (and a local-SGD configuration its outer lr) from a grid tuned on --tuning-seeds, then runs with
 --seeds headline seeds; the report compares them paired over seeds with Holm's correction.
+Before its first run it prints the runs by kind and their estimated minutes, from measurements of this
+machine (experiments/cost.py); --dry-run prints every run and exits, starting and writing nothing.
 Writes OUT/report.md, OUT/summary.json and plots (validation loss vs time and vs tokens with 95%
 bands, time to target with error bars, staleness histograms, learning-rate sensitivity). See
 experiments/study.py and docs/STUDY.md.

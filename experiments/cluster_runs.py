@@ -273,20 +273,26 @@ def summarize(out, nodes, ring, deferred=False):
     # (records with a "round") and a parameter server's are each node's own, summed over the nodes.
     ring = ring and not any("round" in m for m in steps[0])
     # Clock: the training time minus the evaluation time spent before each point (none when deferred).
+    # The trainer stamps an evaluation record (time_s, unix_s) when its weights are taken, before it
+    # evaluates (records with eval_of, issue 25); older records were stamped after evaluating, so
+    # their own eval_s lies before their stamp. Taking a point's own evaluation off its stamp when
+    # it came after would move the point before its weights existed (below 0 for an early one).
     curve, spent = [], 0.0
     for m in evals:
         # A deferred evaluation's time_s is on the training clock already (its snapshot's cost is off it).
         off_clock = deferred or m.get("deferred", False)
+        own = 0.0 if off_clock or "eval_of" in m else m.get("eval_s", 0.0)  # this evaluation's time before its stamp
+        spent_before = spent + own
         if not off_clock:
             spent += m.get("eval_s", 0.0)
-        at_unix = m["unix_s"] - (0.0 if off_clock else m.get("eval_s", 0.0)) if "unix_s" in m else None
+        at_unix = m["unix_s"] - own if "unix_s" in m else None
         if "global_tokens" in m:
             tokens = m["global_tokens"]
         elif ring:
             tokens = m["tokens"]
         else:  # every node's own tokens at that moment
             tokens = sum(max([s["tokens"] for s in ns if s["unix_s"] <= at_unix] or [0]) for ns in steps)
-        t = m["time_s"] - spent
+        t = m["time_s"] - spent_before
         sent = sum(s.get("wire_bytes", 0) for ns in steps for s in ns
                    if (s["unix_s"] <= at_unix if at_unix is not None else s.get("time_s", 0.0) <= t))
         pt = {"t": t, "val_loss": m["val_loss"], "tokens": tokens, "bytes": sent, "step": m["step"]}
@@ -297,6 +303,9 @@ def summarize(out, nodes, ring, deferred=False):
     all_steps = [s for ns in steps for s in ns]
     t_start = min(ns[0]["unix_s"] - ns[0]["step_s"] for ns in steps)
     t_end = max(ns[-1]["unix_s"] for ns in steps)
+    # The evaluation time inside the steps' span (the last evaluation of a new record starts after it).
+    spent = sum(m.get("eval_s", 0.0) for m in evals if not (deferred or m.get("deferred", False))
+                and ("unix_s" not in m or m["unix_s"] - (0.0 if "eval_of" in m else m.get("eval_s", 0.0)) < t_end))
     total_tokens = steps[0][-1]["tokens"] if ring else sum(ns[-1]["tokens"] for ns in steps)
     stale = [s.get("staleness", 0.0) for s in all_steps]
     hist = {}

@@ -19,6 +19,9 @@ jitter draws): one is resolved behind the first when the paired difference is ab
 Holm-corrected p < 0.05 (paired t over the seeds, Holm across the cell's comparisons with the
 winner), otherwise the map says they are not resolved apart.
 
+Before any run it prints the plan (runs to make, runs cached) and an upper bound of their cost from
+this machine's measurements (experiments/cost.py); --dry-run prints every run and exits.
+
 Writes OUT/crossover.json, OUT/report.md, OUT/crossover_N<n>.png heatmaps and OUT/ttt_vs_n.png.
 """
 import argparse
@@ -29,6 +32,7 @@ import subprocess
 import sys
 import time
 
+import cost
 from cluster_runs import ROOT, read_jsonl
 from stats import fmt_ci, holm, mean_ci95
 from stats import paired as stats_paired
@@ -68,8 +72,49 @@ def command(name, n, ratio, slowdown, seed, out, a, limit_s):
     return cmd + [f.format(backup=max(1, n // 8)) for f in flags]
 
 
+def run_dir(a, name, n, ratio, slowdown, seed):
+    return os.path.join(a.out, "runs", f"N{n}", f"r{ratio:g}_s{slowdown:g}", name, f"seed{seed}")
+
+
+def plan(a, names, nodes, ratios, slows, m):
+    """Every run main() makes, in its order: (n, ratio, slowdown, config, seed, cached, estimated
+    seconds at most). A run stops at the target or the time limit, so its estimate is the bound:
+    every worker doing --steps steps (cost.run_s on the simulator backend)."""
+    rows = []
+    em = {"step_time_s": STEP_S, "jitter": JITTER, "slow_node": -1, "slowdown": 1.0}
+    for n in nodes:
+        for ratio in ratios:
+            for slow in slows:
+                for seed in range(a.seeds):
+                    for name in ["ring"] + [x for x in names if x != "ring"]:
+                        cached = os.path.exists(os.path.join(run_dir(a, name, n, ratio, slow, seed), "result.json"))
+                        est, _ = cost.run_s("sim", em, a.steps, None, True, n, a.steps // a.eval_every + 1,
+                                            EVAL_BATCHES * BATCH, m, CONFIGS[name][0][0] == "--dist.mode=ring")
+                        rows.append((n, ratio, slow, name, seed, cached, est))
+    return rows
+
+
+def print_plan(rows, m, dry, steps):
+    todo = [r for r in rows if not r[5]]
+    est = None if any(r[6] is None for r in todo) else sum(r[6] for r in todo)
+    L = [f"plan: {len(rows)} runs ({len({r[:3] for r in rows})} cells x seeds x configurations, the ring in every "
+         f"cell for the time limit), {len(rows) - len(todo)} cached, {len(todo)} to run, one at a time",
+         (f"estimated cost: at most ~{cost.minutes(est)} min (every run stops at the target or the time limit; "
+          "the bound counts every worker's --steps steps)" if est is not None else
+          "estimated cost: not available: a part below is not measured yet"),
+         "  based on: " + "; ".join(m.basis())]
+    if dry:
+        L.append("dry run: the runs, in order (nothing started, nothing written):")
+        L += [f"  N={n} r={ratio:g} s={slow:g} {name} seed {seed}: "
+              + ("cached" if cached else f"lr {CONFIGS[name][1]:g}, at most {steps} steps/worker, at most "
+                 f"~{cost.minutes(e)} min") for n, ratio, slow, name, seed, cached, e in rows]
+        L.append("dry run: exit without starting anything (drop --dry-run to run)")
+    print("\n".join(f"[crossover] {x}" for x in L), flush=True)
+
+
+
 def run(name, n, ratio, slowdown, seed, a, limit_s=0):
-    out = os.path.join(a.out, "runs", f"N{n}", f"r{ratio:g}_s{slowdown:g}", name, f"seed{seed}")
+    out = run_dir(a, name, n, ratio, slowdown, seed)
     done = os.path.join(out, "result.json")
     if os.path.exists(done):
         with open(done) as f:
@@ -135,7 +180,8 @@ def judge(cell):
     stats = {}
     for name, rs in cell.items():
         t = [r["time_to_target_s"] for r in rs]
-        stats[name] = dict(mean_ci95([x for x in t if x is not None]), reached=sum(x is not None for x in t), seeds=len(t))
+        stats[name] = dict(mean_ci95([x for x in t if x is not None], lower=0.0), reached=sum(x is not None for x in t),
+                           seeds=len(t))
     full = {k: s for k, s in stats.items() if s["reached"] == s["seeds"] and s["mean"] is not None}
     if not full:
         return {"winner": None, "stats": stats, "resolved": False}
@@ -166,6 +212,9 @@ def main():
     ap.add_argument("--eval-every", type=int, default=5)
     ap.add_argument("--limit", type=float, default=3.0, help="time limit: this x the ring's time in the cell")
     ap.add_argument("--report-only", action="store_true", help="redraw the report and plots from the cached runs")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print every run (cell, configuration, seed, steps) and the estimated cost, then exit: starts "
+                    "no process, writes nothing")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "crossover"))
     a = ap.parse_args()
     names = a.configs.split(",")
@@ -178,6 +227,17 @@ def main():
     ratios, slows = [float(x) for x in a.ratios.split(",")], [float(x) for x in a.slowdowns.split(",")]
     if any(r <= 0 for r in ratios) or any(s < 1 for s in slows):
         raise SystemExit("crossover: ratios must be > 0 and slowdowns >= 1")
+    if not a.report_only:
+        measured = [] if a.dry_run else cost.ensure_measured(PRESET, BATCH, EVAL_BATCHES * BATCH, a.out)
+        m = cost.Measurements(PRESET, BATCH, "sim")
+        if measured:
+            print(f"[crossover] measured first: {', '.join(measured)}", flush=True)
+        print_plan(plan(a, names, nodes, ratios, slows, m), m, a.dry_run, a.steps)
+        if a.dry_run:
+            return
+    elif a.dry_run:
+        print("[crossover] dry run: --report-only starts no run; it rewrites the report and plots")
+        return
     os.makedirs(a.out, exist_ok=True)
     if not a.report_only:
         for n in nodes:

@@ -327,7 +327,9 @@ def comparisons(cfgs, pairs, metrics, margin=None, alpha=ALPHA):
     seeds both have (time to target: only the seeds where both reached it; the rest are counted in
     left_out), with its 95% interval and p, Holm-adjusted across every comparison in the list;
     resolved = p_holm < alpha. Loss metrics with a margin (nats) also get TOST: equivalent within
-    +-margin. cfgs: {name: {"per_seed": [...]}}."""
+    +-margin. A difference that is the same in every paired seed (deterministic runs: no seed
+    variation) is "deterministic": no p, no Holm rank, never resolved nor equivalent (a zero-width
+    interval is not a statistical result). cfgs: {name: {"per_seed": [...]}}."""
     out = []
     for a, b in pairs:
         if a not in cfgs or b not in cfgs:
@@ -335,8 +337,9 @@ def comparisons(cfgs, pairs, metrics, margin=None, alpha=ALPHA):
         for metric in metrics:
             r = paired(metric_values(cfgs[a]["per_seed"], metric), metric_values(cfgs[b]["per_seed"], metric))
             c = {"a": a, "b": b, "metric": metric, "mean_diff": r["mean_diff"], "ci95": r["ci95"], "p": r["p"],
-                 "n": r["n"], "left_out": r["left_out"], "diffs": r["diffs"]}
-            if margin and metric in LOSS_METRICS:
+                 "n": r["n"], "left_out": r["left_out"], "diffs": r["diffs"],
+                 "deterministic": bool(r.get("deterministic"))}
+            if margin and metric in LOSS_METRICS and not c["deterministic"]:
                 e = tost(r["diffs"], margin, alpha)
                 c["tost"] = {"margin": margin, "p": e["p"], "ci90": e["ci90"], "equivalent": e["equivalent"]}
             out.append(c)
@@ -358,6 +361,9 @@ def sentence(c):
     what = f"{c['a']} - {c['b']}, {m}"
     seeds = f"{c['n']} paired seeds" + (f", {c['left_out']} left out" + (" (not reached by both)" if m.startswith(
         "time_to_target") else " (missing on one side)") if c["left_out"] else "")
+    if c.get("deterministic"):
+        return (f"{what}: {_fmt(c['mean_diff'])}{unit} in every one of the {seeds}: deterministic (no seed "
+                "variation), not a statistical result; neither resolved nor equivalent.")
     if c["mean_diff"] is None or c["p"] is None:
         return f"{what}: not resolved (fewer than 2 paired seeds; {seeds})."
     body = (f"{_fmt(c['mean_diff'])}{unit} [{_fmt(c['ci95'][0])}, {_fmt(c['ci95'][1])}], p = {_fmt(c['p'], 3)}, "

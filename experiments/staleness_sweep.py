@@ -5,7 +5,7 @@ Holm's correction; each mitigation is compared with the same bound without it, a
 tuned learning rate; invalid emulations left out):
 
   python experiments/staleness_sweep.py [--bounds 0,1,2,4,8] [--asp] [--mitigations none,lr_scale,dc_asgd]
-        [--scenario FILE] [--seeds 3] [--nodes 8] [--steps 60] [--out runs/sweep]
+        [--scenario FILE] [--seeds 3] [--nodes 8] [--steps 60] [--out runs/sweep] [--dry-run]
 
 Writes what the A/B writes (experiments/study.py) and OUT/val_loss_vs_bound.png: final validation
 loss against the bound, one line per mitigation, ASP as a dashed line.
@@ -39,6 +39,8 @@ def main():
     pairs = [(x, y) for x, y in pairs if x != y and y in configs]  # mitigation vs none, same bound
     summary = run_study(configs, a, "Staleness sweep", f"python experiments/staleness_sweep.py {' '.join(sys.argv[1:])}",
                         pairs)
+    if summary is None:  # --dry-run: the plan was printed, nothing ran
+        return
     plt = pyplot()
     if plt is None:
         return

@@ -15,9 +15,11 @@ def t975(df):
     return _T975[df - 1] if df <= 30 else 1.96 + 2.4 / df
 
 
-def mean_ci95(xs):
+def mean_ci95(xs, lower=None):
     """{"mean", "ci95": [lo, hi], "n", "sd"} of the values xs (None values are left out). With one
-    value the interval is [x, x] and flagged by n=1: it resolves nothing."""
+    value the interval is [x, x] and flagged by n=1: it resolves nothing. lower: the quantity's own
+    bound (0 for a time, a rate, a count): an interval reaching below it is cut there and flagged
+    "clipped" (the mean lies above the bound, so the cut interval covers it as often)."""
     xs = [x for x in xs if x is not None]
     n = len(xs)
     if n == 0:
@@ -26,8 +28,22 @@ def mean_ci95(xs):
     if n == 1:
         return {"mean": m, "ci95": [m, m], "n": 1, "sd": None}
     sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
+    if no_variation(sd, xs):
+        sd = 0.0
     half = t975(n - 1) * sd / math.sqrt(n)
-    return {"mean": m, "ci95": [m - half, m + half], "n": n, "sd": sd}
+    res = {"mean": m, "ci95": [m - half, m + half], "n": n, "sd": sd}
+    if lower is not None and res["ci95"][0] < lower:
+        res["ci95"][0] = lower
+        res["clipped"] = True
+    return res
+
+
+def no_variation(sd, values):
+    """True when a standard deviation is zero up to rounding (1e-9 of the values' scale): the seeds
+    did not vary the quantity (deterministic runs), so a t interval would have zero width and
+    prove nothing."""
+    scale = max((abs(v) for v in values if v is not None), default=0.0)
+    return sd is not None and sd <= 1e-9 * scale
 
 
 def separated(a, b):
@@ -43,6 +59,8 @@ def fmt_ci(s, digits=3):
         return "n/a"
     if s["n"] < 2:
         return f"{s['mean']:.{digits}g} (1 seed)"
+    if s.get("sd") == 0:
+        return f"{s['mean']:.{digits}g} (no seed variation)"
     return f"{s['mean']:.{digits}g} [{s['ci95'][0]:.{digits}g}, {s['ci95'][1]:.{digits}g}]"
 
 
@@ -143,7 +161,10 @@ def paired(a_values, b_values, level=0.95):
     (seed, value) pairs). The differences a - b are taken seed by seed; a seed missing (or None)
     on either side is left out and counted in "left_out". Returns {"mean_diff", "ci95": [lo, hi],
     "t", "p" (two-sided, H0: mean difference 0), "n", "df", "sd", "seeds", "left_out", "diffs"}.
-    With fewer than 2 pairs ci95, t and p are None (nothing is resolved)."""
+    With fewer than 2 pairs ci95, t and p are None (nothing is resolved). Where every pair gives the
+    same difference (no_variation: deterministic runs, e.g. the simulator without jitter) the t
+    interval has zero width: "deterministic" is True, ci95 is [d, d] and t and p are None, since no
+    test can be made from no variation (never "resolved" by a zero-width interval)."""
     a, b = _as_seed_map(a_values), _as_seed_map(b_values)
     seeds = sorted((s for s in a if s in b and a[s] is not None and b[s] is not None),
                    key=lambda s: (len(s), s))
@@ -161,8 +182,8 @@ def paired(a_values, b_values, level=0.95):
     sd = math.sqrt(sum((d - m) ** 2 for d in diffs) / (n - 1))
     se = sd / math.sqrt(n)
     res["sd"] = sd
-    if se == 0.0:  # identical differences: exactly resolved unless they are all 0
-        res.update(t=0.0 if m == 0 else math.copysign(math.inf, m), p=1.0 if m == 0 else 0.0, ci95=[m, m])
+    if no_variation(sd, [a[s] for s in seeds] + [b[s] for s in seeds]):
+        res.update(sd=0.0, ci95=[m, m], deterministic=True)
         return res
     half = t_quantile(0.5 + level / 2.0, n - 1) * se
     t = m / se
@@ -203,10 +224,8 @@ def tost(diffs, margin, alpha=0.05):
     sd = math.sqrt(sum((d - m) ** 2 for d in xs) / (n - 1))
     se = sd / math.sqrt(n)
     res["mean"] = m
-    if se == 0.0:
-        inside = -margin < m < margin
-        res.update(p_lower=0.0 if inside else 1.0, p_upper=0.0 if inside else 1.0, p=0.0 if inside else 1.0,
-                   ci90=[m, m], equivalent=inside)
+    if se == 0.0 or no_variation(sd, xs + [margin]):  # no variation: no test (see paired)
+        res.update(ci90=[m, m], deterministic=True)
         return res
     df = n - 1
     p_lower = 1.0 - t_cdf((m + margin) / se, df)  # H0a: mean <= -margin

@@ -13,7 +13,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 
+import cost
 import method
 import scenario as scen
 from cluster_runs import (CPU_LIMIT, OVERRUN_LIMIT, PRESETS, ROOT, STUDY_DEFAULTS, TRAINER_FLAGS, calibrate,
@@ -92,6 +94,9 @@ def add_args(ap, out_default):
                     help="emulated: processes on this machine (scripts/local_cluster.sh); sim: syncopate-sim's virtual "
                     "time (any node count; validated against the emulation in docs/STUDY.md)")
     ap.add_argument("--latency-us", type=float, help="sim: one-way message latency, microseconds (default 50)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the plan (every run: configuration, lr multiplier, seed, steps) and its estimated "
+                    "cost, then exit: starts no process, writes nothing")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", out_default))
 
 
@@ -121,10 +126,26 @@ def emulation(a):
     em["backend"] = "sim" if sim else "emulated"
     if sim and getattr(a, "latency_us", None) is not None:
         em["latency_us"] = a.latency_us
+    dry = getattr(a, "dry_run", False)
+    real = None
     if a.calibrate and not sim:  # simulated time needs no headroom on this machine's cores
-        em["real_compute_s"] = calibrate(em["preset"], em["batch"], os.path.join(a.out, "calibration"))
+        if dry:  # starts nothing: the last measurement stored on this machine, if any
+            m = cost.stored("compute_s", cost.compute_key(em["preset"], em["batch"]))
+            real = m["value"] if m else None
+            if real is None:
+                print("[study] dry run: no compute calibration stored for this preset and batch; the study's own "
+                      "calibration may lengthen the modelled step", flush=True)
+        else:
+            real = calibrate(em["preset"], em["batch"], os.path.join(a.out, "calibration"))
+            cost.store_compute(em["preset"], em["batch"], real)
+    if real is not None:
+        em["real_compute_s"] = real
         em["min_step_time_s"] = 1.5 * em["nodes"] * em["real_compute_s"] / (cores * em["max_cpu"])
         if a.step_time is None and em["step_time_s"] < em["min_step_time_s"]:
+            print(f"[study] the modelled step {em['step_time_s']:g} s is lengthened to "
+                  f"{round(em['min_step_time_s'] + 0.05, 2):g} s: {em['nodes']} nodes' real compute "
+                  f"({em['real_compute_s'] * 1e3:.0f} ms per step, {'stored' if dry else 'measured now'}) must keep "
+                  f"this machine's {cores} cores below {em['max_cpu']:.0%}", flush=True)
             em["step_time_s"] = round(em["min_step_time_s"] + 0.05, 2)
             if sc:
                 em.update(scen.derive(sc, em["nodes"], em["step_time_s"]))
@@ -205,11 +226,15 @@ def check_held_out(job, out):
            "--train.steps=1", "--schedule.warmup_steps=0", "--train.threads=1", "--eval.every=1",
            "--eval.sample_tokens=0", "--checkpoint.every=0",
            f"--data.cache_dir={ROOT}/data/cache"] + [f.format(job["val_windows"]) for f in TRAINER_FLAGS["val_windows"]]
+    t0 = time.time()
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.time() - t0
     if r.returncode != 0:
         msg = r.stderr.strip().splitlines()
         raise BadInput(f"--val-windows {job['val_windows']}: the trainer refused the held-out set: "
                        f"{msg[-1] if msg else f'exit {r.returncode}'}")
+    # The preflight is also the cost estimate's measurement of a run's start-up and of an evaluation.
+    cost.store_preflight_run(job["preset"], job["val_windows"], wall, d)
 
 
 def parse_pairs(spec, names):
@@ -222,6 +247,170 @@ def parse_pairs(spec, names):
             raise BadInput(f"--compare {p!r}: give A:B with two different configurations of this study ({', '.join(names)})")
         pairs.append((a, b))
     return pairs
+
+
+def eval_windows(job):
+    """Held-out windows per evaluation (the old flags: eval.batches x the batch)."""
+    return job.get("val_windows") or job.get("eval_batches", 4) * job["batch"]
+
+
+def modelled_time_plans(configs, names, em, a, slow_nodes):
+    """A wall budget's step counts from the modelled step times (the calibration runs measure the real
+    ones, communication included): for the estimate before any run. None where it cannot say."""
+    step = em["step_time_s"]
+    if step <= 0:
+        return {n: None for n in names}
+    times = [step * (em["slowdown"] if i in slow_nodes else 1.0) * (1.0 + em["jitter"]) for i in range(em["nodes"])]
+    out = {}
+    for n in names:
+        try:
+            p = method.time_budget_plan(n, a.time_budget_s, times, slow_nodes, not configs[n].get("elastic"), a.evals)
+            out[n] = method.whole_rounds(n, p, sync_every(configs[n]), a.evals)
+        except BadInput:
+            out[n] = None  # the calibration decides (and refuses by name)
+    return out
+
+
+def tuning_values(grid, factor, extend):
+    """(the multipliers tune() tries first, the extensions it may still add): see method.tune."""
+    tried = sorted(set(grid))
+    if len(tried) == 1 and extend > 0:
+        return [tried[0] / factor, tried[0], tried[0] * factor], extend - 1
+    return tried, extend
+
+
+def plan_rows(spec, plans, m):
+    """Every run the study will start, in its order, each with its estimated seconds: the calibration
+    runs of a wall budget, then per configuration its tuning runs (those that run only when a pick
+    lands on an edge marked "if"), its outer-lr tuning, its headline seeds. plans: {name: plan or None}."""
+    configs, em, job = spec["configs"], spec["em"], spec["job"]
+    backend, nodes, windows = em["backend"], em["nodes"], eval_windows(job)
+    rows = []
+
+    def row(kind, name, lr, seed, steps, slow_steps, evals, outer=None, maybe=False):
+        sync = not configs[name].get("elastic")
+        est, floor = (None, 0.0) if steps is None else cost.run_s(backend, em, steps, slow_steps, sync, nodes, evals,
+                                                                   windows, m, bool(configs[name].get("ring")))
+        rows.append({"kind": kind, "config": name, "lr": lr, "outer": outer, "seed": seed, "steps": steps,
+                     "slow_steps": slow_steps, "maybe": maybe, "s": est, "floor_s": floor})
+
+    if spec["time_budget_s"]:
+        for n in spec["names"]:
+            h = sync_every(configs[n])
+            row("calibration", n, "1x", spec["tseeds"][0], spec["calibration_steps"] if h == 1 else 2 * h, None, 1)
+    f = spec["factor"]
+    for n in spec["names"]:
+        p = plans.get(n)
+        steps, slow = (p["steps"], p.get("slow_steps")) if p else (None, None)
+        evals = max(1, spec["evals"])
+        has_outer = configs[n].get("outer_lr") is not None
+        if spec["tune"]:
+            first, more = tuning_values(spec["grid"], f, spec["extend"])
+            for mult in first:
+                for s in spec["tseeds"]:
+                    row("tuning", n, f"{mult:g}x", s, steps, slow, evals, "1x" if has_outer else None)
+            for k in range(more):
+                for s in spec["tseeds"]:
+                    row("tuning", n, f"x{f:g} or /{f:g} past the edge pick (extension {k + 1})", s, steps, slow, evals,
+                        "1x" if has_outer else None, maybe=True)
+            if has_outer:
+                first, more = tuning_values(spec["outer_grid"], f, spec["extend"])
+                for o in first:
+                    if o == 1.0:
+                        continue  # the inner tuning ran it at the pick
+                    for s in spec["tseeds"]:
+                        row("outer tuning", n, "the pick", s, steps, slow, evals, f"{o:g}x")
+                for k in range(more):
+                    for s in spec["tseeds"]:
+                        row("outer tuning", n, "the pick", s, steps, slow, evals,
+                            f"x{f:g} or /{f:g} past the edge pick (extension {k + 1})", maybe=True)
+        for s in spec["seeds"]:
+            row("headline", n, "the tuned pick" if spec["tune"] else "1x", s, steps, slow, evals,
+                ("the tuned pick" if spec["tune"] else "1x") if has_outer else None)
+    return rows
+
+
+def plan_totals(rows):
+    """Runs and seconds: {"runs", "s"} without the grid extensions, {"worst_runs", "worst_s"} with all."""
+    def total(rs):
+        return None if any(r["s"] is None for r in rs) else sum(r["s"] for r in rs)
+    sure = [r for r in rows if not r["maybe"]]
+    return {"runs": len(sure), "s": total(sure), "worst_runs": len(rows), "worst_s": total(rows),
+            "floor_s": sum(r.get("floor_s") or 0.0 for r in sure)}
+
+
+def measurement_runs(spec, measured, dry):
+    """The short runs that measure this machine before the study (the estimate's measurements)."""
+    if not dry:
+        return measured
+    em, job, out = spec["em"], spec["job"], []
+    if em["backend"] == "emulated" and spec.get("calibrate", True):
+        out.append("compute calibration (8 unpaced steps)")
+    if job.get("val_windows"):
+        out.append("held-out preflight (1 step, 1 evaluation)")
+    if (em["backend"] == "sim" and spec.get("calibrate", True)
+            and not cost.stored("compute_s", cost.compute_key(em["preset"], em["batch"]))):
+        out.append("compute calibration (8 unpaced steps)")
+    return out
+
+
+def print_plan(rows, spec, m, measured, dry):
+    """The plan and its cost, printed before the study's first run (with --dry-run, every run too)."""
+    names, tune = spec["names"], spec["tune"]
+    per_kind = {}
+    for r in rows:
+        k = per_kind.setdefault(r["kind"], [0, 0])
+        k[1] += 1
+        k[0] += not r["maybe"]
+    tot = plan_totals(rows)
+    L = [f"plan: {len(names)} configuration(s) ({', '.join(names)}); headline seeds "
+         f"{', '.join(map(str, spec['seeds']))}; " + (
+             f"learning rates tuned on seed(s) {', '.join(map(str, spec['tseeds']))}, grid "
+             f"{', '.join(f'{g:g}' for g in spec['grid'])} x {spec['base_lr']:g}, extending at most {spec['extend']} "
+             f"time(s) by x{spec['factor']:g} past an edge pick" if tune else "learning rates NOT tuned (--no-tune)")]
+    if "calibration" in per_kind:
+        L.append(f"  calibration runs (--time-budget-s, one per configuration): {per_kind['calibration'][0]}")
+    for kind, what in (("tuning", "tuning runs (tuning seeds)"), ("outer tuning", "outer-lr tuning runs (tuning seeds)")):
+        if kind in per_kind:
+            n, worst = per_kind[kind]
+            L.append(f"  {what}: {n}" + (f", up to {worst} if every grid extends past an edge pick (worst case)"
+                                          if worst > n else ""))
+    L.append(f"  headline runs ({len(spec['seeds'])} seed(s) x {len(names)} configuration(s)): "
+             f"{per_kind.get('headline', [0])[0]}")
+    L.append(f"  total: {tot['runs']} runs, up to {tot['worst_runs']} (worst case), one at a time")
+    ms = measurement_runs(spec, measured, dry)
+    if ms:
+        L.append(f"  {'measured first' if not dry else 'before them, short measurement runs'}: {', '.join(ms)}")
+    per = []
+    for n in names:
+        h = [r["s"] for r in rows if r["config"] == n and r["kind"] == "headline"]
+        hf = [r.get("floor_s") for r in rows if r["config"] == n and r["kind"] == "headline"]
+        per.append(f"{n} ~{cost.minutes(h[0])}" if h and h[0] is not None else
+                   f"{n} at least ~{cost.minutes(hf[0])}" if hf and hf[0] else f"{n} ?")
+    if tot["s"] is not None:
+        L.append(f"estimated cost: {tot['runs']} runs, ~{cost.minutes(tot['s'])} min in all, up to "
+                 f"~{cost.minutes(tot['worst_s'])} min for {tot['worst_runs']} (minutes per run: {', '.join(per)})")
+    else:
+        L.append(f"estimated cost: at least ~{cost.minutes(tot['floor_s'])} min for {tot['runs']} runs (up to "
+                 f"{tot['worst_runs']}), counting only the parts that can be estimated yet: a part below is not measured "
+                 f"(minutes per run: {', '.join(per)})")
+    L.append("  based on: " + "; ".join(m.basis()))
+    if spec["time_budget_s"]:
+        L.append("  (a wall budget's step counts here come from the modelled step times; its calibration runs "
+                 "measure them, communication included, and the estimate is printed again)")
+    if dry:
+        L.append("dry run: the runs, in order (nothing started, nothing written):")
+        for r in rows:
+            approx = "~" if spec["time_budget_s"] and r["kind"] != "calibration" else ""  # until calibrated
+            steps = "steps: from the calibration" if r["steps"] is None else (
+                f"{approx}{r['steps']} steps/node" + (f" (straggler {approx}{r['slow_steps']})" if r.get("slow_steps")
+                                                      else ""))
+            L.append(f"  {r['kind']}{' (only if the pick is on an edge)' if r['maybe'] else ''}: {r['config']}, "
+                     f"lr {r['lr']}" + (f", outer lr {r['outer']}" if r["outer"] else "") + f", seed {r['seed']}, "
+                     f"{steps}, " + (f"~{cost.minutes(r['s'])} min" if r["s"] is not None else
+                                 f"at least ~{cost.minutes(r['floor_s'])} min" if r.get("floor_s") else "minutes unknown"))
+        L.append("dry run: exit without starting anything (drop --dry-run to run the study)")
+    print("\n".join(f"[study] {x}" for x in L), flush=True)
 
 
 def run_study(configs, a, title, command, pairs=()):
@@ -271,11 +460,44 @@ def run_study(configs, a, title, command, pairs=()):
         print("[study] the simulator does not model overlap: every mode runs without it", flush=True)
         job["overlap"] = False
         job["overlap_note"] = "off: the simulator does not model overlap (--overlap was asked for)"
-    os.makedirs(a.out, exist_ok=True)
-    check_held_out(job, a.out)
-    print(f"[study] {title}\n[study] emulation: {describe(em)}", flush=True)
     per_step = method.tokens_per_node_step(em["preset"], em["batch"])
     slow_nodes = [em["slow_node"]] if em["slow_node"] >= 0 and em["slowdown"] > 1 else []
+    dry = getattr(a, "dry_run", False)
+    # The token budget's plans need no run; a wall budget's come from its calibration runs (until then,
+    # the modelled step times give the estimate's step counts).
+    if getattr(a, "time_budget_s", None):
+        plans0 = modelled_time_plans(configs, names, em, a, slow_nodes)
+    else:
+        value = getattr(a, "token_budget", None) or a.steps * em["nodes"] * per_step
+        plan = method.token_budget_plan(value, em["nodes"], em["batch"], em["preset"], a.evals)
+        plans0 = {n: method.whole_rounds(n, dict(plan), sync_every(configs[n]), a.evals) for n in names}
+    measured = []
+    if not dry:
+        os.makedirs(a.out, exist_ok=True)
+        if em.get("real_compute_s") is not None:
+            measured.append("compute calibration")
+        if job.get("val_windows") and os.path.exists(os.path.join(ROOT, "build", "bin", "syncopate-worker")):
+            measured.append("held-out preflight")
+        check_held_out(job, a.out)
+        if (em["backend"] == "sim" and getattr(a, "calibrate", True)
+                and not cost.stored("compute_s", cost.compute_key(em["preset"], em["batch"]))):
+            # The simulator's real time is its workers' real gradients: measured once per preset and batch
+            # (--no-calibrate: not measured; the estimate says so).
+            cost.store_compute(em["preset"], em["batch"],
+                               calibrate(em["preset"], em["batch"], os.path.join(a.out, "calibration", "compute")))
+            measured.append("compute calibration")
+    print(f"[study] {title}\n[study] emulation: {describe(em)}", flush=True)
+    spec = {"configs": configs, "names": names, "seeds": seeds, "tseeds": tseeds, "grid": grid, "outer_grid": outer_grid,
+            "tune": tune, "extend": extend, "factor": getattr(a, "lr_extend_factor", 2.0),
+            "time_budget_s": getattr(a, "time_budget_s", None), "calibration_steps": getattr(a, "calibration_steps", 20),
+            "evals": a.evals, "em": em, "job": job, "base_lr": a.base_lr, "calibrate": getattr(a, "calibrate", True)}
+    measurements = cost.Measurements(em["preset"], em["batch"], em["backend"])
+    rows = plan_rows(spec, plans0, measurements)
+    print_plan(rows, spec, measurements, measured, dry)
+    if dry:
+        return None
+    study_t0 = time.time()
+    estimated = plan_totals(rows)
 
     def usable(r):
         return "failed" not in r and r["valid"]
@@ -302,8 +524,6 @@ def run_study(configs, a, title, command, pairs=()):
             plans[n] = method.time_budget_plan(n, value, times, slow_nodes, synchronous, a.evals)
     else:
         kind = "tokens"
-        value = getattr(a, "token_budget", None) or a.steps * em["nodes"] * per_step
-        plan = method.token_budget_plan(value, em["nodes"], em["batch"], em["preset"], a.evals)
         plans = {n: dict(plan) for n in names}
     plans = {n: method.whole_rounds(n, p, sync_every(configs[n]), a.evals) for n, p in plans.items()}
     totals = {n: method.job_tokens(p, em["nodes"], slow_nodes, per_step) for n, p in plans.items()}
@@ -314,6 +534,11 @@ def run_study(configs, a, title, command, pairs=()):
     for n, p in plans.items():
         print(f"[study] {n}: {p['steps']} steps per node" + (f", straggler {p['slow_steps']}" if p.get("slow_steps")
               else "") + f" ({totals[n]} tokens); evaluations every {job['every_tokens']} global tokens", flush=True)
+    if kind == "time":  # the calibrated step counts: the estimate again, on them
+        est = plan_totals([r for r in plan_rows(spec, plans, measurements) if r["kind"] != "calibration"])
+        print(f"[study] estimate on the calibrated steps: ~{cost.minutes(est['s'])} min more, up to "
+              f"~{cost.minutes(est['worst_s'])} min", flush=True)
+    residuals = {}  # launch_key: each finished run's seconds beyond the estimate's training and evaluations
 
     runs = {}  # (config, lr multiplier, outer multiplier, seed) -> summary
 
@@ -332,8 +557,13 @@ def run_study(configs, a, title, command, pairs=()):
             if "failed" in r:
                 print(f"[study] {name} {tag} seed {seed}: FAILED ({r['failed']}); log {r['log']}", flush=True)
             else:
+                residuals.setdefault(cost.launch_key(em["backend"], bool(cfg.get("ring"))), []).append(cost.residual(
+                    em["backend"], em, cfg["steps"], cfg["slow_steps"], not configs[name].get("elastic"), em["nodes"],
+                    max(1, a.evals), eval_windows(job), r.get("elapsed_s"), measurements))
+                health = ("" if em["backend"] == "sim" else
+                          f", cpu {r['cpu_util'] or 0:.0%}, overrun {r['overrun_share']:.0%}")
                 print(f"[study] {name} {tag} seed {seed}: final val {r['final_val_loss']}, "
-                      f"{r['wall_s']:.1f} s, cpu {r['cpu_util'] or 0:.0%}, overrun {r['overrun_share']:.0%}"
+                      f"{r['wall_s']:.1f} {'simulated ' if em['backend'] == 'sim' else ''}s{health}"
                       f"{'' if r['valid'] else ' INVALID: ' + r['invalid_because']}", flush=True)
         return runs[key]
 
@@ -372,6 +602,17 @@ def run_study(configs, a, title, command, pairs=()):
                "pairs": [[x, y] for x, y in extra_pairs] + [[x, y] for x, y in pairs if x in names and y in names],
                "limits": {"overrun": a.max_overrun, "cpu": a.max_cpu}, "calibration": calibrations,
                "configurations": {}}
+    took = time.time() - study_t0
+    done = len(runs) + len(calibrations)
+    summary["cost"] = {"runs": done, "took_s": took, "estimated_s": estimated["s"],
+                       "estimated_worst_s": estimated["worst_s"], "planned_runs": estimated["runs"],
+                       "planned_runs_worst": estimated["worst_runs"], "basis": measurements.basis()}
+    cost.record_runs(residuals)
+    cost.record_study({"command": command, "runs": done, "took_s": round(took, 1),
+                       "estimated_s": None if estimated["s"] is None else round(estimated["s"], 1)})
+    print(f"[study] {done} runs took {cost.minutes(took)} min (estimated before them: ~{cost.minutes(estimated['s'])} "
+          f"min for {estimated['runs']}, up to ~{cost.minutes(estimated['worst_s'])} min for {estimated['worst_runs']})",
+          flush=True)
     for name, v in results.items():
         ok = {s: r for s, r in v["runs"].items() if usable(r)}
         hist = {}
@@ -422,7 +663,8 @@ def analyse(summary):
     for c in cfgs.values():
         ps = c["per_seed"]
         for key in ("final_val_loss", "val_loss_at_budget", "tokens_per_s", "wall_s", "end_s"):
-            c[key] = mean_ci95([s.get(key) for s in ps])
+            # Times and rates are never below 0: an interval reaching below is cut there (stats.mean_ci95).
+            c[key] = mean_ci95([s.get(key) for s in ps], lower=0.0 if key in ("tokens_per_s", "wall_s", "end_s") else None)
         c["time_to_target"] = method.target_table(ps, targets)
     labels = {f"{n} seed {s['seed']}": s.get("val_set") for n, c in cfgs.items() for s in c["per_seed"]}
     summary["held_out"] = {"absent": method.check_val_sets(labels),
@@ -503,6 +745,7 @@ def rebuild(out, from_runs=False, targets=None):
 
 def write_report(summary, out):
     em = summary["emulation"]
+    sim = em.get("backend") == "sim"
     job = summary.get("job", {})
     b = summary["budget"]
     cfgs = summary["configurations"]
@@ -548,11 +791,24 @@ def write_report(summary, out):
           + (f"Equivalence is claimed only by TOST within +-{summary['equivalence_margin']:g} nats. "
              if summary.get("equivalence_margin") else "No equivalence margin was declared, so nothing is called "
              "equivalent. ")
-          + f"Runs whose emulation did not hold (overrun share > {summary['limits']['overrun']:.0%} or CPU > "
-          f"{summary['limits']['cpu']:.0%}) are left out and listed.", ""]
-    head = "| configuration | lr (outer) | steps/node | valid runs | val loss at budget | end, s | tokens/s |"
-    head += "".join(f" reached {t:g} (median s) |" for t in targets)
-    head += " MB sent | staleness mean / max | overrun (max) | CPU (max) |"
+          + "A difference that is the same in every paired seed (deterministic runs: no seed variation) is reported "
+          "as deterministic, with no p, never resolved nor equivalent: a zero-width interval is not a statistical "
+          "result. "
+          + ("The simulator's time is modelled, so no host limit (overrun, CPU) applies: every finished run counts."
+             if sim else
+             f"Runs whose emulation did not hold (overrun share > {summary['limits']['overrun']:.0%} or CPU > "
+             f"{summary['limits']['cpu']:.0%}) are left out and listed."), ""]
+    if any(c[k].get("clipped") for c in cfgs.values() for k in ("end_s", "tokens_per_s") if c.get(k)):
+        L += ["Intervals of times and throughputs that reached below 0 are cut at 0 (a time is never negative).", ""]
+    spent = summary.get("cost")
+    if spent and spent.get("took_s") is not None:
+        L += [f"Cost: {spent['runs']} runs took {cost.minutes(spent['took_s'])} min on this machine (estimated before "
+              f"them: ~{cost.minutes(spent.get('estimated_s'))} min for {spent.get('planned_runs')} runs, up to "
+              f"~{cost.minutes(spent.get('estimated_worst_s'))} min for {spent.get('planned_runs_worst')}).", ""]
+    secs = "simulated s" if sim else "s"
+    head = f"| configuration | lr (outer) | steps/node | valid runs | val loss at budget | end, {secs} | tokens/{secs} |"
+    head += "".join(f" reached {t:g} (median {secs}) |" for t in targets)
+    head += " MB sent | staleness mean / max |" + ("" if sim else " overrun (max) | CPU (max) |")
     L += [head, "|" + "---|" * (head.count("|") - 1)]
     for k, c in cfgs.items():
         p = c.get("plan", {})
@@ -565,9 +821,10 @@ def write_report(summary, out):
             cells.append(f"{r['reached']}/{r['n']} ({'-' if r['median'] is None else format(r['median'], '.3g')})")
         st = c["staleness"]
         cells += [mbytes(c.get("bytes")),
-                  f"{'-' if st['mean'] is None else round(st['mean'], 2)} / {'-' if st['max'] is None else round(st['max'], 1)}",
-                  "-" if c["overrun_share"] is None else format(c["overrun_share"], ".0%"),
-                  "-" if c["cpu_util"] is None else format(c["cpu_util"], ".0%")]
+                  f"{'-' if st['mean'] is None else round(st['mean'], 2)} / {'-' if st['max'] is None else round(st['max'], 1)}"]
+        if not sim:  # the emulation's health: meaningless for the simulator's modelled time
+            cells += ["-" if c["overrun_share"] is None else format(c["overrun_share"], ".0%"),
+                      "-" if c["cpu_util"] is None else format(c["cpu_util"], ".0%")]
         L.append("| " + " | ".join(cells) + " |")
     if targets:
         L += ["", "Time to target: per target, the seeds that reached it of the valid seeds and the median time with "
@@ -577,11 +834,14 @@ def write_report(summary, out):
           "|---|---|---|---|---|---|---|---|---|"]
     for c in summary.get("comparisons", []):
         out_n = f" (+{c['left_out']} out)" if c["left_out"] else ""
-        verdict = ("resolved" if c["resolved"] else "equivalent (TOST)" if c.get("tost", {}).get("equivalent")
+        verdict = ("deterministic: no seed variation, not a statistical result" if c.get("deterministic") else
+                   "resolved" if c["resolved"] else "equivalent (TOST)" if c.get("tost", {}).get("equivalent")
                    else "not resolved")
         ci = c["ci95"]
+        interval = ("none (no seed variation)" if c.get("deterministic") else
+                    "-" if ci[0] is None else f"[{ci[0]:.4g}, {ci[1]:.4g}]")
         L.append(f"| {c['a']} | {c['b']} | {c['metric']} | {method._fmt(c['mean_diff'])} | "
-                 f"{'-' if ci[0] is None else f'[{ci[0]:.4g}, {ci[1]:.4g}]'} | {method._fmt(c['p'], 3)} | "
+                 f"{interval} | {method._fmt(c['p'], 3)} | "
                  f"{method._fmt(c.get('p_holm'), 3)} | {c['n']}{out_n} | {verdict} |")
     L += ["", "## Conclusions", ""] + [f"- {x}" for x in summary["conclusions"]]
     L += ["", "## Learning-rate tuning (mean final validation loss over the tuning seeds)", ""]
@@ -670,7 +930,8 @@ def plots(summary, out):
             plt.ylim(lo - 0.1, hi + 0.3)  # spikes above the first evaluation are clipped (see the report's table)
         save(fname, xlabel, "validation loss (mean, 95% band)")
 
-    banded("t", "val_loss_vs_time.png", "emulated seconds (training clock)")
+    banded("t", "val_loss_vs_time.png", "simulated seconds (syncopate-sim's virtual clock)"
+           if summary["emulation"].get("backend") == "sim" else "emulated seconds (training clock)")
     banded("tokens", "val_loss_vs_tokens.png", "global tokens processed")
     if any(pt.get("bytes") for c in cfgs.values() for cv in c["curves"].values() for pt in cv):
         banded("bytes", "val_loss_vs_bytes.png", "bytes sent by all nodes (log scale)", log_x=True)

@@ -16,6 +16,8 @@ why. The old "the two 95% intervals overlap" check is kept as a secondary column
 --fit-from fits the link efficiency on another emulated study (the one whose simulated throughput
 is closest, per seed) and checks this one with it: parameters are never fitted on the runs they
 validate. Writes OUT/validation.json, OUT/report.md, OUT/val_loss.png and OUT/staleness.png.
+Before any run it prints the runs to make (those done before are reused) and their estimated cost
+from this machine's measurements (experiments/cost.py); --dry-run prints every run and exits.
 """
 import argparse
 import json
@@ -23,6 +25,7 @@ import os
 import shlex
 import sys
 
+import cost
 from ab_sync_async import CONFIGS
 from cluster_runs import ROOT, run_once, summarize
 from method import per_seed
@@ -182,6 +185,41 @@ def simulate(emu, sa, em, out, names, targets):
     return res
 
 
+def planned(emu, sa, em, out, names, m):
+    """The simulator runs simulate() would make: [(config, seed, run dir, cached, estimated s)]."""
+    job = study_job(emu, sa)
+    if job.get("overlap"):
+        raise SystemExit(f"validate_sim: {emu['_dir']} ran with overlap (--overlap), which syncopate-sim does not model; "
+                         "validate a study run with --no-overlap")
+    rows = []
+    for name in names:
+        c = emu["configurations"][name]
+        p = c.get("plan") or {"steps": job["steps"], "slow_steps": None}
+        for s_, _ in sorted(run_dirs(emu, name, c).items()):
+            rd = os.path.join(out, "runs", name, f"seed{s_}")
+            est, _ = cost.run_s("sim", em, p["steps"], p.get("slow_steps"), not CONFIGS[name].get("elastic"),
+                                job["nodes"], max(1, job.get("evals") or 1),
+                                job.get("val_windows") or job.get("eval_batches", 4) * job["batch"], m,
+                                bool(CONFIGS[name].get("ring")))
+            rows.append((name, s_, c["lr"], p["steps"], rd, os.path.exists(os.path.join(rd, "sim.json")), est))
+    return rows
+
+
+def print_plan(rows, m, dry):
+    todo = [r for r in rows if not r[5]]
+    est = None if any(r[6] is None for r in todo) else sum(r[6] for r in todo)
+    L = [f"plan: {len(rows)} simulator runs, {len(rows) - len(todo)} done before (reused), {len(todo)} to run, one at a time",
+         (f"estimated cost: ~{cost.minutes(est)} min" if est is not None else
+          "estimated cost: not available: a part below is not measured yet"),
+         "  based on: " + "; ".join(m.basis())]
+    if dry:
+        L.append("dry run: the runs, in order (nothing started, nothing written):")
+        L += [f"  {name} seed {s_}: " + ("done before" if done else f"lr {lr:.3g}, {steps} steps/node, ~{cost.minutes(e)} min")
+              for name, s_, lr, steps, _, done, e in rows]
+        L.append("dry run: exit without starting anything (drop --dry-run to run)")
+    print("\n".join(f"[validate] {x}" for x in L), flush=True)
+
+
 def sim_emulation(emu, a, sa, efficiency):
     em = dict(emu["emulation"])
     if em.get("backend") == "sim":
@@ -219,11 +257,29 @@ def main():
                     "passes when its paired relative difference's 95%% interval lies within +-this")
     ap.add_argument("--loss-tolerance", type=float, default=0.03,
                     help="nats: the same for validation losses and loss differences between configurations")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print every simulator run and the estimated cost, then exit: starts no process, writes nothing")
     a = ap.parse_args()
     if a.time_tolerance <= 0 or a.loss_tolerance <= 0:
         raise SystemExit("validate_sim: tolerances must be positive")
     emu, sa = load(a.emulated)
     out = a.out or os.path.join(ROOT, "runs", "validate", os.path.basename(os.path.normpath(a.emulated)))
+    em0 = emu["emulation"]
+    measured = [] if a.dry_run else cost.ensure_measured(em0["preset"], em0["batch"],
+                                                         study_job(emu, sa).get("val_windows"), out)
+    m = cost.Measurements(em0["preset"], em0["batch"], "sim")
+    names = a.configs.split(",") if a.configs else list(emu["configurations"])
+    rows = planned(emu, sa, sim_emulation(emu, a, sa, a.link_efficiency), out, names, m)
+    if a.fit_from:
+        femu, fsa = load(a.fit_from)
+        for eff in [float(x) for x in a.fit_grid.split(",")]:
+            rows = planned(femu, fsa, sim_emulation(femu, a, fsa, eff), os.path.join(out, "fit", f"eff{eff:g}"),
+                           list(femu["configurations"]), m) + rows
+    if measured:
+        print(f"[validate] measured first: {', '.join(measured)}", flush=True)
+    print_plan(rows, m, a.dry_run)
+    if a.dry_run:
+        return
     os.makedirs(out, exist_ok=True)
     efficiency, fit = a.link_efficiency, None
     if a.fit_from:
@@ -240,7 +296,6 @@ def main():
         fit = {"from": os.path.abspath(a.fit_from), "grid": scored, "link_efficiency": efficiency}
         print(f"[validate] link efficiency fitted on {a.fit_from}: {efficiency:g}", flush=True)
     em = sim_emulation(emu, a, sa, efficiency)
-    names = a.configs.split(",") if a.configs else list(emu["configurations"])
     targets = emu.get("targets") or ([emu["target_val_loss"]] if emu.get("target_val_loss") else [])
     tols = {"time": a.time_tolerance, "loss": a.loss_tolerance}
     result = {"emulated": emu["_dir"], "command": " ".join(["python"] + sys.argv), "emulation": em, "fit": fit,
@@ -254,8 +309,10 @@ def main():
         agree = {m: overlap(mean_ci95(list(ve[m].values())), mean_ci95(list(vs[m].values()))) for m in ve}
         result["configurations"][name] = {
             "lr": emu["configurations"][name]["lr"], "seeds": sorted(emu_runs), "checks": checks, "agree": agree,
-            "emulated": {m: mean_ci95(list(v.values())) for m, v in ve.items()},
-            "simulated": {m: mean_ci95(list(v.values())) for m, v in vs.items()},
+            "emulated": {m: mean_ci95(list(v.values()), lower=0.0 if figure_kind(m) == "time" else None)
+                         for m, v in ve.items()},
+            "simulated": {m: mean_ci95(list(v.values()), lower=0.0 if figure_kind(m) == "time" else None)
+                          for m, v in vs.items()},
             "staleness_histogram": {b: hist(r) for b, r in (("emulated", emu_runs), ("simulated", sim_runs))},
             "curves": {"emulated": [r["curve"] for r in emu_runs.values()],
                        "simulated": [r["curve"] for r in sim_runs.values()]},
@@ -356,7 +413,7 @@ def plots(res, out):
             line, = ax.plot(xs, [s["mean"] for s in st], style, label=backend)
             ax.fill_between(xs, [s["ci95"][0] for s in st], [s["ci95"][1] for s in st], color=line.get_color(), alpha=0.2)
         ax.set_title(name, fontsize=9)
-        ax.set_xlabel("seconds")
+        ax.set_xlabel("seconds (emulated: training clock; simulated: virtual clock)")
     axes[0][0].set_ylabel("validation loss (mean, 95% band)")
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()

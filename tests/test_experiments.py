@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -16,6 +17,7 @@ import unittest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "experiments"))
 
+import cost  # noqa: E402
 import method  # noqa: E402
 import scenario  # noqa: E402
 import study  # noqa: E402
@@ -27,6 +29,8 @@ PY = sys.executable
 # Every directory a test writes lies under one temporary directory, removed when the tests end
 # (pass or fail): nothing is left in /tmp.
 _SCRATCH = tempfile.TemporaryDirectory(prefix="syncopate-experiments-test-")
+# The studies' stored cost measurements (experiments/cost.py) go there too, not to runs/.
+os.environ["SYNCOPATE_STUDY_COST"] = os.path.join(_SCRATCH.name, "study_cost.json")
 
 
 def mkdtemp():
@@ -282,10 +286,11 @@ class Method(unittest.TestCase):
                      "time_to_target_s": {"3": t}} for s, (v, t) in enumerate(zip(vals, ttt))]
         cfgs = {"ring": {"per_seed": seeds([3.0, 3.5, 4.0, 3.2], [10.0, 12.0, None, 11.0])},
                 "asp": {"per_seed": seeds([3.1, 3.61, 4.12, 3.33], [11.0, 14.0, 9.0, None])},
-                "ssp": {"per_seed": seeds([3.0, 3.5, 4.0, 3.2], [10.0, 12.0, 8.0, 11.0])}}
+                "ssp": {"per_seed": seeds([3.01, 3.49, 4.02, 3.2], [10.0, 12.0, 8.0, 11.0])}}
         cs = method.comparisons(cfgs, [("asp", "ring"), ("ssp", "ring")],
                                 ["val_loss_at_budget", "time_to_target_s@3"], margin=0.05)
         by = {(c["a"], c["metric"]): c for c in cs}
+        # Holm runs over the comparisons that have a p (the deterministic one has none).
         loss = by[("asp", "val_loss_at_budget")]
         # diffs 0.10, 0.11, 0.12, 0.13: mean 0.115, sd 0.0129099, se 0.00645497, t = 17.8157 (df 3)
         self.assertAlmostEqual(loss["mean_diff"], 0.115)
@@ -293,16 +298,23 @@ class Method(unittest.TestCase):
         self.assertEqual(len(cs), 4)
         ps = [c["p"] for c in cs]
         self.assertEqual([c["p_holm"] for c in cs], stats.holm(ps))
+        self.assertEqual(sum(p is not None for p in ps), 3)
         self.assertTrue(loss["resolved"])
         self.assertFalse(loss["tost"]["equivalent"])
         ttt = by[("asp", "time_to_target_s@3")]  # only seeds 0 and 1 reached it in both
         self.assertEqual((ttt["n"], ttt["left_out"]), (2, 2))
-        same = by[("ssp", "val_loss_at_budget")]  # identical values: p = 1, equivalent within the margin
+        same = by[("ssp", "val_loss_at_budget")]  # diffs 0.01, -0.01, 0.02, 0: equivalent within the margin
         self.assertFalse(same["resolved"])
         self.assertTrue(same["tost"]["equivalent"])
+        # ssp's time to target equals ring's in every seed both reached it: no seed variation, no test.
+        det = by[("ssp", "time_to_target_s@3")]
+        self.assertTrue(det["deterministic"])
+        self.assertEqual((det["p"], det["p_holm"], det["resolved"]), (None, None, False))
         texts = [method.sentence(c) for c in cs]
         self.assertIn("Resolved: ring is better", method.sentence(loss))
         self.assertIn("Equivalent within +-0.05", method.sentence(same))
+        self.assertIn("deterministic (no seed variation), not a statistical result", method.sentence(det))
+        self.assertNotIn("Resolved", method.sentence(det))
         self.assertIn("2 left out (not reached by both)", method.sentence(ttt))
         self.assertTrue(all("\u2248" not in t for t in texts))
         # Without a margin, an unresolved comparison is "not resolved", never equivalent.
@@ -440,7 +452,10 @@ class Orchestration(unittest.TestCase):
                                             "tokens_per_s": 1.0}) + "\n")
             # The loss: best at lr 4e-3 for ring and 1e-3 for asp; asp 0.1 nats worse; a shared seed effect.
             best = {"ring": 4e-3, "asp": 1e-3}[name]
-            final = 3.0 + 0.1 * (name == "asp") + 0.05 * seed % 7 + abs(math.log2(lr / best)) * 0.2
+            # asp's seed effect differs from ring's by 0, 0.04, 0.02 (seeds 0, 1, 2): a paired difference that
+            # varies over seeds (an identical one would be deterministic, never resolved).
+            final = (3.0 + 0.1 * (name == "asp") + 0.05 * seed % 7 + abs(math.log2(lr / best)) * 0.2
+                     + (0.02 * (seed * 5 % 3) if name == "asp" else 0.0))
             curve = [{"t": 0.0 + j * step_s * cfg["steps"] / 2, "val_loss": final + (2 - j) * 0.5,
                       "tokens": j * 1000, "step": j, "val_set": digest(name, seed), "eval_of": "servers"}
                      for j in range(3)]
@@ -495,7 +510,7 @@ class Orchestration(unittest.TestCase):
         cmp = {c["metric"]: c for c in s["comparisons"]}
         loss = cmp["val_loss_at_budget"]
         self.assertEqual((loss["a"], loss["b"]), ("asp", "ring"))
-        self.assertAlmostEqual(loss["mean_diff"], 0.1)  # the same seed effect on both sides cancels
+        self.assertAlmostEqual(loss["mean_diff"], 0.12)  # the shared seed effect cancels: 0.1 + (0, 0.04, 0.02)
         self.assertTrue(loss["resolved"])
         self.assertEqual([c["p_holm"] for c in s["comparisons"]], stats.holm([c["p"] for c in s["comparisons"]]))
         with open(os.path.join(a.out, "report.md")) as f:
@@ -510,6 +525,33 @@ class Orchestration(unittest.TestCase):
         # The report can be rebuilt from summary.json with other targets declared afterwards.
         text2 = study.rebuild(a.out, targets=[4.0])
         self.assertIn("reached 4 (median s)", text2)
+
+    def test_a_simulated_study_reports_no_host_columns_and_no_zero_width_verdicts(self):
+        """--backend sim (issue 32): no CPU or overrun column (the simulator's time is modelled), times in
+        simulated seconds, and a difference identical in every seed (the model's throughputs differ by
+        exactly 5000 tokens/s per seed) reported as deterministic, never resolved."""
+        cost.store_compute("tiny", 8, 0.01)  # the estimate's measurement, stored: no calibration run here
+        s, a = self.study([], backend="sim")
+        with open(os.path.join(a.out, "report.md")) as f:
+            text = f.read()
+        self.assertNotIn("overrun (max)", text)
+        self.assertNotIn("CPU (max)", text)
+        self.assertNotIn("host CPU", text)
+        self.assertIn("| end, simulated s | tokens/simulated s |", text)
+        tps = next(c for c in s["comparisons"] if c["metric"] == "tokens_per_s")
+        self.assertTrue(tps["deterministic"])
+        self.assertEqual((tps["p"], tps["p_holm"], tps["resolved"]), (None, None, False))
+        self.assertIn("| 5000 | none (no seed variation) | n/a | n/a | 3 | deterministic: no seed variation, not a "
+                      "statistical result |", text)
+        self.assertIn("asp - ring, tokens_per_s: 5000 tokens/s in every one of the 3 paired seeds: deterministic",
+                      text)
+        loss = next(c for c in s["comparisons"] if c["metric"] == "val_loss_at_budget")
+        self.assertTrue(loss["resolved"])  # a difference that varies over seeds is still tested
+        self.assertIn("Cost: ", text)
+        self.assertLessEqual(s["cost"]["planned_runs"], s["cost"]["runs"])  # the grids extended past edge picks
+        self.assertLessEqual(s["cost"]["runs"], s["cost"]["planned_runs_worst"])
+        # No time in the report is negative (nor any interval of one).
+        self.assertIsNone(re.search(r"\[-\d", text.split("## Comparisons")[0]), text)
 
     def test_different_held_out_sets_are_refused(self):
         with self.assertRaises(SystemExit) as e:
@@ -556,7 +598,8 @@ class Summarize(unittest.TestCase):
             text = f.read().replace(', "deferred": true', "")
         with open(os.path.join(out, "node0", "metrics.jsonl"), "w") as f:
             f.write(text)
-        self.assertAlmostEqual(cluster_runs.summarize(out, 2, ring=False)["curve"][-1]["t"], 2.0 - 0.3)
+        # Its time_s was stamped when its weights were taken, before it evaluated: nothing comes off it.
+        self.assertAlmostEqual(cluster_runs.summarize(out, 2, ring=False)["curve"][-1]["t"], 2.0)
         self.assertAlmostEqual(cluster_runs.summarize(out, 2, ring=False, deferred=True)["curve"][-1]["t"], 2.0)
 
     def test_tokens_and_bytes(self):
@@ -642,6 +685,152 @@ class Emulation(unittest.TestCase):
         with self.assertRaises(SystemExit) as e:
             study.run_study({"b": {"cluster": [], "backup": 2}}, a, "t", "c")
         self.assertIn("backup workers", str(e.exception))
+
+
+class NoNegativeTimes(unittest.TestCase):
+    """Issue 32: a report never prints a negative time, fixed where it came from."""
+
+    def test_an_evaluation_stamped_before_it_ran_keeps_its_time(self):
+        import cluster_runs
+        out = mkdtemp()
+        # The trainer stamps an evaluation record (issue 25: with eval_of) when its weights are taken,
+        # then evaluates (1.5 s here), so the next step's record is 1.5 s later.
+        node0 = [{"step": 1, "tokens": 100, "tokens_per_s": 1.0, "unix_s": 11.0, "step_s": 1.0, "time_s": 1.0},
+                 {"step": 1, "val_loss": 4.0, "unix_s": 11.0, "time_s": 1.0, "tokens": 100, "eval_of": "replica",
+                  "eval_s": 1.5},
+                 {"step": 2, "tokens": 200, "tokens_per_s": 1.0, "unix_s": 13.5, "step_s": 1.0, "time_s": 3.5},
+                 {"step": 2, "val_loss": 3.5, "unix_s": 13.5, "time_s": 3.5, "tokens": 200, "eval_of": "replica",
+                  "eval_s": 1.5}]
+        node1 = [{"step": k, "tokens": 100 * k, "tokens_per_s": 1.0, "unix_s": 10.0 + k, "step_s": 1.0}
+                 for k in (1, 2)]
+        for i, recs in enumerate((node0, node1)):
+            os.makedirs(os.path.join(out, f"node{i}"))
+            with open(os.path.join(out, f"node{i}", "metrics.jsonl"), "w") as f:
+                f.write("\n".join(json.dumps(r) for r in recs) + "\n")
+        r = cluster_runs.summarize(out, 2, ring=True)
+        # 1.0 (taking its own 1.5 s off gave -0.5), then 3.5 less the first evaluation.
+        self.assertEqual([p["t"] for p in r["curve"]], [1.0, 2.0])
+        self.assertAlmostEqual(r["wall_s"], 2.0)  # 10 to 13.5 less the one evaluation inside it
+        # A record from before issue 25 was stamped after evaluating: its own time comes off.
+        node0[1] = {"step": 1, "val_loss": 4.0, "unix_s": 12.5, "time_s": 2.5, "tokens": 100, "eval_s": 1.5}
+        with open(os.path.join(out, "node0", "metrics.jsonl"), "w") as f:
+            f.write("\n".join(json.dumps(r) for r in node0) + "\n")
+        self.assertEqual(cluster_runs.summarize(out, 2, ring=True)["curve"][0]["t"], 1.0)
+
+    def test_intervals_of_times_are_cut_at_zero(self):
+        self.assertLess(mean_ci95([0.1, 3.0])["ci95"][0], 0)  # two seeds: t(1) = 12.7 reaches far below 0
+        s = mean_ci95([0.1, 3.0], lower=0.0)
+        self.assertEqual((s["ci95"][0], s.get("clipped")), (0.0, True))
+        self.assertEqual(stats.fmt_ci(s), "1.55 [0, 20]")
+        self.assertEqual(stats.fmt_ci(mean_ci95([1.44, 1.44, 1.44])), "1.44 (no seed variation)")
+
+
+class StudyCost(unittest.TestCase):
+    """Issue 32: a study prints the runs it will start, by kind, and their estimated cost from this
+    machine's stored measurements before it starts; --dry-run prints every run, starts nothing and
+    writes nothing."""
+
+    AB = os.path.join(ROOT, "experiments", "ab_sync_async.py")
+
+    def dry(self, script, args):
+        cost_file = os.path.join(mkdtemp(), "cost.json")
+        out = os.path.join(mkdtemp(), "out")
+        env = dict(os.environ, SYNCOPATE_STUDY_COST=cost_file)
+        r = subprocess.run([PY, script] + args + ["--out", out, "--dry-run"], capture_output=True, text=True, env=env,
+                           timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertFalse(os.path.exists(out))  # nothing written: not even the output directory
+        self.assertFalse(os.path.exists(cost_file))
+        return r.stdout
+
+    def test_dry_run_counts_the_runs_and_writes_nothing(self):
+        # 3 configurations (diloco10 also tunes its outer lr), 2 tuning seeds, 3 headline seeds, a grid of
+        # 3 extending at most twice. Per configuration, tuning: 3 multipliers x 2 seeds = 6, up to
+        # (3 + 2) x 2 = 10; diloco10's outer lr: 3 multipliers, its 1x run made by the inner tuning at
+        # the pick: 2 x 2 = 4, up to (2 + 2) x 2 = 8; headline: 3 seeds x 3 configurations = 9.
+        args = ["--configs", "ring,asp,diloco10", "--nodes", "4", "--steps", "20", "--seeds", "3", "--tuning-seeds",
+                "1000,1001", "--lr-grid", "0.5,1,2", "--outer-lr-grid", "0.5,1,2", "--lr-extend", "2", "--evals", "5",
+                "--val-windows", "128", "--step-time", "0.3"]
+        text = self.dry(self.AB, args)
+        sure, worst = 3 * 6 + 4 + 9, 3 * 10 + 8 + 9
+        self.assertIn(f"total: {sure} runs, up to {worst} (worst case)", text)
+        self.assertIn("tuning runs (tuning seeds): 18, up to 30 if every grid extends", text)
+        self.assertIn("outer-lr tuning runs (tuning seeds): 4, up to 8", text)
+        self.assertIn("headline runs (3 seed(s) x 3 configuration(s)): 9", text)
+        listed = [l for l in text.splitlines() if re.match(r"\[study\]   (tuning|outer tuning|headline|calibration)"
+                                                         r"( \(only if the pick is on an edge\))?: \w+, lr ", l)]
+        self.assertEqual(len(listed), worst)
+        self.assertEqual(sum("only if the pick is on an edge" in l for l in listed), worst - sure)
+        self.assertIn("headline: ring, lr the tuned pick, seed 2, 20 steps/node", text)
+        self.assertIn("tuning: diloco10, lr 2x, outer lr 1x, seed 1001, 20 steps/node", text)
+        self.assertIn("estimated cost:", text)
+        self.assertIn("based on: training: the modelled clock", text)
+        self.assertIn("NOT estimated", text)  # nothing measured in this empty cost file: said so
+        # A wall budget adds one calibration run per configuration.
+        text = self.dry(self.AB, args + ["--time-budget-s", "30"])
+        self.assertIn("calibration runs (--time-budget-s, one per configuration): 3", text)
+        self.assertIn(f"total: {sure + 3} runs, up to {worst + 3}", text)
+        # --no-tune: the headline runs only.
+        self.assertIn("total: 9 runs, up to 9", self.dry(self.AB, args + ["--no-tune"]))
+        # The sweep: 2 bounds x 2 mitigations; grid 3 + 1 extension on 1 tuning seed, 2 headline seeds.
+        text = self.dry(os.path.join(ROOT, "experiments", "staleness_sweep.py"),
+                        ["--bounds", "1,4", "--no-asp", "--mitigations", "none,lr_scale", "--seeds", "2", "--lr-grid",
+                         "0.5,1,2", "--lr-extend", "1", "--nodes", "2", "--steps", "10", "--step-time", "0.2"])
+        self.assertIn(f"total: {4 * 3 + 4 * 2} runs, up to {4 * 4 + 4 * 2}", text)
+        # The crossover map: 2 N x 1 ratio x 2 slowdowns x 2 seeds x (ring, asp_lr_scale).
+        text = self.dry(os.path.join(ROOT, "experiments", "crossover.py"),
+                        ["--nodes", "8,64", "--ratios", "1", "--slowdowns", "1,4", "--seeds", "2", "--configs",
+                         "asp_lr_scale"])
+        self.assertIn("plan: 16 runs", text)
+        self.assertEqual(len(re.findall(r"^\[crossover\]   N=", text, re.M)), 16)
+
+    def test_dry_run_starts_no_process(self):
+        def refuse(*args, **kw):
+            raise AssertionError(f"a process was started: {args[0] if args else kw}")
+        saved = subprocess.run, subprocess.Popen
+        a = knobs(dry_run=True, calibrate=True, val_windows=64, out=os.path.join(mkdtemp(), "out"), tune=True,
+                  lr_grid="0.5,1,2", lr_extend=1, seeds=2)
+        subprocess.run = subprocess.Popen = refuse
+        try:
+            with contextlib.redirect_stdout(io.StringIO()) as o:
+                self.assertIsNone(study.run_study({"asp": {"cluster": ["--consistency", "asp"], "elastic": True}}, a,
+                                                  "t", "c"))
+        finally:
+            subprocess.run, subprocess.Popen = saved
+        self.assertFalse(os.path.exists(a.out))
+        self.assertIn("total: 5 runs, up to 6", o.getvalue())  # tuning 3 (4 with the extension) + 2 headline
+
+    def test_the_estimate_comes_from_the_stored_measurements(self):
+        saved = os.environ["SYNCOPATE_STUDY_COST"]
+        os.environ["SYNCOPATE_STUDY_COST"] = os.path.join(mkdtemp(), "cost.json")
+        try:
+            m0 = cost.Measurements("tiny", 8, "sim")  # nothing measured yet: no estimate, and said so
+            em = {"step_time_s": 0.3, "slow_node": 3, "slowdown": 3.0, "jitter": 0.1}
+            self.assertEqual(cost.run_s("sim", em, 20, None, True, 4, 5, 128, m0)[0], None)
+            self.assertTrue(all("NOT estimated" in b for b in m0.basis()))
+            cost.store_compute("tiny", 8, 0.05)
+            cost.store_preflight("tiny", 100, wall_s=1.5, step_s=0.2, eval_s=0.3)  # start-up 1 s, 3 ms per window
+            m = cost.Measurements("tiny", 8, "emulated")
+            share = max(1.0, 4 / (os.cpu_count() or 1))  # every node evaluates, the nodes share the cores
+            want = 20 * 0.3 * 3 * 1.1 + 5 * 128 * 0.003 * share + 1.0
+            self.assertAlmostEqual(cost.run_s("emulated", em, 20, None, True, 4, 5, 128, m)[0], want)
+            # Elastic under the same token budget: the straggler's 20 steps at 3x end the run too.
+            self.assertAlmostEqual(cost.run_s("emulated", em, 20, None, False, 4, 5, 128, m)[0], want)
+            # Elastic under a wall budget: 60 steps on the fast nodes, 20 on the straggler.
+            self.assertAlmostEqual(cost.run_s("emulated", em, 60, 20, False, 4, 5, 128, m)[0], want)
+            # The simulator: every worker-step's real gradient (3 x 20 + 10), one worker evaluates.
+            ms = cost.Measurements("tiny", 8, "sim")
+            self.assertAlmostEqual(cost.run_s("sim", em, 20, 10, False, 4, 5, 128, ms)[0],
+                                   70 * 0.05 + 5 * 128 * 0.003 + 1.0)
+            # Finished runs' overhead replaces the preflight's start-up once three of a kind are stored.
+            cost.record_runs({"emulated/ring": [2.0, 2.5, 3.0]})
+            m2 = cost.Measurements("tiny", 8, "emulated")
+            self.assertAlmostEqual(cost.run_s("emulated", em, 20, None, True, 4, 5, 128, m2, ring=True)[0],
+                                   want - 1.0 + 2.5)
+            self.assertAlmostEqual(cost.run_s("emulated", em, 20, None, True, 4, 5, 128, m2, ring=False)[0], want)
+            self.assertTrue(any("last 3 finished emulated/ring runs" in b for b in m2.basis()))
+        finally:
+            os.environ["SYNCOPATE_STUDY_COST"] = saved
 
 
 def smoke_args(out):
