@@ -1,10 +1,13 @@
 #include "worker/sync/gradient_sync.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/check.h"
+#include "common/comm/host_staging.h"
 #include "model/flat_parameters.h"
 #include "server/ps_client.h"
 #include "server/ps_keys.h"
@@ -37,6 +40,20 @@ int64_t pushes_per_version(PsClient& client, int nodes) {
   const std::string c = j.value("consistency", std::string());
   if (c == "bsp") return std::max<int64_t>(1, nodes - j.value("backup_workers", int64_t{0}));
   return c == "ssp" || c == "asp" ? 1 : 0;
+}
+
+int64_t ps_job_tokens(const PsClient* client, int64_t per_version, int64_t steps_per_push, int64_t node_tokens,
+                      int64_t per_step, int nodes) {
+  if (!client || per_version <= 0) return node_tokens * nodes;
+  const auto v = client->latest_versions();
+  return v.empty() ? node_tokens * nodes : *std::min_element(v.begin(), v.end()) * per_version * steps_per_push * per_step;
+}
+
+ShippedWeights ps_final_weights(PsClient& client, HostStaging& staging, const at::Tensor& like) {
+  const bool complete = client.wait_for_other_workers();  // their last pushes land first
+  at::Tensor host = staging.copy_of(like);
+  client.pull(host);
+  return {host, "servers", complete};
 }
 
 int64_t partition_elems(const DistConfig& d) {

@@ -178,6 +178,15 @@ PsClientOptions ps_client_options(const SyncSetup& s);
 // Node pushes one shard version stands for, from shard 0's STATS: its live nodes but the backup
 // workers under BSP (one version per clock), 1 under SSP/ASP (one per push); 0 if STATS says neither.
 int64_t pushes_per_version(PsClient& client, int nodes);
+// The job's tokens as the shards count them (eval.every_tokens, `global_tokens`): the slowest
+// shard's version x pushes per version x node steps per push x tokens per node step; without a
+// client or a known pushes-per-version, node_tokens x nodes (every node alike).
+int64_t ps_job_tokens(const PsClient* client, int64_t per_version, int64_t steps_per_push, int64_t node_tokens,
+                      int64_t per_step, int nodes);
+// The servers' values at the job's end: waits for the other workers' last pushes (stall-bounded;
+// `complete` false when it gave up), then pulls every shard's part into `staging`'s host copy of `like`.
+class HostStaging;
+ShippedWeights ps_final_weights(PsClient& client, HostStaging& staging, const at::Tensor& like);
 // dist.ps_partition_mb as float32 values per partition (0: none).
 int64_t partition_elems(const DistConfig& d);
 // float32 options on a replica's device (-1: CPU), for the small tensors of a collective.

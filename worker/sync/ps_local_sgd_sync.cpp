@@ -84,18 +84,12 @@ class PsLocalSgdSync : public GradientSync {
   void check_identical(const at::Tensor& params, int64_t step) override { inner_->check_identical(params, step); }
   FlatAdamW* optimizer() override { return inner_->optimizer(); }
   int64_t job_tokens(int64_t node_tokens, int64_t per_step) const override {
-    if (!client_ || per_version_ <= 0) return node_tokens * nodes_;
-    const auto v = client_->latest_versions();
-    return v.empty() ? node_tokens * nodes_ : *std::min_element(v.begin(), v.end()) * per_version_ * every_ * per_step;
+    return ps_job_tokens(client_.get(), per_version_, every_, node_tokens, per_step, nodes_);
   }
   // Mid-round a node holds its inner weights; the servers' outer weights it last took are the round's start.
   ShippedWeights shipped(const at::Tensor&) override { return {start_, "servers"}; }
   ShippedWeights final_weights(at::Tensor& params) override {
-    if (!client_) return shipped(params);
-    const bool complete = client_->wait_for_other_workers();  // their last pushes land first
-    at::Tensor host = final_host_.copy_of(start_);
-    client_->pull(host);
-    return {host, "servers", complete};
+    return client_ ? ps_final_weights(*client_, final_host_, start_) : shipped(params);
   }
   // The round's start, and with the int8 wire the error-feedback residuals (gathered from the client).
   std::vector<std::pair<std::string, at::Tensor>> state() override {

@@ -137,18 +137,12 @@ class PsSync : public GradientSync {
     if (regions_) regions_->set_gate(std::move(gate));
   }
   int64_t job_tokens(int64_t node_tokens, int64_t per_step) const override {
-    if (!client_ || per_version_ <= 0) return node_tokens * nodes_;
-    const auto v = client_->latest_versions();
-    return v.empty() ? node_tokens * nodes_ : *std::min_element(v.begin(), v.end()) * per_version_ * per_step;
+    return ps_job_tokens(client_.get(), per_version_, 1, node_tokens, per_step, nodes_);
   }
   // After synchronize() the node holds what the servers last replied.
   ShippedWeights shipped(const at::Tensor& params) override { return {params, "servers"}; }
   ShippedWeights final_weights(at::Tensor& params) override {
-    if (!client_) return shipped(params);
-    const bool complete = client_->wait_for_other_workers();  // their last pushes land first
-    at::Tensor host = final_host_.copy_of(params);
-    client_->pull(host);
-    return {host, "servers", complete};
+    return client_ ? ps_final_weights(*client_, final_host_, params) : shipped(params);
   }
   SyncCounters counters() const override {
     SyncCounters c;
