@@ -186,7 +186,7 @@ void ParameterShard::apply(const at::Tensor& grad, double lr) {
 // before this shard was restored) counted from the number, the best estimate there is (the values
 // it names may have been lost with the crash). A number above ours counts 0.
 int64_t ParameterShard::staleness_of(int64_t param_version) const {
-  const int64_t read = param_version & ((int64_t{1} << kEpochShift) - 1);
+  const int64_t read = updates_of(param_version);
   return std::max<int64_t>(0, version_ - read);
 }
 
@@ -417,7 +417,7 @@ bool ParameterShard::load(const std::string& path, double now_s) {
   }
   version_ = m.at("version");
   epoch_ = m.value("epoch", int64_t{0}) + 1;  // a restore begins an epoch: versions never repeat on the wire
-  SYN_CHECK(version_ >= 0 && version_ < (int64_t{1} << kEpochShift) && epoch_ < (int64_t{1} << 22),
+  SYN_CHECK(version_ >= 0 && version_ < (int64_t{1} << kVersionEpochShift) && epoch_ < (int64_t{1} << 22),
             fmt::format("'{}' holds version {} of epoch {}", path, version_, epoch_ - 1),
             "the checkpoint is corrupt: delete it or restore a good copy");
   updates_ = m.at("updates");

@@ -80,11 +80,9 @@ class ParameterShard {
 
   const at::Tensor& params() const { return params_; }
   int64_t version() const { return version_; }
-  // The version on the wire (replies' param_version, what pushes name, DC-ASGD's keys): the epoch
-  // (restores of this shard so far) above bit kEpochShift, the version below. Monotonic across
-  // restarts, where version() repeats the numbers the updates a crash lost had carried.
-  int64_t wire_version() const { return (epoch_ << kEpochShift) | version_; }
-  static constexpr int kEpochShift = 40;
+  // The version on the wire (ps_protocol.h's wire_version: the restore epoch above the update
+  // count). Monotonic across restarts, where version() repeats the numbers a crash lost.
+  int64_t wire_version() const { return syncopate::wire_version(epoch_, version_); }
   int64_t epoch() const { return epoch_; }
   int64_t last_staleness(int worker) const;
   const std::string& wire() const { return wire_; }  // the dtype every push must carry

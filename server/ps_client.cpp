@@ -24,7 +24,6 @@
 #include "common/fnv1a.h"
 #include "common/trace.h"
 #include "common/log.h"
-#include "server/parameter_shard.h"
 #include "server/ps_protocol.h"
 
 namespace syncopate {
@@ -507,9 +506,7 @@ std::vector<int64_t> PsClient::versions() const {
 
 std::vector<int64_t> PsClient::latest_versions() const {
   std::vector<int64_t> v;
-  // The update count of the wire version (its low bits; the restore epoch sits above them).
-  const int64_t mask = (int64_t{1} << ParameterShard::kEpochShift) - 1;
-  for (const auto& p : impl_->parts) v.push_back(std::max(p.version & mask, p.latest & mask));
+  for (const auto& p : impl_->parts) v.push_back(std::max(updates_of(p.version), updates_of(p.latest)));
   return v;
 }
 

@@ -21,6 +21,12 @@ constexpr size_t kMaxReplyHeaderBytes = 1 << 20;  // replies
 // connection): a part of at most kMaxMessageBytes / 4 float32 values. Workers refuse a layout with
 // a longer part (PsClient::part_bounds), servers an INIT of one (ParameterShard::check_init).
 constexpr int64_t kMaxMessageBytes = int64_t{1} << 34;
+// A parameter version on the wire (replies' param_version, what pushes name, DC-ASGD's keys): the
+// shard's restore epoch (restores so far) above bit kVersionEpochShift, its update count below, so
+// it rises across restarts where the count repeats the numbers a crash lost.
+constexpr int kVersionEpochShift = 40;
+constexpr int64_t wire_version(int64_t epoch, int64_t updates) { return (epoch << kVersionEpochShift) | updates; }
+constexpr int64_t updates_of(int64_t wire) { return wire & ((int64_t{1} << kVersionEpochShift) - 1); }
 
 enum class MsgType : int {
   kInit = 1,      // worker -> server: shard range, optimizer settings, initial values (+ decay ranges)
