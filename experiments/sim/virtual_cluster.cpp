@@ -466,9 +466,8 @@ class Simulation {
     ++result_.worker_steps;
     const bool last = w.step >= w.steps;
     // eval.every_tokens as the trainer: the job's tokens from this worker's (times the workers where they step apart).
-    const int64_t apart = mode_.ring && !mode_.local_sgd ? 1 : n_, every_t = run_.eval.every_tokens;
-    const bool eval_due = every_t > 0 ? (w.step * tokens_per_step_ * apart) / every_t > ((w.step - 1) * tokens_per_step_ * apart) / every_t
-                                      : run_.eval.every > 0 && w.step % run_.eval.every == 0;
+    const int64_t apart = mode_.ring && !mode_.local_sgd ? 1 : n_;
+    const bool eval_due = run_.eval.due(w.step, (w.step - 1) * tokens_per_step_ * apart, w.step * tokens_per_step_ * apart);
     if (w.id < sim_.eval_workers && (last || eval_due)) {
       const auto [weights, of] = shipped(w);
       const double vl = evaluate(weights);

@@ -65,6 +65,14 @@ struct EvalConfig {
   std::string sample_prompt = "def ";  // prompt of the text sample
   int64_t sample_tokens = 96;     // tokens generated per sample
 
+  // Whether an evaluation is due after a node's step `step` that took the job's token count from
+  // job_tokens_before to job_tokens_after: every_tokens > 0, when the count crossed a multiple of it;
+  // else every `every` steps. (The run's last step is always evaluated: the caller's to add.)
+  bool due(int64_t step, int64_t job_tokens_before, int64_t job_tokens_after) const {
+    if (every_tokens > 0) return job_tokens_after / every_tokens > job_tokens_before / every_tokens;
+    return every > 0 && step % every == 0;
+  }
+
   template <class V>
   void fields(V& v) {
     v("every", every, "steps between validation evaluations (0 = end only)", int64_t{0}, int64_t{1} << 40);

@@ -343,10 +343,8 @@ struct Trainer::Impl {
       // node's count times the nodes where nodes step apart: exact for the ring and BSP, the
       // expectation for ASP/SSP; the record's global_tokens is the shards' count).
       const int64_t nodes_apart = sync->world() / sync->replicas_per_step();
-      const bool eval_due = cfg.eval.every_tokens > 0
-                                ? step == tc.steps || (tokens * nodes_apart) / cfg.eval.every_tokens >
-                                                          ((tokens - tokens_per_step) * nodes_apart) / cfg.eval.every_tokens
-                                : due(step, cfg.eval.every, tc.steps);
+      const bool eval_due =
+          step == tc.steps || cfg.eval.due(step, (tokens - tokens_per_step) * nodes_apart, tokens * nodes_apart);
       const bool ckpt_due = due(step, cfg.checkpoint.every, tc.steps);
       const bool sample_due = cfg.eval.sample_tokens > 0 && due(step, cfg.eval.sample_every, tc.steps);
       if (eval_due || ckpt_due || sample_due || step == last) sync->synchronize(flat->params);
