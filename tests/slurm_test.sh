@@ -6,14 +6,17 @@
 # server; a 3-node ring job and a 3-node parameter-server job with co-located shards, from the
 # shipped CPU configs with the user's overrides as the script's arguments, both finish; the ps
 # job's shards took the [ps] section of the same file; the job logs land in the submit directory;
-# a missing config is named; a token file others can read is refused.
+# a missing config is named; a token file others can read is refused. The jobs are submitted from a
+# scratch directory that links to the repository's scripts/, configs/ and build/ (a user's checkout
+# as seen from the submit host), so their logs land there and nothing is written in the repository
+# itself, where tests running beside this one (help_test.sh) watch for stray files.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
 TMP=$(mktemp -d)
 JOB=t$$
-# The jobs' logs are written where they were submitted (the repository): removed on every exit.
-trap 'rm -rf "$TMP"; rm -f "$ROOT"/slurm-syncopate-*-"$JOB"-*.out' EXIT
+# The jobs' logs are written where they were submitted ($SUB, inside $TMP): removed on every exit.
+trap 'rm -rf "$TMP"' EXIT
 trap 'exit 130' INT TERM
 python3 -c "open('$TMP/corpus.txt','w').write(('def f(x):\n    return x + 1\n' * 4000))"
 TINY=(--model.n_embd=32 --model.n_head=2 --model.block_size=32 --train.batch_size=2 --train.steps=8 --train.threads=1
@@ -26,7 +29,10 @@ export SYNCOPATE_TOKEN_FILE="$TMP/token"
 export SYNCOPATE_WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
 SERVER="$(dirname "$SYNCOPATE_WORKER")/syncopate-server"
 fail=0
-cd "$ROOT"
+SUB="$TMP/submit"
+mkdir -p "$SUB"
+for d in scripts configs build; do ln -s "$ROOT/$d" "$SUB/$d"; done
+cd "$SUB"
 # The defaults the scripts name exist, and both programs read every shipped config.
 for mode in ring ps; do
   def=$(sed -n 's/.*CONFIG=\${CONFIG:-\([^}]*\)}.*/\1/p' scripts/slurm/$mode.sbatch)

@@ -419,6 +419,24 @@ std::unique_ptr<test::Process> start_server(const test::TempDir& d, std::vector<
   *endpoint = test::wait_for_line(port.endpoint_file, 60, p.get());
   return p;
 }
+// One node of a parameter-server job (mode ps, 2 steps, against the server at `ep`) with extra
+// worker flags and environment, run to its end: its exit code (-1: still running after 60 s, -2:
+// killed by a signal) and its log (d/<name>.log).
+struct NodeEnd {
+  int rc;
+  std::string log;
+};
+NodeEnd run_ps_node(const test::TempDir& d, const std::string& corpus, const std::string& ep, const std::string& name,
+                    const std::vector<std::string>& flags, const std::vector<std::string>& env) {
+  auto a = train_args(d, corpus, d.str(name), 2);
+  a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + ep});
+  a.insert(a.end(), flags.begin(), flags.end());
+  std::vector<std::string> e{"SYNCOPATE_TOKEN=t", "NODE_RANK=0"};
+  e.insert(e.end(), env.begin(), env.end());
+  test::Process w(a, e, d.str(name + ".log"));
+  const int rc = w.wait(60);
+  return {rc, test::slurp(d.str(name + ".log"))};
+}
 // Starts K servers on free ports; returns the endpoint list once all of them listen.
 std::string start_servers(const test::TempDir& d, int k, const std::string& consistency,
                           std::vector<std::unique_ptr<test::Process>>& ps) {
@@ -1599,11 +1617,8 @@ TEST(PsTraining, APushRefusedDuringBackwardEndsTheNodeWithTheRootCause) {
   const std::string corpus = test::write_tiny_corpus(d);
   std::string ep;
   auto server = start_server(d, {"--ps.consistency=asp", "--ps.max_grad_norm=1e-12"}, d.str("server.log"), &ep);
-  auto a = train_args(d, corpus, d.str("w"), 2);
-  a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + ep, "--dist.local_replicas=2", "--dist.ps_push_in_backward=true"});
-  test::Process w(a, {"SYNCOPATE_TOKEN=t", "NNODES=1", "NODE_RANK=0"}, d.str("w.log"));
-  const int rc = w.wait(60);
-  const std::string log = test::slurp(d.str("w.log"));
+  const auto [rc, log] =
+      run_ps_node(d, corpus, ep, "w", {"--dist.local_replicas=2", "--dist.ps_push_in_backward=true"}, {"NNODES=1"});
   EXPECT_NE(rc, 0) << log;
   EXPECT_NE(rc, -1) << "the node did not end within 60 s:\n" << log;
   EXPECT_NE(rc, -2) << "the node died of a signal:\n" << log;
@@ -1622,13 +1637,10 @@ TEST(PsTraining, AReplicaFailingMidBackwardEndsTheNodeWithItsCause) {
   std::string ep;
   auto server = start_server(d, {"--ps.consistency=asp"}, d.str("server.log"), &ep);
   for (int run = 0; run < 3; ++run) {
-    auto a = train_args(d, corpus, d.str(fmt::format("w{}", run)), 2);
-    a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + ep, "--dist.local_replicas=2",
-                       "--dist.ps_push_in_backward=true", "--model.n_layer=4"});
-    test::Process w(a, {"SYNCOPATE_TOKEN=t", "NNODES=1", "NODE_RANK=0", "SYNCOPATE_FAIL_AT=backward:replica1:2"},
-                    d.str(fmt::format("w{}.log", run)));
-    const int rc = w.wait(60);
-    const std::string log = test::slurp(d.str(fmt::format("w{}.log", run)));
+    const auto [rc, log] = run_ps_node(
+        d, corpus, ep, fmt::format("w{}", run),
+        {"--dist.local_replicas=2", "--dist.ps_push_in_backward=true", "--model.n_layer=4"},
+        {"NNODES=1", "SYNCOPATE_FAIL_AT=backward:replica1:2"});
     EXPECT_EQ(rc, 1) << log;  // an error exit, not a hang (-1) or a signal (-2: ASan aborts)
     EXPECT_NE(log.find("injected failure in backward"), std::string::npos) << log;
     EXPECT_EQ(log.find("AddressSanitizer"), std::string::npos) << log;
@@ -1739,11 +1751,7 @@ TEST(PsTraining, BspBackupWorkersRefuseAnOverlappedWorker) {
   const std::string corpus = test::write_tiny_corpus(d);
   std::string ep;
   auto server = start_server(d, {"--ps.consistency=bsp", "--ps.backup_workers=1"}, d.str("server.log"), &ep);
-  auto a = train_args(d, corpus, d.str("w"), 2);
-  a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + ep, "--dist.ps_overlap=true", "--dist.timeout_s=20"});
-  test::Process w(a, {"SYNCOPATE_TOKEN=t", "NNODES=2", "NODE_RANK=0"}, d.str("w.log"));
-  const int rc = w.wait(60);
-  const std::string log = test::slurp(d.str("w.log"));
+  const auto [rc, log] = run_ps_node(d, corpus, ep, "w", {"--dist.ps_overlap=true", "--dist.timeout_s=20"}, {"NNODES=2"});
   EXPECT_EQ(rc, 1) << "rc " << rc << "\n" << log;
   EXPECT_NE(log.find("ps_overlap"), std::string::npos) << log;
   EXPECT_NE(log.find("backup_workers"), std::string::npos) << log;
