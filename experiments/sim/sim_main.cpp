@@ -5,6 +5,8 @@
 //
 //   syncopate-sim --out DIR --sim.workers=64 --dist.mode=ps --ps.consistency=asp
 //                 --emulate.step_time_s=0.3 --sim.link_gbit=1 [--config FILE.toml]
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -33,7 +35,31 @@ const char* kUsage =
     "  --print-config  print the resolved config as TOML and exit\n"
     "  --quiet         no progress lines\n"
     "Fields (current value, doc, allowed values):\n";
+
+// The run's one-screen summary (issue 32): what ran, how far it got, where the files are.
+void print_summary(const SimResult& r, const RunConfig& run, const PsConfig& ps, const SimConfig& sim, const std::string& out) {
+  const std::string mode = run.dist.mode == "ring" ? std::string("ring") : fmt::format("ps {}", ps.consistency);
+  const std::string rounds = run.dist.sync_every > 1 ? fmt::format(", local SGD H={}", run.dist.sync_every) : "";
+  std::cout << fmt::format("[sim] summary of {} (times are simulated seconds):\n", out)
+            << fmt::format("  {} workers, {}{}{}: {} worker-steps, {} tokens in {:.2f} s ({:.0f} tokens/s)\n", sim.workers,
+                           mode, run.dist.mode == "ring" ? "" : fmt::format(" through {} shard(s)", sim.shard_count()),
+                           rounds, r.worker_steps, r.tokens, r.sim_s, r.sim_s > 0 ? r.tokens / r.sim_s : 0.0);
+  if (std::isnan(r.final_val_loss))
+    std::cout << "  final validation loss: none (worker 0 did not evaluate)\n";
+  else
+    std::cout << fmt::format("  final validation loss (worker 0, {} weights): {:.4f}\n", r.final_eval_of, r.final_val_loss);
+  if (sim.target_loss > 0)
+    std::cout << (r.target_s >= 0 ? fmt::format("  target {:.3f}: reached at {:.2f} s (the run stopped there)\n", sim.target_loss, r.target_s)
+                                  : fmt::format("  target {:.3f}: not reached\n", sim.target_loss));
+  std::cout << fmt::format("  bytes sent: {:.1f} MB ({:.2f} MB per worker-step)\n", r.bytes_sent / 1e6,
+                           r.bytes_sent / 1e6 / static_cast<double>(std::max<int64_t>(1, r.worker_steps)))
+            << fmt::format("  real time: {:.1f} s ({:.1f} ms per worker-step, {:.0f}% computing gradients)\n", r.real_s,
+                           1e3 * r.real_s / static_cast<double>(std::max<int64_t>(1, r.worker_steps)),
+                           100.0 * r.gradient_s / std::max(r.real_s, 1e-9))
+            << fmt::format("  files: {0}/node<r>/metrics.jsonl (per worker), {0}/sim.json (totals), {0}/config.toml{1}\n", out,
+                           run.dist.mode == "ring" ? "" : fmt::format(", {}/logs/server<k>.log (the shards' stats)", out));
 }
+}  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -85,11 +111,7 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(out);
     write_file_atomic(out + "/config.toml", schema.to_toml());  // what produced these files
     const SimResult r = run_simulation(run, ps, sim, out, !quiet);
-    if (!quiet)
-      log::info("[sim] done: {} workers, {} worker-steps, {:.2f} simulated s in {:.1f} real s ({:.1f} ms per worker-step, "
-                "{:.0f}% computing gradients); {}/sim.json",
-                sim.workers, r.worker_steps, r.sim_s, r.real_s, 1e3 * r.real_s / std::max<int64_t>(1, r.worker_steps),
-                100.0 * r.gradient_s / std::max(r.real_s, 1e-9), out);
+    if (!quiet) print_summary(r, run, ps, sim, out);
   } catch (const Error& e) {
     std::cerr << "syncopate-sim: error: " << e.what() << "\n";
     return 1;

@@ -17,6 +17,7 @@
 // Deterministic: the same config gives byte-identical files.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "experiments/sim/sim_config.h"
@@ -34,6 +35,10 @@ struct SimResult {
   double update_s = 0;       // of which the update rules (shards' pushes, the ring's AdamW, outer and inner steps)
   double target_s = -1;      // sim.target_loss: simulated seconds at which worker 0 reached it (-1: never)
   int64_t events = 0;        // events the scheduler processed
+  int64_t tokens = 0;        // training tokens of all workers together
+  double final_val_loss = std::numeric_limits<double>::quiet_NaN();  // worker 0's last evaluation (NaN: none)
+  std::string final_eval_of; // which weights it scored (eval_of: replica, outer, servers)
+  double bytes_sent = 0;     // bytes the workers and the shards sent (the ring's: modelled)
 };
 
 // Estimated peak memory of a run, bytes: the model and its optimizer once, what each worker must
