@@ -219,6 +219,32 @@ TEST(Simulator, IsDeterministicAndMeasuresStaleness) {
   EXPECT_EQ(stats["updates"].get<int64_t>(), 3 * 6 + 2);  // ASP: every push applied
 }
 
+// As the trainer (issue 25): mid-run, a ps worker scores what the shards last replied to it; at the
+// job's end worker 0 scores the shards' values once every worker is done (job_final), here after the
+// straggler's last update, at the simulation's end; not the shards' values when worker 0 finished.
+TEST(Simulator, PsFinalEvaluationWaitsForEveryWorkerAsTheTrainer) {
+  test::TempDir d;
+  SimJob j = sim_job(d, "ps", 3);
+  j.ps.consistency = "asp";
+  j.run.emulate.slowdown = 4;
+  j.sim.slow_workers = "2";
+  run_simulation(j.run, j.ps, j.sim, d.str("a"), false);
+  std::vector<nlohmann::json> evals;
+  for (auto& m : test::read_jsonl(d.str("a/node0/metrics.jsonl")))
+    if (m.contains("val_loss")) evals.push_back(m);
+  ASSERT_GE(evals.size(), 2u);
+  for (size_t i = 0; i + 1 < evals.size(); ++i) EXPECT_FALSE(evals[i].contains("job_final")) << evals[i].dump();
+  const auto& last = evals.back();
+  EXPECT_TRUE(last.value("job_final", false)) << last.dump();
+  EXPECT_EQ(last["eval_of"], "servers");
+  const auto sim = nlohmann::json::parse(slurp(d.str("a/sim.json")));
+  EXPECT_DOUBLE_EQ(last["time_s"].get<double>(), sim["simulated_s"].get<double>());
+  const double w0_end = steps_of(d.str("a/node0/metrics.jsonl")).back()["time_s"].get<double>();
+  const double straggler_end = steps_of(d.str("a/node2/metrics.jsonl")).back()["time_s"].get<double>();
+  EXPECT_LT(w0_end, straggler_end);  // the test is about something: worker 0 ends first
+  EXPECT_GE(last["time_s"].get<double>(), straggler_end);
+}
+
 // Local SGD / DiLoCo: synchronous through the ring, asynchronous through the shards' outer step.
 TEST(Simulator, LocalSgdSyncsEveryHStepsInTheRingAndAtTheShards) {
   test::TempDir d;
@@ -309,6 +335,15 @@ TEST(Simulator, BinaryRunsFromFlags) {
   EXPECT_EQ(sim["worker_steps"].get<int64_t>(), 12);
   EXPECT_GT(sim["simulated_s"].get<double>(), 4 * 0.3);
   EXPECT_TRUE(fs::exists(d.str("out/config.toml")));
+  // Without --quiet the run ends with its one-screen summary (issue 32), numbers from sim.json.
+  r = test::run_command(bin + " --out " + d.str("out2") + " --sim.workers=3 --model.n_embd=32 --model.n_head=2" +
+                        " --model.block_size=32 --train.steps=4 --train.batch_size=2 --data.corpus=" + corpus +
+                        " --data.cache_dir=" + d.str("cache") + " --schedule.warmup_steps=1 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[sim] summary of " + d.str("out2") + " (times are simulated seconds)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("3 workers, ps asp through 3 shard(s): 12 worker-steps, 768 tokens"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("final validation loss (worker 0, servers weights): "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(d.str("out2") + "/node<r>/metrics.jsonl"), std::string::npos) << r.output;
   r = test::run_command(bin + " --sim.workers=0 2>&1");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("sim.workers"), std::string::npos) << r.output;

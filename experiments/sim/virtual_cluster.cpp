@@ -216,6 +216,10 @@ class Simulation {
     for (const Worker& w : workers_)
       SYN_CHECK(w.done || stopped_, fmt::format("worker {} stopped at step {} of {} with nothing left to happen", w.id, w.step, w.steps),
                 "a deadlock in the modelled protocol (a simulator bug): report the config");
+    if (final_pending_ && !stopped_) {  // every worker is done: the shards hold the job's last updates
+      evaluate_into_log(workers_[0], queue_.now(), servers_values(), "servers", true);
+      flush(workers_[0]);
+    }
     result_.sim_s = queue_.now();  // (stopped at the target: that moment; at the time limit: the first event past it)
     result_.real_s = seconds_since(t0);
     write_outputs();
@@ -312,11 +316,33 @@ class Simulation {
   }
   // The weights the job would ship at this moment (as the trainer's GradientSync::shipped): the ring's
   // one set of weights, ring local SGD's outer weights (the round's start), or the shards' current values.
+  // The weights the trainer's node scores mid-run (GradientSync::shipped): the ring's replica or
+  // local SGD's outer weights; with shards, what they last replied to this worker (local SGD: the
+  // round's start it took from them).
   std::pair<at::Tensor, const char*> shipped(const Worker& w) {
     if (mode_.ring) return {mode_.local_sgd ? start_ : flat_->params, mode_.local_sgd ? "outer" : "replica"};
+    return {mode_.local_sgd ? w.start : w.params, "servers"};
+  }
+  // The shards' current values (GradientSync::final_weights: node 0's pull at the job's end).
+  at::Tensor servers_values() {
     if (!servers_view_.defined()) servers_view_ = at::empty_like(flat_->params);
     for (const auto& s : shards_) servers_view_.narrow(0, s->offset(), s->length()).copy_(s->params());
-    return {servers_view_, "servers"};
+    return servers_view_;
+  }
+  // Scores `weights` for worker w at simulated time t into its metrics; sim.target_loss: worker 0
+  // reaching it stops the run.
+  void evaluate_into_log(Worker& w, double t, const at::Tensor& weights, const char* of, bool job_final) {
+    const double vl = evaluate(weights);
+    if (w.id == 0) result_.final_val_loss = vl, result_.final_eval_of = of;
+    nlohmann::json m = {{"step", w.step}, {"time_s", t}, {"val_loss", vl}, {"tokens", w.step * tokens_per_step_},
+                        {"eval_of", of}, {"val_tokens", held_out_->tokens()}, {"val_set", held_out_->digest()},
+                        {"eval_s", 0.0}, {"unix_s", t}};
+    if (job_final) m["job_final"] = true;
+    w.log += m.dump() + "\n";
+    if (w.id == 0 && sim_.target_loss > 0 && vl <= sim_.target_loss && result_.target_s < 0) {
+      result_.target_s = t;  // time to target: the run has told what it was for
+      stopped_ = true;
+    }
   }
 
   void compute_done(Worker& w, double t) {
@@ -469,15 +495,14 @@ class Simulation {
     const int64_t apart = mode_.ring && !mode_.local_sgd ? 1 : n_;
     const bool eval_due = run_.eval.due(w.step, (w.step - 1) * tokens_per_step_ * apart, w.step * tokens_per_step_ * apart);
     if (w.id < sim_.eval_workers && (last || eval_due)) {
-      const auto [weights, of] = shipped(w);
-      const double vl = evaluate(weights);
-      w.log += nlohmann::json{{"step", w.step}, {"time_s", t}, {"val_loss", vl}, {"tokens", w.step * tokens_per_step_},
-                              {"eval_of", of}, {"val_tokens", held_out_->tokens()}, {"val_set", held_out_->digest()},
-                              {"eval_s", 0.0}, {"unix_s", t}}.dump() + "\n";
-      if (w.id == 0 && sim_.target_loss > 0 && vl <= sim_.target_loss && result_.target_s < 0) {
-        result_.target_s = t;  // time to target: the run has told what it was for
-        stopped_ = true;
-        return;
+      if (last && w.id == 0 && !mode_.ring) {
+        // As the trainer's node 0 at a parameter-server job's end: it waits for every other
+        // worker's last update and scores the shards' values then (run(), once all are done).
+        final_pending_ = true;
+      } else {
+        const auto [weights, of] = shipped(w);
+        evaluate_into_log(w, t, weights, of, false);
+        if (stopped_) return;
       }
     }
     if (w.log.size() > kFlushBytes) flush(w);
@@ -507,6 +532,8 @@ class Simulation {
     if (mode_.ring) worker_bytes = ring_wire_bytes() * static_cast<double>(result_.worker_steps) /
                                    static_cast<double>(mode_.every);  // the ring's traffic is modelled, not sent
     const double per = result_.worker_steps ? 1.0 / static_cast<double>(result_.worker_steps) : 0.0;
+    result_.tokens = result_.worker_steps * run_.train.batch_size * run_.train.grad_accum * run_.model.block_size;
+    result_.bytes_sent = worker_bytes + server_bytes;
     const nlohmann::json j = {
         {"workers", n_}, {"servers", k_}, {"params", p_}, {"simulated_s", result_.sim_s}, {"worker_steps", result_.worker_steps},
         {"events", result_.events}, {"real_s", result_.real_s}, {"gradient_s", result_.gradient_s}, {"eval_s", result_.eval_s},
@@ -548,6 +575,7 @@ class Simulation {
   double loss_sum_ = 0;
   int arrived_ = 0;
   bool stopped_ = false;  // sim.target_loss reached, or sim.time_limit_s passed
+  bool final_pending_ = false;  // ps: worker 0 finished; its final evaluation waits for the others
   bool node_clip_ = false;  // ring: dist.clip_scope=node (each worker's gradient clipped, not the mean)
   at::Tensor batch_x_, batch_y_;  // one micro-batch's ids [batch, context], reused by every gradient and evaluation
   SimResult result_;
