@@ -549,7 +549,7 @@ void PsClient::pull(at::Tensor& params) {
   }
 }
 
-bool PsClient::wait_for_other_workers(double poll_s) {
+bool PsClient::wait_for_other_workers(double poll_s, const std::function<void(int64_t)>& on_poll) {
   int64_t updates = -1;
   auto progress_at = std::chrono::steady_clock::now();
   for (;;) {
@@ -560,6 +560,7 @@ bool PsClient::wait_for_other_workers(double poll_s) {
     for (size_t w = 0; w < finished.size() && w < live.size(); ++w)
       if (static_cast<int>(w) != impl_->worker && !finished[w] && live[w]) waiting.push_back(static_cast<int>(w));
     if (waiting.empty()) return true;
+    if (on_poll) on_poll(updates_of(j.at("version").get<int64_t>()));
     const auto now = std::chrono::steady_clock::now();
     if (const int64_t u = j.at("updates").get<int64_t>(); u != updates) updates = u, progress_at = now;
     if (now - progress_at > std::chrono::duration<double>(impl_->opt.timeout_s)) {

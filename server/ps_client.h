@@ -18,6 +18,7 @@
 // ZeroMQ never carries what the caller writes afterwards (the next step's gradient).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -136,8 +137,10 @@ class PsClient {
   // liveness, polling shard 0's STATS (poll_s apart): the job's last update has landed; true. False
   // (with a warning) once shard 0 has applied nothing for the client's timeout_s while a worker is
   // still unfinished (e.g. one that died while held by BSP/SSP stays "live"). Heartbeats go on
-  // meanwhile, so this worker is not taken for dead.
-  bool wait_for_other_workers(double poll_s = 0.05);
+  // meanwhile, so this worker is not taken for dead. on_poll (optional): called after each poll
+  // with shard 0's update count (its version without the restore epoch), e.g. to evaluate the
+  // servers' values at points the job passes while this worker waits.
+  bool wait_for_other_workers(double poll_s = 0.05, const std::function<void(int64_t)>& on_poll = {});
   // Asks every shard to exit.
   void shutdown_servers();
   // Tells every shard that this worker ended its run normally at `clock` (FINISH): it leaves the

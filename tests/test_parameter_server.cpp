@@ -730,6 +730,56 @@ TEST(PsTraining, KilledBspWorkerDoesNotHangTheOthers) {
   EXPECT_EQ(ws[0]->wait(90), 0) << test::slurp(d.str("w0.log")) << test::slurp(d.str("server.log"));
 }
 
+// Issue 25, found by the demo's review: under ASP with a straggler node 0 stops stepping long
+// before the job ends. While it waits for the others (job_final), the evaluation points the
+// shards' count of the job's tokens passes are taken from the servers (while_waiting records),
+// so the curve has no gap; and a node's deferred evaluations are scored after its FINISH, so
+// node 0's final record is stamped when the straggler's last update landed, not after its scoring.
+TEST(PsTraining, NodeZeroEvaluatesTheServersWhileItWaitsForAStraggler) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  std::string ep;
+  auto server = start_server(d, {"--ps.consistency=asp"}, d.str("server.log"), &ep);
+  std::vector<std::unique_ptr<test::Process>> ws;
+  for (int r = 0; r < 2; ++r) {
+    auto a = train_args(d, corpus, d.str(fmt::format("w{}", r)), 2);  // 64 tokens per node step
+    a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + ep, "--train.steps=8", "--eval.every_tokens=128",
+                       "--eval.defer=true", "--eval.val_windows=64", "--emulate.step_time_s=0.05",
+                       fmt::format("--emulate.slowdown={}", r == 1 ? 8 : 1)});
+    ws.push_back(std::make_unique<test::Process>(
+        a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", "NNODES=2", "NODE_RANK=" + std::to_string(r)},
+        d.str(fmt::format("w{}.log", r))));
+  }
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(ws[static_cast<size_t>(r)]->wait(120), 0) << test::slurp(d.str(fmt::format("w{}.log", r)));
+  std::vector<nlohmann::json> evals, waiting, slow_steps;
+  for (auto& m : test::read_jsonl(d.str("w0/metrics.jsonl")))
+    if (m.contains("val_loss")) evals.push_back(m);
+  for (auto& m : test::read_jsonl(d.str("w1/metrics.jsonl")))
+    if (m.contains("tokens_per_s")) slow_steps.push_back(m);
+  for (auto& m : evals)
+    if (m.value("while_waiting", false)) waiting.push_back(m);
+  ASSERT_FALSE(evals.empty());
+  const auto& fin = evals.back();
+  EXPECT_TRUE(fin.value("job_final", false)) << fin.dump();
+  EXPECT_EQ(fin["global_tokens"], 16 * 64) << fin.dump();  // both nodes' 8 pushes
+  // The straggler's 8 steps of 0.4 s: node 0 (0.05 s steps) waited most of that; 4 or more points of
+  // 128 global tokens lie in its wait.
+  ASSERT_GE(waiting.size(), 3u) << test::slurp(d.str("w0/metrics.jsonl"));
+  int64_t before = 0;
+  for (const auto& m : waiting) {
+    EXPECT_EQ(m["eval_of"], "servers");
+    EXPECT_EQ(m["step"], 8);
+    const int64_t g = m["global_tokens"].get<int64_t>();
+    EXPECT_GT(g / 128, before / 128) << "two points in one interval of eval.every_tokens: " << m.dump();
+    before = g;
+  }
+  EXPECT_LT(before, 16 * 64);
+  // Stamped on the training clock: the final point is the straggler's end (within start-up skew and
+  // the last round trip), not after its scoring of 8 deferred snapshots.
+  EXPECT_LT(std::abs(fin["time_s"].get<double>() - slow_steps.back()["time_s"].get<double>()), 1.0)
+      << fin.dump() << " vs the straggler's last step " << slow_steps.back().dump();
+}
+
 // Plain TCP: the garbage reaches the dispatcher, which answers each with an ERROR. Encrypted (the
 // default with a token): it never gets past the CURVE handshake, so the dispatcher sees none.
 class PsGarbage : public ::testing::TestWithParam<std::string> {};

@@ -228,6 +228,7 @@ TEST(Simulator, PsFinalEvaluationWaitsForEveryWorkerAsTheTrainer) {
   j.ps.consistency = "asp";
   j.run.emulate.slowdown = 4;
   j.sim.slow_workers = "2";
+  j.run.eval.every_tokens = 256;  // 2 worker-steps of 128 tokens
   run_simulation(j.run, j.ps, j.sim, d.str("a"), false);
   std::vector<nlohmann::json> evals;
   for (auto& m : test::read_jsonl(d.str("a/node0/metrics.jsonl")))
@@ -243,6 +244,16 @@ TEST(Simulator, PsFinalEvaluationWaitsForEveryWorkerAsTheTrainer) {
   const double straggler_end = steps_of(d.str("a/node2/metrics.jsonl")).back()["time_s"].get<double>();
   EXPECT_LT(w0_end, straggler_end);  // the test is about something: worker 0 ends first
   EXPECT_GE(last["time_s"].get<double>(), straggler_end);
+  // While worker 0 waits, the points the shards' count passes are scored on their values, as the
+  // trainer's while_waiting records (PsTraining.NodeZeroEvaluatesTheServersWhileItWaitsForAStraggler).
+  int waiting = 0;
+  for (const auto& m : evals)
+    if (m.value("while_waiting", false)) {
+      ++waiting;
+      EXPECT_GT(m["time_s"].get<double>(), w0_end);
+      EXPECT_LT(m["global_tokens"].get<int64_t>(), 3 * 6 * 128) << m.dump();
+    }
+  EXPECT_GE(waiting, 1) << slurp(d.str("a/node0/metrics.jsonl"));
 }
 
 // Local SGD / DiLoCo: synchronous through the ring, asynchronous through the shards' outer step.

@@ -217,7 +217,7 @@ class Simulation {
       SYN_CHECK(w.done || stopped_, fmt::format("worker {} stopped at step {} of {} with nothing left to happen", w.id, w.step, w.steps),
                 "a deadlock in the modelled protocol (a simulator bug): report the config");
     if (final_pending_ && !stopped_) {  // every worker is done: the shards hold the job's last updates
-      evaluate_into_log(workers_[0], queue_.now(), servers_values(), "servers", true);
+      evaluate_into_log(workers_[0], queue_.now(), servers_values(), "servers", {{"job_final", true}});
       flush(workers_[0]);
     }
     result_.sim_s = queue_.now();  // (stopped at the target: that moment; at the time limit: the first event past it)
@@ -331,13 +331,13 @@ class Simulation {
   }
   // Scores `weights` for worker w at simulated time t into its metrics; sim.target_loss: worker 0
   // reaching it stops the run.
-  void evaluate_into_log(Worker& w, double t, const at::Tensor& weights, const char* of, bool job_final) {
+  void evaluate_into_log(Worker& w, double t, const at::Tensor& weights, const char* of, const nlohmann::json& extra) {
     const double vl = evaluate(weights);
     if (w.id == 0) result_.final_val_loss = vl, result_.final_eval_of = of;
     nlohmann::json m = {{"step", w.step}, {"time_s", t}, {"val_loss", vl}, {"tokens", w.step * tokens_per_step_},
                         {"eval_of", of}, {"val_tokens", held_out_->tokens()}, {"val_set", held_out_->digest()},
                         {"eval_s", 0.0}, {"unix_s", t}};
-    if (job_final) m["job_final"] = true;
+    m.update(extra);
     w.log += m.dump() + "\n";
     if (w.id == 0 && sim_.target_loss > 0 && vl <= sim_.target_loss && result_.target_s < 0) {
       result_.target_s = t;  // time to target: the run has told what it was for
@@ -448,6 +448,27 @@ class Simulation {
       ready = shards_[static_cast<size_t>(e.shard)]->push(h, e.data.data_ptr<float>(), t);
     }
     reply(e.shard, ready, t);
+    if (final_pending_ && e.shard == 0) evaluate_while_waiting(t);
+  }
+
+  // As the trainer's node 0 while it waits for the others at a parameter-server job's end
+  // (GradientSync::final_weights' while_waiting): the evaluation points (eval.every_tokens) the
+  // shards' count of the job's tokens passes are scored on the shards' values.
+  void evaluate_while_waiting(double t) {
+    if (run_.eval.every_tokens <= 0) return;
+    const int64_t job_tokens = job_tokens_now();
+    Worker& w0 = workers_[0];
+    int64_t all = 0;  // every worker's last update in: the final evaluation's point, not one while waiting
+    for (const Worker& w : workers_) all += w.steps * tokens_per_step_;
+    if (job_tokens >= all || !run_.eval.due(w0.step, w0_eval_job_tokens_, job_tokens)) return;
+    evaluate_into_log(w0, t, servers_values(), "servers", {{"global_tokens", job_tokens}, {"while_waiting", true}});
+    w0_eval_job_tokens_ = job_tokens;
+  }
+  // The job's tokens as the shards count them (GradientSync::job_tokens): shard 0's version times
+  // the pushes one version stands for (BSP: a clock of the workers but the backups) and their tokens.
+  int64_t job_tokens_now() const {
+    const int64_t per_version = (ps_.consistency == "bsp" ? n_ - ps_.backup_workers : 1) * (mode_.local_sgd ? mode_.every : 1);
+    return shards_[0]->version() * per_version * tokens_per_step_;
   }
 
   // Shard k answers the workers in `ready` (at once: their replies share its uplink): the values
@@ -501,7 +522,8 @@ class Simulation {
         final_pending_ = true;
       } else {
         const auto [weights, of] = shipped(w);
-        evaluate_into_log(w, t, weights, of, false);
+        if (w.id == 0 && !mode_.ring) w0_eval_job_tokens_ = job_tokens_now();  // the trainer's global_tokens
+        evaluate_into_log(w, t, weights, of, nlohmann::json::object());
         if (stopped_) return;
       }
     }
@@ -576,6 +598,7 @@ class Simulation {
   int arrived_ = 0;
   bool stopped_ = false;  // sim.target_loss reached, or sim.time_limit_s passed
   bool final_pending_ = false;  // ps: worker 0 finished; its final evaluation waits for the others
+  int64_t w0_eval_job_tokens_ = 0;  // ps: the job's tokens at worker 0's last evaluation point (as it counts them)
   bool node_clip_ = false;  // ring: dist.clip_scope=node (each worker's gradient clipped, not the mean)
   at::Tensor batch_x_, batch_y_;  // one micro-batch's ids [batch, context], reused by every gradient and evaluation
   SimResult result_;

@@ -49,8 +49,18 @@ int64_t ps_job_tokens(const PsClient* client, int64_t per_version, int64_t steps
   return v.empty() ? node_tokens * nodes : *std::min_element(v.begin(), v.end()) * per_version * steps_per_push * per_step;
 }
 
-ShippedWeights ps_final_weights(PsClient& client, HostStaging& staging, const at::Tensor& like) {
-  const bool complete = client.wait_for_other_workers();  // their last pushes land first
+ShippedWeights ps_final_weights(PsClient& client, HostStaging& staging, const at::Tensor& like, int64_t tokens_per_version,
+                                const GradientSync::WaitProgress& while_waiting) {
+  std::function<void(int64_t)> on_poll;
+  if (while_waiting && tokens_per_version > 0)
+    on_poll = [&](int64_t version) {
+      while_waiting(version * tokens_per_version, [&] {
+        at::Tensor now = staging.copy_of(like);
+        client.pull(now);
+        return now;
+      });
+    };
+  const bool complete = client.wait_for_other_workers(0.05, on_poll);  // their last pushes land first
   at::Tensor host = staging.copy_of(like);
   client.pull(host);
   return {host, "servers", complete};

@@ -141,8 +141,15 @@ class GradientSync {
   virtual ShippedWeights shipped(const at::Tensor& params) { return {params, "replica"}; }
   // The job's final weights, asked once by node 0's first replica after its last step and before
   // finish(): shipped() where every node ends together; with parameter servers, the shards' values
-  // once every other node has finished (or died), pulled. Not collective.
-  virtual ShippedWeights final_weights(at::Tensor& params) { return shipped(params); }
+  // once every other node has finished (or died), pulled. Not collective. While it waits,
+  // `while_waiting` (optional) is called at each poll with the job's tokens as the shards count
+  // them (tokens_per_node_step as for job_tokens) and a function that pulls the servers' current
+  // values: the evaluation points the job passes meanwhile are not lost.
+  using WaitProgress = std::function<void(int64_t job_tokens, const std::function<at::Tensor()>& pull)>;
+  virtual ShippedWeights final_weights(at::Tensor& params, int64_t tokens_per_node_step = 0,
+                                       const WaitProgress& while_waiting = {}) {
+    return shipped(params);
+  }
 
  protected:
   GradientSync(int local, int local_size) : local_(local), local_size_(local_size) {}
@@ -185,8 +192,11 @@ int64_t ps_job_tokens(const PsClient* client, int64_t per_version, int64_t steps
                       int64_t per_step, int nodes);
 // The servers' values at the job's end: waits for the other workers' last pushes (stall-bounded;
 // `complete` false when it gave up), then pulls every shard's part into `staging`'s host copy of `like`.
+// tokens_per_version: the job's tokens one shard version stands for (0: unknown; while_waiting is
+// then not called).
 class HostStaging;
-ShippedWeights ps_final_weights(PsClient& client, HostStaging& staging, const at::Tensor& like);
+ShippedWeights ps_final_weights(PsClient& client, HostStaging& staging, const at::Tensor& like, int64_t tokens_per_version,
+                                const GradientSync::WaitProgress& while_waiting);
 // dist.ps_partition_mb as float32 values per partition (0: none).
 int64_t partition_elems(const DistConfig& d);
 // float32 options on a replica's device (-1: CPU), for the small tensors of a collective.

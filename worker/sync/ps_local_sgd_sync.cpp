@@ -88,8 +88,9 @@ class PsLocalSgdSync : public GradientSync {
   }
   // Mid-round a node holds its inner weights; the servers' outer weights it last took are the round's start.
   ShippedWeights shipped(const at::Tensor&) override { return {start_, "servers"}; }
-  ShippedWeights final_weights(at::Tensor& params) override {
-    return client_ ? ps_final_weights(*client_, final_host_, start_) : shipped(params);
+  ShippedWeights final_weights(at::Tensor& params, int64_t per_step, const WaitProgress& while_waiting) override {
+    return client_ ? ps_final_weights(*client_, final_host_, start_, per_version_ * every_ * per_step, while_waiting)
+                   : shipped(params);
   }
   // The round's start, and with the int8 wire the error-feedback residuals (gathered from the client).
   std::vector<std::pair<std::string, at::Tensor>> state() override {

@@ -141,8 +141,8 @@ class PsSync : public GradientSync {
   }
   // After synchronize() the node holds what the servers last replied.
   ShippedWeights shipped(const at::Tensor& params) override { return {params, "servers"}; }
-  ShippedWeights final_weights(at::Tensor& params) override {
-    return client_ ? ps_final_weights(*client_, final_host_, params) : shipped(params);
+  ShippedWeights final_weights(at::Tensor& params, int64_t per_step, const WaitProgress& while_waiting) override {
+    return client_ ? ps_final_weights(*client_, final_host_, params, per_version_ * per_step, while_waiting) : shipped(params);
   }
   SyncCounters counters() const override {
     SyncCounters c;

@@ -65,6 +65,7 @@ struct Trainer::Impl {
     nlohmann::json record;  // step, tokens, time_s, eval_of, ... (val_loss added when scored)
   };
   std::vector<Snapshot> snapshots;
+  int64_t last_eval_global_tokens = 0;  // the job's tokens (global_tokens) at the last evaluation point
   int64_t data_position = 0;  // training samples consumed by this worker's steps so far (see WindowSampler)
   std::unique_ptr<MetricsLog> metrics;
   int64_t step = 0;
@@ -352,10 +353,43 @@ struct Trainer::Impl {
       if (eval_due) {
         TraceSpan span("evaluate", "train");
         const double t_eval = now_seconds();
+        // Scores (or, eval.defer, snapshots) `weights` into a record stamped t_weights, off this node's clock.
+        auto record_evaluation = [&](const at::Tensor& weights, nlohmann::json m, double t_weights) {
+          describe_held_out(m);
+          last_eval_global_tokens = m.at("global_tokens").get<int64_t>();
+          if (cfg.eval.defer) {
+            snapshots.push_back({weights.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true), m});
+            // The snapshot's cost is off this node's clock.
+            snapshots.back().record["eval_s"] = now_seconds() - t_weights;
+            snapshots.back().record["deferred"] = true;
+            t0 += now_seconds() - t_weights;
+          } else {
+            const double vl = evaluate_weights(weights);
+            m["val_loss"] = vl;
+            m["eval_s"] = now_seconds() - t_weights;
+            metrics->write(m);
+            if (verbose)
+              progress.line(fmt::format("[eval] step {}: train loss {:.4f}, val loss {:.4f} ({} weights)", step, loss, vl,
+                                        m.at("eval_of").get<std::string>()));
+          }
+        };
         // The weights the job would ship; at the end of a complete run node 0 takes the job's final
-        // ones (parameter servers: once every node has finished, pulled from the shards).
+        // ones (parameter servers: once every node has finished, pulled from the shards). While it
+        // waits for the others, the evaluation points the shards' count of the job's tokens passes
+        // are taken from the servers too (eval.every_tokens), so the curve has no gap where node 0
+        // stopped stepping before a straggler.
         const bool job_final = step == tc.steps && cfg.dist.node_rank == 0;
-        const ShippedWeights w = job_final ? sync->final_weights(flat->params) : sync->shipped(flat->params);
+        auto while_waiting = [&](int64_t job_tokens, const std::function<at::Tensor()>& pull) {
+          if (!cfg.eval.due(step, last_eval_global_tokens, job_tokens) || cfg.eval.every_tokens <= 0) return;
+          const double t_pull = now_seconds();
+          const at::Tensor w = pull();
+          record_evaluation(w,
+                            {{"step", step}, {"time_s", t_pull - t0}, {"tokens", tokens}, {"eval_of", "servers"},
+                             {"global_tokens", job_tokens}, {"unix_s", unix_seconds()}, {"while_waiting", true}},
+                            t_pull);
+        };
+        const ShippedWeights w =
+            job_final ? sync->final_weights(flat->params, tokens_per_step, while_waiting) : sync->shipped(flat->params);
         // A job's final weights are stamped when they exist: after node 0 waited for the others'
         // last updates (that wait is the job's time, not evaluation time).
         const double t_weights = job_final ? now_seconds() : t_eval;
@@ -363,21 +397,7 @@ struct Trainer::Impl {
                             {"global_tokens", sync->job_tokens(tokens, tokens_per_step)}, {"unix_s", unix_seconds()}};
         if (job_final) m["job_final"] = true;
         if (!w.complete) m["job_final_partial"] = true;
-        describe_held_out(m);
-        if (cfg.eval.defer) {
-          snapshots.push_back({w.weights.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true), m});
-          // The snapshot's cost is off this node's clock.
-          snapshots.back().record["eval_s"] = now_seconds() - t_weights;
-          snapshots.back().record["deferred"] = true;
-          t0 += now_seconds() - t_weights;
-        } else {
-          const double vl = evaluate_weights(w.weights);
-          m["val_loss"] = vl;
-          m["eval_s"] = now_seconds() - t_weights;
-          metrics->write(m);
-          if (verbose)
-            progress.line(fmt::format("[eval] step {}: train loss {:.4f}, val loss {:.4f} ({} weights)", step, loss, vl, w.of));
-        }
+        record_evaluation(w.weights, m, t_weights);
       }
       if (sample_due) {
         TraceSpan span("sample", "train");
@@ -386,7 +406,11 @@ struct Trainer::Impl {
         samples.flush();
         if (verbose) progress.line(fmt::format("[sample] step {}:\n{}\n", step, s));
       }
-      if (ckpt_due && !snapshots.empty()) {  // scored before a checkpoint: a resume from it loses none
+      // Scored before a checkpoint, so that a resume from it loses none; but not at the run's last
+      // step, whose snapshots are scored after finish(): node 0's wait for the others' FINISH is the
+      // job's time, and their scoring must not lengthen it (a crash while scoring them loses them,
+      // with nothing left to resume).
+      if (ckpt_due && !snapshots.empty() && step < tc.steps) {
         const double t_score = now_seconds();
         score_snapshots(progress);
         t0 += now_seconds() - t_score;
