@@ -75,6 +75,11 @@ OVERLAP_MODE_FLAGS = {"ring": ["--dist.overlap=true", "--dist.clip_scope=job", "
 STUDY_DEFAULTS = {"val_windows": 512, "defer": True, "overlap": True, "warmup_frac": 0.05}
 # Fields of an evaluation record the tooling reads beyond step/time_s/val_loss (absent in old runs).
 EVAL_FIELDS = ("eval_of", "val_tokens", "val_set", "global_tokens")
+# Flags of an evaluation record a curve point keeps (absent where they do not apply): while_waiting,
+# node 0 scoring the servers' values while it waits for a straggler at the job's end; job_final, the
+# job's final weights. Both are ordinary points of the curve, in time order (a while_waiting record
+# shares its step with the job_final one: both are points).
+POINT_FLAGS = ("while_waiting", "job_final", "job_final_partial")
 # Model shapes the tooling needs before any run (model/gpt_config.cpp): vocabulary and block size.
 PRESETS = {"micro": {"vocab": 257, "block": 64}, "tiny": {"vocab": 257, "block": 128},
            "small": {"vocab": 257, "block": 256}, "gpt2": {"vocab": 50257, "block": 1024},
@@ -280,7 +285,9 @@ def summarize(out, nodes, ring, deferred=False):
     curve, spent = [], 0.0
     for m in evals:
         # A deferred evaluation's time_s is on the training clock already (its snapshot's cost is off it).
-        off_clock = deferred or m.get("deferred", False)
+        # An evaluation while node 0 waits for a straggler (while_waiting) takes no time from the job:
+        # the others train on meanwhile, and the job's end (job_final) is stamped when they are done.
+        off_clock = deferred or m.get("deferred", False) or m.get("while_waiting", False)
         own = 0.0 if off_clock or "eval_of" in m else m.get("eval_s", 0.0)  # this evaluation's time before its stamp
         spent_before = spent + own
         if not off_clock:
@@ -299,12 +306,16 @@ def summarize(out, nodes, ring, deferred=False):
         for k in ("eval_of", "val_tokens", "val_set"):
             if k in m:
                 pt[k] = m[k]
+        for k in POINT_FLAGS:
+            if m.get(k):
+                pt[k] = True
         curve.append(pt)
     all_steps = [s for ns in steps for s in ns]
     t_start = min(ns[0]["unix_s"] - ns[0]["step_s"] for ns in steps)
     t_end = max(ns[-1]["unix_s"] for ns in steps)
     # The evaluation time inside the steps' span (the last evaluation of a new record starts after it).
-    spent = sum(m.get("eval_s", 0.0) for m in evals if not (deferred or m.get("deferred", False))
+    spent = sum(m.get("eval_s", 0.0) for m in evals if not (deferred or m.get("deferred", False)
+                                                            or m.get("while_waiting", False))
                 and ("unix_s" not in m or m["unix_s"] - (0.0 if "eval_of" in m else m.get("eval_s", 0.0)) < t_end))
     total_tokens = steps[0][-1]["tokens"] if ring else sum(ns[-1]["tokens"] for ns in steps)
     stale = [s.get("staleness", 0.0) for s in all_steps]

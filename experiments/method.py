@@ -286,6 +286,64 @@ def time_to_target(curve, target):
     return None
 
 
+def target_bracket(curve, target):
+    """The evaluation points around the curve's first crossing of `target`: [t before, t at or past]
+    (seconds; before the first point: 0, the training clock's start), or None where it never reaches
+    it. time_to_target interpolates inside this bracket, so its width bounds the interpolation's
+    error (which the paired interval of a time does not include)."""
+    prev = None
+    for p in curve:
+        if p["val_loss"] <= target:
+            return [0.0 if prev is None else prev["t"], p["t"]]
+        prev = p
+    return None
+
+
+def _median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    if not n:
+        return None
+    return xs[(n - 1) // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def eval_points(curves, every_tokens=None, job_step_tokens=None):
+    """The evaluation points the runs of one configuration actually have (their curve points, every
+    one counted: while_waiting and job_final points included): points per run (min, median, max),
+    the spacing of consecutive points pooled over the runs (median, min, max, in global tokens, and
+    median in seconds), the points taken while node 0 waited for a straggler and the runs ending on a
+    job_final point, and `grid`: what the records show about the asked spacing every_tokens =
+    N (eval.every_tokens): "exact" where every point but the last lies on successive multiples of N;
+    "step" where each lies within one job step (job_step_tokens) at or past the next multiple (the
+    first step that crosses it); None otherwise (e.g. an asynchronous mode, whose node 0 evaluates
+    when its own tokens x nodes cross a multiple while the record carries the shards' count)."""
+    curves = [cv for cv in curves if cv]
+    if not curves:
+        return None
+    counts = [len(cv) for cv in curves]
+    dtok = [b["tokens"] - a["tokens"] for cv in curves for a, b in zip(cv, cv[1:])]
+    dt = [b["t"] - a["t"] for cv in curves for a, b in zip(cv, cv[1:])]
+    grid = None
+    if every_tokens:
+        n = every_tokens
+
+        def on_grid(cv, tol):
+            mids = cv[:-1]
+            ks = [p["tokens"] // n for p in mids]
+            if any(p["tokens"] - k * n >= tol for p, k in zip(mids, ks)):
+                return False
+            return all(k2 == k1 + 1 for k1, k2 in zip(ks, ks[1:]))
+        if all(on_grid(cv, 1) for cv in curves):
+            grid = "exact"
+        elif job_step_tokens and all(on_grid(cv, job_step_tokens) for cv in curves):
+            grid = "step"
+    return {"runs": len(curves), "points": {"min": min(counts), "median": _median(counts), "max": max(counts)},
+            "spacing_tokens": {"median": _median(dtok), "min": min(dtok, default=None), "max": max(dtok, default=None)},
+            "spacing_s": _median(dt), "every_tokens": every_tokens, "grid": grid,
+            "while_waiting": sum(1 for cv in curves for p in cv if p.get("while_waiting")),
+            "job_final_runs": sum(1 for cv in curves if cv[-1].get("job_final"))}
+
+
 def target_key(t):
     return f"{t:g}"
 
@@ -299,6 +357,7 @@ def per_seed(seed, run, targets):
             "end_s": curve[-1]["t"] if curve else None,
             "tokens": run.get("tokens"),
             "time_to_target_s": {target_key(t): time_to_target(curve, t) for t in targets},
+            "time_to_target_bracket_s": {target_key(t): target_bracket(curve, t) for t in targets},
             "tokens_per_s": run.get("tokens_per_s"), "wall_s": run.get("wall_s"),
             "node_steps": run.get("node_steps"), "val_set": run.get("val_set"), "val_tokens": run.get("val_tokens"),
             "eval_of": run.get("eval_of")}
@@ -322,6 +381,24 @@ def metric_values(seeds, metric):
     return {s["seed"]: s.get(metric) for s in seeds}
 
 
+def bracket_widths(cfg, metric, seeds):
+    """Seconds between the evaluation points around each seed's crossing of a time-to-target
+    metric's target (target_bracket), for the given seeds: from per_seed's time_to_target_bracket_s,
+    else from the configuration's kept curves; None where neither says."""
+    k = metric.split("@", 1)[1]
+    target = float(k)
+    by_seed = {str(s["seed"]): s for s in cfg.get("per_seed", [])}  # stats.paired names seeds as strings
+    out = []
+    for seed in map(str, seeds):
+        b = (by_seed.get(seed, {}).get("time_to_target_bracket_s") or {}).get(k)
+        if b is None and str(seed) in cfg.get("curves", {}):
+            b = target_bracket(cfg["curves"][str(seed)], target)
+        if b is None:
+            return None
+        out.append(b[1] - b[0])
+    return out
+
+
 def comparisons(cfgs, pairs, metrics, margin=None, alpha=ALPHA):
     """The report's comparisons: for each pair (a, b) and metric, the paired difference a - b over the
     seeds both have (time to target: only the seeds where both reached it; the rest are counted in
@@ -339,6 +416,12 @@ def comparisons(cfgs, pairs, metrics, margin=None, alpha=ALPHA):
             c = {"a": a, "b": b, "metric": metric, "mean_diff": r["mean_diff"], "ci95": r["ci95"], "p": r["p"],
                  "n": r["n"], "left_out": r["left_out"], "diffs": r["diffs"],
                  "deterministic": bool(r.get("deterministic"))}
+            if metric.startswith("time_to_target_s@") and r["seeds"]:
+                # The interpolation's error, which the paired interval leaves out: per configuration the
+                # median over the paired seeds of the width of the evaluation bracket around the crossing.
+                w = {x: bracket_widths(cfgs[x], metric, r["seeds"]) for x in (a, b)}
+                if all(v is not None for v in w.values()):
+                    c["bracket_s"] = {x: _median(v) for x, v in w.items()}
             if margin and metric in LOSS_METRICS and not c["deterministic"]:
                 e = tost(r["diffs"], margin, alpha)
                 c["tost"] = {"margin": margin, "p": e["p"], "ci90": e["ci90"], "equivalent": e["equivalent"]}
@@ -371,12 +454,36 @@ def sentence(c):
     if c["resolved"]:
         lower_better = LOWER_IS_BETTER.get(m, True)
         better = c["a"] if (c["mean_diff"] < 0) == lower_better else c["b"]
+        if m.startswith("time_to_target"):
+            return f"{what}: {body}. " + time_verdict(c, better)
         return f"{what}: {body}. Resolved: {better} is better."
     if c.get("tost", {}).get("equivalent"):
         t = c["tost"]
         return (f"{what}: {body}. Equivalent within +-{t['margin']:g} nats (TOST p = {_fmt(t['p'], 3)}, 90% interval "
                 f"[{_fmt(t['ci90'][0])}, {_fmt(t['ci90'][1])}]).")
     return f"{what}: {body}. Not resolved."
+
+
+def indicative(c):
+    """A resolved time-to-target difference smaller than the wider of the two configurations' median
+    evaluation brackets: the test resolves it, but the interpolation between evaluation points that
+    gives each time could move it by as much."""
+    br = c.get("bracket_s")
+    return bool(br and c.get("mean_diff") is not None and abs(c["mean_diff"]) < max(br.values()))
+
+
+def time_verdict(c, better):
+    """A resolved time to target, stated with its evaluation brackets: "resolved" in the sense of the
+    paired test (Holm), whose interval does not include the interpolation between evaluation points."""
+    target = c["metric"].split("@", 1)[1]
+    br = c.get("bracket_s")
+    brackets = ("; evaluation brackets: " + ", ".join(f"{x} ~{v:.2g} s" for x, v in br.items()) + " wide"
+                if br else "; evaluation brackets not recorded")
+    out = (f"Resolved by the paired test: {better} reaches {target} sooner (paired, Holm p = "
+           f"{_fmt(c['p_holm'], 3)}{brackets})")
+    if indicative(c):
+        out += " (smaller than the evaluation spacing: treat as indicative)"
+    return out + "."
 
 
 def load_summary(path):

@@ -4,7 +4,8 @@ equal tokens (--token-budget, or --steps) or equal wall time (--time-budget-s: a
 run per configuration measures each node's step time and every node's schedule is fitted to end at
 the budget); its learning rate is tuned on seeds disjoint from the headline seeds with a grid that
 extends itself past an edge pick; every run is scored on one held-out set (the same windows for
-every seed and configuration, at the same global token counts, on the weights the job would ship);
+every seed and configuration, asked at the same global token counts, on the weights the job would
+ship; the report states the points each configuration's records show);
 targets are declared before the runs; the report concludes only from paired comparisons over seeds,
 Holm-corrected, and claims equivalence only by TOST with a declared margin. Writes
 OUT/summary.json, OUT/report.md and plots, and keeps every run under OUT/runs/."""
@@ -39,7 +40,8 @@ def add_args(ap, out_default):
                     "node's step time (communication included); each node's steps = budget / its step time")
     ap.add_argument("--calibration-steps", type=int, default=20, help="steps of each --time-budget-s calibration run")
     ap.add_argument("--evals", type=int, default=10,
-                    help="evaluation points per run, at the same global token counts in every configuration")
+                    help="evaluation points per run, asked at the same global token counts in every configuration "
+                    "(node 0's count; asynchronous modes land elsewhere: the report states the points observed)")
     ap.add_argument("--seeds", type=int, default=3, help="headline seeds 0..N-1 (weights, data order, jitter)")
     ap.add_argument("--tuning-seeds", default="1000",
                     help="seeds the learning rates are tuned on (disjoint from the headline seeds)")
@@ -622,6 +624,8 @@ def run_study(configs, a, title, command, pairs=()):
         c = {
             "lr": v["lr"], "lr_multiplier": v["lr_multiplier"], "outer_lr": v["outer_lr"],
             "outer_multiplier": v["outer_multiplier"], "plan": plans[name],
+            # waits for no straggler (ASP, BSP with backup workers, asynchronous local SGD)
+            "elastic": bool(configs[name].get("elastic")),
             "tuning": {k: {"pick": t["pick"], "edge": t["edge"], "extended": t["extended"],
                            "scores": {f"{m:g}": x for m, x in sorted(t["scores"].items())}}
                        for k, t in v["tuning"].items()},
@@ -660,12 +664,18 @@ def analyse(summary):
     conclusions, which come from the comparisons alone."""
     cfgs = summary["configurations"]
     targets = summary.get("targets") or []
+    job, em = summary.get("job", {}), summary.get("emulation", {})
+    # One step of the whole job in global tokens (every node's batch): the granularity of a count
+    # that advances when the nodes step together.
+    job_step = (em["nodes"] * em["batch"] * PRESETS[em["preset"]]["block"]
+                if em.get("preset") in PRESETS and em.get("nodes") and em.get("batch") else None)
     for c in cfgs.values():
         ps = c["per_seed"]
         for key in ("final_val_loss", "val_loss_at_budget", "tokens_per_s", "wall_s", "end_s"):
             # Times and rates are never below 0: an interval reaching below is cut there (stats.mean_ci95).
             c[key] = mean_ci95([s.get(key) for s in ps], lower=0.0 if key in ("tokens_per_s", "wall_s", "end_s") else None)
         c["time_to_target"] = method.target_table(ps, targets)
+        c["eval_points"] = method.eval_points(list(c.get("curves", {}).values()), job.get("every_tokens"), job_step)
     labels = {f"{n} seed {s['seed']}": s.get("val_set") for n, c in cfgs.items() for s in c["per_seed"]}
     summary["held_out"] = {"absent": method.check_val_sets(labels),
                            "val_set": next((d[0] for d in labels.values() if d), None),
@@ -735,6 +745,8 @@ def rebuild(out, from_runs=False, targets=None):
                 cv = c["curves"].get(str(s["seed"]), [])
                 s["time_to_target_s"] = {method.target_key(t): time_to_target(cv, t)
                                          for t in summary.get("targets") or []}
+                s["time_to_target_bracket_s"] = {method.target_key(t): method.target_bracket(cv, t)
+                                                 for t in summary.get("targets") or []}
     analyse(summary)
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
@@ -755,19 +767,31 @@ def write_report(summary, out):
               "steps, a straggler included)" if b["kind"] == "tokens" else
               f"equal wall-time budget: {b['value']:g} s (each node's steps = the budget / its step time, measured by "
               "a short calibration run per configuration)")
+    caveat = ""
+    if b["kind"] == "tokens" and em.get("slow_node", -1) >= 0 and em.get("slowdown", 1) > 1:
+        # Old summaries lack "elastic": a configuration with staleness is taken for asynchronous.
+        elastic = [n for n, c in cfgs.items() if (c["elastic"] if "elastic" in c else
+                                                  ((c.get("staleness") or {}).get("mean") or 0) > 0)]
+        if elastic:
+            caveat = (f" Caveat: with equal steps per node, the asynchronous mode's fast nodes ({', '.join(elastic)}) "
+                      "idle after their steps while the straggler finishes its own, so a token budget cannot show "
+                      "straggler tolerance in throughput; a wall-time budget (--time-budget-s) does.")
     L = [f"# {summary['title']}", "", f"Command: `{summary['command']}`", "", f"Emulation: {describe(em)}.", "",
          "Time: " + ("simulated seconds (syncopate-sim's virtual clock)" if em.get("backend") == "sim" else
                      "emulated seconds on the training clock (evaluation off it)") + ".", "",
          f"Budget: {budget}; every run's learning-rate schedule (warmup "
          + (f"{job['warmup_frac']:g} of its steps" if job.get("warmup_frac") else f"{job.get('warmup')} steps")
-         + ", decay to the end) ends at the budget, so no figure compares an annealed run with one at peak lr.", "",
+         + ", decay to the end) ends at the budget, so no figure compares an annealed run with one at peak lr."
+         + caveat, "",
          "Evaluation: " + (f"{job['val_windows']} held-out windows" if job.get("val_windows") else "the old per-seed "
                            "held-out batches (no --val-windows)")
          + (f" ({ho['val_tokens']} tokens, set {ho['val_set']})" if ho.get("val_set") else "")
-         + f", every {job.get('every_tokens')} global tokens and at the end, "
+         + f", asked every {job.get('every_tokens')} global tokens as node 0 counts them (eval.every_tokens) and at "
+         "the end, "
          + ("deferred (scored after training on snapshots: no node time)" if job.get("defer") else "on the clock")
          + "; evaluated weights: " + ", ".join(f"{n} {'/'.join(e) or 'not recorded'}" for n, e in
-                                               ho.get("eval_of", {}).items()) + ".", ""]
+                                               ho.get("eval_of", {}).items()) + "."
+         + observed_points(cfgs, em), ""]
     if ho.get("absent"):
         L += [f"**Note:** {len(ho['absent'])} run(s) carry no held-out digest (val_set), so the sameness of their "
               f"held-out set is not checked (old trainer or a backend without it): {', '.join(ho['absent'][:8])}"
@@ -808,7 +832,7 @@ def write_report(summary, out):
     secs = "simulated s" if sim else "s"
     head = f"| configuration | lr (outer) | steps/node | valid runs | val loss at budget | end, {secs} | tokens/{secs} |"
     head += "".join(f" reached {t:g} (median {secs}) |" for t in targets)
-    head += " MB sent | staleness mean / max |" + ("" if sim else " overrun (max) | CPU (max) |")
+    head += " MB sent | staleness mean / max (per step: shards' mean) |" + ("" if sim else " overrun (max) | CPU (max) |")
     L += [head, "|" + "---|" * (head.count("|") - 1)]
     for k, c in cfgs.items():
         p = c.get("plan", {})
@@ -826,6 +850,11 @@ def write_report(summary, out):
             cells += ["-" if c["overrun_share"] is None else format(c["overrun_share"], ".0%"),
                       "-" if c["cpu_util"] is None else format(c["cpu_util"], ".0%")]
         L.append("| " + " | ".join(cells) + " |")
+    if any(c["staleness"].get("max") for c in cfgs.values()):
+        L += ["", "Staleness: a step's is the parameter versions applied since its weights were read, averaged over "
+              "the shards its push went to (hence not a whole number); mean: over every step of every node, then over "
+              "the seeds; max: the largest such step value in any seed (a maximum over steps and seeds of a shard "
+              "average)."]
     if targets:
         L += ["", "Time to target: per target, the seeds that reached it of the valid seeds and the median time with "
               "the others counted as not reached (censored; no median where half or more did not reach it); the "
@@ -835,7 +864,8 @@ def write_report(summary, out):
     for c in summary.get("comparisons", []):
         out_n = f" (+{c['left_out']} out)" if c["left_out"] else ""
         verdict = ("deterministic: no seed variation, not a statistical result" if c.get("deterministic") else
-                   "resolved" if c["resolved"] else "equivalent (TOST)" if c.get("tost", {}).get("equivalent")
+                   "resolved (indicative: below the evaluation spacing)" if c["resolved"] and method.indicative(c)
+                   else "resolved" if c["resolved"] else "equivalent (TOST)" if c.get("tost", {}).get("equivalent")
                    else "not resolved")
         ci = c["ci95"]
         interval = ("none (no seed variation)" if c.get("deterministic") else
@@ -866,6 +896,39 @@ def write_report(summary, out):
     return text
 
 
+def observed_points(cfgs, em):
+    """The report's sentence on the evaluation points each configuration's runs actually have
+    (method.eval_points of their curves): "every N global tokens" only where the records show it."""
+    parts = []
+    for n, c in cfgs.items():
+        ep = c.get("eval_points")
+        if not ep:
+            continue
+        pts = ep["points"]
+        count = (f"{pts['min']}" if pts["min"] == pts["max"] else f"{pts['min']}-{pts['max']}") + " points per run"
+        if ep["while_waiting"]:
+            count += (f" ({ep['while_waiting']} of them, over the {ep['runs']} run(s), taken while node 0 waited for "
+                      "the straggler at the end)")
+        st, sp = ep["spacing_tokens"], ep["spacing_s"]
+        if st["median"] is None:
+            parts.append(f"{n}: {count}")
+            continue
+        spacing = (f"median spacing {st['median']:.0f} global tokens"
+                   + ("" if st["min"] == st["max"] else f" ({st['min']:.0f}-{st['max']:.0f})") + f" and {sp:.2g} s")
+        N = ep.get("every_tokens")
+        if ep["grid"] == "exact":
+            parts.append(f"{n}: {count}, every {N} global tokens and at the end ({spacing})")
+        elif ep["grid"] == "step":
+            parts.append(f"{n}: {count}, at the first job step past each multiple of {N} global tokens and at the end "
+                         f"({spacing})")
+        else:
+            parts.append(f"{n}: {count}, {spacing}" + (
+                f", not every {N} global tokens (node 0 evaluates when its own tokens x {em.get('nodes')} cross a "
+                "multiple; the records carry the job's real count)" if N else ""))
+    return (" Evaluation points observed (the runs' curves, every point counted): " + "; ".join(parts) + "."
+            if parts else "")
+
+
 def mbytes(ci):
     """A mean byte count as MB, '-' where none was recorded (builds before the counter)."""
     return "-" if not ci or not ci.get("mean") else f"{ci['mean'] / 1e6:.1f}"
@@ -889,6 +952,34 @@ def describe(em):
     return "; ".join(parts)
 
 
+def band_points(curves, xkey):
+    """The x values and, at each, every seed's validation loss, for a band over seeds. Runs with the
+    same number of points (the same evaluation points in each) are taken point by point (x: their
+    mean). Otherwise (an asynchronous mode, whose runs differ in their points: while_waiting ones
+    among them) every run is interpolated linearly at every run's x inside the range all runs cover,
+    so no point is dropped nor two different points averaged as one."""
+    if len({len(cv) for cv in curves}) == 1:
+        n = len(curves[0])
+        return ([sum(cv[i].get(xkey, 0) for cv in curves) / len(curves) for i in range(n)],
+                [[cv[i]["val_loss"] for cv in curves] for i in range(n)])
+    lo = max(cv[0].get(xkey, 0) for cv in curves)
+    hi = min(cv[-1].get(xkey, 0) for cv in curves)
+    grid = sorted({p.get(xkey, 0) for cv in curves for p in cv if lo <= p.get(xkey, 0) <= hi})
+
+    def at(cv, x):
+        prev = None
+        for p in cv:
+            px = p.get(xkey, 0)
+            if px >= x:
+                if prev is None or px == prev.get(xkey, 0):
+                    return p["val_loss"]
+                f = (x - prev.get(xkey, 0)) / (px - prev.get(xkey, 0))
+                return prev["val_loss"] + f * (p["val_loss"] - prev["val_loss"])
+            prev = p
+        return cv[-1]["val_loss"]
+    return grid, [[at(cv, x) for cv in curves] for x in grid]
+
+
 def plots(summary, out):
     plt = pyplot()
     if plt is None:
@@ -910,12 +1001,11 @@ def plots(summary, out):
             plt.xscale("log")
         lo, hi = float("inf"), float("-inf")  # y range: the mean curves, without stale-gradient spikes
         for k, c in cfgs.items():
-            curves = list(c["curves"].values())
+            curves = [cv for cv in c["curves"].values() if cv]
             if not curves:
                 continue
-            npts = min(len(cv) for cv in curves)
-            xs = [sum(cv[i].get(xkey, 0) for cv in curves) / len(curves) for i in range(npts)]
-            stats = [mean_ci95([cv[i]["val_loss"] for cv in curves]) for i in range(npts)]
+            xs, ys = band_points(curves, xkey)
+            stats = [mean_ci95(y) for y in ys]
             i = list(cfgs).index(k)  # more configurations than the default cycle's 10 colours: tab20's
             line, = plt.plot(xs, [s["mean"] for s in stats], label=k, color=plt.cm.tab20.colors[(2 * i + i // 10) % 20],
                              linestyle="--" if k.endswith("_int8") else "-")

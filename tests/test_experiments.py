@@ -618,6 +618,230 @@ class Summarize(unittest.TestCase):
         self.assertEqual(cluster_runs.summarize(out, 2, ring=False)["tokens"], 400)
 
 
+class WaitingAndFinalPoints(unittest.TestCase):
+    """Records with while_waiting (node 0 scoring the servers while it waits for a straggler) and
+    job_final (the job's final weights) are ordinary points of the curve, in time order: none is
+    dropped, none counted twice, two with the same step are two points, and a while_waiting
+    evaluation on the clock takes no time off the job (the others train on meanwhile)."""
+
+    def write(self, out, deferred):
+        node0 = [{"step": k, "tokens": 100 * k, "tokens_per_s": 1.0, "unix_s": 10.0 + k, "step_s": 1.0,
+                  "time_s": float(k)} for k in (1, 2)]
+        evals = [{"step": 1, "val_loss": 4.0, "time_s": 1.0, "unix_s": 11.0, "tokens": 100, "global_tokens": 200,
+                  "eval_of": "servers", "eval_s": 0.5},
+                 # node 0 is done at 2 s and waits for node 1 (done at 6 s): two points while it waits, at the
+                 # shards' counts 400 and 600, then the final (the same step, three records).
+                 {"step": 2, "val_loss": 3.6, "time_s": 3.0, "unix_s": 13.0, "tokens": 200, "global_tokens": 400,
+                  "eval_of": "servers", "eval_s": 0.5, "while_waiting": True},
+                 {"step": 2, "val_loss": 3.4, "time_s": 5.0, "unix_s": 15.0, "tokens": 200, "global_tokens": 600,
+                  "eval_of": "servers", "eval_s": 0.5, "while_waiting": True},
+                 {"step": 2, "val_loss": 3.2, "time_s": 6.0, "unix_s": 16.0, "tokens": 200, "global_tokens": 800,
+                  "eval_of": "servers", "eval_s": 0.5, "job_final": True}]
+        if deferred:  # scored after training, in the order taken
+            for e in evals:
+                e["deferred"] = True
+            recs = node0 + evals
+        else:
+            recs = [node0[0], evals[0], node0[1]] + evals[1:]
+        node1 = [{"step": k, "tokens": 100 * k, "tokens_per_s": 1.0, "unix_s": 10.0 + k, "step_s": 1.0,
+                  "time_s": float(k)} for k in range(1, 7)]
+        for i, rs in enumerate((recs, node1)):
+            os.makedirs(os.path.join(out, f"node{i}"), exist_ok=True)
+            with open(os.path.join(out, f"node{i}", "metrics.jsonl"), "w") as f:
+                f.write("\n".join(json.dumps(r) for r in rs) + "\n")
+
+    def test_every_record_is_a_point_in_time_order(self):
+        import cluster_runs
+        for deferred in (True, False):
+            out = mkdtemp()
+            self.write(out, deferred)
+            r = cluster_runs.summarize(out, 2, ring=False, deferred=deferred)
+            cv = r["curve"]
+            self.assertEqual([p["step"] for p in cv], [1, 2, 2, 2])
+            self.assertEqual([p["tokens"] for p in cv], [200, 400, 600, 800])
+            self.assertEqual([bool(p.get("while_waiting")) for p in cv], [False, True, True, False])
+            self.assertEqual([bool(p.get("job_final")) for p in cv], [False, False, False, True])
+            # Deferred: time_s is the training clock. On the clock: the first evaluation's 0.5 s comes off the
+            # later points; the waiting ones' do not (node 1 trained meanwhile): the final stays at 6 - 0.5.
+            self.assertEqual([p["t"] for p in cv], [1.0, 3.0, 5.0, 6.0] if deferred else [1.0, 2.5, 4.5, 5.5])
+            self.assertEqual(r["final_val_loss"], 3.2)
+            self.assertAlmostEqual(r["wall_s"], 6.0 if deferred else 5.5)
+            ep = method.eval_points([cv], every_tokens=200)
+            self.assertEqual((ep["points"]["max"], ep["while_waiting"], ep["job_final_runs"]), (4, 2, 1))
+
+    def test_bands_over_runs_with_different_points_drop_none(self):
+        a = [{"t": 1.0, "val_loss": 4.0}, {"t": 3.0, "val_loss": 3.0}, {"t": 5.0, "val_loss": 2.0}]
+        b = [{"t": 1.0, "val_loss": 4.0}, {"t": 2.0, "val_loss": 3.6}, {"t": 4.0, "val_loss": 3.0},
+             {"t": 5.0, "val_loss": 2.4}]
+        xs, ys = study.band_points([a, b], "t")
+        self.assertEqual(xs, [1.0, 2.0, 3.0, 4.0, 5.0])  # every run's points, the last ones included
+        self.assertEqual(ys[1], [3.5, 3.6])  # a interpolated at 2 s
+        self.assertEqual(ys[-1], [2.0, 2.4])
+        xs, ys = study.band_points([a, a], "t")  # the same points: taken point by point
+        self.assertEqual((xs, ys[2]), ([1.0, 3.0, 5.0], [2.0, 2.0]))
+
+
+class EvaluationPoints(unittest.TestCase):
+    """method.eval_points: what the records show about the asked spacing, per configuration."""
+
+    def curve(self, tokens, dt=2.0):
+        return [{"t": dt * (i + 1), "val_loss": 4.0 - 0.1 * i, "tokens": x} for i, x in enumerate(tokens)]
+
+    def test_exact_step_and_off_grid(self):
+        ep = method.eval_points([self.curve([100, 200, 300, 350])] * 2, every_tokens=100, job_step_tokens=40)
+        self.assertEqual((ep["grid"], ep["points"]), ("exact", {"min": 4, "median": 4, "max": 4}))
+        self.assertEqual((ep["spacing_tokens"]["median"], ep["spacing_s"]), (100, 2.0))
+        # the first job step (40 tokens) past each multiple of 100
+        ep = method.eval_points([self.curve([120, 200, 320, 350])], every_tokens=100, job_step_tokens=40)
+        self.assertEqual(ep["grid"], "step")
+        # an asynchronous mode: the shards' counts, before and after the multiples, and a point while waiting
+        cvs = [self.curve([90, 230, 270, 400]), self.curve([110, 180, 330, 380, 400])]
+        ep = method.eval_points(cvs, every_tokens=100, job_step_tokens=40)
+        self.assertIsNone(ep["grid"])
+        self.assertEqual(ep["points"], {"min": 4, "median": 4.5, "max": 5})
+        self.assertEqual((ep["spacing_tokens"]["min"], ep["spacing_tokens"]["max"]), (20, 150))
+        self.assertIsNone(method.eval_points([], 100))
+
+
+class TimeBrackets(unittest.TestCase):
+    """Time to target is interpolated between evaluation points; a resolved time-to-target verdict
+    says how wide each configuration's bracket around the crossing was (median over the paired
+    seeds), and calls a difference smaller than the wider bracket indicative."""
+
+    def test_bracket_around_the_crossing(self):
+        cv = [{"t": 4.0, "val_loss": 4.0}, {"t": 8.0, "val_loss": 3.5}, {"t": 12.0, "val_loss": 3.3}]
+        self.assertEqual(method.target_bracket(cv, 3.6), [4.0, 8.0])
+        self.assertEqual(method.target_bracket(cv, 4.5), [0.0, 4.0])  # before the first point: from the start
+        self.assertIsNone(method.target_bracket(cv, 3.0))
+
+    def cfgs(self, ring_dt, asp_dt, asp_t0=1.5):
+        out = {}
+        for name, dt, t0, shift in (("ring", ring_dt, ring_dt, 0.1), ("asp", asp_dt, asp_t0, 0.05)):
+            per, curves = [], {}
+            for seed in range(3):
+                cv = [{"t": t0 + i * dt + shift * seed, "val_loss": v} for i, v in enumerate((4.0, 3.5, 3.3, 3.1))]
+                curves[str(seed)] = cv
+                per.append(method.per_seed(seed, {"curve": cv, "final_val_loss": 3.1}, [3.6]))
+            out[name] = {"per_seed": per, "curves": curves}
+        return out
+
+    def test_resolved_time_states_its_brackets(self):
+        cfgs = self.cfgs(4.0, 1.4)
+        c = method.comparisons(cfgs, [("asp", "ring")], ["time_to_target_s@3.6"])[0]
+        # ring: 4 + 0.8 x 4 = 7.2 (+0.1 seed); asp: 1.5 + 0.8 x 1.4 = 2.62 (+0.05 seed): -4.58, -4.63, -4.68
+        self.assertAlmostEqual(c["mean_diff"], -4.63)
+        self.assertTrue(c["resolved"])
+        self.assertEqual(c["bracket_s"], {"asp": 1.4, "ring": 4.0})
+        text = method.sentence(c)
+        self.assertIn("Resolved by the paired test: asp reaches 3.6 sooner (paired, Holm p = ", text)
+        self.assertIn("evaluation brackets: asp ~1.4 s, ring ~4 s wide)", text)
+        self.assertNotIn("indicative", text)
+        self.assertFalse(method.indicative(c))
+        # The same times kept in an old summary without brackets: taken from the kept curves.
+        for x in cfgs.values():
+            for ps in x["per_seed"]:
+                del ps["time_to_target_bracket_s"]
+        self.assertEqual(method.comparisons(cfgs, [("asp", "ring")], ["time_to_target_s@3.6"])[0]["bracket_s"],
+                         {"asp": 1.4, "ring": 4.0})
+
+    def test_a_difference_inside_the_evaluation_spacing_is_indicative(self):
+        # ring evaluates every 10 s: ring 10 + 8 = 18 s, asp 12 + 0.8 x 1.4 = 13.12 s: 4.9 s apart, inside 10 s.
+        c = method.comparisons(self.cfgs(10.0, 1.4, asp_t0=12.0), [("asp", "ring")], ["time_to_target_s@3.6"])[0]
+        self.assertTrue(c["resolved"])
+        self.assertTrue(method.indicative(c))
+        self.assertIn("(smaller than the evaluation spacing: treat as indicative).", method.sentence(c))
+
+
+class ReportWording(unittest.TestCase):
+    """write_report on a hand-made summary: the evaluation points observed per configuration (every N
+    global tokens only where the records show it), the staleness column's meaning, a token budget's
+    caveat with a straggler and an asynchronous configuration, and resolved times with their brackets."""
+
+    def summary(self, kind="tokens"):
+        N = 16384
+        ring = [[{"t": 4.0 * k + 0.1 * s, "val_loss": v, "tokens": N * k, "step": 4 * k, "eval_of": "replica"}
+                 for k, v in zip(range(1, 6), (4.0, 3.5, 3.3, 3.2, 3.1))] for s in range(3)]
+        asp = []
+        for s in range(3):
+            tok = [15000, 30000 + 1000 * s, 47000, 60000, 70000, 81920][:5 + (s > 0)]
+            cv = [{"t": 1.5 + 1.4 * i + 0.05 * s, "val_loss": 4.0 - 0.45 * min(i, 1) - 0.1 * max(i - 1, 0),
+                   "tokens": x, "step": min(4 * (i + 1), 20), "eval_of": "servers"} for i, x in enumerate(tok)]
+            cv[-2]["while_waiting"] = True
+            cv[-1]["job_final"] = True
+            asp.append(cv)
+        em = {"nodes": 4, "preset": "tiny", "batch": 8, "step_time_s": 0.3, "slow_node": 3, "slowdown": 3.0,
+              "jitter": 0.1, "link_gbit": None}
+        cfgs = {}
+        for name, curves, elastic, stale in (("ring", ring, False, (0.0, 0.0)), ("asp", asp, True, (2.44, 10.75))):
+            cfgs[name] = {
+                "lr": 2e-3, "plan": {"steps": 20}, "elastic": elastic, "valid_runs": 3, "runs_total": 3,
+                "per_seed": [dict(method.per_seed(s, {"curve": cv, "final_val_loss": cv[-1]["val_loss"],
+                                                      "tokens_per_s": 4000.0 + s + 3 * elastic * s}, [3.6]))
+                             for s, cv in enumerate(curves)],
+                "curves": {str(s): cv for s, cv in enumerate(curves)},
+                "staleness": {"mean": stale[0], "max": stale[1], "histogram": {}}, "bytes": None,
+                "overrun_share": 0.0, "cpu_util": 0.5, "tuning": {}, "failed": [], "invalid": []}
+        return {"title": "t", "command": "c", "emulation": em, "baseline": "ring",
+                "job": {"every_tokens": N, "val_windows": 512, "defer": True, "overlap": True, "warmup_frac": 0.05},
+                "budget": {"kind": kind, "value": 81920 if kind == "tokens" else 20.0}, "targets": [3.6],
+                "seeds": [0, 1, 2], "tuning_seeds": [1000], "lr_grid": [1.0], "tuned": False,
+                "limits": {"overrun": 0.05, "cpu": 0.9}, "configurations": cfgs}
+
+    def report(self, kind="tokens"):
+        s = self.summary(kind)
+        study.analyse(s)
+        out = mkdtemp()
+        return s, study.write_report(s, out)
+
+    def test_evaluation_points_staleness_caveat_and_brackets(self):
+        s, text = self.report()
+        ev = next(l for l in text.splitlines() if l.startswith("Evaluation:"))
+        self.assertIn("asked every 16384 global tokens as node 0 counts them", ev)
+        self.assertIn("ring: 5 points per run, every 16384 global tokens and at the end (median spacing 16384 global "
+                      "tokens and 4 s)", ev)
+        self.assertIn("asp: 5-6 points per run (3 of them, over the 3 run(s), taken while node 0 waited for the "
+                      "straggler at the end), median spacing", ev)
+        self.assertIn("not every 16384 global tokens", ev)
+        self.assertEqual(s["configurations"]["asp"]["eval_points"]["spacing_s"], 1.4)
+        self.assertIn("staleness mean / max (per step: shards' mean)", text)
+        self.assertIn("max: the largest such step value in any seed", text)
+        self.assertIn("| 2.44 / 10.8 |", text)
+        self.assertIn("Caveat: with equal steps per node, the asynchronous mode's fast nodes (asp) idle after their "
+                      "steps", text)
+        self.assertIn("a wall-time budget (--time-budget-s) does", text)
+        concl = text.split("## Conclusions")[1]
+        self.assertIn("asp - ring, time_to_target_s@3.6: ", concl)
+        self.assertIn("Resolved by the paired test: asp reaches 3.6 sooner (paired, Holm p = ", concl)
+        self.assertIn("evaluation brackets: asp ~1.4 s, ring ~4 s wide)", concl)
+        # A wall budget explains itself: no caveat. Nor without a straggler.
+        self.assertNotIn("Caveat", self.report("time")[1])
+        s = self.summary()
+        s["emulation"]["slowdown"] = 1.0
+        study.analyse(s)
+        self.assertNotIn("Caveat", study.write_report(s, mkdtemp()))
+
+    def test_a_rebuild_keeps_the_brackets(self):
+        s = self.summary()
+        study.analyse(s)
+        out = mkdtemp()
+        for c in s["configurations"].values():
+            for ps in c["per_seed"]:
+                ps.pop("time_to_target_bracket_s")
+                ps["run_dir"] = out
+        with open(os.path.join(out, "summary.json"), "w") as f:
+            json.dump(s, f)
+        real = study.plots
+        study.plots = lambda summary, out: None
+        try:
+            text = study.rebuild(out)
+        finally:
+            study.plots = real
+        self.assertIn("evaluation brackets: asp ~1.4 s, ring ~4 s wide)", text)
+        with open(os.path.join(out, "summary.json")) as f:
+            self.assertEqual(json.load(f)["configurations"]["ring"]["per_seed"][0]["time_to_target_bracket_s"],
+                             {"3.6": [4.0, 8.0]})
+
+
 class Scenarios(unittest.TestCase):
     def test_shipped_scenarios_load_and_derive_the_ratio(self):
         for name in ("compute_bound", "balanced", "comm_bound", "stragglers"):
@@ -867,10 +1091,13 @@ class Smoke(unittest.TestCase):
             curve = c["curves"]["0"]
             self.assertGreaterEqual(len(curve), 3)
             # Under a token budget every configuration is evaluated as often (at the same global token
-            # counts, crossed by each job's own steps, and at its end).
+            # counts, crossed by each job's own steps, and at its end), besides the points an asynchronous
+            # mode's node 0 takes while it waits for a straggler at the end (while_waiting).
             if s["budget"]["kind"] == "tokens":
-                tokens = tokens or len(curve)
-                self.assertEqual(len(curve), tokens, n)
+                own = len([p for p in curve if not p.get("while_waiting")])
+                tokens = tokens or own
+                self.assertEqual(own, tokens, n)
+            self.assertEqual(c["eval_points"]["points"]["max"], max(len(cv) for cv in c["curves"].values()))
         for cmp in s["comparisons"]:
             self.assertEqual(set(cmp) >= {"a", "b", "metric", "mean_diff", "ci95", "p", "p_holm", "resolved"}, True)
         self.assertEqual(len(s["comparisons"]), (len(names) - 1) * 4)  # vs the baseline: loss, tokens/s, 2 targets
