@@ -104,14 +104,16 @@ TEST(Trainer, EvaluatesAtMultiplesOfTheJobsTokens) {
 }
 
 // eval.defer scores the same weights as an evaluation on the spot: the same losses, bit for bit,
-// and the snapshots cost the training clock (nearly) nothing.
+// and the snapshots cost the training clock (nearly) nothing. Beyond eval.defer_memory_mb they are
+// spilled to OUT/deferred/ and read back: the same losses again, and no file is left behind.
 TEST(Trainer, DeferredEvaluationScoresTheSameWeightsAsOnTheSpot) {
   test::TempDir d;
-  auto run = [&](bool defer, const std::string& out) {
+  auto run = [&](bool defer, const std::string& out, int64_t memory_mb = 2048) {
     RunConfig c = test::tiny_run_config(d);
     c.train.steps = 6;
     c.eval.every = 2;
     c.eval.defer = defer;
+    c.eval.defer_memory_mb = memory_mb;
     Trainer t(c, d.str(out), false, "", false);
     t.run();
     std::vector<double> v;
@@ -119,9 +121,11 @@ TEST(Trainer, DeferredEvaluationScoresTheSameWeightsAsOnTheSpot) {
       if (m.contains("val_loss")) v.push_back(m["val_loss"].get<double>());
     return v;
   };
-  const auto now = run(false, "now"), later = run(true, "later");
+  const auto now = run(false, "now"), later = run(true, "later"), spilled = run(true, "spilled", 0);
   ASSERT_EQ(now.size(), 3u);
   EXPECT_EQ(now, later);
+  EXPECT_EQ(now, spilled);
+  EXPECT_FALSE(std::filesystem::exists(d.str("spilled/deferred"))) << "spilled snapshots left behind";
 }
 
 TEST(Trainer, ResumeIsBitIdentical) {

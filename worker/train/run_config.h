@@ -61,6 +61,8 @@ struct EvalConfig {
   bool defer = false;             // true: at each evaluation point only a snapshot of the weights the job would ship is
                                   // kept (in memory); all are evaluated after the last step, so evaluating costs no
                                   // node any training time (studies). false: evaluated on the spot
+  int64_t defer_memory_mb = 2048; // eval.defer: snapshots are kept in memory up to this many MiB in all; further ones
+                                  // are written to OUT/deferred/ (float32) and read back when scored, then removed
   int64_t sample_every = 500;     // steps between greedy text samples; 0 = only at the end
   std::string sample_prompt = "def ";  // prompt of the text sample
   int64_t sample_tokens = 96;     // tokens generated per sample
@@ -84,6 +86,8 @@ struct EvalConfig {
     v("val_seed", val_seed, "seed that picks the held-out windows (not train.seed: the same set for every seed)",
       int64_t{0}, int64_t{1} << 62);
     v("defer", defer, "snapshot the shipped weights at each evaluation point, evaluate them after training (no node time)");
+    v("defer_memory_mb", defer_memory_mb, "MiB of deferred snapshots kept in memory; further ones go to OUT/deferred/",
+      int64_t{0}, int64_t{1} << 30);
     v("sample_every", sample_every, "steps between text samples (0 = end only)", int64_t{0}, int64_t{1} << 40);
     v("sample_prompt", sample_prompt, "prompt for text samples");
     v("sample_tokens", sample_tokens, "tokens per text sample", int64_t{0}, int64_t{1} << 20);

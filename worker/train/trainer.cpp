@@ -61,10 +61,13 @@ struct Trainer::Impl {
   std::unique_ptr<HeldOutSet> held_out;  // the evaluation's windows: the same for every seed (eval.val_seed)
   // eval.defer: the shipped weights at each evaluation point, scored after the last step.
   struct Snapshot {
-    torch::Tensor weights;  // host copy
+    torch::Tensor weights;  // host copy; undefined when spilled to `file`
     nlohmann::json record;  // step, tokens, time_s, eval_of, ... (val_loss added when scored)
+    std::string file;       // beyond eval.defer_memory_mb: the weights as raw float32 here, removed once scored
   };
   std::vector<Snapshot> snapshots;
+  int64_t snapshot_bytes = 0;  // held in memory by `snapshots`
+  int64_t spilled = 0;         // snapshots written to disk so far (their file names)
   int64_t last_eval_global_tokens = 0;  // the job's tokens (global_tokens) at the last evaluation point
   int64_t data_position = 0;  // training samples consumed by this worker's steps so far (see WindowSampler)
   std::unique_ptr<MetricsLog> metrics;
@@ -204,7 +207,9 @@ struct Trainer::Impl {
   void score_snapshots(Progress& progress) {
     for (Snapshot& s : snapshots) {
       const double t = now_seconds();
+      if (!s.file.empty()) s.weights = read_spilled(s.file);
       const double vl = evaluate_weights(s.weights);
+      if (!s.file.empty()) fs::remove(s.file), s.weights = torch::Tensor();
       s.record["val_loss"] = vl;
       s.record["deferred_eval_s"] = now_seconds() - t;
       metrics->write(s.record);
@@ -213,6 +218,37 @@ struct Trainer::Impl {
                                   s.record.at("step").get<int64_t>(), s.record.at("eval_of").get<std::string>(), vl));
     }
     snapshots.clear();
+    snapshot_bytes = 0;
+    std::error_code ec;
+    fs::remove(fs::path(out) / "deferred", ec);  // (only if empty; absent when nothing was spilled)
+  }
+  // eval.defer: keeps a host copy of `weights` with its record, in memory up to eval.defer_memory_mb,
+  // beyond that in OUT/deferred/ (written whole before the run goes on).
+  void keep_snapshot(const torch::Tensor& weights, const nlohmann::json& record) {
+    torch::Tensor host = weights.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
+    const int64_t bytes = host.numel() * static_cast<int64_t>(host.element_size());
+    if (snapshot_bytes + bytes <= cfg.eval.defer_memory_mb * (int64_t{1} << 20)) {
+      snapshot_bytes += bytes;
+      snapshots.push_back({host, record, ""});
+      return;
+    }
+    const fs::path dir = fs::path(out) / "deferred";
+    fs::create_directories(dir);
+    const std::string file = (dir / fmt::format("snapshot_{:06d}.f32", spilled++)).string();
+    std::ofstream f(file, std::ios::binary | std::ios::trunc);
+    f.write(static_cast<const char*>(host.data_ptr()), static_cast<std::streamsize>(bytes));
+    f.close();
+    SYN_CHECK(f.good(), fmt::format("cannot write the deferred evaluation snapshot {} ({} bytes)", file, bytes),
+              "free disk space under --out, raise eval.defer_memory_mb, or set eval.defer=false");
+    snapshots.push_back({torch::Tensor(), record, file});
+  }
+  torch::Tensor read_spilled(const std::string& file) const {
+    torch::Tensor t = torch::empty({flat->params.numel()}, torch::kFloat);
+    std::ifstream f(file, std::ios::binary);
+    f.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * 4));
+    SYN_CHECK(f.good() && f.gcount() == t.numel() * 4, fmt::format("cannot read the deferred evaluation snapshot {}", file),
+              "it was written by this run under --out/deferred/: check the disk");
+    return t;
   }
 
   std::string sample_text() {
@@ -358,7 +394,7 @@ struct Trainer::Impl {
           describe_held_out(m);
           last_eval_global_tokens = m.at("global_tokens").get<int64_t>();
           if (cfg.eval.defer) {
-            snapshots.push_back({weights.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true), m});
+            keep_snapshot(weights, m);
             // The snapshot's cost is off this node's clock.
             snapshots.back().record["eval_s"] = now_seconds() - t_weights;
             snapshots.back().record["deferred"] = true;
@@ -383,10 +419,9 @@ struct Trainer::Impl {
           if (!cfg.eval.due(step, last_eval_global_tokens, job_tokens) || cfg.eval.every_tokens <= 0) return;
           const double t_pull = now_seconds();
           const at::Tensor w = pull();
-          record_evaluation(w,
-                            {{"step", step}, {"time_s", t_pull - t0}, {"tokens", tokens}, {"eval_of", "servers"},
-                             {"global_tokens", job_tokens}, {"unix_s", unix_seconds()}, {"while_waiting", true}},
-                            t_pull);
+          nlohmann::json m = {{"step", step}, {"time_s", t_pull - t0}, {"tokens", tokens}, {"eval_of", "servers"},
+                              {"global_tokens", job_tokens}, {"unix_s", unix_seconds()}, {"while_waiting", true}};
+          record_evaluation(w, m, t_pull);
         };
         const ShippedWeights w =
             job_final ? sync->final_weights(flat->params, tokens_per_step, while_waiting) : sync->shipped(flat->params);
