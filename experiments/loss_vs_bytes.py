@@ -28,7 +28,9 @@ def curve(run_dir):
         for line in open(p):
             m = json.loads(line)
             sent += m.get("wire_bytes", 0) if "loss" in m else 0
-            if "val_loss" in m:
+            # per step (every node evaluates at the same steps); node 0's while_waiting points of a
+            # parameter-server job share its last step and are not per-step points: left out
+            if "val_loss" in m and not m.get("while_waiting", False):
                 points[m["step"]] = (sent, m["val_loss"])
         per_node.append(points)
     if not per_node:

@@ -2,10 +2,11 @@
 # The main job on its embedded default: sets up (if needed), builds, and runs a short A/B of
 # synchronous vs asynchronous training on an emulated cluster of this machine: 4 nodes (processes on
 # loopback, compute modelled so that each node behaves like a machine with its own accelerator),
-# node 3 three times slower with 10% jitter, ring all-reduce vs ASP, 20 steps per node, learning
-# rates tuned on a separate seed, 3 headline seeds each, the tiny GPT on the byte-tokenized Python
-# standard library (no download). About 8 minutes on 2 cores (12-14 runs; the plan and its
-# estimated cost are printed first). Leaves runs/demo/report.md, runs/demo/summary.json and the
+# node 3 three times slower with 10% jitter, ring all-reduce vs ASP under an equal wall-time budget
+# of 20 emulated seconds (steps and schedules fitted to it per node from a calibration run),
+# learning rates tuned on a separate seed, 3 headline seeds each, the tiny GPT on the
+# byte-tokenized Python standard library (no download). About 12 minutes on 2 cores (14-16 runs;
+# the plan and its estimated cost are printed first). Leaves runs/demo/report.md, runs/demo/summary.json and the
 # plots (runs/demo/*.png).
 #
 # Usage: scripts/demo.sh                 the A/B (extra arguments go to experiments/ab_sync_async.py)
@@ -32,8 +33,8 @@ if [ "${1:-}" = "--single" ]; then
 fi
 rm -rf "$OUT"
 .venv/bin/python experiments/ab_sync_async.py --out "$OUT" --nodes 4 --configs ring,asp \
-  --slow-node 3 --slowdown 3 --jitter 0.1 --steps 20 --seeds 3 --lr-grid 0.5,1,2 --lr-extend 1 --targets 3.6,3.3 \
-  --evals 5 "$@"
+  --slow-node 3 --slowdown 3 --jitter 0.1 --time-budget-s 20 --seeds 3 --lr-grid 0.5,1,2 --lr-extend 1 \
+  --targets 3.6,3.3 --evals 5 "$@"
 echo
 echo "[demo] report:  $OUT/report.md"
 echo "[demo] summary: $OUT/summary.json"
