@@ -19,7 +19,8 @@ def read_jsonl(path):
 
 
 class CpuSampler:
-    """Host CPU utilization (all cores, /proc/stat) sampled every `every` seconds on a thread."""
+    """Host CPU utilization (all cores, /proc/stat) sampled every `every` seconds on a thread; each
+    sample is kept with the wall-clock time at its end."""
 
     def __init__(self, every=0.5):
         self.every, self.samples, self._stop = every, [], threading.Event()
@@ -38,7 +39,7 @@ class CpuSampler:
             cur = self._read()
             dt, di = cur[0] - last[0], cur[1] - last[1]
             if dt > 0:
-                self.samples.append(1.0 - di / dt)
+                self.samples.append((time.time(), 1.0 - di / dt))
             last = cur
 
     def __enter__(self):
@@ -49,8 +50,12 @@ class CpuSampler:
         self._stop.set()
         self._t.join()
 
-    def mean(self):
-        return sum(self.samples) / len(self.samples) if self.samples else None
+    def mean(self, window=None):
+        """Mean utilization; window (unix_start, unix_end): only the samples that ended inside it
+        (the training: start-up, the deferred scoring of evaluations after it and shutdown are not
+        what the emulation's validity is about). None without samples there."""
+        v = [u for t, u in self.samples if window is None or window[0] <= t <= window[1] + self.every]
+        return sum(v) / len(v) if v else None
 
 
 # The trainer's evaluation, schedule and overlap flags a study passes to every run (issue 25), in one
@@ -338,6 +343,7 @@ def summarize(out, nodes, ring, deferred=False):
         "compute_s_mean": sum(s.get("compute_s", 0.0) for s in all_steps) / len(all_steps),
         "modelled_s_mean": sum(s.get("modelled_s", 0.0) for s in all_steps) / len(all_steps),
         "eval_s_total": spent,
+        "train_window_unix": [t_start, t_end],  # first step's start to the last step's end, all nodes
         # The held-out set: digests and sizes seen in this run's records (None: an old trainer's records).
         "val_set": sorted({p["val_set"] for p in curve if "val_set" in p}) or None,
         "val_tokens": sorted({p["val_tokens"] for p in curve if "val_tokens" in p}) or None,
@@ -373,7 +379,9 @@ def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_c
         return {"failed": f"unreadable metrics: {e}", "log": log}
     r["servers"] = server_stats(out) if not cfg.get("ring") else []
     r["dropped"] = sum(s.get("dropped", 0) for s in r["servers"])
-    r["cpu_util"] = None if sim else cpu.mean()
+    # Host CPU while the nodes trained (not while they started, scored deferred evaluations or exited).
+    r["cpu_util"] = None if sim else next((u for u in (cpu.mean(tuple(r["train_window_unix"])), cpu.mean())
+                                           if u is not None), None)  # (a run shorter than a sample: all of it)
     r["elapsed_s"] = time.time() - t0
     if sim:
         with open(os.path.join(out, "sim.json")) as f:

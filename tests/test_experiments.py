@@ -911,6 +911,20 @@ class Emulation(unittest.TestCase):
         self.assertIn("backup workers", str(e.exception))
 
 
+class CpuDuringTraining(unittest.TestCase):
+    """The emulation's CPU gate reads the host while the nodes trained, not while they started, scored
+    deferred evaluations (four processes on two cores) or exited: a demo review found a run's 80%
+    was its deferred scoring, not its training."""
+
+    def test_mean_over_the_training_window(self):
+        import cluster_runs
+        s = cluster_runs.CpuSampler(every=0.5)
+        s.samples = [(100.0, 0.9), (101.0, 0.4), (102.0, 0.5), (103.0, 1.0), (104.0, 1.0)]
+        self.assertAlmostEqual(s.mean(), 0.76)
+        self.assertAlmostEqual(s.mean((100.5, 102.2)), 0.45)  # the samples that ended inside it
+        self.assertIsNone(s.mean((200.0, 201.0)))
+
+
 class NoNegativeTimes(unittest.TestCase):
     """Issue 32: a report never prints a negative time, fixed where it came from."""
 
