@@ -27,6 +27,14 @@ using test::push_header;
 
 namespace {
 int64_t duplicates_of(const ParameterShard& s) { return nlohmann::json::parse(s.stats_json(0))["duplicates"].get<int64_t>(); }
+// A server on plain TCP that checkpoints into d/ck after every update (crash and restart tests).
+ServerConfig durable_server(const test::TempDir& d) {
+  ServerConfig sc;
+  sc.encrypt = "off";
+  sc.checkpoint_dir = d.str("ck");
+  sc.checkpoint_every = 1;
+  return sc;
+}
 }  // namespace
 
 // Issue 26 (1): BSP, 2 workers. Worker 0 pushes clock 0 and is held; the shard is checkpointed
@@ -170,10 +178,7 @@ TEST(PsServer, ClocksReleasedByFinishOrTimeoutAreDurableBeforeTheyAreAcknowledge
   for (bool by_finish : {true, false}) {
     SCOPED_TRACE(by_finish ? "released by FINISH" : "released by the other worker's timeout");
     test::TempDir d;
-    ServerConfig sc;
-    sc.encrypt = "off";
-    sc.checkpoint_dir = d.str("ck");
-    sc.checkpoint_every = 1;
+    const ServerConfig sc = durable_server(d);
     PsConfig pc;
     pc.consistency = "bsp";
     pc.worker_timeout_s = 1.0;
@@ -277,10 +282,7 @@ TEST(ParameterShard, VersionsStayDistinctAcrossARestoreAndDcAsgdNeverMatchesAnOl
 // shut down (checkpointed) and started again on its port; B pushes clock 0 before A resends.
 TEST(PsServer, ARestoredHeldWorkerUnknownToTheNewProcessGetsItsReplyOnResend) {
   test::TempDir d;
-  ServerConfig sc;
-  sc.encrypt = "off";
-  sc.checkpoint_dir = d.str("ck");
-  sc.checkpoint_every = 1;
+  ServerConfig sc = durable_server(d);
   PsConfig pc;
   pc.consistency = "ssp";
   pc.staleness_bound = 0;
