@@ -230,8 +230,18 @@ def sim_emulation(emu, a, sa, efficiency):
 
 
 def load(path):
-    with open(os.path.join(path, "summary.json")) as f:
-        emu = json.load(f)
+    f = os.path.join(path, "summary.json")
+    if not os.path.isfile(f):
+        raise SystemExit(f"validate_sim: {f} does not exist: --emulated (and --fit-from) name the output directory "
+                         "of a finished emulated study, e.g. python experiments/ab_sync_async.py --out runs/ab ... "
+                         "(its --backend emulated, the default)")
+    try:
+        with open(f) as fh:
+            emu = json.load(fh)
+    except ValueError as e:
+        raise SystemExit(f"validate_sim: {f} is not a study's summary ({e}): run the emulated study again")
+    if "emulation" not in emu or "configurations" not in emu:
+        raise SystemExit(f"validate_sim: {f} is not an emulated study's summary (no 'emulation'/'configurations')")
     emu["_dir"] = os.path.abspath(path)
     return emu, study_args(emu)
 

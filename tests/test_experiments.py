@@ -925,6 +925,20 @@ class CpuDuringTraining(unittest.TestCase):
         self.assertIsNone(s.mean((200.0, 201.0)))
 
 
+class ValidateSimNamesAMissingStudy(unittest.TestCase):
+    """README's validate_sim.py --emulated runs/ab before that study exists (found walking the README):
+    a named error with what to run, not a traceback."""
+
+    def test_missing_summary(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "validate_sim.py"), "--emulated",
+                                os.path.join(d, "ab"), "--dry-run"], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("summary.json does not exist", r.stderr)
+            self.assertIn("ab_sync_async.py --out", r.stderr)
+            self.assertNotIn("Traceback", r.stderr)
+
+
 class NoNegativeTimes(unittest.TestCase):
     """Issue 32: a report never prints a negative time, fixed where it came from."""
 
