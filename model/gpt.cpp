@@ -176,16 +176,25 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     forward_state.cpu = ac[0], forward_state.cuda = ac[1];
     forward_state.cpu_dtype = static_cast<at::ScalarType>(ac[2]), forward_state.cuda_dtype = static_cast<at::ScalarType>(ac[3]);
     const AutocastState outside = AutocastState::now();
+    // The recompute counts itself in autocast's nesting (as torch.utils.checkpoint's autocast
+    // context does) and clears the thread's cache of weight casts when the count returns to 0: on
+    // CUDA backward runs on autograd's device thread, where nothing else ever would, and the casts
+    // of this step's weights would serve the next step's recompute after AdamW changed them.
+    auto leave = [&] {
+      if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+      outside.apply();
+    };
     torch::Tensor y;
     try {
       forward_state.apply();
+      at::autocast::increment_nesting();
       torch::AutoGradMode enable(true);
       y = block->forward(x);
     } catch (...) {
-      outside.apply();
+      leave();
       throw;
     }
-    outside.apply();
+    leave();
     {
       std::lock_guard<std::mutex> l(gen.mutex());
       gen.set_state(rng_now);

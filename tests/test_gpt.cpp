@@ -209,6 +209,51 @@ TEST(GPT, CheckpointRecomputeReplaysTheMasksOfConcurrentReplicas) {
   }
 }
 
+// Issue 28 (1): autocast caches the bf16 casts of fp32 leaf weights until its nesting count returns
+// to 0. The recompute ran under autocast without counting itself, so its casts stayed cached after
+// backward; the next step's forward (after an in-place update) then computed with last step's
+// weights. Two steps under CPU bf16 autocast with a guard as the trainer's (nesting counted, cache
+// cleared at 0), an in-place update between them: checkpointing on and off give the same step-2
+// gradients.
+TEST(GPT, CheckpointRecomputeLeavesNoStaleAutocastCasts) {
+  auto step2_grads = [](bool ckpt) {
+    auto c = small_config();
+    c.dropout = 0;
+    c.activation_checkpointing = ckpt;
+    torch::manual_seed(3);
+    GPT m(c);
+    m->train();
+    auto idx = torch::arange(32, torch::kLong).reshape({2, 16}) % c.vocab_size;
+    auto tgt = (idx * 7 + 3) % c.vocab_size;
+    for (int step = 0;; ++step) {
+      for (auto& p : m->parameters()) p.mutable_grad() = torch::Tensor();
+      torch::Tensor loss;
+      {
+        const bool was = at::autocast::is_autocast_enabled(at::kCPU);
+        at::autocast::set_autocast_enabled(at::kCPU, true);
+        at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+        at::autocast::increment_nesting();
+        loss = m->loss(idx, tgt);
+        if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+        at::autocast::set_autocast_enabled(at::kCPU, was);
+      }
+      loss.backward();  // outside autocast, as the trainer's
+      if (step == 1) {
+        std::vector<torch::Tensor> g;
+        for (auto& p : m->parameters()) g.push_back(p.grad().clone());
+        return g;
+      }
+      torch::NoGradGuard ng;
+      for (auto& p : m->parameters()) p.mul_(1.1);  // in place, as AdamW: the same tensors, new values
+    }
+  };
+  const auto plain = step2_grads(false), ckpt = step2_grads(true);
+  ASSERT_EQ(plain.size(), ckpt.size());
+  for (size_t i = 0; i < plain.size(); ++i)
+    EXPECT_TRUE(torch::allclose(ckpt[i], plain[i], 1e-5, 1e-6))
+        << "parameter " << i << ": " << (ckpt[i] - plain[i]).abs().max().item<double>();
+}
+
 // Issue 16 (1): the recompute runs under the forward's autocast (backward runs outside it): the
 // checkpointed bf16 gradients are the non-checkpointed bf16 ones, not those of an fp32 recompute.
 TEST(GPT, CheckpointRecomputeRunsUnderTheForwardsAutocast) {
