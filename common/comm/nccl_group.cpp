@@ -39,7 +39,20 @@ class NcclGroup : public LocalGroup {
       : devices_(devices), comms_(devices.size()), host_(static_cast<int>(devices.size())) {
     SYN_NCCL(ncclCommInitAll(comms_.data(), static_cast<int>(devices_.size()), devices_.data()));
   }
+  // Teardown (issue 28 (2)): finalizing a communicator is an intra-node collective, and NCCL
+  // requires the calls for several GPUs driven from one thread to be grouped, else the first one
+  // waits for peers that are never called. Finalize every communicator in one group (it flushes
+  // their pending work), then destroy them. Aborted communicators (null) are already freed.
   ~NcclGroup() override {
+    ncclResult_t r = ncclGroupStart();
+    for (ncclComm_t c : comms_)
+      if (c && r == ncclSuccess) r = ncclCommFinalize(c);
+    const ncclResult_t end = ncclGroupEnd();
+    if (r != ncclSuccess || end != ncclSuccess) {  // a destructor does not throw: abort what is left
+      for (ncclComm_t c : comms_)
+        if (c) ncclCommAbort(c);
+      return;
+    }
     for (ncclComm_t c : comms_)
       if (c) ncclCommDestroy(c);
   }
