@@ -416,6 +416,9 @@ TEST(DistConfig, SlurmAndTorchrunVariablesMapToTheJob) {
   EXPECT_EQ(c.device, 3);
   EXPECT_EQ(c.local_replicas, 1);
   EXPECT_EQ(resolved(c).device, 3);  // idempotent (join_job resolves again)
+  // Issue 28 (5): it works, but 8 GPUs of one host then all-reduce over TCP: said plainly.
+  EXPECT_NE(launch_layout_warning(c).find("8 processes on this host"), std::string::npos) << launch_layout_warning(c);
+  EXPECT_NE(launch_layout_warning(c).find("--nproc-per-node=1"), std::string::npos);
   // The same launcher with dist.launch=node would make 8 processes drive all 8 GPUs: refused by name.
   DistConfig per_node = ring;
   per_node.launch = "node";
@@ -433,6 +436,7 @@ TEST(DistConfig, SlurmAndTorchrunVariablesMapToTheJob) {
   EXPECT_EQ(c.nnodes, 2);
   EXPECT_EQ(c.node_rank, 1);
   EXPECT_EQ(c.device, -1);
+  EXPECT_EQ(launch_layout_warning(c), "");
   for (const auto& n : names) unsetenv(n.c_str());
   // srun --nodes=2 --ntasks-per-node=8: task 9 is GPU 1 of the second host (tasks are not nodes).
   setenv("SLURM_NTASKS", "16", 1);

@@ -99,6 +99,17 @@ void resolve_launch_layout(DistConfig& c) {
 
 }  // namespace
 
+std::string launch_layout_warning(const DistConfig& c) {
+  const int64_t here = processes_on_this_host();
+  if (c.launch != "gpu" || here <= 1) return "";
+  return fmt::format(
+      "one process per GPU with {} processes on this host: each GPU is a node of the job, so the host's GPUs "
+      "exchange gradients over the inter-node {} (TCP through host memory), not NCCL over NVLink; a debugging "
+      "layout. For training start one process per host (torchrun --nproc-per-node=1, srun --ntasks-per-node=1): "
+      "it drives every local GPU as a replica, NCCL inside the host",
+      here, c.mode == "ps" ? "parameter-server pushes" : "ring");
+}
+
 void resolve_from_environment(DistConfig& c) {
   if (c.mode == "none") {
     c.nnodes = 1;

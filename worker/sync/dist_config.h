@@ -133,6 +133,11 @@ struct DistConfig {
 // mode "none" forces one node. Idempotent.
 void resolve_from_environment(DistConfig& c);
 
+// After resolve_from_environment: a warning for a layout that works but is slow, else "". One
+// process per GPU with several on one host (torchrun --nproc-per-node=8) makes every GPU a node of
+// the job: their gradients meet over the inter-node transport through host memory, not NCCL.
+std::string launch_layout_warning(const DistConfig& c);
+
 // For --print-config: the values resolve_from_environment gives nnodes, node_rank, master_addr and
 // master_port here, each with where it came from ("$NNODES", "dist.nnodes", "the default", ...).
 // Throws what resolve_from_environment throws.

@@ -535,6 +535,8 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
               cfg.dist.master_addr, cfg.dist.master_port);
   else if (cfg.dist.mode == "none" && local > 1)
     log::info("[dist] one node: {} local replicas ({})", local, where);
+  if (const std::string w = launch_layout_warning(cfg.dist); !w.empty() && cfg.dist.device == 0)
+    log::warn("[dist] {}", w);  // (once per host: the process of the host's first GPU)
   // Nodes must agree on model and config, and resume from the newest checkpoint all of them hold:
   // the rendezvous carries each node's list, the job decides (agreed_resume_step).
   if (cfg.dist.mode == "ring" && cfg.dist.nnodes > 1) {
