@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -209,14 +211,42 @@ TEST(GPT, CheckpointRecomputeReplaysTheMasksOfConcurrentReplicas) {
   }
 }
 
-// Issue 28 (1): autocast caches the bf16 casts of fp32 leaf weights until its nesting count returns
-// to 0. The recompute ran under autocast without counting itself, so its casts stayed cached after
-// backward; the next step's forward (after an in-place update) then computed with last step's
-// weights. Two steps under CPU bf16 autocast with a guard as the trainer's (nesting counted, cache
-// cleared at 0), an in-place update between them: checkpointing on and off give the same step-2
-// gradients.
+// Issue 28 (1): autocast caches the bf16 casts of fp32 leaf weights (with grad mode on) until its
+// nesting count returns to 0 on that thread. On CUDA, backward (the checkpointed recompute) runs on
+// autograd's device thread, where no forward guard ever brings the count back to 0: a recompute
+// that did not count itself left its casts cached there, and the next step's recompute computed
+// with last step's weights after the in-place update. Here on CPU the same: forward under a guard
+// as the trainer's (nesting counted, cache cleared at 0) on this thread, backward on one persistent
+// other thread; two steps with an in-place update between them; checkpointing on and off must give
+// the same step-2 gradients.
 TEST(GPT, CheckpointRecomputeLeavesNoStaleAutocastCasts) {
-  auto step2_grads = [](bool ckpt) {
+  // One persistent thread that runs the backward passes, as autograd's device thread.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::function<void()> job;
+  bool done = false, quit = false;
+  std::thread device_thread([&] {
+    std::unique_lock<std::mutex> l(mu);
+    for (;;) {
+      cv.wait(l, [&] { return job || quit; });
+      if (quit) return;
+      auto j = std::move(job);
+      job = nullptr;
+      l.unlock();
+      j();
+      l.lock();
+      done = true;
+      cv.notify_all();
+    }
+  });
+  auto on_device_thread = [&](std::function<void()> f) {
+    std::unique_lock<std::mutex> l(mu);
+    done = false;
+    job = std::move(f);
+    cv.notify_all();
+    cv.wait(l, [&] { return done; });
+  };
+  auto step2_grads = [&](bool ckpt) {
     auto c = small_config();
     c.dropout = 0;
     c.activation_checkpointing = ckpt;
@@ -237,7 +267,7 @@ TEST(GPT, CheckpointRecomputeLeavesNoStaleAutocastCasts) {
         if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
         at::autocast::set_autocast_enabled(at::kCPU, was);
       }
-      loss.backward();  // outside autocast, as the trainer's
+      on_device_thread([&] { loss.backward(); });  // outside autocast, on the other thread
       if (step == 1) {
         std::vector<torch::Tensor> g;
         for (auto& p : m->parameters()) g.push_back(p.grad().clone());
@@ -248,6 +278,12 @@ TEST(GPT, CheckpointRecomputeLeavesNoStaleAutocastCasts) {
     }
   };
   const auto plain = step2_grads(false), ckpt = step2_grads(true);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    quit = true;
+  }
+  cv.notify_all();
+  device_thread.join();
   ASSERT_EQ(plain.size(), ckpt.size());
   for (size_t i = 0; i < plain.size(); ++i)
     EXPECT_TRUE(torch::allclose(ckpt[i], plain[i], 1e-5, 1e-6))

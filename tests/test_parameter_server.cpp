@@ -773,10 +773,11 @@ TEST(PsTraining, NodeZeroEvaluatesTheServersWhileItWaitsForAStraggler) {
     EXPECT_GT(g / 128, before / 128) << "two points in one interval of eval.every_tokens: " << m.dump();
     before = g;
   }
-  EXPECT_LT(before, 16 * 64);
+  // (the last may be at the job's total: the straggler's last push landed, its FINISH not yet)
+  EXPECT_LE(before, 16 * 64);
   // Stamped on the training clock: the final point is the straggler's end (within start-up skew and
   // the last round trip), not after its scoring of 8 deferred snapshots.
-  EXPECT_LT(std::abs(fin["time_s"].get<double>() - slow_steps.back()["time_s"].get<double>()), 1.0)
+  EXPECT_LT(std::abs(fin["time_s"].get<double>() - slow_steps.back()["time_s"].get<double>()), 2.0)
       << fin.dump() << " vs the straggler's last step " << slow_steps.back().dump();
 }
 
