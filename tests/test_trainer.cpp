@@ -42,6 +42,18 @@ TEST(Trainer, TinyModelOverfitsTinyText) {
   EXPECT_TRUE(fs::exists(d.str("run/checkpoints/step_000150/model.safetensors")));
 }
 
+namespace {
+// Trains `c` into `out` (under d) and returns its evaluation records, in order.
+std::vector<nlohmann::json> evaluations_of_run(const RunConfig& c, const std::string& out) {
+  Trainer t(c, out, false, "", false);
+  t.run();
+  std::vector<nlohmann::json> evals;
+  for (auto& m : test::read_jsonl(out + "/metrics.jsonl"))
+    if (m.contains("val_loss")) evals.push_back(m);
+  return evals;
+}
+}  // namespace
+
 // Issue 25: one held-out set for every seed. Two runs of different training seeds are scored on the
 // same windows (the same digest and token count in every evaluation record), a different
 // eval.val_seed picks other windows, and a set larger than the validation split is refused by name.
@@ -55,12 +67,7 @@ TEST(Trainer, HeldOutSetIsTheSameForEverySeedAndNamedInEveryRecord) {
     c.eval.val_windows = 6;
     c.eval.val_seed = val_seed;
     c.eval.defer = defer;
-    Trainer t(c, d.str(out), false, "", false);
-    t.run();
-    std::vector<nlohmann::json> evals;
-    for (auto& m : test::read_jsonl(d.str(out + "/metrics.jsonl")))
-      if (m.contains("val_loss")) evals.push_back(m);
-    return evals;
+    return evaluations_of_run(c, d.str(out));
   };
   const auto a = evals_of(1, 1, false, "a"), b = evals_of(2, 1, true, "b"), c = evals_of(1, 2, false, "c");
   ASSERT_EQ(a.size(), 2u);
@@ -114,11 +121,8 @@ TEST(Trainer, DeferredEvaluationScoresTheSameWeightsAsOnTheSpot) {
     c.eval.every = 2;
     c.eval.defer = defer;
     c.eval.defer_memory_mb = memory_mb;
-    Trainer t(c, d.str(out), false, "", false);
-    t.run();
     std::vector<double> v;
-    for (auto& m : test::read_jsonl(d.str(out + "/metrics.jsonl")))
-      if (m.contains("val_loss")) v.push_back(m["val_loss"].get<double>());
+    for (const auto& m : evaluations_of_run(c, d.str(out))) v.push_back(m["val_loss"].get<double>());
     return v;
   };
   const auto now = run(false, "now"), later = run(true, "later"), spilled = run(true, "spilled", 0);
