@@ -163,6 +163,7 @@ class Simulation {
       em.slowdown = is_slow ? run_.emulate.slowdown : 1.0;
       w.pacer = std::make_unique<StepPacer>(em, static_cast<uint64_t>(run_.train.seed), r);  // the emulation's draws
       w.steps = is_slow && sim_.slow_steps > 0 ? sim_.slow_steps : run_.train.steps;
+      job_total_tokens_ += w.steps * tokens_per_step_;
       w.path = (fs::path(out_) / fmt::format("node{}", r) / "metrics.jsonl").string();
       fs::create_directories(fs::path(w.path).parent_path());
       std::ofstream(w.path, std::ios::trunc);
@@ -458,9 +459,8 @@ class Simulation {
     if (run_.eval.every_tokens <= 0) return;
     const int64_t job_tokens = job_tokens_now();
     Worker& w0 = workers_[0];
-    int64_t all = 0;  // every worker's last update in: the final evaluation's point, not one while waiting
-    for (const Worker& w : workers_) all += w.steps * tokens_per_step_;
-    if (job_tokens >= all || !run_.eval.due(w0.step, w0_eval_job_tokens_, job_tokens)) return;
+    // every worker's last update in: the final evaluation's point, not one while waiting
+    if (job_tokens >= job_total_tokens_ || !run_.eval.due(w0.step, w0_eval_job_tokens_, job_tokens)) return;
     evaluate_into_log(w0, t, servers_values(), "servers", {{"global_tokens", job_tokens}, {"while_waiting", true}});
     w0_eval_job_tokens_ = job_tokens;
   }
@@ -598,6 +598,7 @@ class Simulation {
   int arrived_ = 0;
   bool stopped_ = false;  // sim.target_loss reached, or sim.time_limit_s passed
   bool final_pending_ = false;  // ps: worker 0 finished; its final evaluation waits for the others
+  int64_t job_total_tokens_ = 0;   // every worker's steps x tokens per step: the job's tokens at its end
   int64_t w0_eval_job_tokens_ = 0;  // ps: the job's tokens at worker 0's last evaluation point (as it counts them)
   bool node_clip_ = false;  // ring: dist.clip_scope=node (each worker's gradient clipped, not the mean)
   at::Tensor batch_x_, batch_y_;  // one micro-batch's ids [batch, context], reused by every gradient and evaluation
