@@ -212,14 +212,14 @@ TEST(GPT, CheckpointRecomputeReplaysTheMasksOfConcurrentReplicas) {
 }
 
 // Issue 28 (1): autocast caches the bf16 casts of fp32 leaf weights (with grad mode on) until its
-// nesting count returns to 0 on that thread. On CUDA, backward (the checkpointed recompute) runs on
-// autograd's device thread, where no forward guard ever brings the count back to 0: a recompute
-// that did not count itself left its casts cached there, and the next step's recompute computed
-// with last step's weights after the in-place update. Here on CPU the same: forward under a guard
-// as the trainer's (nesting counted, cache cleared at 0) on this thread, backward on one persistent
-// other thread; two steps with an in-place update between them; checkpointing on and off must give
-// the same step-2 gradients.
-TEST(GPT, CheckpointRecomputeLeavesNoStaleAutocastCasts) {
+// nesting count returns to 0 on that thread; the recompute now counts itself, so on CUDA (backward
+// on autograd's device thread, where no forward guard ever brings the count back to 0) it leaves
+// no casts of this step's weights for the next step's recompute. On CPU this test does NOT show
+// that bug: it passes with the old recompute too (checked), as LibTorch's CPU path does not reuse
+// the casts there; the GPU check must. What it does check: forward under a guard as the trainer's
+// (nesting counted, cache cleared at 0), backward on one persistent other thread, two steps with an
+// in-place update between them: checkpointing on and off give the same step-2 gradients.
+TEST(GPT, CheckpointingMatchesAcrossAnInPlaceUpdateWithBackwardOnAnotherThread) {
   // One persistent thread that runs the backward passes, as autograd's device thread.
   std::mutex mu;
   std::condition_variable cv;

@@ -3,6 +3,8 @@
 // single-process training, BSP over the servers equals the ring.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <chrono>
@@ -744,7 +746,7 @@ TEST(PsTraining, NodeZeroEvaluatesTheServersWhileItWaitsForAStraggler) {
   for (int r = 0; r < 2; ++r) {
     auto a = train_args(d, corpus, d.str(fmt::format("w{}", r)), 2);  // 64 tokens per node step
     a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + ep, "--train.steps=8", "--eval.every_tokens=128",
-                       "--eval.defer=true", "--eval.val_windows=64", "--emulate.step_time_s=0.05",
+                       "--eval.defer=true", "--eval.val_windows=300", "--emulate.step_time_s=0.05",
                        fmt::format("--emulate.slowdown={}", r == 1 ? 8 : 1)});
     ws.push_back(std::make_unique<test::Process>(
         a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", "NNODES=2", "NODE_RANK=" + std::to_string(r)},
@@ -779,6 +781,14 @@ TEST(PsTraining, NodeZeroEvaluatesTheServersWhileItWaitsForAStraggler) {
   // the last round trip), not after its scoring of 8 deferred snapshots.
   EXPECT_LT(std::abs(fin["time_s"].get<double>() - slow_steps.back()["time_s"].get<double>()), 2.0)
       << fin.dump() << " vs the straggler's last step " << slow_steps.back().dump();
+  // The straggler scores its 8 deferred snapshots (300 windows each) after its FINISH: node 0's
+  // final weights exist before the straggler's last metrics line is written. (Scored before
+  // FINISH, as before the fix, node 0 waited for that scoring: its stamp came after.)
+  struct stat st {};
+  ASSERT_EQ(::stat(d.str("w1/metrics.jsonl").c_str(), &st), 0);
+  const double slow_written = static_cast<double>(st.st_mtim.tv_sec) + 1e-9 * static_cast<double>(st.st_mtim.tv_nsec);
+  EXPECT_LT(fin["unix_s"].get<double>(), slow_written)
+      << "node 0's final weights were stamped after the straggler had scored its snapshots";
 }
 
 // Plain TCP: the garbage reaches the dispatcher, which answers each with an ERROR. Encrypted (the

@@ -416,7 +416,7 @@ struct Trainer::Impl {
         // stopped stepping before a straggler.
         const bool job_final = step == tc.steps && cfg.dist.node_rank == 0;
         auto while_waiting = [&](int64_t job_tokens, const std::function<at::Tensor()>& pull) {
-          if (!cfg.eval.due(step, last_eval_global_tokens, job_tokens) || cfg.eval.every_tokens <= 0) return;
+          if (cfg.eval.every_tokens <= 0 || !cfg.eval.due(step, last_eval_global_tokens, job_tokens)) return;
           const double t_pull = now_seconds();
           const at::Tensor w = pull();
           nlohmann::json m = {{"step", step}, {"time_s", t_pull - t0}, {"tokens", tokens}, {"eval_of", "servers"},
