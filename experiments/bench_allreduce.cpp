@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   app.add_option("--local", local, "replicas per process (threads), reduced hierarchically");
   std::string hierarchy = "sliced";
   app.add_option("--hierarchy", hierarchy, "with --local: sliced (a ring lane per replica) or root (replica 0 rings)");
+  double latency_ms = 0;
+  app.add_option("--latency-ms", latency_ms, "emulated one-way latency held on every received message (delay line), ms");
   CLI11_PARSE(app, argc, argv);
   try {
     DistConfig dc;
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
     RendezvousOptions ro = rendezvous_options(dc, job_token_from_environment(), "bench");
     const Hierarchy h = parse_hierarchy(hierarchy);
     ro.lanes = ring_lanes(h, local);
+    ro.latency_s = latency_ms / 1e3;
     Ring ring = connect_ring(ro);
     RingAllreduceOptions opt;
     opt.wire = bf16 ? WireFormat::kBf16 : WireFormat::kF32;

@@ -8,6 +8,8 @@ import subprocess
 import threading
 import time
 
+import scenario as scen
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OVERRUN_LIMIT = 0.05  # default: a run with more steps over their modelled time than this is invalid
 CPU_LIMIT = 0.90      # default: a run whose host CPU use averaged above this is invalid (saturated cores)
@@ -146,6 +148,8 @@ def worker_flags(job, seed, lr, steps, ring=False, local_sgd=False, paced=True):
         flags += _flags("defer", job["defer"])
     flags += ["--eval.sample_tokens=0", "--checkpoint.every=0", "--dist.check_every=0",
               f"--data.cache_dir={ROOT}/data/cache"]
+    if job.get("sizes"):  # the scenario's message sizes, scaled as the link is (scenario.scaled_sizes)
+        flags += scen.size_flags(job["sizes"])
     if job.get("overlap"):
         # Every mode with its overlap as users would run it: the pacer releases gradient regions at
         # modelled times in the modelled backward (ring buckets reduce, ps pushes leave).
@@ -177,6 +181,8 @@ def cluster_command(cfg, em, job, seed, lr, out, trace=False):
                 cmd += ["--slow-steps", str(slow_steps)]
     if em.get("link_gbit"):
         cmd += ["--netns", "--link-gbit", f"{em['link_gbit']:.6g}"]
+    if em.get("latency_ms"):
+        cmd += ["--latency-ms", f"{em['latency_ms']:.6g}"]
     if trace:
         cmd += ["--trace"]  # every process's timeline, merged into OUT/trace.json
     return cmd + ["--"] + worker_flags(job, seed, lr, steps, cfg.get("ring", False), sync_every(cfg) > 1,
@@ -187,6 +193,14 @@ def cluster_command(cfg, em, job, seed, lr, out, trace=False):
 PS_FLAGS = {"--consistency": "ps.consistency", "--staleness-bound": "ps.staleness_bound",
             "--mitigation": "ps.mitigation", "--backup-workers": "ps.backup_workers"}
 SIM_LOOPBACK_GBIT = 10.0  # the simulator's link where the emulation used plain loopback (no --netns)
+SIM_BASE_LATENCY_US = scen.LINK_OWN_LATENCY_MS * 1e3  # the emulated links' own one-way latency, as the simulator takes it
+
+
+def sim_latency_us(em):
+    """The simulator's one-way latency: the emulated links' own (em["latency_us"], default 50 us) plus
+    the modelled propagation latency the emulation adds with its delay line (em["latency_ms"])."""
+    base = em.get("latency_us")
+    return (SIM_BASE_LATENCY_US if base is None else base) + 1e3 * (em.get("latency_ms") or 0.0)
 
 
 def sim_command(cfg, em, job, seed, lr, out):
@@ -212,8 +226,8 @@ def sim_command(cfg, em, job, seed, lr, out):
             cmd += [f"--sim.slow_steps={slow_steps}"]
     # link_efficiency: the share of the nominal rate that TCP achieves on the emulated links (1 = all).
     cmd += [f"--sim.link_gbit={(em.get('link_gbit') or SIM_LOOPBACK_GBIT) * em.get('link_efficiency', 1.0):.6g}"]
-    if em.get("latency_us") is not None:
-        cmd += [f"--sim.latency_us={em['latency_us']:g}"]
+    if em.get("latency_us") is not None or em.get("latency_ms"):
+        cmd += [f"--sim.latency_us={sim_latency_us(em):.6g}"]
     if em.get("sharing"):
         cmd += [f"--sim.sharing={em['sharing']}"]
     return cmd + worker_flags(job, seed, lr, steps, cfg.get("ring", False), sync_every(cfg) > 1,

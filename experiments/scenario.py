@@ -3,7 +3,7 @@ derive() turns it into an emulation on this machine that keeps the target's dime
 (communication time / compute time per step) while the small model learns for real.
 
   [target]                      the cluster the emulation stands for
-  name, params, tokens_per_node_step, nodes, peak_tflops, mfu, link_gbit, wire_bytes
+  name, params, tokens_per_node_step, nodes, peak_tflops, mfu, link_gbit, wire_bytes, latency_ms
   [emulation]                   how this machine plays it
   preset, batch, step_time_s, max_cpu
   [stragglers]
@@ -16,29 +16,48 @@ Derivation (docs/STUDY.md):
   dilation        d   = step_time_s / T_t       (emulated seconds per target second)
   emulated link   B_e = 2 (n-1)/n * small_params * 4 bytes / (r * step_time_s)  -> Gbit/s
 so that (bytes the small model sends / B_e) / step_time_s = r, the target's ratio.
+  emulated latency  L_e = latency_ms * d   (one way, per message: every ring hop, every push and reply)
+so that latency / compute holds as well. The emulated links have a latency of their own (veth, the
+kernel, ZeroMQ: LINK_OWN_LATENCY_MS); the emulation adds the rest, max(0, L_e - own), with a userspace
+delay line (scripts/local_cluster.sh --latency-ms: the ring nodes' DelayedConnection, the servers'
+ZmqDelayLine), and the simulator takes own + added. Where L_e is below the links' own latency (a
+fast data-centre network, dilated), nothing is added and the emulation's latency is too long: derive
+says so in "latency_note".
 """
 import tomllib
 
 FIELDS = {
     "target": {"name": str, "params": int, "tokens_per_node_step": int, "nodes": int, "peak_tflops": float,
-               "mfu": float, "link_gbit": float, "wire_bytes": int},
+               "mfu": float, "link_gbit": float, "wire_bytes": int, "latency_ms": float},
     "emulation": {"preset": str, "batch": int, "step_time_s": float, "max_cpu": float},
     "stragglers": {"slow_node": int, "slowdown": float, "jitter": float},
 }
 DEFAULTS = {
-    "target": {"peak_tflops": 989.0, "mfu": 0.4, "wire_bytes": 2},
+    # latency_ms: one-way propagation latency of the target's links (0.01 ms: one switch in a rack)
+    "target": {"peak_tflops": 989.0, "mfu": 0.4, "wire_bytes": 2, "latency_ms": 0.01},
     "emulation": {"preset": "tiny", "batch": 8, "step_time_s": 0.3, "max_cpu": 0.7},
     "stragglers": {"slow_node": -1, "slowdown": 1.0, "jitter": 0.0},
 }
 RANGES = {
     ("target", "params"): (1, 10 ** 13), ("target", "tokens_per_node_step"): (1, 10 ** 12),
     ("target", "nodes"): (1, 4096), ("target", "peak_tflops"): (1e-3, 1e6), ("target", "mfu"): (1e-4, 1.0),
-    ("target", "link_gbit"): (1e-6, 1e5), ("target", "wire_bytes"): (1, 8),
+    ("target", "link_gbit"): (1e-6, 1e5), ("target", "wire_bytes"): (1, 8), ("target", "latency_ms"): (0.0, 10000.0),
     ("emulation", "batch"): (1, 4096), ("emulation", "step_time_s"): (0.01, 600.0),
     ("emulation", "max_cpu"): (0.05, 1.0),
     ("stragglers", "slow_node"): (-1, 4095), ("stragglers", "slowdown"): (1.0, 1000.0),
     ("stragglers", "jitter"): (0.0, 100.0),
 }
+# The emulated links' own one-way latency (veth pair, kernel, ZeroMQ or the ring's transport), ms.
+LINK_OWN_LATENCY_MS = 0.05
+# The message sizes a target job runs with (the trainer's defaults: BytePS's 4 MiB partitions, the
+# ring's 256 KiB segments, DDP's 25 MiB buckets with a 1 MiB first bucket).
+TARGET_SIZES = {"ps_partition_mb": 4.0, "segment_kb": 256, "bucket_kb": 25600, "first_bucket_kb": 1024}
+# The smallest values a derived size takes: 1 KiB each (below it per-message costs, not bytes, would set
+# the time: the message structure would no longer be the target's). (With dist.wire=int8 a partition
+# under 4096 values holds less than one scale group, so its rounding is finer than the target's.)
+SIZE_FLOORS = {"ps_partition_mb": 1 / 1024, "segment_kb": 1, "bucket_kb": 1, "first_bucket_kb": 1}
+SIZE_NOUNS = {"ps_partition_mb": "partitions", "segment_kb": "segments", "bucket_kb": "buckets",
+              "first_bucket_kb": "first buckets"}
 # Elements of the flat parameter buffer the presets send (vocabulary rows padded to 320).
 PRESET_PARAMS = {"micro": 124_672, "tiny": 454_144, "small": 3_307_008}
 
@@ -94,6 +113,62 @@ def ring_factor(n):
     return 2.0 * (n - 1) / n if n > 1 else 0.0
 
 
+def latency_note(scaled_ms):
+    """What the emulation does with a scaled one-way latency: adds the part above its links' own, or
+    says that its own latency is already longer than the target's (dilated)."""
+    if scaled_ms >= LINK_OWN_LATENCY_MS:
+        return (f"{scaled_ms:.3g} ms one way: the links' own ~{LINK_OWN_LATENCY_MS:g} ms plus "
+                f"{scaled_ms - LINK_OWN_LATENCY_MS:.3g} ms held by the delay line")
+    return (f"the target's latency scales to {scaled_ms * 1e3:.3g} us, below the emulated links' own "
+            f"~{LINK_OWN_LATENCY_MS * 1e3:g} us: nothing added, the emulation's latency is the longer")
+
+
+def scaled_sizes(sc, nodes=None, servers=None):
+    """The message sizes that keep the target's message structure: each scaled by the bytes ratio
+    (what the small model sends / what the target sends: the link's scale), so that partitions per
+    shard, segments per ring chunk and buckets per backward are the target's. Returns {"bytes_ratio",
+    "flags" ({dist field: emulated value}), "target" ({field: target value}), "counts" (per field:
+    {"target", "emulated"} message counts), "warnings" (a size raised to its floor, and what that
+    does to fidelity)}."""
+    t, e = sc["target"], sc["emulation"]
+    n = nodes or t["nodes"]
+    k = servers or n
+    small = PRESET_PARAMS[e["preset"]] * 4.0  # the emulation sends f32
+    target = t["params"] * float(t["wire_bytes"])
+    ratio = small / target
+    flags, warnings = {}, []
+    for field, size in TARGET_SIZES.items():
+        raw = size * ratio
+        floor = SIZE_FLOORS[field]
+        if raw < floor:
+            warnings.append(f"dist.{field}: the target's {size:g} scales to {raw:.3g}, below the smallest valid "
+                            f"{floor:.3g}; raised to it, so the emulation sends fewer, larger {SIZE_NOUNS[field]} "
+                            "than the target would (its message count is lower, its pipelining coarser)")
+            raw = floor
+        flags[field] = raw if field == "ps_partition_mb" else max(1, int(round(raw)))
+
+    def count(total_bytes, piece_bytes):
+        return max(1, -(-int(total_bytes) // max(1, int(piece_bytes))))
+    mib, kib = 2 ** 20, 2 ** 10
+    counts = {
+        "partitions_per_shard": {"target": count(target / k, TARGET_SIZES["ps_partition_mb"] * mib),
+                                 "emulated": count(small / k, flags["ps_partition_mb"] * mib)},
+        "segments_per_ring_chunk": {"target": count(target / n, TARGET_SIZES["segment_kb"] * kib),
+                                    "emulated": count(small / n, flags["segment_kb"] * kib)},
+        "buckets_per_backward": {"target": 1 + count(max(0.0, target - TARGET_SIZES["first_bucket_kb"] * kib),
+                                                     TARGET_SIZES["bucket_kb"] * kib),
+                                 "emulated": 1 + count(max(0.0, small - flags["first_bucket_kb"] * kib),
+                                                       flags["bucket_kb"] * kib)},
+    }
+    return {"bytes_ratio": ratio, "flags": flags, "target": dict(TARGET_SIZES), "counts": counts,
+            "warnings": warnings}
+
+
+def size_flags(sizes):
+    """The worker flags of scaled_sizes()' emulated values."""
+    return [f"--dist.{f}={v:.6g}" if isinstance(v, float) else f"--dist.{f}={v}" for f, v in sizes["flags"].items()]
+
+
 def derive(sc, nodes=None, step_time_s=None):
     """The emulation of a scenario on `nodes` emulated nodes (default: the target's count), with
     the modelled step time step_time_s (default: the scenario's): step_time_s, dilation, link_gbit,
@@ -108,6 +183,9 @@ def derive(sc, nodes=None, step_time_s=None):
     link = small_bytes * 8 / (ratio * step) / 1e9 if ratio > 0 else None
     return {"nodes": n, "target_compute_s": compute_t, "target_comm_s": comm_t, "ratio": ratio,
             "step_time_s": step, "dilation": step / compute_t, "link_gbit": link,
+            "target_latency_ms": t["latency_ms"], "scaled_latency_ms": t["latency_ms"] * step / compute_t,
+            "latency_ms": max(0.0, t["latency_ms"] * step / compute_t - LINK_OWN_LATENCY_MS),
+            "latency_note": latency_note(t["latency_ms"] * step / compute_t),
             "slow_node": sc["stragglers"]["slow_node"], "slowdown": sc["stragglers"]["slowdown"],
             "jitter": sc["stragglers"]["jitter"], "preset": e["preset"], "batch": e["batch"],
             "max_cpu": e["max_cpu"], "name": t["name"]}

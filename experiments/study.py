@@ -20,7 +20,7 @@ import cost
 import method
 import scenario as scen
 from cluster_runs import (CPU_LIMIT, OVERRUN_LIMIT, PRESETS, ROOT, STUDY_DEFAULTS, TRAINER_FLAGS, calibrate,
-                          read_jsonl, run_once, server_stats, summarize, sync_every)
+                          read_jsonl, run_once, server_stats, sim_latency_us, summarize, sync_every)
 from method import BadInput, time_to_target  # noqa: F401  (time_to_target: validate_sim, crossover)
 from stats import fmt_ci, mean_ci95
 from plotting import pyplot
@@ -76,6 +76,10 @@ def add_args(ap, out_default):
     ap.add_argument("--preset", help="model preset (default: the scenario's, else tiny)")
     ap.add_argument("--batch", type=int, help="sequences per node per step (default: the scenario's, else 8)")
     ap.add_argument("--servers", type=int, help="parameter-server shards (default: one per node)")
+    ap.add_argument("--scaled-sizes", action=argparse.BooleanOptionalAction, default=True,
+                    help="with a scenario: scale the ps partitions, ring segments and buckets by the bytes ratio the "
+                    "link is scaled by, so the emulation sends as many messages per step as the target would "
+                    "(--no-scaled-sizes: the trainer's defaults, sized for the target, not the small model)")
     ap.add_argument("--step-time", type=float, help="modelled compute seconds per step (0: unpaced)")
     ap.add_argument("--slow-node", type=int, help="the straggler's index (-1: none)")
     ap.add_argument("--slowdown", type=float, help="the straggler's factor on the modelled time")
@@ -95,7 +99,11 @@ def add_args(ap, out_default):
     ap.add_argument("--backend", choices=["emulated", "sim"], default="emulated",
                     help="emulated: processes on this machine (scripts/local_cluster.sh); sim: syncopate-sim's virtual "
                     "time (any node count; validated against the emulation in docs/STUDY.md)")
-    ap.add_argument("--latency-us", type=float, help="sim: one-way message latency, microseconds (default 50)")
+    ap.add_argument("--latency-us", type=float, help="sim: the emulated links' own one-way latency, microseconds "
+                    "(default 50); --latency-ms and a scenario's latency come on top")
+    ap.add_argument("--latency-ms", type=float, help="modelled one-way propagation latency added to every message, "
+                    "emulated ms (default: the scenario's target latency x its time dilation, less the emulated links' own ~0.05 ms; else 0); the emulation "
+                    "holds each message this long (scripts/local_cluster.sh --latency-ms), the simulator adds it")
     ap.add_argument("--dry-run", action="store_true",
                     help="print the plan (every run: configuration, lr multiplier, seed, steps) and its estimated "
                     "cost, then exit: starts no process, writes nothing")
@@ -104,7 +112,7 @@ def add_args(ap, out_default):
 
 def emulation(a):
     """The emulation from the scenario and the raw knobs (raw knobs win), and a description."""
-    em = {"step_time_s": 0.3, "slow_node": -1, "slowdown": 1.0, "jitter": 0.0, "link_gbit": None,
+    em = {"step_time_s": 0.3, "slow_node": -1, "slowdown": 1.0, "jitter": 0.0, "link_gbit": None, "latency_ms": 0.0,
           "preset": "tiny", "batch": 8, "nodes": 4, "dilation": None, "ratio": None, "name": "raw knobs",
           "max_cpu": 0.7}
     sc = None
@@ -161,11 +169,19 @@ def emulation(a):
             em[key] = val
     if a.link_gbit is not None:
         em["link_gbit"] = a.link_gbit
+    if getattr(a, "latency_ms", None) is not None:
+        em["latency_ms"] = a.latency_ms
+        em.pop("latency_note", None)
     if a.netns and not em["link_gbit"]:
         em["link_gbit"] = 1.0
     if sc and a.step_time is not None:
         em.update(scen.derive(sc, em["nodes"], a.step_time))
+        if getattr(a, "latency_ms", None) is not None:
+            em["latency_ms"] = a.latency_ms
+            em.pop("latency_note", None)
     problems = []
+    if em["latency_ms"] < 0:
+        problems.append(f"--latency-ms {em['latency_ms']} is negative")
     if em["step_time_s"] < 0:
         problems.append(f"--step-time {em['step_time_s']} is negative")
     if em["slowdown"] < 1:
@@ -183,6 +199,10 @@ def emulation(a):
                         "puts every node in a network namespace, which needs root: run as root, or use --backend sim")
     if problems:
         raise SystemExit("study: " + "; ".join(problems))
+    if sc and getattr(a, "scaled_sizes", False):
+        em["sizes"] = scen.scaled_sizes(sc, em["nodes"], getattr(a, "servers", None) or em["nodes"])
+        for w in em["sizes"]["warnings"]:
+            print(f"[study] warning: {w}", flush=True)
     return em
 
 
@@ -455,7 +475,8 @@ def run_study(configs, a, title, command, pairs=()):
            "preset": em["preset"], "batch": em["batch"], "warmup": a.warmup, "eval_batches": 4,
            "val_windows": getattr(a, "val_windows", None) or None,
            "defer": getattr(a, "defer", None), "overlap": getattr(a, "overlap", None),
-           "warmup_frac": getattr(a, "warmup_frac", None) or None}
+           "warmup_frac": getattr(a, "warmup_frac", None) or None,
+           "sizes": em.get("sizes")}
     if em["backend"] == "sim" and job["overlap"]:
         # syncopate-sim does not model communication overlapping the backward (it refuses
         # emulate.overlap): a simulated study runs every mode without overlap, and says so.
@@ -942,13 +963,24 @@ def describe(em):
     if em["jitter"]:
         parts.append(f"jitter: exponential, mean {em['jitter']:g} of the step")
     if em.get("backend") == "sim":
-        parts.append(f"links {em['link_gbit'] or 10:.3g} Gbit/s, {em.get('latency_us', 50):g} us one way "
+        parts.append(f"links {em['link_gbit'] or 10:.3g} Gbit/s, {sim_latency_us(em):g} us one way "
                      "(syncopate-sim: virtual time)")
     else:
         parts.append(f"links {em['link_gbit']:.3g} Gbit/s (network namespaces)" if em["link_gbit"] else "loopback links")
+        if em.get("latency_ms"):
+            parts.append(f"{em['latency_ms']:.3g} ms one-way latency added per message (delay line)")
+    if em.get("latency_note"):  # the scenario's latency (--latency-ms drops the note)
+        parts.append(f"latency: {em['latency_note']}")
     if em.get("ratio") is not None:
         parts.append(f"stands for {em['name']}: comm/compute ratio {em['ratio']:.2f}, "
                      f"time dilation {em['dilation']:.3g} (emulated s per target s)")
+    if em.get("sizes"):
+        z = em["sizes"]
+        parts.append("message sizes scaled by the bytes ratio {:.3g} ({}): {}".format(
+            z["bytes_ratio"], ", ".join(f"dist.{f}={v:.3g}" for f, v in z["flags"].items()),
+            ", ".join(f"{k.replace('_', ' ')} {c['emulated']} (target {c['target']})" for k, c in z["counts"].items())))
+    elif em.get("ratio") is not None:
+        parts.append("message sizes: the trainer's defaults (--no-scaled-sizes), not the target's message count")
     return "; ".join(parts)
 
 

@@ -9,7 +9,7 @@
 #                            [--consistency bsp|ssp|asp] [--staleness-bound S] [--mitigation M]
 #                            [--backup-workers B] [--step-time S [--slow-node I --slowdown F [--slow-steps N]]
 #                            [--jitter X]] [--encrypt auto|off]
-#                            [--netns --link-gbit G] [--trace] -- <worker args>
+#                            [--netns --link-gbit G] [--latency-ms L] [--trace] -- <worker args>
 #
 # --servers K starts K syncopate-server shards (each on a free port it reports in
 # OUT/logs/server<k>.endpoint; on node 0's host, or with --netns shard k on host k mod N) and runs
@@ -27,6 +27,11 @@
 # --trace writes every node's and server's timeline (OUT/logs/trace_*.json, --trace.file) and, once
 # all have stopped, merges them into OUT/trace.json (scripts/merge_traces.py; open it in Perfetto).
 #
+# --latency-ms L gives every link L ms of one-way propagation latency (a userspace delay line: the
+# kernels here have no netem): ring nodes hold each message they receive L ms (emulate.latency_ms),
+# ps servers hold each message in and out L ms (server.latency_ms), so a ring hop and a push or reply
+# each take L ms more.
+#
 # --netns gives every node its own network namespace (10.77.0.<i+1>/24) and a G Gbit/s
 # rate-limited link (tbf qdisc on both ends of its veth) through a bridge namespace; needs root.
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
@@ -34,7 +39,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
 NODES=2 OUT="" PORT="" NETNS=0 GBIT=1 RESTARTS=0 SERVERS=0 CONSISTENCY=asp BOUND=2 MITIGATION=none BACKUP=0
-SLOW=-1 SLOWDOWN=2 SLOW_STEPS=0 STEP_TIME=0 JITTER=0 ENCRYPT=auto TRACE=0 WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
+SLOW=-1 SLOWDOWN=2 SLOW_STEPS=0 STEP_TIME=0 JITTER=0 ENCRYPT=auto TRACE=0 LATENCY=0 WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) NODES=$2; shift 2;;
@@ -55,6 +60,7 @@ while [ $# -gt 0 ]; do
     --netns) NETNS=1; shift;;
     --trace) TRACE=1; shift;;
     --link-gbit) GBIT=$2; shift 2;;
+    --latency-ms) LATENCY=$2; shift 2;;
     --) shift; break;;
     *) echo "local_cluster.sh: unknown option $1 (see the header of this script)" >&2; exit 2;;
   esac
@@ -113,7 +119,7 @@ if [ "$SERVERS" -gt 0 ]; then
     rm -f "$OUT/logs/server$k.endpoint"
     sargs=(--server.host="$shost" --server.port=-1 --server.endpoint_file="$OUT/logs/server$k.endpoint" --server.shard="$k"
            --ps.consistency="$CONSISTENCY" --ps.staleness_bound="$BOUND" --ps.mitigation="$MITIGATION"
-           --ps.backup_workers="$BACKUP" --server.encrypt="$ENCRYPT")
+           --ps.backup_workers="$BACKUP" --server.encrypt="$ENCRYPT" --server.latency_ms="$LATENCY")
     [ "$TRACE" = 1 ] && sargs+=(--trace.file="$OUT/logs/trace_server$k.json")
     if [ "$NETNS" = 1 ]; then
       spawn ip netns exec "${NS_PREFIX}n$((k % NODES))" "$(dirname "$WORKER")/syncopate-server" "${sargs[@]}" > "$OUT/logs/server$k.log" 2>&1
@@ -134,6 +140,7 @@ if [ "$SERVERS" -gt 0 ]; then
   MODE_ARGS=(--dist.mode=ps --dist.servers="$EPS" --dist.ps_encrypt="$ENCRYPT")
 fi
 
+[ "$SERVERS" = 0 ] && [ "$LATENCY" != 0 ] && MODE_ARGS+=(--emulate.latency_ms="$LATENCY")  # ps: the servers hold it
 WORKER_PIDS=()
 for i in $(seq 0 $((NODES - 1))); do
   NODE_ARGS=("${MODE_ARGS[@]}")

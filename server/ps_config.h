@@ -54,6 +54,9 @@ struct ServerConfig {
   int64_t threads = 1;             // intra-op threads of the shard's update; 0 = LibTorch's default (all cores).
                                    // 1 keeps several shards on one host from spinning on each other's cores
                                    // (measured: 4 shards + 4 workers on 2 cores, ASP push/pull 143 ms -> 4 ms)
+  double latency_ms = 0;           // emulation: one-way propagation delay of the links to this server, milliseconds:
+                                   // every message in and out is held this long (a userspace delay line, ZmqDelayLine;
+                                   // no netem here), so a push/reply round trip takes 2 x latency_ms more; 0 = none
 
   template <class V>
   void fields(V& v) {
@@ -68,6 +71,8 @@ struct ServerConfig {
     v("checkpoint_every", checkpoint_every, "updates between shard checkpoints", int64_t{1}, int64_t{1} << 40);
     v("exit_when_done", exit_when_done, "exit once every worker has finished (FINISH) or died");
     v("threads", threads, "intra-op threads of the shard's update (0 = all cores)", int64_t{0}, int64_t{4096});
+    v("latency_ms", latency_ms, "emulation: one-way delay of every message in and out of this server, ms (0 = none)",
+      0.0, 60000.0);
   }
 };
 

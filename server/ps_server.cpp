@@ -26,6 +26,7 @@
 #include "server/ps_keys.h"
 #include "server/ps_protocol.h"
 #include "server/shard_partitions.h"
+#include "server/zmq_delay_line.h"
 
 namespace syncopate {
 
@@ -34,7 +35,9 @@ struct PsServer::Impl {
   ShardPartitions parts;  // this server's range: one partition, or dist.ps_partition_mb's pieces
   uint64_t token;
   zmq::context_t ctx{1};
-  zmq::socket_t sock{ctx, zmq::socket_type::router};
+  zmq::socket_t sock{ctx, zmq::socket_type::router};  // the workers' side, bound in run()
+  std::unique_ptr<ZmqDelayLine> delay;  // server.latency_ms > 0: between sock and the loop
+  zmq::socket_t* io = &sock;            // what the loop reads and replies on: sock, or the delay line's end
   std::map<int, zmq::message_t> identity;  // worker -> its DEALER identity, for deferred replies
   int64_t errors = 0;
   int64_t pushes = 0;  // PUSH_PULL requests received by this process (SYNCOPATE_CRASH_AT=ps_server:<point>:<n>)
@@ -55,9 +58,9 @@ struct PsServer::Impl {
   void send(const zmq::message_t& id, const MsgHeader& h, const void* data, size_t bytes) {
     std::string hdr = encode_header(h);
     zmq::message_t idc(id.data(), id.size());
-    sock.send(idc, zmq::send_flags::sndmore);
-    sock.send(zmq::buffer(hdr), bytes || h.type == static_cast<int>(MsgType::kOk) ? zmq::send_flags::sndmore : zmq::send_flags::none);
-    if (bytes || h.type == static_cast<int>(MsgType::kOk)) sock.send(zmq::buffer(data, bytes), zmq::send_flags::none);
+    io->send(idc, zmq::send_flags::sndmore);
+    io->send(zmq::buffer(hdr), bytes || h.type == static_cast<int>(MsgType::kOk) ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    if (bytes || h.type == static_cast<int>(MsgType::kOk)) io->send(zmq::buffer(data, bytes), zmq::send_flags::none);
   }
 
   // Partition `shard`'s values to `worker`. clock: the request this answers (a push answered at
@@ -94,9 +97,9 @@ struct PsServer::Impl {
     auto* keep = new at::Tensor(t);
     zmq::message_t body(keep->data_ptr(), static_cast<size_t>(t.numel()) * sizeof(float),
                         [](void*, void* hint) { delete static_cast<at::Tensor*>(hint); }, keep);
-    sock.send(idc, zmq::send_flags::sndmore);
-    sock.send(zmq::buffer(hdr), zmq::send_flags::sndmore);
-    sock.send(body, zmq::send_flags::none);
+    io->send(idc, zmq::send_flags::sndmore);
+    io->send(zmq::buffer(hdr), zmq::send_flags::sndmore);
+    io->send(body, zmq::send_flags::none);
   }
 
   // The worker's DEALER identity, for replies sent later; copied only when it changed (a
@@ -317,8 +320,16 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
   log::info("[server {}] listening on {}", impl_->scfg.shard, bound);
   if (!impl_->scfg.endpoint_file.empty()) publish_file(impl_->scfg.endpoint_file, bound + "\n");  // readiness, and the port
   if (on_listening) on_listening(bound);
-  s.set(zmq::sockopt::rcvtimeo, 200);  // wake up to expire silent workers
+  if (impl_->scfg.latency_ms > 0) {
+    impl_->delay = std::make_unique<ZmqDelayLine>(impl_->ctx, s, impl_->scfg.latency_ms / 1e3);
+    impl_->io = &impl_->delay->inner();
+    log::info("[server {}] emulated link latency: every message held {} ms each way", impl_->scfg.shard,
+              impl_->scfg.latency_ms);
+  }
+  zmq::socket_t& in = *impl_->io;
+  in.set(zmq::sockopt::rcvtimeo, 200);  // wake up to expire silent workers
   for (;;) {
+    if (impl_->delay) impl_->delay->check();
     if (stop_requested && stop_requested()) {
       impl_->parts.checkpoint_all();  // a stopped server loses no update it has applied
       break;
@@ -327,7 +338,7 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
     if (impl_->done()) break;
     std::vector<zmq::message_t> frames;
     try {
-      if (!zmq::recv_multipart(s, std::back_inserter(frames))) continue;
+      if (!zmq::recv_multipart(in, std::back_inserter(frames))) continue;
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;  // a signal: check stop_requested
       throw;

@@ -167,7 +167,7 @@ void run_memory_ring(int world, const std::function<void(int, Connection&, Conne
 }
 
 std::vector<Ring> tcp_ring(int world, const std::vector<std::string>& fingerprints, double timeout,
-                           const std::vector<int>& streams, int lanes) {
+                           const std::vector<int>& streams, int lanes, double latency_s) {
   std::promise<uint16_t> port;
   auto port_f = port.get_future().share();
   std::vector<std::future<Ring>> fs;
@@ -182,6 +182,7 @@ std::vector<Ring> tcp_ring(int world, const std::vector<std::string>& fingerprin
       o.timeout_s = timeout;
       o.streams = streams.empty() ? 1 : streams[r];
       o.lanes = lanes;
+      o.latency_s = latency_s;
       if (r == 0) o.on_listening = [&](uint16_t p) { port.set_value(p); };
       return connect_ring(o);
     }));

@@ -14,9 +14,10 @@
 namespace syncopate::test {
 
 // Joins `world` threads into a TCP ring through the rendezvous on an ephemeral port (node r's
-// fingerprint, streams per link; lanes rings over the same nodes).
+// fingerprint, streams per link; lanes rings over the same nodes; latency_s: every node's emulated
+// one-way latency, RendezvousOptions::latency_s).
 std::vector<Ring> tcp_ring(int world, const std::vector<std::string>& fingerprints = {}, double timeout = 20,
-                           const std::vector<int>& streams = {}, int lanes = 1);
+                           const std::vector<int>& streams = {}, int lanes = 1, double latency_s = 0);
 
 // Runs fn(rank, next, prev) on `world` threads joined in a ring of in-memory channels.
 void run_memory_ring(int world, const std::function<void(int, Connection&, Connection&)>& fn);

@@ -583,6 +583,37 @@ TEST(PsClient, PullTakesTheShardsValuesAndTheJobEndWaitsForTheOtherWorkers) {
   EXPECT_TRUE(done.get()) << "b finished: the wait ends with every other worker done, not by giving up";
 }
 
+// server.latency_ms: the delay line holds every message 0.1 s on its way in and 0.1 s on its way out, so
+// one push/pull round trip takes at least 0.2 s more; the update it applies is the one a server
+// without latency applies (the delay changes when, not what).
+TEST(PsServer, EmulatedLatencyHoldsEveryMessageBothWaysAndChangesNoValue) {
+  PsConfig pc;
+  pc.consistency = "asp";
+  ServerConfig slow;
+  slow.latency_ms = 100;
+  const int64_t n = 1000;
+  auto round_trip = [&](const ServerConfig& sc, double* seconds) {
+    InProcessServer server(sc, pc, "t");
+    PsClientOptions o = client_options("t", true);
+    o.partition_elems = 300;  // 4 parts on one connection: they share the delay, as pipelined messages do
+    PsClient c({server.endpoint}, "t", 0, 1, o);
+    at::Tensor w = torch::zeros({n});
+    c.init(w, {}, AdamWConfig{}, 0);
+    torch::manual_seed(3);
+    at::Tensor g = torch::randn({n});
+    const auto t0 = std::chrono::steady_clock::now();
+    push_pull(c, g, w, 0, 1e-2);
+    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return w;
+  };
+  double fast_s = 0, slow_s = 0;
+  at::Tensor plain = round_trip(ServerConfig{}, &fast_s);
+  at::Tensor delayed = round_trip(slow, &slow_s);
+  EXPECT_TRUE(torch::equal(plain, delayed));
+  EXPECT_GE(slow_s, 0.2) << "without latency: " << fast_s << " s";
+  EXPECT_LT(slow_s, 0.2 + 4 * 0.2) << "the parts' delays were paid one after another, not together";
+}
+
 // A node of two CPU replicas averages inside the node, and local replica 0 alone pushes and pulls
 // for it: one ASP worker node equals one process with the node's whole batch. fp32 tolerance as
 // in the ring tests: the mean of two half-batch gradients is not the full-batch gradient bit for

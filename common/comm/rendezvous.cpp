@@ -13,6 +13,7 @@
 
 #include "common/check.h"
 #include "common/comm/peer_auth.h"
+#include "common/comm/transport/delayed_connection.h"
 #include "common/comm/transport/striped_connection.h"
 #include "common/comm/transport/tcp_connection.h"
 
@@ -174,6 +175,10 @@ Ring connect_ring(const RendezvousOptions& o) {
                 "check SYNCOPATE_TOKEN on every node");
     }
   }
+  std::vector<std::unique_ptr<Connection>> outs = out.get();
+  if (o.latency_s > 0)  // after the handshake: the delay line carries the collectives' bytes only
+    for (auto* links : {&in, &outs})
+      for (auto& c : *links) c = std::make_unique<DelayedConnection>(std::move(c), o.latency_s, o.timeout_s);
   // Lane l is connections [l*k, l*k+k): one connection, or k striped together.
   auto join = [k](std::vector<std::unique_ptr<Connection>>& links, int lane) -> std::unique_ptr<Connection> {
     if (k == 1) return std::move(links[static_cast<size_t>(lane)]);
@@ -181,7 +186,6 @@ Ring connect_ring(const RendezvousOptions& o) {
     for (int i = 0; i < k; ++i) mine.push_back(std::move(links[static_cast<size_t>(lane * k + i)]));
     return std::make_unique<StripedConnection>(std::move(mine));
   };
-  std::vector<std::unique_ptr<Connection>> outs = out.get();
   ring.next = join(outs, 0);
   ring.prev = join(in, 0);
   for (int lane = 1; lane < total / k; ++lane) {

@@ -37,6 +37,8 @@ struct RendezvousOptions {
   int streams = 1;                        // TCP streams per ring link (>1: StripedConnection); same on all nodes
   int lanes = 1;                          // independent rings over the same nodes (one per local replica); same on all nodes
   double timeout_s = 60;                  // for the rendezvous and every later blocking send/recv
+  double latency_s = 0;                   // emulation: one-way delay of every ring message this node receives,
+                                          // seconds (a DelayedConnection on each link); 0 = the link's own
   std::function<void(uint16_t)> on_listening;  // called by node 0 with its rendezvous port
 };
 

@@ -1,6 +1,7 @@
 #include "experiments/sim/network_model.h"
 
 #include <algorithm>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -19,13 +20,14 @@ NetworkModel::NetworkModel(std::vector<double> bytes_per_s, double latency_s, bo
 double NetworkModel::send(int from, int to, double bytes, double t) { return send_batch(from, {to}, {bytes}, t)[0]; }
 
 std::vector<double> NetworkModel::send_batch(int from, const std::vector<int>& to, const std::vector<double>& bytes,
-                                             double t) {
+                                             double t, const std::vector<int>* flow) {
   const size_t a = static_cast<size_t>(from);
   SYN_CHECK(a < rate_.size() && to.size() == bytes.size(), fmt::format("a batch from endpoint {}", from),
             "a simulator bug: endpoints are 0..workers+servers-1, one size per message");
   double total = 0;
   for (double x : bytes) total += x;
   const double tx = std::max(t, up_free_[a]);
+  if (flow && !fifo_) return send_flows(a, to, bytes, *flow, tx, total);
   // Fair: the flows share the uplink, all are out at the batch's end. FIFO: each leaves after its
   // own bytes, the next starting where it ended.
   double start = tx, end = tx + total / rate_[a];
@@ -42,6 +44,36 @@ std::vector<double> NetworkModel::send_batch(int from, const std::vector<int>& t
     if (fifo_) start = end;
   }
   up_free_[a] = fifo_ ? start : end;
+  sent_[a] += total;
+  return arrive;
+}
+
+std::vector<double> NetworkModel::send_flows(size_t a, const std::vector<int>& to, const std::vector<double>& bytes,
+                                             const std::vector<int>& flow, double tx, double total) {
+  SYN_CHECK(flow.size() == to.size(), "a batch with a flow per message", "a simulator bug: one flow id per message");
+  std::map<int, double> flow_total, flow_sent;
+  for (size_t i = 0; i < to.size(); ++i) flow_total[flow[i]] += bytes[i];
+  // Bytes the uplink has carried, over every flow, when one flow has sent c of its own (processor sharing).
+  auto carried = [&](double c) {
+    double sum = 0;
+    for (const auto& [f, total_f] : flow_total) sum += std::min(total_f, c);
+    return sum;
+  };
+  std::vector<double> arrive(to.size());
+  for (size_t i = 0; i < to.size(); ++i) {
+    const size_t b = static_cast<size_t>(to[i]);
+    SYN_CHECK(b < rate_.size(), fmt::format("message from endpoint {} to {}", a, to[i]),
+              "a simulator bug: endpoints are 0..workers+servers-1");
+    double& c = flow_sent[flow[i]];
+    const double start = tx + carried(c) / rate_[a];  // its first byte leaves after its flow's earlier messages
+    c += bytes[i];
+    const double end = tx + carried(c) / rate_[a];
+    const double rx = std::max(start + latency_, down_free_[b]);
+    down_free_[b] = rx + bytes[i] / rate_[b];
+    arrive[i] = std::max(end + latency_, down_free_[b]);
+    received_[b] += bytes[i];
+  }
+  up_free_[a] = tx + total / rate_[a];
   sent_[a] += total;
   return arrive;
 }

@@ -12,6 +12,11 @@
 // answered before the whole batch is out (or, with fifo, one after the other: the first leaves after
 // its own bytes). Messages handed over at different instants are served first come, first served;
 // a receiver's downlink serves arrivals first come, first served.
+// Flows (partitions, dist.ps_partition_mb): messages of one batch may be grouped into flows, one per
+// connection (a worker's DEALER to one server): a flow sends its messages one after the other, and
+// the flows share the uplink equally (processor sharing: when one flow has sent c bytes, every other
+// has sent min(its total, c)), so the first partition of every shard lands long before the batch's
+// last byte has left and the shard can answer it while the rest arrive.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -28,7 +33,10 @@ class NetworkModel {
   double send(int from, int to, double bytes, double t);
   // Arrival times of messages handed over together at time t, sharing the sender's uplink:
   // to[i] receives bytes[i].
-  std::vector<double> send_batch(int from, const std::vector<int>& to, const std::vector<double>& bytes, double t);
+  // flow (optional): message i's flow; without it every message is a flow of its own, all leaving at
+  // the batch's end as above.
+  std::vector<double> send_batch(int from, const std::vector<int>& to, const std::vector<double>& bytes, double t,
+                                 const std::vector<int>* flow = nullptr);
   double latency_s() const { return latency_; }
   double rate(int e) const { return rate_.at(static_cast<size_t>(e)); }
   // Bytes each endpoint sent and received so far.
@@ -36,6 +44,8 @@ class NetworkModel {
   double received(int e) const { return received_.at(static_cast<size_t>(e)); }
 
  private:
+  std::vector<double> send_flows(size_t from, const std::vector<int>& to, const std::vector<double>& bytes,
+                                 const std::vector<int>& flow, double tx, double total);
   std::vector<double> rate_, up_free_, down_free_, sent_, received_;
   double latency_;
   bool fifo_;

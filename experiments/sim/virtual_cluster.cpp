@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -28,7 +29,9 @@
 #include "model/gpt.h"
 #include "server/consistency_rule.h"
 #include "server/parameter_shard.h"
+#include "server/ps_client.h"
 #include "server/ps_protocol.h"
+#include "server/shard_partitions.h"
 #include "worker/data/data_config.h"
 #include "worker/data/held_out_set.h"
 #include "worker/data/window_sampler.h"
@@ -147,7 +150,12 @@ class Simulation {
     batch_x_ = torch::empty({run_.train.batch_size, run_.model.block_size}, torch::kLong);
     batch_y_ = torch::empty_like(batch_x_);
     p_ = flat_->numel();
-    bounds_ = Sharding::bounds(p_, std::max(k_, 1));
+    if (mode_.ring) {
+      bounds_ = Sharding::bounds(p_, 1);
+    } else {
+      bounds_ = PsClient::part_bounds(p_, k_, partition_elems(run_.dist), &server_of_);
+      parts_ = static_cast<int>(bounds_.size()) - 1;
+    }
     samples_per_step_ = run_.train.batch_size * run_.train.grad_accum * n_;
     const int64_t tokens_per_replica = run_.train.batch_size * run_.train.grad_accum * run_.model.block_size;
     tokens_per_step_ = mode_.ring && !mode_.local_sgd ? tokens_per_replica * n_ : tokens_per_replica;
@@ -203,9 +211,7 @@ class Simulation {
         case Event::kPushArrive: push_arrive(e, t); break;
         case Event::kReplyArrive: reply_arrive(workers_[static_cast<size_t>(e.worker)], t); break;
         case Event::kSyncDone: sync_done(t); break;
-        case Event::kFinishArrive:
-          reply(e.shard, shards_[static_cast<size_t>(e.shard)]->finish(e.worker), t);
-          break;
+        case Event::kFinishArrive: finish_arrive(e, t); break;
       }
       if (verbose_ && result_.worker_steps >= next_report) {
         log::info("[sim] {}/{} worker-steps, simulated {:.2f} s, real {:.1f} s", result_.worker_steps, total, t,
@@ -243,9 +249,11 @@ class Simulation {
   void init_shards() {
     std::vector<int64_t> pairs;
     for (auto& [o, l] : flat_->decay_ranges()) pairs.insert(pairs.end(), {o, l});
-    for (int k = 0; k < k_; ++k) {
+    for (int k = 0; k < k_; ++k) servers_.push_back(std::make_unique<ShardPartitions>(ps_, k, "", 1));
+    for (int k = 0; k < parts_; ++k) {
       MsgHeader h;
       h.type = static_cast<int>(MsgType::kInit);
+      h.partition = partition_elems(run_.dist);
       h.worker = 0;
       h.workers = n_;
       h.offset = bounds_[static_cast<size_t>(k)];
@@ -258,16 +266,16 @@ class Simulation {
       h.outer_lr = run_.dist.outer_lr;
       h.outer_momentum = run_.dist.outer_momentum;
       h.outer_delay = run_.dist.outer_delay > 0 ? run_.dist.outer_delay : n_;
-      auto shard = std::make_unique<ParameterShard>(ps_);
       const at::Tensor values = slice(flat_->params, k).contiguous();
-      shard->init(h, values.data_ptr<float>(), pairs.data(), pairs.size() / 2, 0.0);
+      ParameterShard& shard = servers_[static_cast<size_t>(server_of_[static_cast<size_t>(k)])]->init(
+          h, values.data_ptr<float>(), pairs.data(), pairs.size() / 2, 0.0);
       for (int r = 0; r < n_; ++r) {
-        shard->registered(r, 0);
-        shard->seen(r, 0.0);
+        shard.registered(r, 0);
+        shard.seen(r, 0.0);
       }
-      shards_.push_back(std::move(shard));
+      shards_.push_back(&shard);
     }
-    for (Worker& w : workers_) w.version.assign(static_cast<size_t>(k_), 0);
+    for (Worker& w : workers_) w.version.assign(static_cast<size_t>(parts_), 0);
   }
 
   void begin(Worker& w, double t) {
@@ -413,18 +421,20 @@ class Simulation {
   }
 
   void push(Worker& w, const at::Tensor& g, int64_t clock, double lr, double t) {
-    w.pending = k_;
+    w.pending = parts_;
     w.stale_sum = 0;
     w.wire = 0;
-    std::vector<int> to(static_cast<size_t>(k_));
-    std::vector<double> bytes(static_cast<size_t>(k_));
-    for (int k = 0; k < k_; ++k) {
-      to[static_cast<size_t>(k)] = n_ + k;
+    std::vector<int> to(static_cast<size_t>(parts_));
+    std::vector<double> bytes(static_cast<size_t>(parts_));
+    for (int k = 0; k < parts_; ++k) {
+      to[static_cast<size_t>(k)] = n_ + server_of_[static_cast<size_t>(k)];
       bytes[static_cast<size_t>(k)] = 4.0 * static_cast<double>(length(k)) + kHeaderBytes;
       w.wire += 4.0 * static_cast<double>(length(k));
     }
-    const std::vector<double> arrive = net_.send_batch(w.id, to, bytes, t);  // all shards at once, as PsClient
-    for (int k = 0; k < k_; ++k) {
+    // Every part at once, as PsClient: one connection (flow) per server, its parts in order on it.
+    const bool partitioned = parts_ > k_;
+    const std::vector<double> arrive = net_.send_batch(w.id, to, bytes, t, partitioned ? &to : nullptr);
+    for (int k = 0; k < parts_; ++k) {
       Event e = event(Event::kPushArrive, w.id, k);
       e.clock = clock;
       e.param_version = w.version[static_cast<size_t>(k)];
@@ -487,14 +497,26 @@ class Simulation {
       s.pulled(r);
     }
     const std::vector<double> bytes(ready.size(), 4.0 * static_cast<double>(length(k)) + kHeaderBytes);
-    const std::vector<double> arrive = net_.send_batch(n_ + k, ready, bytes, t);
+    const std::vector<double> arrive = net_.send_batch(n_ + server_of_[static_cast<size_t>(k)], ready, bytes, t);
     for (size_t i = 0; i < ready.size(); ++i) queue_.push(arrive[i], event(Event::kReplyArrive, ready[i], k));
+  }
+
+  // A worker's FINISH reached server e.shard: every partition of it releases what the worker's
+  // leaving completes (BSP/SSP), as syncopate-server's ShardPartitions::finish.
+  void finish_arrive(const Event& e, double t) {
+    std::map<int, std::vector<int>> released;  // part -> workers
+    for (const auto& [shard, worker] : servers_[static_cast<size_t>(e.shard)]->finish(e.worker)) {
+      const auto it = std::find(shards_.begin(), shards_.end(), shard);
+      SYN_CHECK(it != shards_.end(), "a released partition the simulation does not hold", "a simulator bug");
+      released[static_cast<int>(it - shards_.begin())].push_back(worker);
+    }
+    for (const auto& [part, workers] : released) reply(part, workers, t);
   }
 
   void reply_arrive(Worker& w, double t) {
     if (--w.pending > 0) return;
     if (mode_.local_sgd) w.start.copy_(w.params);  // the shards' outer weights: the next round's start
-    complete_step(w, t, k_ ? w.stale_sum / k_ : 0.0);
+    complete_step(w, t, parts_ ? w.stale_sum / parts_ : 0.0);
   }
 
   void complete_step(Worker& w, double t, double staleness) {
@@ -547,7 +569,7 @@ class Simulation {
     double server_bytes = 0, worker_bytes = 0;
     for (int k = 0; k < k_; ++k) {
       write_file_atomic((fs::path(out_) / "logs" / fmt::format("server{}.log", k)).string(),
-                        fmt::format("[server {}] stats {}\n", k, shards_[static_cast<size_t>(k)]->stats_json(0, queue_.now())));
+                        fmt::format("[server {}] stats {}\n", k, servers_[static_cast<size_t>(k)]->stats_json(0, queue_.now(), -1)));
       server_bytes += net_.sent(n_ + k);
     }
     for (int r = 0; r < n_; ++r) worker_bytes += net_.sent(r);
@@ -590,7 +612,13 @@ class Simulation {
   int64_t p_ = 0, samples_per_step_ = 0, tokens_per_step_ = 0;
   std::vector<int64_t> bounds_;
   std::vector<Worker> workers_;
-  std::vector<std::unique_ptr<ParameterShard>> shards_;
+  // ps: each server as syncopate-server holds its range (ShardPartitions: one partition, or
+  // dist.ps_partition_mb's pieces); the parts are what workers push and shards reply, in PsClient's
+  // order (part_bounds), part j on server server_of_[j].
+  std::vector<std::unique_ptr<ShardPartitions>> servers_;
+  std::vector<ParameterShard*> shards_;  // part j's shard
+  std::vector<int> server_of_;
+  int parts_ = 0;
   std::unique_ptr<FlatAdamW> opt_;           // ring: the one AdamW every worker would apply alike
   std::unique_ptr<OuterOptimizer> outer_;    // ring local SGD: the one outer step
   at::Tensor sum_, start_, scratch_;         // ring: the gradients' (or pseudo-gradients') sum; local SGD's round start
@@ -697,11 +725,11 @@ void validate_simulation(const RunConfig& run_in, const PsConfig& ps, const SimC
               fmt::format("sim.servers={} for a model of {} parameters", sim.shard_count(), gpt_num_params(run.model)),
               "use fewer shards than parameters");
     const int64_t shard_values = (gpt_num_params(run.model) + sim.shard_count() - 1) / sim.shard_count();
-    SYN_CHECK(partition_elems(run.dist) == 0 || shard_values <= partition_elems(run.dist),
-              fmt::format("shards of up to {} values cut into dist.ps_partition_mb={} partitions", shard_values,
-                          run.dist.ps_partition_mb),
-              "the simulator sends a shard's range as one message (its links are not pipelined per partition): use "
-              "--dist.ps_partition_mb=0, more servers, or a smaller model");
+    const int64_t per = partition_elems(run.dist);
+    SYN_CHECK(per == 0 || (shard_values + per - 1) / per <= kMaxPartitionsPerServer,
+              fmt::format("shards of up to {} values cut into dist.ps_partition_mb={} partitions: more than {} per server",
+                          shard_values, run.dist.ps_partition_mb, kMaxPartitionsPerServer),
+              "raise dist.ps_partition_mb (syncopate-server refuses as many)");
   }
   const double need = sim_memory_estimate(run, ps, sim);
   const double limit = sim.memory_gb > 0 ? sim.memory_gb * (1 << 30) : default_memory_limit();

@@ -29,6 +29,11 @@ struct EmulateConfig {
   // modelled backward as it would on the device (DDP, BytePS), neither before nor only after it.
   bool overlap = false;       // true: regions released at their modelled times (needs dist.overlap / ps_push_in_backward)
   double forward_share = 1.0 / 3;  // forward's share of the modelled step (6N FLOPs per token: forward 2N, backward 4N)
+  // The link's propagation latency: every ring message this node receives is held this long after it
+  // arrived (a userspace delay line, DelayedConnection; the kernels here have no netem qdisc), on top of
+  // the link's own latency. One way, per message; pipelined segments of one hop share it. Ring mode
+  // only: in ps mode the servers hold every message in and out (server.latency_ms).
+  double latency_ms = 0;      // one-way propagation delay added to each received ring message, milliseconds; 0 = none
 
   template <class V>
   void fields(V& v) {
@@ -43,6 +48,8 @@ struct EmulateConfig {
     v("dilation", dilation, "emulated seconds per target second, for the derivation", 1e-6, 1e9);
     v("overlap", overlap, "release gradient regions at their modelled times during the modelled backward");
     v("forward_share", forward_share, "forward's share of the modelled step time (the rest is backward)", 0.0, 0.99);
+    v("latency_ms", latency_ms, "one-way delay added to every ring message this node receives, ms (ring only; ps: server.latency_ms)",
+      0.0, 60000.0);
   }
 
   // The modelled step time at slowdown 1 (the derivation when target_params > 0), seconds.

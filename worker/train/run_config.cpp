@@ -85,6 +85,12 @@ void RunConfig::validate() const {
               "emulate.overlap=true in ps mode without dist.ps_push_in_backward: the pushes leave after backward",
               "set --dist.ps_push_in_backward=true --optim.grad_clip=0, or turn emulate.overlap off");
   }
+  SYN_CHECK(emulate.latency_ms == 0 || dist.mode == "ring",
+            fmt::format("emulate.latency_ms={} with dist.mode={}: the worker delays only ring messages", emulate.latency_ms,
+                        dist.mode),
+            dist.mode == "ps" ? "in ps mode every message passes a server: set --server.latency_ms on each syncopate-server "
+                                "(scripts/local_cluster.sh --latency-ms sets the right one per mode)"
+                              : "a single node has no links: drop --emulate.latency_ms");
   SYN_CHECK(data.tokenizer == "byte" || data.tokenizer == "gpt2-bpe",
             fmt::format("data.tokenizer='{}' is not a tokenizer", data.tokenizer), "use byte or gpt2-bpe");
   SYN_CHECK(data.tokenizer != "gpt2-bpe" || (!data.vocab_file.empty() && !data.merge_file.empty()),

@@ -543,6 +543,7 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
     RendezvousOptions o = rendezvous_options(cfg.dist, job.token, cfg.fingerprint());
     o.blob = encode_checkpoint_steps(job.checkpoints);
     o.lanes = ring_lanes(parse_hierarchy(cfg.dist.hierarchy), local);
+    o.latency_s = cfg.emulate.latency_ms / 1e3;
     job.ring = std::make_shared<Ring>(connect_ring(o));
     std::vector<std::vector<int64_t>> held;
     for (size_t r = 0; r < job.ring->blobs.size(); ++r)

@@ -15,6 +15,11 @@ class Connection {
   // Blocks until exactly n bytes have arrived. Throws syncopate::Error naming the peer if it closed
   // the connection, died, or sent nothing within the transport's timeout.
   virtual void recv(void* data, size_t n) = 0;
+  // Waits up to wait_s for at least one byte and takes what has arrived, at most max bytes; returns
+  // how many (0: nothing within wait_s, which is not an error). Throws as recv does when the peer
+  // closed the connection or died. What a reader thread uses (DelayedConnection); the base class
+  // refuses it, naming the transport.
+  virtual size_t recv_some(void* data, size_t max, double wait_s);
   // Who is at the other end, for error messages ("node 2 at 10.0.0.3:29501").
   virtual std::string peer() const = 0;
   // Ends the connection from any thread: a send/recv blocked on it (in another thread) fails at

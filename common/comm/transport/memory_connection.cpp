@@ -1,6 +1,7 @@
 #include "common/comm/transport/memory_connection.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -64,6 +65,19 @@ class MemoryEnd : public Connection {
       n -= k;
       ch_->cv.notify_all();
     }
+  }
+  size_t recv_some(void* data, size_t max, double wait_s) override {
+    SYN_CHECK(!sender_, "send-only end of a memory channel used to receive", "this is a bug");
+    std::unique_lock<std::mutex> l(ch_->mu);
+    if (!ch_->cv.wait_for(l, std::chrono::duration<double>(wait_s), [&] { return ch_->size > 0 || ch_->closed; }))
+      return 0;
+    SYN_CHECK(ch_->size > 0, fmt::format("{}: the sender closed the channel", name_), "the peer thread exited early");
+    const size_t k = std::min({max, ch_->size, ch_->ring.size() - ch_->head});
+    std::memcpy(data, ch_->ring.data() + ch_->head, k);
+    ch_->head = (ch_->head + k) % ch_->ring.size();
+    ch_->size -= k;
+    ch_->cv.notify_all();
+    return k;
   }
   std::string peer() const override { return name_; }
 

@@ -57,14 +57,28 @@ void TcpConnection::transfer(char* p, size_t n, bool sending) {
       continue;
     }
     if (k < 0 && r == IoResult::kOk && (errno == EINTR || errno == EAGAIN)) continue;
-    const bool timeout = r == IoResult::kTimeout;
-    const std::string why = timeout ? fmt::format("{} for {} s", sending ? "no progress" : "nothing arrived", timeout_s_)
-                            : k == 0 ? std::string("the connection was closed")
-                                     : std::string(std::strerror(errno));
-    SYN_FAIL(fmt::format("{} {} failed: {}", sending ? "sending to" : "receiving from", peer_, why),
-             timeout ? "the peer is hung or too slow; check its log or raise dist.timeout_s"
-                     : "the peer died; check its log, then relaunch (with --resume)");
+    fail(sending, r == IoResult::kTimeout, k == 0);
   }
+}
+
+void TcpConnection::fail(bool sending, bool timeout, bool closed) const {
+  const std::string why = timeout ? fmt::format("{} for {} s", sending ? "no progress" : "nothing arrived", timeout_s_)
+                          : closed ? std::string("the connection was closed")
+                                   : std::string(std::strerror(errno));
+  SYN_FAIL(fmt::format("{} {} failed: {}", sending ? "sending to" : "receiving from", peer_, why),
+           timeout ? "the peer is hung or too slow; check its log or raise dist.timeout_s"
+                   : "the peer died; check its log, then relaunch (with --resume)");
+}
+
+size_t TcpConnection::recv_some(void* data, size_t max, double wait_s) {
+  if (max == 0) return 0;
+  const int fd = socket_.native_handle();
+  IoResult r = wait_ready(fd, POLLIN, wait_s);
+  if (r == IoResult::kTimeout) return 0;
+  ssize_t k = r != IoResult::kOk ? -1 : ::recv(fd, data, max, 0);
+  if (k > 0) return static_cast<size_t>(k);
+  if (k < 0 && r == IoResult::kOk && (errno == EINTR || errno == EAGAIN)) return 0;
+  fail(false, false, k == 0);
 }
 
 // A plain syscall on the descriptor, not Asio's socket object (not safe to share across threads):

@@ -27,12 +27,14 @@ class TcpConnection : public Connection {
   TcpConnection(asio::ip::tcp::socket socket, std::string peer_name, double timeout_s);
   void send(const void* data, size_t n) override;
   void recv(void* data, size_t n) override;
+  size_t recv_some(void* data, size_t max, double wait_s) override;
   std::string peer() const override { return peer_; }
   void shutdown() override;
   asio::ip::tcp::socket& socket() { return socket_; }
 
  private:
   void transfer(char* p, size_t n, bool sending);  // poll + send/recv until n bytes moved, or throw
+  [[noreturn]] void fail(bool sending, bool timeout, bool closed) const;
   asio::ip::tcp::socket socket_;
   std::string peer_;
   double timeout_s_;
