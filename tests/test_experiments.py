@@ -17,6 +17,7 @@ import unittest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "experiments"))
 
+import cluster_runs  # noqa: E402
 import cost  # noqa: E402
 import method  # noqa: E402
 import scenario  # noqa: E402
@@ -858,6 +859,48 @@ class Scenarios(unittest.TestCase):
                   for n in ("compute_bound", "balanced", "comm_bound")}
         self.assertLess(ratios["compute_bound"], 0.5)
         self.assertGreater(ratios["comm_bound"], 2.0)
+
+    def test_latency_scales_with_the_dilation_above_the_links_own(self):
+        sc = scenario.load(os.path.join(ROOT, "experiments", "scenarios", "comm_bound.toml"))
+        d = scenario.derive(sc)
+        self.assertAlmostEqual(d["scaled_latency_ms"], 10.0 * d["dilation"])  # 10 ms between sites
+        self.assertAlmostEqual(d["latency_ms"], 10.0 * d["dilation"] - scenario.LINK_OWN_LATENCY_MS)
+        # The simulator takes the links' own latency plus what the delay line adds.
+        self.assertAlmostEqual(cluster_runs.sim_latency_us(d), 1e3 * 10.0 * d["dilation"])
+        self.assertIn("--latency-ms", cluster_runs.cluster_command({"ring": True}, dict(d, jitter=0.0), {
+            "nodes": 8, "servers": 8, "steps": 4, "evals": 1, "preset": "tiny", "batch": 8, "warmup": 1,
+            "eval_batches": 1}, 0, 1e-3, "/tmp/x"))
+        # A data centre's 10 us, dilated, is below the links' own: nothing is added, and it is said.
+        fast = scenario.derive(scenario.load(os.path.join(ROOT, "experiments", "scenarios", "compute_bound.toml")))
+        self.assertEqual(fast["latency_ms"], 0.0)
+        self.assertIn("below the emulated links' own", fast["latency_note"])
+        self.assertAlmostEqual(cluster_runs.sim_latency_us(fast), 1e3 * scenario.LINK_OWN_LATENCY_MS)
+
+    def test_sizes_scale_by_the_bytes_ratio_and_keep_the_targets_message_counts(self):
+        sc = scenario.load(os.path.join(ROOT, "experiments", "scenarios", "comm_bound.toml"))
+        z = scenario.scaled_sizes(sc)  # tiny: 454,144 f32 values against 124 M bf16 ones
+        ratio = 454_144 * 4 / (124_000_000 * 2)
+        self.assertAlmostEqual(z["bytes_ratio"], ratio)
+        self.assertAlmostEqual(z["flags"]["ps_partition_mb"], 4 * ratio)
+        self.assertEqual(z["flags"]["segment_kb"], round(256 * ratio))      # 1.88 -> 2
+        self.assertEqual(z["flags"]["bucket_kb"], round(25600 * ratio))     # 187.5 -> 188
+        self.assertEqual(z["flags"]["first_bucket_kb"], round(1024 * ratio))  # 7.5 -> 8
+        self.assertEqual(z["warnings"], [])
+        # 8 shards: 124 M x 2 B / 8 = 31 MB per shard in 4 MiB partitions = 8; the same count emulated.
+        self.assertEqual(z["counts"]["partitions_per_shard"], {"target": 8, "emulated": 8})
+        self.assertEqual(z["counts"]["buckets_per_backward"]["target"], z["counts"]["buckets_per_backward"]["emulated"])
+        self.assertIn("--dist.ps_partition_mb=0.0292996", scenario.size_flags(z))
+        # micro's segment would be 0.515 KiB: raised to 1 KiB, with a warning that names it.
+        sc["emulation"]["preset"] = "micro"
+        m = scenario.scaled_sizes(sc)
+        self.assertEqual(m["flags"]["segment_kb"], 1)
+        self.assertEqual(len(m["warnings"]), 1)
+        self.assertIn("dist.segment_kb", m["warnings"][0])
+        self.assertLess(m["counts"]["segments_per_ring_chunk"]["emulated"],
+                        m["counts"]["segments_per_ring_chunk"]["target"])
+        # A study passes them to every worker (and so to the simulator, which takes the same flags).
+        job = {"preset": "tiny", "batch": 8, "warmup": 1, "steps": 4, "evals": 1, "eval_batches": 1, "sizes": z}
+        self.assertIn("--dist.segment_kb=2", cluster_runs.worker_flags(job, 0, 1e-3, 4, ring=True))
 
     def test_bad_fields_are_refused_by_name(self):
         base = {"target": {"name": "x", "params": 10, "tokens_per_node_step": 10, "nodes": 4, "link_gbit": 1.0}}

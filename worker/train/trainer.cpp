@@ -544,6 +544,8 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
     o.blob = encode_checkpoint_steps(job.checkpoints);
     o.lanes = ring_lanes(parse_hierarchy(cfg.dist.hierarchy), local);
     o.latency_s = cfg.emulate.latency_ms / 1e3;
+    if (o.latency_s > 0 && cfg.dist.device == 0)
+      log::info("[dist] emulated link latency: every ring message this node receives is held {} ms", cfg.emulate.latency_ms);
     job.ring = std::make_shared<Ring>(connect_ring(o));
     std::vector<std::vector<int64_t>> held;
     for (size_t r = 0; r < job.ring->blobs.size(); ++r)
