@@ -68,6 +68,7 @@ def main():
     ap.add_argument("--step-time", type=float, default=0.5, help="modelled compute per step, s")
     ap.add_argument("--presets", default="micro,tiny", help="two small models, comma-separated")
     ap.add_argument("--modes", default="ring,bsp,asp")
+    ap.add_argument("--sizes", default="defaults,scaled", help="which size policies to run (defaults, scaled)")
     ap.add_argument("--tolerance", type=float, default=0.15, help="relative difference allowed between the presets")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "scale_invariance"))
     a = ap.parse_args()
@@ -84,14 +85,17 @@ def main():
     except scen.ScenarioError as e:
         raise SystemExit(f"scale_invariance: {e}")
     results = {}
-    for scaled in (False, True):
+    policies = a.sizes.split(",")
+    if any(p not in ("defaults", "scaled") for p in policies):
+        raise SystemExit("--sizes: defaults, scaled or both")
+    for scaled in [p == "scaled" for p in policies]:
         for mode in modes:
             for p in presets:
                 key = f"{'scaled' if scaled else 'defaults'}/{mode}/{p}"
                 print(f"[scale] {key}", flush=True)
                 results[key] = run(a, sc, p, mode, scaled, os.path.join(a.out, key.replace("/", "_")))
     rows = []
-    for scaled in ("defaults", "scaled"):
+    for scaled in policies:
         for mode in modes:
             r = [results[f"{scaled}/{mode}/{p}"] for p in presets]
             if any("failed" in x for x in r):

@@ -124,17 +124,19 @@ def latency_note(scaled_ms):
 
 
 def scaled_sizes(sc, nodes=None, servers=None):
-    """The message sizes that keep the target's message structure: each scaled by the bytes ratio
-    (what the small model sends / what the target sends: the link's scale), so that partitions per
-    shard, segments per ring chunk and buckets per backward are the target's. Returns {"bytes_ratio",
+    """The message sizes that keep the target's message structure: each scaled by the ratio of
+    parameters (small model / target; the sizes count float32 values), so that partitions per shard,
+    segments per ring chunk and buckets per backward are the target's. Returns {"bytes_ratio" (the
+    ratio, kept under its old name: the ratio of float32 bytes),
     "flags" ({dist field: emulated value}), "target" ({field: target value}), "counts" (per field:
     {"target", "emulated"} message counts), "warnings" (a size raised to its floor, and what that
     does to fidelity)}."""
     t, e = sc["target"], sc["emulation"]
     n = nodes or t["nodes"]
     k = servers or n
-    small = PRESET_PARAMS[e["preset"]] * 4.0  # the emulation sends f32
-    target = t["params"] * float(t["wire_bytes"])
+    # The trainer's sizes count float32 values (a partition of 4 MiB holds 1 Mi values, whatever the
+    # wire then sends of them), so the ratio that keeps the counts is the ratio of parameters.
+    small, target = float(PRESET_PARAMS[e["preset"]]), float(t["params"])
     ratio = small / target
     flags, warnings = {}, []
     for field, size in TARGET_SIZES.items():
@@ -147,17 +149,17 @@ def scaled_sizes(sc, nodes=None, servers=None):
             raw = floor
         flags[field] = raw if field == "ps_partition_mb" else max(1, int(round(raw)))
 
-    def count(total_bytes, piece_bytes):
-        return max(1, -(-int(total_bytes) // max(1, int(piece_bytes))))
+    def count(values, piece_bytes):  # pieces of piece_bytes of float32 in `values` values
+        return max(1, -(-int(values) // max(1, int(piece_bytes // 4))))
     mib, kib = 2 ** 20, 2 ** 10
     counts = {
         "partitions_per_shard": {"target": count(target / k, TARGET_SIZES["ps_partition_mb"] * mib),
                                  "emulated": count(small / k, flags["ps_partition_mb"] * mib)},
         "segments_per_ring_chunk": {"target": count(target / n, TARGET_SIZES["segment_kb"] * kib),
                                     "emulated": count(small / n, flags["segment_kb"] * kib)},
-        "buckets_per_backward": {"target": 1 + count(max(0.0, target - TARGET_SIZES["first_bucket_kb"] * kib),
+        "buckets_per_backward": {"target": 1 + count(max(0.0, target - TARGET_SIZES["first_bucket_kb"] * kib / 4),
                                                      TARGET_SIZES["bucket_kb"] * kib),
-                                 "emulated": 1 + count(max(0.0, small - flags["first_bucket_kb"] * kib),
+                                 "emulated": 1 + count(max(0.0, small - flags["first_bucket_kb"] * kib / 4),
                                                        flags["bucket_kb"] * kib)},
     }
     return {"bytes_ratio": ratio, "flags": flags, "target": dict(TARGET_SIZES), "counts": counts,

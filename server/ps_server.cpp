@@ -345,6 +345,8 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
     }
     if (!impl_->handle(frames)) break;
   }
+  // The last replies (FINISH's, SHUTDOWN's) are still in the delay line: let them leave first.
+  if (impl_->delay) impl_->delay->flush(2 * impl_->scfg.latency_ms / 1e3 + 2.0);
   log::info("[server {}] stats {}", impl_->scfg.shard, impl_->stats());
 }
 

@@ -1,5 +1,6 @@
 #include "server/zmq_delay_line.h"
 
+#include <csignal>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -7,6 +8,8 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+
+#include <pthread.h>
 #include <vector>
 
 #include <fmt/format.h>
@@ -27,6 +30,8 @@ struct ZmqDelayLine::State {
   zmq::socket_t far, near;  // far: the thread's end of the PAIR; near: the loop's
   Clock::duration delay;
   std::atomic<bool> stopping{false};
+  std::atomic<int64_t> outbound{0};  // messages taken from the loop and not yet sent to the workers
+  std::atomic<int64_t> rounds{0};    // poll rounds done (a round after a request has drained what came before it)
   mutable std::mutex mu;
   std::exception_ptr failure;
   std::thread thread;
@@ -41,15 +46,19 @@ struct ZmqDelayLine::State {
       std::vector<zmq::message_t> frames;
       if (!zmq::recv_multipart(from, std::back_inserter(frames), zmq::recv_flags::dontwait)) return;
       into.push_back({Clock::now() + delay, std::move(frames)});
+      if (&from == &far) ++outbound;
     }
   }
-  // Sends the messages of `q` that are due, in order.
-  static void release(std::deque<Held>& q, zmq::socket_t& to) {
+  // Sends the messages of `q` that are due, in order; returns how many.
+  static int64_t release(std::deque<Held>& q, zmq::socket_t& to) {
     const auto now = Clock::now();
+    int64_t sent = 0;
     while (!q.empty() && q.front().due <= now) {
       zmq::send_multipart(to, q.front().frames);
       q.pop_front();
+      ++sent;
     }
+    return sent;
   }
 
   void run() {
@@ -58,13 +67,20 @@ struct ZmqDelayLine::State {
       auto next = Clock::now() + std::chrono::milliseconds(50);  // wake to notice stopping
       if (!in.empty()) next = std::min(next, in.front().due);
       if (!out.empty()) next = std::min(next, out.front().due);
-      const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now());
+      // Rounded up: a wait truncated to 0 ms would spin until the next message is due.
+      const auto wait = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now());
       zmq::pollitem_t items[] = {{outer.handle(), 0, ZMQ_POLLIN, 0}, {far.handle(), 0, ZMQ_POLLIN, 0}};
-      zmq::poll(items, 2, std::max(wait, std::chrono::milliseconds(0)));
+      try {
+        zmq::poll(items, 2, std::max(wait, std::chrono::milliseconds(0)));
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EINTR) continue;  // a signal (the loop handles SIGTERM): nothing lost
+        throw;
+      }
       if (items[0].revents & ZMQ_POLLIN) drain(outer, in);
       if (items[1].revents & ZMQ_POLLIN) drain(far, out);
       release(in, far);
-      release(out, outer);
+      outbound -= release(out, outer);
+      ++rounds;
     }
   }
 };
@@ -81,6 +97,12 @@ ZmqDelayLine::ZmqDelayLine(zmq::context_t& ctx, zmq::socket_t& outer, double del
   const std::string ep = fmt::format("inproc://syncopate-delay-line-{}", static_cast<const void*>(this));
   S.far.bind(ep);
   S.near.connect(ep);
+  // The thread takes no SIGTERM / SIGINT (as libzmq's own threads): the loop's thread handles them.
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGTERM);
+  sigaddset(&block, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
   S.thread = std::thread([&S] {
     try {
       S.run();
@@ -89,11 +111,25 @@ ZmqDelayLine::ZmqDelayLine(zmq::context_t& ctx, zmq::socket_t& outer, double del
       S.failure = std::current_exception();
     }
   });
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+void ZmqDelayLine::flush(double max_wait_s) {
+  State& S = *state_;
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(max_wait_s));
+  // What the loop sent before this call is drained by the thread's next full round: wait for two
+  // rounds (one may have been under way), then until nothing taken is still held.
+  const int64_t r0 = S.rounds.load();
+  while ((S.rounds.load() < r0 + 2 || S.outbound.load() > 0) && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  S.stopping = true;
+  S.thread.join();
+  S.outer.set(zmq::sockopt::linger, 1000);  // ZeroMQ's own queue: let the last replies out
 }
 
 ZmqDelayLine::~ZmqDelayLine() {
   state_->stopping = true;
-  state_->thread.join();
+  if (state_->thread.joinable()) state_->thread.join();
 }
 
 zmq::socket_t& ZmqDelayLine::inner() { return state_->near; }

@@ -27,6 +27,10 @@ class ZmqDelayLine {
   zmq::socket_t& inner();
   // Rethrows what stopped the delay line's thread, if anything did (call it from the loop).
   void check() const;
+  // Before the server exits: waits (at most max_wait_s) until every message the loop sent has left
+  // the delay line, and lets the ROUTER linger so that ZeroMQ sends them (FINISH's and SHUTDOWN's
+  // replies are the last a server sends).
+  void flush(double max_wait_s);
 
  private:
   struct State;

@@ -878,29 +878,24 @@ class Scenarios(unittest.TestCase):
 
     def test_sizes_scale_by_the_bytes_ratio_and_keep_the_targets_message_counts(self):
         sc = scenario.load(os.path.join(ROOT, "experiments", "scenarios", "comm_bound.toml"))
-        z = scenario.scaled_sizes(sc)  # tiny: 454,144 f32 values against 124 M bf16 ones
-        ratio = 454_144 * 4 / (124_000_000 * 2)
+        z = scenario.scaled_sizes(sc)  # tiny: 454,144 values against 124 M (the sizes count f32 values)
+        ratio = 454_144 / 124_000_000
         self.assertAlmostEqual(z["bytes_ratio"], ratio)
         self.assertAlmostEqual(z["flags"]["ps_partition_mb"], 4 * ratio)
-        self.assertEqual(z["flags"]["segment_kb"], round(256 * ratio))      # 1.88 -> 2
-        self.assertEqual(z["flags"]["bucket_kb"], round(25600 * ratio))     # 187.5 -> 188
-        self.assertEqual(z["flags"]["first_bucket_kb"], round(1024 * ratio))  # 7.5 -> 8
-        self.assertEqual(z["warnings"], [])
-        # 8 shards: 124 M x 2 B / 8 = 31 MB per shard in 4 MiB partitions = 8; the same count emulated.
-        self.assertEqual(z["counts"]["partitions_per_shard"], {"target": 8, "emulated": 8})
+        self.assertEqual(z["flags"]["segment_kb"], 1)                       # 0.94 -> raised to 1
+        self.assertEqual(z["flags"]["bucket_kb"], round(25600 * ratio))     # 93.8 -> 94
+        self.assertEqual(z["flags"]["first_bucket_kb"], round(1024 * ratio))  # 3.75 -> 4
+        self.assertEqual(len(z["warnings"]), 1)
+        self.assertIn("dist.segment_kb", z["warnings"][0])
+        # 8 shards: 124 M / 8 = 15.5 M values per shard in partitions of 1 Mi values = 15; the same emulated.
+        self.assertEqual(z["counts"]["partitions_per_shard"], {"target": 15, "emulated": 15})
         self.assertEqual(z["counts"]["buckets_per_backward"]["target"], z["counts"]["buckets_per_backward"]["emulated"])
-        self.assertIn("--dist.ps_partition_mb=0.0292996", scenario.size_flags(z))
-        # micro's segment would be 0.515 KiB: raised to 1 KiB, with a warning that names it.
-        sc["emulation"]["preset"] = "micro"
-        m = scenario.scaled_sizes(sc)
-        self.assertEqual(m["flags"]["segment_kb"], 1)
-        self.assertEqual(len(m["warnings"]), 1)
-        self.assertIn("dist.segment_kb", m["warnings"][0])
-        self.assertLess(m["counts"]["segments_per_ring_chunk"]["emulated"],
-                        m["counts"]["segments_per_ring_chunk"]["target"])
+        self.assertIn("--dist.ps_partition_mb=0.0146498", scenario.size_flags(z))
+        self.assertLess(z["counts"]["segments_per_ring_chunk"]["emulated"],
+                        z["counts"]["segments_per_ring_chunk"]["target"])  # the floor: coarser, and said
         # A study passes them to every worker (and so to the simulator, which takes the same flags).
         job = {"preset": "tiny", "batch": 8, "warmup": 1, "steps": 4, "evals": 1, "eval_batches": 1, "sizes": z}
-        self.assertIn("--dist.segment_kb=2", cluster_runs.worker_flags(job, 0, 1e-3, 4, ring=True))
+        self.assertIn("--dist.bucket_kb=94", cluster_runs.worker_flags(job, 0, 1e-3, 4, ring=True))
 
     def test_bad_fields_are_refused_by_name(self):
         base = {"target": {"name": "x", "params": 10, "tokens_per_node_step": 10, "nodes": 4, "link_gbit": 1.0}}

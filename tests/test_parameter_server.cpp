@@ -614,6 +614,27 @@ TEST(PsServer, EmulatedLatencyHoldsEveryMessageBothWaysAndChangesNoValue) {
   EXPECT_LT(slow_s, 0.2 + 4 * 0.2) << "the parts' delays were paid one after another, not together";
 }
 
+// The last reply a server sends before it exits (FINISH with server.exit_when_done) is still in the
+// delay line when the loop ends: the server lets it leave first, so the worker's FINISH is answered
+// (not resent until dist.timeout_s and then failed).
+TEST(PsServer, ALastReplyLeavesTheDelayLineBeforeTheServerExits) {
+  PsConfig pc;
+  pc.consistency = "asp";
+  ServerConfig sc;
+  sc.latency_ms = 100;
+  sc.exit_when_done = true;
+  InProcessServer server(sc, pc, "t");
+  PsClientOptions o = client_options("t", true);
+  o.first_resend_s = 30;  // a lost reply would show as a wait, not be hidden by a resend
+  PsClient c({server.endpoint}, "t", 0, 1, o);
+  at::Tensor w = torch::zeros({100});
+  c.init(w, {}, AdamWConfig{}, 0);
+  push_pull(c, torch::ones({100}), w, 0, 1e-2);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_NO_THROW(c.finish(1));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+}
+
 // A node of two CPU replicas averages inside the node, and local replica 0 alone pushes and pulls
 // for it: one ASP worker node equals one process with the node's whole batch. fp32 tolerance as
 // in the ring tests: the mean of two half-batch gradients is not the full-batch gradient bit for
