@@ -176,9 +176,10 @@ Ring connect_ring(const RendezvousOptions& o) {
     }
   }
   std::vector<std::unique_ptr<Connection>> outs = out.get();
-  if (o.latency_s > 0)  // after the handshake: the delay line carries the collectives' bytes only
-    for (auto* links : {&in, &outs})
-      for (auto& c : *links) c = std::make_unique<DelayedConnection>(std::move(c), o.latency_s, o.timeout_s);
+  // After the handshake, so the delay line carries the collectives' bytes only; on the links a node
+  // receives from (prev): the ring never receives on its sending links, which need no reader thread.
+  if (o.latency_s > 0)
+    for (auto& c : in) c = std::make_unique<DelayedConnection>(std::move(c), o.latency_s, o.timeout_s);
   // Lane l is connections [l*k, l*k+k): one connection, or k striped together.
   auto join = [k](std::vector<std::unique_ptr<Connection>>& links, int lane) -> std::unique_ptr<Connection> {
     if (k == 1) return std::move(links[static_cast<size_t>(lane)]);

@@ -253,7 +253,8 @@ class Simulation {
     for (int k = 0; k < parts_; ++k) {
       MsgHeader h;
       h.type = static_cast<int>(MsgType::kInit);
-      h.partition = partition_elems(run_.dist);
+      const int s = server_of_[static_cast<size_t>(k)];  // as PsClient: 0 when the server's range is one part
+      h.partition = std::count(server_of_.begin(), server_of_.end(), s) > 1 ? partition_elems(run_.dist) : 0;
       h.worker = 0;
       h.workers = n_;
       h.offset = bounds_[static_cast<size_t>(k)];
@@ -717,6 +718,8 @@ void validate_simulation(const RunConfig& run_in, const PsConfig& ps, const SimC
             "no straggler (ps asp, bsp with backup workers)");
   SYN_CHECK(!(m.ring && m.local_sgd && run.dist.outer == "delayed_nesterov"),
             "dist.outer=delayed_nesterov with a ring", "a ring applies one outer step per round: use nesterov or average");
+  SYN_CHECK(run.emulate.latency_ms == 0, fmt::format("emulate.latency_ms={} in the simulator", run.emulate.latency_ms),
+            "the simulator's links take their latency from --sim.latency_us (one way, every message): set that instead");
   if (!m.ring) {
     parse_consistency(ps.consistency);
     parse_mitigation(ps.mitigation);

@@ -91,6 +91,10 @@ void RunConfig::validate() const {
             dist.mode == "ps" ? "in ps mode every message passes a server: set --server.latency_ms on each syncopate-server "
                                 "(scripts/local_cluster.sh --latency-ms sets the right one per mode)"
                               : "a single node has no links: drop --emulate.latency_ms");
+  SYN_CHECK(emulate.latency_ms / 1e3 < dist.timeout_s / 2,
+            fmt::format("emulate.latency_ms={} is not below half of dist.timeout_s={} s: a ring message held that long "
+                        "would count as a silent peer", emulate.latency_ms, dist.timeout_s),
+            "lower emulate.latency_ms or raise dist.timeout_s");
   SYN_CHECK(data.tokenizer == "byte" || data.tokenizer == "gpt2-bpe",
             fmt::format("data.tokenizer='{}' is not a tokenizer", data.tokenizer), "use byte or gpt2-bpe");
   SYN_CHECK(data.tokenizer != "gpt2-bpe" || (!data.vocab_file.empty() && !data.merge_file.empty()),
