@@ -183,11 +183,11 @@ def derive(sc, nodes=None, step_time_s=None):
     small_bytes = ring_factor(n) * PRESET_PARAMS[e["preset"]] * 4
     step = step_time_s or e["step_time_s"]
     link = small_bytes * 8 / (ratio * step) / 1e9 if ratio > 0 else None
+    scaled_latency = t["latency_ms"] * step / compute_t  # one way, emulated ms: the target's, dilated
     return {"nodes": n, "target_compute_s": compute_t, "target_comm_s": comm_t, "ratio": ratio,
             "step_time_s": step, "dilation": step / compute_t, "link_gbit": link,
-            "target_latency_ms": t["latency_ms"], "scaled_latency_ms": t["latency_ms"] * step / compute_t,
-            "latency_ms": max(0.0, t["latency_ms"] * step / compute_t - LINK_OWN_LATENCY_MS),
-            "latency_note": latency_note(t["latency_ms"] * step / compute_t),
+            "target_latency_ms": t["latency_ms"], "scaled_latency_ms": scaled_latency,
+            "latency_ms": max(0.0, scaled_latency - LINK_OWN_LATENCY_MS), "latency_note": latency_note(scaled_latency),
             "slow_node": sc["stragglers"]["slow_node"], "slowdown": sc["stragglers"]["slowdown"],
             "jitter": sc["stragglers"]["jitter"], "preset": e["preset"], "batch": e["batch"],
             "max_cpu": e["max_cpu"], "name": t["name"]}

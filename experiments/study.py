@@ -169,16 +169,13 @@ def emulation(a):
             em[key] = val
     if a.link_gbit is not None:
         em["link_gbit"] = a.link_gbit
-    if getattr(a, "latency_ms", None) is not None:
-        em["latency_ms"] = a.latency_ms
-        em.pop("latency_note", None)
     if a.netns and not em["link_gbit"]:
         em["link_gbit"] = 1.0
     if sc and a.step_time is not None:
         em.update(scen.derive(sc, em["nodes"], a.step_time))
-        if getattr(a, "latency_ms", None) is not None:
-            em["latency_ms"] = a.latency_ms
-            em.pop("latency_note", None)
+    if getattr(a, "latency_ms", None) is not None:  # after every derivation: the flag wins over the scenario
+        em["latency_ms"] = a.latency_ms
+        em.pop("latency_note", None)
     problems = []
     if em["latency_ms"] < 0:
         problems.append(f"--latency-ms {em['latency_ms']} is negative")
