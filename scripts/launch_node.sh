@@ -28,6 +28,12 @@
 # finished or died (server.exit_when_done), and this launcher waits for that before it exits, so
 # that a slower node's worker can still push to the shards of a node that is done.
 #
+# --dist.mode=auto among the worker's arguments (with --dist.advice=FILE, default advice.json: what
+# scripts/syncopate-advise wrote): the launcher reads the advice's recommendation. A parameter-server
+# recommendation starts the shards of SYNCOPATE_SERVERS (required then) with the advice's server flags
+# (before any --server-arg, which still wins); a ring or local SGD one starts none (SYNCOPATE_SERVERS
+# is then ignored, with a note). The worker applies the advice's [dist] flags itself.
+#
 # When one node dies, the others stop within dist.timeout_s with an error naming it (ring) or go
 # on without it (ps, asynchronous modes); every launcher restarts its worker with --resume.
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
@@ -133,9 +139,45 @@ for a in "$@"; do
 done
 [ -n "$OUT" ] || die "pass --out DIR to the worker (checkpoints live there)"
 
+# --dist.mode=auto: the advice decides whether this job has shards, and their flags.
+AUTO=0 ADVICE=advice.json prev=""
+for a in "$@"; do
+  case "$a" in --dist.mode=auto) AUTO=1;; --dist.advice=*) ADVICE=${a#--dist.advice=};; esac
+  [ "$prev" = "--dist.mode" ] && [ "$a" = auto ] && AUTO=1
+  [ "$prev" = "--dist.advice" ] && ADVICE=$a
+  prev=$a
+done
+ADVISED_MODE=""
+if [ "$AUTO" = 1 ]; then
+  advised=$(python3 - "$ADVICE" <<'PY'
+import json, sys
+try:
+    rec = json.load(open(sys.argv[1]))["recommended"]
+    mode = [f.split("=", 1)[1] for f in rec["worker_flags"] if f.startswith("--dist.mode=")][0]
+except Exception as e:
+    sys.exit(f"launch_node.sh: --dist.mode=auto: cannot read the recommendation in {sys.argv[1]}: {e!r} "
+             "(run scripts/syncopate-advise probe.json to write it)")
+print(mode)
+for f in rec.get("server_flags", []):
+    print(f)
+PY
+) || exit 2
+  ADVISED_MODE=$(head -n1 <<< "$advised")
+  if [ "$ADVISED_MODE" = ps ]; then
+    [ -n "$SERVERS_LIST" ] || die "--dist.mode=auto: $ADVICE recommends a parameter-server mode: set SYNCOPATE_SERVERS (e.g. per-node)"
+    mapfile -t advised_server < <(tail -n +2 <<< "$advised")
+    SERVER_ARGS=("${advised_server[@]}" "${SERVER_ARGS[@]}")
+    echo "[launch] --dist.mode=auto: $ADVICE recommends ps; shards get ${advised_server[*]:-no extra flags}"
+  else
+    [ -n "$SERVERS_LIST" ] && echo "[launch] --dist.mode=auto: $ADVICE recommends $ADVISED_MODE: SYNCOPATE_SERVERS ignored, no shards"
+    SERVERS_LIST="" EPS=()
+  fi
+fi
+
 PS_ARGS=() SHARD_PIDS=()
 if [ -n "$SERVERS_LIST" ]; then
   PS_ARGS=(--dist.mode=ps --dist.servers="$SERVERS_LIST")
+  [ "$AUTO" = 1 ] && PS_ARGS=(--dist.servers="$SERVERS_LIST")  # (the advice sets the mode)
   if [ "${SYNCOPATE_SERVER_LAYOUT:-colocated}" = colocated ]; then
     for k in "${!EPS[@]}"; do
       [ $((k % NNODES)) -eq "$NODE" ] || continue

@@ -9,7 +9,7 @@
 #                            [--consistency bsp|ssp|asp] [--staleness-bound S] [--mitigation M]
 #                            [--backup-workers B] [--step-time S [--slow-node I --slowdown F [--slow-steps N]]
 #                            [--jitter X]] [--encrypt auto|off]
-#                            [--netns --link-gbit G] [--latency-ms L] [--trace] -- <worker args>
+#                            [--netns --link-gbit G] [--latency-ms L] [--trace] [--probe] -- <worker args>
 #
 # --servers K starts K syncopate-server shards (each on a free port it reports in
 # OUT/logs/server<k>.endpoint; on node 0's host, or with --netns shard k on host k mod N) and runs
@@ -32,6 +32,9 @@
 # ps servers hold each message in and out L ms (server.latency_ms), so a ring hop and a push or reply
 # each take L ms more.
 #
+# --probe starts syncopate-probe instead of the worker on every node (same emulation, links and
+# arguments; no servers): node 0 writes OUT/probe.json for scripts/syncopate-advise.
+#
 # --netns gives every node its own network namespace (10.77.0.<i+1>/24) and a G Gbit/s
 # rate-limited link (tbf qdisc on both ends of its veth) through a bridge namespace; needs root.
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
@@ -39,7 +42,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
 NODES=2 OUT="" PORT="" NETNS=0 GBIT=1 RESTARTS=0 SERVERS=0 CONSISTENCY=asp BOUND=2 MITIGATION=none BACKUP=0
-SLOW=-1 SLOWDOWN=2 SLOW_STEPS=0 STEP_TIME=0 JITTER=0 ENCRYPT=auto TRACE=0 LATENCY=0 WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
+SLOW=-1 SLOWDOWN=2 SLOW_STEPS=0 STEP_TIME=0 JITTER=0 ENCRYPT=auto TRACE=0 LATENCY=0 PROBE=0 WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) NODES=$2; shift 2;;
@@ -59,6 +62,7 @@ while [ $# -gt 0 ]; do
     --encrypt) ENCRYPT=$2; shift 2;;
     --netns) NETNS=1; shift;;
     --trace) TRACE=1; shift;;
+    --probe) PROBE=1; shift;;
     --link-gbit) GBIT=$2; shift 2;;
     --latency-ms) LATENCY=$2; shift 2;;
     --) shift; break;;
@@ -69,6 +73,9 @@ done
 [ -x "$WORKER" ] || { echo "local_cluster.sh: $WORKER not built; run scripts/build.sh" >&2; exit 2; }
 if [ "$SLOW" -ge 0 ] && [ "$STEP_TIME" = 0 ]; then
   echo "local_cluster.sh: --slow-node needs --step-time S (the modelled step time that --slowdown multiplies)" >&2; exit 2
+fi
+if [ "$PROBE" = 1 ] && [ "$SERVERS" != 0 ]; then
+  echo "local_cluster.sh: --probe measures the nodes and the links between them: drop --servers" >&2; exit 2
 fi
 export SYNCOPATE_WORKER=$WORKER
 mkdir -p "$OUT/logs"
@@ -151,10 +158,15 @@ for i in $(seq 0 $((NODES - 1))); do
   [ "$TRACE" = 1 ] && NODE_ARGS+=(--trace.file="$OUT/logs/trace_node$i.json")
   LAST_ARGS=()  # after the shared worker arguments, so that they win
   [ "$i" = "$SLOW" ] && [ "$SLOW_STEPS" -gt 0 ] && LAST_ARGS+=(--train.steps="$SLOW_STEPS")
-  if [ "$NETNS" = 1 ]; then
-    NODE_RANK=$i spawn ip netns exec "${NS_PREFIX}n$i" "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "${NODE_ARGS[@]}" "$@" "${LAST_ARGS[@]}" > "$OUT/logs/node$i.log" 2>&1
+  if [ "$PROBE" = 1 ]; then
+    CMD=("$(dirname "$WORKER")/syncopate-probe" --out "$OUT/probe.json" "${NODE_ARGS[@]}" "$@" "${LAST_ARGS[@]}")
   else
-    NODE_RANK=$i spawn "$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "${NODE_ARGS[@]}" "$@" "${LAST_ARGS[@]}" > "$OUT/logs/node$i.log" 2>&1
+    CMD=("$ROOT/scripts/launch_node.sh" --max-restarts "$RESTARTS" -- --out "$OUT/node$i" "${NODE_ARGS[@]}" "$@" "${LAST_ARGS[@]}")
+  fi
+  if [ "$NETNS" = 1 ]; then
+    NODE_RANK=$i spawn ip netns exec "${NS_PREFIX}n$i" "${CMD[@]}" > "$OUT/logs/node$i.log" 2>&1
+  else
+    NODE_RANK=$i spawn "${CMD[@]}" > "$OUT/logs/node$i.log" 2>&1
   fi
   PIDS+=("${SPAWNED[-1]}")
   WORKER_PIDS+=("${SPAWNED[-1]}")
@@ -176,6 +188,11 @@ while [ ${#LIVE[@]} -gt 0 ]; do
   fi
 done
 echo "[cluster] all $NODES nodes finished"
+if [ "$PROBE" = 1 ]; then
+  cat "$OUT/logs/node0.log"
+  echo "[cluster] probe: $OUT/probe.json (next: scripts/syncopate-advise $OUT/probe.json)"
+  exit 0
+fi
 for k in $(seq 0 $((SERVERS - 1))); do
   [ "$SERVERS" -gt 0 ] && echo "[cluster] server $k: $(grep -c . "$OUT/logs/server$k.log") log lines"
 done

@@ -12,6 +12,8 @@
 #include "common/check.h"
 #include "common/command_line.h"
 #include "common/config_schema.h"
+#include "common/log.h"
+#include "worker/sync/advice.h"
 #include "worker/sync/dist_config.h"
 #include "worker/train/run_config.h"
 #include "worker/train/node_training.h"
@@ -87,6 +89,26 @@ int main(int argc, char** argv) {
       } else {
         SYN_FAIL(fmt::format("unknown argument '{}'", a), "see syncopate-worker --help");
       }
+    }
+    if (cfg.dist.mode == "auto") {  // the advice's [dist] flags, before anything reads the config
+      RunConfig fresh;
+      ConfigSchema defaults;
+      fresh.bind(defaults);
+      DistConfig resolved = cfg.dist;
+      resolved.mode = "ring";  // (so that the node count comes from the environment)
+      int64_t nodes = 0;
+      try {
+        resolve_from_environment(resolved);
+        nodes = resolved.nnodes;
+      } catch (const Error&) {
+        // the layout's own error is reported by the run itself, after the advice is applied
+      }
+      const AppliedAdvice advice = apply_advice(schema, defaults, cfg.dist.advice, nodes);
+      if (print_config)  // (stdout carries the TOML)
+        std::cerr << "[dist] " << advice.summary << "\n";
+      else
+        log::info("[dist] {}", advice.summary);
+      for (const auto& w : advice.warnings) log::warn("[dist] {}", w);
     }
     cfg.validate();
     if (!print_config) out = claim_run_dir(cfg, out, resume, force);

@@ -19,4 +19,21 @@ int cuda_compute_capability(int device) {
 #endif
 }
 
+bool cuda_memory(int device, long long& free_bytes, long long& total_bytes) {
+#ifdef SYNCOPATE_CUDA
+  int before = 0;
+  if (cudaGetDevice(&before) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) return false;
+  size_t f = 0, t = 0;
+  const bool ok = cudaMemGetInfo(&f, &t) == cudaSuccess;
+  cudaSetDevice(before);
+  free_bytes = static_cast<long long>(f);
+  total_bytes = static_cast<long long>(t);
+  return ok;
+#else
+  (void)device;
+  free_bytes = total_bytes = 0;
+  return false;
+#endif
+}
+
 }  // namespace syncopate

@@ -11,7 +11,10 @@ namespace syncopate {
 
 struct DistConfig {
   std::string mode = "none";     // "none": one replica; "ring": synchronous ring all-reduce between nodes;
-                                 // "ps": push/pull to sharded parameter servers (consistency set on the servers)
+                                 // "ps": push/pull to sharded parameter servers (consistency set on the servers);
+                                 // "auto": what syncopate-advise recommended for this cluster (the file `advice`)
+  std::string advice = "advice.json";  // mode "auto": the advice file of experiments/advise.py (scripts/syncopate-advise);
+                                 // its recommended [dist] flags are applied at start (worker/sync/advice.h)
   std::string master_addr = "";  // node 0's IP; "" = $MASTER_ADDR, else the first host of $SLURM_JOB_NODELIST... , else 127.0.0.1
   int64_t master_port = 0;       // rendezvous TCP port on node 0; 0 = $MASTER_PORT, else 29500; -1 = any free port,
                                  // published through rendezvous_file
@@ -78,7 +81,9 @@ struct DistConfig {
 
   template <class V>
   void fields(V& v) {
-    v("mode", mode, "data-parallel mode", std::vector<std::string>{"none", "ring", "ps"});
+    v("mode", mode, "data-parallel mode (auto = the recommendation in dist.advice)",
+      std::vector<std::string>{"none", "ring", "ps", "auto"});
+    v("advice", advice, "mode=auto: advice.json written by scripts/syncopate-advise (its recommended [dist] flags apply)");
     v("launch", launch, "process layout: one process per node (node), per GPU (gpu), or from the launcher (auto)",
       std::vector<std::string>{"auto", "node", "gpu"});
     v("device", device, "launch=gpu: CUDA device of this process (-1 = LOCAL_RANK / SLURM_LOCALID)", int64_t{-1},

@@ -28,6 +28,8 @@ std::string RunConfig::model_fingerprint() const {
 void RunConfig::validate() const {
   syncopate::validate(model);
   emulate.validate();
+  SYN_CHECK(dist.mode != "auto", "dist.mode=auto was not resolved to a mode",
+            "syncopate-worker resolves it from dist.advice (worker/sync/advice.h); elsewhere give ring, ps or none");
   SYN_CHECK(schedule.min_lr <= optim.lr,
             fmt::format("schedule.min_lr={} exceeds optim.lr={}", schedule.min_lr, optim.lr),
             "the cosine decay goes down from optim.lr to schedule.min_lr: lower min_lr");

@@ -1,0 +1,155 @@
+#include "common/comm/link_probe.h"
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+
+#include "common/check.h"
+
+namespace syncopate {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kWarmupPings = 3;
+constexpr size_t kChunk = size_t{4} << 20;  // a transfer moves through a buffer of this size
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The pinging side, on the link to the next node.
+std::vector<double> ping(Connection& next, int pings) {
+  std::vector<double> rtt;
+  for (int i = 0; i < pings; ++i) {
+    uint64_t v = static_cast<uint64_t>(i), back = 0;
+    const auto t0 = Clock::now();
+    next.send(&v, sizeof v);
+    next.recv(&back, sizeof back);
+    SYN_CHECK(back == v, "a round trip came back with another value than it took to " + next.peer(),
+              "every node of the job must run the same syncopate-probe");
+    if (i >= kWarmupPings) rtt.push_back(seconds_since(t0) * 1e6);
+  }
+  return rtt;
+}
+
+// The echoing side, on the link from the previous node.
+void echo(Connection& prev, int pings) {
+  for (int i = 0; i < pings; ++i) {
+    uint64_t v = 0;
+    prev.recv(&v, sizeof v);
+    prev.send(&v, sizeof v);
+  }
+}
+
+// The sending side: transfers of doubling size until one takes `seconds`; then a 0 header ends it.
+LinkProbe send_bulk(Connection& next, const LinkProbeOptions& o, double rtt_s) {
+  std::vector<char> buf(std::min(kChunk, std::max<size_t>(o.max_bytes, 1)), 1);
+  LinkProbe r;
+  for (size_t size = std::max<size_t>(o.min_bytes, 1);; size = std::min(size * 2, o.max_bytes)) {
+    const uint64_t header = size;
+    const auto t0 = Clock::now();
+    next.send(&header, sizeof header);
+    for (size_t sent = 0; sent < size; sent += std::min(buf.size(), size - sent))
+      next.send(buf.data(), std::min(buf.size(), size - sent));
+    uint64_t ack = 0;
+    next.recv(&ack, sizeof ack);
+    SYN_CHECK(ack == size, "the next node acknowledged another size than was sent to " + next.peer(),
+              "every node of the job must run the same syncopate-probe");
+    const double elapsed = seconds_since(t0);
+    r.bytes = size;
+    r.seconds = std::max(elapsed - rtt_s, elapsed / 2);  // a round trip's worth is the answer's, not the data's
+    r.goodput_gbit = static_cast<double>(size) * 8 / r.seconds / 1e9;
+    if (elapsed >= o.seconds || size >= o.max_bytes) break;
+  }
+  const uint64_t end = 0;
+  next.send(&end, sizeof end);
+  return r;
+}
+
+// The receiving side: takes each transfer whole, answers its size.
+void receive_bulk(Connection& prev, const LinkProbeOptions& o) {
+  std::vector<char> buf(std::min(kChunk, std::max<size_t>(o.max_bytes, 1)));
+  for (;;) {
+    uint64_t size = 0;
+    prev.recv(&size, sizeof size);
+    if (size == 0) return;
+    SYN_CHECK(size <= o.max_bytes, "the previous node announced a transfer of " + std::to_string(size) +
+                                       " bytes, above the probe's limit, on " + prev.peer(),
+              "every node of the job must run the same syncopate-probe (same --probe.max_mb)");
+    for (uint64_t got = 0; got < size; got += std::min<uint64_t>(buf.size(), size - got))
+      prev.recv(buf.data(), std::min<uint64_t>(buf.size(), size - got));
+    prev.send(&size, sizeof size);
+  }
+}
+
+// Runs f on a thread and g here; the first error wins, after both ended. A failing side shuts its
+// own connection down so that the other side does not wait a whole timeout on a dead ring.
+template <class F, class G>
+auto both(Connection& fc, F f, Connection& gc, G g) {
+  auto fut = std::async(std::launch::async, [&] {
+    try {
+      return f();
+    } catch (...) {
+      gc.shutdown();
+      throw;
+    }
+  });
+  std::exception_ptr err;
+  try {
+    g();
+  } catch (...) {
+    err = std::current_exception();
+    fc.shutdown();
+  }
+  auto result = fut.get();  // rethrows f's error first: it is the cause when g failed from the shutdown
+  if (err) std::rethrow_exception(err);
+  return result;
+}
+
+}  // namespace
+
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = std::clamp(q, 0.0, 1.0) * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(pos);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+LinkProbe probe_link(Connection& next, Connection& prev, const LinkProbeOptions& o) {
+  SYN_CHECK(o.pings > kWarmupPings, "the link probe needs more than " + std::to_string(kWarmupPings) + " round trips",
+            "raise --probe.pings");
+  std::vector<double> rtt = both(next, [&] { return ping(next, o.pings); }, prev, [&] { echo(prev, o.pings); });
+  const double rtt_s = quantile(rtt, 0.5) / 1e6;
+  LinkProbe r = both(next, [&] { return send_bulk(next, o, rtt_s); }, prev, [&] { receive_bulk(prev, o); });
+  r.rtt_us = std::move(rtt);
+  return r;
+}
+
+std::vector<std::string> ring_all_gather(int rank, int world, Connection& next, Connection& prev, const std::string& mine) {
+  std::vector<std::string> all(static_cast<size_t>(world));
+  all[static_cast<size_t>(rank)] = mine;
+  for (int round = 0; round < world - 1; ++round) {
+    const std::string& out = all[static_cast<size_t>((rank - round + world) % world)];
+    const size_t from = static_cast<size_t>((rank - round - 1 + world) % world);
+    both(
+        next,
+        [&] {
+          const uint64_t n = out.size();
+          next.send(&n, sizeof n);
+          next.send(out.data(), out.size());
+          return 0;
+        },
+        prev,
+        [&] {
+          uint64_t n = 0;
+          prev.recv(&n, sizeof n);
+          SYN_CHECK(n <= (uint64_t{1} << 30), "a record of " + std::to_string(n) + " bytes from " + prev.peer(),
+                    "every node of the job must run the same syncopate-probe");
+          all[from].resize(n);
+          prev.recv(all[from].data(), n);
+        });
+  }
+  return all;
+}
+
+}  // namespace syncopate

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# --dist.mode=auto as a user runs it (issue 29): the advice's recommendation is what starts.
+#  1. a local SGD recommendation (ring, sync_every=4) on a 2-node cluster (scripts/local_cluster.sh):
+#     each worker logs what it applied, no shard starts, and the nodes synchronize every 4th step only;
+#  2. a parameter-server recommendation (asp) through scripts/launch_node.sh with SYNCOPATE_SERVERS=
+#     per-node: the shards start with the advice's server flags (their exit stats say asp), the
+#     workers run in ps mode;
+#  3. a ps recommendation without SYNCOPATE_SERVERS: the launcher refuses by name (exit 2);
+#  4. an advice that sets the learning rate: the worker refuses by name (exit 2).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$ROOT/scripts/lib.sh"
+BIN=${SYNCOPATE_BIN:-$ROOT/build/bin}
+PY=${SYNCOPATE_PYTHON:-python3}
+export SYNCOPATE_WORKER=$BIN/syncopate-worker
+TMP=$(mktemp -d)
+cleanup() { end_spawned; rm -rf "$TMP"; }
+trap cleanup EXIT
+"$PY" -c "open('$TMP/corpus.txt','w').write(('def f(x):\n    return x + 1\n' * 4000))"
+ARGS=(--model.preset=micro --train.batch_size=2 --train.threads=1 --train.steps=8 --eval.every=0 --eval.batches=1
+      --eval.sample_tokens=0 --checkpoint.every=0 --schedule.warmup_steps=2 --dist.timeout_s=30
+      --data.corpus="$TMP/corpus.txt" --data.cache_dir="$TMP/cache")
+advice() {  # FILE NAME WORKER_FLAGS(JSON list) SERVER_FLAGS(JSON list)
+  cat > "$1" <<JSON
+{"format": "syncopate-advice/1", "cluster": {"nodes": 2},
+ "candidates": [{"name": "$2", "predicted_s": {"mean": 10.0, "lo": 9.0, "hi": 11.0}}],
+ "recommended": {"name": "$2", "resolved": true, "worker_flags": $3, "server_flags": $4}}
+JSON
+}
+fail=0
+
+# 1. Local SGD on the ring.
+advice "$TMP/diloco.json" diloco4 '["--dist.mode=ring", "--dist.sync_every=4", "--dist.outer=nesterov"]' '[]'
+"$ROOT/scripts/local_cluster.sh" --nodes 2 --out "$TMP/ring" -- "${ARGS[@]}" --dist.mode=auto \
+  --dist.advice="$TMP/diloco.json" > "$TMP/ring.log" 2>&1 || { echo "FAIL: the auto ring job failed"; tail -n 20 "$TMP"/ring/logs/*.log; exit 1; }
+for i in 0 1; do
+  grep -q "recommends diloco4, predicted 10 s to the target; applying --dist.mode=ring --dist.sync_every=4" "$TMP/ring/logs/node$i.log" ||
+    { echo "FAIL: node $i did not log the applied advice"; cat "$TMP/ring/logs/node$i.log"; fail=1; }
+done
+if "$PY" - "$TMP/ring" <<'PY'
+import json, sys
+for i in (0, 1):
+    m = [json.loads(l) for l in open(f"{sys.argv[1]}/node{i}/metrics.jsonl") if '"loss"' in l and '"val_loss"' not in l]
+    sent = [r["step"] for r in m if r.get("wire_bytes", 0) > 0]
+    assert len(m) == 8 and sent == [4, 8], (i, len(m), sent)
+    assert json.load(open(f"{sys.argv[1]}/node{i}/sync.json"))["mode"] == "ring"
+PY
+then echo "ok: the advised local SGD ran (ring, bytes on steps 4 and 8 only)"; else echo "FAIL: not the advised local SGD"; fail=1; fi
+
+# 2. ASP through launch_node.sh with co-located shards.
+advice "$TMP/asp.json" asp '["--dist.mode=ps"]' '["--ps.consistency=asp"]'
+export SYNCOPATE_TOKEN=autotest MASTER_ADDR=127.0.0.1 NNODES=2 MASTER_PORT=$(free_port)
+export SYNCOPATE_SERVERS=per-node SYNCOPATE_NODE_HOSTS=127.0.0.1,127.0.0.1 SYNCOPATE_PS_PORT=$(free_port)
+for i in 0 1; do
+  NODE_RANK=$i spawn "$ROOT/scripts/launch_node.sh" -- --out "$TMP/ps/node$i" "${ARGS[@]}" --dist.mode=auto \
+    --dist.advice="$TMP/asp.json" > "$TMP/ps$i.log" 2>&1
+done
+codes=()
+for p in "${SPAWNED[@]}"; do set +e; wait "$p"; codes+=($?); set -e; done
+SPAWNED=()
+if [ "${codes[*]}" = "0 0" ]; then echo "ok: the advised ps job finished"; else echo "FAIL: exit codes ${codes[*]}"; tail -n 20 "$TMP"/ps*.log; fail=1; fi
+for i in 0 1; do
+  grep -q 'recommends ps; shards get --ps.consistency=asp' "$TMP/ps$i.log" || { echo "FAIL: launcher $i did not start asp shards"; fail=1; }
+  grep -q '"consistency":"asp"' "$TMP/ps$i.log" || { echo "FAIL: shard $i's stats do not say asp"; grep stats "$TMP/ps$i.log"; fail=1; }
+  grep -q '"mode":"ps"' "$TMP/ps/node$i/sync.json" || { echo "FAIL: worker $i did not run ps"; fail=1; }
+done
+
+# 3. A ps recommendation without servers.
+unset SYNCOPATE_SERVERS
+set +e
+NODE_RANK=0 "$ROOT/scripts/launch_node.sh" -- --out "$TMP/noservers" "${ARGS[@]}" --dist.mode=auto --dist.advice="$TMP/asp.json" > "$TMP/ns.log" 2>&1
+rc=$?
+set -e
+if [ $rc = 2 ] && grep -q 'recommends a parameter-server mode: set SYNCOPATE_SERVERS' "$TMP/ns.log"; then echo "ok: ps advice without servers refused"
+else echo "FAIL: exit $rc"; cat "$TMP/ns.log"; fail=1; fi
+
+# 4. An advice that would change the learning rate.
+advice "$TMP/lr.json" lr '["--dist.mode=ring", "--optim.lr=1"]' '[]'
+set +e
+NNODES=1 "$BIN/syncopate-worker" --out "$TMP/lr" "${ARGS[@]}" --dist.mode=auto --dist.advice="$TMP/lr.json" > "$TMP/lr.log" 2>&1
+rc=$?
+set -e
+if [ $rc = 2 ] && grep -q 'may only set \[dist\] fields' "$TMP/lr.log"; then echo "ok: an advice outside [dist] refused"
+else echo "FAIL: exit $rc"; cat "$TMP/lr.log"; fail=1; fi
+exit $fail

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# syncopate-probe end to end, as a user runs it (scripts/local_cluster.sh --probe, real processes):
+#  1. three nodes on loopback with modelled compute (node 2 3x slower) and 20 ms of emulated latency:
+#     probe.json is complete, every node and ring link is there, the step times are the modelled
+#     ones (the straggler's 3x included), each round trip holds the latency both ways;
+#  2. a node that dies after the rendezvous (SYNCOPATE_CRASH_AT=probe:links:2): node 0 still writes
+#     probe.json, "complete": false, naming the links it lacks; the others exit non-zero, not hang;
+#  3. a node that never comes: the rendezvous times out and node 0's partial probe.json names it;
+#  4. as root, in network namespaces with 0.2 Gbit/s tbf links: every link's goodput within 10% of it.
+# Everything started is ended on exit (local_cluster.sh's process groups, spawn/end_spawned).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$ROOT/scripts/lib.sh"
+BIN=${SYNCOPATE_BIN:-$ROOT/build/bin}
+PY=${SYNCOPATE_PYTHON:-python3}
+TMP=$(mktemp -d)
+cleanup() { end_spawned; rm -rf "$TMP"; }
+trap cleanup EXIT
+ARGS=(--model.preset=micro --train.batch_size=2 --train.threads=1 --probe.steps=6 --probe.warmup=1
+      --probe.pings=8 --probe.seconds=0.1 --probe.max_mb=16 --dist.timeout_s=20)
+fail=0
+check() {  # NAME PYTHON-ASSERTIONS (probe.json as p)
+  if "$PY" - "$2" <<PY
+import json, sys
+p = json.load(open(sys.argv[1]))
+$3
+PY
+  then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi
+}
+
+# 1. Loopback, modelled compute, a 3x straggler, emulated latency.
+SYNCOPATE_WORKER=$BIN/syncopate-worker "$ROOT/scripts/local_cluster.sh" --probe --nodes 3 --out "$TMP/lo" \
+  --step-time 0.05 --slow-node 2 --slowdown 3 --latency-ms 20 -- "${ARGS[@]}" > "$TMP/lo.log" 2>&1 ||
+  { echo "FAIL: local_cluster.sh --probe exited non-zero"; tail -n 30 "$TMP/lo.log"; exit 1; }
+grep -q "goodput" "$TMP/lo.log" || { echo "FAIL: no table printed"; fail=1; }
+check "loopback: complete, every node and link, modelled steps, latency both ways" "$TMP/lo/probe.json" '
+assert p["format"] == "syncopate-probe/1" and p["complete"] is True and p["missing"] == [], p["missing"]
+assert [n["node"] for n in p["nodes"]] == [0, 1, 2]
+assert sorted((l["from"], l["to"]) for l in p["links"]) == [(0, 1), (1, 2), (2, 0)]
+assert p["job"]["nodes"] == 3 and p["job"]["params"] > 100000 and p["job"]["emulated_step_s"] == 0.05
+for n in p["nodes"]:
+    want = 0.15 if n["node"] == 2 else 0.05
+    assert len(n["step_s"]["samples"]) == 6
+    assert want <= n["step_s"]["min"] < want + 0.03, (n["node"], n["step_s"])   # paced to the modelled time
+    assert n["compute_s"]["median"] < n["step_s"]["median"]
+    assert n["memory"]["rss_peak_bytes"] > 0
+for l in p["links"]:
+    assert l["rtt_us"]["min"] >= 40000, l["rtt_us"]          # 20 ms each way
+    assert l["rtt_us"]["median"] < 40000 + 200000, l["rtt_us"]
+    assert l["goodput_gbit"] > 0 and l["bytes"] >= 1 << 20
+'
+
+# 2. A node dies after the rendezvous: partial, named.
+export SYNCOPATE_TOKEN=probetest MASTER_ADDR=127.0.0.1 NNODES=3
+export MASTER_PORT=$(free_port)
+for i in 0 1 2; do
+  NODE_RANK=$i SYNCOPATE_CRASH_AT=probe:links:2 spawn "$BIN/syncopate-probe" --out "$TMP/dead.json" "${ARGS[@]}" \
+    --dist.timeout_s=5 > "$TMP/dead$i.log" 2>&1
+done
+codes=()
+for p in "${SPAWNED[@]}"; do
+  set +e; wait "$p"; codes+=($?); set -e
+done
+SPAWNED=()
+if [ "${codes[0]}" = 1 ] && [ "${codes[1]}" != 0 ] && [ "${codes[2]}" != 0 ]; then echo "ok: every node exited non-zero (${codes[*]})"
+else echo "FAIL: exit codes ${codes[*]}"; tail -n 5 "$TMP"/dead*.log; fail=1; fi
+grep -q 'the result is partial' "$TMP/dead0.log" || { echo "FAIL: node 0 did not say the result is partial"; cat "$TMP/dead0.log"; fail=1; }
+check "a node that dies: node 0's probe.json says what is missing" "$TMP/dead.json" '
+assert p["complete"] is False
+assert len(p["nodes"]) == 3, "the step records were gathered before the links"
+assert any(m["what"].startswith("link ") for m in p["missing"]), p["missing"]
+assert all(m["why"] for m in p["missing"])
+'
+
+# 3. A node that never comes.
+export MASTER_PORT=$(free_port)
+for i in 0 1; do
+  NODE_RANK=$i spawn "$BIN/syncopate-probe" --out "$TMP/absent.json" "${ARGS[@]}" --dist.timeout_s=3 > "$TMP/absent$i.log" 2>&1
+done
+codes=()
+for p in "${SPAWNED[@]}"; do
+  set +e; wait "$p"; codes+=($?); set -e
+done
+SPAWNED=()
+[ "${codes[0]}" = 1 ] && echo "ok: node 0 exits 1 when a node never comes" || { echo "FAIL: node 0 exit ${codes[0]}"; fail=1; }
+check "a node that never comes: named in the partial probe.json" "$TMP/absent.json" '
+assert p["complete"] is False and len(p["nodes"]) == 1
+assert any(m["what"] == "node 2" for m in p["missing"]), p["missing"]
+assert any("node 2" in m["why"] or "2" in m["why"] for m in p["missing"] if m["what"] == "the ring"), p["missing"]
+'
+unset SYNCOPATE_TOKEN MASTER_ADDR NNODES MASTER_PORT
+
+# 4. Network namespaces with rate-limited links.
+if [ "$(id -u)" = 0 ] && command -v ip > /dev/null; then
+  SYNCOPATE_WORKER=$BIN/syncopate-worker "$ROOT/scripts/local_cluster.sh" --probe --nodes 3 --out "$TMP/ns" --netns \
+    --link-gbit 0.2 -- "${ARGS[@]}" --probe.seconds=1 --probe.max_mb=64 > "$TMP/ns.log" 2>&1 ||
+    { echo "FAIL: local_cluster.sh --probe --netns exited non-zero"; tail -n 30 "$TMP/ns.log"; exit 1; }
+  check "netns: every link's goodput within 10% of the 0.2 Gbit/s tbf rate" "$TMP/ns/probe.json" '
+assert p["complete"] is True
+for l in p["links"]:
+    assert abs(l["goodput_gbit"] / 0.2 - 1) <= 0.10, l
+print("  goodput Gbit/s:", [round(l["goodput_gbit"], 4) for l in p["links"]])
+'
+else
+  echo "network namespaces: not root, skipped"
+fi
+exit $fail

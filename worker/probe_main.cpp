@@ -1,0 +1,273 @@
+// syncopate-probe: measures the cluster a job would run on, for the advisor (scripts/syncopate-advise).
+// Started on every node like the worker, with the job's own config and launch environment
+// (scripts/syncopate-probe, launch_node.sh's variables, torchrun, srun):
+//   1. each node times real steps of the job's model, batch, accumulation and precision (paced by
+//      emulate.* as training paces them: on an emulated cluster, the emulated step);
+//   2. the nodes meet at the rendezvous (token, rank, the probe's settings) and form the ring;
+//   3. every node times round trips and a bulk transfer on its link to the next node while answering
+//      the previous node's (common/comm/link_probe.h), so every ring link is measured at once;
+//   4. node 0 gathers every node's record and writes probe.json (atomically) and a table.
+// A node that never joins or dies: node 0 writes what it has, with "complete": false and "missing"
+// naming each node and link it lacks and why, and exits 1.
+//
+//   syncopate-probe [--config FILE.toml] [--out probe.json] [--probe.field=value] [--section.field=value ...]
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/cuda.h>
+
+#include "common/atomic_file.h"
+#include "common/check.h"
+#include "common/command_line.h"
+#include "common/comm/job_token.h"
+#include "common/comm/link_probe.h"
+#include "common/comm/rendezvous.h"
+#include "common/comm/transport/delayed_connection.h"
+#include "common/config_schema.h"
+#include "common/crash_point.h"
+#include "common/log.h"
+#include "model/gpt_config.h"
+#include "worker/sync/dist_config.h"
+#include "worker/train/run_config.h"
+#include "worker/train/step_probe.h"
+
+using namespace syncopate;
+using json = nlohmann::json;
+
+namespace {
+
+struct ProbeConfig {
+  int64_t steps = 20;     // timed steps per node (their distribution: median, tails, jitter)
+  int64_t warmup = 3;     // untimed steps first (allocation, caches, autotuning)
+  int64_t pings = 30;     // round trips timed per ring link (the first 3 untimed)
+  double seconds = 0.5;   // a link's bulk transfer doubles from 1 MiB until it takes at least this long, seconds
+  double max_mb = 256;    // the largest bulk transfer, MiB (a fast link stops here)
+
+  template <class V>
+  void fields(V& v) {
+    v("steps", steps, "timed steps per node", int64_t{1}, int64_t{100000});
+    v("warmup", warmup, "untimed steps before them", int64_t{0}, int64_t{100000});
+    v("pings", pings, "round trips timed per ring link (3 more untimed first)", int64_t{4}, int64_t{100000});
+    v("seconds", seconds, "a link's bulk transfer grows until it takes this long, seconds", 0.001, 600.0);
+    v("max_mb", max_mb, "the largest bulk transfer per link, MiB", 1.0, 65536.0);
+  }
+};
+
+const char* kUsage =
+    "usage: syncopate-probe [--config FILE.toml] [--out probe.json] [--probe.field=value] [--section.field=value ...]\n"
+    "Measures the cluster for scripts/syncopate-advise: each node's step time for the job's model, batch and\n"
+    "precision (paced by emulate.* as training is), the ring's links (round trips and goodput, all links at\n"
+    "once) and memory headroom. Start it on every node as you start syncopate-worker (same config, same\n"
+    "NNODES/NODE_RANK/MASTER_ADDR/MASTER_PORT/SYNCOPATE_TOKEN); node 0 writes --out (default probe.json).\n"
+    "dist.timeout_s must cover the slowest node's steps (the others wait for it at the rendezvous).\n"
+    "Fields (current value, doc, allowed values):\n";
+
+json summary(const std::vector<double>& v) {
+  return {{"samples", v},          {"min", quantile(v, 0)},    {"p10", quantile(v, 0.1)}, {"median", quantile(v, 0.5)},
+          {"p90", quantile(v, 0.9)}, {"max", quantile(v, 1)}, {"mean", [&] {
+             double s = 0;
+             for (double x : v) s += x;
+             return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+           }()}};
+}
+
+double unix_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string host_name() {
+  char buf[256] = {0};
+  return gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string("unknown");
+}
+
+std::string fmt_bytes(double b) {
+  if (b < 0) return "-";
+  return b >= 1e9 ? fmt::format("{:.1f} GB", b / 1e9) : fmt::format("{:.0f} MB", b / 1e6);
+}
+
+void print_table(const json& p) {
+  std::cout << fmt::format("probe: {} node(s), {} parameters, {} tokens per node-step, {}{}\n", p["job"]["nodes"].get<int64_t>(),
+                           p["job"]["params"].get<int64_t>(), p["job"]["tokens_per_node_step"].get<int64_t>(),
+                           p["job"]["device"].get<std::string>(), p["complete"].get<bool>() ? "" : " (INCOMPLETE)");
+  std::cout << fmt::format("{:>5} {:>14} {:>10} {:>21} {:>11} {:>9} {:>10} {:>10}\n", "node", "host", "step s",
+                           "p10 .. p90", "compute s", "overruns", "peak RSS", "available");
+  for (const auto& n : p["nodes"])
+    std::cout << fmt::format("{:>5} {:>14} {:>10.4f} {:>10.4f} .. {:<8.4f} {:>11.4f} {:>9} {:>10} {:>10}\n",
+                             n["node"].get<int64_t>(), n["host"].get<std::string>().substr(0, 14),
+                             n["step_s"]["median"].get<double>(), n["step_s"]["p10"].get<double>(),
+                             n["step_s"]["p90"].get<double>(), n["compute_s"]["median"].get<double>(),
+                             n["overruns"].get<int64_t>(), fmt_bytes(n["memory"]["rss_peak_bytes"].get<double>()),
+                             fmt_bytes(n["memory"]["host_available_bytes"].get<double>()));
+  if (!p["links"].empty())
+    std::cout << fmt::format("{:>8} {:>14} {:>21} {:>14} {:>12}\n", "link", "rtt us", "p10 .. p90", "goodput Gbit/s",
+                             "transfer");
+  for (const auto& l : p["links"])
+    std::cout << fmt::format("{:>8} {:>14.1f} {:>10.1f} .. {:<8.1f} {:>14.4g} {:>12}\n",
+                             fmt::format("{}->{}", l["from"].get<int64_t>(), l["to"].get<int64_t>()),
+                             l["rtt_us"]["median"].get<double>(), l["rtt_us"]["p10"].get<double>(),
+                             l["rtt_us"]["p90"].get<double>(), l["goodput_gbit"].get<double>(),
+                             fmt_bytes(l["bytes"].get<double>()));
+  for (const auto& m : p["missing"])
+    std::cout << fmt::format("missing: {}: {}\n", m["what"].get<std::string>(), m["why"].get<std::string>());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  RunConfig cfg;
+  ProbeConfig probe;
+  ConfigSchema schema;
+  cfg.bind(schema);
+  schema.section("probe", probe);
+  schema.foreign_section("ps", "syncopate-server");
+  schema.foreign_section("server", "syncopate-server");
+  std::string out = "probe.json";
+  DistConfig d;
+  try {
+    const std::vector<std::string> rest = apply_command_line(schema, args);
+    for (size_t i = 0; i < rest.size(); ++i) {
+      if (rest[i] == "--help" || rest[i] == "-h") {
+        std::cout << kUsage << schema.help();
+        return 0;
+      } else if (flag_value(rest, i, "--out", out)) {
+        SYN_CHECK(!out.empty(), "--out needs a file", "write --out probe.json");
+      } else {
+        SYN_FAIL(fmt::format("unknown argument '{}'", rest[i]), "see syncopate-probe --help");
+      }
+    }
+    validate(cfg.model);
+    cfg.emulate.validate();
+    SYN_CHECK(cfg.emulate.latency_ms / 1e3 < cfg.dist.timeout_s / 2,
+              fmt::format("emulate.latency_ms={} is not below half of dist.timeout_s={} s", cfg.emulate.latency_ms,
+                          cfg.dist.timeout_s),
+              "lower emulate.latency_ms or raise dist.timeout_s");
+    d = cfg.dist;
+    d.mode = "ring";  // whatever the job's mode: the probe measures the nodes and the links between them
+    resolve_from_environment(d);
+  } catch (const Error& e) {
+    std::cerr << "syncopate-probe: config error: " << e.what() << "\n";
+    return 2;
+  }
+  const int rank = static_cast<int>(d.node_rank), world = static_cast<int>(d.nnodes);
+  json doc = {{"format", "syncopate-probe/1"}, {"created_unix_s", unix_s()}, {"complete", true},
+              {"missing", json::array()},       {"nodes", json::array()},     {"links", json::array()}};
+  auto write = [&] {
+    if (rank != 0) return;
+    write_file_atomic(out, doc.dump(1) + "\n");
+    print_table(doc);
+    std::cout << "probe: wrote " << out << "\n";
+  };
+  auto missing = [&](const std::string& what, const std::string& why) {
+    doc["complete"] = false;
+    doc["missing"].push_back({{"what", what}, {"why", why}});
+  };
+  try {
+    // 1. This node's steps.
+    const int device = torch::cuda::is_available() ? static_cast<int>(d.launch == "gpu" ? d.device : 0) : -1;
+    if (rank == 0)
+      log::info("[probe] {} node(s): timing {} step(s) of the model on each ({}), then the ring's links", world,
+                probe.steps, device >= 0 ? "cuda" : "cpu");
+    const StepProbeResult s = probe_steps(cfg, rank, device, static_cast<int>(probe.steps), static_cast<int>(probe.warmup));
+    const int64_t local = d.local_replicas > 0 ? d.local_replicas : 1;
+    doc["job"] = {{"nodes", world},
+                  {"params", s.params},
+                  {"preset", cfg.model.preset},
+                  {"n_layer", cfg.model.n_layer},
+                  {"n_embd", cfg.model.n_embd},
+                  {"batch_size", cfg.train.batch_size},
+                  {"grad_accum", cfg.train.grad_accum},
+                  {"block_size", cfg.model.block_size},
+                  {"local_replicas", local},
+                  {"replicas_timed", 1},
+                  {"tokens_per_node_step", s.tokens_per_step * local},
+                  {"precision", s.bf16 ? "bf16" : "fp32"},
+                  {"device", s.device},
+                  {"wire_bytes", cfg.dist.wire == "f32" ? 4 : cfg.dist.wire == "int8" ? 1 : 2},
+                  {"emulated_step_s", cfg.emulate.step_time_s},
+                  {"emulated_latency_ms", cfg.emulate.latency_ms}};
+    const json mine = {{"node", rank},
+                       {"host", host_name()},
+                       {"measured_unix_s", unix_s()},
+                       {"step_s", summary(s.step_s)},
+                       {"compute_s", summary(s.compute_s)},
+                       {"overruns", s.overruns},
+                       {"memory",
+                        {{"host_available_bytes", s.host_available_bytes},
+                         {"rss_peak_bytes", s.rss_peak_bytes},
+                         {"device_free_bytes", s.device_free_bytes},
+                         {"device_total_bytes", s.device_total_bytes}}}};
+    if (s.overruns > 0)
+      log::warn("[probe] node {}: {} of {} steps computed longer than emulate.step_time_s allows: the emulation did not "
+                "hold (the probe's step times are the real ones there)", rank, s.overruns, probe.steps);
+    if (world == 1) {
+      doc["nodes"].push_back(mine);
+      write();
+      return 0;
+    }
+    // 2. The ring (the probe's settings are part of the fingerprint: every node runs the same probe).
+    RendezvousOptions ro = rendezvous_options(
+        d, job_token_or_insecure_default("[probe]"),
+        fmt::format("probe {} {} {} {}", cfg.model_fingerprint(), probe.pings, probe.seconds, probe.max_mb));
+    ro.latency_s = cfg.emulate.latency_ms / 1e3;
+    Ring ring;
+    try {
+      ring = connect_ring(ro);
+    } catch (const Error& e) {
+      doc["nodes"].push_back(mine);
+      missing("the ring", e.what());
+      for (int r = 1; r < world; ++r) missing(fmt::format("node {}", r), "the rendezvous did not complete");
+      throw;
+    }
+    // An emulated latency holds what a node receives on both directions of a link (the ring wraps only
+    // the links it receives on; the probe's echoes come back on the sending ones).
+    if (ro.latency_s > 0) ring.next = std::make_unique<DelayedConnection>(std::move(ring.next), ro.latency_s, ro.timeout_s);
+    // 3. Every node's step record, then every link at once.
+    std::vector<std::string> records = ring_all_gather(rank, world, *ring.next, *ring.prev, mine.dump());
+    for (const auto& r : records) doc["nodes"].push_back(json::parse(r));
+    crash_point("probe", "links", rank);  // (SYNCOPATE_CRASH_AT=probe:links:<node>: a node that dies here, for tests)
+    LinkProbeOptions lo;
+    lo.pings = static_cast<int>(probe.pings);
+    lo.seconds = probe.seconds;
+    lo.max_bytes = static_cast<size_t>(probe.max_mb * (1 << 20));
+    lo.min_bytes = std::min(lo.min_bytes, lo.max_bytes);
+    json link;
+    try {
+      const LinkProbe l = probe_link(*ring.next, *ring.prev, lo);
+      link = {{"from", rank},          {"to", (rank + 1) % world}, {"rtt_us", summary(l.rtt_us)},
+              {"goodput_gbit", l.goodput_gbit}, {"bytes", l.bytes}, {"seconds", l.seconds},
+              {"measured_unix_s", unix_s()}};
+      for (const auto& r : ring_all_gather(rank, world, *ring.next, *ring.prev, link.dump()))
+        doc["links"].push_back(json::parse(r));
+    } catch (const Error& e) {
+      for (int r = 0; r < world; ++r) missing(fmt::format("link {}->{}", r, (r + 1) % world), e.what());
+      if (!link.is_null()) {
+        doc["links"].push_back(link);
+        doc["missing"].erase(doc["missing"].begin());  // this node's own link was measured
+      }
+      throw;
+    }
+    write();
+  } catch (const Error& e) {
+    std::cerr << fmt::format("syncopate-probe: node {}: error: {}\n", rank, e.what());
+    if (rank == 0 && doc.contains("job")) {
+      try {
+        write();
+        std::cerr << "syncopate-probe: the result is partial: see \"missing\" in " << out << "\n";
+      } catch (const Error& w) {
+        std::cerr << "syncopate-probe: could not write " << out << ": " << w.what() << "\n";
+      }
+    }
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << fmt::format("syncopate-probe: node {}: unexpected error: {}\n", rank, e.what());
+    return 1;
+  }
+  return 0;
+}
