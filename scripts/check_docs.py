@@ -2,8 +2,8 @@
 """Checks that the docs name only what exists (issue 32), so that they cannot drift from the code:
 
   1. every `--section.field` flag, and every `section.field` config field in backquotes, named
-     in README.md or docs/*.md exists in the --help output of syncopate-worker, syncopate-server
-     or syncopate-sim (a `[section]` in backquotes must be one of their sections);
+     in README.md or docs/*.md exists in the --help output of syncopate-worker, syncopate-server,
+     syncopate-sim or syncopate-probe (a `[section]` in backquotes must be one of their sections);
   2. a paragraph that says "not yet" about a feature names none the binaries have (FEATURES below:
      a phrase, and the --help text that shows the feature exists);
   3. the metrics keys README's metrics paragraph lists are the ones the trainer writes to
@@ -25,7 +25,7 @@ import subprocess
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-BINARIES = ["syncopate-worker", "syncopate-server", "syncopate-sim"]
+BINARIES = ["syncopate-worker", "syncopate-server", "syncopate-sim", "syncopate-probe"]
 # (file, the name it uses): a name the check flags there, and why it is not fixed here.
 KNOWN = {
     ("docs/PERFORMANCE.md", "train.slowdown"):
