@@ -139,37 +139,47 @@ for a in "$@"; do
 done
 [ -n "$OUT" ] || die "pass --out DIR to the worker (checkpoints live there)"
 
-# --dist.mode=auto: the advice decides whether this job has shards, and their flags.
-AUTO=0 ADVICE=advice.json prev=""
+# --dist.mode=auto: the advice decides whether this job has shards, and their flags. The worker
+# itself says which mode and advice file it resolves to (--print-config: the last --dist.mode wins,
+# a config file's mode = "auto" counts), so the launcher and the worker cannot disagree.
+AUTO=0 prev=""
 for a in "$@"; do
-  case "$a" in --dist.mode=auto) AUTO=1;; --dist.advice=*) ADVICE=${a#--dist.advice=};; esac
+  [ "$a" = --dist.mode=auto ] && AUTO=1
   [ "$prev" = "--dist.mode" ] && [ "$a" = auto ] && AUTO=1
-  [ "$prev" = "--dist.advice" ] && ADVICE=$a
   prev=$a
 done
-ADVISED_MODE=""
+[ -n "$CONFIG" ] && grep -Eq '^[[:space:]]*mode[[:space:]]*=[[:space:]]*"auto"' "$CONFIG" 2>/dev/null && AUTO=1
 if [ "$AUTO" = 1 ]; then
-  advised=$(python3 - "$ADVICE" <<'PY'
-import json, sys
-try:
-    rec = json.load(open(sys.argv[1]))["recommended"]
-    mode = [f.split("=", 1)[1] for f in rec["worker_flags"] if f.startswith("--dist.mode=")][0]
-except Exception as e:
-    sys.exit(f"launch_node.sh: --dist.mode=auto: cannot read the recommendation in {sys.argv[1]}: {e!r} "
-             "(run scripts/syncopate-advise probe.json to write it)")
+  # (a placeholder server list where none is set: the worker's ps mode needs one to print its config;
+  # a ps recommendation without SYNCOPATE_SERVERS is refused below, by name)
+  resolved=$("$WORKER" "$@" --dist.servers="${SERVERS_LIST:-tcp://127.0.0.1:1}" --print-config 2> "${TMPDIR:-/tmp}/launch_node.$$.err") ||
+    { cat "${TMPDIR:-/tmp}/launch_node.$$.err" >&2; rm -f "${TMPDIR:-/tmp}/launch_node.$$.err"; exit 2; }
+  rm -f "${TMPDIR:-/tmp}/launch_node.$$.err"
+  advised=$(RESOLVED=$resolved "${SYNCOPATE_PYTHON:-python3}" - <<'PY'
+import json, os, re, sys, tomllib
+cfg = tomllib.loads(re.sub(r"  # this run: .*", "", os.environ["RESOLVED"]))["dist"]
+mode, path = cfg["mode"], cfg["advice"]
 print(mode)
-for f in rec.get("server_flags", []):
-    print(f)
+if mode == "ps":
+    try:
+        flags = json.load(open(path))["recommended"].get("server_flags", [])
+    except Exception as e:
+        sys.exit(f"launch_node.sh: --dist.mode=auto: cannot read the server flags in {path}: {e!r}")
+    for f in flags:
+        if not (isinstance(f, str) and f.startswith("--ps.") and "=" in f and not any(c.isspace() for c in f)):
+            sys.exit(f"launch_node.sh: --dist.mode=auto: {path} gives the servers {f!r}; an advice may only set "
+                     "--ps.field=value (addresses, ports and security stay the launcher's)")
+        print(f)
 PY
 ) || exit 2
   ADVISED_MODE=$(head -n1 <<< "$advised")
   if [ "$ADVISED_MODE" = ps ]; then
-    [ -n "$SERVERS_LIST" ] || die "--dist.mode=auto: $ADVICE recommends a parameter-server mode: set SYNCOPATE_SERVERS (e.g. per-node)"
+    [ -n "$SERVERS_LIST" ] || die "--dist.mode=auto: the advice recommends a parameter-server mode: set SYNCOPATE_SERVERS (e.g. per-node)"
     mapfile -t advised_server < <(tail -n +2 <<< "$advised")
     SERVER_ARGS=("${advised_server[@]}" "${SERVER_ARGS[@]}")
-    echo "[launch] --dist.mode=auto: $ADVICE recommends ps; shards get ${advised_server[*]:-no extra flags}"
+    echo "[launch] --dist.mode=auto: the worker resolves to ps (the advice); shards get ${advised_server[*]:-no extra flags}"
   else
-    [ -n "$SERVERS_LIST" ] && echo "[launch] --dist.mode=auto: $ADVICE recommends $ADVISED_MODE: SYNCOPATE_SERVERS ignored, no shards"
+    [ -n "$SERVERS_LIST" ] && echo "[launch] --dist.mode=auto: the worker resolves to $ADVISED_MODE: SYNCOPATE_SERVERS ignored, no shards"
     SERVERS_LIST="" EPS=()
   fi
 fi

@@ -182,14 +182,24 @@ while [ ${#LIVE[@]} -gt 0 ]; do
     unset "LIVE[$done_pid]"
   else
     status=$?
+    if [ "$PROBE" = 1 ]; then  # the others end by themselves (their ring fails), node 0 writing what it has
+      unset "LIVE[$done_pid]"
+      PROBE_STATUS=${PROBE_STATUS:-$status}
+      continue
+    fi
     echo "[cluster] a node failed (exit $status); stopping the others. Logs:" >&2
     for i in $(seq 0 $((NODES - 1))); do echo "--- node $i ---" >&2; tail -n 5 "$OUT/logs/node$i.log" >&2; done
     exit $status
   fi
 done
-echo "[cluster] all $NODES nodes finished"
+[ "$PROBE" = 1 ] || echo "[cluster] all $NODES nodes finished"
 if [ "$PROBE" = 1 ]; then
   cat "$OUT/logs/node0.log"
+  if [ -n "${PROBE_STATUS:-}" ]; then
+    echo "[cluster] a node failed (exit $PROBE_STATUS); node 0's probe.json, if written, is partial. Logs:" >&2
+    for i in $(seq 0 $((NODES - 1))); do echo "--- node $i ---" >&2; tail -n 5 "$OUT/logs/node$i.log" >&2; done
+    exit "$PROBE_STATUS"
+  fi
   echo "[cluster] probe: $OUT/probe.json (next: scripts/syncopate-advise $OUT/probe.json)"
   exit 0
 fi

@@ -2,8 +2,8 @@
 # --dist.mode=auto as a user runs it (issue 29): the advice's recommendation is what starts.
 #  1. a local SGD recommendation (ring, sync_every=4) on a 2-node cluster (scripts/local_cluster.sh):
 #     each worker logs what it applied, no shard starts, and the nodes synchronize every 4th step only;
-#  2. a parameter-server recommendation (asp) through scripts/launch_node.sh with SYNCOPATE_SERVERS=
-#     per-node: the shards start with the advice's server flags (their exit stats say asp), the
+#  2. a parameter-server recommendation (bsp, not the servers' default asp) through scripts/launch_node.sh with SYNCOPATE_SERVERS=
+#     per-node: the shards start with the advice's server flags (their exit stats say bsp), the
 #     workers run in ps mode;
 #  3. a ps recommendation without SYNCOPATE_SERVERS: the launcher refuses by name (exit 2);
 #  4. an advice that sets the learning rate: the worker refuses by name (exit 2).
@@ -47,8 +47,8 @@ for i in (0, 1):
 PY
 then echo "ok: the advised local SGD ran (ring, bytes on steps 4 and 8 only)"; else echo "FAIL: not the advised local SGD"; fail=1; fi
 
-# 2. ASP through launch_node.sh with co-located shards.
-advice "$TMP/asp.json" asp '["--dist.mode=ps"]' '["--ps.consistency=asp"]'
+# 2. BSP through launch_node.sh with co-located shards.
+advice "$TMP/asp.json" bsp '["--dist.mode=ps"]' '["--ps.consistency=bsp"]'
 export SYNCOPATE_TOKEN=autotest MASTER_ADDR=127.0.0.1 NNODES=2 MASTER_PORT=$(free_port)
 export SYNCOPATE_SERVERS=per-node SYNCOPATE_NODE_HOSTS=127.0.0.1,127.0.0.1 SYNCOPATE_PS_PORT=$(free_port)
 for i in 0 1; do
@@ -60,8 +60,8 @@ for p in "${SPAWNED[@]}"; do set +e; wait "$p"; codes+=($?); set -e; done
 SPAWNED=()
 if [ "${codes[*]}" = "0 0" ]; then echo "ok: the advised ps job finished"; else echo "FAIL: exit codes ${codes[*]}"; tail -n 20 "$TMP"/ps*.log; fail=1; fi
 for i in 0 1; do
-  grep -q 'recommends ps; shards get --ps.consistency=asp' "$TMP/ps$i.log" || { echo "FAIL: launcher $i did not start asp shards"; fail=1; }
-  grep -q '"consistency":"asp"' "$TMP/ps$i.log" || { echo "FAIL: shard $i's stats do not say asp"; grep stats "$TMP/ps$i.log"; fail=1; }
+  grep -q 'resolves to ps (the advice); shards get --ps.consistency=bsp' "$TMP/ps$i.log" || { echo "FAIL: launcher $i did not start bsp shards"; fail=1; }
+  grep -q '"consistency":"bsp"' "$TMP/ps$i.log" || { echo "FAIL: shard $i's stats do not say bsp"; grep stats "$TMP/ps$i.log"; fail=1; }
   grep -q '"mode":"ps"' "$TMP/ps/node$i/sync.json" || { echo "FAIL: worker $i did not run ps"; fail=1; }
 done
 
@@ -73,6 +73,27 @@ rc=$?
 set -e
 if [ $rc = 2 ] && grep -q 'recommends a parameter-server mode: set SYNCOPATE_SERVERS' "$TMP/ns.log"; then echo "ok: ps advice without servers refused"
 else echo "FAIL: exit $rc"; cat "$TMP/ns.log"; fail=1; fi
+
+# 3b. An advice whose server flags reach beyond [ps] (the shards' address): refused by the launcher.
+advice "$TMP/evil.json" bsp '["--dist.mode=ps"]' '["--server.host=0.0.0.0"]'
+set +e
+SYNCOPATE_SERVERS=per-node NODE_RANK=0 "$ROOT/scripts/launch_node.sh" -- --out "$TMP/evil" "${ARGS[@]}" --dist.mode=auto \
+  --dist.advice="$TMP/evil.json" > "$TMP/evil.log" 2>&1
+rc=$?
+set -e
+if [ $rc = 2 ] && grep -q 'may only set --ps.field=value' "$TMP/evil.log"; then echo "ok: server flags beyond [ps] refused"
+else echo "FAIL: exit $rc"; cat "$TMP/evil.log"; fail=1; fi
+
+# 3c. mode = "auto" in the job file, and a later --dist.mode=ring on the command line: the launcher
+#     follows what the worker resolves (ring: no shards although SYNCOPATE_SERVERS is set).
+printf '[dist]\nmode = "auto"\nadvice = "%s"\n' "$TMP/asp.json" > "$TMP/job.toml"
+set +e
+out=$(SYNCOPATE_SERVERS=per-node NODE_RANK=0 NNODES=1 "$ROOT/scripts/launch_node.sh" -- --out "$TMP/late" --config "$TMP/job.toml" \
+  "${ARGS[@]}" --dist.mode=ring 2>&1)
+rc=$?
+set -e
+if [ $rc = 0 ] && grep -q 'resolves to ring: SYNCOPATE_SERVERS ignored' <<< "$out"; then echo "ok: the launcher follows the worker's resolution"
+else echo "FAIL: exit $rc"; echo "$out" | tail -n 20; fail=1; fi
 
 # 4. An advice that would change the learning rate.
 advice "$TMP/lr.json" lr '["--dist.mode=ring", "--optim.lr=1"]' '[]'

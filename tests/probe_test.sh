@@ -42,8 +42,7 @@ for n in p["nodes"]:
     want = 0.15 if n["node"] == 2 else 0.05
     assert len(n["step_s"]["samples"]) == 6
     assert want <= n["step_s"]["min"] < want + 0.03, (n["node"], n["step_s"])   # paced to the modelled time
-    assert n["compute_s"]["median"] < n["step_s"]["median"]
-    assert n["memory"]["rss_peak_bytes"] > 0
+    assert n["memory"]["rss_peak_bytes"] > 10 << 20 and n["memory"]["host_available_bytes"] > 0, n["memory"]
 for l in p["links"]:
     assert l["rtt_us"]["min"] >= 40000, l["rtt_us"]          # 20 ms each way
     assert l["rtt_us"]["median"] < 40000 + 200000, l["rtt_us"]
@@ -68,8 +67,10 @@ grep -q 'the result is partial' "$TMP/dead0.log" || { echo "FAIL: node 0 did not
 check "a node that dies: node 0's probe.json says what is missing" "$TMP/dead.json" '
 assert p["complete"] is False
 assert len(p["nodes"]) == 3, "the step records were gathered before the links"
-assert any(m["what"].startswith("link ") for m in p["missing"]), p["missing"]
-assert all(m["why"] for m in p["missing"])
+links = {m["what"]: m["why"] for m in p["missing"] if m["what"].startswith("link ")}
+assert sorted(links) == ["link 0->1", "link 1->2", "link 2->0"], p["missing"]
+assert "node 2" in links["link 0->1"], links   # node 0 failed on its link from node 2: that is who is named
+assert len(p["links"]) == 0
 '
 
 # 3. A node that never comes.
@@ -85,8 +86,9 @@ SPAWNED=()
 [ "${codes[0]}" = 1 ] && echo "ok: node 0 exits 1 when a node never comes" || { echo "FAIL: node 0 exit ${codes[0]}"; fail=1; }
 check "a node that never comes: named in the partial probe.json" "$TMP/absent.json" '
 assert p["complete"] is False and len(p["nodes"]) == 1
-assert any(m["what"] == "node 2" for m in p["missing"]), p["missing"]
-assert any("node 2" in m["why"] or "2" in m["why"] for m in p["missing"] if m["what"] == "the ring"), p["missing"]
+why = {m["what"]: m["why"] for m in p["missing"]}
+assert "node(s) 2 did not connect" in why["the ring"], p["missing"]   # the absent node, named
+assert "nodes 1..2" in why, p["missing"]
 '
 unset SYNCOPATE_TOKEN MASTER_ADDR NNODES MASTER_PORT
 

@@ -59,6 +59,11 @@ TEST(Advice, AFieldTheUserSetOtherwiseIsRefusedNotOverridden) {
   const std::string e = test::error_of([&] { apply_advice(b.schema, b.defaults, d.str("advice.json"), 4); });
   EXPECT_NE(e.find("dist.sync_every = 5 is set for this job"), std::string::npos) << e;
   EXPECT_NE(e.find("drop --dist.sync_every"), std::string::npos) << e;
+  // A value given on the command line is the user's even where it equals the default.
+  Bound explicit_default;
+  const std::string e2 = test::error_of(
+      [&] { apply_advice(explicit_default.schema, explicit_default.defaults, d.str("advice.json"), 4, {"dist.sync_every"}); });
+  EXPECT_NE(e2.find("dist.sync_every = 1 is set for this job"), std::string::npos) << e2;
   // The same value the advice gives is no conflict.
   Bound same;
   same.cfg.dist.sync_every = 10;
@@ -86,7 +91,12 @@ TEST(Advice, BadAdviceIsRefusedByName) {
   refused(advice(R"("--optim.lr=1", "--dist.mode=ring")"), "may only set [dist] fields");
   refused(advice(R"("--dist.mode=auto")"), "recommends dist.mode=auto");
   refused(advice(R"("--dist.sync_every=10")"), "does not set dist.mode");
-  refused(advice(R"("--dist.mode=ring", "--dist.nonsense=3")"), "which this worker does not have");
+  refused(advice(R"("--dist.mode=ring", "--dist.nonsense=3")"), "not the synchronization's to choose");
+  // Membership, addresses and security stay the job's, whatever an advice file says.
+  for (const char* f : {"--dist.servers=tcp://6.6.6.6:1", "--dist.ps_encrypt=off", "--dist.master_addr=6.6.6.6",
+                        "--dist.nnodes=7", "--dist.node_rank=3", "--dist.timeout_s=86400", "--dist.curve_server_key=x"})
+    refused(advice(std::string(R"("--dist.mode=ps", ")") + f + "\""), "not the synchronization's to choose");
+  refused(advice(R"("--dist.mode=ring", "--dist.sync_every=10", "--dist.sync_every=20")"), "sets dist.sync_every twice");
   refused(advice(R"("--dist.mode=ring", "--dist.sync_every=-4")"), "sync_every");
   refused(advice(R"("--dist.mode=ring", "--dist.advice=x.json")"), "names another advice");
 }

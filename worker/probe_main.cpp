@@ -160,6 +160,9 @@ int main(int argc, char** argv) {
               {"missing", json::array()},       {"nodes", json::array()},     {"links", json::array()}};
   auto write = [&] {
     if (rank != 0) return;
+    // Complete means every node's record and every ring link's, whatever the bookkeeping said.
+    if (doc["nodes"].size() != static_cast<size_t>(world) || doc["links"].size() != static_cast<size_t>(world > 1 ? world : 0))
+      doc["complete"] = false;
     write_file_atomic(out, doc.dump(1) + "\n");
     print_table(doc);
     std::cout << "probe: wrote " << out << "\n";
@@ -169,13 +172,18 @@ int main(int argc, char** argv) {
     doc["missing"].push_back({{"what", what}, {"why", why}});
   };
   try {
-    // 1. This node's steps.
-    const int device = torch::cuda::is_available() ? static_cast<int>(d.launch == "gpu" ? d.device : 0) : -1;
+    // 1. This node's steps, on the device training would use (train.device, the launch layout).
+    const bool cuda = cfg.train.device == "cuda" || (cfg.train.device == "auto" && torch::cuda::is_available());
+    SYN_CHECK(!cuda || torch::cuda::is_available(), "train.device=cuda but CUDA is not available here",
+              "probe with --train.device=cpu, or check the driver and CUDA_VISIBLE_DEVICES");
+    const int device = cuda ? static_cast<int>(d.launch == "gpu" ? d.device : 0) : -1;
     if (rank == 0)
       log::info("[probe] {} node(s): timing {} step(s) of the model on each ({}), then the ring's links", world,
                 probe.steps, device >= 0 ? "cuda" : "cpu");
     const StepProbeResult s = probe_steps(cfg, rank, device, static_cast<int>(probe.steps), static_cast<int>(probe.warmup));
-    const int64_t local = d.local_replicas > 0 ? d.local_replicas : 1;
+    // Replicas of this node as training counts them: every visible GPU unless local_replicas says
+    // otherwise (one per process with launch=gpu); one replica is timed (they run in parallel).
+    const int64_t local = d.local_replicas > 0 ? d.local_replicas : (cuda && d.launch != "gpu" ? torch::cuda::device_count() : 1);
     doc["job"] = {{"nodes", world},
                   {"params", s.params},
                   {"preset", cfg.model.preset},
@@ -189,6 +197,7 @@ int main(int argc, char** argv) {
                   {"tokens_per_node_step", s.tokens_per_step * local},
                   {"precision", s.bf16 ? "bf16" : "fp32"},
                   {"device", s.device},
+                  {"train_device", cfg.train.device},
                   {"wire_bytes", cfg.dist.wire == "f32" ? 4 : cfg.dist.wire == "int8" ? 1 : 2},
                   {"emulated_step_s", cfg.emulate.step_time_s},
                   {"emulated_latency_ms", cfg.emulate.latency_ms}};
@@ -221,16 +230,22 @@ int main(int argc, char** argv) {
       ring = connect_ring(ro);
     } catch (const Error& e) {
       doc["nodes"].push_back(mine);
-      missing("the ring", e.what());
-      for (int r = 1; r < world; ++r) missing(fmt::format("node {}", r), "the rendezvous did not complete");
+      missing("the ring", e.what());  // (names the nodes that never connected)
+      missing(fmt::format("nodes 1..{}", world - 1), "no records and no links: the rendezvous did not complete");
       throw;
     }
     // An emulated latency holds what a node receives on both directions of a link (the ring wraps only
     // the links it receives on; the probe's echoes come back on the sending ones).
     if (ro.latency_s > 0) ring.next = std::make_unique<DelayedConnection>(std::move(ring.next), ro.latency_s, ro.timeout_s);
     // 3. Every node's step record, then every link at once.
-    std::vector<std::string> records = ring_all_gather(rank, world, *ring.next, *ring.prev, mine.dump());
-    for (const auto& r : records) doc["nodes"].push_back(json::parse(r));
+    try {
+      const std::vector<std::string> records = ring_all_gather(rank, world, *ring.next, *ring.prev, mine.dump());
+      for (const auto& r : records) doc["nodes"].push_back(json::parse(r));
+    } catch (const std::exception& e) {
+      doc["nodes"] = json::array({mine});
+      for (int r = 1; r < world; ++r) missing(fmt::format("node {}", r), std::string("its record was not gathered: ") + e.what());
+      throw;
+    }
     crash_point("probe", "links", rank);  // (SYNCOPATE_CRASH_AT=probe:links:<node>: a node that dies here, for tests)
     LinkProbeOptions lo;
     lo.pings = static_cast<int>(probe.pings);
@@ -245,28 +260,26 @@ int main(int argc, char** argv) {
               {"measured_unix_s", unix_s()}};
       for (const auto& r : ring_all_gather(rank, world, *ring.next, *ring.prev, link.dump()))
         doc["links"].push_back(json::parse(r));
-    } catch (const Error& e) {
-      for (int r = 0; r < world; ++r) missing(fmt::format("link {}->{}", r, (r + 1) % world), e.what());
-      if (!link.is_null()) {
-        doc["links"].push_back(link);
-        doc["missing"].erase(doc["missing"].begin());  // this node's own link was measured
-      }
+    } catch (const std::exception& e) {
+      if (!link.is_null()) doc["links"].push_back(link);  // this node's own link was measured
+      for (int r = 0; r < world; ++r)
+        if (link.is_null() || r != rank)
+          missing(fmt::format("link {}->{}", r, (r + 1) % world),
+                  r == rank ? e.what() : fmt::format("not gathered: node {} lost the ring ({})", rank, e.what()));
       throw;
     }
     write();
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     std::cerr << fmt::format("syncopate-probe: node {}: error: {}\n", rank, e.what());
     if (rank == 0 && doc.contains("job")) {
+      if (doc["missing"].empty()) missing("the probe", e.what());
       try {
         write();
         std::cerr << "syncopate-probe: the result is partial: see \"missing\" in " << out << "\n";
-      } catch (const Error& w) {
+      } catch (const std::exception& w) {
         std::cerr << "syncopate-probe: could not write " << out << ": " << w.what() << "\n";
       }
     }
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << fmt::format("syncopate-probe: node {}: unexpected error: {}\n", rank, e.what());
     return 1;
   }
   return 0;

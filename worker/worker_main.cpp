@@ -3,6 +3,7 @@
 //
 //   syncopate-worker [--config FILE.toml] [--out DIR] [--resume] [--section.field=value ...]
 #include <iostream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -103,7 +104,10 @@ int main(int argc, char** argv) {
       } catch (const Error&) {
         // the layout's own error is reported by the run itself, after the advice is applied
       }
-      const AppliedAdvice advice = apply_advice(schema, defaults, cfg.dist.advice, nodes);
+      std::set<std::string> given;  // [dist] fields given on the command line
+      for (const auto& a : args)
+        if (a.rfind("--dist.", 0) == 0) given.insert(a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2));
+      const AppliedAdvice advice = apply_advice(schema, defaults, cfg.dist.advice, nodes, given);
       if (print_config)  // (stdout carries the TOML)
         std::cerr << "[dist] " << advice.summary << "\n";
       else

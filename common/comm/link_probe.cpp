@@ -1,6 +1,7 @@
 #include "common/comm/link_probe.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <future>
 
@@ -53,11 +54,14 @@ LinkProbe send_bulk(Connection& next, const LinkProbeOptions& o, double rtt_s) {
     next.recv(&ack, sizeof ack);
     SYN_CHECK(ack == size, "the next node acknowledged another size than was sent to " + next.peer(),
               "every node of the job must run the same syncopate-probe");
-    const double elapsed = seconds_since(t0);
+    // A round trip's worth of the elapsed time is the header's way out and the answer's way back,
+    // not the data's; the size grows until the data's own time is `seconds`, so that on a link of
+    // long latency the goodput is not a small difference of two large numbers.
+    const double data_s = seconds_since(t0) - rtt_s;
     r.bytes = size;
-    r.seconds = std::max(elapsed - rtt_s, elapsed / 2);  // a round trip's worth is the answer's, not the data's
+    r.seconds = std::max(data_s, 1e-6);
     r.goodput_gbit = static_cast<double>(size) * 8 / r.seconds / 1e9;
-    if (elapsed >= o.seconds || size >= o.max_bytes) break;
+    if (data_s >= o.seconds || size >= o.max_bytes) break;
   }
   const uint64_t end = 0;
   next.send(&end, sizeof end);
@@ -80,27 +84,53 @@ void receive_bulk(Connection& prev, const LinkProbeOptions& o) {
   }
 }
 
-// Runs f on a thread and g here; the first error wins, after both ended. A failing side shuts its
-// own connection down so that the other side does not wait a whole timeout on a dead ring.
+// Runs f on a thread and g here. A failing side shuts the other's connection down, so that it does
+// not wait a whole timeout on a dead ring. After both ended: one side's error is rethrown as it is;
+// when both failed, one error carries both, the first to fail first (in a ring the first error seen
+// can be the echo of a neighbour's shutdown, so both peers are named).
 template <class F, class G>
 auto both(Connection& fc, F f, Connection& gc, G g) {
+  std::atomic<int> first{0};  // 1: f failed first, 2: g did
   auto fut = std::async(std::launch::async, [&] {
     try {
       return f();
     } catch (...) {
+      int none = 0;
+      first.compare_exchange_strong(none, 1);
       gc.shutdown();
       throw;
     }
   });
-  std::exception_ptr err;
+  std::exception_ptr gerr, ferr;
   try {
     g();
   } catch (...) {
-    err = std::current_exception();
+    int none = 0;
+    first.compare_exchange_strong(none, 2);
+    gerr = std::current_exception();
     fc.shutdown();
   }
-  auto result = fut.get();  // rethrows f's error first: it is the cause when g failed from the shutdown
-  if (err) std::rethrow_exception(err);
+  decltype(fut.get()) result{};
+  try {
+    result = fut.get();
+  } catch (...) {
+    ferr = std::current_exception();
+  }
+  if (ferr && gerr) {  // both: the first, then the other (which of them caused it cannot always be told)
+    auto what = [](const std::exception_ptr& e) -> std::string {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        return x.what();
+      } catch (...) {
+        return "unknown error";
+      }
+    };
+    const bool f_first = first == 1;
+    throw Error(what(f_first ? ferr : gerr) + "; then, on the other side: " + what(f_first ? gerr : ferr));
+  }
+  if (ferr) std::rethrow_exception(ferr);
+  if (gerr) std::rethrow_exception(gerr);
   return result;
 }
 

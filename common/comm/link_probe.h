@@ -4,8 +4,8 @@
 //
 //   round trips:  next.send(8 B) -> the next node echoes it on its prev -> next.recv(8 B), `pings` times
 //   goodput:      next.send(size header, size bytes) -> the next node answers 8 B once all have arrived;
-//                 size doubles from min_bytes until a transfer takes at least `seconds` (or max_bytes);
-//                 goodput = size / (elapsed - median round trip) of the last transfer
+//                 size doubles from min_bytes until a transfer's data time (elapsed - median round trip)
+//                 is at least `seconds` (or max_bytes); goodput = size / that time, of the last transfer
 //
 // Written against Connection (the transport is the caller's): both directions of each connection are
 // used, so a transport must be full duplex (TCP is; the one-way memory channels are not).
@@ -21,7 +21,7 @@ namespace syncopate {
 
 struct LinkProbeOptions {
   int pings = 30;                    // round trips timed per link (the first 3 are warm-up, not kept)
-  double seconds = 0.5;              // a transfer doubles until it takes at least this long, seconds
+  double seconds = 0.5;              // a transfer doubles until its data (less a round trip) take this long, seconds
   size_t min_bytes = size_t{1} << 20;    // the first transfer, bytes
   size_t max_bytes = size_t{256} << 20;  // the largest transfer, bytes (a slow link stops at `seconds`)
 };
@@ -30,12 +30,12 @@ struct LinkProbe {                   // this node's link to the next node
   std::vector<double> rtt_us;        // each timed round trip, microseconds
   double goodput_gbit = 0;           // bytes / time of the last (largest) transfer, Gbit/s (1e9 bits)
   uint64_t bytes = 0;                // its size, bytes
-  double seconds = 0;                // its time from the first byte sent to the answer, less one round trip
+  double seconds = 0;                // its time from the first byte sent to the answer, less one median round trip
 };
 
 // Runs on every node of a ring at once (world >= 2); next/prev as in Ring. Returns what this node
 // measured of its link to the next node. Throws the transport's error (naming the peer) when a
-// neighbour dies or stalls.
+// neighbour dies or stalls: the error of the side (next or prev) that failed first.
 LinkProbe probe_link(Connection& next, Connection& prev, const LinkProbeOptions& o);
 
 // Every node's string, in rank order, on every node: world - 1 rounds of passing the string received

@@ -17,8 +17,14 @@ const FieldBinding* find_field(const ConfigSchema& s, const std::string& key) {
 
 }  // namespace
 
-AppliedAdvice apply_advice(ConfigSchema& schema, const ConfigSchema& defaults, const std::string& path, int64_t nodes) {
-  const std::string hint = "run scripts/syncopate-advise probe.json (after scripts/syncopate-probe) to write it, or "
+const std::set<std::string> kAdvisableFields = {
+    "dist.mode",          "dist.sync_every",    "dist.outer",       "dist.outer_delay",
+    "dist.outer_lr",      "dist.outer_momentum", "dist.wire",       "dist.clip_scope",
+    "dist.overlap",       "dist.ps_overlap",    "dist.ps_partition_mb", "dist.ps_push_in_backward"};
+
+AppliedAdvice apply_advice(ConfigSchema& schema, const ConfigSchema& defaults, const std::string& path, int64_t nodes,
+                           const std::set<std::string>& user_keys) {
+  const std::string hint = "run scripts/syncopate-advise probe.json (after build/bin/syncopate-probe) to write it, or "
                            "give --dist.mode=ring|ps|none";
   std::string text;
   try {
@@ -55,6 +61,13 @@ AppliedAdvice apply_advice(ConfigSchema& schema, const ConfigSchema& defaults, c
     SYN_CHECK(key != "dist.mode" || (value != "auto" && !value.empty()),
               fmt::format("dist.mode=auto: the advice '{}' recommends dist.mode={}", path, value), hint);
     SYN_CHECK(key != "dist.advice", fmt::format("dist.mode=auto: the advice '{}' names another advice", path), hint);
+    SYN_CHECK(kAdvisableFields.count(key), fmt::format("dist.mode=auto: the advice '{}' sets {}, which is not the "
+                                                       "synchronization's to choose (membership, addresses and security "
+                                                       "stay the job's)", path, key),
+              "re-run scripts/syncopate-advise; do not edit advice.json by hand");
+    for (const auto& f0 : out.flags)
+      SYN_CHECK(f0.rfind("--" + key + "=", 0) != 0, fmt::format("dist.mode=auto: the advice '{}' sets {} twice", path, key),
+                "re-run scripts/syncopate-advise; do not edit advice.json by hand");
     sets_mode = sets_mode || key == "dist.mode";
     const FieldBinding* now = find_field(schema, key);
     const FieldBinding* dflt = find_field(defaults, key);
@@ -63,7 +76,7 @@ AppliedAdvice apply_advice(ConfigSchema& schema, const ConfigSchema& defaults, c
     const std::string before = now->get();
     schema.apply_override(key, value);  // parses and range-checks; throws naming the field
     const std::string after = now->get();
-    if (key != "dist.mode" && before != dflt->get() && before != after)
+    if (key != "dist.mode" && (before != dflt->get() || user_keys.count(key)) && before != after)
       SYN_FAIL(fmt::format("dist.mode=auto: {} = {} is set for this job, but the advice '{}' ({}) gives {}", key, before,
                            path, out.name, after),
                fmt::format("drop --{} (the advice decides the synchronization), or give the mode yourself", key));

@@ -3,9 +3,12 @@
 // (syncopate-probe); its "recommended" entry names a configuration and the worker flags that run it,
 // all of them [dist] fields ("--dist.mode=ps", "--dist.sync_every=10", ...). The worker reads the
 // file named by dist.advice before its config is validated and applies those flags. The advice
-// never touches the learning rate, the model or the data (only [dist] flags are accepted), and a
-// [dist] field the user set to another value than the advice's is refused by name, not overridden.
+// sets only how the nodes synchronize (kAdvisableFields): never the learning rate, the model, the
+// data, nor where the job's peers are or how they authenticate (servers, master_addr, ps_encrypt,
+// curve_server_key, nnodes, ...). A [dist] field the user set to another value than the advice's
+// is refused by name, not overridden; so is a field the advice names twice.
 #pragma once
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,11 +24,16 @@ struct AppliedAdvice {
   std::vector<std::string> warnings;  // the advice was made for another node count, was not resolved, ...
 };
 
+// The [dist] fields an advice may set: the synchronization, nothing about membership or security.
+extern const std::set<std::string> kAdvisableFields;
+
 // Reads `path` (advice.json) and applies its recommended worker flags to `schema` (bound to the
-// run's config, whose [dist] mode is "auto"). `defaults` is a schema bound to a default-constructed
-// config of the same program: a [dist] field whose current value differs from both its default and
-// the advice's value was set by the user and is refused. `nodes`: the job's node count (0 = unknown),
-// compared with the advice's. Throws syncopate::Error naming the file and the problem.
-AppliedAdvice apply_advice(ConfigSchema& schema, const ConfigSchema& defaults, const std::string& path, int64_t nodes);
+// run's config, whose [dist] mode is "auto"). The user's value of a field wins nowhere silently: a
+// field in `user_keys` ("dist.sync_every": given on the command line), or whose current value differs
+// from its default in `defaults` (a schema bound to a default-constructed config: set by a config
+// file), and that the advice sets to another value, is refused. `nodes`: the job's node count
+// (0 = unknown), compared with the advice's. Throws syncopate::Error naming the file and the problem.
+AppliedAdvice apply_advice(ConfigSchema& schema, const ConfigSchema& defaults, const std::string& path, int64_t nodes,
+                           const std::set<std::string>& user_keys = {});
 
 }  // namespace syncopate

@@ -59,14 +59,18 @@ StepProbeResult probe_steps(const RunConfig& cfg, int64_t node, int device, int 
     const auto t0 = std::chrono::steady_clock::now();
     pacer.begin(s);
     for (int64_t m = 0; m < cfg.train.grad_accum; ++m) {
-      AutocastGuard autocast(r.bf16);
-      torch::Tensor loss = model->loss(x, y) / static_cast<double>(cfg.train.grad_accum);
+      torch::Tensor loss;
+      {
+        AutocastGuard autocast(r.bf16);  // the forward under autocast, as the trainer runs it
+        loss = model->loss(x, y) / static_cast<double>(cfg.train.grad_accum);
+      }
       loss.backward();
     }
     if (dev.is_cuda()) torch::cuda::synchronize(device);
     const StepTiming t = pacer.end_compute();
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+    for (auto& p : model->parameters())  // kept and zeroed, as the trainer's flat gradient buffer is
+      if (p.grad().defined()) p.grad().zero_();
     if (s < warmup) continue;
     r.step_s.push_back(wall);
     r.compute_s.push_back(t.compute_s);

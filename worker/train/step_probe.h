@@ -1,7 +1,9 @@
 // What one optimizer step of the job's model costs on this node (syncopate-probe): real steps of the
 // configured model, batch, accumulation and precision on random tokens (the speed of a step does not
-// depend on what it learns; nothing is updated), paced by emulate.* exactly as training paces them,
-// so that a probe of an emulated cluster measures the emulated step (its slowdown and jitter).
+// depend on what it learns; nothing is updated: the optimizer's update, clipping and batch assembly
+// are not in the time, so on real hardware it is a lower bound of the step), paced by emulate.*
+// exactly as training paces them, so that a probe of an emulated cluster measures the emulated step
+// (its slowdown, and its jitter: the same draws as training's steps warmup..warmup+steps-1).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,0 +1,763 @@
+"""The advisor (issue 29): which synchronization should my job use, on this cluster?
+
+  python experiments/advise.py probe.json [--target-loss L] [--seeds 3] [--steps 150]
+        [--configs ring,bsp_backup,...] [--out DIR] [--dry-run]
+  (scripts/syncopate-advise is the same command)
+
+Reads the probe.json that syncopate-probe measured on the user's cluster and:
+1. Calibrates the cluster: N nodes; the base step T = the median over nodes of each node's fastest
+   step (min); a node's slowdown = its min / T, and nodes at 1.5x or more are stragglers (the
+   largest factor stands for all of them); jitter = the median over nodes of mean / min - 1 (the
+   emulation's model: step = base x slowdown x (1 + X), X exponential with mean jitter); the link
+   rate B = the slowest ring link's goodput; one-way latency = the median over links of RTT / 2.
+   The ratio r = (time to move the model's bytes twice over B) / T, as crossover.py defines it.
+2. Replays the cluster in syncopate-sim as crossover.py does: the micro model, a modelled 0.1 s
+   step, the link rate that keeps r, the latency dilated by 0.1 / T, the stragglers and jitter as
+   measured, K = min(N, 16) servers whose links together carry the workers' (K x B_server = N x B).
+   Candidates: ring, bsp_backup, ssp4, asp_lr_scale, diloco10 (crossover.CONFIGS, same learning
+   rates), diloco50 (ring, H = 50, Nesterov) and async_local_sgd (ps, ASP, H = 10, delayed
+   Nesterov); seeds 0..S-1; each run stops at the target loss or at --limit x the ring's time
+   (the ring always runs: it sets the limit). Runs are cached under OUT/runs/<config>/seed<k>/
+   (result.json; a cached run made with another command is run again).
+3. Ranks them by mean time to target (95% interval over seeds) and names the winner; another is
+   resolved behind it by the paired, Holm-corrected test of crossover.judge, else "not resolved".
+   Proxy seconds map to the cluster's as x T / 0.1 (the proxy keeps the ratios, not the loss curve).
+4. Writes OUT/advice.json (syncopate-advice/1) and OUT/advice.toml ([dist] for syncopate-worker,
+   [ps] for syncopate-server; both take it with --config), and prints a table and the advice.
+
+The target (default 3.0, below crossover.py's 3.2): the micro model passes 3.2 in its first ~25
+steps at N = 4, where the number of optimizer updates, not the cluster, decides: a parameter
+server applies every worker's gradient as an update of its own (N small updates per round against
+the ring's one), and on a fast homogeneous 4-node cluster SSP(4) was then resolved ahead of the
+ring (6 seeds); at 3.0 and 2.9 the ring was resolved ahead of every other candidate there. Pick a
+target past the initial drop; --steps must be a multiple of every candidate's H (10, 50).
+
+--dry-run prints the calibrated cluster, the proxy and the runs it would make; it starts nothing
+and writes nothing. A malformed probe is refused with exit code 2 and the field named.
+"""
+import argparse
+import json
+import math
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+import cost
+import crossover
+import scenario
+from cluster_runs import ROOT, read_jsonl
+from stats import fmt_ci
+from study import time_to_target
+
+FORMAT = "syncopate-probe/1"
+ADVICE_FORMAT = "syncopate-advice/1"
+PRESET, BATCH, STEP_S, EVAL_BATCHES = crossover.PRESET, crossover.BATCH, crossover.STEP_S, crossover.EVAL_BATCHES
+STRAGGLER_AT = 1.5  # a node whose fastest step is this many times the cluster's base step is a straggler
+MAX_SERVERS = 16
+# name: (syncopate-sim flags, learning rate); crossover's five, then the two local-SGD variants added here.
+CANDIDATES = dict(crossover.CONFIGS)
+CANDIDATES["diloco50"] = (["--dist.mode=ring", "--dist.sync_every=50", "--dist.outer=nesterov"],
+                          crossover.CONFIGS["diloco10"][1])
+CANDIDATES["async_local_sgd"] = (["--dist.mode=ps", "--ps.consistency=asp", "--dist.sync_every=10",
+                                  "--dist.outer=delayed_nesterov"], crossover.CONFIGS["diloco10"][1])
+# The emulated studies the simulator was validated against (docs/STUDY.md, "Validated before it is
+# believed"): scenario file and node count; their ratio, straggler and jitter come from the scenario.
+VALIDATED_STUDIES = [("stragglers", 4), ("stragglers", 8), ("comm_bound", 8)]
+VALIDATED_CONFIGS = {"ring", "bsp_backup"}  # of the candidates (also validated: bsp, ssp1, asp, not candidates)
+
+
+class ProbeError(ValueError):
+    pass
+
+
+def sim_binary():
+    return os.path.join(os.environ.get("SYNCOPATE_BIN") or os.path.join(ROOT, "build", "bin"), "syncopate-sim")
+
+
+# --------------------------------------------------------------------------------------------
+# 1. The probe and the calibration
+
+def load_probe(path):
+    """The probe's JSON object; ProbeError (one line, naming what is wrong and what to do)."""
+    if not os.path.exists(path):
+        raise ProbeError(f"{path}: no such file; run syncopate-probe on the cluster first (it writes probe.json)")
+    try:
+        with open(path) as f:
+            probe = json.load(f)
+    except ValueError as e:
+        raise ProbeError(f"{path}: not valid JSON ({e}); run syncopate-probe again (the file may be cut short)") from e
+    except OSError as e:
+        raise ProbeError(f"{path}: cannot read it ({e.strerror})") from e
+    if not isinstance(probe, dict):
+        raise ProbeError(f"{path}: the top level must be a JSON object written by syncopate-probe")
+    fmt = probe.get("format")
+    if fmt != FORMAT:
+        raise ProbeError(f"{path}: format is {fmt!r}, expected {FORMAT!r}: not a probe of syncopate-probe "
+                         "(or from another version of it); run syncopate-probe again")
+    return probe
+
+
+def _number(value, field, src, positive=True, integer=False):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and
+                                                                         not math.isfinite(value)):
+        raise ProbeError(f"{src}: {field} = {value!r} must be a number; run syncopate-probe again")
+    if integer and int(value) != value:
+        raise ProbeError(f"{src}: {field} = {value!r} must be a whole number")
+    if positive and value <= 0:
+        raise ProbeError(f"{src}: {field} = {value!r} must be > 0 (a time, rate or size); the measurement failed "
+                         "there: run syncopate-probe again")
+    return int(value) if integer else float(value)
+
+
+def _object(value, field, src):
+    if not isinstance(value, dict):
+        raise ProbeError(f"{src}: {field} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def calibrate(probe, src="probe.json"):
+    """The cluster the probe measured (see the module's docstring), with "assumptions" (what the
+    advice takes as given) and "warnings" (an incomplete probe). ProbeError names a bad field."""
+    assumptions, warnings = [], []
+    job = _object(probe.get("job", {}), "job", src)
+    if "params" not in job:
+        raise ProbeError(f"{src}: job.params is missing (the model's parameter count); run syncopate-probe again")
+    params = _number(job["params"], "job.params", src, integer=True)
+    if "wire_bytes" in job:
+        wire = _number(job["wire_bytes"], "job.wire_bytes", src, integer=True)
+    else:
+        wire = 4
+        assumptions.append("job.wire_bytes is not in the probe: 4 bytes per value (float32) assumed")
+    nodes = probe.get("nodes")
+    if not isinstance(nodes, list) or not nodes:
+        raise ProbeError(f"{src}: nodes is {'missing' if nodes is None else 'empty or not a list'}: no node was "
+                         "measured; run syncopate-probe on every node of the job")
+    n = len(nodes)
+    if "nodes" in job:
+        n = _number(job["nodes"], "job.nodes", src, integer=True)
+        if n < len(nodes):
+            raise ProbeError(f"{src}: job.nodes = {n} but nodes lists {len(nodes)} measured nodes")
+    if n > 4096:
+        raise ProbeError(f"{src}: job.nodes = {n}: the simulator takes at most 4096 nodes")
+    complete = probe.get("complete", True)
+    if not isinstance(complete, bool):
+        raise ProbeError(f"{src}: complete = {complete!r} must be true or false")
+    missing = probe.get("missing") or []
+    if not isinstance(missing, list):
+        raise ProbeError(f"{src}: missing must be a list of {{\"what\", \"why\"}}")
+    what_missing = [f"{m.get('what', '?')}" + (f" ({m['why']})" if m.get("why") else "") if isinstance(m, dict)
+                    else str(m) for m in missing]
+    if len(nodes) < n and complete:
+        complete = False
+        what_missing.append(f"{n - len(nodes)} of job.nodes = {n} nodes not in nodes")
+    if not complete:
+        warnings.append("the probe is incomplete: " + ("; ".join(what_missing) or "it does not say what is missing")
+                        + "; the advice uses what was measured")
+        assumptions.append("incomplete probe (" + ("; ".join(what_missing) or "unspecified") + "): the calibration "
+                           "uses the nodes and links that were measured; an unmeasured node is taken as running at "
+                           "the base step without jitter beyond the others', an unmeasured link as no slower than the "
+                           "slowest measured one")
+    ids, base, means = [], {}, {}
+    for i, nd in enumerate(nodes):
+        where = f"nodes[{i}]"
+        nd = _object(nd, where, src)
+        node_id = _number(nd.get("node", i), f"{where}.node", src, positive=False, integer=True)
+        if not 0 <= node_id < n or node_id in base:
+            raise ProbeError(f"{src}: {where}.node = {node_id} must be a distinct rank in 0..{n - 1}")
+        if "step_s" not in nd:
+            raise ProbeError(f"{src}: {where}.step_s is missing (the node's step times); run syncopate-probe again")
+        st = _object(nd["step_s"], f"{where}.step_s", src)
+        samples = st.get("samples") or []
+        if not isinstance(samples, list):
+            raise ProbeError(f"{src}: {where}.step_s.samples must be a list of seconds")
+        samples = [_number(x, f"{where}.step_s.samples[{k}]", src) for k, x in enumerate(samples)]
+        if "min" in st:
+            lo = _number(st["min"], f"{where}.step_s.min", src)
+        elif samples:
+            lo = min(samples)
+        else:
+            raise ProbeError(f"{src}: {where}.step_s has neither min nor samples; run syncopate-probe again")
+        if "mean" in st:
+            mean = _number(st["mean"], f"{where}.step_s.mean", src)
+        elif samples:
+            mean = sum(samples) / len(samples)
+        else:
+            mean = lo
+            assumptions.append(f"node {node_id}: no mean step time nor samples: no jitter taken for it")
+        if mean < lo * (1 - 1e-9):
+            raise ProbeError(f"{src}: {where}.step_s.mean = {mean} is below its min = {lo}")
+        ids.append(node_id)
+        base[node_id], means[node_id] = lo, mean
+    T = statistics.median(base.values())
+    slowdowns = {k: v / T for k, v in base.items()}
+    slow = sorted(k for k, s in slowdowns.items() if s >= STRAGGLER_AT)
+    factor = max((slowdowns[k] for k in slow), default=1.0)
+    jitter = max(0.0, statistics.median(means[k] / base[k] - 1 for k in ids))
+    if len(slow) > 1 and min(slowdowns[k] for k in slow) < factor * 0.95:
+        assumptions.append("stragglers " + ", ".join(f"node {k} {slowdowns[k]:.2f}x" for k in slow) + ": the simulator "
+                           f"takes one slowdown factor for all of them, the largest ({factor:.2f}x), so the "
+                           "stragglers are modelled as at least as slow as they are (pessimistic for the "
+                           "synchronous modes)")
+    mild = [k for k in ids if 1.1 <= slowdowns[k] < STRAGGLER_AT]
+    if mild:
+        assumptions.append("nodes " + ", ".join(f"{k} ({slowdowns[k]:.2f}x)" for k in mild) + f" are slower than the "
+                           f"base step but below the straggler threshold {STRAGGLER_AT}x: modelled at the base step")
+
+    links = probe.get("links") or []
+    if not isinstance(links, list):
+        raise ProbeError(f"{src}: links must be a list of the ring's links")
+    if n > 1 and not links:
+        raise ProbeError(f"{src}: links is {'missing' if probe.get('links') is None else 'empty'} but the job has "
+                         f"{n} nodes: the link rate is unknown; run syncopate-probe with every node up")
+    rates, rtts = [], []
+    for i, ln in enumerate(links):
+        where = f"links[{i}]"
+        ln = _object(ln, where, src)
+        if "goodput_gbit" in ln:
+            rates.append(_number(ln["goodput_gbit"], f"{where}.goodput_gbit", src))
+        elif "bytes" in ln and "seconds" in ln:
+            rates.append(_number(ln["bytes"], f"{where}.bytes", src) * 8
+                         / _number(ln["seconds"], f"{where}.seconds", src) / 1e9)
+            assumptions.append(f"{where}: no goodput_gbit, taken as bytes x 8 / seconds")
+        else:
+            raise ProbeError(f"{src}: {where}.goodput_gbit is missing (and no bytes and seconds to derive it); "
+                             "run syncopate-probe again")
+        rtt = ln.get("rtt_us")
+        if rtt is not None:
+            rtt = _object(rtt, f"{where}.rtt_us", src)
+            if "median" in rtt:
+                rtts.append(_number(rtt["median"], f"{where}.rtt_us.median", src, positive=False))
+    expected_links = n if n > 2 else n - 1
+    if n > 1 and complete and len(links) < expected_links:
+        warnings.append(f"links lists {len(links)} of the ring's {expected_links} links; the link rate is the slowest "
+                        "of those")
+    if n > 1 and not rtts:
+        assumptions.append("no link has rtt_us.median: latency taken as 0 (only the rate is modelled)")
+    link = min(rates) if rates else None
+    latency_us = statistics.median(rtts) / 2 if rtts else 0.0
+    ratio = 2 * params * wire * 8 / (link * 1e9) / T if link else 0.0
+    emulated = job.get("emulated_step_s", 0) or 0
+    if emulated:
+        emulated = _number(emulated, "job.emulated_step_s", src)
+        assumptions.append(f"the probed cluster is an emulation (job.emulated_step_s = {emulated:g} s); its measured "
+                           f"base step is {T:.4g} s")
+    created = probe.get("created_unix_s")
+    if isinstance(created, (int, float)) and not isinstance(created, bool):
+        age_h = (time.time() - created) / 3600
+        if age_h > 24:
+            warnings.append(f"the probe is {age_h / 24:.1f} days old; a cluster's load and links change: probe again "
+                            "if in doubt")
+    return {"nodes": n, "step_s": T, "node_slowdowns": {str(k): slowdowns[k] for k in sorted(ids)},
+            "slow_workers": slow, "slowdown": factor, "jitter": jitter, "link_gbit": link,
+            "latency_ms": latency_us / 1e3, "ratio": ratio, "params": params, "wire_bytes": wire,
+            "measured_nodes": len(nodes), "measured_links": len(links), "complete": complete,
+            "hosts": {k: nd.get("host") for k, nd in zip(ids, nodes)}, "job": job,
+            "assumptions": assumptions, "warnings": warnings}
+
+
+def proxy(cl, a):
+    """The simulated stand-in of the cluster `cl` (see the module's docstring)."""
+    n = cl["nodes"]
+    k = min(n, MAX_SERVERS)
+    link = crossover.link_gbit(cl["ratio"]) if cl["ratio"] > 0 else crossover.link_gbit(1e-4)
+    # The stragglers go to the highest-numbered workers (as crossover places them): worker 0 evaluates
+    # the model, and which rank is slow changes no mode's schedule otherwise.
+    slow = list(range(n - len(cl["slow_workers"]), n))
+    return {"preset": PRESET, "step_s": STEP_S, "batch": BATCH, "link_gbit": link, "servers": k,
+            "server_link_gbit": link * n / k, "latency_us": cl["latency_ms"] * 1e3 * STEP_S / cl["step_s"],
+            "slow_workers": slow, "slowdown": cl["slowdown"] if slow else 1.0, "jitter": cl["jitter"],
+            "target_loss": a.target_loss, "seeds": a.seeds, "steps": a.steps, "eval_every": a.eval_every,
+            "eval_batches": EVAL_BATCHES, "limit": a.limit, "time_scale": cl["step_s"] / STEP_S}
+
+
+# --------------------------------------------------------------------------------------------
+# 2. The simulated runs
+
+def sync_every(name):
+    for f in CANDIDATES[name][0]:
+        if f.startswith("--dist.sync_every="):
+            return int(f.split("=", 1)[1])
+    return 1
+
+
+def sim_flags(name, n):
+    return [f.format(backup=max(1, n // 8)) for f in CANDIDATES[name][0]]
+
+
+def worker_flags(name, n):
+    """The real worker's flags of a candidate: its [dist] flags (the proxy's clip scope and the
+    learning rate are not among them: the user's stay theirs)."""
+    return [f for f in sim_flags(name, n) if f.startswith("--dist.") and not f.startswith("--dist.clip_scope=")]
+
+
+def server_flags(name, n):
+    return [f for f in sim_flags(name, n) if f.startswith("--ps.")]
+
+
+def is_ps(name):
+    return "--dist.mode=ps" in CANDIDATES[name][0]
+
+
+def sim_command(name, seed, px, cl, out, limit_s):
+    flags, lr = CANDIDATES[name]
+    n = cl["nodes"]
+    cmd = [sim_binary(), "--out", out, "--quiet", f"--sim.workers={n}", f"--sim.servers={px['servers']}",
+           f"--sim.link_gbit={px['link_gbit']:.6g}", f"--sim.server_link_gbit={px['server_link_gbit']:.6g}",
+           f"--sim.latency_us={px['latency_us']:.6g}", f"--sim.target_loss={px['target_loss']:g}",
+           f"--model.preset={PRESET}", f"--train.batch_size={BATCH}", f"--train.steps={px['steps']}",
+           "--train.threads=1", f"--train.seed={seed}", f"--optim.lr={lr:g}", f"--schedule.min_lr={lr / 10:g}",
+           "--schedule.warmup_steps=5", f"--eval.every={px['eval_every']}", f"--eval.batches={EVAL_BATCHES}",
+           f"--emulate.step_time_s={STEP_S}", f"--emulate.jitter={px['jitter']:.6g}",
+           f"--data.cache_dir={ROOT}/data/cache"]
+    if px["slow_workers"]:
+        cmd += ["--sim.slow_workers=" + ",".join(map(str, px["slow_workers"])), f"--emulate.slowdown={px['slowdown']:.6g}"]
+    if limit_s:
+        cmd += [f"--sim.time_limit_s={limit_s:.6g}"]
+    return cmd + sim_flags(name, n)
+
+
+def run_dir(out, name, seed):
+    return os.path.join(out, "runs", name, f"seed{seed}")
+
+
+def cached(out, name, seed):
+    """The cached result.json of a run, or None."""
+    try:
+        with open(os.path.join(run_dir(out, name, seed), "result.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def run(name, seed, px, cl, out, limit_s=0.0):
+    """One simulated run (or its cached result when made with the same command)."""
+    d = run_dir(out, name, seed)
+    cmd = sim_command(name, seed, px, cl, d, limit_s)
+    line = " ".join(cmd)
+    r = cached(out, name, seed)
+    if r is not None and r.get("command") == line:
+        return r
+    if os.path.isdir(d):
+        shutil.rmtree(d)  # made with another probe or other settings: not this advice's run
+    os.makedirs(d)
+    t0 = time.time()
+    with open(os.path.join(d, "sim.log"), "w") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        raise SystemExit(f"advise: the simulated run {name} seed {seed} failed (exit {rc}); see {d}/sim.log\n"
+                         f"command: {line}")
+    with open(os.path.join(d, "sim.json")) as f:
+        sim = json.load(f)
+    evals = [m for m in read_jsonl(os.path.join(d, "node0", "metrics.jsonl")) if "val_loss" in m]
+    curve = [{"t": m["time_s"], "val_loss": m["val_loss"]} for m in evals]
+    r = {"config": name, "n": cl["nodes"], "seed": seed,
+         "time_to_target_s": time_to_target(curve, px["target_loss"]) if sim["target_reached_s"] >= 0 else None,
+         "simulated_s": sim["simulated_s"], "worker_steps": sim["worker_steps"], "real_s": time.time() - t0,
+         "limit_s": limit_s, "final_val_loss": evals[-1]["val_loss"] if evals else None, "command": line}
+    with open(os.path.join(d, "result.json"), "w") as f:
+        json.dump(r, f)
+    got = f"target at {r['time_to_target_s']:.2f} s" if r["time_to_target_s"] is not None else \
+        f"not reached by {r['simulated_s']:.2f} s"
+    print(f"[advise] {name} seed {seed}: {got} simulated ({r['worker_steps']} worker-steps, {r['real_s']:.1f} s real)",
+          flush=True)
+    return r
+
+
+def plan(names, px, cl, out):
+    """(name, seed, cached?, estimated real seconds at most or None) of every run, in order."""
+    m = cost.Measurements(PRESET, BATCH, "sim")
+    em = {"step_time_s": STEP_S, "jitter": px["jitter"], "slow_node": -1, "slowdown": 1.0}
+    rows = []
+    for seed in range(px["seeds"]):
+        for name in names:
+            est, _ = cost.run_s("sim", em, px["steps"], None, True, cl["nodes"], px["steps"] // px["eval_every"] + 1,
+                                EVAL_BATCHES * BATCH, m, CANDIDATES[name][0][0] == "--dist.mode=ring")
+            r = cached(out, name, seed)
+            rows.append((name, seed, r is not None, est))
+    return rows, m
+
+
+# --------------------------------------------------------------------------------------------
+# 3. Ranking and advice
+
+def bytes_per_step(name, cl):
+    """Bytes one node sends (and receives) per optimizer step on the user's cluster."""
+    n, p, w = cl["nodes"], cl["params"], cl["wire_bytes"]
+    per = p * w if is_ps(name) else scenario.ring_factor(n) * p * w
+    return per / sync_every(name)
+
+
+def validation(cl, names):
+    """Whether the cluster lies inside what the simulator was validated on (docs/STUDY.md)."""
+    notes, ns, rs, ss, js = [], [], [], [], []
+    try:
+        for sc_name, n in VALIDATED_STUDIES:
+            d = scenario.derive(scenario.load(os.path.join(ROOT, "experiments", "scenarios", f"{sc_name}.toml")), nodes=n)
+            ns.append(n)
+            rs.append(d["ratio"] * 2 / scenario.ring_factor(n))  # the scenario's ring ratio in crossover's terms
+            ss.append(d["slowdown"] if d["slow_node"] >= 0 else 1.0)
+            js.append(d["jitter"])
+    except (scenario.ScenarioError, OSError) as e:
+        return {"inside": False, "notes": [f"the validated range is unknown: {e}"]}
+    rng = {"nodes": [min(ns), max(ns)], "ratio": [min(rs), max(rs)], "slowdown": [1.0, max(ss)]}
+    inside = True
+    if not rng["nodes"][0] <= cl["nodes"] <= rng["nodes"][1]:
+        inside = False
+        notes.append(f"N = {cl['nodes']} is outside the validated {rng['nodes'][0]}..{rng['nodes'][1]} nodes")
+    if not rng["ratio"][0] * 0.95 <= cl["ratio"] <= rng["ratio"][1] * 1.05:
+        inside = False
+        notes.append(f"ratio r = {cl['ratio']:.3g} is outside the validated {rng['ratio'][0]:.2g}..{rng['ratio'][1]:.2g}")
+    if cl["slowdown"] > rng["slowdown"][1] * 1.05:
+        inside = False
+        notes.append(f"straggler factor {cl['slowdown']:.2f}x is beyond the validated {rng['slowdown'][1]:g}x")
+    if cl["jitter"] > max(js) * 1.05:
+        notes.append(f"jitter {cl['jitter']:.3g} is beyond the validated {max(js):g} (not counted in 'inside')")
+    if inside:
+        notes.append(f"N = {cl['nodes']}, r = {cl['ratio']:.3g} and straggler factor {cl['slowdown']:.2f}x lie inside "
+                     f"the validated {rng['nodes'][0]}..{rng['nodes'][1]} nodes, r {rng['ratio'][0]:.2g}.."
+                     f"{rng['ratio'][1]:.2g}, factor 1..{rng['slowdown'][1]:g}x")
+    notes.append("validated (docs/STUDY.md, 'Validated before it is believed', an older method marked superseded): "
+                 + "; ".join(f"{s} at N = {n} (r = {r:.2g}, straggler {x:g}x, jitter {j:g})"
+                             for (s, n), r, x, j in zip(VALIDATED_STUDIES, rs, ss, js)))
+    notes.append("there, the simulator was about 8% optimistic for BSP on lossy links, and at r ~ 4 its wall times "
+                 "were ~20% short until the links' measured efficiency (0.77) was applied")
+    unvalidated = [x for x in names if x not in VALIDATED_CONFIGS]
+    if unvalidated:
+        notes.append("never validated against the emulation: " + ", ".join(unvalidated)
+                     + " (of the candidates only ring and bsp_backup were)")
+    rng["jitter"] = [min(js), max(js)]
+    return {"inside": inside, "range": rng, "notes": notes}
+
+
+def interval(s, scale):
+    if s["mean"] is None:
+        return {"mean": None, "lo": None, "hi": None}
+    return {"mean": s["mean"] * scale, "lo": s["ci95"][0] * scale, "hi": s["ci95"][1] * scale}
+
+
+def toml_value(v):
+    for conv in (int, float):
+        try:
+            x = conv(v)
+            return repr(x) if conv is float else str(x)
+        except ValueError:
+            pass
+    if v in ("true", "false"):
+        return v
+    return json.dumps(v)
+
+
+def toml_text(name, wf, sf, probe_path):
+    L = [f"# syncopate-advise: {name}, for the cluster of {probe_path} (see advice.json next to this file).",
+         "# The job's other fields (model, data, train, optim: the learning rate included) stay the job's own.",
+         "# syncopate-worker reads [dist] and skips [ps]; syncopate-server reads [ps] and skips [dist].", "", "[dist]"]
+    L += [f"{f.split('=', 1)[0][len('--dist.'):]} = {toml_value(f.split('=', 1)[1])}" for f in wf]
+    if any(f == "--dist.mode=ps" for f in wf):
+        L.append("# servers: the shards' endpoints, added by scripts/launch_node.sh (SYNCOPATE_SERVERS)")
+    L += ["", "[ps]"]
+    L += [f"{f.split('=', 1)[0][len('--ps.'):]} = {toml_value(f.split('=', 1)[1])}" for f in sf] or \
+         ["# no parameter-server fields: this mode runs no servers"]
+    return "\n".join(L) + "\n"
+
+
+def run_line(name, cl, wf, sf, advice_path):
+    """A launch_node.sh command line (run on every node, NODE_RANK set per node) for the advice: the
+    user's own job file with --dist.mode=auto, which applies the advice's [dist] flags (the launcher
+    starts shards with its server flags only for a ps recommendation)."""
+    n = cl["nodes"]
+    hosts = [cl["hosts"].get(k) for k in range(n)]
+    env = [f"MASTER_ADDR={hosts[0] or '<node 0 address>'}", "MASTER_PORT=29500", f"NNODES={n}",
+           "NODE_RANK=<this node's rank>", "SYNCOPATE_TOKEN_FILE=~/.syncopate_token"]
+    if is_ps(name):
+        env += ["SYNCOPATE_SERVERS=per-node", "SYNCOPATE_NODE_HOSTS=" + ",".join(h or f"<node {k} address>"
+                                                                             for k, h in enumerate(hosts))]
+    parts = env + ["scripts/launch_node.sh", "--", "--out", "runs/job", "--config", "<your job file>",
+                   "--dist.mode=auto", f"--dist.advice={os.path.abspath(advice_path)}"]
+    return " ".join(p if "<" in p or p.startswith("SYNCOPATE_TOKEN_FILE=~") else shlex.quote(p) for p in parts)
+
+
+def advise(cl, px, names, results, a, probe_path):
+    """advice.json's content from the runs' results ({name: [result per seed]})."""
+    j = crossover.judge({k: results[k] for k in names})
+    scale = px["time_scale"]
+    n = cl["nodes"]
+    cands = []
+    for name in names:
+        s = j["stats"][name]
+        cands.append({"name": name, "predicted_s": interval(s, scale), "proxy_s": interval(s, 1.0),
+                      "reached": s["reached"], "seeds": s["seeds"], "bytes_per_step": bytes_per_step(name, cl),
+                      "sync_every": sync_every(name), "worker_flags": worker_flags(name, n),
+                      "server_flags": server_flags(name, n), "lr_in_proxy": CANDIDATES[name][1],
+                      "resolved_behind_winner": name in j.get("behind", []),
+                      "final_val_loss_mean": (lambda v: sum(v) / len(v) if v else None)(
+                          [r["final_val_loss"] for r in results[name] if r["final_val_loss"] is not None])})
+    w = j["winner"]
+    if w is not None:
+        ws = j["stats"][w]
+        tied, behind = j.get("tied", []), j.get("behind", [])
+        why = (f"lowest mean predicted time to target {fmt_ci(interval_stats(ws, scale), 3)} s on this cluster "
+               f"(proxy {fmt_ci(ws, 3)} s), reached in {ws['reached']}/{ws['seeds']} seeds; ")
+        if not tied:
+            why += "every other candidate is resolved behind it (paired over seeds, Holm-corrected p < 0.05)"
+        else:
+            why += (f"not resolved from {', '.join(tied)} at {ws['seeds']} seeds (paired, Holm-corrected); "
+                    + (f"resolved ahead of {', '.join(behind)}; " if behind else "")
+                    + "more seeds (--seeds) may separate them")
+        resolved = j["resolved"]
+    else:
+        # No candidate reached the target in every seed: the best by seeds reached, then time, then loss.
+        def key(c):
+            return (-c["reached"], c["proxy_s"]["mean"] if c["proxy_s"]["mean"] is not None else math.inf,
+                    c["final_val_loss_mean"] if c["final_val_loss_mean"] is not None else math.inf)
+        w = min(cands, key=key)["name"]
+        resolved = False
+        why = (f"no candidate reached the target loss {px['target_loss']:g} in every seed; {w} is the best by seeds "
+               "reached, then time, then final loss: not a finding. Raise --target-loss or --steps and run again")
+    wc = next(c for c in cands if c["name"] == w)
+    return {"format": ADVICE_FORMAT, "probe": os.path.abspath(probe_path), "created_unix_s": time.time(),
+            "command": "python experiments/advise.py " + " ".join(shlex.quote(x) for x in a.argv),
+            "cluster": {k: cl[k] for k in ("nodes", "step_s", "slow_workers", "slowdown", "jitter", "link_gbit",
+                                           "latency_ms", "ratio", "params", "wire_bytes", "node_slowdowns",
+                                           "measured_nodes", "measured_links", "complete")},
+            "proxy": {k: px[k] for k in ("preset", "step_s", "link_gbit", "latency_us", "target_loss", "seeds", "steps",
+                                         "batch", "servers", "server_link_gbit", "slow_workers", "slowdown", "jitter",
+                                         "eval_every", "eval_batches", "limit", "time_scale")},
+            "assumptions": assumptions(cl, px, names),
+            "validated": validation(cl, names),
+            "candidates": cands,
+            "recommended": {"name": w, "worker_flags": wc["worker_flags"], "server_flags": wc["server_flags"],
+                            "resolved": resolved, "why": why, "not_resolved_from": j.get("tied", [])
+                            if j["winner"] is not None else [c["name"] for c in cands if c["name"] != w]},
+            "run": run_line(w, cl, wc["worker_flags"], wc["server_flags"], os.path.join(a.out, "advice.json")),
+            "warnings": cl["warnings"]}
+
+
+def interval_stats(s, scale):
+    """A mean_ci95 result scaled by `scale` (for fmt_ci)."""
+    out = dict(s)
+    if s["mean"] is not None:
+        out["mean"] = s["mean"] * scale
+        out["ci95"] = [s["ci95"][0] * scale, s["ci95"][1] * scale]
+    return out
+
+
+def assumptions(cl, px, names):
+    A = list(cl["assumptions"])
+    A.append(f"the proxy keeps the cluster's ratios, not its model's loss curve: the micro model ({crossover.PARAMS} "
+             f"parameters, {BATCH} sequences per worker-step) learns in place of the job's {cl['params']}-parameter "
+             f"model, and predicted seconds on the cluster = proxy seconds x T / {STEP_S:g} = x {px['time_scale']:.4g}")
+    A.append(f"communication/compute ratio r = (2 x params x wire_bytes x 8 / link) / T = {cl['ratio']:.3g} "
+             f"(the slowest ring link, {cl['link_gbit']:.3g} Gbit/s, for every link; servers: K = {px['servers']} "
+             "shards whose links together carry the workers' (K x B_server = N x B))"
+             if cl["link_gbit"] else "one node: no link")
+    A.append(f"latency: {cl['latency_ms'] * 1e3:.3g} us one way (median RTT / 2), dilated to {px['latency_us']:.3g} us "
+             "in the proxy")
+    A.append(f"jitter {cl['jitter']:.3g} = the median over nodes of mean / min - 1, modelled as exponential")
+    if cl["slow_workers"]:
+        A.append(f"stragglers: node(s) {', '.join(map(str, cl['slow_workers']))} at {cl['slowdown']:.2f}x (one factor, "
+                 "the largest, for every straggler); in the proxy they are workers "
+                 f"{', '.join(map(str, px['slow_workers']))} (the highest ranks: worker 0 evaluates)")
+    A.append("learning rates are crossover.py's, chosen at 8 nodes (2e-3; SSP 1e-3; diloco50 and async_local_sgd "
+             "take diloco10's), not tuned for this cluster; worker_flags carry no --optim.lr: the job's stays its own")
+    A.append("the proxy's ring clips each node's gradient (dist.clip_scope=node, as crossover.py); the flags leave "
+             "the job's clip scope as it is")
+    A.append(f"bsp_backup: {max(1, cl['nodes'] // 8)} backup worker(s) (N / 8, at least 1)")
+    if "async_local_sgd" in names:
+        A.append("async_local_sgd: ps, ASP, H = 10, outer delayed Nesterov (outer_delay = the nodes), accepted by "
+                 "syncopate-sim")
+    A.append("bytes_per_step: what one node sends (and receives) per optimizer step on the cluster: ring "
+             "2(N-1)/N x params x wire_bytes, ps params x wire_bytes, local SGD / DiLoCo that divided by H")
+    A.append(f"time to target: validation loss {px['target_loss']:g} on {EVAL_BATCHES * BATCH} held-out sequences "
+             f"every {px['eval_every']} steps of worker 0, the crossing placed linearly; a run stops there or at "
+             f"{px['limit']:g} x the ring's time; a seed that missed counts at the limit in the paired test")
+    A.append("the simulator models no packet loss, no per-message CPU cost, no hierarchy inside a node, and no "
+             "overlap of communication with compute (docs/STUDY.md)")
+    return A
+
+
+# --------------------------------------------------------------------------------------------
+# Printing
+
+def fmt_bytes(b):
+    for unit, f in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if b >= f:
+            return f"{b / f:.3g} {unit}"
+    return f"{b:.0f} B"
+
+
+def fmt_interval(i):
+    if i["mean"] is None:
+        return "n/a"
+    if i["lo"] == i["hi"]:
+        return f"{i['mean']:.3g}"
+    return f"{i['mean']:.3g} [{i['lo']:.3g}, {i['hi']:.3g}]"
+
+
+def describe(cl, px):
+    L = [f"cluster: N = {cl['nodes']} nodes ({cl['measured_nodes']} measured), base step T = {cl['step_s']:.4g} s, "
+         f"jitter {cl['jitter']:.3g}, "
+         + (f"stragglers {', '.join(map(str, cl['slow_workers']))} at {cl['slowdown']:.2f}x" if cl["slow_workers"]
+            else "no straggler")
+         + (f", link {cl['link_gbit']:.4g} Gbit/s (slowest of {cl['measured_links']}), latency "
+            f"{cl['latency_ms'] * 1e3:.3g} us one way, ratio r = {cl['ratio']:.3g}" if cl["link_gbit"] else "")
+         + f", {cl['params']} parameters x {cl['wire_bytes']} wire bytes",
+         f"proxy: {px['preset']} model, modelled step {px['step_s']:g} s, link {px['link_gbit']:.4g} Gbit/s, "
+         f"{px['servers']} servers at {px['server_link_gbit']:.4g} Gbit/s, latency {px['latency_us']:.3g} us"
+         + (f", workers {','.join(map(str, px['slow_workers']))} at {px['slowdown']:.2f}x" if px["slow_workers"] else "")
+         + f", jitter {px['jitter']:.3g}; target loss {px['target_loss']:g}, {px['steps']} steps at most, "
+         f"{px['seeds']} seed(s), limit {px['limit']:g} x the ring's time; proxy s x {px['time_scale']:.4g} = cluster s"]
+    return L
+
+
+def table(adv):
+    w = adv["recommended"]["name"]
+    rows = [("candidate", "predicted s to target [95%]", "reached", "bytes/step/node", "verdict")]
+    for c in sorted(adv["candidates"], key=lambda c: (c["predicted_s"]["mean"] is None,
+                                                      c["predicted_s"]["mean"] or 0.0)):
+        if c["name"] == w:
+            verdict = "recommended" + ("" if adv["recommended"]["resolved"] else " (not resolved)")
+        elif c["resolved_behind_winner"]:
+            verdict = "resolved behind"
+        else:
+            verdict = f"not resolved from {w}"
+        if c["reached"] < c["seeds"]:
+            verdict += f"; missed the target in {c['seeds'] - c['reached']} seed(s)"
+        rows.append((c["name"], fmt_interval(c["predicted_s"]), f"{c['reached']}/{c['seeds']}",
+                     fmt_bytes(c["bytes_per_step"]), verdict))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return ["  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
+
+
+# --------------------------------------------------------------------------------------------
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog=os.environ.get("SYNCOPATE_ADVISE_PROG") or "advise.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("probe", help="probe.json written by syncopate-probe")
+    ap.add_argument("--target-loss", type=float, default=3.0,
+                    help="validation loss of the proxy model to reach (default 3.0; see the note above on 3.2)")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds per candidate (0..S-1)")
+    ap.add_argument("--steps", type=int, default=150, help="steps per worker at most (the schedule's length)")
+    ap.add_argument("--eval-every", type=int, default=5, help="steps of worker 0 between evaluations")
+    ap.add_argument("--limit", type=float, default=3.0, help="time limit of a run: this x the ring's time")
+    ap.add_argument("--configs", default=",".join(CANDIDATES),
+                    help="candidates, comma-separated (the ring always runs: it sets the time limit)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "runs", "advise"),
+                    help="writes advice.json, advice.toml and runs/<config>/seed<k>/ here")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the calibrated cluster, the proxy and the runs it would make; start nothing, write nothing")
+    a = ap.parse_args(argv)
+    names = [x for x in a.configs.split(",") if x]
+    unknown = [x for x in names if x not in CANDIDATES]
+    if unknown or not names:
+        ap.exit(2, f"advise: unknown configuration(s) {', '.join(unknown) or '(none given)'}; choose from "
+                   f"{', '.join(CANDIDATES)}\n")
+    if a.seeds < 1 or a.steps < 1 or a.eval_every < 1 or a.limit <= 0 or a.target_loss <= 0:
+        ap.exit(2, "advise: --seeds, --steps and --eval-every must be >= 1, --limit and --target-loss > 0\n")
+    uneven = [f"{x} (H = {sync_every(x)})" for x in names if a.steps % sync_every(x)]
+    if uneven:  # the simulator refuses a local-SGD run whose last round would never reach the job's weights
+        hs = sorted({sync_every(x) for x in names})
+        lcm = math.lcm(*hs)
+        ap.exit(2, f"advise: --steps {a.steps} is not a multiple of the synchronization interval of "
+                   f"{', '.join(uneven)}: use a multiple of {lcm} (e.g. {max(lcm, a.steps // lcm * lcm)}), or leave "
+                   "those out of --configs\n")
+    a.names, a.argv = names, list(argv)
+    return a
+
+
+def main(argv=None):
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        cl = calibrate(load_probe(a.probe), a.probe)
+    except ProbeError as e:
+        print(f"advise: {e}", file=sys.stderr)
+        return 2
+    for w in cl["warnings"]:
+        print(f"[advise] warning: {w}", file=sys.stderr, flush=True)
+    if cl["nodes"] == 1:
+        print("[advise] one node: nothing to synchronize; run the job with --dist.mode=none", flush=True)
+        if a.dry_run:
+            return 0
+        os.makedirs(a.out, exist_ok=True)
+        adv = {"format": ADVICE_FORMAT, "probe": os.path.abspath(a.probe), "created_unix_s": time.time(),
+               "command": "python experiments/advise.py " + " ".join(shlex.quote(x) for x in a.argv),
+               "cluster": {k: cl[k] for k in ("nodes", "step_s", "slow_workers", "slowdown", "jitter", "link_gbit",
+                                              "latency_ms", "ratio", "params")},
+               "proxy": None, "assumptions": cl["assumptions"], "validated": {"inside": False, "notes": ["one node"]},
+               "candidates": [], "recommended": {"name": "none", "worker_flags": ["--dist.mode=none"], "server_flags": [],
+                                                 "resolved": True, "why": "one node: nothing to synchronize"},
+               "run": "scripts/launch_node.sh -- --out runs/job --dist.mode=none", "warnings": cl["warnings"]}
+        write(adv, a.out, a.probe)
+        return 0
+    px = proxy(cl, a)
+    if not 1e-6 <= px["link_gbit"] <= 1e5:
+        print(f"advise: the ratio r = {cl['ratio']:.3g} (links {cl['link_gbit']:.3g} Gbit/s for a {cl['step_s']:.3g} s "
+              f"step) needs a proxy link of {px['link_gbit']:.3g} Gbit/s, outside the simulator's 1e-6..1e5; check "
+              "the probe's goodput_gbit and step_s", file=sys.stderr)
+        return 2
+    order = ["ring"] + [x for x in a.names if x != "ring"]
+    for line in describe(cl, px):
+        print(f"[advise] {line}", flush=True)
+    if not os.path.exists(sim_binary()):
+        if a.dry_run:
+            print(f"[advise] note: {sim_binary()} is not built yet (scripts/build.sh builds it)", flush=True)
+        else:
+            print(f"advise: {sim_binary()} is missing; build it first (scripts/build.sh)", file=sys.stderr)
+            return 2
+    rows, m = plan(order, px, cl, a.out)
+    todo = [r for r in rows if not r[2]]
+    est = None if any(r[3] is None for r in todo) else sum(r[3] for r in todo)
+    print(f"[advise] plan: {len(rows)} simulated runs ({len(order)} candidates x {a.seeds} seeds"
+          + ("" if "ring" in a.names else "; the ring for the time limit only") + f"), {len(rows) - len(todo)} "
+          f"cached, {len(todo)} to run, one at a time; estimated at most "
+          + (f"~{cost.minutes(est)} min" if est is not None else "(not available: " + "; ".join(
+              b for b in m.basis() if "NOT" in b) + ")"), flush=True)
+    if a.dry_run:
+        for name, seed, is_cached, e in rows:
+            print(f"[advise]   {name} seed {seed}: " + ("cached (if made with the same command)" if is_cached else
+                  f"lr {CANDIDATES[name][1]:g}, {' '.join(sim_flags(name, cl['nodes']))}, at most {a.steps} steps/"
+                  "worker"), flush=True)
+        print("[advise] dry run: nothing started, nothing written (drop --dry-run to run)", flush=True)
+        return 0
+    os.makedirs(a.out, exist_ok=True)
+    results = {name: [] for name in order}
+    for seed in range(a.seeds):
+        ring = run("ring", seed, px, cl, a.out)
+        results["ring"].append(ring)
+        limit = a.limit * (ring["time_to_target_s"] or ring["simulated_s"])
+        for name in order[1:]:
+            results[name].append(run(name, seed, px, cl, a.out, limit))
+    adv = advise(cl, px, a.names, results, a, a.probe)
+    write(adv, a.out, a.probe)
+    print("\n".join(table(adv)))
+    rec = adv["recommended"]
+    print(f"recommended: {rec['name']}" + ("" if rec["resolved"] else " (not resolved: "
+                                              + (", ".join(rec["not_resolved_from"]) or "see why") + ")")
+          + f"; worker {' '.join(rec['worker_flags'])}" + (f"; servers {' '.join(rec['server_flags'])}"
+                                                            if rec["server_flags"] else ""))
+    print(f"why: {rec['why']}")
+    print(f"validated: {'inside' if adv['validated']['inside'] else 'OUTSIDE'} the simulator's validated range: "
+          + adv["validated"]["notes"][0])
+    print(f"run (on every node): {adv['run']}")
+    print(f"wrote {os.path.join(a.out, 'advice.json')} and {os.path.join(a.out, 'advice.toml')} "
+          "(syncopate-worker/-server --config advice.toml; the learning rate stays the job's)")
+    return 0
+
+
+def write(adv, out, probe_path):
+    rec = adv["recommended"]
+    tmp = os.path.join(out, "advice.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(adv, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, os.path.join(out, "advice.json"))
+    with open(os.path.join(out, "advice.toml"), "w") as f:
+        f.write(toml_text(rec["name"], rec["worker_flags"], rec["server_flags"], probe_path))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

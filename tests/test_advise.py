@@ -1,0 +1,355 @@
+"""The advisor (experiments/advise.py, issue 29): the calibration of a probe by its rules, bad probes
+refused by the field's name, an incomplete probe warned about, and the advice end to end on
+synthetic probes whose answer is known, with the real simulator (4 nodes, 2 seeds, 100 steps,
+target 3.0): a fast homogeneous cluster gets a synchronous mode, a 3x straggler never the ring, a
+100x slower link local SGD / DiLoCo; advice.json and advice.toml are well formed and the
+binaries take their flags. Run: .venv/bin/python tests/test_advise.py"""
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "experiments"))
+
+import advise  # noqa: E402
+import crossover  # noqa: E402
+
+PY = sys.executable
+BIN = os.environ.get("SYNCOPATE_BIN") or os.path.join(ROOT, "build", "bin")
+_SCRATCH = tempfile.TemporaryDirectory(prefix="syncopate-advise-test-")
+os.environ["SYNCOPATE_STUDY_COST"] = os.path.join(_SCRATCH.name, "study_cost.json")  # nothing read from runs/
+
+
+def mkdtemp():
+    return tempfile.mkdtemp(dir=_SCRATCH.name)
+
+
+def make_probe(n=4, T=0.3, params=454_144, wire=4, ratio=0.1, slow=None, jitter=0.02, rtt_us=100.0):
+    """A syncopate-probe/1 file's content: n nodes with fastest step T (node slow[0] slow[1] x slower),
+    mean step min x (1 + jitter), every ring link at the rate that gives `ratio`."""
+    link = 2 * params * wire * 8 / (ratio * T) / 1e9
+    now = time.time()
+    nodes = []
+    for i in range(n):
+        lo = T * (slow[1] if slow and i == slow[0] else 1.0)
+        mean = lo * (1 + jitter)
+        nodes.append({"node": i, "host": f"h{i}", "measured_unix_s": now,
+                      "step_s": {"samples": [lo, mean], "min": lo, "median": mean, "mean": mean, "p10": lo,
+                                 "p90": mean * 1.1, "max": mean * 1.2},
+                      "memory": {"host_available_bytes": 1e10, "rss_peak_bytes": 1e8, "device_free_bytes": 0,
+                                 "device_total_bytes": 0}})
+    links = [{"from": i, "to": (i + 1) % n, "rtt_us": {"min": rtt_us * 0.8, "median": rtt_us, "p90": rtt_us * 1.2},
+              "goodput_gbit": link, "bytes": 67108864, "seconds": 67108864 * 8 / link / 1e9, "measured_unix_s": now}
+             for i in range(n)] if n > 1 else []
+    return {"format": "syncopate-probe/1", "created_unix_s": now, "complete": True, "missing": [],
+            "job": {"nodes": n, "params": params, "preset": "tiny", "batch_size": 8, "grad_accum": 1, "block_size": 64,
+                    "local_replicas": 1, "tokens_per_node_step": 512, "precision": "fp32", "device": "cpu",
+                    "wire_bytes": wire, "emulated_step_s": 0.0},
+            "nodes": nodes, "links": links}
+
+
+def write_probe(p, name="probe.json"):
+    path = os.path.join(mkdtemp(), name)
+    with open(path, "w") as f:
+        json.dump(p, f) if not isinstance(p, str) else f.write(p)
+    return path
+
+
+def main_in_process(args):
+    """advise.main(args) -> (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = advise.main(args)
+        except SystemExit as e:
+            rc = e.code
+    return rc, out.getvalue(), err.getvalue()
+
+
+class Calibration(unittest.TestCase):
+    def test_numbers_exactly_as_the_rules(self):
+        p = make_probe(n=5)
+        mins = [0.30, 0.31, 0.29, 0.30, 0.90]      # median 0.30; node 4 at 3x, node 1 at 1.033x (not a straggler)
+        extra = [0.10, 0.20, 0.05, 0.10, 0.30]     # mean / min - 1: median 0.10
+        rates = [0.9, 0.5, 1.2, 0.8, 1.0]          # the slowest link: 0.5 Gbit/s
+        rtts = [80.0, 100.0, 120.0, 90.0, 110.0]   # median 100 us: 50 us one way
+        for nd, lo, x in zip(p["nodes"], mins, extra):
+            nd["step_s"].update(min=lo, mean=lo * (1 + x))
+        for ln, b, r in zip(p["links"], rates, rtts):
+            ln["goodput_gbit"], ln["rtt_us"]["median"] = b, r
+        p["job"]["wire_bytes"] = 2
+        cl = advise.calibrate(p)
+        self.assertEqual(cl["nodes"], 5)
+        self.assertAlmostEqual(cl["step_s"], 0.30)
+        self.assertEqual(cl["slow_workers"], [4])
+        self.assertAlmostEqual(cl["slowdown"], 3.0)
+        self.assertAlmostEqual(cl["node_slowdowns"]["1"], 0.31 / 0.30)
+        self.assertAlmostEqual(cl["jitter"], 0.10)
+        self.assertAlmostEqual(cl["link_gbit"], 0.5)
+        self.assertAlmostEqual(cl["latency_ms"], 0.050)
+        r = 2 * 454_144 * 2 * 8 / 0.5e9 / 0.30
+        self.assertAlmostEqual(cl["ratio"], r)
+        a = advise.parse_args(["x.json", "--seeds", "2", "--steps", "100"])
+        px = advise.proxy(cl, a)
+        # The proxy keeps r with the micro model's float32 bytes at a modelled 0.1 s step.
+        self.assertAlmostEqual(px["link_gbit"], crossover.link_gbit(r))
+        self.assertAlmostEqual(2 * crossover.PARAMS * 4 * 8 / (px["link_gbit"] * 1e9) / 0.1, r)
+        self.assertAlmostEqual(px["latency_us"], 50.0 * 0.1 / 0.30)
+        self.assertEqual((px["servers"], px["slow_workers"]), (5, [4]))
+        self.assertAlmostEqual(px["server_link_gbit"] * px["servers"], px["link_gbit"] * 5)
+        self.assertAlmostEqual(px["time_scale"], 3.0)
+        # The simulator's command carries the calibration.
+        cmd = advise.sim_command("bsp_backup", 1, px, cl, "/tmp/x", 7.5)
+        for flag in ["--sim.workers=5", "--sim.servers=5", "--sim.slow_workers=4", "--emulate.slowdown=3",
+                     "--emulate.jitter=0.1", f"--sim.latency_us={50 / 3:.6g}", "--sim.time_limit_s=7.5",
+                     "--train.seed=1", "--ps.backup_workers=1", "--model.preset=micro"]:
+            self.assertIn(flag, cmd)
+        self.assertEqual(cl["assumptions"], [])  # a complete, regular probe assumes nothing beyond the rules
+
+    def test_stragglers_take_the_largest_factor_and_the_highest_proxy_ranks(self):
+        p = make_probe(n=8)
+        for i, f in [(1, 2.0), (5, 4.0)]:
+            p["nodes"][i]["step_s"].update(min=0.3 * f, mean=0.3 * f * 1.02)
+        cl = advise.calibrate(p)
+        self.assertEqual((cl["slow_workers"], cl["slowdown"]), ([1, 5], 4.0))
+        self.assertTrue(any("the largest (4.00x)" in x for x in cl["assumptions"]), cl["assumptions"])
+        px = advise.proxy(cl, advise.parse_args(["x.json"]))
+        self.assertEqual(px["slow_workers"], [6, 7])  # worker 0 evaluates: the stragglers go last
+
+    def test_bytes_per_step_and_flags(self):
+        cl = advise.calibrate(make_probe(n=4, wire=2))
+        P = 454_144
+        self.assertAlmostEqual(advise.bytes_per_step("ring", cl), 2 * 3 / 4 * P * 2)
+        self.assertAlmostEqual(advise.bytes_per_step("bsp_backup", cl), P * 2)
+        self.assertAlmostEqual(advise.bytes_per_step("diloco10", cl), 2 * 3 / 4 * P * 2 / 10)
+        self.assertAlmostEqual(advise.bytes_per_step("diloco50", cl), 2 * 3 / 4 * P * 2 / 50)
+        self.assertAlmostEqual(advise.bytes_per_step("async_local_sgd", cl), P * 2 / 10)
+        self.assertEqual(advise.worker_flags("ring", 4), ["--dist.mode=ring"])
+        self.assertEqual(advise.server_flags("bsp_backup", 16), ["--ps.consistency=bsp", "--ps.backup_workers=2"])
+        self.assertEqual(advise.worker_flags("async_local_sgd", 4),
+                         ["--dist.mode=ps", "--dist.sync_every=10", "--dist.outer=delayed_nesterov"])
+        for name in advise.CANDIDATES:
+            self.assertFalse(any(f.startswith("--optim.") for f in advise.worker_flags(name, 4)))
+
+    def test_validated_range(self):
+        inside = advise.validation(advise.calibrate(make_probe(n=4, ratio=1.0, slow=(3, 3.0), jitter=0.2)), ["ring"])
+        self.assertTrue(inside["inside"], inside["notes"])
+        out = advise.validation(advise.calibrate(make_probe(n=64, ratio=10.0)), ["ring"])
+        self.assertFalse(out["inside"])
+        self.assertTrue(any("N = 64" in x for x in out["notes"]) and any("r = 10" in x for x in out["notes"]),
+                        out["notes"])
+
+    def refused(self, path, *words):
+        rc, out, err = main_in_process([path, "--dry-run", "--out", os.path.join(mkdtemp(), "o")])
+        self.assertEqual(rc, 2, out + err)
+        line = err.strip()
+        self.assertEqual(len(line.splitlines()), 1, err)
+        for w in words:
+            self.assertIn(w, line)
+        return line
+
+    def test_bad_inputs_refused_by_name(self):
+        self.refused(os.path.join(mkdtemp(), "absent.json"), "no such file", "syncopate-probe")
+        self.refused(write_probe('{"format": "syncopate-probe/1", "nodes": ['), "not valid JSON")
+        self.refused(write_probe(dict(make_probe(), format="syncopate-probe/9")), "format", "syncopate-probe/1")
+        self.refused(write_probe(dict(make_probe(), nodes=[])), "nodes", "empty")
+        self.refused(write_probe({k: v for k, v in make_probe().items() if k != "nodes"}), "nodes", "missing")
+        self.refused(write_probe(dict(make_probe(), links=[])), "links", "4 nodes")
+        p = make_probe()
+        p["nodes"][2]["step_s"]["min"] = 0.0
+        self.refused(write_probe(p), "nodes[2].step_s.min", "> 0")
+        p = make_probe()
+        p["links"][1]["goodput_gbit"] = -1
+        self.refused(write_probe(p), "links[1].goodput_gbit")
+        p = make_probe()
+        del p["job"]["params"]
+        self.refused(write_probe(p), "job.params")
+        p = make_probe()
+        p["nodes"][1]["node"] = 0
+        self.refused(write_probe(p), "nodes[1].node")
+        # The script itself: exit code 2 and one line, nothing started.
+        r = subprocess.run([PY, os.path.join(ROOT, "experiments", "advise.py"), os.path.join(mkdtemp(), "no.json")],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no such file", r.stderr)
+
+    def test_incomplete_probe_warns_and_advises_from_what_is_there(self):
+        p = make_probe(n=4)
+        p["complete"], p["missing"] = False, [{"what": "node 3", "why": "no answer within 30 s"}]
+        p["nodes"] = p["nodes"][:3]
+        p["links"] = p["links"][:2]
+        rc, out, err = main_in_process([write_probe(p), "--dry-run", "--out", os.path.join(mkdtemp(), "o")])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("warning", err)
+        self.assertIn("node 3 (no answer within 30 s)", err)
+        cl = advise.calibrate(p)
+        self.assertEqual((cl["nodes"], cl["measured_nodes"], cl["complete"]), (4, 3, False))
+        self.assertTrue(any(x.startswith("incomplete probe") for x in cl["assumptions"]))
+
+    def test_dry_run_starts_nothing_and_writes_nothing(self):
+        def refuse(*args, **kw):
+            raise AssertionError(f"a process was started: {args[0] if args else kw}")
+        saved = subprocess.run, subprocess.Popen
+        subprocess.run = subprocess.Popen = refuse
+        out = os.path.join(mkdtemp(), "o")
+        try:
+            rc, text, err = main_in_process([write_probe(make_probe()), "--dry-run", "--out", out, "--seeds", "2"])
+        finally:
+            subprocess.run, subprocess.Popen = saved
+        self.assertEqual(rc, 0, err)
+        self.assertFalse(os.path.exists(out))
+        self.assertIn("14 simulated runs", text)
+        self.assertIn("cluster: N = 4 nodes", text)
+        self.assertIn("proxy: micro model", text)
+
+    def test_steps_must_be_a_multiple_of_every_interval(self):
+        rc, out, err = main_in_process([write_probe(make_probe()), "--dry-run", "--steps", "80"])
+        self.assertEqual(rc, 2)
+        self.assertIn("diloco50 (H = 50)", err)
+        rc, out, err = main_in_process([write_probe(make_probe()), "--dry-run", "--configs", "nope"])
+        self.assertEqual(rc, 2)
+        self.assertIn("unknown configuration", err)
+
+
+HAVE_BINARIES = all(os.path.exists(os.path.join(BIN, b)) for b in ("syncopate-sim", "syncopate-worker",
+                                                                    "syncopate-server"))
+# The known-answer settings: short enough for a test (~30 s of this 2-core machine per probe), long
+# enough that the schedule is not cut to the bone (at 50 steps the fast cluster's answer moves).
+E2E = ["--seeds", "2", "--steps", "100", "--target-loss", "3.0"]
+SYNCHRONOUS = {"ring", "bsp_backup", "diloco10", "diloco50"}
+LOCAL_SGD = {"diloco10", "diloco50", "async_local_sgd"}
+
+
+@unittest.skipUnless(HAVE_BINARIES, f"the binaries are not built under {BIN} (scripts/build.sh)")
+class KnownAnswers(unittest.TestCase):
+    """End to end with the real simulator. Each probe is advised once (setUpClass); the tests read it."""
+    PROBES = {"fast": dict(ratio=0.1, jitter=0.02), "straggler": dict(ratio=0.1, slow=(3, 3.0), jitter=0.2),
+              "slow_link": dict(ratio=10.0, jitter=0.02)}  # slow_link: the fast cluster's link 100x slower
+    done = {}
+
+    @classmethod
+    def setUpClass(cls):
+        for name, kw in cls.PROBES.items():
+            path, out = write_probe(make_probe(n=4, **kw), f"{name}.json"), os.path.join(mkdtemp(), name)
+            t0 = time.time()
+            r = subprocess.run([PY, os.path.join(ROOT, "experiments", "advise.py"), path, "--out", out] + E2E,
+                               capture_output=True, text=True, timeout=600)
+            took = time.time() - t0
+            if r.returncode != 0:
+                raise AssertionError(f"advise {name} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+            with open(os.path.join(out, "advice.json")) as f:
+                adv = json.load(f)
+            cls.done[name] = {"path": path, "out": out, "stdout": r.stdout, "advice": adv, "seconds": took}
+            print(f"\n[test_advise] {name}: {took:.0f} s; recommended {adv['recommended']['name']} "
+                  f"(resolved: {adv['recommended']['resolved']}); " + "; ".join(
+                      f"{c['name']} {advise.fmt_interval(c['proxy_s'])} ({c['reached']}/{c['seeds']})"
+                      for c in adv["candidates"]), file=sys.stderr, flush=True)
+
+    def why(self, name):
+        return self.done[name]["stdout"]
+
+    def test_a_fast_homogeneous_cluster_gets_a_synchronous_mode(self):
+        adv = self.done["fast"]["advice"]
+        self.assertAlmostEqual(adv["cluster"]["ratio"], 0.1)
+        self.assertEqual(adv["cluster"]["slow_workers"], [])
+        self.assertIn(adv["recommended"]["name"], SYNCHRONOUS, self.why("fast"))
+
+    def test_b_a_3x_straggler_never_gets_the_ring(self):
+        adv = self.done["straggler"]["advice"]
+        self.assertEqual((adv["cluster"]["slow_workers"], adv["cluster"]["slowdown"]), ([3], 3.0))
+        self.assertAlmostEqual(adv["cluster"]["jitter"], 0.2)
+        self.assertNotEqual(adv["recommended"]["name"], "ring", self.why("straggler"))
+
+    def test_c_a_100x_slower_link_gets_local_sgd(self):
+        adv = self.done["slow_link"]["advice"]
+        self.assertAlmostEqual(adv["cluster"]["ratio"], 10.0)
+        self.assertIn(adv["recommended"]["name"], LOCAL_SGD, self.why("slow_link"))
+
+    def test_advice_json_is_well_formed(self):
+        for name, d in self.done.items():
+            adv = d["advice"]
+            self.assertEqual(adv["format"], "syncopate-advice/1")
+            for key in ("probe", "created_unix_s", "command", "cluster", "proxy", "assumptions", "validated",
+                        "candidates", "recommended", "run"):
+                self.assertIn(key, adv)
+            for key in ("nodes", "step_s", "slow_workers", "slowdown", "jitter", "link_gbit", "latency_ms", "ratio",
+                        "params"):
+                self.assertIn(key, adv["cluster"])
+            for key in ("preset", "step_s", "link_gbit", "latency_us", "target_loss", "seeds", "steps"):
+                self.assertIn(key, adv["proxy"])
+            self.assertEqual((adv["proxy"]["preset"], adv["proxy"]["seeds"], adv["proxy"]["steps"]), ("micro", 2, 100))
+            self.assertIsInstance(adv["validated"]["inside"], bool)
+            self.assertEqual({c["name"] for c in adv["candidates"]}, set(advise.CANDIDATES))
+            for c in adv["candidates"]:
+                self.assertEqual(c["seeds"], 2)
+                if c["reached"]:
+                    # predicted = proxy x T / 0.1 (T = 0.3 s here)
+                    self.assertAlmostEqual(c["predicted_s"]["mean"], c["proxy_s"]["mean"] * 3.0)
+                self.assertGreater(c["bytes_per_step"], 0)
+            rec = adv["recommended"]
+            winner = next(c for c in adv["candidates"] if c["name"] == rec["name"])
+            self.assertEqual((rec["worker_flags"], rec["server_flags"]), (winner["worker_flags"], winner["server_flags"]))
+            self.assertIn("scripts/launch_node.sh", adv["run"])
+            self.assertNotIn("≈", d["stdout"])
+            if not rec["resolved"]:
+                self.assertIn("not resolved", d["stdout"])
+            self.assertTrue(any("x T / 0.1" in a for a in adv["assumptions"]))
+
+    def test_advice_toml_and_every_candidates_flags_are_accepted_by_the_binaries(self):
+        worker, server = os.path.join(BIN, "syncopate-worker"), os.path.join(BIN, "syncopate-server")
+        for name, d in self.done.items():
+            toml_path = os.path.join(d["out"], "advice.toml")
+            with open(toml_path, "rb") as f:
+                t = tomllib.load(f)
+            rec = d["advice"]["recommended"]
+            self.assertEqual(set(t), {"dist", "ps"})
+            self.assertEqual({f"--dist.{k}={v}" for k, v in t["dist"].items()}, set(rec["worker_flags"]))
+            self.assertEqual({f"--ps.{k}={v}" for k, v in t["ps"].items()}, set(rec["server_flags"]))
+            # ps mode needs the shards' endpoints, which scripts/launch_node.sh adds (SYNCOPATE_SERVERS).
+            extra = ["--dist.servers=tcp://127.0.0.1:29501"] if t["dist"].get("mode") == "ps" else []
+            r = subprocess.run([worker, "--config", toml_path, "--print-config"] + extra, capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn(f"mode = '{t['dist']['mode']}'", r.stdout)
+            r = subprocess.run([server, "--config", toml_path, "--print-config"], capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            for k, v in t["ps"].items():
+                self.assertIn(f"{k} = {v!r}" if isinstance(v, str) else f"{k} = {v}", r.stdout)
+        for c in self.done["fast"]["advice"]["candidates"]:  # every candidate's flags, not only the winners'
+            extra = ["--dist.servers=tcp://127.0.0.1:29501"] if "--dist.mode=ps" in c["worker_flags"] else []
+            r = subprocess.run([worker, "--print-config"] + c["worker_flags"] + extra, capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(r.returncode, 0, f"{c['name']}: {r.stderr}")
+            r = subprocess.run([server, "--print-config"] + c["server_flags"], capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(r.returncode, 0, f"{c['name']}: {r.stderr}")
+
+    def test_a_second_call_runs_nothing(self):
+        d = self.done["straggler"]
+
+        def refuse(*args, **kw):
+            raise AssertionError(f"a cached run was started again: {args[0] if args else kw}")
+        saved = subprocess.run
+        subprocess.run = refuse
+        try:
+            rc, out, err = main_in_process([d["path"], "--out", d["out"]] + E2E)
+        finally:
+            subprocess.run = saved
+        self.assertEqual(rc, 0, err)
+        self.assertIn("14 cached, 0 to run", out)
+        with open(os.path.join(d["out"], "advice.json")) as f:
+            again = json.load(f)
+        self.assertEqual(again["recommended"], d["advice"]["recommended"])
+        self.assertEqual(again["candidates"], d["advice"]["candidates"])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
