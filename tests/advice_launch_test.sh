@@ -56,7 +56,7 @@ for i in 0 1; do
     --dist.advice="$TMP/asp.json" > "$TMP/ps$i.log" 2>&1
 done
 codes=()
-for p in "${SPAWNED[@]}"; do set +e; wait "$p"; codes+=($?); set -e; done
+for p in "${SPAWNED[@]}"; do set +e; wait "$p"; codes+=($?); set -e; done  # (as probe_test.sh's wait_spawned)
 SPAWNED=()
 if [ "${codes[*]}" = "0 0" ]; then echo "ok: the advised ps job finished"; else echo "FAIL: exit codes ${codes[*]}"; tail -n 20 "$TMP"/ps*.log; fail=1; fi
 for i in 0 1; do

@@ -19,6 +19,13 @@ trap cleanup EXIT
 ARGS=(--model.preset=micro --train.batch_size=2 --train.threads=1 --probe.steps=6 --probe.warmup=1
       --probe.pings=8 --probe.seconds=0.1 --probe.max_mb=16 --dist.timeout_s=20)
 fail=0
+wait_spawned() {  # waits for every spawned process: their exit codes in `codes`, in spawn order
+  codes=()
+  for p in "${SPAWNED[@]}"; do
+    set +e; wait "$p"; codes+=($?); set -e
+  done
+  SPAWNED=()
+}
 check() {  # NAME PYTHON-ASSERTIONS (probe.json as p)
   if "$PY" - "$2" <<PY
 import json, sys
@@ -56,11 +63,7 @@ for i in 0 1 2; do
   NODE_RANK=$i SYNCOPATE_CRASH_AT=probe:links:2 spawn "$BIN/syncopate-probe" --out "$TMP/dead.json" "${ARGS[@]}" \
     --dist.timeout_s=5 > "$TMP/dead$i.log" 2>&1
 done
-codes=()
-for p in "${SPAWNED[@]}"; do
-  set +e; wait "$p"; codes+=($?); set -e
-done
-SPAWNED=()
+wait_spawned
 if [ "${codes[0]}" = 1 ] && [ "${codes[1]}" != 0 ] && [ "${codes[2]}" != 0 ]; then echo "ok: every node exited non-zero (${codes[*]})"
 else echo "FAIL: exit codes ${codes[*]}"; tail -n 5 "$TMP"/dead*.log; fail=1; fi
 grep -q 'the result is partial' "$TMP/dead0.log" || { echo "FAIL: node 0 did not say the result is partial"; cat "$TMP/dead0.log"; fail=1; }
@@ -78,11 +81,7 @@ export MASTER_PORT=$(free_port)
 for i in 0 1; do
   NODE_RANK=$i spawn "$BIN/syncopate-probe" --out "$TMP/absent.json" "${ARGS[@]}" --dist.timeout_s=3 > "$TMP/absent$i.log" 2>&1
 done
-codes=()
-for p in "${SPAWNED[@]}"; do
-  set +e; wait "$p"; codes+=($?); set -e
-done
-SPAWNED=()
+wait_spawned
 [ "${codes[0]}" = 1 ] && echo "ok: node 0 exits 1 when a node never comes" || { echo "FAIL: node 0 exit ${codes[0]}"; fail=1; }
 check "a node that never comes: named in the partial probe.json" "$TMP/absent.json" '
 assert p["complete"] is False and len(p["nodes"]) == 1
