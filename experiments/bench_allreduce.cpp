@@ -6,7 +6,9 @@
 // every replica. With --local L each process runs L CPU replicas as threads and all-reduces
 // hierarchically (NodeAllreduce: reduce-scatter in the process, one ring lane per replica,
 // all-gather), as a node of L GPUs does; scripts/bench_allreduce.sh --local L compares that
-// with a flat ring of nodes x L processes in the same run.
+// with a flat ring of nodes x L processes in the same run. --bucket-mb B cuts each buffer into
+// buckets as training does and pipelines them (--serial: one after the other, for comparison).
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <future>
@@ -46,6 +48,12 @@ int main(int argc, char** argv) {
   app.add_option("--local", local, "replicas per process (threads), reduced hierarchically");
   std::string hierarchy = "sliced";
   app.add_option("--hierarchy", hierarchy, "with --local: sliced (a ring lane per replica) or root (replica 0 rings)");
+  double bucket_mb = 0;
+  app.add_option("--bucket-mb", bucket_mb,
+                 "cut each buffer into buckets of this many MB (from its end, as backward produces gradients), "
+                 "pipelined across buckets (NodeAllreduce::submit/drain); 0 = one sum of the whole buffer");
+  bool serial = false;
+  app.add_flag("--serial", serial, "with --bucket-mb: sum the buckets one after the other (NodeAllreduce::sum)");
   double latency_ms = 0;
   app.add_option("--latency-ms", latency_ms, "emulated one-way latency held on every received message (delay line), ms");
   CLI11_PARSE(app, argc, argv);
@@ -64,7 +72,7 @@ int main(int argc, char** argv) {
     opt.wire = bf16 ? WireFormat::kBf16 : WireFormat::kF32;
     opt.segment_bytes = static_cast<size_t>(segment_kb) << 10;
     const int n = ring.world * local;
-    std::shared_ptr<LocalGroup> group(local > 1 ? make_local_group(local, {}) : nullptr);
+    std::shared_ptr<LocalGroup> group(local > 1 ? make_local_group(local, {}, dc.timeout_s) : nullptr);
     if (ring.rank == 0) std::cout << "size_bytes time_us algbw_GBps busbw_GBps\n";
     std::vector<size_t> all;
     std::stringstream ss(sizes);
@@ -77,12 +85,21 @@ int main(int argc, char** argv) {
       NodeAllreduce ar(group.get(), l, lane.get(), ring.world, h);
       at::Tensor one = at::zeros({1});
       auto barrier = [&] { ar.sum(one, opt); };
+      const int64_t bucket = static_cast<int64_t>(bucket_mb * (1 << 20) / 4);  // elements
+      auto sum_all = [&](at::Tensor& buf) {
+        if (bucket <= 0) return ar.sum(buf, opt);
+        for (int64_t hi = buf.numel(); hi > 0; hi -= bucket) {
+          at::Tensor b = buf.slice(0, std::max<int64_t>(0, hi - bucket), hi);
+          serial ? ar.sum(b, opt) : ar.submit(b, opt);
+        }
+        ar.drain();
+      };
       for (size_t bytes : all) {
         at::Tensor buf = at::ones({static_cast<int64_t>(bytes / 4)});
-        for (int i = 0; i < warmup; ++i) ar.sum(buf, opt);
+        for (int i = 0; i < warmup; ++i) sum_all(buf);
         barrier();
         auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < iters; ++i) ar.sum(buf, opt);
+        for (int i = 0; i < iters; ++i) sum_all(buf);
         barrier();
         const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
         const double alg = bytes / us / 1e3;

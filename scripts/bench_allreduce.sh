@@ -3,17 +3,21 @@
 # the same N and sizes in the same run for comparison. Prints nccl-tests-style tables:
 #   size_bytes time_us algbw_GBps busbw_GBps
 #
-# Usage: scripts/bench_allreduce.sh --nodes N [--local L] [--sizes a,b,...] [--iters K] [--netns --link-gbit G] [-- extra args]
+# Usage: scripts/bench_allreduce.sh --nodes N [--local L] [--sizes a,b,...] [--iters K] [--netns --link-gbit G]
+#        [--bucket-mb B] [-- extra args]
 # --netns: every node in its own network namespace with a G Gbit/s link (needs root).
 # --local L: L replicas per node as threads, all-reduced hierarchically, first "sliced"
 #   (reduce-scatter in the node, one ring lane per replica, all-gather), then "root" (reduce to
 #   replica 0, which rings, broadcast); then, in the same run, the flat ring of N x L processes
 #   (L per node) that one-process-per-replica trainers use, then Gloo on N x L.
+# --bucket-mb B: every syncopate run sums each buffer as buckets of B MB, as training does; with
+#   --local, the sliced hierarchy runs twice: pipelined across buckets, then the buckets one after
+#   the other (--serial), so the pipelining's gain is measured in the same run.
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
-NODES=2 SIZES=1048576,4194304,16777216,67108864 ITERS=10 NETNS=0 GBIT=1 GLOO=1 LOCAL=1
+NODES=2 SIZES=1048576,4194304,16777216,67108864 ITERS=10 NETNS=0 GBIT=1 GLOO=1 LOCAL=1 BUCKET_MB=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) NODES=$2; shift 2;;
@@ -23,6 +27,7 @@ while [ $# -gt 0 ]; do
     --netns) NETNS=1; shift;;
     --link-gbit) GBIT=$2; shift 2;;
     --no-gloo) GLOO=0; shift;;
+    --bucket-mb) BUCKET_MB=$2; shift 2;;
     --) shift; break;;
     *) echo "bench_allreduce.sh: unknown option $1" >&2; exit 2;;
   esac
@@ -69,8 +74,10 @@ run_all() {  # run_all LABEL PER_NODE CMD...: PER_NODE processes per node, print
   cat "$out.0"
   rm -f "$out" "$out".*
 }
+set -- --bucket-mb "$BUCKET_MB" "$@"
 if [ "$LOCAL" -gt 1 ]; then
-  run_all "syncopate hierarchical sliced ($LOCAL threads per node, $LOCAL ring lanes)" 1 "$BENCH" --local "$LOCAL" --sizes "$SIZES" --iters "$ITERS" "$@"
+  run_all "syncopate hierarchical sliced ($LOCAL threads per node, $LOCAL ring lanes$([ "$BUCKET_MB" != 0 ] && echo ", $BUCKET_MB MB buckets pipelined"))" 1 "$BENCH" --local "$LOCAL" --sizes "$SIZES" --iters "$ITERS" "$@"
+  [ "$BUCKET_MB" != 0 ] && run_all "syncopate hierarchical sliced, $BUCKET_MB MB buckets one after the other" 1 "$BENCH" --local "$LOCAL" --serial --sizes "$SIZES" --iters "$ITERS" "$@"
   run_all "syncopate hierarchical root ($LOCAL threads per node, replica 0 rings)" 1 "$BENCH" --local "$LOCAL" --hierarchy root --sizes "$SIZES" --iters "$ITERS" "$@"
   run_all "syncopate flat ring ($LOCAL processes per node)" "$LOCAL" "$BENCH" --sizes "$SIZES" --iters "$ITERS" "$@"
 else

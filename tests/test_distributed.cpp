@@ -124,7 +124,8 @@ TEST(RingTraining, TwoStreamsPerNeighbourEqualOneProcess) {
 
 // Two nodes of two CPU replicas each (threads, the stand-in for a node's GPUs): buckets go through
 // the hierarchical all-reduce (reduce-scatter in the node, one ring lane per local replica,
-// all-gather), with accumulation, and the four replicas match one process with batch 4b.
+// all-gather), pipelined across buckets (NodeAllreduce::submit/drain), with accumulation, and the
+// four replicas match one process with batch 4b.
 TEST(RingTraining, TwoNodesOfTwoLocalReplicasEqualOneProcess) {
   expect_ring_equals_single(2, 2, 2, {"--dist.bucket_kb=16", "--dist.first_bucket_kb=4"},
                             "2 local replica(s) (cpu)", /*local=*/2);

@@ -43,7 +43,7 @@ INSTANTIATE_TEST_SUITE_P(RanksAndSizes, LocalGroupSizes,
 
 TEST_P(LocalGroupSizes, ThreadGroupCollectivesAreExact) {
   const auto [L, n] = GetParam();
-  auto g = make_local_group(L, {});
+  auto g = make_local_group(L, {}, 60);
   EXPECT_EQ(g->size(), L);
   const at::Tensor expect = exact_sum(L, n);
   on_threads(L, [&](int r) {
@@ -94,7 +94,7 @@ TEST(Sharding, PiecesCoverTheBufferInOrder) {
 
 // One replica fails: the others, waiting in a collective for it, get an error naming the cause.
 TEST(LocalGroup, AbortReleasesTheWaitingReplicas) {
-  auto g = make_local_group(3, {});
+  auto g = make_local_group(3, {}, 60);
   std::vector<std::future<std::string>> waiting;
   for (int r = 1; r < 3; ++r)
     waiting.push_back(std::async(std::launch::async, [&, r]() -> std::string {
@@ -116,7 +116,7 @@ TEST(LocalGroup, AbortReleasesTheWaitingReplicas) {
 // Issue 16 (3): the barrier after construction holds every replica until the last has arrived
 // (a replica still building its model delays the others' first step) and is released by an abort.
 TEST(LocalGroup, BarrierHoldsEveryReplicaUntilTheLastArrives) {
-  auto g = make_local_group(3, {});
+  auto g = make_local_group(3, {}, 60);
   std::atomic<bool> late_arrived{false};
   std::vector<std::future<bool>> early;
   for (int r = 0; r < 2; ++r)
@@ -154,7 +154,7 @@ INSTANTIATE_TEST_SUITE_P(NodesLocalSizes, NodeAllreduceShapes,
 TEST_P(NodeAllreduceShapes, EqualsTheExactSumOnEveryReplica) {
   const auto [nodes, L, n, hierarchy] = GetParam();
   std::vector<std::shared_ptr<LocalGroup>> groups;
-  for (int k = 0; k < nodes; ++k) groups.push_back(L > 1 ? std::shared_ptr<LocalGroup>(make_local_group(L, {})) : nullptr);
+  for (int k = 0; k < nodes; ++k) groups.push_back(L > 1 ? std::shared_ptr<LocalGroup>(make_local_group(L, {}, 60)) : nullptr);
   // channel[l][k]: node k -> node k+1 on lane l.
   std::vector<std::vector<std::unique_ptr<Connection>>> send(L), recv(L);
   for (int l = 0; l < L; ++l) {
@@ -181,6 +181,104 @@ TEST_P(NodeAllreduceShapes, EqualsTheExactSumOnEveryReplica) {
   });
 }
 
+// The pipelined sum of a sequence of buckets (views of one flat buffer, awkward sizes: empty,
+// smaller than the local group, large) against the serial reference: sum() on each bucket in
+// turn, over fresh lanes. Same bits on every replica, and the exact sum. Small rings, 4 KiB
+// segments and a 64 KiB channel, so buckets really wait for each other in the ring.
+namespace {
+struct Lanes {  // send[l][k] / recv[l][k]: node k's ends of lane l
+  std::vector<std::vector<std::unique_ptr<Connection>>> send, recv;
+  Lanes(int nodes, int L) : send(L), recv(L) {
+    for (int l = 0; l < L; ++l) {
+      send[l].resize(nodes);
+      recv[l].resize(nodes);
+      for (int k = 0; k < nodes; ++k) {
+        auto [s, r] = memory_channel(64 << 10, fmt::format("lane {} node {}->{}", l, k, (k + 1) % nodes));
+        send[l][k] = std::move(s);
+        recv[l][(k + 1) % nodes] = std::move(r);
+      }
+    }
+  }
+};
+// Every replica's flat buffer after summing `buckets` (sizes, in submission order), pipelined or not.
+std::vector<at::Tensor> sum_buckets(int nodes, int L, const std::vector<int64_t>& buckets, bool pipelined) {
+  int64_t total = 0;
+  for (int64_t b : buckets) total += b;
+  std::vector<std::shared_ptr<LocalGroup>> groups;
+  for (int k = 0; k < nodes; ++k) groups.push_back(std::shared_ptr<LocalGroup>(make_local_group(L, {}, 60)));
+  Lanes lanes(nodes, L);
+  std::vector<at::Tensor> out(static_cast<size_t>(nodes * L));
+  RingAllreduceOptions opt;
+  opt.segment_bytes = 4096;
+  on_threads(nodes * L, [&](int replica) {
+    const int k = replica / L, l = replica % L;
+    RingAllreducer lane(k, nodes, *lanes.send[l][k], *lanes.recv[l][k]);
+    NodeAllreduce ar(groups[k].get(), l, &lane, nodes, Hierarchy::kSliced);
+    at::Tensor flat = replica_data(replica, total);
+    int64_t lo = total;  // buckets from the end of the buffer, as backward produces them
+    for (int64_t b : buckets) {
+      lo -= b;
+      at::Tensor view = flat.slice(0, lo, lo + b);
+      pipelined ? ar.submit(view, opt) : ar.sum(view, opt);
+    }
+    if (pipelined) ar.drain();
+    out[replica] = flat;
+  });
+  return out;
+}
+}  // namespace
+
+class PipelinedNodeAllreduce : public ::testing::TestWithParam<std::tuple<int, int>> {};
+INSTANTIATE_TEST_SUITE_P(NodesLocal, PipelinedNodeAllreduce,
+                         ::testing::Combine(::testing::Values(2, 3), ::testing::Values(2, 3)));
+
+TEST_P(PipelinedNodeAllreduce, EqualsTheSerialSumBitForBit) {
+  const auto [nodes, L] = GetParam();
+  const std::vector<int64_t> buckets = {7, 100003, 0, 1, 65536, 2, 40000, 5};
+  const auto serial = sum_buckets(nodes, L, buckets, false);
+  const auto piped = sum_buckets(nodes, L, buckets, true);
+  int64_t total = 0;
+  for (int64_t b : buckets) total += b;
+  const at::Tensor expect = exact_sum(nodes * L, total);
+  for (int r = 0; r < nodes * L; ++r) {
+    EXPECT_TRUE(torch::equal(piped[r], serial[r])) << "replica " << r;
+    EXPECT_TRUE(torch::equal(piped[r], expect)) << "replica " << r;
+  }
+  // One bucket alone, and a drain with nothing submitted, are fine too.
+  EXPECT_TRUE(torch::equal(sum_buckets(nodes, L, {1000}, true)[0], exact_sum(nodes * L, 1000)));
+  EXPECT_TRUE(torch::equal(sum_buckets(nodes, L, {}, true)[0], exact_sum(nodes * L, 0)));
+}
+
+// A ring that fails under a pipelined sum (the next node is gone): the failure reaches the caller
+// at its next submit or at drain, naming the cause, and nothing hangs.
+TEST(PipelinedNodeAllreduce, ARingFailureReachesTheCaller) {
+  const int nodes = 2, L = 2;
+  auto group = std::shared_ptr<LocalGroup>(make_local_group(L, {}, 60));
+  Lanes lanes(nodes, L);
+  for (int l = 0; l < L; ++l) {  // node 1 is gone: its ends close
+    lanes.send[l][1].reset();
+    lanes.recv[l][1].reset();
+  }
+  RingAllreduceOptions opt;
+  opt.segment_bytes = 4096;
+  std::vector<std::string> errors(L);
+  on_threads(L, [&](int l) {
+    RingAllreducer lane(0, nodes, *lanes.send[l][0], *lanes.recv[l][0]);
+    NodeAllreduce ar(group.get(), l, &lane, nodes, Hierarchy::kSliced);
+    at::Tensor flat = replica_data(l, 30000);
+    try {
+      for (int b = 0; b < 3; ++b) ar.submit(flat.slice(0, b * 10000, (b + 1) * 10000), opt);
+      ar.drain();
+      errors[l] = "returned";
+    } catch (const Error& e) {
+      errors[l] = e.what();
+      group->abort(e.what());  // as node_training does: the other replica must not wait for this one
+    }
+  });
+  // Each replica fails with its own lane's cause, or with the other's through the abort.
+  for (int l = 0; l < L; ++l) EXPECT_NE(errors[l].find("lane "), std::string::npos) << errors[l];
+}
+
 // The NCCL group gives the thread group's results on the GPUs this machine has (one GPU is a
 // group of one; two or more exercise NCCL for real). Always listed; skipped, with the reason,
 // in a build without NCCL or without a GPU.
@@ -192,7 +290,7 @@ TEST(LocalGroup, NcclGroupMatchesTheThreadGroup) {
   const int L = std::min<int>(4, static_cast<int>(torch::cuda::device_count()));
   std::vector<int> devices;
   for (int d = 0; d < L; ++d) devices.push_back(d);
-  auto g = make_local_group(L, devices);
+  auto g = make_local_group(L, devices, 60);
   EXPECT_EQ(g->backend(), "nccl");
   for (int64_t n : {1, 7, 1000003}) {
     const at::Tensor expect = exact_sum(L, n);
@@ -216,7 +314,7 @@ TEST(LocalGroup, NcclGroupMatchesTheThreadGroup) {
 // Issue 15 (7): the replica-identity check fires, and names the replica that differs.
 TEST(ReplicaIdentity, APerturbedReplicaIsNamed) {
   const int L = 3;
-  auto group = make_local_group(L, {});
+  auto group = make_local_group(L, {}, 60);
   std::vector<std::string> errors(L);
   std::vector<std::thread> ts;
   for (int r = 0; r < L; ++r)

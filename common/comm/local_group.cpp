@@ -17,7 +17,7 @@ namespace {
 // the same bits.
 class ThreadGroup : public LocalGroup {
  public:
-  explicit ThreadGroup(int n) : n_(n), bufs_(static_cast<size_t>(n)), barrier_(n) {}
+  ThreadGroup(int n, double timeout_s) : n_(n), bufs_(static_cast<size_t>(n)), barrier_(n, timeout_s) {}
   int size() const override { return n_; }
   std::string backend() const override { return "threads"; }
 
@@ -53,6 +53,7 @@ class ThreadGroup : public LocalGroup {
     meet();
   }
   void barrier(int rank) override { meet(); }  // a thread group's work is done when its calls return
+  void wait_device(int, const std::string&) override {}
   void abort(const std::string& why) override { barrier_.abort(why); }
 
  private:
@@ -90,14 +91,14 @@ class ThreadGroup : public LocalGroup {
 
 }  // namespace
 
-std::unique_ptr<LocalGroup> make_local_group(int cpu_replicas, const std::vector<int>& devices) {
+std::unique_ptr<LocalGroup> make_local_group(int cpu_replicas, const std::vector<int>& devices, double timeout_s) {
   if (devices.empty()) {
     SYN_CHECK(cpu_replicas >= 1, fmt::format("{} local CPU replicas requested", cpu_replicas),
               "set dist.local_replicas to 1 or more");
-    return std::make_unique<ThreadGroup>(cpu_replicas);
+    return std::make_unique<ThreadGroup>(cpu_replicas, timeout_s);
   }
 #ifdef SYNCOPATE_NCCL
-  return make_nccl_group(devices);
+  return make_nccl_group(devices, timeout_s);
 #else
   SYN_FAIL(fmt::format("{} local GPUs need NCCL, and this build has none", devices.size()),
            "rebuild where CMake finds NCCL (the torch wheel's nvidia/nccl or the CUDA toolkit), or run one GPU per "

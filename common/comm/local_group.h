@@ -44,17 +44,24 @@ class LocalGroup {
   // Returns once every local rank has called it and the work this rank queued before it has
   // finished on its device (NCCL calls are asynchronous: a broadcast alone is no barrier).
   virtual void barrier(int local_rank) = 0;
+  // Returns once the work queued so far on the calling thread's current stream has finished on
+  // local rank `local_rank`'s device: the bounded, abortable form of a stream synchronize, for
+  // the host to read what a collective wrote. `what` names the wait in errors. Thread group:
+  // returns at once (a CPU collective is done when its call returns).
+  virtual void wait_device(int local_rank, const std::string& what) = 0;
   // Called when one local rank failed: every rank waiting in (or later entering) a collective
   // throws syncopate::Error with `why` instead of waiting forever.
   virtual void abort(const std::string& why) = 0;
 };
 
 // `devices` empty: a thread group of `cpu_replicas` CPU replicas. Otherwise an NCCL group over
-// those CUDA device indices (an error naming the fix when this build has no NCCL).
-std::unique_ptr<LocalGroup> make_local_group(int cpu_replicas, const std::vector<int>& devices);
+// those CUDA device indices (an error naming the fix when this build has no NCCL). timeout_s
+// (dist.local_timeout_s) bounds every wait of a rank for the others and for its device: past it
+// the waiting rank fails, naming the wait.
+std::unique_ptr<LocalGroup> make_local_group(int cpu_replicas, const std::vector<int>& devices, double timeout_s);
 
 #ifdef SYNCOPATE_NCCL
-std::unique_ptr<LocalGroup> make_nccl_group(const std::vector<int>& devices);
+std::unique_ptr<LocalGroup> make_nccl_group(const std::vector<int>& devices, double timeout_s);
 #endif
 
 }  // namespace syncopate

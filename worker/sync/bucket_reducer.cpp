@@ -29,6 +29,7 @@ struct BucketReducer::Impl {
   at::Tensor grads;
   std::vector<Region> order;  // launch order: descending offsets (order[0] is the last region)
   Reduce reduce;
+  std::function<void()> flush;       // after the step's last region: completes pipelined reductions
   std::function<void(double)> gate;  // emulate.overlap: waits for the region's modelled moment
   std::unique_ptr<CommStream> stream;
   std::unique_ptr<GradientReadiness> ready;
@@ -68,6 +69,7 @@ struct BucketReducer::Impl {
         if (gate) gate(static_cast<double>(grads.numel() - r.lo) / static_cast<double>(std::max<int64_t>(1, grads.numel())));
         if (r.fence) stream->wait(*r.fence);
         reduce(region, grads.slice(0, r.lo, r.hi));
+        if (flush && i == static_cast<int>(order.size()) - 1) flush();
       } catch (...) {
         err = std::current_exception();
       }
@@ -85,7 +87,8 @@ struct BucketReducer::Impl {
 };
 
 BucketReducer::BucketReducer(const std::vector<at::Tensor>& params, const std::vector<std::pair<int64_t, int64_t>>& ranges,
-                             at::Tensor flat_grads, std::vector<int64_t> bounds, int device, Reduce reduce)
+                             at::Tensor flat_grads, std::vector<int64_t> bounds, int device, Reduce reduce,
+                             std::function<void()> flush)
     : impl_(std::make_unique<Impl>()) {
   auto& I = *impl_;
   SYN_CHECK(bounds.size() >= 2 && bounds.front() == 0 && bounds.back() == flat_grads.numel() &&
@@ -93,6 +96,7 @@ BucketReducer::BucketReducer(const std::vector<at::Tensor>& params, const std::v
             "gradient regions must cover the flat buffer in ascending order", "this is a bug");
   I.grads = flat_grads;
   I.reduce = std::move(reduce);
+  I.flush = std::move(flush);
   for (size_t r = bounds.size() - 1; r-- > 0;) I.order.push_back({bounds[r], bounds[r + 1], false, nullptr});
   I.stream = make_comm_stream(device);
   const int R = static_cast<int>(I.order.size());

@@ -20,10 +20,14 @@ class BucketReducer {
  public:
   // bounds: ascending offsets into flat_grads, bounds.front() = 0 and bounds.back() = its size;
   // region r is [bounds[r], bounds[r+1]). reduce(r, view) runs on the communication thread, one
-  // region at a time. device: the replica's CUDA device, -1 on CPU.
+  // region at a time. device: the replica's CUDA device, -1 on CPU. flush (optional): a
+  // pipelined reduce may return before its region is reduced (NodeAllreduce::submit); flush()
+  // runs on the communication thread after the step's last region and completes them all
+  // (NodeAllreduce::drain) before finish() returns.
   using Reduce = std::function<void(int region, at::Tensor view)>;
   BucketReducer(const std::vector<at::Tensor>& params, const std::vector<std::pair<int64_t, int64_t>>& ranges,
-                at::Tensor flat_grads, std::vector<int64_t> bounds, int device, Reduce reduce);
+                at::Tensor flat_grads, std::vector<int64_t> bounds, int device, Reduce reduce,
+                std::function<void()> flush = {});
   ~BucketReducer();
   BucketReducer(const BucketReducer&) = delete;
   BucketReducer& operator=(const BucketReducer&) = delete;

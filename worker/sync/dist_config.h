@@ -40,6 +40,10 @@ struct DistConfig {
                                  // replica rings its slice over its own TCP lane, all-gather; "root" = reduce to
                                  // replica 0, which rings the whole buffer, broadcast (the simpler scheme, to compare)
   double timeout_s = 60;         // rendezvous deadline and the longest a peer may stay silent, seconds
+  double local_timeout_s = 600;  // several local replicas: the longest one waits for the others at a collective or
+                                 // for its device (NCCL calls, copies, barriers), seconds; past it the replica fails
+                                 // naming the wait. Local replica 0 alone evaluates and checkpoints while the others
+                                 // wait at their next collective: keep it above the longest evaluation + checkpoint
   int64_t check_every = 100;     // steps between checks that all replicas hold identical weights; 0 = off
   std::string wire = "f32";      // how gradients and pseudo-gradients travel between nodes: "f32"; "bf16" / "fp16"
                                  // (half the bytes, round to nearest even; fp16 fails naming a value beyond
@@ -99,6 +103,8 @@ struct DistConfig {
     v("hierarchy", hierarchy, "ring with several local replicas: sliced (a ring lane per replica) or root (replica 0 rings)",
       std::vector<std::string>{"sliced", "root"});
     v("timeout_s", timeout_s, "rendezvous deadline and peer silence limit, seconds", 0.1, 86400.0);
+    v("local_timeout_s", local_timeout_s, "longest a local replica waits for the others or its device, seconds", 0.1,
+      86400.0);
     v("check_every", check_every, "steps between replica-identity checks (0 = off)", int64_t{0}, int64_t{1} << 40);
     v("wire", wire, "gradient / pseudo-gradient wire format between nodes (int8: ps only)",
       std::vector<std::string>{"f32", "bf16", "fp16", "int8"});

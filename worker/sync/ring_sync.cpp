@@ -1,6 +1,7 @@
 // RingSync: every replica of the job takes every step together. The gradient is summed over the
 // node's local group and the ring of nodes (NodeAllreduce; a job of one node has no ring), bucket
-// by bucket while backward runs (dist.overlap: DDP's buckets, cut by bucket_bounds) or as one
+// by bucket while backward runs (dist.overlap: DDP's buckets, cut by bucket_bounds; with several
+// local replicas the buckets' in-node and ring stages pipelined, NodeAllreduce::submit) or as one
 // buffer after it, divided by the world, clipped, and every replica applies the same AdamW step.
 // dist.clip_scope=node clips each node's mean gradient before the nodes combine (what BSP parameter
 // servers do), so the sum runs after backward: the node's mean, clipped, then the ring.
@@ -37,7 +38,7 @@ class RingSync : public GradientSync {
       const auto ranges = parameter_ranges(flat);
       buckets_ = std::make_unique<BucketReducer>(
           params, ranges, flat.grads, bucket_bounds(ranges, s.dist.first_bucket_kb * 1024 / 4, s.dist.bucket_kb * 1024 / 4),
-          device_, [this](int, at::Tensor bucket) { sum_.sum(bucket, wire_); });
+          device_, [this](int, at::Tensor bucket) { sum_.submit(bucket, wire_); }, [this] { sum_.drain(); });
       if (rank() == 0) log::info("[dist] {} gradient buckets, all-reduced during backward", buckets_->regions());
     }
   }

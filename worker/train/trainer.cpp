@@ -511,7 +511,7 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
   }
   if (local <= 0) local = 1;
   job.local_size = local;
-  if (local > 1) job.group = make_local_group(local, job.devices);
+  if (local > 1) job.group = make_local_group(local, job.devices, cfg.dist.local_timeout_s);
 
   fs::create_directories(out_dir);
   // Checkpoint steps this node could resume from; with none, the rendezvous tells every node.
