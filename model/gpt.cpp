@@ -180,13 +180,19 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     // context does) and clears the thread's cache of weight casts when the count returns to 0: on
     // CUDA backward runs on autograd's device thread, where nothing else ever would, and the casts
     // of this step's weights would serve the next step's recompute after AdamW changed them.
+    // The cast cache is off for the recompute, as in the forward's AutocastGuard: the cache is
+    // process-wide, and this recompute's casts must neither serve another replica nor outlive the
+    // optimizer step.
+    const bool cache_outside = at::autocast::is_autocast_cache_enabled();
     auto leave = [&] {
       if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+      at::autocast::set_autocast_cache_enabled(cache_outside);
       outside.apply();
     };
     torch::Tensor y;
     try {
       forward_state.apply();
+      at::autocast::set_autocast_cache_enabled(false);
       at::autocast::increment_nesting();
       torch::AutoGradMode enable(true);
       y = block->forward(x);
