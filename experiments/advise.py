@@ -44,9 +44,11 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import cost
+import run_probe
 import crossover
 import scenario
 from cluster_runs import ROOT, read_jsonl
@@ -637,11 +639,15 @@ def table(adv):
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog=os.environ.get("SYNCOPATE_ADVISE_PROG") or "advise.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("probe", help="probe.json written by syncopate-probe")
-    ap.add_argument("--target-loss", type=float, default=3.0,
+    ap.add_argument("probe", nargs="?", help="probe.json written by syncopate-probe (not with --from-run)")
+    ap.add_argument("--from-run", nargs="+", metavar="RUN",
+                    help="re-advise a run started with --dist.mode=auto: its nodes' step times as measured in the "
+                         "run replace the probe's (experiments/run_probe.py); the target, seeds and steps are the "
+                         "first advice's unless given; says whether the pick changes")
+    ap.add_argument("--target-loss", type=float, default=None,
                     help="validation loss of the proxy model to reach (default 3.0; see the note above on 3.2)")
-    ap.add_argument("--seeds", type=int, default=3, help="seeds per candidate (0..S-1)")
-    ap.add_argument("--steps", type=int, default=150, help="steps per worker at most (the schedule's length)")
+    ap.add_argument("--seeds", type=int, default=None, help="seeds per candidate (0..S-1; default 3)")
+    ap.add_argument("--steps", type=int, default=None, help="steps per worker at most (the schedule's length; default 150)")
     ap.add_argument("--eval-every", type=int, default=5, help="steps of worker 0 between evaluations")
     ap.add_argument("--limit", type=float, default=3.0, help="time limit of a run: this x the ring's time")
     ap.add_argument("--configs", default=",".join(CANDIDATES),
@@ -651,6 +657,30 @@ def parse_args(argv):
     ap.add_argument("--dry-run", action="store_true",
                     help="print the calibrated cluster, the proxy and the runs it would make; start nothing, write nothing")
     a = ap.parse_args(argv)
+    if bool(a.probe) == bool(a.from_run):
+        ap.exit(2, "advise: give a probe.json, or --from-run RUN (not both)\n")
+    a.first = None  # --from-run: the advice the run started from
+    if a.from_run:
+        try:
+            probe, a.first, notes = run_probe.probe_from_run(a.from_run)
+        except (run_probe.RunError, OSError, json.JSONDecodeError) as e:
+            ap.exit(2, f"advise: {e}\n")
+        for n in notes:
+            print(f"[advise] {n}", flush=True)
+        if a.dry_run:  # writes nothing under --out
+            a.probe = os.path.join(tempfile.mkdtemp(prefix="syncopate-from-run-"), "probe.from-run.json")
+        else:
+            os.makedirs(a.out, exist_ok=True)
+            a.probe = os.path.join(a.out, "probe.from-run.json")
+        with open(a.probe, "w") as f:
+            json.dump(probe, f, indent=1)
+        first_px = a.first.get("proxy") or {}
+        for k, key in (("target_loss", "target_loss"), ("seeds", "seeds"), ("steps", "steps")):
+            if getattr(a, k) is None and first_px.get(key) is not None:
+                setattr(a, k, first_px[key])
+    a.target_loss = 3.0 if a.target_loss is None else a.target_loss
+    a.seeds = 3 if a.seeds is None else a.seeds
+    a.steps = 150 if a.steps is None else a.steps
     names = [x for x in a.configs.split(",") if x]
     unknown = [x for x in names if x not in CANDIDATES]
     if unknown or not names:
@@ -745,6 +775,13 @@ def main(argv=None):
     print(f"run (on every node): {adv['run']}")
     print(f"wrote {os.path.join(a.out, 'advice.json')} and {os.path.join(a.out, 'advice.toml')} "
           "(syncopate-worker/-server --config advice.toml; the learning rate stays the job's)")
+    if a.first is not None:  # --from-run: against the advice the run started from
+        before = (a.first.get("recommended") or {}).get("name")
+        print(f"re-advice: the pick {'is unchanged' if before == rec['name'] else 'changes'}: {before} -> "
+              f"{rec['name']}" + ("" if rec["resolved"] else " (the new pick is not resolved: see why)")
+              + ("; to take it, start the job again with --dist.mode=auto --dist.advice="
+                 + os.path.join(a.out, "advice.json") + " (a switch that resumes from the job's checkpoint with "
+                 "its optimizer state is not built yet)" if before != rec["name"] else ""))
     return 0
 
 

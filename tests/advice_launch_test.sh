@@ -6,7 +6,11 @@
 #     per-node: the shards start with the advice's server flags (their exit stats say bsp), the
 #     workers run in ps mode;
 #  3. a ps recommendation without SYNCOPATE_SERVERS: the launcher refuses by name (exit 2);
-#  4. an advice that sets the learning rate: the worker refuses by name (exit 2).
+#  4. an advice that sets the learning rate: the worker refuses by name (exit 2);
+#  5. drift: an advice made for a homogeneous cluster (0.1 s steps) runs on one whose node 1 takes
+#     4x that: node 1 logs the drift and writes advice_step_ratio ~4, node 0 stays quiet (~1); each
+#     node keeps the advice it started from (advice.applied.json); syncopate-advise --from-run on
+#     the run (dry) calibrates node 1 as the straggler.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
@@ -103,4 +107,40 @@ rc=$?
 set -e
 if [ $rc = 2 ] && grep -q 'may only set \[dist\] fields' "$TMP/lr.log"; then echo "ok: an advice outside [dist] refused"
 else echo "FAIL: exit $rc"; cat "$TMP/lr.log"; fail=1; fi
+
+# 5. Drift from the advice.
+"$PY" - "$TMP" <<'PY'
+import json, sys
+tmp = sys.argv[1]
+probe = {"format": "syncopate-probe/1", "complete": True, "missing": [],
+         "job": {"nodes": 2, "params": 100000, "preset": "micro", "batch_size": 2, "grad_accum": 1, "block_size": 64,
+                 "local_replicas": 1, "tokens_per_node_step": 128, "precision": "fp32", "device": "cpu",
+                 "wire_bytes": 4, "emulated_step_s": 0.1},
+         "nodes": [{"node": i, "step_s": {"min": 0.1, "mean": 0.1, "samples": [0.1]}} for i in range(2)],
+         "links": [{"from": i, "to": 1 - i, "goodput_gbit": 1.0, "rtt_us": {"median": 100}} for i in range(2)]}
+json.dump(probe, open(f"{tmp}/probe.json", "w"))
+json.dump({"format": "syncopate-advice/1", "probe": f"{tmp}/probe.json",
+           "cluster": {"nodes": 2, "step_s": 0.1, "jitter": 0.0, "node_slowdowns": {"0": 1.0, "1": 1.0}, "slow_workers": []},
+           "proxy": {"target_loss": 3.0, "seeds": 2, "steps": 100},
+           "candidates": [{"name": "ring", "predicted_s": {"mean": 5.0}}],
+           "recommended": {"name": "ring", "resolved": True, "worker_flags": ["--dist.mode=ring"], "server_flags": []}},
+          open(f"{tmp}/fast.json", "w"))
+PY
+DRIFT_ARGS=("${ARGS[@]}")
+DRIFT_ARGS=("${DRIFT_ARGS[@]/--train.steps=8/--train.steps=30}")
+"$ROOT/scripts/local_cluster.sh" --nodes 2 --out "$TMP/drift" --step-time 0.1 --slow-node 1 --slowdown 4 -- "${DRIFT_ARGS[@]}" \
+  --dist.mode=auto --dist.advice="$TMP/fast.json" > "$TMP/drift.log" 2>&1 || { echo "FAIL: the drift job failed"; tail -n 20 "$TMP"/drift/logs/*.log; exit 1; }
+if grep -q "4.[0-9][0-9]x what the advice assumed" "$TMP/drift/logs/node1.log" && ! grep -q "what the advice assumed" "$TMP/drift/logs/node0.log" &&
+   cmp -s "$TMP/fast.json" "$TMP/drift/node1/advice.applied.json" && "$PY" - "$TMP/drift" <<'PY'
+import json, sys
+for i, lo, hi in ((0, 0.7, 1.5), (1, 3.0, 5.5)):
+    r = [json.loads(l).get("advice_step_ratio") for l in open(f"{sys.argv[1]}/node{i}/metrics.jsonl") if '"loss"' in l]
+    r = [x for x in r if x is not None]
+    assert r and lo <= r[-1] <= hi, (i, r[-3:])
+PY
+then echo "ok: node 1's drift from the advice reported (4x), node 0 quiet"
+else echo "FAIL: drift not reported as expected"; grep -h "advice" "$TMP"/drift/logs/node*.log | tail -n 6; fail=1; fi
+out=$("$PY" "$ROOT/experiments/advise.py" --from-run "$TMP/drift" --dry-run 2>&1) || true
+if grep -q "stragglers 1 at" <<< "$out"; then echo "ok: the re-advice calibrates node 1 as the straggler"
+else echo "FAIL: --from-run"; echo "$out" | tail -n 10; fail=1; fi
 exit $fail

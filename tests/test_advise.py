@@ -209,6 +209,44 @@ class Calibration(unittest.TestCase):
         self.assertIn("cluster: N = 4 nodes", text)
         self.assertIn("proxy: micro model", text)
 
+    def test_from_run_takes_the_runs_own_step_times(self):
+        """--from-run (issue 29, second stage): a run started from an advice for a homogeneous cluster,
+        whose node 2 then ran 3x slower, is calibrated from the run: node 2 is a straggler now, the
+        links are the probe's, the target/seeds/steps are the first advice's, nothing is written."""
+        probe = write_probe(make_probe(n=4, T=0.3))
+        run = mkdtemp()
+        for i in range(4):
+            d = os.path.join(run, f"node{i}")
+            os.makedirs(d)
+            with open(os.path.join(d, "config.toml"), "w") as f:
+                f.write(f"[dist]\nnode_rank = {i}\n")
+            own = 0.9 if i == 2 else 0.31
+            with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+                for k in range(60):
+                    f.write(json.dumps({"step": k + 1, "loss": 4.0, "step_s": own + 0.05 + 0.001 * (k % 3), "wait_s": 0.05}) + "\n")
+                f.write('{"step": 61, "loss"')  # a line cut by a crash
+        with open(os.path.join(run, "node0", "advice.applied.json"), "w") as f:
+            json.dump({"probe": probe, "recommended": {"name": "ring"},
+                       "proxy": {"target_loss": 3.1, "seeds": 2, "steps": 100}}, f)
+        out = os.path.join(mkdtemp(), "o")
+        rc, text, err = main_in_process(["--from-run", run, "--dry-run", "--out", out])
+        self.assertEqual(rc, 0, err)
+        self.assertFalse(os.path.exists(out))
+        self.assertIn("stragglers 2 at 2.90x", text)
+        self.assertIn("target loss 3.1, 100 steps at most, 2 seed(s)", text)
+        self.assertIn("links and job as probed in " + probe, text)
+        # The calibration of the same probe as probed: no straggler.
+        rc, text, err = main_in_process([probe, "--dry-run", "--out", out])
+        self.assertIn("no straggler", text)
+        # A run not started from an advice, and neither or both of probe and --from-run: refused by name.
+        os.remove(os.path.join(run, "node0", "advice.applied.json"))
+        rc, text, err = main_in_process(["--from-run", run, "--dry-run"])
+        self.assertEqual(rc, 2)
+        self.assertIn("was not started with --dist.mode=auto", err)
+        rc, text, err = main_in_process(["--dry-run"])
+        self.assertEqual(rc, 2)
+        self.assertIn("give a probe.json, or --from-run RUN", err)
+
     def test_steps_must_be_a_multiple_of_every_interval(self):
         rc, out, err = main_in_process([write_probe(make_probe()), "--dry-run", "--steps", "80"])
         self.assertEqual(rc, 2)

@@ -2,6 +2,8 @@
 // the byte-tokenized Python standard library, on CPU or one GPU).
 //
 //   syncopate-worker [--config FILE.toml] [--out DIR] [--resume] [--section.field=value ...]
+#include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <set>
 #include <sstream>
@@ -10,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "common/atomic_file.h"
 #include "common/check.h"
 #include "common/command_line.h"
 #include "common/config_schema.h"
@@ -91,7 +94,8 @@ int main(int argc, char** argv) {
         SYN_FAIL(fmt::format("unknown argument '{}'", a), "see syncopate-worker --help");
       }
     }
-    if (cfg.dist.mode == "auto") {  // the advice's [dist] flags, before anything reads the config
+    const bool advised = cfg.dist.mode == "auto";
+    if (advised) {  // the advice's [dist] flags, before anything reads the config
       RunConfig fresh;
       ConfigSchema defaults;
       fresh.bind(defaults);
@@ -115,7 +119,18 @@ int main(int argc, char** argv) {
       for (const auto& w : advice.warnings) log::warn("[dist] {}", w);
     }
     cfg.validate();
-    if (!print_config) out = claim_run_dir(cfg, out, resume, force);
+    if (!print_config) {
+      out = claim_run_dir(cfg, out, resume, force);
+      // The advice the run started from stays with it (the watch for drift compares the run with
+      // it, and a re-advice starts from it); a run started otherwise has none.
+      const std::string kept = out + "/" + kAppliedAdviceFile;
+      if (advised) {
+        std::filesystem::create_directories(out);
+        write_file_atomic(kept, read_file(cfg.dist.advice));
+      } else {
+        std::remove(kept.c_str());
+      }
+    }
   } catch (const Error& e) {
     std::cerr << "syncopate-worker: config error: " << e.what() << "\n";
     return 2;

@@ -24,6 +24,10 @@ struct AppliedAdvice {
   std::vector<std::string> warnings;  // the advice was made for another node count, was not resolved, ...
 };
 
+// The file in a run's output directory that holds the advice it was started from (a copy, written
+// at start in --dist.mode=auto; absent otherwise).
+inline constexpr const char* kAppliedAdviceFile = "advice.applied.json";
+
 // The [dist] fields an advice may set: the synchronization, nothing about membership or security.
 extern const std::set<std::string> kAdvisableFields;
 

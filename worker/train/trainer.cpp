@@ -35,6 +35,8 @@
 #include "worker/data/window_sampler.h"
 #include "worker/metrics/metrics_log.h"
 #include "worker/sync/gradient_sync.h"
+#include "worker/sync/advice.h"
+#include "worker/train/advice_watch.h"
 #include "worker/train/autocast.h"
 #include "worker/train/dropout_seed.h"
 #include "worker/train/step_pacer.h"
@@ -151,12 +153,21 @@ struct Trainer::Impl {
     if (writer) {
       write_file_atomic((fs::path(out) / "config.toml").string(), config_toml);
       metrics = std::make_unique<MetricsLog>((fs::path(out) / "metrics.jsonl").string(), resume ? step : -1);
+      const fs::path advice = fs::path(out) / kAppliedAdviceFile;  // --dist.mode=auto: watch for drift from it
+      if (fs::exists(advice)) {
+        advice_watch = std::make_unique<AdviceWatch>(advised_node(advice.string(), cfg.dist.node_rank));
+        if (advice_watch->expected_step_s() <= 0) {
+          log::warn("[advice] {} assumes no step time for this node: no drift is watched", advice.string());
+          advice_watch.reset();
+        }
+      }
     }
   }
 
   // Samples one optimizer step takes from the data order: every replica's micro-batches (see WindowSampler).
   int64_t samples_per_step() const { return cfg.train.batch_size * cfg.train.grad_accum * sync->world(); }
   bool writer = true;  // local replica 0: writes metrics, samples and checkpoints for its node
+  std::unique_ptr<AdviceWatch> advice_watch;  // --dist.mode=auto: the run against its advice (writer only)
 
   std::pair<torch::Tensor, torch::Tensor> batch(const WindowSampler& sampler, int64_t first, int64_t b) {
     const int64_t T = cfg.model.block_size;
@@ -372,6 +383,10 @@ struct Trainer::Impl {
                             {"overrun", timing.overrun}, {"unix_s", unix_seconds()}};
         if (synced.round >= 0) m["round"] = synced.round, m["outer_norm"] = synced.outer_norm;  // local SGD
         if (flops_per_token_per_peak > 0) m["mfu"] = tok_s * flops_per_token_per_peak;
+        if (advice_watch) {  // this node's own step (no communication) against the advice's assumption
+          if (auto change = advice_watch->observe(step, (now - t_step) - wait_s)) log::warn("[advice] {}", *change);
+          if (advice_watch->ratio() > 0) m["advice_step_ratio"] = advice_watch->ratio();
+        }
         metrics->write(m);
       }
       if (verbose) progress.step(step, loss, lr, tok_s);
