@@ -105,7 +105,9 @@ Ring connect_ring(const RendezvousOptions& o) {
         error = fmt::format("node {} opens {} ring lanes, node 0 opens {} (one per local replica with dist.hierarchy=sliced, "
                             "else one)", r, hello.value("lanes", 1), o.lanes);
       } else if (hello.value("fingerprint", "") != o.fingerprint) {
-        error = fmt::format("node {} runs another model/config (fingerprint {} != {})", r, hello.value("fingerprint", ""), o.fingerprint);
+        error = fmt::format("node {} runs another model/config than node 0 (fingerprint '{}' != '{}': the hash covers the "
+                            "model, optimizer, schedule and run length; the synchronization's fields are written out)",
+                            r, hello.value("fingerprint", ""), o.fingerprint);
       }
       if (r > 0 && r < o.nnodes && !peers.count(r)) {
         nodes[static_cast<size_t>(r)] = {hello.value("host", ""), hello.value("port", uint16_t{0})};

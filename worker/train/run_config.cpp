@@ -15,7 +15,16 @@ std::string RunConfig::fingerprint() const {
   s.section("schedule", copy.schedule);
   std::string text = s.to_toml() + fmt::format("steps={} batch={} accum={} seed={}", train.steps, train.batch_size,
                                                train.grad_accum, train.seed);
-  return fmt::format("{:016x}", fnv1a64(text));
+  // How the nodes synchronize, written out so that a mismatch names the field: every node must issue
+  // the same collectives (buckets, segments, hierarchy) and combine them alike (mode, local SGD's
+  // outer step, wire, clipping). Nodes of a --dist.mode=auto job that read different advice files
+  // stop here, at the rendezvous, instead of hanging or averaging different things.
+  const DistConfig& d = dist;
+  return fmt::format(
+      "{:016x} [dist] mode={} sync_every={} outer={} outer_lr={} outer_momentum={} outer_delay={} wire={} clip_scope={} "
+      "overlap={} bucket_kb={} first_bucket_kb={} segment_kb={} hierarchy={}",
+      fnv1a64(text), d.mode, d.sync_every, d.outer, d.outer_lr, d.outer_momentum, d.outer_delay, d.wire, d.clip_scope,
+      d.overlap, d.bucket_kb, d.first_bucket_kb, d.segment_kb, d.hierarchy);
 }
 
 std::string RunConfig::model_fingerprint() const {

@@ -136,7 +136,9 @@ struct RunConfig {
     s.section("emulate", emulate);
     s.section("trace", trace);
   }
-  // Digest of everything replicas must agree on (model, optimizer, schedule, batch, seed).
+  // What every node of a ring job must agree on: a digest of the model, optimizer, schedule, batch
+  // and seed, then the [dist] fields that decide how nodes synchronize, written out (a mismatch at
+  // the rendezvous then names the field).
   std::string fingerprint() const;
   // Digest of the model's shape alone (what every worker of a parameter-server job must share;
   // their steps and schedules may differ).
