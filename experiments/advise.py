@@ -779,9 +779,10 @@ def main(argv=None):
         before = (a.first.get("recommended") or {}).get("name")
         print(f"re-advice: the pick {'is unchanged' if before == rec['name'] else 'changes'}: {before} -> "
               f"{rec['name']}" + ("" if rec["resolved"] else " (the new pick is not resolved: see why)")
-              + ("; to take it, start the job again with --dist.mode=auto --dist.advice="
-                 + os.path.join(a.out, "advice.json") + " (a switch that resumes from the job's checkpoint with "
-                 "its optimizer state is not built yet)" if before != rec["name"] else ""))
+              + ("; to take it, stop the job and start it again from its newest checkpoint with --resume "
+                 "--dist.mode=auto --dist.advice=" + os.path.join(a.out, "advice.json") + " (weights, step and data "
+                 "position carry over, AdamW's moments too unless the switch is to or from per-step parameter "
+                 "servers)" if before != rec["name"] else ""))
     return 0
 
 

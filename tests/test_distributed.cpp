@@ -245,6 +245,72 @@ TEST(RingTraining, MismatchedConfigIsRefused) {
   }
 }
 
+// Nodes that would synchronize differently (here: node 1 read another advice, local SGD every 2
+// steps) are refused at the rendezvous, the differing field written out, instead of hanging.
+TEST(RingTraining, MismatchedSynchronizationIsRefusedNamingTheField) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  auto ps = start_ring(d, 2, [&](int r) {
+    auto a = worker_args(d, corpus, d.str("node" + std::to_string(r)), 2, 4, 1);
+    if (r == 1) a.push_back("--dist.sync_every=2");
+    return a;
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ps[r]->wait(60), 1);
+    const std::string log = test::slurp(d.str("node" + std::to_string(r) + ".log"));
+    EXPECT_NE(log.find("another model/config"), std::string::npos) << log;
+    if (r == 0) {
+      EXPECT_NE(log.find("sync_every=2"), std::string::npos) << log;
+    }
+  }
+}
+
+// Taking a new advice's pick from the job's checkpoint (issue 29, worker/train/mode_switch.h): a
+// ring job switches to local SGD (sync_every=2) at its step-4 checkpoint, then back to the ring at
+// step 8. Each switch is logged with what carries over; AdamW's step count continues (the moments
+// moved with the weights); local SGD sends bytes only at its rounds; and back on the ring, whose
+// replicas must hold the same moments (local SGD's inner moments differ per node), every replica
+// stays identical (checked every step).
+TEST(RingTraining, SwitchingToLocalSgdAndBackAtCheckpointsCarriesTheOptimizer) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  auto run = [&](int steps, const std::vector<std::string>& extra) {
+    auto ps = start_ring(d, 2, [&](int r) {
+      auto a = worker_args(d, corpus, d.str("node" + std::to_string(r)), 2, steps, 1);
+      a.insert(a.end(), {"--checkpoint.every=2", "--dist.check_every=1"});
+      a.insert(a.end(), extra.begin(), extra.end());
+      return a;
+    });
+    for (int r = 0; r < 2; ++r) ASSERT_EQ(ps[r]->wait(120), 0) << test::slurp(d.str("node" + std::to_string(r) + ".log"));
+  };
+  auto opt_steps = [&](int node, int step) {
+    auto st = load_safetensors(fmt::format("{}/checkpoints/step_{:06d}/optimizer.safetensors", d.str("node" + std::to_string(node)), step));
+    return std::stoll(st.metadata.at("step"));
+  };
+  run(4, {});
+  run(8, {"--resume", "--dist.sync_every=2", "--dist.outer=nesterov"});
+  const std::string log2 = test::slurp(d.str("node0.log"));
+  EXPECT_NE(log2.find("switching from ring to ring local SGD (sync_every=2, outer=nesterov) at this checkpoint"),
+            std::string::npos) << log2;
+  EXPECT_NE(log2.find("AdamW's moments too"), std::string::npos) << log2;
+  EXPECT_EQ(opt_steps(0, 6), 6);  // counted on from the ring's 4 (a fresh optimizer would say 2)
+  {
+    std::istringstream lines(test::slurp(d.str("node1/metrics.jsonl")));
+    std::vector<int> sent;
+    for (std::string l; std::getline(lines, l);) {
+      if (l.find("\"loss\"") == std::string::npos) continue;
+      const auto m = nlohmann::json::parse(l);
+      if (m["step"].get<int>() > 4 && m["wire_bytes"].get<int64_t>() > 0) sent.push_back(m["step"].get<int>());
+    }
+    EXPECT_EQ(sent, (std::vector<int>{6, 8}));
+  }
+  run(12, {"--resume"});
+  const std::string log3 = test::slurp(d.str("node0.log"));
+  EXPECT_NE(log3.find("switching from ring local SGD (sync_every=2, outer=nesterov) to ring"), std::string::npos) << log3;
+  EXPECT_EQ(opt_steps(1, 10), 10);
+  EXPECT_TRUE(torch::equal(final_weights(d.str("node0"), 12), final_weights(d.str("node1"), 12)));
+}
+
 // Node 1 died before writing its step-6 checkpoint: on restart both nodes agree on step 4 (the
 // newest both hold), train on from there and end exactly where the uninterrupted run ended.
 TEST(RingTraining, RestartResumesFromTheNewestCheckpointEveryNodeHolds) {

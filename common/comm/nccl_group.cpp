@@ -43,6 +43,26 @@
 namespace syncopate {
 namespace {
 
+// ncclGroupStart ... ncclGroupEnd as a scope: a throw between them still ends the group (inside an
+// open group an ncclCommAbort from this thread would only be queued, never run). end() ends it
+// early and returns NCCL's result (ncclInProgress on non-blocking communicators).
+class NcclGroupScope {
+ public:
+  NcclGroupScope() { SYN_NCCL(ncclGroupStart()); }
+  ~NcclGroupScope() {
+    if (open_) ncclGroupEnd();
+  }
+  ncclResult_t end() {
+    open_ = false;
+    return ncclGroupEnd();
+  }
+  NcclGroupScope(const NcclGroupScope&) = delete;
+  NcclGroupScope& operator=(const NcclGroupScope&) = delete;
+
+ private:
+  bool open_ = true;
+};
+
 class NcclGroup : public LocalGroup {
  public:
   NcclGroup(const std::vector<int>& devices, double timeout_s)
@@ -56,12 +76,14 @@ class NcclGroup : public LocalGroup {
     config.blocking = 0;
     const int n = size();
     try {
-      SYN_NCCL(ncclGroupStart());
-      for (int i = 0; i < n; ++i) {
-        c10::cuda::CUDAGuard on(static_cast<c10::DeviceIndex>(devices_[i]));
-        SYN_NCCL_ISSUE(ncclCommInitRankConfig(&comms_[i], n, id, i, &config));
+      {
+        NcclGroupScope group;  // ended (even by a throw) before any abort below
+        for (int i = 0; i < n; ++i) {
+          c10::cuda::CUDAGuard on(static_cast<c10::DeviceIndex>(devices_[i]));
+          SYN_NCCL_ISSUE(ncclCommInitRankConfig(&comms_[i], n, id, i, &config));
+        }
+        SYN_NCCL_ISSUE(group.end());
       }
-      SYN_NCCL_ISSUE(ncclGroupEnd());
       for (int i = 0; i < n; ++i) calls_.run(fmt::format("creating the NCCL communicator of cuda:{}", devices_[i]),
                                              [&](bool) { return progress(i); });
     } catch (...) {
@@ -77,7 +99,14 @@ class NcclGroup : public LocalGroup {
   // them. Aborted communicators (null) are already freed; a failed or late finalize aborts.
   ~NcclGroup() override {
     if (calls_.aborted()) return;
-    bool ok = ncclGroupStart() == ncclSuccess;
+    // Only quiescent communicators are finalized (a finalize on one still in progress or in error
+    // fails, and the group would drop the others' finalizes): else abort them all.
+    bool ok = true;
+    for (ncclComm_t c : comms_) {
+      ncclResult_t state = ncclInProgress;
+      ok = ok && ncclCommGetAsyncError(c, &state) == ncclSuccess && state == ncclSuccess;
+    }
+    ok = ok && ncclGroupStart() == ncclSuccess;
     for (ncclComm_t c : comms_) {
       const ncclResult_t r = ok ? ncclCommFinalize(c) : ncclSuccess;
       ok = ok && (r == ncclSuccess || r == ncclInProgress);
@@ -107,12 +136,12 @@ class NcclGroup : public LocalGroup {
         SYN_NCCL_ISSUE(ncclReduceScatter(p, p + static_cast<size_t>(rank) * count, count, ncclFloat, ncclSum, c, s));
         return;
       }
-      SYN_NCCL(ncclGroupStart());
+      NcclGroupScope group;
       for (int i = 0; i < size(); ++i) {
         const int64_t lo = Sharding::begin(n, size(), i), hi = Sharding::begin(n, size(), i + 1);
         if (hi > lo) SYN_NCCL_ISSUE(ncclReduce(p + lo, p + lo, static_cast<size_t>(hi - lo), ncclFloat, ncclSum, i, c, s));
       }
-      SYN_NCCL_ISSUE(ncclGroupEnd());
+      SYN_NCCL_ISSUE(group.end());
     });
   }
   void all_gather(int rank, at::Tensor& t) override {
@@ -122,12 +151,12 @@ class NcclGroup : public LocalGroup {
         SYN_NCCL_ISSUE(ncclAllGather(p + static_cast<size_t>(rank) * count, p, count, ncclFloat, c, s));
         return;
       }
-      SYN_NCCL(ncclGroupStart());
+      NcclGroupScope group;
       for (int i = 0; i < size(); ++i) {
         const int64_t lo = Sharding::begin(n, size(), i), hi = Sharding::begin(n, size(), i + 1);
         if (hi > lo) SYN_NCCL_ISSUE(ncclBroadcast(p + lo, p + lo, static_cast<size_t>(hi - lo), ncclFloat, i, c, s));
       }
-      SYN_NCCL_ISSUE(ncclGroupEnd());
+      SYN_NCCL_ISSUE(group.end());
     });
   }
   void reduce_sum(int rank, at::Tensor& t, int root) override {

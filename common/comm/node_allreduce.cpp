@@ -101,13 +101,32 @@ at::Tensor NodeAllreduce::own_slice(const at::Tensor& t) const {
 // The inter-node ring on host memory: GPU slices travel through the staging buffer (pinned,
 // reused by every later call: one per bucket per step).
 void NodeAllreduce::ring_sum(RingAllreducer& lane, at::Tensor t, const RingAllreduceOptions& opt) const {
-  at::Tensor host = staging_.to_host(t);  // waits for the work queued on the current stream
+  // The in-node collective queued before: waited for bounded and abortable (an aborted one never
+  // reaches the ring half-reduced), then the copy, which waits for nothing else.
+  if (group_ && !t.is_cpu()) group_->wait_device(local_rank_, "the in-node reduction");
+  at::Tensor host = staging_.to_host(t);
   TraceSpan span("ring all-reduce (nodes)", "comm");
   lane.sum(host.data_ptr<float>(), static_cast<size_t>(host.numel()), opt);
   HostStaging::to_device(t, host);
 }
 
+template <class F>
+void NodeAllreduce::guarded(F&& f) const {
+  SYN_CHECK(!broken_, "an earlier all-reduce of this replica failed midway: its in-node collectives are out of step "
+                      "with the other replicas'", "see the first error above");
+  try {
+    f();
+  } catch (...) {
+    broken_ = true;
+    throw;
+  }
+}
+
 void NodeAllreduce::sum(at::Tensor t, const RingAllreduceOptions& opt) const {
+  guarded([&] { sum_unguarded(t, opt); });
+}
+
+void NodeAllreduce::sum_unguarded(at::Tensor t, const RingAllreduceOptions& opt) const {
   SYN_CHECK(t.scalar_type() == at::kFloat && t.dim() == 1 && t.is_contiguous(),
             "all-reduce needs a contiguous 1-D float32 buffer", "this is a bug");
   if (!group_ || group_->size() == 1) {
@@ -136,6 +155,10 @@ void NodeAllreduce::sum(at::Tensor t, const RingAllreduceOptions& opt) const {
 
 void NodeAllreduce::submit(at::Tensor t, const RingAllreduceOptions& opt) {
   if (!(group_ && group_->size() > 1 && nodes_ > 1 && hierarchy_ == Hierarchy::kSliced && lane_)) return sum(t, opt);
+  guarded([&] { submit_unguarded(t, opt); });
+}
+
+void NodeAllreduce::submit_unguarded(at::Tensor t, const RingAllreduceOptions& opt) {
   if (!pipe_) pipe_ = std::make_unique<Pipeline>(*lane_);  // the ring thread, at the first pipelined sum
   SYN_CHECK(t.scalar_type() == at::kFloat && t.dim() == 1 && t.is_contiguous(),
             "all-reduce needs a contiguous 1-D float32 buffer", "this is a bug");
@@ -163,10 +186,14 @@ void NodeAllreduce::submit(at::Tensor t, const RingAllreduceOptions& opt) {
 }
 
 void NodeAllreduce::drain() {
-  if (!pipe_) return;
+  if (pipe_) guarded([&] { drain_unguarded(); });
+}
+
+void NodeAllreduce::drain_unguarded() {
   std::shared_ptr<Pipeline::Job> last = std::exchange(pipe_->in_node, nullptr);
   if (!last) return pipe_->rethrow_failure();
   pipe_->wait(*last);
+  if (!last->whole.is_cpu()) group_->wait_device(local_rank_, "the previous all-gather");  // before the copy waits on it
   HostStaging::to_device(last->slice, last->host);
   {
     TraceSpan span("all-gather (in node)", "comm");

@@ -55,13 +55,21 @@ class NodeAllreduce {
   // root hierarchy) submit(t) is sum(t).
   void submit(at::Tensor t, const RingAllreduceOptions& opt);
   void drain();
+  // After any of sum/submit/drain failed midway, this replica's in-node collectives are out of step
+  // with the other replicas': every later call throws at once, issuing nothing.
 
  private:
   struct Pipeline;
+  template <class F>
+  void guarded(F&& f) const;
+  void sum_unguarded(at::Tensor t, const RingAllreduceOptions& opt) const;
+  void submit_unguarded(at::Tensor t, const RingAllreduceOptions& opt);
+  void drain_unguarded();
   void ring_sum(RingAllreducer& lane, at::Tensor t, const RingAllreduceOptions& opt) const;
   at::Tensor own_slice(const at::Tensor& t) const;
   mutable HostStaging staging_;  // GPU replicas: host memory for the ring
   std::unique_ptr<Pipeline> pipe_;  // submit/drain: the ring thread and the buffers in flight
+  mutable bool broken_ = false;     // a call failed midway (see above)
   LocalGroup* group_;
   int local_rank_;
   RingAllreducer* lane_;

@@ -104,18 +104,24 @@ std::string checkpoint_dir(const std::string& root, int64_t step) {
   return (fs::path(root) / fmt::format("step_{:06d}", step)).string();
 }
 
-nlohmann::json load_checkpoint(const std::string& dir, GPTImpl& model, FlatAdamW* opt, const NamedTensors& sync_state) {
-  const std::string hint = "the checkpoint is incomplete or corrupt: resume from an older step_* directory";
-  nlohmann::json meta;
+nlohmann::json read_checkpoint_meta(const std::string& dir) {
   try {
-    meta = nlohmann::json::parse(read_file((fs::path(dir) / "meta.json").string()));
+    return nlohmann::json::parse(read_file((fs::path(dir) / "meta.json").string()));
   } catch (const nlohmann::json::exception& e) {
-    SYN_FAIL(fmt::format("'{}/meta.json' is not valid JSON: {}", dir, e.what()), hint);
+    SYN_FAIL(fmt::format("'{}/meta.json' is not valid JSON: {}", dir, e.what()),
+             "the checkpoint is incomplete or corrupt: resume from an older step_* directory");
   }
+}
+
+nlohmann::json load_checkpoint(const std::string& dir, GPTImpl& model, FlatAdamW* opt, const NamedTensors& sync_state,
+                               bool switching) {
+  const std::string hint = "the checkpoint is incomplete or corrupt: resume from an older step_* directory";
+  nlohmann::json meta = read_checkpoint_meta(dir);
   // Validate everything before touching the model or optimizer.
   Safetensors weights = load_safetensors((fs::path(dir) / "model.safetensors").string());
   Safetensors state = load_safetensors((fs::path(dir) / "optimizer.safetensors").string());
   SYN_CHECK(state.tensors.count("rng.cpu"), fmt::format("'{}/optimizer.safetensors' lacks 'rng.cpu'", dir), hint);
+  if (opt && switching && !state.tensors.count("exp_avg")) opt = nullptr;  // none to carry: the moments stay zero
   if (opt) {
     const std::string no_state = "a checkpoint of dist.mode=ps holds no optimizer state (the servers hold it): resume "
                                  "it in ps mode, or start fresh; otherwise " + hint;
@@ -128,8 +134,11 @@ nlohmann::json load_checkpoint(const std::string& dir, GPTImpl& model, FlatAdamW
                           state.tensors["exp_avg"].numel(), numel),
               "the checkpoint belongs to another model shape: use the same --model.* settings");
   }
+  NamedTensors restored;  // the sync state to copy in (all of it, unless switching modes)
   for (const auto& [name, t] : sync_state) {
     const auto it = state.tensors.find("sync." + name);
+    if (switching) continue;  // another synchronization's state, or none: the new one starts its own
+    restored.emplace_back(name, t);
     SYN_CHECK(it != state.tensors.end(), fmt::format("'{}/optimizer.safetensors' lacks 'sync.{}'", dir, name),
               "the checkpoint was written by another dist mode (local SGD keeps its round's state): resume with the "
               "same --dist.sync_every, or start fresh");
@@ -145,7 +154,7 @@ nlohmann::json load_checkpoint(const std::string& dir, GPTImpl& model, FlatAdamW
     opt->exp_avg_sq().copy_(state.tensors["exp_avg_sq"]);
     opt->set_steps(std::stoll(state.metadata["step"]));
   }
-  for (const auto& [name, t] : sync_state) t.copy_(state.tensors["sync." + name].reshape(t.sizes()));
+  for (const auto& [name, t] : restored) t.copy_(state.tensors["sync." + name].reshape(t.sizes()));
   at::Generator cpu_gen = at::detail::getDefaultCPUGenerator();
   cpu_gen.set_state(state.tensors["rng.cpu"]);
   const auto dev = model.parameters().front().device();

@@ -42,7 +42,12 @@ std::string checkpoint_dir(const std::string& root, int64_t step);
 // mismatched checkpoint.
 // opt null: the moments are not read (ps mode; a checkpoint written with them loads as well).
 // sync_state: the live tensors to restore (each must be in the checkpoint with the same size).
-nlohmann::json load_checkpoint(const std::string& dir, GPTImpl& model, FlatAdamW* opt, const NamedTensors& sync_state = {});
+// switching (a resume in another synchronization, worker/train/mode_switch.h): moments or sync
+// state the checkpoint does not hold are left as they are instead of refused.
+nlohmann::json load_checkpoint(const std::string& dir, GPTImpl& model, FlatAdamW* opt, const NamedTensors& sync_state = {},
+                               bool switching = false);
+// The checkpoint's meta.json, parsed (an error naming the file when it is not JSON).
+nlohmann::json read_checkpoint_meta(const std::string& dir);
 
 // Removes what writes killed mid-way left under root: step_N.tmp/ directories and latest's
 // temporary files. Returns how many entries it removed. Called once per run by the node's writer.

@@ -38,6 +38,7 @@ struct BucketReducer::Impl {
   std::deque<int> queue;  // indices into `order`, for the communication thread
   int next_launch = 0, done = 0;
   bool armed = false, stop = false;
+  bool broken = false;  // a reduction failed: sticky (finish() hands the error on, this stays)
   std::exception_ptr error;
   int64_t early = 0, reduced = 0;
   std::thread comm;
@@ -61,17 +62,20 @@ struct BucketReducer::Impl {
       const int i = queue.front();
       const Region r = order[i];
       queue.pop_front();
+      const bool failed = broken;  // a region failed: issue nothing more (replicas would go out of step)
       l.unlock();
       std::exception_ptr err;
       const int region = static_cast<int>(order.size()) - 1 - i;
       const int64_t t0 = Tracer::global().on() ? Tracer::now_us() : 0;
-      try {
-        if (gate) gate(static_cast<double>(grads.numel() - r.lo) / static_cast<double>(std::max<int64_t>(1, grads.numel())));
-        if (r.fence) stream->wait(*r.fence);
-        reduce(region, grads.slice(0, r.lo, r.hi));
-        if (flush && i == static_cast<int>(order.size()) - 1) flush();
-      } catch (...) {
-        err = std::current_exception();
+      if (!failed) {
+        try {
+          if (gate) gate(static_cast<double>(grads.numel() - r.lo) / static_cast<double>(std::max<int64_t>(1, grads.numel())));
+          if (r.fence) stream->wait(*r.fence);
+          reduce(region, grads.slice(0, r.lo, r.hi));
+          if (flush && i == static_cast<int>(order.size()) - 1) flush();
+        } catch (...) {
+          err = std::current_exception();
+        }
       }
       if (t0)
         Tracer::global().complete("reduce region", "comm", t0, Tracer::now_us(), -1,
@@ -79,6 +83,7 @@ struct BucketReducer::Impl {
                                               t0 - r.queued_us));
       l.lock();
       if (err && !error) error = err;
+      if (err) broken = true;
       ++done;
       ++reduced;
       cv.notify_all();

@@ -123,6 +123,10 @@ class GradientSync {
   // Further state a checkpoint must carry for an exact resume (local SGD: the round's start and
   // the outer momentum), by name; the tensors are the live ones (a load copies into them).
   virtual std::vector<std::pair<std::string, at::Tensor>> state() { return {}; }
+  // A resume in another synchronization than the checkpoint's (worker/train/mode_switch.h): the
+  // state() the checkpoint did not hold for this one starts afresh at the loaded weights (local
+  // SGD: the round starts here, the outer momentum at zero). Called after the load, before start().
+  virtual void restart_state(const at::Tensor& params) {}
   virtual SyncCounters counters() const = 0;
   // The run ended normally after `step` steps (not called on a partial run or a failure): peers are
   // told (ps: every shard gets FINISH, so that this node leaves the BSP/SSP count and shards that

@@ -77,6 +77,10 @@ class LocalSgdSync : public GradientSync {
   std::vector<std::pair<std::string, at::Tensor>> state() override {
     return {{"outer_start", start_}, {"outer_momentum", outer_.momentum()}};
   }
+  void restart_state(const at::Tensor& params) override {
+    start_.copy_(params);
+    outer_.momentum().zero_();
+  }
   SyncCounters counters() const override {
     SyncCounters c = inner_->counters();
     c.wire_bytes = wire_bytes();

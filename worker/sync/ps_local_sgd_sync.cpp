@@ -92,6 +92,10 @@ class PsLocalSgdSync : public GradientSync {
     return client_ ? ps_final_weights(*client_, final_host_, start_, per_version_ * every_ * per_step, while_waiting)
                    : shipped(params);
   }
+  void restart_state(const at::Tensor& params) override {
+    start_.copy_(params);
+    if (residual_.defined()) residual_.zero_();
+  }
   // The round's start, and with the int8 wire the error-feedback residuals (gathered from the client).
   std::vector<std::pair<std::string, at::Tensor>> state() override {
     if (!residual_.defined()) return {{"outer_start", start_}};

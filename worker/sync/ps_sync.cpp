@@ -98,6 +98,7 @@ class PsSync : public GradientSync {
     if (!pushed && group_) {  // the node's mean on every local replica
       group_->all_reduce_sum(local_, grads);
       grads.div_(local_size_);
+      group_->wait_device(local_, "the node's gradient mean");  // before the norm is read on the host
     }
     r.grad_norm = clip_grad_norm(grads, optim_.grad_clip);  // the same on the node's replicas
     // The guard: a non-finite (or too large) gradient is not sent. With ps_push_in_backward it has
@@ -123,6 +124,7 @@ class PsSync : public GradientSync {
     if (!group_) return x;
     at::Tensor t = at::full({1}, x, replica_options(device_));
     group_->all_reduce_sum(local_, t);
+    group_->wait_device(local_, "the loss average");  // bounded and abortable, before the host reads it
     return t.item<double>() / local_size_;
   }
   void check_identical(const at::Tensor& params, int64_t step) override {
@@ -163,6 +165,7 @@ class PsSync : public GradientSync {
     if (group_) {
       group_->reduce_sum(local_, region, 0);
       if (local_ == 0) region.div_(local_size_);
+      group_->wait_device(local_, "the node's gradient region");  // before the host copies and pushes it
     }
     if (!client_) return;
     // Each shard's own slice of the staged gradient (the flat buffer itself on CPU): a push in

@@ -47,9 +47,14 @@ class RingSync : public GradientSync {
   int world() const override { return nodes_ * local_size_; }
   int replicas_per_step() const override { return world(); }
 
-  void start(at::Tensor& params, int64_t) override {  // params <- rank 0's, exactly: x + 0 + ... + 0 == x
-    if (rank() != 0) params.zero_();
-    sum_.sum(params, exact());
+  // params and AdamW's moments <- rank 0's, exactly: x + 0 + ... + 0 == x. The moments matter after a
+  // switch from local SGD (worker/train/mode_switch.h), whose nodes' inner moments differ; on any
+  // other start they are equal already.
+  void start(at::Tensor& params, int64_t) override {
+    for (at::Tensor* t : {&params, &opt_.exp_avg(), &opt_.exp_avg_sq()}) {
+      if (rank() != 0) t->zero_();
+      sum_.sum(*t, exact());
+    }
   }
   void begin_last_backward(double, int64_t) override {
     mark_ = wire_bytes(), mark_in_ = wire_bytes_received();
@@ -78,6 +83,7 @@ class RingSync : public GradientSync {
     if (!group_) return x;
     at::Tensor t = at::full({1}, x, replica_options(device_));
     group_->all_reduce_sum(local_, t);
+    group_->wait_device(local_, "the loss average");  // bounded and abortable, before the host reads it
     return t.item<double>() / local_size_;
   }
   void check_identical(const at::Tensor& params, int64_t step) override {

@@ -37,6 +37,7 @@
 #include "worker/sync/gradient_sync.h"
 #include "worker/sync/advice.h"
 #include "worker/train/advice_watch.h"
+#include "worker/train/mode_switch.h"
 #include "worker/train/autocast.h"
 #include "worker/train/dropout_seed.h"
 #include "worker/train/step_pacer.h"
@@ -78,10 +79,12 @@ struct Trainer::Impl {
   int64_t skipped_steps = 0, skipped_in_a_row = 0;  // updates skipped by the finite-update guard
   double time_offset = 0;  // training seconds before a resume
   std::string config_toml;
+  JobMembership* membership;  // the node's group and ring: aborted as soon as this replica fails
+  int local_index;
 
   Impl(const RunConfig& c, const std::string& out_dir, bool resume, const std::string& toml, JobMembership& job,
        int local, bool verb)
-      : cfg(c), out(out_dir), verbose(verb), config_toml(toml) {
+      : cfg(c), out(out_dir), verbose(verb), config_toml(toml), membership(&job), local_index(local) {
     cfg.validate();
     const int dev = job.devices.empty() ? -1 : job.devices.at(static_cast<size_t>(local));
     if (dev >= 0) device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dev));
@@ -130,7 +133,12 @@ struct Trainer::Impl {
               "run without --resume to start fresh, or point --out at the run to resume");
     if (job.resume_step >= 0) {
       const std::string dir = checkpoint_dir(ckroot, job.resume_step);
-      auto meta = load_checkpoint(dir, *model, sync->optimizer(), sync->state());
+      // Another synchronization than the checkpoint's (a new advice's pick): what carries over is
+      // said once per node; the new synchronization's own state starts at the loaded weights.
+      const ModeSwitch switched = mode_switch(read_checkpoint_meta(dir), cfg.dist);
+      if (switched.switched && writer) log::warn("[checkpoint] {}", switched.summary());
+      auto meta = load_checkpoint(dir, *model, sync->optimizer(), sync->state(), switched.switched);
+      if (switched.fresh_sync_state) sync->restart_state(flat->params);
       step = meta.at("step").get<int64_t>();
       tokens = meta.at("tokens").get<int64_t>();
       time_offset = meta.value("time_s", 0.0);
@@ -281,6 +289,16 @@ struct Trainer::Impl {
     try {
       run_steps(stop_at);
     } catch (...) {
+      // The node's group (and ring) first, before anything here waits on the device: the other
+      // replicas must not wait for this one, and a collective it left half-done must end.
+      std::string why = "unknown error";
+      try {
+        throw;
+      } catch (const std::exception& e) {
+        why = e.what();
+      } catch (...) {
+      }
+      membership->abort(fmt::format("local replica {} failed: {}", local_index, why));
       // A failed run still reports the evaluations it snapshotted (eval.defer) before it stops.
       if (writer && !snapshots.empty()) {
         try {
@@ -494,8 +512,11 @@ JobMembership::JobMembership() = default;
 JobMembership::JobMembership(JobMembership&&) noexcept = default;
 JobMembership::~JobMembership() = default;
 void JobMembership::abort(const std::string& why) {
+  // The ring first: nothing a local collective left half-done can leave the node once its
+  // communicators are aborted; replicas blocked on a lane fail at once; the other nodes see this
+  // node leave.
+  if (ring) ring->shutdown();
   if (group) group->abort(why);
-  if (ring) ring->shutdown();  // replicas blocked on a lane fail at once; the other nodes see this node leave
 }
 
 JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, int local, bool verbose) {
