@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <future>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -28,6 +29,7 @@
 #include "common/comm/node_allreduce.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 
 using namespace syncopate;
 
@@ -52,6 +54,13 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-mb", bucket_mb,
                  "cut each buffer into buckets of this many MB (from its end, as backward produces gradients), "
                  "pipelined across buckets (NodeAllreduce::submit/drain); 0 = one sum of the whole buffer");
+  std::string device = "cpu";
+  app.add_option("--device", device, "cpu, or cuda: replica l's buffer on GPU l (with --local L, an NCCL group over GPUs 0..L-1)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  std::string op = "all_reduce";
+  app.add_option("--op", op, "all_reduce (across nodes and replicas); reduce_scatter or all_gather: inside one node's "
+                             "replicas only (--local L >= 2, one process)")
+      ->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather"}));
   bool serial = false;
   app.add_flag("--serial", serial, "with --bucket-mb: sum the buckets one after the other (NodeAllreduce::sum)");
   double latency_ms = 0;
@@ -72,7 +81,15 @@ int main(int argc, char** argv) {
     opt.wire = bf16 ? WireFormat::kBf16 : WireFormat::kF32;
     opt.segment_bytes = static_cast<size_t>(segment_kb) << 10;
     const int n = ring.world * local;
-    std::shared_ptr<LocalGroup> group(local > 1 ? make_local_group(local, {}, dc.timeout_s) : nullptr);
+    const bool cuda = device == "cuda";
+    std::vector<int> gpus;
+    for (int l = 0; cuda && local > 1 && l < local; ++l) gpus.push_back(l);
+    std::shared_ptr<LocalGroup> group(local > 1 ? make_local_group(local, gpus, dc.timeout_s) : nullptr);
+    SYN_CHECK(op == "all_reduce" || (group && ring.world == 1),
+              "--op " + op + " is an in-node collective: it needs --local L >= 2 and one process (NNODES=1)",
+              "use --op all_reduce across nodes");
+    // busbw as nccl-tests reports it: all-reduce moves 2(n-1)/n of the buffer per rank, the others (n-1)/n.
+    const double bus = (op == "all_reduce" ? 2.0 : 1.0) * (n - 1) / std::max(n, 1);
     if (ring.rank == 0) std::cout << "size_bytes time_us algbw_GBps busbw_GBps\n";
     std::vector<size_t> all;
     std::stringstream ss(sizes);
@@ -82,11 +99,21 @@ int main(int argc, char** argv) {
       std::unique_ptr<RingAllreducer> lane;
       if (ring.world > 1 && rings(h, l))
         lane = std::make_unique<RingAllreducer>(ring.rank, ring.world, ring.next_of(l), ring.prev_of(l));
+      std::optional<c10::DeviceGuard> on;  // this replica's GPU current on its thread
+      if (cuda) on.emplace(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(l)));
+      const at::TensorOptions where = cuda ? at::TensorOptions().device(at::kCUDA, l) : at::TensorOptions();
       NodeAllreduce ar(group.get(), l, lane.get(), ring.world, h);
-      at::Tensor one = at::zeros({1});
-      auto barrier = [&] { ar.sum(one, opt); };
+      at::Tensor one = at::zeros({1}, where);
+      // Every replica of every node at the same point, its device work done (the clock reads after it).
+      auto barrier = [&] {
+        ar.sum(one, opt);
+        if (group) group->barrier(l);
+        if (cuda) (void)one.item<float>();
+      };
       const int64_t bucket = static_cast<int64_t>(bucket_mb * (1 << 20) / 4);  // elements
       auto sum_all = [&](at::Tensor& buf) {
+        if (op == "reduce_scatter") return group->reduce_scatter_sum(l, buf);
+        if (op == "all_gather") return group->all_gather(l, buf);
         if (bucket <= 0) return ar.sum(buf, opt);
         for (int64_t hi = buf.numel(); hi > 0; hi -= bucket) {
           at::Tensor b = buf.slice(0, std::max<int64_t>(0, hi - bucket), hi);
@@ -95,7 +122,7 @@ int main(int argc, char** argv) {
         ar.drain();
       };
       for (size_t bytes : all) {
-        at::Tensor buf = at::ones({static_cast<int64_t>(bytes / 4)});
+        at::Tensor buf = at::ones({static_cast<int64_t>(bytes / 4)}, where);
         for (int i = 0; i < warmup; ++i) sum_all(buf);
         barrier();
         auto t0 = std::chrono::steady_clock::now();
@@ -104,7 +131,7 @@ int main(int argc, char** argv) {
         const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
         const double alg = bytes / us / 1e3;
         if (ring.rank == 0 && l == 0)
-          std::cout << fmt::format("{} {:.1f} {:.3f} {:.3f}", bytes, us, alg, alg * 2.0 * (n - 1) / n) << std::endl;
+          std::cout << fmt::format("{} {:.1f} {:.3f} {:.3f}", bytes, us, alg, alg * bus) << std::endl;
       }
     };
     std::vector<std::future<void>> threads;

@@ -42,7 +42,7 @@ for f in "$ROOT"/scripts/*.sh; do
 done
 for f in "$ROOT"/scripts/*.py "$ROOT"/experiments/*.py; do
   # experiments/ modules that are libraries of the tools, not tools
-  case $(basename "$f") in method.py|plotting.py|scenario.py|stats.py|cluster_runs.py|study.py) continue;; esac
+  case $(basename "$f") in method.py|plotting.py|scenario.py|stats.py|cluster_runs.py|study.py|run_probe.py) continue;; esac
   check "${f#$ROOT/}" "$PY" "$f"
 done
 written=$(find "$ROOT" "$TMP" -newer "$TMP/marker" -not -path "$ROOT/build*" -not -path "$ROOT/.git*" \

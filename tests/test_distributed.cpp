@@ -163,6 +163,22 @@ TEST(LocalReplicas, ThreeReplicasOfOneNodeEqualOneProcess) {
   EXPECT_EQ(n, 5);
 }
 
+// A replica that fails once built, before the first collective (SYNCOPATE_FAIL_AT=start:replica1:0,
+// as an out-of-memory while building would): the replicas waiting in start()'s collective are
+// released, and the node exits non-zero naming the cause, well within the collective's bound.
+TEST(LocalReplicas, AReplicaFailingBeforeStartEndsTheNodeWithItsCause) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  auto a = worker_args(d, corpus, d.str("node"), 2, 5, 1);
+  a.insert(a.end(), {"--dist.local_replicas=3", "--dist.local_timeout_s=60"});
+  const auto t0 = std::chrono::steady_clock::now();
+  test::Process node(a, {"SYNCOPATE_FAIL_AT=start:replica1:0"}, d.str("node.log"));
+  EXPECT_EQ(node.wait(60), 1);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
+  const std::string log = test::slurp(d.str("node.log"));
+  EXPECT_NE(log.find("injected failure before start"), std::string::npos) << log;
+}
+
 // Every local replica loads the checkpoint local replica 0 wrote: a resumed run of a node of two
 // replicas ends bit-identical to the uninterrupted one.
 TEST(LocalReplicas, ResumeFromACheckpointIsExact) {

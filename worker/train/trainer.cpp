@@ -154,6 +154,10 @@ struct Trainer::Impl {
     pacer = std::make_unique<StepPacer>(cfg.emulate, static_cast<uint64_t>(cfg.train.seed), cfg.dist.node_rank);
     if (cfg.emulate.overlap)
       sync->set_release_gate([p = pacer.get(), k = cfg.train.grad_accum](double done) { p->wait_until_produced(done, k); });
+    // Fault injection (tests, scripts/gpu_check.sh): this replica fails once built, before the first
+    // collective; the node's other replicas, waiting in start()'s, must end with its cause.
+    if (fail_point("start", fmt::format("replica{}", local).c_str(), step))
+      SYN_FAIL("injected failure before start (SYNCOPATE_FAIL_AT)", "a test asked for it");
     sync->start(flat->params, step);  // every replica from the same weights (rank 0's, or the servers')
     // Every local replica built and holding those weights on its device before any step starts
     // (NCCL's broadcast is asynchronous: by itself it is no barrier).
