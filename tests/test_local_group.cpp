@@ -29,6 +29,21 @@ at::Tensor exact_sum(int replicas, int64_t n) {
   for (int r = 0; r < replicas; ++r) s += replica_data(r, n);
   return s;
 }
+// nodes x L ring lanes of in-memory channels: lane l joins local replica l of every node.
+struct Lanes {  // send[l][k] / recv[l][k]: node k's ends of lane l
+  std::vector<std::vector<std::unique_ptr<Connection>>> send, recv;
+  Lanes(int nodes, int L) : send(L), recv(L) {
+    for (int l = 0; l < L; ++l) {
+      send[l].resize(nodes);
+      recv[l].resize(nodes);
+      for (int k = 0; k < nodes; ++k) {
+        auto [s, r] = memory_channel(64 << 10, fmt::format("lane {} node {}->{}", l, k, (k + 1) % nodes));
+        send[l][k] = std::move(s);
+        recv[l][(k + 1) % nodes] = std::move(r);
+      }
+    }
+  }
+};
 template <class Fn>
 void on_threads(int n, Fn fn) {
   std::vector<std::future<void>> fs;
@@ -155,17 +170,7 @@ TEST_P(NodeAllreduceShapes, EqualsTheExactSumOnEveryReplica) {
   const auto [nodes, L, n, hierarchy] = GetParam();
   std::vector<std::shared_ptr<LocalGroup>> groups;
   for (int k = 0; k < nodes; ++k) groups.push_back(L > 1 ? std::shared_ptr<LocalGroup>(make_local_group(L, {}, 60)) : nullptr);
-  // channel[l][k]: node k -> node k+1 on lane l.
-  std::vector<std::vector<std::unique_ptr<Connection>>> send(L), recv(L);
-  for (int l = 0; l < L; ++l) {
-    send[l].resize(nodes);
-    recv[l].resize(nodes);
-    for (int k = 0; k < nodes; ++k) {
-      auto [s, r] = memory_channel(64 << 10, fmt::format("lane {} node {}->{}", l, k, (k + 1) % nodes));
-      send[l][k] = std::move(s);
-      recv[l][(k + 1) % nodes] = std::move(r);
-    }
-  }
+  Lanes lanes(nodes, L);
   const at::Tensor expect = exact_sum(nodes * L, n);
   RingAllreduceOptions opt;
   opt.segment_bytes = 4096;
@@ -173,7 +178,7 @@ TEST_P(NodeAllreduceShapes, EqualsTheExactSumOnEveryReplica) {
     const int k = replica / L, l = replica % L;
     std::unique_ptr<RingAllreducer> lane;
     if (nodes > 1 && rings(hierarchy, l))
-      lane = std::make_unique<RingAllreducer>(k, nodes, *send[l][k], *recv[l][k]);
+      lane = std::make_unique<RingAllreducer>(k, nodes, *lanes.send[l][k], *lanes.recv[l][k]);
     NodeAllreduce ar(groups[k].get(), l, lane.get(), nodes, hierarchy);
     at::Tensor t = replica_data(replica, n);
     ar.sum(t, opt);
@@ -186,20 +191,6 @@ TEST_P(NodeAllreduceShapes, EqualsTheExactSumOnEveryReplica) {
 // turn, over fresh lanes. Same bits on every replica, and the exact sum. Small rings, 4 KiB
 // segments and a 64 KiB channel, so buckets really wait for each other in the ring.
 namespace {
-struct Lanes {  // send[l][k] / recv[l][k]: node k's ends of lane l
-  std::vector<std::vector<std::unique_ptr<Connection>>> send, recv;
-  Lanes(int nodes, int L) : send(L), recv(L) {
-    for (int l = 0; l < L; ++l) {
-      send[l].resize(nodes);
-      recv[l].resize(nodes);
-      for (int k = 0; k < nodes; ++k) {
-        auto [s, r] = memory_channel(64 << 10, fmt::format("lane {} node {}->{}", l, k, (k + 1) % nodes));
-        send[l][k] = std::move(s);
-        recv[l][(k + 1) % nodes] = std::move(r);
-      }
-    }
-  }
-};
 // Every replica's flat buffer after summing `buckets` (sizes, in submission order), pipelined or not.
 std::vector<at::Tensor> sum_buckets(int nodes, int L, const std::vector<int64_t>& buckets, bool pipelined) {
   int64_t total = 0;

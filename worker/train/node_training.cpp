@@ -67,20 +67,13 @@ void train_node(RunConfig cfg, std::string out_dir, bool resume, const std::stri
         Trainer t(cfg, out_dir, resume, config_toml, job, l);
         t.run();
       } catch (...) {
-        std::string why = "unknown error";
-        try {
-          throw;
-        } catch (const std::exception& e) {
-          why = e.what();
-        } catch (...) {
-        }
         {
           std::lock_guard<std::mutex> g(mu);
           if (!first) {
             first = std::current_exception();
           }
         }
-        job.abort(fmt::format("local replica {} failed: {}", l, why));
+        job.abort_failed_replica(l);
       }
     });
   }

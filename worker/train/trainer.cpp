@@ -295,14 +295,7 @@ struct Trainer::Impl {
     } catch (...) {
       // The node's group (and ring) first, before anything here waits on the device: the other
       // replicas must not wait for this one, and a collective it left half-done must end.
-      std::string why = "unknown error";
-      try {
-        throw;
-      } catch (const std::exception& e) {
-        why = e.what();
-      } catch (...) {
-      }
-      membership->abort(fmt::format("local replica {} failed: {}", local_index, why));
+      membership->abort_failed_replica(local_index);
       // A failed run still reports the evaluations it snapshotted (eval.defer) before it stops.
       if (writer && !snapshots.empty()) {
         try {
@@ -515,6 +508,17 @@ struct Trainer::Impl {
 JobMembership::JobMembership() = default;
 JobMembership::JobMembership(JobMembership&&) noexcept = default;
 JobMembership::~JobMembership() = default;
+void JobMembership::abort_failed_replica(int local) {
+  std::string why = "unknown error";
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    why = e.what();
+  } catch (...) {
+  }
+  abort(fmt::format("local replica {} failed: {}", local, why));
+}
+
 void JobMembership::abort(const std::string& why) {
   // The ring first: nothing a local collective left half-done can leave the node once its
   // communicators are aborted; replicas blocked on a lane fail at once; the other nodes see this
@@ -600,8 +604,8 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
 Trainer::Trainer(const RunConfig& cfg, const std::string& out_dir, bool resume, const std::string& config_toml,
                  bool verbose) {
   RunConfig c = cfg;
-  JobMembership job = join_job(c, out_dir, resume, 1, verbose);
-  impl_ = std::make_unique<Impl>(c, out_dir, resume, config_toml, job, 0, verbose);
+  own_job_ = std::make_unique<JobMembership>(join_job(c, out_dir, resume, 1, verbose));
+  impl_ = std::make_unique<Impl>(c, out_dir, resume, config_toml, *own_job_, 0, verbose);
 }
 Trainer::Trainer(const RunConfig& cfg, const std::string& out_dir, bool resume, const std::string& config_toml,
                  JobMembership& job, int local, bool verbose)

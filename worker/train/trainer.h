@@ -34,6 +34,8 @@ struct JobMembership {
   // One local replica failed: the others stop waiting for it (local collectives and ring links
   // alike) and throw. Safe from any thread.
   void abort(const std::string& why);
+  // Inside a catch: abort with the exception being handled, "local replica L failed: <what>".
+  void abort_failed_replica(int local);
   JobMembership();
   JobMembership(JobMembership&&) noexcept;
   ~JobMembership();
@@ -67,6 +69,7 @@ class Trainer {
 
  private:
   struct Impl;
+  std::unique_ptr<JobMembership> own_job_;  // the first constructor's job (outlives impl_, which aborts it on failure)
   std::unique_ptr<Impl> impl_;
 };
 
