@@ -516,6 +516,12 @@ int64_t PsClient::applied_clock() const {
   return c;
 }
 
+int64_t PsClient::restored_epoch() const {
+  int64_t e = 0;
+  for (const auto& part : impl_->parts) e = std::max(e, part.version >> kVersionEpochShift);
+  return e;
+}
+
 PsClientCounters PsClient::counters() const {
   return {impl_->pushes.load(), impl_->resends.load(), impl_->bytes_sent.load(), impl_->bytes_received.load()};
 }

@@ -127,6 +127,9 @@ class PsClient {
   // a worker resumed from an older checkpoint recomputes the clocks up to it, which the shards
   // answer without applying them again.
   int64_t applied_clock() const;
+  // The largest restore epoch among the shards' parts when init() registered this worker: 0 when
+  // every shard started from a worker's INIT, > 0 when one restored a checkpoint of its own.
+  int64_t restored_epoch() const;
   PsClientCounters counters() const;
   // The STATS JSON of shard k.
   std::string stats(int k);

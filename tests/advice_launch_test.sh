@@ -10,7 +10,9 @@
 #  5. drift: an advice made for a homogeneous cluster (0.1 s steps) runs on one whose node 1 takes
 #     4x that: node 1 logs the drift and writes advice_step_ratio ~4, node 0 stays quiet (~1); each
 #     node keeps the advice it started from (advice.applied.json); syncopate-advise --from-run on
-#     the run (dry) calibrates node 1 as the straggler.
+#     the run (dry) calibrates node 1 as the straggler;
+#  6. switching modes at a checkpoint (worker/train/mode_switch.h) through launch_node.sh: a ps job
+#     (its shards hold AdamW) resumed as a ring job: logged with what carries over, runs to its end.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
@@ -143,4 +145,31 @@ else echo "FAIL: drift not reported as expected"; grep -h "advice" "$TMP"/drift/
 out=$("$PY" "$ROOT/experiments/advise.py" --from-run "$TMP/drift" --dry-run 2>&1) || true
 if grep -q "stragglers 1 at" <<< "$out"; then echo "ok: the re-advice calibrates node 1 as the straggler"
 else echo "FAIL: --from-run"; echo "$out" | tail -n 10; fail=1; fi
+
+# 6. ps -> ring at a checkpoint, as a user takes a new advice.
+SW_ARGS=("${ARGS[@]/--checkpoint.every=0/--checkpoint.every=4}")
+export SYNCOPATE_TOKEN=switchtest MASTER_ADDR=127.0.0.1 NNODES=2 SYNCOPATE_NODE_HOSTS=127.0.0.1,127.0.0.1
+phase() {  # MODE STEPS RESUME: both nodes through launch_node.sh; prints the exit codes
+  local mode=$1 steps=$2 resume=$3 i p
+  export MASTER_PORT=$(free_port) SYNCOPATE_PS_PORT=$(free_port)
+  if [ "$mode" = ps ]; then export SYNCOPATE_SERVERS=per-node; else unset SYNCOPATE_SERVERS; fi
+  for i in 0 1; do
+    NODE_RANK=$i spawn "$ROOT/scripts/launch_node.sh" --max-restarts 0 -- --out "$TMP/sw/node$i" "${SW_ARGS[@]}" \
+      "--train.steps=$steps" --dist.mode="$mode" $resume > "$TMP/sw_${mode}_$steps.$i.log" 2>&1
+  done
+  local codes=()
+  for p in "${SPAWNED[@]}"; do set +e; wait "$p"; codes+=($?); set -e; done
+  SPAWNED=()
+  echo "${codes[*]}"
+}
+c1=$(phase ps 4 ""); c2=$(phase ring 8 --resume)
+if [ "$c1" = "0 0" ] && [ "$c2" = "0 0" ] && grep -q "switching from ps to ring at this checkpoint" "$TMP/sw_ring_8.0.log" &&
+   grep -q "AdamW's moments do not" "$TMP/sw_ring_8.1.log" && "$PY" - "$TMP/sw" <<'PY'
+import json, sys
+for i in (0, 1):
+    steps = [json.loads(l)["step"] for l in open(f"{sys.argv[1]}/node{i}/metrics.jsonl") if '"loss"' in l and '"val_loss"' not in l]
+    assert steps == list(range(1, 9)), (i, steps)
+PY
+then echo "ok: ps -> ring at the step-4 checkpoint: logged, steps 5-8 on the ring"
+else echo "FAIL: switch phases exited '$c1' '$c2'"; tail -n 5 "$TMP"/sw_*.log; fail=1; fi
 exit $fail

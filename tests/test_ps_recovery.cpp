@@ -20,6 +20,7 @@
 #include "tests/ps_in_process_server.h"
 #include "tests/ps_test_messages.h"
 #include "tests/test_helpers.h"
+#include "worker/sync/gradient_sync.h"
 
 using namespace syncopate;
 using test::init_header;
@@ -309,4 +310,34 @@ TEST(PsServer, ARestoredHeldWorkerUnknownToTheNewProcessGetsItsReplyOnResend) {
   EXPECT_EQ(j["version"], 2) << j.dump();
   EXPECT_EQ(j["bad_messages"], 0) << j.dump();
   EXPECT_TRUE(torch::equal(pa, pb)) << pa << pb;
+}
+
+// A switch into ps mode from another synchronization (worker/train/mode_switch.h) must find shards
+// that start from the job's weights: fresh shards (defined by a worker's INIT) pass
+// check_switched_shards; shards restored from checkpoints of an earlier ps phase are refused by
+// name (their weights would take the job back there).
+TEST(PsClient, ASwitchIntoPsRefusesShardsRestoredFromAnEarlierPhase) {
+  test::TempDir d;
+  ServerConfig sc = durable_server(d);
+  auto server = std::make_unique<test::InProcessServer>(sc, PsConfig{}, "job");
+  const std::string ep = server->endpoint;
+  {
+    PsClient fresh({ep}, "job", 0, 1, PsClientOptions{30});
+    auto p = torch::ones({8});
+    fresh.init(p, {}, AdamWConfig{});
+    EXPECT_EQ(fresh.restored_epoch(), 0);
+    EXPECT_NO_THROW(check_switched_shards(fresh, 4));
+    push_pull(fresh, torch::full({8}, 0.5), p, 0, 0.01);
+  }
+  server.reset();  // SHUTDOWN: checkpointed
+  sc.port = std::stoll(ep.substr(ep.rfind(':') + 1));
+  server = std::make_unique<test::InProcessServer>(sc, PsConfig{}, "job");
+  PsClient later({ep}, "job", 0, 1, PsClientOptions{30});
+  auto p = torch::ones({8});
+  later.init(p, {}, AdamWConfig{});
+  EXPECT_GT(later.restored_epoch(), 0);
+  const std::string e = test::error_of([&] { check_switched_shards(later, 8); });
+  EXPECT_NE(e.find("resumes step 8 in ps mode after another synchronization, but the shards restored checkpoints"),
+            std::string::npos) << e;
+  EXPECT_NE(e.find("remove the shards' checkpoints"), std::string::npos) << e;
 }

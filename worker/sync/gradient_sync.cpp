@@ -121,4 +121,13 @@ std::vector<std::pair<int64_t, int64_t>> parameter_ranges(const FlatParameters& 
   return r;
 }
 
+void check_switched_shards(const PsClient& client, int64_t step) {
+  SYN_CHECK(client.restored_epoch() == 0,
+            fmt::format("this node resumes step {} in ps mode after another synchronization, but the shards restored "
+                        "checkpoints of their own (an earlier ps phase of this job): they would take the job back there",
+                        step),
+            "remove the shards' checkpoints (their --out directories' checkpoint files) so that they start from the "
+            "job's weights, then start the job again");
+}
+
 }  // namespace syncopate

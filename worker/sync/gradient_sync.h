@@ -127,7 +127,7 @@ class GradientSync {
   // state() the checkpoint did not hold for this one starts afresh at the loaded weights (local
   // SGD: the round starts here, the outer momentum at zero). Called after the load, before start().
   virtual void restart_state(const at::Tensor& params) {}
-  virtual SyncCounters counters() const = 0;
+    virtual SyncCounters counters() const = 0;
   // The run ended normally after `step` steps (not called on a partial run or a failure): peers are
   // told (ps: every shard gets FINISH, so that this node leaves the BSP/SSP count and shards that
   // exit with their job know when it is over).
@@ -199,6 +199,10 @@ int64_t ps_job_tokens(const PsClient* client, int64_t per_version, int64_t steps
 // tokens_per_version: the job's tokens one shard version stands for (0: unknown; while_waiting is
 // then not called).
 class HostStaging;
+// After a switch into a ps mode (GradientSync::restart_state): the shards must have started from the
+// job's weights (a worker's INIT). Shards that restored checkpoints of an earlier ps phase would
+// silently take the job back there: refused, naming the fix.
+void check_switched_shards(const PsClient& client, int64_t step);
 ShippedWeights ps_final_weights(PsClient& client, HostStaging& staging, const at::Tensor& like, int64_t tokens_per_version,
                                 const GradientSync::WaitProgress& while_waiting);
 // dist.ps_partition_mb as float32 values per partition (0: none).

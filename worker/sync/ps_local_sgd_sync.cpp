@@ -52,6 +52,7 @@ class PsLocalSgdSync : public GradientSync {
     if (client_) {
       at::Tensor host = host_.copy_of(params);  // INIT's reply lands here, not in params
       client_->init(host, decay_, optim_, step / every_, update_);
+      if (switched_) check_switched_shards(*client_, step);
       if (residual_.defined()) client_->set_residuals(residual_.data_ptr<float>());  // owed at the checkpoint
       if (boundary) HostStaging::to_device(params, host);
       per_version_ = pushes_per_version(*client_, nodes_);
@@ -95,6 +96,7 @@ class PsLocalSgdSync : public GradientSync {
   void restart_state(const at::Tensor& params) override {
     start_.copy_(params);
     if (residual_.defined()) residual_.zero_();
+    switched_ = true;
   }
   // The round's start, and with the int8 wire the error-feedback residuals (gathered from the client).
   std::vector<std::pair<std::string, at::Tensor>> state() override {
@@ -122,6 +124,7 @@ class PsLocalSgdSync : public GradientSync {
   std::unique_ptr<GradientSync> inner_;
   std::unique_ptr<PsClient> client_;  // local replica 0 only
   at::Tensor residual_;  // int8 wire: the client's error-feedback residuals, flat (local replica 0's are the real ones)
+  bool switched_ = false;  // resumed from another synchronization's checkpoint (restart_state)
   at::Tensor start_, delta_;
   HostStaging host_, delta_host_, params_host_, final_host_;
   int64_t per_version_ = 0;  // node rounds one shard version stands for (job_tokens); 0: unknown

@@ -67,6 +67,7 @@ class PsSync : public GradientSync {
     if (client_) {
       at::Tensor host = params_host_.to_host(params);
       client_->init(host, decay_, optim_, step);
+      if (switched_) check_switched_shards(*client_, step);
       if (residual_.defined()) client_->set_residuals(residual_.data_ptr<float>());  // owed at the checkpoint
       HostStaging::to_device(params, host);
       if (const int64_t applied = client_->applied_clock(); applied >= step)
@@ -119,6 +120,10 @@ class PsSync : public GradientSync {
   void synchronize(at::Tensor& params) override {
     if (client_) finish_inflight(params);
     share_node_params(params);
+  }
+  void restart_state(const at::Tensor&) override {
+    switched_ = true;
+    if (residual_.defined()) residual_.zero_();  // nothing owed: the checkpoint was another mode's
   }
   double average(double x) override {
     if (!group_) return x;
@@ -224,6 +229,7 @@ class PsSync : public GradientSync {
   bool overlap_, push_in_backward_;
   std::unique_ptr<PsClient> client_;  // local replica 0 only
   at::Tensor residual_;               // int8 wire: the client's residuals, flat (local replica 0's are the real ones)
+  bool switched_ = false;             // resumed from another synchronization's checkpoint (restart_state)
   std::vector<int64_t> bounds_;       // push_in_backward: the parts' ranges (PsClient::part_bounds)
   std::unique_ptr<BucketReducer> regions_;
   at::Tensor flat_grads_;             // the flat gradient buffer (push_in_backward stages slices of it)

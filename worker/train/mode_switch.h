@@ -9,6 +9,8 @@
 //  - to or from per-step parameter servers (BSP, SSP, ASP), AdamW's moments do not: they live on
 //    the shards there and on the nodes otherwise, and moving them is not built. The moments start
 //    from zero (ring) or the shards start theirs from the workers' INIT (ps); the log says so.
+//  - into a ps mode, the shards must start from the workers' INIT: shards that restored checkpoints
+//    of an earlier ps phase would take the job back there, and are refused (check_switched_shards).
 #pragma once
 #include <string>
 
