@@ -66,8 +66,11 @@ def own_steps(d, window):
                 r = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by a crash: the others stand
-            if "step_s" in r and "wait_s" in r:
-                rows.append(max(0.0, r["step_s"] - r["wait_s"]))
+            if not isinstance(r, dict):
+                continue
+            s, w = r.get("step_s"), r.get("wait_s")
+            if isinstance(s, (int, float)) and isinstance(w, (int, float)) and s == s and w == w:  # (NaN is written null)
+                rows.append(max(0.0, s - w))
     if not rows:
         raise RunError(f"{d}/metrics.jsonl holds no step with step_s and wait_s")
     return rows[-window:]

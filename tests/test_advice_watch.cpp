@@ -56,8 +56,18 @@ TEST(AdviceWatch, DriftIsReportedWhenItStartsAndWhenItEnds) {
   // Back to normal: one line saying so.
   said = feed(0.5, 6);
   ASSERT_EQ(said.size(), 1u);
-  EXPECT_NE(said[0].find("back within 2x"), std::string::npos) << said[0];
+  EXPECT_NE(said[0].find("back within 1.41x"), std::string::npos) << said[0];
   EXPECT_FALSE(w.drifting());
+  // At the edge (1.9x, then 2.1x, then 1.8x): drift starts once and does not end until back within 1.41x.
+  said = feed(0.95, 6);
+  EXPECT_TRUE(said.empty());
+  said = feed(1.05, 6);
+  ASSERT_EQ(said.size(), 1u);
+  said = feed(0.9, 6);
+  EXPECT_TRUE(said.empty()) << said[0];
+  EXPECT_TRUE(w.drifting());
+  said = feed(0.5, 6);
+  ASSERT_EQ(said.size(), 1u);
   // Much faster than advised is drift too (the advice over-estimated this node).
   said = feed(0.2, 6);
   ASSERT_EQ(said.size(), 1u);

@@ -282,12 +282,13 @@ TEST(RingTraining, MismatchedSynchronizationIsRefusedNamingTheField) {
 }
 
 // Taking a new advice's pick from the job's checkpoint (issue 29, worker/train/mode_switch.h): a
-// ring job switches to local SGD (sync_every=2) at its step-4 checkpoint, then back to the ring at
-// step 8. Each switch is logged with what carries over; AdamW's step count continues (the moments
-// moved with the weights); local SGD sends bytes only at its rounds; and back on the ring, whose
-// replicas must hold the same moments (local SGD's inner moments differ per node), every replica
-// stays identical (checked every step).
-TEST(RingTraining, SwitchingToLocalSgdAndBackAtCheckpointsCarriesTheOptimizer) {
+// ring job switches to local SGD (H=4) at its step-4 checkpoint; from its step-10 checkpoint, in
+// the middle of a round (the nodes' inner weights differ; the later ones removed), to local SGD with
+// H=3, also mid-round (10 % 3 = 1); at 12 back to the ring. Each switch is logged; AdamW's step count continues (the moments moved with the
+// weights); local SGD sends bytes only at its rounds; after the mid-round switch the nodes start
+// from the job's mean weights, so the next round ends with them identical (checked job-wide at
+// every round end, and on the ring at every step).
+TEST(RingTraining, SwitchingBetweenRingAndLocalSgdAtCheckpointsCarriesTheOptimizer) {
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);
   auto run = [&](int steps, const std::vector<std::string>& extra) {
@@ -303,28 +304,40 @@ TEST(RingTraining, SwitchingToLocalSgdAndBackAtCheckpointsCarriesTheOptimizer) {
     auto st = load_safetensors(fmt::format("{}/checkpoints/step_{:06d}/optimizer.safetensors", d.str("node" + std::to_string(node)), step));
     return std::stoll(st.metadata.at("step"));
   };
-  run(4, {});
-  run(8, {"--resume", "--dist.sync_every=2", "--dist.outer=nesterov"});
-  const std::string log2 = test::slurp(d.str("node0.log"));
-  EXPECT_NE(log2.find("switching from ring to ring local SGD (sync_every=2, outer=nesterov) at this checkpoint"),
-            std::string::npos) << log2;
-  EXPECT_NE(log2.find("AdamW's moments too"), std::string::npos) << log2;
-  EXPECT_EQ(opt_steps(0, 6), 6);  // counted on from the ring's 4 (a fresh optimizer would say 2)
-  {
-    std::istringstream lines(test::slurp(d.str("node1/metrics.jsonl")));
+  auto sent_after = [&](int node, int from) {
+    std::istringstream lines(test::slurp(d.str("node" + std::to_string(node) + "/metrics.jsonl")));
     std::vector<int> sent;
     for (std::string l; std::getline(lines, l);) {
       if (l.find("\"loss\"") == std::string::npos) continue;
       const auto m = nlohmann::json::parse(l);
-      if (m["step"].get<int>() > 4 && m["wire_bytes"].get<int64_t>() > 0) sent.push_back(m["step"].get<int>());
+      if (m["step"].get<int>() > from && m["wire_bytes"].get<int64_t>() > 0) sent.push_back(m["step"].get<int>());
     }
-    EXPECT_EQ(sent, (std::vector<int>{6, 8}));
+    return sent;
+  };
+  run(4, {});
+  run(12, {"--resume", "--dist.sync_every=4", "--dist.outer=nesterov"});
+  std::string log = test::slurp(d.str("node0.log"));
+  EXPECT_NE(log.find("switching from ring to ring local SGD (sync_every=4, outer=nesterov) at this checkpoint"),
+            std::string::npos) << log;
+  EXPECT_NE(log.find("AdamW's moments too"), std::string::npos) << log;
+  EXPECT_EQ(opt_steps(0, 10), 10);  // counted on from the ring's 4 (a fresh optimizer would say 6)
+  EXPECT_EQ(sent_after(1, 4), (std::vector<int>{8, 12}));
+  EXPECT_FALSE(torch::equal(final_weights(d.str("node0"), 10), final_weights(d.str("node1"), 10)))
+      << "mid-round the nodes' weights should differ: the next switch would not test the mean";
+  for (int r = 0; r < 2; ++r) {  // the job resumes from its step-10 checkpoint, mid-round
+    fs::remove_all(d.str("node" + std::to_string(r) + "/checkpoints/step_000012"));
+    std::ofstream(d.str("node" + std::to_string(r) + "/checkpoints/latest")) << "step_000010\n";
   }
-  run(12, {"--resume"});
-  const std::string log3 = test::slurp(d.str("node0.log"));
-  EXPECT_NE(log3.find("switching from ring local SGD (sync_every=2, outer=nesterov) to ring"), std::string::npos) << log3;
-  EXPECT_EQ(opt_steps(1, 10), 10);
-  EXPECT_TRUE(torch::equal(final_weights(d.str("node0"), 12), final_weights(d.str("node1"), 12)));
+  run(12, {"--resume", "--dist.sync_every=3", "--dist.outer=nesterov"});
+  log = test::slurp(d.str("node0.log"));
+  EXPECT_NE(log.find("switching from ring local SGD (sync_every=4, outer=nesterov) to ring local SGD (sync_every=3"),
+            std::string::npos) << log;
+  EXPECT_TRUE(torch::equal(final_weights(d.str("node0"), 12), final_weights(d.str("node1"), 12)));  // round end
+  run(14, {"--resume"});
+  log = test::slurp(d.str("node0.log"));
+  EXPECT_NE(log.find("switching from ring local SGD (sync_every=3, outer=nesterov) to ring"), std::string::npos) << log;
+  EXPECT_EQ(opt_steps(1, 14), 14);
+  EXPECT_TRUE(torch::equal(final_weights(d.str("node0"), 14), final_weights(d.str("node1"), 14)));
 }
 
 // Node 1 died before writing its step-6 checkpoint: on restart both nodes agree on step 4 (the

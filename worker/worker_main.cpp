@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
       if (advised) {
         std::filesystem::create_directories(out);
         write_file_atomic(kept, read_file(cfg.dist.advice));
-      } else {
+      } else if (!resume) {  // (a resume keeps the record of the advice the run started from)
         std::remove(kept.c_str());
       }
     }

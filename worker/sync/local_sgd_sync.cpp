@@ -43,7 +43,15 @@ class LocalSgdSync : public GradientSync {
   // At a round boundary every replica takes rank 0's weights (x + 0 + ... + 0 == x) and the round
   // starts there. In the middle of a round (a resume) each node keeps its own weights, and the
   // round's start and outer momentum came from the checkpoint (state()).
+  // After a switch from another synchronization (restart_state), mid-round or not, the nodes' loaded
+  // weights may differ: every replica takes the job's mean, and the round starts there.
   void start(at::Tensor& params, int64_t step) override {
+    if (switched_) {
+      sum_.sum(params, exact());
+      params.div_(world());
+      start_.copy_(params);
+      return;
+    }
     if (step % every_ != 0) return;
     if (rank() != 0) params.zero_();
     sum_.sum(params, exact());
@@ -80,6 +88,7 @@ class LocalSgdSync : public GradientSync {
   void restart_state(const at::Tensor& params) override {
     start_.copy_(params);
     outer_.momentum().zero_();
+    switched_ = true;
   }
   SyncCounters counters() const override {
     SyncCounters c = inner_->counters();
@@ -102,6 +111,7 @@ class LocalSgdSync : public GradientSync {
   OuterOptimizer outer_;
   at::Tensor start_, delta_;  // the round's starting weights; the pseudo-gradient (reused)
   RingAllreduceOptions wire_;
+  bool switched_ = false;  // resumed from another synchronization's checkpoint (restart_state)
 };
 
 }  // namespace

@@ -5,6 +5,8 @@
 // buffer after it, divided by the world, clipped, and every replica applies the same AdamW step.
 // dist.clip_scope=node clips each node's mean gradient before the nodes combine (what BSP parameter
 // servers do), so the sum runs after backward: the node's mean, clipped, then the ring.
+#include <cmath>
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -47,15 +49,26 @@ class RingSync : public GradientSync {
   int world() const override { return nodes_ * local_size_; }
   int replicas_per_step() const override { return world(); }
 
-  // params and AdamW's moments <- rank 0's, exactly: x + 0 + ... + 0 == x. The moments matter after a
-  // switch from local SGD (worker/train/mode_switch.h), whose nodes' inner moments differ; on any
-  // other start they are equal already.
+  // params <- rank 0's, exactly: x + 0 + ... + 0 == x. After a switch from another synchronization
+  // (worker/train/mode_switch.h: local SGD mid-round, ps), the replicas' weights and AdamW moments
+  // may differ: every replica takes the job's mean of both, and rank 0's step count, so that they
+  // stay identical from here on.
   void start(at::Tensor& params, int64_t) override {
-    for (at::Tensor* t : {&params, &opt_.exp_avg(), &opt_.exp_avg_sq()}) {
-      if (rank() != 0) t->zero_();
-      sum_.sum(*t, exact());
+    if (!switched_) {
+      if (rank() != 0) params.zero_();
+      sum_.sum(params, exact());
+      return;
     }
+    for (at::Tensor* t : {&params, &opt_.exp_avg(), &opt_.exp_avg_sq()}) {
+      sum_.sum(*t, exact());
+      t->div_(world());
+    }
+    at::Tensor steps = at::full({1}, rank() == 0 ? static_cast<float>(opt_.steps()) : 0.f, params.options());
+    sum_.sum(steps, exact());
+    if (group_) group_->wait_device(local_, "the step count");  // bounded, before the host reads it
+    opt_.set_steps(static_cast<int64_t>(std::llround(steps.item<double>())));
   }
+  void restart_state(const at::Tensor&) override { switched_ = true; }
   void begin_last_backward(double, int64_t) override {
     mark_ = wire_bytes(), mark_in_ = wire_bytes_received();
     if (buckets_) buckets_->arm();
@@ -130,6 +143,7 @@ class RingSync : public GradientSync {
   FlatAdamW opt_;
   std::unique_ptr<BucketReducer> buckets_;  // dist.overlap: reductions during backward
   int64_t mark_ = 0, mark_in_ = 0;  // wire bytes sent and received before this step's last backward
+  bool switched_ = false;  // resumed from another synchronization's checkpoint (restart_state)
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "worker/train/advice_watch.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -56,7 +57,9 @@ std::optional<std::string> AdviceWatch::observe(int64_t step, double own_step_s)
   std::vector<double> v(recent_.begin(), recent_.end());
   std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
   ratio_ = v[v.size() / 2] / expected_.step_s;
-  const bool now = ratio_ >= factor_ || ratio_ <= 1 / factor_;
+  // Drift starts at factor x off and ends only back within sqrt(factor) x (no flapping at the edge).
+  const double back = std::sqrt(factor_);
+  const bool now = drifting_ ? !(ratio_ < back && ratio_ > 1 / back) : (ratio_ >= factor_ || ratio_ <= 1 / factor_);
   if (now == drifting_) return std::nullopt;
   drifting_ = now;
   if (now)
@@ -64,7 +67,8 @@ std::optional<std::string> AdviceWatch::observe(int64_t step, double own_step_s)
                        "assumed ({}): the cluster has drifted from the advice; re-run it on what this run measured "
                        "(scripts/syncopate-advise --from-run <the run's output>) to see whether the pick changes",
                        step, window_, v[v.size() / 2], ratio_, expected_.why);
-  return fmt::format("step {}: this node's own step time is back within {:g}x of the advice's ({:.2f}x)", step, factor_, ratio_);
+  return fmt::format("step {}: this node's own step time is back within {:.3g}x of the advice's ({:.2f}x)", step, back,
+                     ratio_);
 }
 
 }  // namespace syncopate

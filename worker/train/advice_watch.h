@@ -4,7 +4,7 @@
 // times the node's slowdown when the advice counted it among the slow workers. During the run each
 // node compares its own step time (data, compute and the emulation's pacing: the step less its
 // wait for communication) with that, over a window of steps; a median 2x off either way is drift,
-// logged once when it starts and once when it ends, with the command that re-runs the advice on
+// logged once when it starts and once when it ends (back within sqrt(2)x: no flapping at the edge), with the command that re-runs the advice on
 // what the run measured (syncopate-advise --from-run). The watch only reports: the job goes on in
 // the configuration it was started in.
 #pragma once

@@ -25,7 +25,10 @@ std::string ModeSwitch::summary() const {
                      moments_carried ? "AdamW's moments too"
                                      : "AdamW's moments do not (they live on the nodes in one mode and on the "
                                        "shards in the other; moving them is not built): they start from zero",
-                     fresh_sync_state ? "; the new synchronization's own state starts at these weights" : "");
+                     fresh_sync_state ? "; the nodes' checkpoints may differ, so every replica starts from the job's "
+                                        "mean weights (the ring also from the mean moments and node 0's step count), "
+                                        "and local SGD's round restarts there"
+                                      : "");
 }
 
 ModeSwitch mode_switch(const nlohmann::json& meta, const DistConfig& now) {

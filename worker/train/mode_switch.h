@@ -2,15 +2,18 @@
 // stage: taking a new advice's pick from the job's newest checkpoint). What carries over:
 //  - always: the weights, the step (and so the learning-rate schedule), the data position, the RNG;
 //  - between modes whose nodes hold AdamW's state (the ring, local SGD / DiLoCo on the ring or on
-//    the servers, whose inner optimizer is the node's): AdamW's moments and step count too. Local SGD's own state (the round's start, the outer
-//    momentum) starts afresh at the checkpoint's weights; after local SGD, whose inner moments
-//    differ per node, the ring takes node 0's moments with its weights (RingSync::start), so the
-//    replicas stay identical;
+//    the servers, whose inner optimizer is the node's): AdamW's moments and step count too;
 //  - to or from per-step parameter servers (BSP, SSP, ASP), AdamW's moments do not: they live on
 //    the shards there and on the nodes otherwise, and moving them is not built. The moments start
 //    from zero (ring) or the shards start theirs from the workers' INIT (ps); the log says so.
-//  - into a ps mode, the shards must start from the workers' INIT: shards that restored checkpoints
-//    of an earlier ps phase would take the job back there, and are refused (check_switched_shards).
+// The nodes' checkpoints may differ (local SGD mid-round, asynchronous ps): after a switch the ring
+// and local SGD start every replica from the job's mean weights (the ring from the mean moments
+// and node 0's step count too), and local SGD's round restarts there with zero outer momentum
+// (GradientSync::restart_state, then start()). The token count restarts in the new mode's meaning.
+// Into a ps mode the shards must start from the workers' INIT: shards that restored checkpoints of
+// an earlier ps phase would take the job back there, and are refused (check_switched_shards).
+// Known gaps: shards of an earlier ps phase still running (never restarted) are not detected; each
+// node decides from its own checkpoint's config.
 #pragma once
 #include <string>
 

@@ -19,12 +19,14 @@ std::string RunConfig::fingerprint() const {
   // the same collectives (buckets, segments, hierarchy) and combine them alike (mode, local SGD's
   // outer step, wire, clipping). Nodes of a --dist.mode=auto job that read different advice files
   // stop here, at the rendezvous, instead of hanging or averaging different things.
+  // Only the fields that apply: a field without effect may differ between nodes.
   const DistConfig& d = dist;
-  return fmt::format(
-      "{:016x} [dist] mode={} sync_every={} outer={} outer_lr={} outer_momentum={} outer_delay={} wire={} clip_scope={} "
-      "overlap={} bucket_kb={} first_bucket_kb={} segment_kb={} hierarchy={}",
-      fnv1a64(text), d.mode, d.sync_every, d.outer, d.outer_lr, d.outer_momentum, d.outer_delay, d.wire, d.clip_scope,
-      d.overlap, d.bucket_kb, d.first_bucket_kb, d.segment_kb, d.hierarchy);
+  std::string sync = fmt::format("[dist] mode={} sync_every={} wire={} clip_scope={} overlap={} segment_kb={}", d.mode,
+                                 d.sync_every, d.wire, d.clip_scope, d.overlap, d.segment_kb);
+  if (d.sync_every > 1) sync += fmt::format(" outer={} outer_lr={} outer_momentum={}", d.outer, d.outer_lr, d.outer_momentum);
+  if (d.overlap) sync += fmt::format(" bucket_kb={} first_bucket_kb={}", d.bucket_kb, d.first_bucket_kb);
+  if (d.local_replicas != 1) sync += " hierarchy=" + d.hierarchy;
+  return fmt::format("{:016x} {}", fnv1a64(text), sync);
 }
 
 std::string RunConfig::model_fingerprint() const {

@@ -139,6 +139,8 @@ struct Trainer::Impl {
       if (switched.switched && writer) log::warn("[checkpoint] {}", switched.summary());
       auto meta = load_checkpoint(dir, *model, sync->optimizer(), sync->state(), switched.switched);
       if (switched.fresh_sync_state) sync->restart_state(flat->params);
+      if (switched.switched)  // the old mode's count meant another thing (job-wide on the ring, per node otherwise)
+        tokens = step * cfg.train.batch_size * cfg.train.grad_accum * cfg.model.block_size * sync->replicas_per_step();
       step = meta.at("step").get<int64_t>();
       tokens = meta.at("tokens").get<int64_t>();
       time_offset = meta.value("time_s", 0.0);
