@@ -4,6 +4,31 @@
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
+# `free_ports N`: the first of N consecutive ports that are free now (for SYNCOPATE_PS_PORT, whose
+# shards take PORT, PORT+1, ...); a port derived from another one may be in use by anything.
+free_ports() {
+  python3 - "$1" <<'PYEOF'
+import random, socket, sys
+n = int(sys.argv[1])
+for _ in range(200):
+    base = random.randrange(20000, 60000 - n)
+    socks = []
+    try:
+        for p in range(base, base + n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", p))
+            socks.append(s)
+    except OSError:
+        continue
+    finally:
+        for s in socks:
+            s.close()
+    print(base)
+    break
+else:
+    sys.exit("free_ports: no run of free ports found")
+PYEOF
+}
 
 # Process groups. `spawn CMD...` starts CMD in the background in a session and process group of
 # its own (setsid; the caller must not use job control, else setsid forks and the PID is not the

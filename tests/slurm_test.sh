@@ -47,7 +47,7 @@ done
 for mode in ring ps; do
   port=$(free_port)
   if ! FAKE_JOB_ID=$JOB-$mode FAKE_LOG="$TMP/$mode" OUT="$TMP/$mode-run" CONFIG=configs/$mode-cpu.toml MASTER_PORT=$port \
-       SYNCOPATE_PS_PORT=$((port % 30000 + 20000)) timeout 180 sbatch --nodes=3 scripts/slurm/$mode.sbatch "${TINY[@]}" \
+       SYNCOPATE_PS_PORT=$(free_ports 3) timeout 180 sbatch --nodes=3 scripts/slurm/$mode.sbatch "${TINY[@]}" \
        > "$TMP/$mode.submit" 2>&1; then
     echo "FAIL: sbatch $mode.sbatch"; cat "$TMP/$mode.submit" slurm-syncopate-$mode-$JOB-$mode.out "$TMP/$mode".* 2>/dev/null | tail -20; fail=1; continue
   fi
