@@ -42,7 +42,6 @@ import os
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,7 +50,7 @@ import cost
 import run_probe
 import crossover
 import scenario
-from cluster_runs import ROOT, read_jsonl
+from cluster_runs import ROOT, run_simulator
 from stats import fmt_ci
 from study import time_to_target
 
@@ -346,19 +345,11 @@ def run(name, seed, px, cl, out, limit_s=0.0):
     if os.path.isdir(d):
         shutil.rmtree(d)  # made with another probe or other settings: not this advice's run
     os.makedirs(d)
-    t0 = time.time()
-    with open(os.path.join(d, "sim.log"), "w") as log:
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
-    if rc != 0:
-        raise SystemExit(f"advise: the simulated run {name} seed {seed} failed (exit {rc}); see {d}/sim.log\n"
-                         f"command: {line}")
-    with open(os.path.join(d, "sim.json")) as f:
-        sim = json.load(f)
-    evals = [m for m in read_jsonl(os.path.join(d, "node0", "metrics.jsonl")) if "val_loss" in m]
+    sim, evals, real_s = run_simulator(cmd, d, f"advise: the simulated run {name} seed {seed}")
     curve = [{"t": m["time_s"], "val_loss": m["val_loss"]} for m in evals]
     r = {"config": name, "n": cl["nodes"], "seed": seed,
          "time_to_target_s": time_to_target(curve, px["target_loss"]) if sim["target_reached_s"] >= 0 else None,
-         "simulated_s": sim["simulated_s"], "worker_steps": sim["worker_steps"], "real_s": time.time() - t0,
+         "simulated_s": sim["simulated_s"], "worker_steps": sim["worker_steps"], "real_s": real_s,
          "limit_s": limit_s, "final_val_loss": evals[-1]["val_loss"] if evals else None, "command": line}
     with open(os.path.join(d, "result.json"), "w") as f:
         json.dump(r, f)

@@ -164,6 +164,21 @@ def worker_flags(job, seed, lr, steps, ring=False, local_sgd=False, paced=True):
     return flags + ["--dist.clip_scope=node"]
 
 
+def run_simulator(cmd, out, failed):
+    """Runs one syncopate-sim command that writes into `out` (its output in out/sim.log). Returns
+    (sim.json, node 0's evaluation records, the run's real seconds). A non-zero exit ends the
+    caller with `failed` (what ran), the exit code, the log's path and the command."""
+    t0 = time.time()
+    with open(os.path.join(out, "sim.log"), "w") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        raise SystemExit(f"{failed} failed (exit {rc}); see {out}/sim.log\ncommand: {' '.join(cmd)}")
+    with open(os.path.join(out, "sim.json")) as f:
+        sim = json.load(f)
+    evals = [m for m in read_jsonl(os.path.join(out, "node0", "metrics.jsonl")) if "val_loss" in m]
+    return sim, evals, time.time() - t0
+
+
 def cluster_command(cfg, em, job, seed, lr, out, trace=False):
     """local_cluster.sh arguments of one run. cfg: {"cluster": [...], "ring": bool}; em: the
     emulation (step_time_s, slow_node, slowdown, jitter, link_gbit, netns); job: model, batch, steps."""

@@ -28,12 +28,10 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
-import time
 
 import cost
-from cluster_runs import ROOT, read_jsonl
+from cluster_runs import ROOT, run_simulator
 from stats import fmt_ci, holm, mean_ci95
 from stats import paired as stats_paired
 from study import time_to_target
@@ -121,21 +119,13 @@ def run(name, n, ratio, slowdown, seed, a, limit_s=0):
             return json.load(f)
     os.makedirs(out, exist_ok=True)
     cmd = command(name, n, ratio, slowdown, seed, out, a, limit_s)
-    t0 = time.time()
-    with open(os.path.join(out, "sim.log"), "w") as log:
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
-    if rc != 0:
-        raise SystemExit(f"crossover: {name} N={n} r={ratio} s={slowdown} seed {seed} failed (exit {rc}); "
-                         f"see {out}/sim.log\ncommand: {' '.join(cmd)}")
-    with open(os.path.join(out, "sim.json")) as f:
-        sim = json.load(f)
-    evals = [m for m in read_jsonl(os.path.join(out, "node0", "metrics.jsonl")) if "val_loss" in m]
+    sim, evals, real_s = run_simulator(cmd, out, f"crossover: {name} N={n} r={ratio} s={slowdown} seed {seed}")
     # The simulator stops at the first evaluation at or below the target; the crossing itself is
     # placed linearly between that evaluation and the one before (as the studies do).
     curve = [{"t": m["time_s"], "val_loss": m["val_loss"]} for m in evals]
     r = {"config": name, "n": n, "ratio": ratio, "slowdown": slowdown, "seed": seed,
          "time_to_target_s": time_to_target(curve, a.target) if sim["target_reached_s"] >= 0 else None,
-         "simulated_s": sim["simulated_s"], "worker_steps": sim["worker_steps"], "real_s": time.time() - t0,
+         "simulated_s": sim["simulated_s"], "worker_steps": sim["worker_steps"], "real_s": real_s,
          "limit_s": limit_s, "final_val_loss": evals[-1]["val_loss"] if evals else None,
          "command": " ".join(cmd)}
     with open(done, "w") as f:
