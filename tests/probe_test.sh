@@ -6,9 +6,9 @@
 #  2. a node that dies after the rendezvous (SYNCOPATE_CRASH_AT=probe:links:2): node 0 still writes
 #     probe.json, "complete": false, naming the links it lacks; the others exit non-zero, not hang;
 #  3. a node that never comes: the rendezvous times out and node 0's partial probe.json names it;
-#  4. as root, in network namespaces with 0.2 Gbit/s tbf links: every link's goodput reads that rate less
-#     TCP/IP's framing (1448 B of payload per 1514 B frame, ~0.191 Gbit/s), from 15% under it (CI's two
-#     cores run this beside other tests: 0.179 was seen once, 0.188-0.192 alone) to 3% over.
+#  4. as root, in network namespaces with 0.2 Gbit/s tbf links: every link's goodput within 10% of it
+#     (TCP/IP's framing alone takes 4.4%: 1448 B of payload per 1514 B frame; the probe takes the
+#     fastest of 3 transfers, as one that a descheduled receiver stalled read 0.179 under CI's load).
 # Everything started is ended on exit (local_cluster.sh's process groups, spawn/end_spawned).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -98,11 +98,11 @@ if [ "$(id -u)" = 0 ] && command -v ip > /dev/null; then
   SYNCOPATE_WORKER=$BIN/syncopate-worker "$ROOT/scripts/local_cluster.sh" --probe --nodes 3 --out "$TMP/ns" --netns \
     --link-gbit 0.2 -- "${ARGS[@]}" --probe.seconds=1 --probe.max_mb=64 > "$TMP/ns.log" 2>&1 ||
     { echo "FAIL: local_cluster.sh --probe --netns exited non-zero"; tail -n 30 "$TMP/ns.log"; exit 1; }
-  check "netns: every link's goodput reads the 0.2 Gbit/s tbf rate less TCP framing (-15% .. +3%)" "$TMP/ns/probe.json" '
+  check "netns: every link's goodput within 10% of the 0.2 Gbit/s tbf rate" "$TMP/ns/probe.json" '
 assert p["complete"] is True
-payload = 0.2 * 1448 / 1514      # what TCP can carry over a 0.2 Gbit/s link of 1500 B MTU with timestamps
 for l in p["links"]:
-    assert 0.85 <= l["goodput_gbit"] / payload <= 1.03, (l, payload)
+    assert abs(l["goodput_gbit"] / 0.2 - 1) <= 0.10, l
+    assert len(l["repeats_gbit"]) == 3 and l["goodput_gbit"] == max(l["repeats_gbit"]), l
 print("  goodput Gbit/s:", [round(l["goodput_gbit"], 4) for l in p["links"]])
 '
 else

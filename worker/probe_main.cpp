@@ -48,6 +48,7 @@ struct ProbeConfig {
   int64_t pings = 30;     // round trips timed per ring link (the first 3 untimed)
   double seconds = 0.5;   // a link's bulk transfer doubles from 1 MiB until it takes at least this long, seconds
   double max_mb = 256;    // the largest bulk transfer, MiB (a fast link stops here)
+  int64_t repeats = 3;    // transfers of the final size per link; the fastest is its goodput
 
   template <class V>
   void fields(V& v) {
@@ -56,6 +57,7 @@ struct ProbeConfig {
     v("pings", pings, "round trips timed per ring link (3 more untimed first)", int64_t{4}, int64_t{100000});
     v("seconds", seconds, "a link's bulk transfer grows until it takes this long, seconds", 0.001, 600.0);
     v("max_mb", max_mb, "the largest bulk transfer per link, MiB", 1.0, 65536.0);
+    v("repeats", repeats, "transfers of the final size per link (the fastest is its goodput)", int64_t{1}, int64_t{100});
   }
 };
 
@@ -223,7 +225,7 @@ int main(int argc, char** argv) {
     // 2. The ring (the probe's settings are part of the fingerprint: every node runs the same probe).
     RendezvousOptions ro = rendezvous_options(
         d, job_token_or_insecure_default("[probe]"),
-        fmt::format("probe {} {} {} {}", cfg.model_fingerprint(), probe.pings, probe.seconds, probe.max_mb));
+        fmt::format("probe {} {} {} {} {}", cfg.model_fingerprint(), probe.pings, probe.seconds, probe.max_mb, probe.repeats));
     ro.latency_s = cfg.emulate.latency_ms / 1e3;
     Ring ring;
     try {
@@ -251,12 +253,14 @@ int main(int argc, char** argv) {
     lo.pings = static_cast<int>(probe.pings);
     lo.seconds = probe.seconds;
     lo.max_bytes = static_cast<size_t>(probe.max_mb * (1 << 20));
+    lo.repeats = static_cast<int>(probe.repeats);
     lo.min_bytes = std::min(lo.min_bytes, lo.max_bytes);
     json link;
     try {
       const LinkProbe l = probe_link(*ring.next, *ring.prev, lo);
       link = {{"from", rank},          {"to", (rank + 1) % world}, {"rtt_us", summary(l.rtt_us)},
               {"goodput_gbit", l.goodput_gbit}, {"bytes", l.bytes}, {"seconds", l.seconds},
+              {"repeats_gbit", l.repeats_gbit},
               {"measured_unix_s", unix_s()}};
       for (const auto& r : ring_all_gather(rank, world, *ring.next, *ring.prev, link.dump()))
         doc["links"].push_back(json::parse(r));

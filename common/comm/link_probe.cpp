@@ -40,29 +40,44 @@ void echo(Connection& prev, int pings) {
   }
 }
 
-// The sending side: transfers of doubling size until one takes `seconds`; then a 0 header ends it.
+// One transfer of `size` bytes and its answer; the seconds of its data (less a round trip).
+double transfer(Connection& next, std::vector<char>& buf, size_t size, double rtt_s) {
+  const uint64_t header = size;
+  const auto t0 = Clock::now();
+  next.send(&header, sizeof header);
+  for (size_t sent = 0; sent < size; sent += std::min(buf.size(), size - sent))
+    next.send(buf.data(), std::min(buf.size(), size - sent));
+  uint64_t ack = 0;
+  next.recv(&ack, sizeof ack);
+  SYN_CHECK(ack == size, "the next node acknowledged another size than was sent to " + next.peer(),
+            "every node of the job must run the same syncopate-probe");
+  // A round trip's worth of the elapsed time is the header's way out and the answer's way back,
+  // not the data's; the size grows until the data's own time is `seconds`, so that on a link of
+  // long latency the goodput is not a small difference of two large numbers.
+  return std::max(seconds_since(t0) - rtt_s, 1e-6);
+}
+
+// The sending side: transfers of doubling size until one takes `seconds`, that size `repeats` times
+// in all (the fastest counts); then a 0 header ends it.
 LinkProbe send_bulk(Connection& next, const LinkProbeOptions& o, double rtt_s) {
   std::vector<char> buf(std::min(kChunk, std::max<size_t>(o.max_bytes, 1)), 1);
-  LinkProbe r;
-  for (size_t size = std::max<size_t>(o.min_bytes, 1);; size = std::min(size * 2, o.max_bytes)) {
-    const uint64_t header = size;
-    const auto t0 = Clock::now();
-    next.send(&header, sizeof header);
-    for (size_t sent = 0; sent < size; sent += std::min(buf.size(), size - sent))
-      next.send(buf.data(), std::min(buf.size(), size - sent));
-    uint64_t ack = 0;
-    next.recv(&ack, sizeof ack);
-    SYN_CHECK(ack == size, "the next node acknowledged another size than was sent to " + next.peer(),
-              "every node of the job must run the same syncopate-probe");
-    // A round trip's worth of the elapsed time is the header's way out and the answer's way back,
-    // not the data's; the size grows until the data's own time is `seconds`, so that on a link of
-    // long latency the goodput is not a small difference of two large numbers.
-    const double data_s = seconds_since(t0) - rtt_s;
-    r.bytes = size;
-    r.seconds = std::max(data_s, 1e-6);
-    r.goodput_gbit = static_cast<double>(size) * 8 / r.seconds / 1e9;
-    if (data_s >= o.seconds || size >= o.max_bytes) break;
+  size_t size = std::max<size_t>(o.min_bytes, 1);
+  double data_s = transfer(next, buf, size, rtt_s);
+  while (data_s < o.seconds && size < o.max_bytes) {
+    size = std::min(size * 2, o.max_bytes);
+    data_s = transfer(next, buf, size, rtt_s);
   }
+  LinkProbe r;
+  r.bytes = size;
+  auto gbit = [size](double s) { return static_cast<double>(size) * 8 / s / 1e9; };
+  r.seconds = data_s;
+  r.repeats_gbit.push_back(gbit(data_s));
+  for (int i = 1; i < std::max(o.repeats, 1); ++i) {
+    const double s = transfer(next, buf, size, rtt_s);
+    r.repeats_gbit.push_back(gbit(s));
+    r.seconds = std::min(r.seconds, s);
+  }
+  r.goodput_gbit = gbit(r.seconds);
   const uint64_t end = 0;
   next.send(&end, sizeof end);
   return r;

@@ -5,7 +5,9 @@
 //   round trips:  next.send(8 B) -> the next node echoes it on its prev -> next.recv(8 B), `pings` times
 //   goodput:      next.send(size header, size bytes) -> the next node answers 8 B once all have arrived;
 //                 size doubles from min_bytes until a transfer's data time (elapsed - median round trip)
-//                 is at least `seconds` (or max_bytes); goodput = size / that time, of the last transfer
+//                 is at least `seconds` (or max_bytes); that size is sent `repeats` times in all, and
+//                 goodput = size / the shortest of their times (a transfer stalled by a descheduled
+//                 receiver on a loaded host measures the host, not the link; every repeat is kept)
 //
 // Written against Connection (the transport is the caller's): both directions of each connection are
 // used, so a transport must be full duplex (TCP is; the one-way memory channels are not).
@@ -24,13 +26,15 @@ struct LinkProbeOptions {
   double seconds = 0.5;              // a transfer doubles until its data (less a round trip) take this long, seconds
   size_t min_bytes = size_t{1} << 20;    // the first transfer, bytes
   size_t max_bytes = size_t{256} << 20;  // the largest transfer, bytes (a slow link stops at `seconds`)
+  int repeats = 3;                   // transfers of the final size; the fastest is the goodput (>= 1)
 };
 
 struct LinkProbe {                   // this node's link to the next node
   std::vector<double> rtt_us;        // each timed round trip, microseconds
-  double goodput_gbit = 0;           // bytes / time of the last (largest) transfer, Gbit/s (1e9 bits)
-  uint64_t bytes = 0;                // its size, bytes
-  double seconds = 0;                // its time from the first byte sent to the answer, less one median round trip
+  double goodput_gbit = 0;           // bytes / time of the fastest transfer of the final size, Gbit/s (1e9 bits)
+  uint64_t bytes = 0;                // that size, bytes
+  double seconds = 0;                // that transfer's time from the first byte sent to the answer, less one median round trip
+  std::vector<double> repeats_gbit;  // the goodput of each transfer of the final size, in order
 };
 
 // Runs on every node of a ring at once (world >= 2); next/prev as in Ring. Returns what this node
