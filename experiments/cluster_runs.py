@@ -201,7 +201,12 @@ def cluster_command(cfg, em, job, seed, lr, out, trace=False):
     if trace:
         cmd += ["--trace"]  # every process's timeline, merged into OUT/trace.json
     return cmd + ["--"] + worker_flags(job, seed, lr, steps, cfg.get("ring", False), sync_every(cfg) > 1,
-                                       em["step_time_s"] > 0) + cfg.get("worker", [])
+                                       em["step_time_s"] > 0) + jitter_tail_flags(em) + cfg.get("worker", [])
+
+
+def jitter_tail_flags(em):
+    """The trainer's heavy-tailed jitter flag where the emulation asks for it (none for exponential jitter)."""
+    return [f"--emulate.jitter_tail={em['jitter_tail']!r}"] if em.get("jitter_tail") and em.get("jitter") else []
 
 
 # local_cluster.sh's server flags and the [ps] fields syncopate-sim takes for them.
@@ -246,7 +251,7 @@ def sim_command(cfg, em, job, seed, lr, out):
     if em.get("sharing"):
         cmd += [f"--sim.sharing={em['sharing']}"]
     return cmd + worker_flags(job, seed, lr, steps, cfg.get("ring", False), sync_every(cfg) > 1,
-                              em["step_time_s"] > 0) + cfg.get("worker", [])
+                              em["step_time_s"] > 0) + jitter_tail_flags(em) + cfg.get("worker", [])
 
 
 def calibrate(preset, batch, out):

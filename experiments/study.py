@@ -43,6 +43,8 @@ def add_args(ap, out_default):
                     help="evaluation points per run, asked at the same global token counts in every configuration "
                     "(node 0's count; asynchronous modes land elsewhere: the report states the points observed)")
     ap.add_argument("--seeds", type=int, default=3, help="headline seeds 0..N-1 (weights, data order, jitter)")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="the first headline seed (seeds FIRST..FIRST+N-1): a reference study on seeds of its own")
     ap.add_argument("--tuning-seeds", default="1000",
                     help="seeds the learning rates are tuned on (disjoint from the headline seeds)")
     ap.add_argument("--lr-grid", default="0.5,1,2", help="learning-rate multipliers tried per configuration")
@@ -84,6 +86,8 @@ def add_args(ap, out_default):
     ap.add_argument("--slow-node", type=int, help="the straggler's index (-1: none)")
     ap.add_argument("--slowdown", type=float, help="the straggler's factor on the modelled time")
     ap.add_argument("--jitter", type=float, help="mean exponential extra time per step, fraction of the step time")
+    ap.add_argument("--jitter-tail", type=float, help="0: exponential jitter; > 1: heavy-tailed (Lomax of this shape, "
+                    "the same mean --jitter; 1.5: infinite variance)")
     ap.add_argument("--netns", action="store_true", help="each node in its own network namespace (root)")
     ap.add_argument("--link-gbit", type=float, help="the emulated link rate with --netns, Gbit/s")
     ap.add_argument("--configs", help="comma-separated subset of the configurations")
@@ -112,7 +116,7 @@ def add_args(ap, out_default):
 
 def emulation(a):
     """The emulation from the scenario and the raw knobs (raw knobs win), and a description."""
-    em = {"step_time_s": 0.3, "slow_node": -1, "slowdown": 1.0, "jitter": 0.0, "link_gbit": None, "latency_ms": 0.0,
+    em = {"step_time_s": 0.3, "slow_node": -1, "slowdown": 1.0, "jitter": 0.0, "jitter_tail": 0.0, "link_gbit": None, "latency_ms": 0.0,
           "preset": "tiny", "batch": 8, "nodes": 4, "dilation": None, "ratio": None, "name": "raw knobs",
           "max_cpu": 0.7}
     sc = None
@@ -164,7 +168,8 @@ def emulation(a):
                   f"needs for {em['nodes']} nodes (real compute {em['real_compute_s'] * 1e3:.0f} ms per step): expect "
                   "overruns and invalid runs", flush=True)
     for key, val in (("step_time_s", a.step_time), ("slow_node", a.slow_node),
-                     ("slowdown", a.slowdown), ("jitter", a.jitter)):
+                     ("slowdown", a.slowdown), ("jitter", a.jitter),
+                     ("jitter_tail", getattr(a, "jitter_tail", None))):
         if val is not None:
             em[key] = val
     if a.link_gbit is not None:
@@ -185,6 +190,8 @@ def emulation(a):
         problems.append(f"--slowdown {em['slowdown']} is below 1 (a straggler is slower, not faster)")
     if em["jitter"] < 0:
         problems.append(f"--jitter {em['jitter']} is negative")
+    if em["jitter_tail"] and not em["jitter_tail"] > 1:
+        problems.append(f"--jitter-tail {em['jitter_tail']} has no finite mean: 0 (exponential) or a shape above 1")
     if em["slow_node"] >= em["nodes"]:
         problems.append(f"--slow-node {em['slow_node']} but only {em['nodes']} nodes (0..{em['nodes'] - 1})")
     if em["link_gbit"] is not None and em["link_gbit"] <= 0:
@@ -440,7 +447,8 @@ def run_study(configs, a, title, command, pairs=()):
     if unknown:
         raise BadInput(f"unknown configuration(s) {', '.join(unknown)}; choose from {', '.join(configs)}")
     # Bad input, named before any run.
-    seeds = list(range(a.seeds))
+    first = getattr(a, "first_seed", 0) or 0
+    seeds = list(range(first, first + a.seeds))
     tseeds = method.tuning_seeds(getattr(a, "tuning_seeds", "1000"), seeds)
     extend = getattr(a, "lr_extend", 3)
     tune = getattr(a, "tune", True)
@@ -958,7 +966,8 @@ def describe(em):
     if em["slow_node"] >= 0 and em["slowdown"] > 1:
         parts.append(f"node {em['slow_node']} {em['slowdown']:g}x slower")
     if em["jitter"]:
-        parts.append(f"jitter: exponential, mean {em['jitter']:g} of the step")
+        parts.append(f"jitter: heavy-tailed (Lomax, shape {em['jitter_tail']:g}), mean {em['jitter']:g} of the step"
+                     if em.get("jitter_tail") else f"jitter: exponential, mean {em['jitter']:g} of the step")
     if em.get("backend") == "sim":
         parts.append(f"links {em['link_gbit'] or 10:.3g} Gbit/s, {sim_latency_us(em):g} us one way "
                      "(syncopate-sim: virtual time)")

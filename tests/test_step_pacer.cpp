@@ -1,5 +1,7 @@
 // StepPacer: a step lasts its modelled time (sleeping, never shortening real compute), overruns are
 // recorded, jitter is reproducible per seed, and the emulation config refuses what it cannot model.
+#include <cmath>
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -87,6 +89,44 @@ TEST(StepPacer, JitterIsReproduciblePerSeedAndNodeAndHasTheConfiguredMean) {
   // E[T] = base * slowdown * (1 + jitter) = 2.5; the mean of 20000 draws is within 2% (sd of the
   // mean: 2 * 0.25 / sqrt(20000) = 0.0035).
   EXPECT_NEAR(sum / n, 2.5, 0.05);
+}
+
+// Heavy-tailed jitter (emulate.jitter_tail = alpha): Lomax of shape alpha and the exponential's mean.
+// Checked where a heavy tail differs from the exponential of the same mean: the median is lower
+// (Lomax: lambda (2^(1/alpha) - 1) with lambda = jitter (alpha - 1); exponential: jitter ln 2) and
+// steps past 10x the mean are far more frequent (Lomax: (1 + 10 / (alpha - 1))^-alpha = 1.04% at
+// 1.5; exponential: e^-10 = 0.0045%).
+TEST(StepPacer, HeavyTailedJitterHasTheMeanItsMedianAndItsTail) {
+  EmulateConfig c;
+  c.step_time_s = 1.0;
+  c.jitter = 0.2;
+  c.jitter_tail = 1.5;
+  c.validate();
+  EmulateConfig e = c;
+  e.jitter_tail = 0;
+  StepPacer heavy(c, 11, 0), expo(e, 11, 0);
+  const int n = 200000;
+  std::vector<double> h(n);
+  int far_h = 0, far_e = 0;
+  for (int64_t s = 0; s < n; ++s) {
+    h[static_cast<size_t>(s)] = heavy.modelled_s(s) - 1.0;
+    far_h += h[static_cast<size_t>(s)] > 10 * 0.2;
+    far_e += expo.modelled_s(s) - 1.0 > 10 * 0.2;
+    EXPECT_GE(h[static_cast<size_t>(s)], 0.0);
+  }
+  std::nth_element(h.begin(), h.begin() + n / 2, h.end());
+  const double lambda = 0.2 * 0.5;
+  EXPECT_NEAR(h[n / 2], lambda * (std::pow(2.0, 1 / 1.5) - 1), 0.003) << "the Lomax median";
+  const double p_far = std::pow(1 + 2.0 / lambda, -1.5);  // 1.04%
+  EXPECT_NEAR(far_h / double(n), p_far, 0.1 * p_far) << "the tail past 10x the mean";
+  EXPECT_LT(far_e, 20) << "the exponential's tail there is ~100x thinner";
+  c.jitter_tail = 0.8;  // no finite mean
+  try {
+    c.validate();
+    ADD_FAILURE() << "accepted jitter_tail 0.8";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("emulate.jitter_tail"), std::string::npos) << err.what();
+  }
 }
 
 // emulate.overlap (issue 25): a gradient region is released when the modelled backward has

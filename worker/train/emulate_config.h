@@ -15,6 +15,9 @@ struct EmulateConfig {
   double jitter = 0;         // per-step noise: the modelled time is multiplied by (1 + X), X exponential with this
                              // mean (a shifted exponential, the usual straggler model); 0 = none. Seeded by
                              // train.seed, the node's rank and the step: reproducible per seed
+  double jitter_tail = 0;    // 0: X exponential; > 1: X heavy-tailed, Lomax (Pareto II) of this shape alpha and the
+                             // same mean `jitter` (alpha <= 2: infinite variance; 1.5 = rare steps many times the
+                             // mean, the tail measured in shared clusters); dimensionless
   // Optional derivation of step_time_s from a target device (used when target_params > 0):
   // step_time_s = dilation * 6 * target_params * target_tokens / (peak_tflops * 1e12 * mfu).
   int64_t target_params = 0;  // parameters of the model the target cluster trains; 0 = use step_time_s
@@ -40,6 +43,7 @@ struct EmulateConfig {
     v("step_time_s", step_time_s, "modelled compute time of one step at slowdown 1, seconds (0 = off)", 0.0, 3600.0);
     v("slowdown", slowdown, "this node's factor on the modelled step time (straggler)", 1.0, 1000.0);
     v("jitter", jitter, "mean of the exponential per-step extra time, as a fraction of the step time (0 = none)", 0.0, 100.0);
+    v("jitter_tail", jitter_tail, "0: exponential jitter; > 1: heavy-tailed (Lomax of this shape, same mean)", 0.0, 100.0);
     v("target_params", target_params, "target model parameters for deriving step_time_s (0 = use step_time_s)",
       int64_t{0}, int64_t{1} << 50);
     v("target_tokens", target_tokens, "target tokens per node per step, for the derivation", int64_t{0}, int64_t{1} << 40);

@@ -21,6 +21,9 @@ void EmulateConfig::validate() const {
   SYN_CHECK(target_params == 0 || target_tokens > 0,
             "emulate.target_params is set but emulate.target_tokens is 0",
             "set --emulate.target_tokens to the tokens one target node processes per step");
+  SYN_CHECK(jitter_tail == 0 || jitter_tail > 1,
+            fmt::format("emulate.jitter_tail={} has no finite mean", jitter_tail),
+            "use 0 (exponential jitter) or a Lomax shape above 1 (1.5: heavy-tailed, finite mean)");
   SYN_CHECK(enabled() || (slowdown == 1.0 && jitter == 0.0),
             fmt::format("emulate.slowdown={} / emulate.jitter={} need a modelled step time", slowdown, jitter),
             "set --emulate.step_time_s (seconds per step at slowdown 1): the slowdown multiplies the modelled time, "
@@ -40,7 +43,10 @@ double StepPacer::modelled_s(int64_t step) const {
     // Uniform in (0, 1] from the top 53 bits of a hash of (stream, step), then an exponential draw.
     const uint64_t h = splitmix64(stream_ ^ splitmix64(static_cast<uint64_t>(step)));
     const double u = (static_cast<double>(h >> 11) + 1.0) * (1.0 / 9007199254740992.0);
-    factor += -std::log(u) * cfg_.jitter;
+    // Exponential of mean `jitter`, or Lomax of shape a and scale jitter (a - 1) (the same mean):
+    // inverse CDFs of u.
+    const double a = cfg_.jitter_tail;
+    factor += a > 0 ? cfg_.jitter * (a - 1) * (std::pow(u, -1.0 / a) - 1) : -std::log(u) * cfg_.jitter;
   }
   return base * cfg_.slowdown * factor;
 }

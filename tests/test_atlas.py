@@ -1,0 +1,151 @@
+"""The crossover atlas and the STUDY.md check (experiments/atlas.py, experiments/check_study.py,
+issue 27): a cell's winner per target on hand-built summaries (censored runs entered as the budget,
+Holm over the winner's comparisons, resolved only where every comparison is), build and query on a
+directory of cells (a cell not measured is said to be so), and check_study failing on a changed
+number, an unreadable source and '≈', passing on the real docs/STUDY.md.
+Run: .venv/bin/python tests/test_atlas.py"""
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "experiments"))
+
+import atlas  # noqa: E402
+import check_study  # noqa: E402
+
+
+def seeds(times, key="t"):
+    """per_seed records with time_to_target_s[key] (None: censored)."""
+    return [{"seed": i, "time_to_target_s": {key: t}, "val_loss_at_budget": 3.0} for i, t in enumerate(times)]
+
+
+def summary(cfgs, budget=10.0, targets=(3.0,)):
+    return {"configurations": {k: {"per_seed": seeds(v, "3"), "lr": 0.002} for k, v in cfgs.items()},
+            "budget": {"kind": "time", "value": budget}, "targets": list(targets)}
+
+
+class WinnerAt(unittest.TestCase):
+    def test_a_clear_winner_is_resolved_against_every_other(self):
+        s = summary({"ring": [5.0, 5.2, 4.9, 5.1, 5.3], "asp": [2.0, 2.3, 2.1, 1.9, 2.2], "bsp": [4.0, 4.1, 4.2, 3.9, 4.4]})
+        w = atlas.winner_at(s, "3", 10.0)
+        self.assertEqual(w["winner"], "asp")
+        self.assertTrue(w["resolved"], w)
+        self.assertEqual(w["runner_up"], "bsp")
+        self.assertAlmostEqual(w["runner_up_ratio"], 4.1 / 2.1, places=6)
+        self.assertAlmostEqual(w["vs_ring_ratio"], 5.1 / 2.1, places=6)
+
+    def test_an_overlapping_runner_up_leaves_it_not_resolved_and_named(self):
+        s = summary({"ring": [5.0, 5.2, 4.9, 5.1, 5.3], "asp": [2.0, 2.6, 2.1, 1.9, 2.2], "bsp": [2.5, 1.8, 2.3, 2.0, 2.1]})
+        w = atlas.winner_at(s, "3", 10.0)
+        self.assertFalse(w["resolved"])
+        self.assertEqual(w["not_resolved_from"], [x for x in ("asp", "bsp") if x != w["winner"]])
+        self.assertIn("not resolved from", atlas.cell_sentence({**w, "nodes": 8, "ratio": 1.0, "pattern": "slow",
+                                                                "stage": "late", "target": 3.0, "budget_s": 10.0}, 5))
+
+    def test_censored_runs_enter_as_the_budget_a_lower_bound(self):
+        # The ring never reaches it: its time is at least the budget; asp's lead over it is then
+        # at least 10 - 2.1 and resolved (a paired t on the bounds understates the difference).
+        s = summary({"ring": [None] * 5, "asp": [2.0, 2.3, 2.1, 1.9, 2.2]})
+        w = atlas.winner_at(s, "3", 10.0)
+        self.assertEqual(w["winner"], "asp")
+        self.assertTrue(w["resolved"], w)
+        self.assertIsNone(w["medians_s"]["ring"])
+        self.assertIsNone(w["vs_ring_ratio"])
+        sent = atlas.cell_sentence({**w, "nodes": 8, "ratio": 1.0, "pattern": "slow", "stage": "late", "target": 3.0,
+                                    "budget_s": 10.0}, 5)
+        self.assertIn("the ring did not reach it in half its seeds", sent)
+
+    def test_censored_in_more_than_half_the_seeds_is_no_median(self):
+        s = summary({"ring": [None, None, None, 4.0, 4.1], "asp": [None, None, None, None, None]})
+        w = atlas.winner_at(s, "3", 10.0)
+        self.assertIsNone(w["winner"])
+        self.assertIn("no configuration", w["why"])
+
+
+class BuildAndQuery(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        d = atlas.cell_dir(self.tmp.name, 8, 1.0, "slow")
+        os.makedirs(d)
+        s = summary({"ring": [5.0, 5.2, 4.9, 5.1, 5.3], "asp_lr_scale": [2.0, 2.3, 2.1, 1.9, 2.2]})
+        with open(os.path.join(d, "summary.json"), "w") as f:
+            json.dump(s, f)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def run_cli(self, *argv):
+        old = sys.argv
+        sys.argv = ["atlas.py"] + list(argv)
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                rc = atlas.main()
+        finally:
+            sys.argv = old
+        return rc, out.getvalue()
+
+    def test_build_writes_records_and_winners_and_query_answers(self):
+        rc, _ = self.run_cli("build", "--out", self.tmp.name)
+        self.assertIn(rc, (0, None))
+        with open(os.path.join(self.tmp.name, "atlas.json")) as f:
+            doc = json.load(f)
+        self.assertEqual(len(doc["records"]), 10)  # 2 configurations x 5 seeds
+        self.assertEqual(len(doc["winners"]), 1)
+        self.assertEqual(doc["winners"][0]["winner"], "asp_lr_scale")
+        rc, out = self.run_cli("query", "--out", self.tmp.name, "--nodes", "8", "--ratio", "1", "--pattern", "slow")
+        self.assertEqual(rc, 0)
+        self.assertIn("asp_lr_scale (resolved)", out)
+        self.assertIn("2.43x sooner than the ring", out)
+        rc, out = self.run_cli("query", "--out", self.tmp.name, "--nodes", "64", "--ratio", "1", "--pattern", "slow")
+        self.assertEqual(rc, 1)
+        self.assertIn("not measured", out)
+        self.assertIn("N=8 r=1 slow", out)
+
+
+class CheckStudy(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(dir=ROOT)  # check_study resolves paths from the repository root
+        self.rel = os.path.relpath(self.tmp.name, ROOT)
+        with open(os.path.join(self.tmp.name, "summary.json"), "w") as f:
+            json.dump({"conclusions": ["a - b, val_loss_at_budget: -0.1 nats [-0.2, -0.05], p = 0.01, Holm p = 0.02; "
+                                       "5 paired seeds. Resolved: a is better."]}, f)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def check(self, text):
+        p = os.path.join(self.tmp.name, "STUDY.md")
+        with open(p, "w") as f:
+            f.write(text)
+        return check_study.check(p)
+
+    def test_a_verbatim_quote_passes_and_a_changed_number_fails(self):
+        good = ("- «a - b, val_loss_at_budget: -0.1 nats [-0.2, -0.05], p = 0.01, Holm p = 0.02; 5 paired seeds. "
+                f"Resolved: a is better.» — [summary]({self.rel}/summary.json)\n")
+        problems, quotes, files = self.check(good)
+        self.assertEqual((problems, quotes, files), ([], 1, 1))
+        problems, _, _ = self.check(good.replace("-0.05]", "-0.06]"))
+        self.assertEqual(len(problems), 1)
+        self.assertIn("does not state", problems[0])
+
+    def test_a_missing_source_and_the_approx_sign_fail(self):
+        problems, _, _ = self.check(f"- «x» — [s]({self.rel}/absent.json)\nring ≈ asp\nnever written as \"≈\"\n")
+        self.assertEqual(len(problems), 2, problems)
+        self.assertIn("cannot be read", problems[0])
+        self.assertIn("'≈'", problems[1])
+
+    def test_the_real_study_passes(self):
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "check_study.py")], capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
