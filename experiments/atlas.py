@@ -5,8 +5,8 @@ schedules fitted to it, learning rates (and local SGD's outer lr) tuned per conf
 cell on a seed of their own, one held-out set, five headline seeds, paired comparisons with Holm.
 
   python experiments/atlas.py run   [--nodes 8] [--ratios 0.1,1,10] [--patterns none,slow,heavy]
-                                    [--configs ...] [--seeds 5] [--steps 400] [--out docs/study/atlas/runs]
-                                    [--dry-run]
+                                    [--configs ...] [--seeds 5] [--steps 300] [--out docs/study/atlas]
+                                    [--runs runs/atlas] [--dry-run]
   python experiments/atlas.py build [--out ...]    -> atlas.json, atlas.md, atlas.png next to runs/
   python experiments/atlas.py query --nodes 8 --ratio 1 --pattern slow
 
@@ -31,8 +31,9 @@ runs count as not reached). It is compared with every other configuration, paire
 Holm-corrected across those comparisons (method.comparisons); a censored time enters as the budget,
 a lower bound of the real time, so the difference is understated and a comparison resolved with it
 holds. The winner is "resolved" only where every comparison is; otherwise the cell says which
-configurations are not resolved apart from it. Cells already run are kept (OUT/N<n>/r<r>_<pattern>/
-summary.json) and skipped: the atlas is built across sessions; cells not run are listed as such.
+configurations are not resolved apart from it. Cells already run are kept (OUT/cells/N<n>/r<r>_<pattern>/
+summary.json, with the report and plot; every run's files under --runs, not kept in git) and
+skipped: the atlas is built across sessions; cells not run are listed as such.
 """
 import argparse
 import json
@@ -58,7 +59,9 @@ TARGET_FRACTIONS = (0.2, 0.5, 0.8)
 TARGET_NAMES = ("early", "middle", "late")
 REF_SEEDS, FIRST_REF_SEED, TUNING_SEED = 3, 500, 1000
 TARGETS_RATIO = 0.1  # the reference whose ring curve sets an N's targets
-DEFAULT_OUT = os.path.join(ROOT, "docs", "study", "atlas")
+DEFAULT_OUT = os.path.join(ROOT, "docs", "study", "atlas")   # what is published: atlas.*, cells/, references/
+DEFAULT_RUNS = os.path.join(ROOT, "runs", "atlas")          # every run's files (not kept in git)
+PUBLISHED = ("summary.json", "report.md", "val_loss_vs_time.png")
 
 
 def link_gbit(n, ratio):
@@ -76,12 +79,34 @@ def configs_for(n):
     return out
 
 
+def cell_name(n, ratio, pattern):
+    return os.path.join(f"N{n}", f"r{ratio:g}_{pattern}")
+
+
+def ref_name(n, ratio):
+    return os.path.join(f"N{n}", f"r{ratio:g}")
+
+
 def cell_dir(out, n, ratio, pattern):
-    return os.path.join(out, "runs", f"N{n}", f"r{ratio:g}_{pattern}")
+    """A cell's published summary, report and plot (OUT/cells/N<n>/r<r>_<pattern>/)."""
+    return os.path.join(out, "cells", cell_name(n, ratio, pattern))
 
 
 def ref_dir(out, n, ratio):
-    return os.path.join(out, "runs", f"N{n}", f"reference_r{ratio:g}")
+    return os.path.join(out, "references", ref_name(n, ratio))
+
+
+def publish(study_out, dest):
+    """Copies a finished study's summary, report and plot where the atlas keeps them (atomically per
+    file, summary.json last: a cell is kept once its summary is there)."""
+    import shutil
+    os.makedirs(dest, exist_ok=True)
+    for name in sorted(PUBLISHED, key=lambda x: x == "summary.json"):
+        src = os.path.join(study_out, name)
+        if os.path.exists(src):
+            tmp = os.path.join(dest, f".{name}.tmp{os.getpid()}")
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, os.path.join(dest, name))
 
 
 def study_args(out, n, ratio, pattern, seeds, extra):
@@ -113,10 +138,12 @@ def reference(a, n, ratio):
     out = ref_dir(a.out, n, ratio)
     s = load(os.path.join(out, "summary.json"))
     if s is None:
-        args = study_args(out, n, ratio, "none", REF_SEEDS,
+        work = os.path.join(a.runs, "references", ref_name(n, ratio))
+        args = study_args(work, n, ratio, "none", REF_SEEDS,
                           ["--configs", "ring", "--steps", str(a.steps), "--first-seed", str(FIRST_REF_SEED)])
         run_study(configs_for(n), args, f"Atlas reference N={n} r={ratio:g}",
                   f"python experiments/atlas.py run --nodes {n} --ratios {ratio:g} (reference)")
+        publish(work, out)
         s = load(os.path.join(out, "summary.json"))
     if s["job"]["steps"] != a.steps:
         raise SystemExit(f"atlas: the kept reference {out} ran {s['job']['steps']} steps per node, this call asks "
@@ -129,6 +156,9 @@ def held_to(a, n, refs):
     """The targets (from the reference ring at ratio TARGETS_RATIO, whatever ratios this call runs:
     every cell of an N is held to the same targets) and each ratio's time budget."""
     targets = method.targets_from_reference(reference(a, n, TARGETS_RATIO), "ring", TARGET_FRACTIONS)
+    if len(targets) != len(TARGET_FRACTIONS):
+        raise SystemExit(f"atlas: the reference ring at N={n} gives the targets {targets}, not {len(TARGET_FRACTIONS)} "
+                         "distinct losses (a flat curve): give it more --steps")
     budgets = {}
     for r, s in refs.items():
         ends = [p["end_s"] for p in s["configurations"]["ring"]["per_seed"] if p.get("end_s")]
@@ -162,7 +192,7 @@ def cmd_run(a):
                 out = cell_dir(a.out, n, r, pat)
                 kept = load(os.path.join(out, "summary.json"))
                 if kept is not None:
-                    if (kept["budget"]["value"] != budgets[r] or
+                    if (not math.isclose(kept["budget"]["value"], budgets[r], rel_tol=1e-6) or
                             [round(t, 4) for t in kept.get("targets") or []] != [round(t, 4) for t in targets]):
                         raise SystemExit(f"atlas: the kept cell {out} was held to budget {kept['budget']['value']} s and "
                                          f"targets {kept.get('targets')}, the reference now gives {budgets[r]} s and "
@@ -170,11 +200,14 @@ def cmd_run(a):
                     print(f"[atlas] N={n} r={r:g} {pat}: kept", flush=True)
                     continue
                 pairs = [(x, y) for x, y in AB_PAIRS if x in names and y in names]
-                args = study_args(out, n, r, pat, a.seeds,
-                                  ["--configs", ",".join(names), "--time-budget-s", f"{budgets[r]:g}",
+                work = os.path.join(a.runs, "cells", cell_name(n, r, pat))
+                args = study_args(work, n, r, pat, a.seeds,
+                                  ["--configs", ",".join(names), "--time-budget-s", repr(budgets[r]),
                                    "--targets", ",".join(f"{t:g}" for t in targets)])
                 run_study(configs_for(n), args, f"Atlas N={n} r={r:g} {pat}",
-                          f"python experiments/atlas.py run --nodes {n} --ratios {r:g} --patterns {pat}", pairs)
+                          f"python experiments/atlas.py run --nodes {n} --ratios {r:g} --patterns {pat} "
+                          f"--configs {','.join(names)} --seeds {a.seeds} --steps {a.steps}", pairs)
+                publish(work, out)
     if not a.dry_run:
         cmd_build(a)
 
@@ -183,10 +216,23 @@ def cmd_run(a):
 # The atlas from the cells' summaries
 # ---------------------------------------------------------------------------------------------
 
-def median_time(per_seed, key):
-    """Median time to target over seeds, censored runs as +inf (None when fewer than half reached)."""
-    ts = sorted(math.inf if p.get("time_to_target_s", {}).get(key) is None else p["time_to_target_s"][key]
-                for p in per_seed)
+def seed_times(summary, cfg, key, budget):
+    """{seed: time to target `key`} over every headline seed of the study; None where the seed did not
+    reach it within the budget: not reached at all, reached after the budget (a schedule that ran
+    long must not count), or the run failed (a diverged run is not a faster one)."""
+    seeds = summary.get("seeds") or sorted({p["seed"] for c in summary["configurations"].values()
+                                            for p in c.get("per_seed", [])})
+    by = {p["seed"]: p for p in cfg.get("per_seed", [])}
+    out = {}
+    for sd in seeds:
+        t = (by.get(sd, {}).get("time_to_target_s") or {}).get(key)
+        out[sd] = t if t is not None and t <= budget * (1 + 1e-9) else None
+    return out
+
+
+def median_inf(times):
+    """Median with the censored (None) as +inf; None where that median is censored."""
+    ts = sorted(math.inf if t is None else t for t in times)
     if not ts:
         return None
     m = ts[(len(ts) - 1) // 2] if len(ts) % 2 else 0.5 * (ts[len(ts) // 2 - 1] + ts[len(ts) // 2])
@@ -194,40 +240,91 @@ def median_time(per_seed, key):
 
 
 def winner_at(summary, key, budget):
-    """The cell's winner at target `key`: the lowest median time; each other configuration compared
-    with it paired over seeds (censored times entered as the budget, a lower bound), Holm across them."""
+    """The cell's winner at target `key`: the lowest median time within the budget. Each other
+    configuration is compared with it, paired over the seeds (method.comparisons on time, with the
+    evaluation brackets), Holm across those comparisons, where a seed the other did not reach enters
+    as the budget: a lower bound of its time, so the difference is understated. A comparison counts
+    as resolved only when Holm's p is below 0.05, the difference favours the winner, and the winner
+    reached the target in every seed (otherwise the budget would overstate its lead). "indicative":
+    resolved but smaller than the evaluation spacing around the crossings."""
+    if budget is None:
+        raise SystemExit("atlas: a cell without a time budget (summary.json budget.value): not an atlas cell")
     cfgs = summary["configurations"]
-    med = {k: median_time(c["per_seed"], key) for k, c in cfgs.items() if c.get("per_seed")}
-    reached = {k: m for k, m in med.items() if m is not None}
-    if not reached:
-        return {"winner": None, "why": "no configuration reached it in half its seeds within the budget"}
-    w = min(reached, key=reached.get)
-    metric = "time_at_budget"
-    bounded = {k: {"per_seed": [{"seed": p["seed"], metric: (p.get("time_to_target_s", {}).get(key)
-                                                              if p.get("time_to_target_s", {}).get(key) is not None
-                                                              else budget)} for p in c["per_seed"]]}
-               for k, c in cfgs.items() if c.get("per_seed")}
-    comps = method.comparisons(bounded, [(k, w) for k in bounded if k != w], [metric])
-    others = sorted(((k, m) for k, m in med.items() if k != w), key=lambda x: math.inf if x[1] is None else x[1])
+    times = {k: seed_times(summary, c, key, budget) for k, c in cfgs.items()}
+    med = {k: median_inf(list(t.values())) for k, t in times.items()}
+    reached = {k: sum(v is not None for v in t.values()) for k, t in times.items()}
+    failed = [k for k, c in cfgs.items() if not c.get("per_seed")]
+    finite = {k: m for k, m in med.items() if m is not None}
+    common = {"medians_s": med, "reached": reached, "seeds": len(next(iter(times.values()), {})), "failed": failed}
+    if not finite:
+        return {"winner": None, "why": "no configuration reached it in half its seeds within the budget",
+                "resolved": False, **common}
+    w = min(finite, key=finite.get)
+    metric = f"time_to_target_s@{key}"
+
+    def bounded(k):
+        by = {p["seed"]: p for p in cfgs[k].get("per_seed", [])}
+        rows = []
+        for sd, t in times[k].items():
+            br = (by.get(sd, {}).get("time_to_target_bracket_s") or {}).get(key) if t is not None else None
+            rows.append({"seed": sd, "time_to_target_s": {key: budget if t is None else t},
+                         "time_to_target_bracket_s": {key: br if br else [budget, budget]}})
+        return {"per_seed": rows}
+    comps = method.comparisons({k: bounded(k) for k in cfgs}, [(k, w) for k in cfgs if k != w], [metric])
+    winner_everywhere = reached[w] == common["seeds"]
+    for c in comps:
+        c["for_winner"] = bool(c["resolved"] and c["mean_diff"] is not None and c["mean_diff"] > 0 and winner_everywhere)
+        c["indicative"] = bool(c["for_winner"] and method.indicative(c))
+    others = sorted((k for k in med if k != w), key=lambda k: math.inf if med[k] is None else med[k])
     runner = others[0] if others else None
     return {
-        "winner": w, "median_s": reached[w],
-        "runner_up": runner[0] if runner else None,
-        "runner_up_ratio": (runner[1] / reached[w]) if runner and runner[1] is not None and reached[w] > 0 else None,
-        "vs_ring_ratio": (med["ring"] / reached[w]) if med.get("ring") and reached[w] > 0 and w != "ring" else None,
-        "resolved": bool(comps) and all(c["resolved"] for c in comps),
-        "not_resolved_from": [c["a"] for c in comps if not c["resolved"]],
-        "comparisons": [{k: c[k] for k in ("a", "b", "mean_diff", "ci95", "p_holm", "resolved", "n")} for c in comps],
-        "medians_s": med,
+        "winner": w, "median_s": finite[w], "runner_up": runner,
+        "runner_up_ratio": med[runner] / finite[w] if runner and med[runner] is not None and finite[w] > 0 else None,
+        "vs_ring_ratio": med["ring"] / finite[w] if med.get("ring") and finite[w] > 0 and w != "ring" else None,
+        "resolved": bool(comps) and all(c["for_winner"] for c in comps),
+        "winner_reached_every_seed": winner_everywhere,
+        "not_resolved_from": [c["a"] for c in comps if not c["for_winner"]],
+        "indicative_against": [c["a"] for c in comps if c["indicative"]],
+        "comparisons": [{k: c.get(k) for k in ("a", "b", "mean_diff", "ci95", "p_holm", "resolved", "n", "bracket_s",
+                                               "for_winner", "indicative")} for c in comps],
+        **common,
     }
 
 
+def budget_not_held(summary, budget, share=0.1):
+    """Runs whose last evaluation is more than `share` of the budget away from it (their fitted
+    schedule did not end at the budget: the calibrated step time did not hold)."""
+    return [f"{k} seed {p['seed']} ended at {p['end_s']:.1f} s" for k, c in summary["configurations"].items()
+            for p in c.get("per_seed", []) if p.get("end_s") is not None and abs(p["end_s"] - budget) > share * budget]
+
+
+def winners(out):
+    """(records, table): every cell's per-seed records and, per cell and target, its winner row."""
+    records, table = [], []
+    for n, r, pat, s, d in cells(out):
+        budget = s.get("budget", {}).get("value")
+        targets = s.get("targets") or []
+        for name, c in s["configurations"].items():
+            for p in c.get("per_seed", []):
+                records.append({"nodes": n, "ratio": r, "pattern": pat, "config": name, "seed": p["seed"],
+                                "lr": c.get("lr"), "time_to_target_s": p.get("time_to_target_s"),
+                                "val_loss_at_budget": p.get("val_loss_at_budget"), "end_s": p.get("end_s"),
+                                "budget_s": budget, "summary": os.path.relpath(os.path.join(d, "summary.json"), out)})
+        late = budget_not_held(s, budget) if budget else []
+        for i, t in enumerate(targets):
+            key = method.target_key(t)
+            row = {"nodes": n, "ratio": r, "pattern": pat, "target": t,
+                   "stage": TARGET_NAMES[i] if len(targets) == len(TARGET_NAMES) else key, "budget_s": budget,
+                   "budget_not_held": late, **winner_at(s, key, budget)}
+            row["sentence"] = cell_sentence(row)
+            table.append(row)
+    return records, table
+
+
 def cells(out):
-    root = os.path.join(out, "runs")
+    root = os.path.join(out, "cells")
     for nd in sorted(os.listdir(root)) if os.path.isdir(root) else []:
         for cd in sorted(os.listdir(os.path.join(root, nd))):
-            if cd.startswith("reference"):
-                continue
             s = load(os.path.join(root, nd, cd, "summary.json"))
             if s is None:
                 continue
@@ -236,33 +333,24 @@ def cells(out):
 
 
 def cmd_build(a):
-    records, table = [], []
-    for n, r, pat, s, d in cells(a.out):
-        budget = s.get("budget", {}).get("value")
-        targets = s.get("targets") or []
-        for name, c in s["configurations"].items():
-            for p in c.get("per_seed", []):
-                records.append({"nodes": n, "ratio": r, "pattern": pat, "config": name, "seed": p["seed"],
-                                "lr": c.get("lr"), "time_to_target_s": p.get("time_to_target_s"),
-                                "val_loss_at_budget": p.get("val_loss_at_budget"), "budget_s": budget,
-                                "summary": os.path.relpath(os.path.join(d, "summary.json"), a.out)})
-        for i, t in enumerate(targets):
-            key = method.target_key(t)
-            w = winner_at(s, key, budget)
-            row = {"nodes": n, "ratio": r, "pattern": pat, "target": t,
-                   "stage": TARGET_NAMES[i] if i < len(TARGET_NAMES) else key, "budget_s": budget, **w}
-            row["sentence"] = cell_sentence(row, len(next(iter(s["configurations"].values()))["per_seed"]))
-            table.append(row)
+    records, table = winners(a.out)
     doc = {"what": "one record per cell x configuration x seed; per cell and target the winner (experiments/atlas.py)",
-           "preset": PRESET, "batch": BATCH, "step_s": STEP_S, "patterns": PATTERNS, "records": records,
-           "winners": table}
-    with open(os.path.join(a.out, "atlas.json"), "w") as f:
-        json.dump(doc, f, indent=1)
+           "preset": PRESET, "batch": BATCH, "step_s": STEP_S, "patterns": PATTERNS,
+           "note": "ring without overlap: the simulator does not model communication overlapping the backward",
+           "records": records, "winners": table}
+    write_atomic(os.path.join(a.out, "atlas.json"), json.dumps(doc, indent=1))
     md = render(table)
-    with open(os.path.join(a.out, "atlas.md"), "w") as f:
-        f.write(md)
+    write_atomic(os.path.join(a.out, "atlas.md"), md)
     picture(table, os.path.join(a.out, "atlas.png"))
     print(md)
+
+
+def write_atomic(path, text):
+    """Whole or not at all (two `run` calls may build at once)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def verdict(w):
@@ -273,23 +361,36 @@ def verdict(w):
     return f"{w['winner']} not resolved from {', '.join(w['not_resolved_from'])}"
 
 
-def cell_sentence(w, seeds):
+def cell_sentence(w):
     """One cell and target as the atlas states it (docs/STUDY.md quotes these; check_study.py)."""
+    seeds = w["seeds"]
     head = f"N={w['nodes']}, ratio {w['ratio']:g}, stragglers {w['pattern']}, {w['stage']} target {w['target']:g}"
+    tail = ""
+    if w.get("failed"):
+        tail += f" Failed in every seed: {', '.join(w['failed'])}."
+    if w.get("budget_not_held"):
+        tail += f" Budget not held by {len(w['budget_not_held'])} run(s) (ended >10% from it)."
     if w["winner"] is None:
-        return f"{head}: {w.get('why', 'no winner')} ({seeds} seeds)."
-    parts = [f"{head}: first {w['winner']}, median {w['median_s']:.3g} s of the {w['budget_s']:g} s budget"]
+        return f"{head}: {w.get('why', 'no winner')} ({seeds} seeds).{tail}"
+    budget = f" of the {w['budget_s']:g} s budget" if w.get("budget_s") else ""
+    parts = [f"{head}: first {w['winner']} (reached it in {w['reached'][w['winner']]} of {seeds} seeds), "
+             f"median {w['median_s']:.3g} s{budget}"]
     if w.get("runner_up"):
         parts.append(f"runner-up {w['runner_up']}" + (f" at {w['runner_up_ratio']:.2f}x its time"
                                                       if w.get("runner_up_ratio") else " (did not reach it in half its seeds)"))
     if w.get("vs_ring_ratio"):
-        parts.append(f"{w['vs_ring_ratio']:.2f}x sooner than the ring")
+        parts.append(f"{w['vs_ring_ratio']:.2f}x sooner than the ring (no overlap)")
     elif w["winner"] != "ring" and w["medians_s"].get("ring") is None:
         parts.append("the ring did not reach it in half its seeds")
-    tail = ("resolved against every other configuration (paired over "
-            f"{seeds} seeds, Holm)" if w["resolved"] else
-            f"not resolved from {', '.join(w['not_resolved_from'])} (paired over {seeds} seeds, Holm)")
-    return "; ".join(parts) + f"; {tail}."
+    if w["resolved"]:
+        verdict_ = f"resolved against every other configuration (paired over {seeds} seeds, Holm)"
+        if w.get("indicative_against"):
+            verdict_ += f", indicative against {', '.join(w['indicative_against'])} (within the evaluation spacing)"
+    else:
+        verdict_ = f"not resolved from {', '.join(w['not_resolved_from'])} (paired over {seeds} seeds, Holm)"
+        if not w.get("winner_reached_every_seed", True):
+            verdict_ += "; the first did not reach it in every seed"
+    return "; ".join(parts) + f"; {verdict_}.{tail}"
 
 
 def render(table):
@@ -310,7 +411,7 @@ def picture(table, path):
     if plt is None or not table:
         return
     from matplotlib.patches import Patch
-    stages = [s for s in TARGET_NAMES if any(w["stage"] == s for w in table)]
+    stages = list(dict.fromkeys(w["stage"] for w in table))
     pats = [p for p in PATTERNS if any(w["pattern"] == p for w in table)]
     names = CONFIGS
     colors = {k: plt.cm.tab10(i) for i, k in enumerate(names)}
@@ -338,7 +439,9 @@ def picture(table, path):
                [Patch(facecolor="white", edgecolor="k", hatch="///", label="not resolved")],
                loc="lower center", ncol=4, fontsize=8)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
-    fig.savefig(path, dpi=110)
+    tmp = f"{path}.tmp{os.getpid()}.png"
+    fig.savefig(tmp, dpi=110)
+    os.replace(tmp, path)
 
 
 def cmd_query(a):
@@ -373,7 +476,7 @@ def main():
     r.add_argument("--patterns", default="none,slow,heavy")
     r.add_argument("--configs", default=",".join(CONFIGS))
     r.add_argument("--seeds", type=int, default=5)
-    r.add_argument("--steps", type=int, default=400, help="the reference ring's steps per node (sets the budgets)")
+    r.add_argument("--steps", type=int, default=300, help="the reference ring's steps per node (sets the budgets)")
     r.add_argument("--dry-run", action="store_true")
     b = sub.add_parser("build", help="atlas.json, atlas.md and atlas.png from the cells run so far")
     q = sub.add_parser("query", help="which configuration for N nodes, this ratio and straggler pattern")
@@ -381,7 +484,8 @@ def main():
     q.add_argument("--ratio", type=float, required=True)
     q.add_argument("--pattern", choices=list(PATTERNS), required=True)
     for p in (r, b, q):
-        p.add_argument("--out", default=DEFAULT_OUT)
+        p.add_argument("--out", default=DEFAULT_OUT, help="the published atlas (atlas.json, cells/, references/)")
+    r.add_argument("--runs", default=DEFAULT_RUNS, help="where every run's files go (large; not kept in git)")
     a = ap.parse_args()
     if a.cmd == "run":
         a.nodes = [int(x) for x in a.nodes.split(",")]

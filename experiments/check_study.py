@@ -8,10 +8,14 @@ A conclusion in STUDY.md is quoted from the tool, never retyped: a line
   - «SENTENCE» — [label](path/to/atlas.json)          an atlas cell's verdict (its atlas.json winners' "sentence")
 
 where SENTENCE must be one of that file's sentences, character for character (numbers, intervals, Holm
-p and verdict included). The check re-reads every file STUDY.md cites this way and fails where a
-quoted sentence is not in it, where a cited file is missing or unreadable, and where STUDY.md writes
-"≈" (a difference the test did not resolve is "not resolved", never "about equal"). Paths are
-relative to the repository root. Exit 0: every quote holds; 1: the problems, one per line.
+p and verdict included), and the file must still say it when its sentences are computed again from
+its data: a summary's conclusions by study.analyse from its per-seed values, an atlas's verdicts by
+atlas.winners from the cells' summaries (a stale file, not rebuilt after its data changed, fails).
+The check fails where a quoted sentence is not stated, where a cited file is missing or unreadable,
+where a « opens no well-formed quote (one line, then — [label](path.json)), where STUDY.md quotes
+nothing, and where it writes "≈" (a difference the test did not resolve is "not resolved", never
+"about equal"). Paths are relative to the repository root. Exit 0: every quote holds; 1: the
+problems, one per line.
 """
 import argparse
 import json
@@ -24,11 +28,23 @@ QUOTE = re.compile(r"«(?P<sentence>[^»]+)»\s+—\s+\[[^\]]*\]\((?P<path>[^)]+
 APPROX_ALLOWED = re.compile(r"[\"“'`]≈[\"”'`]")  # the sign named in quotes (the rule itself), not used
 
 
-def sentences(doc):
-    """The sentences a tool's file states: a study's conclusions, an atlas's cell verdicts."""
-    out = set(doc.get("conclusions") or [])
-    out.update(w["sentence"] for w in doc.get("winners") or [] if w.get("sentence"))
-    return out
+def sentences(doc, path):
+    """The sentences a tool's file states: a study's conclusions, an atlas's cell verdicts; and the
+    same computed again from the file's data (None where that recomputation is not possible)."""
+    import copy
+    sys.path.insert(0, os.path.join(ROOT, "experiments"))
+    stored = set(doc.get("conclusions") or [])
+    stored.update(w["sentence"] for w in doc.get("winners") or [] if w.get("sentence"))
+    if "winners" in doc:
+        import atlas
+        _, table = atlas.winners(os.path.dirname(path))
+        return stored, {w["sentence"] for w in table}
+    if "configurations" in doc and all("per_seed" in c for c in doc["configurations"].values()):
+        import study
+        again = copy.deepcopy(doc)
+        study.analyse(again)
+        return stored, set(again["conclusions"])
+    return stored, None
 
 
 def check(path):
@@ -38,19 +54,30 @@ def check(path):
     for no, line in enumerate(lines, 1):
         if "≈" in APPROX_ALLOWED.sub("", line):
             problems.append(f"{path}:{no}: writes '≈': say 'not resolved' (or quote the tool's verdict)")
-        for m in QUOTE.finditer(line):
+        found = list(QUOTE.finditer(line))
+        if line.count("«") != len(found):
+            problems.append(f"{path}:{no}: a « that opens no well-formed quote (one line: «SENTENCE» — [label](path.json))")
+        for m in found:
             quotes += 1
             src = os.path.join(ROOT, m["path"])
             if src not in cache:
                 try:
                     with open(src) as f:
-                        cache[src] = sentences(json.load(f))
-                except (OSError, ValueError) as e:
+                        cache[src] = sentences(json.load(f), src)
+                except (OSError, ValueError, KeyError, TypeError) as e:
                     cache[src] = None
-                    problems.append(f"{path}:{no}: cites {m['path']}, which cannot be read ({e})")
-            if cache[src] is not None and m["sentence"] not in cache[src]:
+                    problems.append(f"{path}:{no}: cites {m['path']}, which cannot be read ({type(e).__name__}: {e})")
+            if cache[src] is None:
+                continue
+            stored, again = cache[src]
+            if m["sentence"] not in stored:
                 problems.append(f"{path}:{no}: quotes a sentence that {m['path']} does not state: «{m['sentence'][:120]}»"
                                 " (re-run the tool and quote its sentence as written)")
+            elif again is not None and m["sentence"] not in again:
+                problems.append(f"{path}:{no}: {m['path']} states «{m['sentence'][:120]}» but its own data no longer "
+                                "gives it (a stale file: rebuild it, then quote it again)")
+    if quotes == 0:
+        problems.append(f"{path}: quotes no sentence of the tool (every conclusion is quoted: «SENTENCE» — [label](path.json))")
     return problems, quotes, len([c for c in cache.values() if c is not None])
 
 

@@ -46,7 +46,7 @@ class WinnerAt(unittest.TestCase):
         self.assertFalse(w["resolved"])
         self.assertEqual(w["not_resolved_from"], [x for x in ("asp", "bsp") if x != w["winner"]])
         self.assertIn("not resolved from", atlas.cell_sentence({**w, "nodes": 8, "ratio": 1.0, "pattern": "slow",
-                                                                "stage": "late", "target": 3.0, "budget_s": 10.0}, 5))
+                                                                "stage": "late", "target": 3.0, "budget_s": 10.0}))
 
     def test_censored_runs_enter_as_the_budget_a_lower_bound(self):
         # The ring never reaches it: its time is at least the budget; asp's lead over it is then
@@ -58,8 +58,36 @@ class WinnerAt(unittest.TestCase):
         self.assertIsNone(w["medians_s"]["ring"])
         self.assertIsNone(w["vs_ring_ratio"])
         sent = atlas.cell_sentence({**w, "nodes": 8, "ratio": 1.0, "pattern": "slow", "stage": "late", "target": 3.0,
-                                    "budget_s": 10.0}, 5)
+                                    "budget_s": 10.0})
         self.assertIn("the ring did not reach it in half its seeds", sent)
+
+    def test_a_time_past_the_budget_is_not_reached(self):
+        # asp's schedule ran long: its 10.5 s crossings are after the 10 s budget, so they are censored.
+        s = summary({"ring": [5.0, 5.2, 4.9, 5.1, 5.3], "asp": [2.0, 2.3, 10.5, 10.5, 10.5]})
+        w = atlas.winner_at(s, "3", 10.0)
+        self.assertEqual(w["winner"], "ring")
+        self.assertEqual(w["reached"]["asp"], 2)
+
+    def test_a_winner_censored_in_a_seed_is_not_resolved(self):
+        # The budget would overstate the lead in the seed asp did not reach: never resolved then.
+        s = summary({"ring": [9.0, 9.2, 8.9, 9.1, 9.3], "asp": [2.0, 2.3, 2.1, 1.9, None]})
+        w = atlas.winner_at(s, "3", 10.0)
+        self.assertEqual(w["winner"], "asp")
+        self.assertFalse(w["resolved"])
+        self.assertIn("did not reach it in every seed", atlas.cell_sentence(
+            {**w, "nodes": 8, "ratio": 1.0, "pattern": "slow", "stage": "late", "target": 3.0, "budget_s": 10.0}))
+
+    def test_a_failed_seed_is_censored_and_a_failed_configuration_named(self):
+        s = summary({"ring": [5.0, 5.2, 4.9, 5.1, 5.3], "asp": [2.0, 2.3, 2.1, 1.9, 2.2]})
+        s["seeds"] = [0, 1, 2, 3, 4]
+        s["configurations"]["asp"]["per_seed"] = s["configurations"]["asp"]["per_seed"][:2]  # 3 runs failed
+        s["configurations"]["ssp4"] = {"per_seed": []}                                      # every run failed
+        w = atlas.winner_at(s, "3", 10.0)
+        self.assertEqual(w["reached"]["asp"], 2)
+        self.assertEqual(w["winner"], "ring")  # asp's median is censored: 3 of 5 seeds failed
+        self.assertEqual(w["failed"], ["ssp4"])
+        self.assertIn("Failed in every seed: ssp4", atlas.cell_sentence(
+            {**w, "nodes": 8, "ratio": 1.0, "pattern": "slow", "stage": "late", "target": 3.0, "budget_s": 10.0}))
 
     def test_censored_in_more_than_half_the_seeds_is_no_median(self):
         s = summary({"ring": [None, None, None, 4.0, 4.1], "asp": [None, None, None, None, None]})
@@ -102,6 +130,10 @@ class BuildAndQuery(unittest.TestCase):
         rc, out = self.run_cli("query", "--out", self.tmp.name, "--nodes", "8", "--ratio", "1", "--pattern", "slow")
         self.assertEqual(rc, 0)
         self.assertIn("asp_lr_scale (resolved)", out)
+        self.assertEqual(doc["winners"][0]["sentence"],
+                         "N=8, ratio 1, stragglers slow, 3 target 3: first asp_lr_scale (reached it in 5 of 5 seeds), "
+                         "median 2.1 s of the 10 s budget; runner-up ring at 2.43x its time; 2.43x sooner than the "
+                         "ring (no overlap); resolved against every other configuration (paired over 5 seeds, Holm).")
         self.assertIn("2.43x sooner than the ring", out)
         rc, out = self.run_cli("query", "--out", self.tmp.name, "--nodes", "64", "--ratio", "1", "--pattern", "slow")
         self.assertEqual(rc, 1)
@@ -140,6 +172,26 @@ class CheckStudy(unittest.TestCase):
         self.assertEqual(len(problems), 2, problems)
         self.assertIn("cannot be read", problems[0])
         self.assertIn("'≈'", problems[1])
+
+    def test_a_stale_summary_fails_where_its_data_no_longer_gives_the_sentence(self):
+        with open(os.path.join(ROOT, "docs", "study", "demo", "summary.json")) as f:
+            demo = json.load(f)
+        quote = demo["conclusions"][0]  # asp - ring, val_loss_at_budget: ...
+        with open(os.path.join(self.tmp.name, "demo.json"), "w") as f:
+            json.dump(demo, f)
+        line = f"- «{quote}» — [s]({self.rel}/demo.json)\n"
+        self.assertEqual(self.check(line)[0], [])
+        demo["configurations"]["asp"]["per_seed"][0]["val_loss_at_budget"] += 0.05  # the data moved on
+        with open(os.path.join(self.tmp.name, "demo.json"), "w") as f:
+            json.dump(demo, f)
+        problems, _, _ = self.check(line)
+        self.assertEqual(len(problems), 1, problems)
+        self.assertIn("stale", problems[0])
+
+    def test_a_malformed_quote_and_no_quote_at_all_fail(self):
+        problems, quotes, _ = self.check("- «half a quote, no source\n")
+        self.assertEqual(quotes, 0)
+        self.assertEqual(len(problems), 2, problems)
 
     def test_the_real_study_passes(self):
         r = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "check_study.py")], capture_output=True,
