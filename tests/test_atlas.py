@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.join(ROOT, "experiments"))
 
 import atlas  # noqa: E402
 import check_study  # noqa: E402
+import published  # noqa: E402
 
 
 def seeds(times, key="t"):
@@ -139,6 +140,25 @@ class BuildAndQuery(unittest.TestCase):
         self.assertEqual(rc, 1)
         self.assertIn("not measured", out)
         self.assertIn("N=8 r=1 slow", out)
+
+
+class Published(unittest.TestCase):
+    def test_each_claim_gets_its_verdict_from_the_cells(self):
+        with tempfile.TemporaryDirectory() as out:
+            d = atlas.cell_dir(out, 8, 1.0, "slow")
+            os.makedirs(d)
+            s = summary({"bsp_backup": [2.0, 2.2, 2.1, 1.9, 2.0], "asp": [3.0, 3.3, 3.1, 2.9, 3.2],
+                         "asp_lr_scale": [3.0, 3.4, 3.0, 2.8, 3.3], "asp_dc_asgd": [2.9, 3.2, 3.2, 3.0, 3.1],
+                         "ring": [8.0, 8.1, None, 8.3, 8.2]})
+            with open(os.path.join(d, "summary.json"), "w") as f:
+                json.dump(s, f)
+            doc = published.evaluate(out)
+            v = [c["verdict"] for c in doc["claims"]]
+            self.assertEqual(v[0], "reproduced", doc["claims"][0])     # backup workers 1 s sooner in every seed
+            self.assertEqual(v[1], "reproduced", doc["claims"][1])     # and first in the cell
+            self.assertEqual(v[2], "not measured")                     # DiLoCo's long runs are not atlas cells
+            self.assertEqual(v[3], "not resolved", doc["claims"][3])   # the mitigations within ASP's noise
+            self.assertEqual(len(doc["claims"][3]["comparisons"]), 2)
 
 
 class CheckStudy(unittest.TestCase):

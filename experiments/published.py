@@ -1,0 +1,165 @@
+"""Four published results put to the test on the atlas's cells (issue 27):
+
+  python experiments/published.py [--out docs/study/atlas]    -> OUT/published.json, printed
+
+Each claim is a family of paired comparisons of time to target (the atlas's cells and targets where
+the claim applies), with Holm's correction across the family; a censored seed (not reached within
+the budget, or failed) enters as the budget, and a comparison counts for a side only when it reached
+the target in every seed (the budget then understates its lead, never overstates it):
+  1. Chen et al. 2016: BSP with backup workers reaches targets sooner than asynchronous SGD where
+     there are stragglers (cells slow and heavy; against asp where that cell ran it, else asp_lr_scale,
+     ASP with its mitigation).
+  2. "Do we need asynchronous SGD?" (2026): m-synchronous SGD (bsp_backup) is near-optimal across
+     heterogeneous regimes: in each straggler cell and target, bsp_backup is first, or no configuration
+     is resolved ahead of it (the atlas's own comparisons against the cell's first).
+  3. DiLoCo (Douillard et al. 2023; Charles et al. 2025): with long enough runs, DiLoCo matches data
+     parallel training at equal tokens: needs long runs at several lengths (not part of the atlas).
+  4. Zhang et al. 2016 (lr_scale) and Zheng et al. 2017 (DC-ASGD) against plain ASP at ASP's own
+     tuned learning rate: in every cell that ran asp with the mitigation.
+Verdict per claim: "reproduced" where at least one comparison of the family is resolved for the
+claim and none against it; "contradicted" where at least one is resolved against it and none for it;
+"mixed" where both; "not resolved" where none is; "not measured" where the cells do not exist.
+"""
+import argparse
+import json
+import os
+import sys
+
+import atlas
+import method
+from stats import holm, paired
+
+ALPHA = 0.05
+STRAGGLERS = ("slow", "heavy")
+
+
+def compare(summary, a, b, key, budget):
+    """a against b on time to target `key`, paired over the study's seeds with censored seeds as the
+    budget; which side a resolved result may favour (the one that reached the target in every seed)."""
+    cfgs = summary["configurations"]
+    ta, tb = (atlas.seed_times(summary, cfgs[x], key, budget) for x in (a, b))
+    r = paired({s: budget if t is None else t for s, t in ta.items()},
+               {s: budget if t is None else t for s, t in tb.items()})
+    return {"a": a, "b": b, "target": key, "mean_diff": r["mean_diff"], "ci95": r["ci95"], "p": r["p"], "n": r["n"],
+            "a_everywhere": all(t is not None for t in ta.values()),
+            "b_everywhere": all(t is not None for t in tb.values())}
+
+
+def settle(family):
+    """Holm across the family; each comparison's side: a, b or None (not resolved)."""
+    for c, ph in zip(family, holm([c["p"] for c in family])):
+        c["p_holm"] = ph
+        side = None
+        if ph is not None and ph < ALPHA and c["mean_diff"] is not None:
+            side = "a" if c["mean_diff"] < 0 else "b"
+            if not c[f"{side}_everywhere"]:
+                side = None  # its censored seeds would overstate its lead
+        c["sooner"] = c[side] if side else None
+    return family
+
+
+def verdict(for_claim, against):
+    if for_claim and against:
+        return "mixed"
+    if for_claim:
+        return "reproduced"
+    if against:
+        return "contradicted"
+    return "not resolved"
+
+
+def cell_label(n, r, pat):
+    return f"N={n} r={r:g} {pat}"
+
+
+def claim_pairs(cells, pick):
+    """A family: for each cell pick(cell) gives (a, b) pairs (a is the side the claim says is sooner)."""
+    fam = []
+    for n, r, pat, s, _ in cells:
+        budget = s["budget"]["value"]
+        for a, b in pick(s, pat):
+            for t in s.get("targets") or []:
+                c = compare(s, a, b, method.target_key(t), budget)
+                c["cell"] = cell_label(n, r, pat)
+                fam.append(c)
+    settle(fam)
+    return fam
+
+
+def sentence_of(c):
+    if c["sooner"]:
+        how = f"{c['sooner']} sooner"
+    else:
+        how = "not resolved"
+    md = "-" if c["mean_diff"] is None else f"{c['mean_diff']:.4g} s"
+    ci = "" if c["ci95"][0] is None else f" [{c['ci95'][0]:.4g}, {c['ci95'][1]:.4g}]"
+    ph = "-" if c.get("p_holm") is None else f"{c['p_holm']:.3g}"
+    return f"{c['cell']}, target {c['target']}: {c['a']} - {c['b']} {md}{ci}, Holm p {ph}, {c['n']} seeds: {how}"
+
+
+def evaluate(out):
+    cells = list(atlas.cells(out))
+    results = []
+    # 1. backup workers against asynchronous SGD, with stragglers.
+    def pick1(s, pat):
+        if pat not in STRAGGLERS or "bsp_backup" not in s["configurations"]:
+            return []
+        b = "asp" if "asp" in s["configurations"] else "asp_lr_scale" if "asp_lr_scale" in s["configurations"] else None
+        return [("bsp_backup", b)] if b else []
+    fam = claim_pairs(cells, pick1)
+    results.append(("Chen et al. 2016: BSP with backup workers reaches a target sooner than asynchronous SGD with stragglers",
+                    fam, [c for c in fam if c["sooner"] == "bsp_backup"], [c for c in fam if c["sooner"] and c["sooner"] != "bsp_backup"]))
+    # 2. m-synchronous near-optimal: per straggler cell and target, the atlas's verdict on bsp_backup.
+    _, table = atlas.winners(out)
+    rows = [w for w in table if w["pattern"] in STRAGGLERS and w.get("winner")]
+    near = [w for w in rows if w["winner"] == "bsp_backup" or "bsp_backup" in w.get("not_resolved_from", [])]
+    behind = [w for w in rows if w["winner"] != "bsp_backup" and "bsp_backup" not in w.get("not_resolved_from", [])]
+    results.append(("'Do we need asynchronous SGD?' (2026): BSP with backup workers is first or not resolved behind the first "
+                    "in every straggler cell and target", rows, near, behind))
+    # 3. DiLoCo at long runs: not part of the atlas.
+    results.append(("DiLoCo (2023, scaling laws 2025): DiLoCo with large H matches data parallel at equal tokens once runs "
+                    "are long", [], [], []))
+    # 4. Mitigations against plain ASP at its own tuned lr.
+    def pick4(s, pat):
+        c = s["configurations"]
+        return [(m, "asp") for m in ("asp_lr_scale", "asp_dc_asgd") if m in c and "asp" in c]
+    fam = claim_pairs(cells, pick4)
+    results.append(("Zhang et al. 2016 (lr_scale) and Zheng et al. 2017 (DC-ASGD) reach a target sooner than plain ASP "
+                    "at ASP's own tuned lr", fam, [c for c in fam if c["sooner"] and c["sooner"] != "asp"],
+                    [c for c in fam if c["sooner"] == "asp"]))
+    doc = {"what": "four published claims against the atlas cells (experiments/published.py)", "claims": []}
+    for i, (claim, fam, yes, no) in enumerate(results, 1):
+        if not fam:
+            v, sent = "not measured", f"Claim {i} ({claim}): not measured (no cell of the atlas holds its comparison)."
+        elif i == 2:
+            v = "reproduced" if rows and not behind else "contradicted" if behind and not near else "mixed" if behind else "not resolved"
+            where = "; ".join(cell_label(w["nodes"], w["ratio"], w["pattern"]) + f" {w['stage']}: {w['winner']} first"
+                              for w in behind)
+            sent = (f"Claim {i} ({claim}): {v}: first or not resolved behind the first in {len(near)} of {len(rows)} "
+                    f"cell-targets; resolved behind in {len(behind)}" + (f" ({where})" if behind else "") + ".")
+        else:
+            v = verdict(yes, no)
+            sent = (f"Claim {i} ({claim}): {v}: {len(yes)} of {len(fam)} comparisons resolved for it, {len(no)} against "
+                    f"(paired, Holm across the {len(fam)}).")
+        entry = {"claim": claim, "verdict": v, "sentence": sent}
+        if i != 2:
+            entry["comparisons"] = [{**c, "sentence": sentence_of(c)} for c in fam]
+        doc["claims"].append(entry)
+    return doc
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=atlas.DEFAULT_OUT)
+    a = ap.parse_args()
+    doc = evaluate(a.out)
+    atlas.write_atomic(os.path.join(a.out, "published.json"), json.dumps(doc, indent=1))
+    for c in doc["claims"]:
+        print(c["sentence"])
+        for x in c.get("comparisons", []):
+            print("   ", x["sentence"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
