@@ -12,7 +12,11 @@
 #include "experiments/sim/event_queue.h"
 #include "experiments/sim/network_model.h"
 #include "experiments/sim/virtual_cluster.h"
+#include "model/flat_parameters.h"
+#include "model/gpt.h"
 #include "test_helpers.h"
+#include "worker/sync/bucket_reducer.h"
+#include "worker/sync/gradient_sync.h"
 #include "worker/train/trainer.h"
 
 using namespace syncopate;
@@ -213,6 +217,46 @@ TEST(Simulator, StepTimesFollowTheComputeAndLinkModels) {
   double slowest = 0;
   for (int r = 0; r < 4; ++r) slowest = std::max(slowest, steps_of(d.str("bsp/node" + std::to_string(r) + "/metrics.jsonl"))[0]["step_s"].get<double>());
   EXPECT_NEAR(slowest, expected, 1e-9);
+}
+
+// emulate.overlap with the ring (dist.overlap, the job's clipping scope): the buckets the trainer
+// makes, each all-reduced once every worker's modelled backward has produced it and the previous
+// bucket's ring is done. Checked against that rule written out here from bucket_bounds (no jitter:
+// every worker starts together), and against the bounds it must respect: shorter than compute + the
+// whole ring (the overlap saves time on a slow link), no shorter than compute + the last bucket's ring.
+TEST(Simulator, RingOverlapAllReducesBucketsAsTheModelledBackwardProducesThem) {
+  test::TempDir d;
+  SimJob j = sim_job(d, "ring", 4);
+  j.sim.link_gbit = 0.05;
+  j.run.dist.clip_scope = "job";
+  j.run.dist.overlap = true;
+  j.run.dist.first_bucket_kb = 8;
+  j.run.dist.bucket_kb = 32;
+  j.run.emulate.overlap = true;
+  run_simulation(j.run, j.ps, j.sim, d.str("ov"), false);
+
+  GPT m(j.run.model);
+  FlatParameters flat(*m);
+  const std::vector<int64_t> b = bucket_bounds(parameter_ranges(flat), 8 * 1024 / 4, 32 * 1024 / 4);
+  ASSERT_GE(b.size(), 4u) << "several buckets, or nothing overlaps";
+  const double P = static_cast<double>(flat.numel()), B = 0.05e9 / 8, lat = 50e-6, T = 0.1, fs = 1.0 / 3;
+  double end = 0;
+  for (size_t k = b.size() - 1; k-- > 0;) {
+    const double ready = T * (fs + (1 - fs) * (P - static_cast<double>(b[k])) / P);
+    end = std::max(end, ready) + ring_allreduce_s(4, 4.0 * static_cast<double>(b[k + 1] - b[k]), B, lat);
+  }
+  const double expected = std::max(end, T);
+  const double whole = T + ring_allreduce_s(4, 4 * P, B, lat);
+  const double last = T + ring_allreduce_s(4, 4.0 * static_cast<double>(b[1] - b[0]), B, lat);
+  ASSERT_LT(expected, whole);
+  for (const auto& s : steps_of(d.str("ov/node1/metrics.jsonl"))) {
+    EXPECT_NEAR(s["step_s"].get<double>(), expected, 1e-9);
+    EXPECT_GE(s["step_s"].get<double>(), last - 1e-12);
+  }
+  // The same job without emulate.overlap: the whole ring after the compute.
+  j.run.emulate.overlap = false;
+  run_simulation(j.run, j.ps, j.sim, d.str("no"), false);
+  for (const auto& s : steps_of(d.str("no/node1/metrics.jsonl"))) EXPECT_NEAR(s["step_s"].get<double>(), whole, 1e-9);
 }
 
 // dist.ps_partition_mb (BytePS's partitions), held as syncopate-server holds them (ShardPartitions):

@@ -35,6 +35,7 @@
 #include "worker/data/data_config.h"
 #include "worker/data/held_out_set.h"
 #include "worker/data/window_sampler.h"
+#include "worker/sync/bucket_reducer.h"
 #include "worker/sync/gradient_sync.h"
 #include "worker/train/dropout_seed.h"
 #include "worker/train/lr_schedule.h"
@@ -147,6 +148,11 @@ class Simulation {
     model_->train();
     flat_ = std::make_unique<FlatParameters>(*model_);
     node_clip_ = run_.dist.clip_scope == "node";
+    // The ring's buckets as the trainer makes them (RingSync: dist.overlap with the job's clipping
+    // scope), all-reduced one after the other as the modelled backward produces them (emulate.overlap).
+    if (mode_.ring && !mode_.local_sgd && run_.emulate.overlap && run_.dist.overlap && !node_clip_)
+      overlap_bounds_ = bucket_bounds(parameter_ranges(*flat_), run_.dist.first_bucket_kb * 1024 / 4,
+                                      run_.dist.bucket_kb * 1024 / 4);
     batch_x_ = torch::empty({run_.train.batch_size, run_.model.block_size}, torch::kLong);
     batch_y_ = torch::empty_like(batch_x_);
     p_ = flat_->numel();
@@ -365,7 +371,7 @@ class Simulation {
       if (node_clip_) w.grad_norm = clip_grad_norm(flat_->grads, clip);
       sum_.add_(flat_->grads);
       loss_sum_ += w.loss;
-      if (++arrived_ == n_) queue_.push(t + ring_s(), event(Event::kSyncDone));
+      if (++arrived_ == n_) queue_.push(ring_done_at(t), event(Event::kSyncDone));
       return;
     }
     if (!mode_.local_sgd) {  // ps: clip the node's gradient, push every shard its slice
@@ -391,6 +397,24 @@ class Simulation {
   }
 
   double ring_s() const { return ring_allreduce_s(n_, 4.0 * static_cast<double>(p_), net_.rate(0), net_.latency_s()); }
+  // When the ring's all-reduce of this step ends, the last worker's compute having ended at t_last.
+  // Without overlap: then, plus the whole gradient's ring. With it (overlap_bounds_): the buckets in
+  // descending offset (the order backward produces them), each when every worker's modelled backward
+  // has produced it (StepPacer::produced_share of that worker's modelled step, from its start) and
+  // the previous bucket's ring is done, taking its own bytes' ring time; never before t_last.
+  double ring_done_at(double t_last) const {
+    if (overlap_bounds_.empty()) return t_last + ring_s();
+    double end = 0;
+    for (size_t b = overlap_bounds_.size() - 1; b-- > 0;) {
+      const int64_t lo = overlap_bounds_[b], hi = overlap_bounds_[b + 1];
+      const double share = static_cast<double>(p_ - lo) / static_cast<double>(p_);
+      double ready = 0;
+      for (const Worker& w : workers_)
+        ready = std::max(ready, w.computed - w.modelled + w.modelled * w.pacer->produced_share(share, run_.train.grad_accum));
+      end = std::max(end, ready) + ring_allreduce_s(n_, 4.0 * static_cast<double>(hi - lo), net_.rate(0), net_.latency_s());
+    }
+    return std::max(end, t_last);
+  }
   double ring_wire_bytes() const { return n_ > 1 ? 2.0 * (n_ - 1) / n_ * 4.0 * static_cast<double>(p_) : 0.0; }
 
   // The ring's all-reduce has ended: the mean gradient's AdamW step (or the outer step), every worker on.
@@ -630,6 +654,7 @@ class Simulation {
   int64_t job_total_tokens_ = 0;   // every worker's steps x tokens per step: the job's tokens at its end
   int64_t w0_eval_job_tokens_ = 0;  // ps: the job's tokens at worker 0's last evaluation point (as it counts them)
   bool node_clip_ = false;  // ring: dist.clip_scope=node (each worker's gradient clipped, not the mean)
+  std::vector<int64_t> overlap_bounds_;  // ring with overlap: the buckets' ascending bounds (empty: no overlap)
   at::Tensor batch_x_, batch_y_;  // one micro-batch's ids [batch, context], reused by every gradient and evaluation
   SimResult result_;
 };
@@ -701,9 +726,8 @@ void validate_simulation(const RunConfig& run_in, const PsConfig& ps, const SimC
             "set --emulate.step_time_s (simulated seconds of one step's compute at slowdown 1), or emulate.target_params "
             "with target_tokens to derive it");
   run.emulate.validate();
-  SYN_CHECK(!run.emulate.overlap, "emulate.overlap=true in the simulator",
-            "the simulator does not model communication overlapping the backward yet: its studies compare every mode "
-            "without overlap; leave emulate.overlap off (validate against emulated runs without it)");
+  // emulate.overlap: the ring's buckets overlap the modelled backward (dist.overlap, clip_scope job) as
+  // in the trainer; parameter-server pushes overlap only with ps_push_in_backward, refused below.
   SYN_CHECK(run.dist.wire == "f32", fmt::format("dist.wire={} in the simulator", run.dist.wire),
             "the simulator models float32 gradients only; compressed wires run on the emulated cluster "
             "(scripts/local_cluster.sh)");
