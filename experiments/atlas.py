@@ -170,7 +170,7 @@ def cmd_run(a):
     names = a.configs.split(",")
     for n in a.nodes:
         refs = {}
-        for r in a.ratios:
+        for r in sorted(set(a.ratios) | {TARGETS_RATIO}) if a.dry_run else a.ratios:
             if a.dry_run:
                 print(f"[atlas] N={n} r={r:g}: reference ring, {a.steps} steps/node, seeds "
                       f"{FIRST_REF_SEED}..{FIRST_REF_SEED + REF_SEEDS - 1}, link {link_gbit(n, r):.4g} Gbit/s"
@@ -298,6 +298,20 @@ def budget_not_held(summary, budget, share=0.1):
             for p in c.get("per_seed", []) if p.get("end_s") is not None and abs(p["end_s"] - budget) > share * budget]
 
 
+def reference_drift(summary, budget):
+    """In a cell without stragglers, the ring's median crossing of each target as a share of the
+    budget: near 1/5, 1/2 and 4/5 when the cell's ring trains as the reference's did (its own tuned
+    lr and seeds); far from them, the targets mean something else in this cell. None without a ring."""
+    c = summary["configurations"].get("ring")
+    if not c or not budget:
+        return None
+    out = []
+    for t in summary.get("targets") or []:
+        m = median_inf(list(seed_times(summary, c, method.target_key(t), budget).values()))
+        out.append(None if m is None else round(m / budget, 3))
+    return out
+
+
 def winners(out):
     """(records, table): every cell's per-seed records and, per cell and target, its winner row."""
     records, table = [], []
@@ -311,11 +325,14 @@ def winners(out):
                                 "val_loss_at_budget": p.get("val_loss_at_budget"), "end_s": p.get("end_s"),
                                 "budget_s": budget, "summary": os.path.relpath(os.path.join(d, "summary.json"), out)})
         late = budget_not_held(s, budget) if budget else []
+        drift = reference_drift(s, budget) if pat == "none" else None
         for i, t in enumerate(targets):
             key = method.target_key(t)
             row = {"nodes": n, "ratio": r, "pattern": pat, "target": t,
                    "stage": TARGET_NAMES[i] if len(targets) == len(TARGET_NAMES) else key, "budget_s": budget,
                    "budget_not_held": late, **winner_at(s, key, budget)}
+            if drift is not None and i < len(drift):
+                row["ring_at_share_of_budget"] = drift[i]
             row["sentence"] = cell_sentence(row)
             table.append(row)
     return records, table
