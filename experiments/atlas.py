@@ -115,7 +115,8 @@ def study_args(out, n, ratio, pattern, seeds, extra):
     p = PATTERNS[pattern]
     argv = ["--backend", "sim", "--nodes", str(n), "--preset", PRESET, "--batch", str(BATCH),
             "--step-time", str(STEP_S), "--link-gbit", f"{link_gbit(n, ratio):.6g}", "--seeds", str(seeds),
-            "--tuning-seeds", str(TUNING_SEED), "--lr-extend", "2", "--evals", "10", "--no-trace", "--out", out]
+            "--tuning-seeds", str(TUNING_SEED), "--lr-extend", "2", "--evals", "10", "--no-trace", "--no-overlap",
+            "--out", out]
     if p.get("slow_last"):
         argv += ["--slow-node", str(n - 1), "--slowdown", str(p["slowdown"])]
     if p.get("jitter"):

@@ -305,6 +305,50 @@ TEST(Simulator, PartitionsApplyTheSameUpdatesAndOverlapPushWithPull) {
   }
 }
 
+// dist.ps_push_in_backward with emulate.overlap (BytePS's overlap, as the trainer with the pacer's
+// gate): each partition's push leaves when the modelled backward has produced it. The same updates
+// as pushing after the compute (the gradient of the step start's parameters, no clipping: losses
+// equal bit for bit), a shorter step on a slow link, and never shorter than the compute plus the last
+// partition's push and reply (it leaves at the end of backward). Without emulate.overlap: refused.
+TEST(Simulator, PsPushInBackwardSendsEachPartitionAsTheModelledBackwardProducesIt) {
+  test::TempDir d;
+  auto job = [&](bool in_backward) {
+    SimJob j = sim_job(d, "ps", 1);
+    j.ps.consistency = "bsp";
+    j.sim.servers = 1;
+    j.sim.link_gbit = 0.05;
+    j.sim.latency_us = 0;
+    j.run.optim.grad_clip = 0;
+    j.run.dist.ps_push_in_backward = in_backward;
+    j.run.emulate.overlap = in_backward;
+    return j;
+  };
+  SimJob after = job(false);
+  run_simulation(after.run, after.ps, after.sim, d.str("after"), false);
+  const double p = nlohmann::json::parse(slurp(d.str("after/sim.json")))["params"].get<double>();
+  SimJob during = job(true), parted_after = job(false);
+  during.run.dist.ps_partition_mb = parted_after.run.dist.ps_partition_mb = p * 4 / 8 / (1 << 20) * 1.0001;  // 8 partitions
+  run_simulation(during.run, during.ps, during.sim, d.str("during"), false);
+  run_simulation(parted_after.run, parted_after.ps, parted_after.sim, d.str("parted_after"), false);
+  const auto a = steps_of(d.str("parted_after/node0/metrics.jsonl"));
+  const auto b = steps_of(d.str("during/node0/metrics.jsonl"));
+  ASSERT_EQ(a.size(), b.size());
+  const double B = 0.05e9 / 8, last_part = (4 * p / 8 + 128) / B;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>()) << "step " << i + 1;
+    EXPECT_LT(b[i]["step_s"].get<double>(), a[i]["step_s"].get<double>() - 1e-3) << "step " << i + 1;
+    EXPECT_GE(b[i]["step_s"].get<double>(), 0.1 + 2 * last_part * 0.999) << "step " << i + 1;
+  }
+  SimJob bad = job(true);
+  bad.run.emulate.overlap = false;
+  try {
+    validate_simulation(bad.run, bad.ps, bad.sim);
+    ADD_FAILURE() << "ps_push_in_backward without emulate.overlap was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("emulate.overlap"), std::string::npos) << e.what();
+  }
+}
+
 // The same config gives the same files, byte for byte; asynchrony with a straggler shows staleness.
 TEST(Simulator, IsDeterministicAndMeasuresStaleness) {
   test::TempDir d;

@@ -99,11 +99,11 @@ Mode mode_of(const RunConfig& run) {
 }
 
 struct Event {
-  enum Kind : uint8_t { kComputeDone, kPushArrive, kReplyArrive, kSyncDone, kFinishArrive } kind = kComputeDone;
+  enum Kind : uint8_t { kComputeDone, kPushArrive, kReplyArrive, kSyncDone, kFinishArrive, kPushRelease } kind = kComputeDone;
   int worker = -1, shard = -1;
   int64_t clock = 0, param_version = 0;
   double lr = 0;
-  at::Tensor data;  // kPushArrive: the pushed slice, held while in flight
+  at::Tensor data;  // kPushArrive / kPushRelease: the pushed slice, held while in flight (or until it leaves)
 };
 Event event(Event::Kind kind, int worker = -1, int shard = -1) {
   Event e;
@@ -161,6 +161,7 @@ class Simulation {
     } else {
       bounds_ = PsClient::part_bounds(p_, k_, partition_elems(run_.dist), &server_of_);
       parts_ = static_cast<int>(bounds_.size()) - 1;
+      push_in_backward_ = !mode_.local_sgd && run_.dist.ps_push_in_backward && run_.emulate.overlap;
     }
     samples_per_step_ = run_.train.batch_size * run_.train.grad_accum * n_;
     const int64_t tokens_per_replica = run_.train.batch_size * run_.train.grad_accum * run_.model.block_size;
@@ -218,6 +219,7 @@ class Simulation {
         case Event::kReplyArrive: reply_arrive(workers_[static_cast<size_t>(e.worker)], t); break;
         case Event::kSyncDone: sync_done(t); break;
         case Event::kFinishArrive: finish_arrive(e, t); break;
+        case Event::kPushRelease: push_release(std::move(e), t); break;
       }
       if (verbose_ && result_.worker_steps >= next_report) {
         log::info("[sim] {}/{} worker-steps, simulated {:.2f} s, real {:.1f} s", result_.worker_steps, total, t,
@@ -289,6 +291,39 @@ class Simulation {
     w.began = t;
     w.modelled = w.pacer->modelled_s(w.step);
     queue_.push(t + w.modelled, event(Event::kComputeDone, w.id));
+    if (push_in_backward_) release_in_backward(w, t);
+  }
+
+  // dist.ps_push_in_backward with emulate.overlap (as the trainer with the pacer's gate): each
+  // partition's push leaves when the worker's modelled backward has produced it, the last layers'
+  // first. The gradient is the one the worker computes on the parameters it holds at the step's
+  // start (nothing changes them before its replies come: it waits for them), computed now; no
+  // clipping (the trainer refuses ps_push_in_backward with optim.grad_clip).
+  void release_in_backward(Worker& w, double t) {
+    w.lr = lr_at(run_.schedule, run_.optim.lr, w.step, w.steps);
+    w.loss = gradient(w, w.params);
+    w.grad_norm = clip_grad_norm(flat_->grads, 0.0);
+    w.pending = parts_;
+    w.stale_sum = 0;
+    w.wire = 0;
+    for (int k = parts_ - 1; k >= 0; --k) {
+      const double share = static_cast<double>(p_ - bounds_[static_cast<size_t>(k)]) / static_cast<double>(p_);
+      Event e = event(Event::kPushRelease, w.id, k);
+      e.clock = w.step;
+      e.lr = w.lr;
+      e.data = slice(flat_->grads, k).clone();
+      queue_.push(t + w.modelled * w.pacer->produced_share(share, run_.train.grad_accum), std::move(e));
+    }
+  }
+
+  // A partition's push leaves now, naming the version of it the worker holds (the step start's).
+  void push_release(Event e, double t) {
+    Worker& w = workers_[static_cast<size_t>(e.worker)];
+    const double bytes = 4.0 * static_cast<double>(length(e.shard)) + kHeaderBytes;
+    w.wire += 4.0 * static_cast<double>(length(e.shard));
+    e.kind = Event::kPushArrive;
+    e.param_version = w.version[static_cast<size_t>(e.shard)];
+    queue_.push(net_.send(w.id, n_ + server_of_[static_cast<size_t>(e.shard)], bytes, t), std::move(e));
   }
 
   // Forward and backward of worker w's batch at its current step on `params` (loaded into the
@@ -374,6 +409,7 @@ class Simulation {
       if (++arrived_ == n_) queue_.push(ring_done_at(t), event(Event::kSyncDone));
       return;
     }
+    if (push_in_backward_) return;  // its pushes left during the modelled backward (release_in_backward)
     if (!mode_.local_sgd) {  // ps: clip the node's gradient, push every shard its slice
       w.loss = gradient(w, w.params);
       w.grad_norm = clip_grad_norm(flat_->grads, clip);
@@ -540,6 +576,8 @@ class Simulation {
 
   void reply_arrive(Worker& w, double t) {
     if (--w.pending > 0) return;
+    SYN_CHECK(w.computed >= w.began, fmt::format("worker {}'s replies all came before its compute ended", w.id),
+              "a simulator bug (the last partition leaves at the end of the modelled backward): report the config");
     if (mode_.local_sgd) w.start.copy_(w.params);  // the shards' outer weights: the next round's start
     complete_step(w, t, parts_ ? w.stale_sum / parts_ : 0.0);
   }
@@ -655,6 +693,7 @@ class Simulation {
   int64_t w0_eval_job_tokens_ = 0;  // ps: the job's tokens at worker 0's last evaluation point (as it counts them)
   bool node_clip_ = false;  // ring: dist.clip_scope=node (each worker's gradient clipped, not the mean)
   std::vector<int64_t> overlap_bounds_;  // ring with overlap: the buckets' ascending bounds (empty: no overlap)
+  bool push_in_backward_ = false;        // ps with ps_push_in_backward and emulate.overlap: pushes leave in backward
   at::Tensor batch_x_, batch_y_;  // one micro-batch's ids [batch, context], reused by every gradient and evaluation
   SimResult result_;
 };
@@ -731,9 +770,11 @@ void validate_simulation(const RunConfig& run_in, const PsConfig& ps, const SimC
   SYN_CHECK(run.dist.wire == "f32", fmt::format("dist.wire={} in the simulator", run.dist.wire),
             "the simulator models float32 gradients only; compressed wires run on the emulated cluster "
             "(scripts/local_cluster.sh)");
-  SYN_CHECK(!run.dist.ps_overlap && !run.dist.ps_push_in_backward,
-            "dist.ps_overlap / dist.ps_push_in_backward in the simulator",
-            "the simulator models a step's push after its compute (what the studies run): leave both off");
+  SYN_CHECK(!run.dist.ps_overlap, "dist.ps_overlap in the simulator",
+            "the simulator models a step's push during or after its own compute, not during the next step's: leave it off");
+  SYN_CHECK(!run.dist.ps_push_in_backward || run.emulate.overlap,
+            "dist.ps_push_in_backward without emulate.overlap in the simulator",
+            "the simulator releases each push at the modelled moment backward produces it: set --emulate.overlap=true");
 
   SYN_CHECK(run.train.device != "cuda", "train.device=cuda in the simulator",
             "the simulator computes gradients on the CPU, one worker at a time: use --train.device=cpu or auto");
