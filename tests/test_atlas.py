@@ -155,7 +155,7 @@ class Published(unittest.TestCase):
             doc = published.evaluate(out)
             v = [c["verdict"] for c in doc["claims"]]
             self.assertEqual(v[0], "reproduced", doc["claims"][0])     # backup workers 1 s sooner in every seed
-            self.assertEqual(v[1], "reproduced", doc["claims"][1])     # and first in the cell
+            self.assertEqual(v[1], "not contradicted", doc["claims"][1])  # first in the cell: no equivalence test
             self.assertEqual(v[2], "not measured")                     # DiLoCo's long runs are not atlas cells
             self.assertEqual(v[3], "not resolved", doc["claims"][3])   # the mitigations within ASP's noise
             self.assertEqual(len(doc["claims"][3]["comparisons"]), 2)
