@@ -27,7 +27,8 @@ In a cell with stragglers every configuration gets the healthy ring's time; a co
 has not reached a target by then is censored there.
 
 The winner of a cell at a target is the configuration with the lowest median time to it (censored
-runs count as not reached). It is compared with every other configuration, paired over the seeds,
+runs count as not reached), among the atlas's configurations (CONFIGS; a cell that also ran others
+for the published claims, e.g. plain asp and asp_dc_asgd, keeps them out of this family). It is compared with every other configuration, paired over the seeds,
 Holm-corrected across those comparisons (method.comparisons); a censored time enters as the budget,
 a lower bound of the real time, so the difference is understated and a comparison resolved with it
 holds. The winner is "resolved" only where every comparison is; otherwise the cell says which
@@ -240,7 +241,7 @@ def median_inf(times):
     return None if math.isinf(m) else m
 
 
-def winner_at(summary, key, budget):
+def winner_at(summary, key, budget, names=None):
     """The cell's winner at target `key`: the lowest median time within the budget. Each other
     configuration is compared with it, paired over the seeds (method.comparisons on time, with the
     evaluation brackets), Holm across those comparisons, where a seed the other did not reach enters
@@ -250,7 +251,7 @@ def winner_at(summary, key, budget):
     resolved but smaller than the evaluation spacing around the crossings."""
     if budget is None:
         raise SystemExit("atlas: a cell without a time budget (summary.json budget.value): not an atlas cell")
-    cfgs = summary["configurations"]
+    cfgs = {k: c for k, c in summary["configurations"].items() if names is None or k in names}
     times = {k: seed_times(summary, c, key, budget) for k, c in cfgs.items()}
     med = {k: median_inf(list(t.values())) for k, t in times.items()}
     reached = {k: sum(v is not None for v in t.values()) for k, t in times.items()}
@@ -331,7 +332,8 @@ def winners(out):
             key = method.target_key(t)
             row = {"nodes": n, "ratio": r, "pattern": pat, "target": t,
                    "stage": TARGET_NAMES[i] if len(targets) == len(TARGET_NAMES) else key, "budget_s": budget,
-                   "budget_not_held": late, **winner_at(s, key, budget)}
+                   "budget_not_held": late,
+                   **winner_at(s, key, budget, [k for k in CONFIGS if k in s["configurations"]])}
             if drift is not None and i < len(drift):
                 row["ring_at_share_of_budget"] = drift[i]
             row["sentence"] = cell_sentence(row)
