@@ -57,6 +57,7 @@ PATTERNS = {
 }
 CONFIGS = ["ring", "bsp_backup", "ssp4", "asp_lr_scale", "diloco10", "async_diloco10"]
 TARGET_FRACTIONS = (0.2, 0.5, 0.8)
+DESIGN_RATIOS = (0.1, 1.0, 10.0)  # the atlas's ratios (the picture shows the ones not run as white)
 TARGET_NAMES = ("early", "middle", "late")
 REF_SEEDS, FIRST_REF_SEED, TUNING_SEED = 3, 500, 1000
 TARGETS_RATIO = 0.1  # the reference whose ring curve sets an N's targets
@@ -432,7 +433,7 @@ def picture(table, path):
         return
     from matplotlib.patches import Patch
     stages = list(dict.fromkeys(w["stage"] for w in table))
-    pats = [p for p in PATTERNS if any(w["pattern"] == p for w in table)]
+    pats = list(PATTERNS)  # every pattern, run or not
     names = CONFIGS
     colors = {k: plt.cm.tab10(i) for i, k in enumerate(names)}
     fig, axes = plt.subplots(len(pats), len(stages), figsize=(3.2 * len(stages), 2.6 * len(pats)), squeeze=False)
@@ -441,7 +442,7 @@ def picture(table, path):
             ax = axes[i][j]
             sub = [w for w in table if w["pattern"] == pat and w["stage"] == st]
             ns = sorted({w["nodes"] for w in table})
-            rs = sorted({w["ratio"] for w in table})
+            rs = sorted({w["ratio"] for w in table} | set(DESIGN_RATIOS))  # cells not run stay white
             for w in sub:
                 x, y = rs.index(w["ratio"]), ns.index(w["nodes"])
                 c = colors.get(w["winner"], (0.85, 0.85, 0.85, 1))
@@ -456,8 +457,10 @@ def picture(table, path):
             if i == len(pats) - 1:
                 ax.set_xlabel("comm / compute ratio")
     fig.legend(handles=[Patch(color=colors[k], label=k) for k in names] +
-               [Patch(facecolor="white", edgecolor="k", hatch="///", label="not resolved")],
-               loc="lower center", ncol=4, fontsize=8)
+               [Patch(facecolor="white", edgecolor="k", hatch="///", label="not resolved"),
+                Patch(facecolor=(0.85, 0.85, 0.85, 1), label="nobody reached it"),
+                Patch(facecolor="white", edgecolor="k", label="not run")],
+               loc="lower center", ncol=5, fontsize=8)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     tmp = f"{path}.tmp{os.getpid()}.png"
     fig.savefig(tmp, dpi=110)
