@@ -16,7 +16,9 @@ the target in every seed (the budget then understates its lead, never overstates
      behind is not a proof of being as fast (no equivalence test): the verdict is "not contradicted"
      then, "contradicted" where bsp_backup is resolved behind the first somewhere.
   3. DiLoCo (Douillard et al. 2023; Charles et al. 2025): with long enough runs, DiLoCo matches data
-     parallel training at equal tokens: needs long runs at several lengths (not part of the atlas).
+     parallel training at equal tokens: experiments/horizon.py's studies at several lengths (not atlas
+     cells); reproduced where at the longest length some H is equivalent to the ring (TOST) or better,
+     contradicted where every H is resolved worse there.
   4. Zhang et al. 2016 (lr_scale) and Zheng et al. 2017 (DC-ASGD) against plain ASP at ASP's own
      tuned learning rate: in every cell that ran asp with the mitigation.
 Verdict per claim (1, 3, 4): "reproduced" where at least one comparison of the family is resolved for the
@@ -103,6 +105,34 @@ def sentence_of(c):
     return f"{c['cell']}, target {c['target']}: {c['a']} - {c['b']} {md}{ci}, Holm p {ph}, {c['n']} seeds: {how}"
 
 
+def horizon_comparisons(out):
+    """[(length, comparison)] of every DiLoCo configuration against the ring on the held-out loss at the
+    budget, from experiments/horizon.py's studies under OUT/horizon/N<n>/L<length>/."""
+    root = os.path.join(out, "horizon")
+    rows = []
+    for nd in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        for ld in sorted(os.listdir(os.path.join(root, nd)), key=lambda x: int(x[1:]) if x[1:].isdigit() else 0):
+            s = atlas.load(os.path.join(root, nd, ld, "summary.json"))
+            if s is None:
+                continue
+            for c in s.get("comparisons", []):
+                if c["b"] == "ring" and c["a"].startswith("diloco") and c["metric"] == "val_loss_at_budget":
+                    rows.append({"nodes": int(nd[1:]), "length": int(ld[1:]), **c, "sentence": method.sentence(c)})
+    return rows
+
+
+def horizon_verdict(rows):
+    """Reproduced: at the longest length some DiLoCo is equivalent to the ring (TOST) or resolved
+    better; contradicted: there every DiLoCo is resolved worse; else not resolved."""
+    longest = max(r["length"] for r in rows)
+    last = [r for r in rows if r["length"] == longest]
+    if any(r.get("tost", {}).get("equivalent") or (r["resolved"] and r["mean_diff"] < 0) for r in last):
+        return "reproduced", longest
+    if all(r["resolved"] and r["mean_diff"] > 0 for r in last):
+        return "contradicted", longest
+    return "not resolved", longest
+
+
 def evaluate(out):
     cells = list(atlas.cells(out))
     results = []
@@ -132,9 +162,11 @@ def evaluate(out):
     behind = [w for w in rows if w["winner"] != "bsp_backup" and "bsp_backup" not in w.get("not_resolved_from", [])]
     results.append(("'Do we need asynchronous SGD?' (2026): among per-step methods, BSP with backup workers is first or not "
                     "resolved behind the first in every straggler cell and target", rows, near, behind))
-    # 3. DiLoCo at long runs: not part of the atlas.
+    # 3. DiLoCo at long runs (experiments/horizon.py): per length, the study's own paired comparison of
+    # the held-out loss at equal tokens with the ring (Holm, TOST at its margin).
+    horizon = horizon_comparisons(out)
     results.append(("DiLoCo (2023, scaling laws 2025): DiLoCo with large H matches data parallel at equal tokens once runs "
-                    "are long", [], [], []))
+                    "are long", horizon, [], []))
     # 4. Mitigations against plain ASP at its own tuned lr.
     def pick4(s, pat):
         c = s["configurations"]
@@ -147,6 +179,10 @@ def evaluate(out):
     for i, (claim, fam, yes, no) in enumerate(results, 1):
         if not fam:
             v, sent = "not measured", f"Claim {i} ({claim}): not measured (no cell of the atlas holds its comparison)."
+        elif i == 3:
+            v, longest = horizon_verdict(fam)
+            sent = (f"Claim {i} ({claim}): {v} at the longest run measured ({longest} steps per node; "
+                    f"{len(fam)} paired comparisons with the ring over {len({r['length'] for r in fam})} length(s)).")
         elif i == 2:
             v = "contradicted" if behind else "not contradicted"
             where = "; ".join(cell_label(w["nodes"], w["ratio"], w["pattern"]) + f" {w['stage']}: {w['winner']} first"
@@ -158,7 +194,11 @@ def evaluate(out):
             sent = (f"Claim {i} ({claim}): {v}: {len(yes)} of {len(fam)} comparisons resolved for it, {len(no)} against "
                     f"(paired, Holm across the {len(fam)}).")
         entry = {"claim": claim, "verdict": v, "sentence": sent}
-        if i != 2:
+        if i == 3:
+            entry["comparisons"] = [{"length": c["length"], "nodes": c["nodes"], "a": c["a"], "b": c["b"],
+                                     "sentence": f"N={c['nodes']}, {c['length']} steps per node: {c['sentence']}"}
+                                    for c in fam]
+        elif i != 2:
             entry["comparisons"] = [{**c, "sentence": sentence_of(c)} for c in fam]
         doc["claims"].append(entry)
     return doc

@@ -160,6 +160,31 @@ class Published(unittest.TestCase):
             self.assertEqual(v[3], "not resolved", doc["claims"][3])   # the mitigations within ASP's noise
             self.assertEqual(len(doc["claims"][3]["comparisons"]), 2)
 
+    def test_claim_3_reads_the_horizon_studies_at_their_longest_length(self):
+        def comp(length, diff, resolved, equivalent):
+            c = {"a": "diloco10", "b": "ring", "metric": "val_loss_at_budget", "mean_diff": diff,
+                 "ci95": [diff - 0.01, diff + 0.01], "p": 0.001 if resolved else 0.5, "p_holm": 0.002 if resolved else 0.6,
+                 "n": 5, "left_out": 0, "diffs": [diff] * 5, "deterministic": False, "resolved": resolved}
+            if equivalent is not None:
+                c["tost"] = {"margin": 0.02, "p": 0.01 if equivalent else 0.4, "ci90": [diff - 0.008, diff + 0.008],
+                             "equivalent": equivalent}
+            return c
+        with tempfile.TemporaryDirectory() as out:
+            for length, c in ((300, comp(300, 0.08, True, False)), (1000, comp(1000, 0.005, False, True))):
+                d = os.path.join(out, "horizon", "N8", f"L{length}")
+                os.makedirs(d)
+                with open(os.path.join(d, "summary.json"), "w") as f:
+                    json.dump({"comparisons": [c]}, f)
+            doc = published.evaluate(out)
+            c3 = doc["claims"][2]
+            self.assertEqual(c3["verdict"], "reproduced", c3)  # equivalent within 0.02 nats at 1000 steps
+            self.assertIn("1000 steps per node", c3["sentence"])
+            self.assertEqual([x["length"] for x in c3["comparisons"]], [300, 1000])
+            # The longest length resolved worse for DiLoCo: contradicted.
+            with open(os.path.join(out, "horizon", "N8", "L1000", "summary.json"), "w") as f:
+                json.dump({"comparisons": [comp(1000, 0.06, True, False)]}, f)
+            self.assertEqual(published.evaluate(out)["claims"][2]["verdict"], "contradicted")
+
 
 class CheckStudy(unittest.TestCase):
     def setUp(self):
