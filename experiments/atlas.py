@@ -31,8 +31,10 @@ runs count as not reached), among the atlas's configurations (CONFIGS; a cell th
 for the published claims, e.g. plain asp and asp_dc_asgd, keeps them out of this family). It is compared with every other configuration, paired over the seeds,
 Holm-corrected across those comparisons (method.comparisons); a censored time enters as the budget,
 a lower bound of the real time, so the difference is understated and a comparison resolved with it
-holds. The winner is "resolved" only where every comparison is; otherwise the cell says which
-configurations are not resolved apart from it. Cells already run are kept (OUT/cells/N<n>/r<r>_<pattern>/
+holds; a comparison must also resolve with the winner's crossings moved to the end of their
+evaluation brackets and the other's to the start (interpolation between sparse evaluations of a
+convex curve places a crossing late). The winner is "resolved" only where every comparison is;
+otherwise the cell says which configurations are not resolved apart from it. Cells already run are kept (OUT/cells/N<n>/r<r>_<pattern>/
 summary.json, with the report and plot; every run's files under --runs, not kept in git) and
 skipped: the atlas is built across sessions; cells not run are listed as such.
 """
@@ -248,8 +250,10 @@ def winner_at(summary, key, budget, names=None):
     evaluation brackets), Holm across those comparisons, where a seed the other did not reach enters
     as the budget: a lower bound of its time, so the difference is understated. A comparison counts
     as resolved only when Holm's p is below 0.05, the difference favours the winner, and the winner
-    reached the target in every seed (otherwise the budget would overstate its lead). "indicative":
-    resolved but smaller than the evaluation spacing around the crossings."""
+    reached the target in every seed (otherwise the budget would overstate its lead), and the same
+    holds with the winner's crossings at the end of their evaluation brackets and the other's at the
+    start (interpolation between evaluations cannot make it). "indicative": resolved but smaller than
+    the evaluation spacing around the crossings."""
     if budget is None:
         raise SystemExit("atlas: a cell without a time budget (summary.json budget.value): not an atlas cell")
     cfgs = {k: c for k, c in summary["configurations"].items() if names is None or k in names}
@@ -265,18 +269,34 @@ def winner_at(summary, key, budget, names=None):
     w = min(finite, key=finite.get)
     metric = f"time_to_target_s@{key}"
 
-    def bounded(k):
+    def bounded(k, side=None):
+        """Per seed the time entered for k: censored -> the budget. side "late" / "early": a reached
+        crossing moved to the end / start of its evaluation bracket (the interpolation's worst case)."""
         by = {p["seed"]: p for p in cfgs[k].get("per_seed", [])}
         rows = []
         for sd, t in times[k].items():
             br = (by.get(sd, {}).get("time_to_target_bracket_s") or {}).get(key) if t is not None else None
-            rows.append({"seed": sd, "time_to_target_s": {key: budget if t is None else t},
+            v = budget if t is None else t
+            if t is not None and br and side:
+                v = min(br[1], budget) if side == "late" else br[0]
+            rows.append({"seed": sd, "time_to_target_s": {key: v},
                          "time_to_target_bracket_s": {key: br if br else [budget, budget]}})
         return {"per_seed": rows}
-    comps = method.comparisons({k: bounded(k) for k in cfgs}, [(k, w) for k in cfgs if k != w], [metric])
+    pairs = [(k, w) for k in cfgs if k != w]
+    comps = method.comparisons({k: bounded(k) for k in cfgs}, pairs, [metric])
+    # The same comparisons with the winner's crossings at the end of their evaluation brackets and the
+    # others' at the start: linear interpolation between evaluations of a convex curve places a
+    # crossing late, more so for a configuration evaluated less often (in time) - a bias the paired
+    # test on interpolated times cannot see. A comparison counts for the winner only if it is resolved
+    # in this worst case too.
+    worst = method.comparisons({k: bounded(k, "late" if k == w else "early") for k in cfgs}, pairs, [metric])
     winner_everywhere = reached[w] == common["seeds"]
-    for c in comps:
-        c["for_winner"] = bool(c["resolved"] and c["mean_diff"] is not None and c["mean_diff"] > 0 and winner_everywhere)
+    for c, cw in zip(comps, worst):
+        c["worst_case"] = {"mean_diff": cw["mean_diff"], "ci95": cw["ci95"], "p_holm": cw.get("p_holm"),
+                           "resolved": bool(cw["resolved"] and cw["mean_diff"] is not None and cw["mean_diff"] > 0)}
+        interpolated = bool(c["resolved"] and c["mean_diff"] is not None and c["mean_diff"] > 0 and winner_everywhere)
+        c["for_winner"] = interpolated and c["worst_case"]["resolved"]
+        c["by_interpolation_only"] = interpolated and not c["worst_case"]["resolved"]
         c["indicative"] = bool(c["for_winner"] and method.indicative(c))
     others = sorted((k for k in med if k != w), key=lambda k: math.inf if med[k] is None else med[k])
     runner = others[0] if others else None
@@ -287,9 +307,11 @@ def winner_at(summary, key, budget, names=None):
         "resolved": bool(comps) and all(c["for_winner"] for c in comps),
         "winner_reached_every_seed": winner_everywhere,
         "not_resolved_from": [c["a"] for c in comps if not c["for_winner"]],
+        "resolved_by_interpolation_only": [c["a"] for c in comps if c["by_interpolation_only"]],
         "indicative_against": [c["a"] for c in comps if c["indicative"]],
         "comparisons": [{k: c.get(k) for k in ("a", "b", "mean_diff", "ci95", "p_holm", "resolved", "n", "bracket_s",
-                                               "for_winner", "indicative")} for c in comps],
+                                               "for_winner", "indicative", "worst_case", "by_interpolation_only")}
+                        for c in comps],
         **common,
     }
 
@@ -409,6 +431,9 @@ def cell_sentence(w):
             verdict_ += f", indicative against {', '.join(w['indicative_against'])} (within the evaluation spacing)"
     else:
         verdict_ = f"not resolved from {', '.join(w['not_resolved_from'])} (paired over {seeds} seeds, Holm)"
+        if w.get("resolved_by_interpolation_only"):
+            verdict_ += (f"; ahead of {', '.join(w['resolved_by_interpolation_only'])} only between evaluation points "
+                         "(not with each crossing at the unfavourable end of its bracket)")
         if not w.get("winner_reached_every_seed", True):
             verdict_ += "; the first did not reach it in every seed"
     return "; ".join(parts) + f"; {verdict_}.{tail}"

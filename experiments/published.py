@@ -41,25 +41,41 @@ STRAGGLERS = ("slow", "heavy")
 
 def compare(summary, a, b, key, budget):
     """a against b on time to target `key`, paired over the study's seeds with censored seeds as the
-    budget; which side a resolved result may favour (the one that reached the target in every seed)."""
+    budget; which side a resolved result may favour (the one that reached the target in every seed).
+    "worst": the same with the sooner side's crossings at the end of their evaluation brackets and the
+    other's at the start (what interpolation between evaluations cannot make up)."""
     cfgs = summary["configurations"]
     ta, tb = (atlas.seed_times(summary, cfgs[x], key, budget) for x in (a, b))
+    bra, brb = ({p["seed"]: (p.get("time_to_target_bracket_s") or {}).get(key) for p in cfgs[x].get("per_seed", [])}
+                for x in (a, b))
     r = paired({s: budget if t is None else t for s, t in ta.items()},
                {s: budget if t is None else t for s, t in tb.items()})
+
+    def moved(times, brs, side):
+        out = {}
+        for sd, t in times.items():
+            br = brs.get(sd)
+            out[sd] = budget if t is None else (min(br[1], budget) if side == "late" else br[0]) if br else t
+        return out
+    a_sooner = r["mean_diff"] is not None and r["mean_diff"] < 0
+    w = paired(moved(ta, bra, "late" if a_sooner else "early"), moved(tb, brb, "early" if a_sooner else "late"))
     return {"a": a, "b": b, "target": key, "mean_diff": r["mean_diff"], "ci95": r["ci95"], "p": r["p"], "n": r["n"],
+            "worst_mean_diff": w["mean_diff"], "worst_p": w["p"],
             "a_everywhere": all(t is not None for t in ta.values()),
             "b_everywhere": all(t is not None for t in tb.values())}
 
 
 def settle(family):
-    """Holm across the family; each comparison's side: a, b or None (not resolved)."""
-    for c, ph in zip(family, holm([c["p"] for c in family])):
-        c["p_holm"] = ph
+    """Holm across the family, on the interpolated times and on the worst case; each comparison's
+    side: a, b or None (not resolved: either test short of it, or the side not reached everywhere)."""
+    for c, ph, pw in zip(family, holm([c["p"] for c in family]), holm([c["worst_p"] for c in family])):
+        c["p_holm"], c["worst_p_holm"] = ph, pw
         side = None
         if ph is not None and ph < ALPHA and c["mean_diff"] is not None:
             side = "a" if c["mean_diff"] < 0 else "b"
-            if not c[f"{side}_everywhere"]:
-                side = None  # its censored seeds would overstate its lead
+            same_way = c["worst_mean_diff"] is not None and (c["worst_mean_diff"] < 0) == (side == "a")
+            if not c[f"{side}_everywhere"] or not (pw is not None and pw < ALPHA and same_way):
+                side = None  # censored seeds would overstate its lead, or interpolation alone makes it
         c["sooner"] = c[side] if side else None
     return family
 
@@ -102,7 +118,9 @@ def sentence_of(c):
     md = "-" if c["mean_diff"] is None else f"{c['mean_diff']:.4g} s"
     ci = "" if c["ci95"][0] is None else f" [{c['ci95'][0]:.4g}, {c['ci95'][1]:.4g}]"
     ph = "-" if c.get("p_holm") is None else f"{c['p_holm']:.3g}"
-    return f"{c['cell']}, target {c['target']}: {c['a']} - {c['b']} {md}{ci}, Holm p {ph}, {c['n']} seeds: {how}"
+    pw = "-" if c.get("worst_p_holm") is None else f"{c['worst_p_holm']:.3g}"
+    return (f"{c['cell']}, target {c['target']}: {c['a']} - {c['b']} {md}{ci}, Holm p {ph} (with the crossings at "
+            f"the unfavourable ends of their evaluation brackets: {pw}), {c['n']} seeds: {how}")
 
 
 def horizon_comparisons(out):
