@@ -141,12 +141,17 @@ def horizon_comparisons(out):
 
 def horizon_verdict(rows):
     """Reproduced: at the longest length some DiLoCo is equivalent to the ring (TOST) or resolved
-    better; contradicted: there every DiLoCo is resolved worse; else not resolved."""
-    longest = max(r["length"] for r in rows)
+    better. Contradicted: measured at two lengths or more, every DiLoCo resolved worse at each, and
+    the gap at the longest no smaller than at the shortest (no sign of closing). Otherwise not
+    resolved (one length cannot contradict "once runs are long enough")."""
+    lengths = sorted({r["length"] for r in rows})
+    longest = lengths[-1]
     last = [r for r in rows if r["length"] == longest]
     if any(r.get("tost", {}).get("equivalent") or (r["resolved"] and r["mean_diff"] < 0) for r in last):
         return "reproduced", longest
-    if all(r["resolved"] and r["mean_diff"] > 0 for r in last):
+    first = {r["a"]: r for r in rows if r["length"] == lengths[0]}
+    if (len(lengths) >= 2 and all(r["resolved"] and r["mean_diff"] > 0 for r in rows)
+            and all(r["a"] in first and r["mean_diff"] >= first[r["a"]]["mean_diff"] for r in last)):
         return "contradicted", longest
     return "not resolved", longest
 
