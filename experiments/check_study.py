@@ -56,7 +56,8 @@ def sentences(doc, path):
     return stored, None
 
 
-def check(path):
+def check(path, root=ROOT):
+    """Problems, quotes and files read of STUDY.md at `path`; cited paths are relative to `root`."""
     problems, quotes, cache = [], 0, {}
     with open(path, encoding="utf-8") as f:
         lines = f.read().splitlines()
@@ -68,7 +69,7 @@ def check(path):
             problems.append(f"{path}:{no}: a « that opens no well-formed quote (one line: «SENTENCE» — [label](path.json))")
         for m in found:
             quotes += 1
-            src = os.path.join(ROOT, m["path"])
+            src = os.path.join(root, m["path"])
             if src not in cache:
                 try:
                     with open(src) as f:

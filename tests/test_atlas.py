@@ -195,9 +195,12 @@ class Published(unittest.TestCase):
 
 class CheckStudy(unittest.TestCase):
     def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory(dir=ROOT)  # check_study resolves paths from the repository root
-        self.rel = os.path.relpath(self.tmp.name, ROOT)
-        with open(os.path.join(self.tmp.name, "summary.json"), "w") as f:
+        # Cited paths are resolved from a root of the test's own (nothing is written in the repository,
+        # where Scripts.EveryScriptAnswersHelp checks that nothing appears while it runs).
+        self.tmp = tempfile.TemporaryDirectory()
+        self.rel = "cited"
+        os.makedirs(os.path.join(self.tmp.name, self.rel))
+        with open(os.path.join(self.tmp.name, self.rel, "summary.json"), "w") as f:
             json.dump({"conclusions": ["a - b, val_loss_at_budget: -0.1 nats [-0.2, -0.05], p = 0.01, Holm p = 0.02; "
                                        "5 paired seeds. Resolved: a is better."]}, f)
 
@@ -208,7 +211,7 @@ class CheckStudy(unittest.TestCase):
         p = os.path.join(self.tmp.name, "STUDY.md")
         with open(p, "w") as f:
             f.write(text)
-        return check_study.check(p)
+        return check_study.check(p, root=self.tmp.name)
 
     def test_a_verbatim_quote_passes_and_a_changed_number_fails(self):
         good = ("- «a - b, val_loss_at_budget: -0.1 nats [-0.2, -0.05], p = 0.01, Holm p = 0.02; 5 paired seeds. "
@@ -229,12 +232,12 @@ class CheckStudy(unittest.TestCase):
         with open(os.path.join(ROOT, "docs", "study", "demo", "summary.json")) as f:
             demo = json.load(f)
         quote = demo["conclusions"][0]  # asp - ring, val_loss_at_budget: ...
-        with open(os.path.join(self.tmp.name, "demo.json"), "w") as f:
+        with open(os.path.join(self.tmp.name, self.rel, "demo.json"), "w") as f:
             json.dump(demo, f)
         line = f"- «{quote}» — [s]({self.rel}/demo.json)\n"
         self.assertEqual(self.check(line)[0], [])
         demo["configurations"]["asp"]["per_seed"][0]["val_loss_at_budget"] += 0.05  # the data moved on
-        with open(os.path.join(self.tmp.name, "demo.json"), "w") as f:
+        with open(os.path.join(self.tmp.name, self.rel, "demo.json"), "w") as f:
             json.dump(demo, f)
         problems, _, _ = self.check(line)
         self.assertEqual(len(problems), 1, problems)
