@@ -46,6 +46,7 @@ import statistics
 import sys
 
 import method
+from stats import median_censored
 from ab_sync_async import CONFIGS as AB_CONFIGS
 from ab_sync_async import PAIRS as AB_PAIRS
 from cluster_runs import ROOT
@@ -235,13 +236,25 @@ def seed_times(summary, cfg, key, budget):
     return out
 
 
-def median_inf(times):
-    """Median with the censored (None) as +inf; None where that median is censored."""
-    ts = sorted(math.inf if t is None else t for t in times)
-    if not ts:
-        return None
-    m = ts[(len(ts) - 1) // 2] if len(ts) % 2 else 0.5 * (ts[len(ts) // 2 - 1] + ts[len(ts) // 2])
-    return None if math.isinf(m) else m
+def entered(summary, cfg, key, budget, side=None):
+    """{seed: (time entered for a paired comparison, its evaluation bracket or None)}: a censored seed
+    (seed_times) enters as the budget, a lower bound of its time. side "late" / "early": a reached
+    crossing moved to the end (at most the budget) / start of its evaluation bracket, the worst case
+    of the interpolation between evaluations."""
+    by = {p["seed"]: p for p in cfg.get("per_seed", [])}
+    out = {}
+    for sd, t in seed_times(summary, cfg, key, budget).items():
+        br = (by.get(sd, {}).get("time_to_target_bracket_s") or {}).get(key) if t is not None else None
+        v = budget if t is None else t
+        if br and side:
+            v = min(br[1], budget) if side == "late" else br[0]
+        out[sd] = (v, br)
+    return out
+
+
+def median_time(times):
+    """Median of {seed: time or None} with the censored as +inf (stats.median_censored); None where censored."""
+    return median_censored(list(times.values()))["median"]
 
 
 def winner_at(summary, key, budget, names=None):
@@ -258,7 +271,7 @@ def winner_at(summary, key, budget, names=None):
         raise SystemExit("atlas: a cell without a time budget (summary.json budget.value): not an atlas cell")
     cfgs = {k: c for k, c in summary["configurations"].items() if names is None or k in names}
     times = {k: seed_times(summary, c, key, budget) for k, c in cfgs.items()}
-    med = {k: median_inf(list(t.values())) for k, t in times.items()}
+    med = {k: median_time(t) for k, t in times.items()}
     reached = {k: sum(v is not None for v in t.values()) for k, t in times.items()}
     failed = [k for k, c in cfgs.items() if not c.get("per_seed")]
     finite = {k: m for k, m in med.items() if m is not None}
@@ -270,18 +283,9 @@ def winner_at(summary, key, budget, names=None):
     metric = f"time_to_target_s@{key}"
 
     def bounded(k, side=None):
-        """Per seed the time entered for k: censored -> the budget. side "late" / "early": a reached
-        crossing moved to the end / start of its evaluation bracket (the interpolation's worst case)."""
-        by = {p["seed"]: p for p in cfgs[k].get("per_seed", [])}
-        rows = []
-        for sd, t in times[k].items():
-            br = (by.get(sd, {}).get("time_to_target_bracket_s") or {}).get(key) if t is not None else None
-            v = budget if t is None else t
-            if t is not None and br and side:
-                v = min(br[1], budget) if side == "late" else br[0]
-            rows.append({"seed": sd, "time_to_target_s": {key: v},
-                         "time_to_target_bracket_s": {key: br if br else [budget, budget]}})
-        return {"per_seed": rows}
+        return {"per_seed": [{"seed": sd, "time_to_target_s": {key: v},
+                              "time_to_target_bracket_s": {key: br if br else [budget, budget]}}
+                             for sd, (v, br) in entered(summary, cfgs[k], key, budget, side).items()]}
     pairs = [(k, w) for k in cfgs if k != w]
     comps = method.comparisons({k: bounded(k) for k in cfgs}, pairs, [metric])
     # The same comparisons with the winner's crossings at the end of their evaluation brackets and the
@@ -332,7 +336,7 @@ def reference_drift(summary, budget):
         return None
     out = []
     for t in summary.get("targets") or []:
-        m = median_inf(list(seed_times(summary, c, method.target_key(t), budget).values()))
+        m = median_time(seed_times(summary, c, method.target_key(t), budget))
         out.append(None if m is None else round(m / budget, 3))
     return out
 

@@ -20,7 +20,7 @@ import sys
 
 import atlas
 from ab_sync_async import CONFIGS as AB_CONFIGS
-from study import add_args, run_study
+from study import run_study
 
 MARGIN = 0.02  # nats: "matches" = the paired difference within +-0.02 by TOST (about 1% of the loss here)
 
@@ -37,14 +37,9 @@ def cmd_run(a):
             print(f"[horizon] N={a.nodes} L={length}: kept", flush=True)
             continue
         work = os.path.join(a.runs, "horizon", f"N{a.nodes}", f"L{length}")
-        ap = argparse.ArgumentParser()
-        add_args(ap, "horizon")
-        args = ap.parse_args(
-            ["--backend", "sim", "--nodes", str(a.nodes), "--preset", atlas.PRESET, "--batch", str(atlas.BATCH),
-             "--step-time", str(atlas.STEP_S), "--link-gbit", f"{atlas.link_gbit(a.nodes, 0.1):.6g}",
-             "--seeds", str(a.seeds), "--tuning-seeds", str(atlas.TUNING_SEED), "--lr-extend", "2", "--evals", "10",
-             "--no-trace", "--no-overlap", "--steps", str(length), "--configs", ",".join(names),
-             "--baseline", "ring", "--equivalence-margin", str(a.margin), "--out", work] + (["--dry-run"] if a.dry_run else []))
+        args = atlas.study_args(work, a.nodes, 0.1, "none", a.seeds,
+                                ["--steps", str(length), "--configs", ",".join(names), "--baseline", "ring",
+                                 "--equivalence-margin", str(a.margin)] + (["--dry-run"] if a.dry_run else []))
         run_study(AB_CONFIGS, args, f"Horizon N={a.nodes} L={length}",
                   f"python experiments/horizon.py run --nodes {a.nodes} --lengths {length} --configs {a.configs} "
                   f"--seeds {a.seeds}")

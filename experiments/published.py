@@ -45,24 +45,16 @@ def compare(summary, a, b, key, budget):
     "worst": the same with the sooner side's crossings at the end of their evaluation brackets and the
     other's at the start (what interpolation between evaluations cannot make up)."""
     cfgs = summary["configurations"]
-    ta, tb = (atlas.seed_times(summary, cfgs[x], key, budget) for x in (a, b))
-    bra, brb = ({p["seed"]: (p.get("time_to_target_bracket_s") or {}).get(key) for p in cfgs[x].get("per_seed", [])}
-                for x in (a, b))
-    r = paired({s: budget if t is None else t for s, t in ta.items()},
-               {s: budget if t is None else t for s, t in tb.items()})
-
-    def moved(times, brs, side):
-        out = {}
-        for sd, t in times.items():
-            br = brs.get(sd)
-            out[sd] = budget if t is None else (min(br[1], budget) if side == "late" else br[0]) if br else t
-        return out
+    ta, tb = (atlas.entered(summary, cfgs[x], key, budget) for x in (a, b))
+    r = paired({s: v for s, (v, _) in ta.items()}, {s: v for s, (v, _) in tb.items()})
     a_sooner = r["mean_diff"] is not None and r["mean_diff"] < 0
-    w = paired(moved(ta, bra, "late" if a_sooner else "early"), moved(tb, brb, "early" if a_sooner else "late"))
+    wa, wb = (atlas.entered(summary, cfgs[x], key, budget, side)
+              for x, side in ((a, "late" if a_sooner else "early"), (b, "early" if a_sooner else "late")))
+    w = paired({s: v for s, (v, _) in wa.items()}, {s: v for s, (v, _) in wb.items()})
+    reached = {x: all(t is not None for t in atlas.seed_times(summary, cfgs[x], key, budget).values()) for x in (a, b)}
     return {"a": a, "b": b, "target": key, "mean_diff": r["mean_diff"], "ci95": r["ci95"], "p": r["p"], "n": r["n"],
             "worst_mean_diff": w["mean_diff"], "worst_p": w["p"],
-            "a_everywhere": all(t is not None for t in ta.values()),
-            "b_everywhere": all(t is not None for t in tb.values())}
+            "a_everywhere": reached[a], "b_everywhere": reached[b]}
 
 
 def settle(family):
