@@ -307,13 +307,20 @@ class Simulation {
     w.stale_sum = 0;
     w.wire = 0;
     for (int k = parts_ - 1; k >= 0; --k) {
-      const double share = static_cast<double>(p_ - bounds_[static_cast<size_t>(k)]) / static_cast<double>(p_);
       Event e = event(Event::kPushRelease, w.id, k);
       e.clock = w.step;
       e.lr = w.lr;
       e.data = slice(flat_->grads, k).clone();
-      queue_.push(t + w.modelled * w.pacer->produced_share(share, run_.train.grad_accum), std::move(e));
+      queue_.push(produced_at(w, bounds_[static_cast<size_t>(k)]), std::move(e));
     }
+  }
+
+  // When worker w's modelled backward of this step has produced the gradient from flat offset `from`
+  // to the end (backward produces the last parameters' first): StepPacer::produced_share of its
+  // modelled step, from the step's start.
+  double produced_at(const Worker& w, int64_t from) const {
+    const double share = static_cast<double>(p_ - from) / static_cast<double>(p_);
+    return w.began + w.modelled * w.pacer->produced_share(share, run_.train.grad_accum);
   }
 
   // A partition's push leaves now, naming the version of it the worker holds (the step start's).
@@ -436,17 +443,15 @@ class Simulation {
   // When the ring's all-reduce of this step ends, the last worker's compute having ended at t_last.
   // Without overlap: then, plus the whole gradient's ring. With it (overlap_bounds_): the buckets in
   // descending offset (the order backward produces them), each when every worker's modelled backward
-  // has produced it (StepPacer::produced_share of that worker's modelled step, from its start) and
-  // the previous bucket's ring is done, taking its own bytes' ring time; never before t_last.
+  // has produced it (produced_at) and the previous bucket's ring is done, taking its own bytes' ring
+  // time; never before t_last.
   double ring_done_at(double t_last) const {
     if (overlap_bounds_.empty()) return t_last + ring_s();
     double end = 0;
     for (size_t b = overlap_bounds_.size() - 1; b-- > 0;) {
       const int64_t lo = overlap_bounds_[b], hi = overlap_bounds_[b + 1];
-      const double share = static_cast<double>(p_ - lo) / static_cast<double>(p_);
       double ready = 0;
-      for (const Worker& w : workers_)
-        ready = std::max(ready, w.computed - w.modelled + w.modelled * w.pacer->produced_share(share, run_.train.grad_accum));
+      for (const Worker& w : workers_) ready = std::max(ready, produced_at(w, lo));
       end = std::max(end, ready) + ring_allreduce_s(n_, 4.0 * static_cast<double>(hi - lo), net_.rate(0), net_.latency_s());
     }
     return std::max(end, t_last);
