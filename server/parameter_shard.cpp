@@ -27,8 +27,11 @@ ParameterShard::~ParameterShard() = default;
 // "a rejected message changes nothing").
 void ParameterShard::check_init(const MsgHeader& h, const float* values) const {
   SYN_CHECK(h.workers >= 1 && h.workers <= 4096, fmt::format("INIT with {} workers", h.workers), "workers must be 1..4096");
-  SYN_CHECK(h.worker >= 0 && h.worker < h.workers, fmt::format("INIT from worker {} of {}", h.worker, h.workers),
-            "check NODE_RANK / NNODES of the workers");
+  SYN_CHECK(h.worker >= 0 && (h.worker < h.workers || (h.elastic && h.worker < kMaxWorkers)),
+            fmt::format("INIT from worker {} of {}", h.worker, h.workers),
+            "check NODE_RANK / NNODES of the workers (a node joining a running job needs --dist.elastic=true everywhere)");
+  SYN_CHECK(h.join == 0 || h.elastic, fmt::format("INIT join={} from worker {} of a job whose membership is fixed", h.join, h.worker),
+            "joining a running job needs --dist.elastic=true on every worker");
   SYN_CHECK(h.offset >= 0 && h.length >= 0 && h.length <= kMaxShardLength && h.offset <= (int64_t{1} << 50),
             fmt::format("INIT range [{}, +{}) is not a range", h.offset, h.length), "offset and length must be >= 0");
   SYN_CHECK(h.dtype == "f32", fmt::format("INIT values of dtype '{}'", h.dtype), "INIT's values are float32");
@@ -70,7 +73,11 @@ void ParameterShard::check_init(const MsgHeader& h, const float* values) const {
             "or run the servers with --ps.backup_workers=0");
   make_consistency_rule(cfg_, h.workers);  // backup workers against the worker count
   if (initialized_) {
-    SYN_CHECK(h.offset == offset_ && h.length == length_ && h.workers == workers_,
+    SYN_CHECK(h.elastic == elastic_,
+              fmt::format("INIT from worker {} with dist.elastic={}, but the job's first worker sent {}", h.worker, h.elastic,
+                          elastic_),
+              "every worker of a job must run the same --dist.elastic");
+    SYN_CHECK(h.offset == offset_ && h.length == length_ && (h.workers == workers_ || elastic_),
               fmt::format("INIT for range [{}, +{}) x {} workers, but this shard holds [{}, +{}) x {}", h.offset, h.length,
                           h.workers, offset_, length_, workers_),
               "every worker must run the same model and NNODES");
@@ -152,7 +159,115 @@ void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t
   last_seen_.assign(static_cast<size_t>(workers_), now_s);
   live_.assign(static_cast<size_t>(workers_), true);
   finished_.assign(static_cast<size_t>(workers_), false);
+  grant_.assign(static_cast<size_t>(workers_), -1);
+  elastic_ = h.elastic;
   initialized_ = true;
+}
+
+void ParameterShard::grow(int workers) {
+  if (workers <= workers_) return;
+  const size_t n = static_cast<size_t>(workers);
+  clock_.resize(n, -1);
+  last_stale_.resize(n, 0);
+  backup_.resize(n);
+  last_seen_.resize(n, 0.0);
+  live_.resize(n, false);  // a slot is not a member until its worker joins
+  finished_.resize(n, false);
+  grant_.resize(n, -1);
+  workers_ = workers;
+}
+
+void ParameterShard::grant_next(int worker, int64_t samples) {
+  if (!grants_data()) return;
+  SYN_CHECK(samples >= 1, fmt::format("worker {} of an elastic job sent no sample count", worker),
+            "a worker of this Syncopate build sends it: run the same build everywhere");
+  grant_[static_cast<size_t>(worker)] = data_cursor_;
+  data_cursor_ += samples;
+}
+
+int64_t ParameterShard::grant(int worker) const {
+  if (!grants_data() || worker < 0 || worker >= workers_) return -1;
+  return grant_[static_cast<size_t>(worker)];
+}
+
+bool ParameterShard::member(int worker) const {
+  if (!initialized_ || worker < 0 || worker >= workers_) return false;
+  const size_t w = static_cast<size_t>(worker);
+  return live_[w] && !finished_[w] && !joining_.count(worker);
+}
+
+int64_t ParameterShard::bsp_round() const {
+  int64_t m = -1;
+  bool any = false;
+  for (int w = 0; w < workers_; ++w)
+    if (live_[static_cast<size_t>(w)]) m = std::max(m, clock_[static_cast<size_t>(w)]), any = true;
+  if (!any)
+    for (int64_t c : clock_) m = std::max(m, c);
+  return m + (waiting_.empty() ? 1 : 0);
+}
+
+int64_t ParameterShard::join_clock(int worker) const {
+  SYN_CHECK(initialized_, "shard not initialized yet", "a worker must send INIT first");
+  if (member(worker)) return clock_[static_cast<size_t>(worker)] + 1;
+  if (rule_->sums_clock()) return bsp_round() + (live_workers() > 0 ? 1 : 0);
+  int64_t slowest = std::numeric_limits<int64_t>::max(), newest = -1;
+  for (int w = 0; w < workers_; ++w) {
+    newest = std::max(newest, clock_[static_cast<size_t>(w)]);
+    if (live_[static_cast<size_t>(w)] && !finished_[static_cast<size_t>(w)]) slowest = std::min(slowest, clock_[static_cast<size_t>(w)]);
+  }
+  return (slowest == std::numeric_limits<int64_t>::max() ? newest : slowest) + 1;
+}
+
+bool ParameterShard::join_passed(int worker, int64_t clock) const {
+  return initialized_ && rule_->sums_clock() && !member(worker) && live_workers() > 0 && !joining_.count(worker) &&
+         clock < bsp_round();
+}
+
+bool ParameterShard::join(int worker, int64_t clock, int64_t samples, double now_s) {
+  SYN_CHECK(initialized_ && elastic_, "a join to a shard whose job's membership is fixed",
+            "joining a running job needs --dist.elastic=true on every worker");
+  SYN_CHECK(worker >= 0 && worker < kMaxWorkers && clock >= 0,
+            fmt::format("join of worker {} at clock {}", worker, clock), "worker ids are 0..4095, clocks >= 0");
+  SYN_CHECK(!join_passed(worker, clock),
+            fmt::format("worker {} asked to join at clock {}, but this part already collects clock {}", worker, clock,
+                        bsp_round()),
+            "the job moved on while the worker asked every part: it asks again");
+  grow(worker + 1);
+  const size_t w = static_cast<size_t>(worker);
+  int64_t& c = clock_[w];
+  c = std::max(c, clock - 1);  // its next push is `clock`; a clock this part applied for it never goes back
+  finished_[w] = false;
+  last_seen_[w] = now_s;
+  if (grant_[w] < 0) grant_next(worker, samples);  // a returning worker keeps the grant it never used
+  if (member(worker)) return !waiting_.count(worker);  // a member held in the round gets its reply with the round
+  if (rule_->sums_clock() && live_workers() > 0 && clock > bsp_round()) {
+    joining_[worker] = clock;  // counted from its round on; its reply then
+    return false;
+  }
+  joining_.erase(worker);
+  live_[w] = true;
+  ++membership_epoch_;
+  return true;
+}
+
+std::vector<int> ParameterShard::admit_joiners() {
+  std::vector<int> ready;
+  if (joining_.empty()) return ready;
+  const bool nobody = live_workers() == 0;
+  const int64_t round = bsp_round();
+  for (auto it = joining_.begin(); it != joining_.end();) {
+    if (nobody || it->second <= round) {
+      const size_t w = static_cast<size_t>(it->first);
+      clock_[w] = std::max(clock_[w], round - 1);  // counted from this round on
+      live_[w] = true;
+      ++membership_epoch_;
+      ready.push_back(it->first);
+      it = joining_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return ready;
 }
 
 void ParameterShard::check(const MsgHeader& h) const {
@@ -165,6 +280,9 @@ void ParameterShard::check(const MsgHeader& h) const {
   SYN_CHECK(h.type != static_cast<int>(MsgType::kPushPull) || h.dtype == wire_, fmt::format("a push of dtype '{}' to a shard whose workers agreed on '{}'", h.dtype, wire_),
             "every worker must run the same --dist.wire (mixed formats are refused)");
   SYN_CHECK(std::isfinite(h.lr) && h.lr >= 0 && h.lr < 1e3, fmt::format("learning rate {} is not sane", h.lr), "check the schedule");
+  SYN_CHECK(h.type != static_cast<int>(MsgType::kPushPull) || !grants_data() || h.samples >= 1,
+            fmt::format("a push of worker {} to an elastic job without its sample count", h.worker),
+            "a worker of this Syncopate build sends it: run the same build everywhere");
   // A parameter version above ours is legal: this shard restarted from a checkpoint older than
   // what the worker last read. Its staleness then counts as 0.
   SYN_CHECK(h.clock >= 0 && h.param_version >= 0,
@@ -254,9 +372,14 @@ std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data, dou
     const bool held_copy = h.clock == clock_[w] && waiting_.count(h.worker);
     return held_copy ? std::vector<int>{} : std::vector<int>{h.worker};
   }
+  SYN_CHECK(!joining_.count(h.worker),
+            fmt::format("worker {} pushed clock {} before its join at clock {} took effect", h.worker, h.clock,
+                        joining_.at(h.worker)),
+            "a joiner waits for the reply to its join: a worker of this Syncopate build does");
   const int64_t stale = staleness_of(h.param_version);
   last_stale_[w] = stale;
   clock_[w] = h.clock;
+  grant_next(h.worker, h.samples);  // the data of its next step (a resent push above keeps the one it got)
   if (rule_->drops(stale)) {  // late: its clock was applied without it
     ++dropped_;
     return {h.worker};  // the new parameters at once: the worker goes on from them
@@ -293,6 +416,7 @@ std::vector<int> ParameterShard::release_bsp() {
   grad_sum_.zero_();
   std::vector<int> ready(waiting_.begin(), waiting_.end());
   waiting_.clear();
+  for (int w : admit_joiners()) ready.push_back(w);  // the next round counts them
   return ready;
 }
 
@@ -306,11 +430,17 @@ void ParameterShard::registered(int worker, int64_t clock) {
   finished_[static_cast<size_t>(worker)] = false;  // a finished worker that starts again takes part again
 }
 
+void ParameterShard::register_samples(int worker, int64_t samples) {
+  if (grants_data() && worker >= 0 && worker < workers_ && grant_[static_cast<size_t>(worker)] < 0) grant_next(worker, samples);
+}
+
 int ParameterShard::live_workers() const { return static_cast<int>(std::count(live_.begin(), live_.end(), true)); }
 
 void ParameterShard::seen(int worker, double now) {
   if (!initialized_ || worker < 0 || worker >= workers_ || finished_[static_cast<size_t>(worker)]) return;
   last_seen_[static_cast<size_t>(worker)] = now;
+  if (joining_.count(worker)) return;  // a joiner counts from its round on, not from its first heartbeat
+  if (!live_[static_cast<size_t>(worker)]) ++membership_epoch_;
   live_[static_cast<size_t>(worker)] = true;
 }
 
@@ -322,20 +452,30 @@ std::vector<int> ParameterShard::expire(double now) {
       live_[w] = false;
       backup_[static_cast<size_t>(w)].clear();  // DC-ASGD: a dead worker's reads are freed (it rejoins uncompensated)
       ++dead_events_;
+      ++membership_epoch_;
       changed = true;
     }
   }
+  for (auto it = joining_.begin(); it != joining_.end();)  // a joiner that went silent before its round came
+    if (now - last_seen_[static_cast<size_t>(it->first)] > cfg_.worker_timeout_s) it = joining_.erase(it), changed = true;
+    else ++it;
   if (!changed) return {};
-  return rule_->sums_clock() ? release_bsp() : release_held();
+  std::vector<int> ready = rule_->sums_clock() ? release_bsp() : release_held();
+  for (int w : admit_joiners()) ready.push_back(w);  // nobody left to wait for: they count at once
+  return ready;
 }
 
 std::vector<int> ParameterShard::finish(int worker) {
   if (!initialized_ || worker < 0 || worker >= workers_) return {};
   finished_[static_cast<size_t>(worker)] = true;
+  joining_.erase(worker);
   backup_[static_cast<size_t>(worker)].clear();  // DC-ASGD: memory bounded by the workers still training
   if (!live_[static_cast<size_t>(worker)] || waiting_.count(worker)) return {};
   live_[static_cast<size_t>(worker)] = false;
-  return rule_->sums_clock() ? release_bsp() : release_held();
+  ++membership_epoch_;
+  std::vector<int> ready = rule_->sums_clock() ? release_bsp() : release_held();
+  for (int w : admit_joiners()) ready.push_back(w);
+  return ready;
 }
 
 bool ParameterShard::job_done() const {
@@ -362,7 +502,9 @@ void ParameterShard::save(const std::string& path) const {
                          {"decay", decay_}, {"update", update_}, {"wire", wire_}, {"layout", layout_}, {"outer_lr", outer_lr_}, {"outer_momentum", outer_mu_},
                          {"outer_delay", outer_delay_}, {"outer_pending", outer_ ? outer_->pending() : 0},
                          {"waiting", std::vector<int>(waiting_.begin(), waiting_.end())}, {"bsp_lr", bsp_lr_},
-                         {"finished", std::vector<bool>(finished_)}, {"epoch", epoch_}};
+                         {"finished", std::vector<bool>(finished_)}, {"epoch", epoch_}, {"elastic", elastic_},
+                         {"membership_epoch", membership_epoch_}, {"data_cursor", data_cursor_}, {"grants", grant_},
+                         {"joining", joining_}, {"live", std::vector<bool>(live_)}};
   std::vector<std::pair<std::string, at::Tensor>> t = {{"params", params_}, {"exp_avg", opt_->exp_avg()}, {"exp_avg_sq", opt_->exp_avg_sq()}};
   if (outer_) t.emplace_back("outer_momentum", outer_->momentum());
   if (outer_ && outer_->accumulated().defined()) t.emplace_back("outer_accumulated", outer_->accumulated());
@@ -394,6 +536,7 @@ bool ParameterShard::load(const std::string& path, double now_s) {
   h.outer_lr = m.value("outer_lr", 0.7);
   h.outer_momentum = m.value("outer_momentum", 0.9);
   h.outer_delay = m.value("outer_delay", int64_t{1});
+  h.elastic = m.value("elastic", false);
   SYN_CHECK(h.update != "delayed_nesterov" ||
                 (st.tensors.count("outer_accumulated") && st.tensors["outer_accumulated"].numel() == h.length),
             fmt::format("'{}' is a delayed-Nesterov shard without its accumulated pseudo-gradients", path),
@@ -441,6 +584,25 @@ bool ParameterShard::load(const std::string& path, double now_s) {
             "the checkpoint is corrupt: delete it or restore a good copy");
   for (int w = 0; w < workers_; ++w)
     if (finished[static_cast<size_t>(w)]) finished_[static_cast<size_t>(w)] = true, live_[static_cast<size_t>(w)] = false;
+  membership_epoch_ = m.value("membership_epoch", int64_t{0});
+  data_cursor_ = m.value("data_cursor", int64_t{0});
+  const std::vector<int64_t> grants = m.value("grants", std::vector<int64_t>(static_cast<size_t>(workers_), -1));
+  SYN_CHECK(grants.size() == static_cast<size_t>(workers_) && data_cursor_ >= 0,
+            fmt::format("'{}' holds {} data grants for {} workers (cursor {})", path, grants.size(), workers_, data_cursor_),
+            "the checkpoint is corrupt: delete it or restore a good copy");
+  grant_ = grants;
+  if (elastic_) {  // an elastic job's slots are members only once they joined: the live set at the save
+    const std::vector<bool> live = m.value("live", std::vector<bool>(static_cast<size_t>(workers_), true));
+    SYN_CHECK(live.size() == static_cast<size_t>(workers_),
+              fmt::format("'{}' holds {} liveness flags for {} workers", path, live.size(), workers_),
+              "the checkpoint is corrupt: delete it or restore a good copy");
+    for (int w = 0; w < workers_; ++w) live_[static_cast<size_t>(w)] = live[static_cast<size_t>(w)] && !finished_[static_cast<size_t>(w)];
+  }
+  for (auto& [w, c] : m.value("joining", std::map<int, int64_t>{})) {
+    SYN_CHECK(w >= 0 && w < workers_ && c >= 0, fmt::format("'{}' holds worker {} joining at clock {}", path, w, c),
+              "the checkpoint is corrupt: delete it or restore a good copy");
+    joining_[w] = c, live_[static_cast<size_t>(w)] = false;
+  }
   return true;
 }
 
@@ -465,7 +627,9 @@ std::string ParameterShard::stats_json(int64_t errors, double now_s, int64_t uni
                         {"dc_uncompensated", dc_uncompensated_}, {"update", update_}, {"wire", wire_},
                         {"staleness_histogram", hist}, {"live", live}, {"last_staleness", last_stale_},
                         {"last_seen_s", last_seen_}, {"finished", std::vector<bool>(finished_)},
-                        {"dc_backup_values", dc_backup_values()}, {"epoch", epoch_}, {"wire_version", wire_version()}};
+                        {"dc_backup_values", dc_backup_values()}, {"epoch", epoch_}, {"wire_version", wire_version()},
+                        {"elastic", elastic_}, {"membership_epoch", membership_epoch_}, {"joining", joining_}};
+  if (grants_data()) j["data_cursor"] = data_cursor_;
   if (now_s >= 0) j["now_s"] = now_s;
   if (unix_us >= 0) j["unix_us"] = unix_us;
   return j.dump();

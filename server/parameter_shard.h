@@ -37,6 +37,9 @@ class ParameterShard {
   // checkpoint older than the clocks this shard already applied for it gets those pushes answered
   // as duplicates, not applied twice (exactly once); the worker's clock never goes back.
   void registered(int worker, int64_t clock);
+  // An elastic job's INIT (join=0): a worker without a data grant gets one for its next step.
+  void register_samples(int worker, int64_t samples);
+  static constexpr int kMaxWorkers = 4096;  // worker ids are below this
 
   // Validates a header against the shard (range, worker id); throws syncopate::Error.
   void check(const MsgHeader& h) const;
@@ -52,6 +55,32 @@ class ParameterShard {
   // gradient was computed on (param_version), which with dist.ps_overlap is the read before last.
   void pulled(int worker);
   static constexpr size_t kBackupsPerWorker = 2;
+  // Elastic membership (INIT's `elastic`; docs/PROTOCOL.md "Joining a running job"). A worker that
+  // is not a live member (a new id, one expired or finished) joins in two steps over every part:
+  // join_clock() (INIT join=1) says which clock it would start at, and join() (INIT join=2) makes
+  // it a member from the largest of those clocks on.
+  //   join_clock: a live member's own next clock; else under BSP the round after the one being
+  //   collected (one round of slack, so that the rounds may go on while the joiner asks every part),
+  //   under SSP/ASP the slowest live worker's next clock (a joiner never slows the others).
+  int64_t join_clock(int worker) const;
+  bool member(int worker) const;  // live, not finished, not waiting to join
+  // `worker` (a new id adds a slot) takes part from `clock` on: its next push is that clock. Under
+  // BSP a clock past the round being collected makes it a joiner counted from that round on: false
+  // = its reply waits until then (push() or expire() releases it); true = reply now. Throws when
+  // the part's round has already passed `clock` (the worker asks every part again). samples: the
+  // worker's samples per step, for its data grant.
+  bool join(int worker, int64_t clock, int64_t samples, double now_s);
+  // A join at `clock` that join() would refuse: BSP, and the part's rounds passed it meanwhile.
+  bool join_passed(int worker, int64_t clock) const;
+  bool elastic() const { return elastic_; }
+  // Changes of the live set so far (joins, leaves, expiries, returns); saved.
+  int64_t membership_epoch() const { return membership_epoch_; }
+  // An elastic job's data order is granted by its first part (offset 0): the first sample of the
+  // worker's next step, each sample granted once (a resent push gets the grant it got before).
+  // -1: this part grants no data, or the worker has none yet.
+  int64_t grant(int worker) const;
+  int64_t data_cursor() const { return data_cursor_; }
+
   // Liveness: `seen` marks a worker alive at time now_s (it rejoins if it was dead); `expire`
   // drops workers silent for longer than worker_timeout_s from the BSP/SSP count and returns the
   // replies that this releases.
@@ -139,6 +168,17 @@ class ParameterShard {
   double cfg_beta1_ = 0, cfg_beta2_ = 0, cfg_eps_ = 0, cfg_wd_ = 0;  // AdamW settings from INIT (saved)
   std::vector<std::pair<int64_t, int64_t>> decay_;                    // shard-relative decay ranges
   std::vector<int> release_bsp();
+  // Elastic membership.
+  bool elastic_ = false;
+  int64_t membership_epoch_ = 0;
+  std::map<int, int64_t> joining_;     // BSP: worker -> the round from which it counts (its reply held until then)
+  std::vector<int64_t> grant_;         // per worker: first sample of its next step (-1: none); first part only
+  int64_t data_cursor_ = 0;            // first part: the next sample not granted yet
+  bool grants_data() const { return elastic_ && offset_ == 0; }
+  void grant_next(int worker, int64_t samples);  // the worker's next step takes [cursor, cursor + samples)
+  void grow(int workers);                         // slots for worker ids below `workers`
+  int64_t bsp_round() const;                      // the clock being collected
+  std::vector<int> admit_joiners();               // BSP: joiners whose round has come (or nobody is left to wait for)
   int bsp_count_ = 0;
   double bsp_lr_ = 0;
 };

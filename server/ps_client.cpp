@@ -52,6 +52,8 @@ struct PsClient::Impl {
   int worker = 0, workers = 0;
   PsClientOptions opt;
   std::atomic<int64_t> next_id{0}, pushes{0}, resends{0}, bytes_sent{0}, bytes_received{0};
+  std::atomic<int64_t> grant{-1};   // elastic: the first sample of this worker's next step (the first part's reply)
+  int64_t start_clock = 0;          // the clock init() registered this worker at
 
   // A push whose reply has not been taken by wait(): its header and data, for resends.
   struct Pending {
@@ -373,26 +375,60 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
     if (!pairs.empty()) std::memcpy(bytes + h.length * 4, pairs.data(), pairs.size() * 8);
     hs.push_back(h);
   }
-  for (int p = 0; p < P; ++p)  // all parts first, so the servers work in parallel; zero-copy
-    I.send(I.parts[p].server, hs[p], bodies[p].data_ptr(), static_cast<size_t>(bodies[p].numel()), bodies[p]);
-  for (int k = 0; k < K; ++k) {
-    std::lock_guard<std::mutex> l(I.servers[k]->mu);
-    std::set<int> unanswered(I.servers[k]->parts.begin(), I.servers[k]->parts.end());
-    auto resend = [&] {  // copies
-      for (int p : unanswered) I.send(k, hs[p], bodies[p].data_ptr(), static_cast<size_t>(bodies[p].numel()));
-    };
-    auto accept = [&](const MsgHeader& h, std::vector<zmq::message_t>&) { return unanswered.count(I.part_named(k, h)) > 0; };
-    while (!unanswered.empty()) {
-      auto [h, frames] = I.recv(k, accept, resend);
-      const int p = I.part_named(k, h);
-      I.take_values(p, frames.size() > 1 ? &frames[1] : nullptr, frames.size(), params.data_ptr<float>() + I.bounds[p]);
-      I.parts[p].version = h.param_version;
-      I.parts[p].init_clock = h.clock;
-      if (I.opt.wire == WireFormat::kInt8 && !I.parts[p].feedback)
-        I.parts[p].feedback = std::make_unique<ErrorFeedback>(WireFormat::kInt8, I.length(p));
-      unanswered.erase(p);
+  // Every part's INIT as hs says it, then every part's reply (values: take the part's values from it).
+  std::vector<MsgHeader> replies(static_cast<size_t>(P));
+  auto exchange = [&](bool values) {
+    for (int p = 0; p < P; ++p)  // all parts first, so the servers work in parallel; zero-copy
+      I.send(I.parts[p].server, hs[p], bodies[p].data_ptr(), static_cast<size_t>(bodies[p].numel()), bodies[p]);
+    for (int k = 0; k < K; ++k) {
+      std::lock_guard<std::mutex> l(I.servers[k]->mu);
+      std::set<int> unanswered(I.servers[k]->parts.begin(), I.servers[k]->parts.end());
+      auto resend = [&] {  // copies
+        for (int p : unanswered) I.send(k, hs[p], bodies[p].data_ptr(), static_cast<size_t>(bodies[p].numel()));
+      };
+      auto accept = [&](const MsgHeader& h, std::vector<zmq::message_t>&) {
+        return unanswered.count(I.part_named(k, h)) > 0 && (values || h.join == 1);
+      };
+      while (!unanswered.empty()) {
+        auto [h, frames] = I.recv(k, accept, resend);
+        const int p = I.part_named(k, h);
+        replies[static_cast<size_t>(p)] = h;
+        if (values && h.join != 1) {  // (join = 1: a join the part's rounds had passed; asked again below)
+          I.take_values(p, frames.size() > 1 ? &frames[1] : nullptr, frames.size(), params.data_ptr<float>() + I.bounds[p]);
+          I.parts[p].version = h.param_version;
+          I.parts[p].init_clock = h.clock;
+          if (h.data >= 0) I.grant = h.data;
+        }
+        unanswered.erase(p);
+      }
+    }
+  };
+  I.start_clock = start_step;
+  if (!I.opt.elastic) {
+    exchange(true);
+  } else {
+    // Elastic: every part says at which clock this worker would start (its own next clock where it
+    // is a member, else the job's), and it joins every part at the largest; a part whose rounds
+    // passed that clock meanwhile answers with a new one, and the worker asks again.
+    for (auto& h : hs) h.elastic = true, h.samples = I.opt.samples_per_step;
+    for (int attempt = 1;; ++attempt) {
+      for (auto& h : hs) h.join = 1;
+      exchange(false);
+      int64_t k = 0;
+      for (const MsgHeader& r : replies) k = std::max(k, r.clock);
+      for (auto& h : hs) h.join = 2, h.clock = k;
+      exchange(true);
+      if (std::none_of(replies.begin(), replies.end(), [](const MsgHeader& r) { return r.join == 1; })) {
+        I.start_clock = k;
+        break;
+      }
+      SYN_CHECK(attempt < 20, fmt::format("worker {} could not join: the job's rounds kept passing the clock it asked for", I.worker),
+                "the job's steps are faster than a join's round trips: raise dist.timeout_s or join at a quieter moment");
     }
   }
+  for (int p = 0; p < P; ++p)
+    if (I.opt.wire == WireFormat::kInt8 && !I.parts[p].feedback)
+      I.parts[p].feedback = std::make_unique<ErrorFeedback>(WireFormat::kInt8, I.length(p));
   if (Tracer::global().on()) record_clock_offsets();
 }
 
@@ -418,6 +454,7 @@ PsTicket PsClient::push(int p, const at::Tensor& grad, int64_t clock, double lr,
   MsgHeader h = I.part_header(MsgType::kPushPull, p);
   h.clock = clock;
   h.lr = lr;
+  h.samples = I.opt.elastic ? I.opt.samples_per_step : 0;  // the data grant of its next step
   if (computed_on >= 0) h.param_version = computed_on;
   const int64_t id = I.next_id++;
   at::Tensor body = grad;  // f32: the gradient itself
@@ -480,6 +517,7 @@ PsReply PsClient::wait(const PsTicket& t, at::Tensor& into) {
                                           pend.header.offset, pend.data.nbytes(), out.staleness));
   const size_t frames = pend.frames;
   zmq::message_t values = std::move(pend.values);
+  if (pend.reply.data >= 0) I.grant = pend.reply.data;
   part.pending.erase(it);  // before the checks below can throw: a ticket is waited for once
   I.take_values(p, &values, frames, into.data_ptr<float>());
   part.version = out.version;
@@ -509,6 +547,9 @@ std::vector<int64_t> PsClient::latest_versions() const {
   for (const auto& p : impl_->parts) v.push_back(std::max(updates_of(p.version), updates_of(p.latest)));
   return v;
 }
+
+int64_t PsClient::start_clock() const { return impl_->start_clock; }
+int64_t PsClient::data_grant() const { return impl_->grant.load(); }
 
 int64_t PsClient::applied_clock() const {
   int64_t c = -1;

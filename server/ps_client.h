@@ -43,6 +43,9 @@ struct PsClientOptions {
   int64_t partition_elems = 0;        // values per part at most (dist.ps_partition_mb); 0 = a shard's whole
                                       // range is one part. Every worker of a job must use the same (INIT's layout)
   bool overlap = false;               // dist.ps_overlap: told to the servers in INIT (BSP backup workers refuse it)
+  bool elastic = false;               // dist.elastic: the job's membership may change; init() joins the running job
+                                      // at its clock, and the shards grant each step's data (data_grant())
+  int64_t samples_per_step = 0;       // elastic: training samples one step of this worker takes (its grants' size)
 };
 
 // A push in flight: part, and the request's sequence number on this client.
@@ -130,6 +133,11 @@ class PsClient {
   // The largest restore epoch among the shards' parts when init() registered this worker: 0 when
   // every shard started from a worker's INIT, > 0 when one restored a checkpoint of its own.
   int64_t restored_epoch() const;
+  // The clock init() registered this worker at: start_step, or (elastic) the clock it joined the job at.
+  int64_t start_clock() const;
+  // Elastic: the first sample of this worker's next step in the job's data order, as the job's first
+  // part last granted it (init()'s reply, then every push's); -1 otherwise.
+  int64_t data_grant() const;
   PsClientCounters counters() const;
   // The STATS JSON of shard k.
   std::string stats(int k);

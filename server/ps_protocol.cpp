@@ -39,6 +39,8 @@ MsgHeader decode_header(const void* data, size_t n, size_t limit) {
   SYN_CHECK(known, fmt::format("unknown message type {}", h.type), "the peer is not a Syncopate worker of this version");
   SYN_CHECK(h.offset >= 0 && h.length >= 0 && h.length <= (int64_t{1} << 36),
             fmt::format("bad range offset={} length={}", h.offset, h.length), "the peer sent a corrupt header");
+  SYN_CHECK(h.join >= 0 && h.join <= 2 && h.samples >= 0 && h.samples <= (int64_t{1} << 40),
+            fmt::format("bad elastic fields join={} samples={}", h.join, h.samples), "the peer sent a corrupt header");
   return h;
 }
 

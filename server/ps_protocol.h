@@ -10,10 +10,12 @@
 
 namespace syncopate {
 
-constexpr uint32_t kPsProtocolVersion = 5;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format;
+constexpr uint32_t kPsProtocolVersion = 6;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format;
                                             // 3: INIT's job layout, FINISH; 4: partitions (INIT's `partition`,
                                             // requests and replies name their partition by offset and length);
-                                            // 5: INIT's `overlap` (refused with BSP backup workers)
+                                            // 5: INIT's `overlap` (refused with BSP backup workers);
+                                            // 6: elastic membership (INIT's `elastic` and `join`, `samples`,
+                                            // replies' `data` and `member`)
 constexpr int64_t kMaxPartitionsPerServer = 4096;  // a server holds at most this many partitions (INIT `partition`)
 constexpr size_t kMaxHeaderBytes = 4096;          // requests (what a server decodes: tight)
 constexpr size_t kMaxReplyHeaderBytes = 1 << 20;  // replies
@@ -67,9 +69,21 @@ struct MsgHeader {
                                // pushes are computed on the read before last (refused with BSP backup workers)
   std::string layout;          // INIT: what every worker of the job must agree on: "<K> shards, servers <digest of the
                                // endpoint list>, model <digest>"; fixed by the first INIT, a different one is refused
+  // Elastic membership (dist.elastic; docs/PROTOCOL.md "Joining a running job"):
+  bool elastic = false;        // INIT: the job's membership may change (workers join with ids past `workers`, the data
+                               // order is granted by the shards); fixed by the first INIT, every worker must agree
+  int join = 0;                // INIT: 0 = register at `clock` (a job's start, a resume); 1 = ask which clock a joiner
+                               // would start at (the reply's `clock`; registers nothing); 2 = join at `clock` (the
+                               // largest answer over every part): under BSP the reply is held until the part's round
+                               // reaches it
+  int64_t samples = 0;         // elastic INIT and PUSH_PULL: training samples one step of this worker takes (the grant's size)
+  int64_t data = -1;           // replies of an elastic job's first part (offset 0): the first sample of the worker's
+                               // next step in the job's data order (each sample granted once); -1 = none
+  bool member = false;         // reply to INIT join=1: the worker is a live member of this part already
   std::string text;            // errors, stats JSON
   MSGPACK_DEFINE_MAP(type, version, token, worker, workers, clock, param_version, offset, length, partition, dtype, wire, lr, beta1,
-                     beta2, eps, weight_decay, update, outer_lr, outer_momentum, outer_delay, staleness, overlap, layout, text)
+                     beta2, eps, weight_decay, update, outer_lr, outer_momentum, outer_delay, staleness, overlap, layout,
+                     elastic, join, samples, data, member, text)
 };
 
 // The header's `token` field: a 64-bit digest of the job token. It is sent in every request, so

@@ -84,6 +84,7 @@ struct PsServer::Impl {
     r.param_version = shard.wire_version();  // monotonic across restarts (the shard's epoch)
     r.staleness = shard.last_staleness(worker);
     r.clock = clock >= 0 ? clock : shard.clock(worker);  // lets the worker match replies to (possibly resent) requests
+    r.data = shard.grant(worker);                         // an elastic job's first part: the data of its next step
     shard.pulled(worker);
     send_params(to->second, r, shard.params());
   }
@@ -171,11 +172,37 @@ struct PsServer::Impl {
           bool created = false;
           ParameterShard& shard =
               parts.init(h, reinterpret_cast<const float*>(d), pairs.data(), pairs.size() / 2, now(), &created);
-          shard.check(h);
           // Durable before acknowledged: a partition the workers were told exists is in the checkpoint
           // directory before the reply (a restart before its first update still knows it).
           if (created) parts.checkpoint(shard, true);
+          // An elastic worker asks which clock it would start at (changes nothing); a join whose clock
+          // the part's rounds passed meanwhile gets the same answer, and the worker asks again.
+          if (h.join == 1 || (h.join == 2 && shard.join_passed(h.worker, h.clock))) {
+            MsgHeader r;
+            r.type = static_cast<int>(MsgType::kOk);
+            r.worker = h.worker;
+            r.offset = shard.offset();
+            r.length = shard.length();
+            r.join = 1;
+            r.clock = shard.join_clock(h.worker);
+            r.member = shard.member(h.worker);
+            send(id, r, nullptr, 0);
+            return true;
+          }
+          if (h.join == 2) {  // it joins at the largest of those clocks
+            const int64_t epoch = shard.membership_epoch();
+            const bool now_member = shard.join(h.worker, h.clock, h.samples, now());
+            remember(h.worker, id);
+            // Durable before acknowledged: the membership it joins is in the checkpoint first.
+            if (shard.membership_epoch() != epoch) parts.checkpoint(shard, true);
+            if (now_member) reply_params(shard, h.worker);  // else with the round it counts from
+            log::info("[server {}] worker {} joins part [{}, +{}) at clock {}{}", scfg.shard, h.worker, shard.offset(),
+                      shard.length(), h.clock, now_member ? "" : " (from that round on)");
+            return true;
+          }
+          shard.check(h);
           shard.registered(h.worker, h.clock);  // first: a worker that had finished takes part again
+          if (shard.elastic()) shard.register_samples(h.worker, h.samples);
           parts.seen(h.worker, now());
           remember(h.worker, id);
           reply_params(shard, h.worker);

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "common/stop_signal.h"
 #include "common/atomic_file.h"
 #include "common/check.h"
 #include "common/command_line.h"
@@ -139,6 +140,7 @@ int main(int argc, char** argv) {
     std::cout << annotated_config(schema, cfg);
     return 0;
   }
+  install_stop_signal(cfg.train.preempt_grace_s);  // SIGTERM: stop at the next step boundary (common/stop_signal.h)
   try {
     train_node(cfg, out, resume, schema.to_toml());
   } catch (const Error& e) {

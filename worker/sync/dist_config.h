@@ -81,6 +81,11 @@ struct DistConfig {
   std::string curve_server_key = "";  // ps: the servers' CURVE public key (Z85) from a key file; "" = see ps_encrypt
   std::string ps_encrypt = "auto";   // ps: "auto" = CURVE with the servers' key derived from the job token when one
                                      // is set (as syncopate-server --server.encrypt=auto does); "off" = plain TCP
+  bool elastic = false;          // ps (per-step): the job's membership may change while it runs (docs/PROTOCOL.md,
+                                 // "Joining a running job"): a node joins at the job's clock (node_rank may be
+                                 // >= nnodes), pulls the current weights, and takes its data from the servers'
+                                 // grants (each sample once, whoever comes and goes); a leaving node (SIGTERM, FINISH)
+                                 // is counted out at once. Every node of the job must set it alike
   std::string servers = "";      // ps: comma-separated server endpoints, tcp://IP:PORT,...; shard k = k-th
 
   template <class V>
@@ -133,6 +138,7 @@ struct DistConfig {
     v("curve_server_key", curve_server_key, "ps: servers' CURVE public key (Z85, 40 chars); empty = derived from the job token (ps_encrypt=auto, the default)");
     v("ps_encrypt", ps_encrypt, "ps: CURVE from the job token (auto) or plain TCP (off)",
       std::vector<std::string>{"auto", "off"});
+    v("elastic", elastic, "ps: nodes may join and leave the running job (the servers grant the data order)");
     v("servers", servers, "ps mode: parameter-server endpoints tcp://IP:PORT, comma-separated");
   }
 };

@@ -78,6 +78,8 @@ PsClientOptions ps_client_options(const SyncSetup& s) {
   o.model_digest = s.model_digest;
   o.partition_elems = partition_elems(s.dist);
   o.overlap = s.dist.ps_overlap;
+  o.elastic = s.dist.elastic;
+  o.samples_per_step = s.samples_per_step;
   return o;
 }
 

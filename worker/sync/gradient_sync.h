@@ -85,6 +85,7 @@ struct SyncSetup {
   std::string token;                   // the job secret (servers)
   double skip_grad_norm = 0;           // train.skip_grad_norm: a larger averaged gradient norm skips the update
   std::string model_digest;            // RunConfig::model_fingerprint(): ps workers must agree on it (INIT's layout)
+  int64_t samples_per_step = 0;        // training samples one step of this node takes (dist.elastic: the servers' grants)
 };
 
 // The finite-update guard every implementation applies to the averaged gradient before any
@@ -107,6 +108,12 @@ class GradientSync {
 
   // Every replica starts from the same parameters (rank 0's, or the servers' after INIT at `step`).
   virtual void start(at::Tensor& params, int64_t step) = 0;
+  // After start(): the step this node starts at when the job decided it (dist.elastic: the job's
+  // clock it joined at), else -1 (the step start() was given).
+  virtual int64_t joined_step() const { return -1; }
+  // dist.elastic: the first sample of this node's next step in the job's data order, as the servers
+  // granted it (after start(), then after each finish_step()); -1: the data order is the step's.
+  virtual int64_t data_grant() const { return -1; }
   // The next backward is the step's last: regions may be reduced (or pushed) as backward finishes them.
   virtual void begin_last_backward(double lr, int64_t step) {}
   // After the last backward: the gradient averaged over replicas, clipped, and params updated.

@@ -38,7 +38,8 @@ class PsSync : public GradientSync {
   PsSync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params)
       : GradientSync(s.local, s.local_size), group_(s.group), device_(s.device), node_(static_cast<int>(s.dist.node_rank)),
         nodes_(static_cast<int>(s.dist.nnodes)), optim_(s.optim), decay_(flat.decay_ranges()),
-        skip_(s.skip_grad_norm), overlap_(s.dist.ps_overlap), push_in_backward_(s.dist.ps_push_in_backward && !s.dist.ps_overlap) {
+        skip_(s.skip_grad_norm), overlap_(s.dist.ps_overlap), push_in_backward_(s.dist.ps_push_in_backward && !s.dist.ps_overlap),
+        elastic_(s.dist.elastic) {
     const auto endpoints = PsClient::parse_endpoints(s.dist.servers);
     if (local_ == 0) {  // local replica 0 talks to the servers for its node
       client_ = std::make_unique<PsClient>(endpoints, s.token, node_, nodes_, ps_client_options(s));
@@ -70,13 +71,17 @@ class PsSync : public GradientSync {
       if (switched_) check_switched_shards(*client_, step);
       if (residual_.defined()) client_->set_residuals(residual_.data_ptr<float>());  // owed at the checkpoint
       HostStaging::to_device(params, host);
-      if (const int64_t applied = client_->applied_clock(); applied >= step)
+      if (elastic_) joined_ = client_->start_clock();
+      if (const int64_t applied = client_->applied_clock(); !elastic_ && applied >= step)
         log::warn("[ps] the servers applied this node's steps up to {} before it resumed at {}: those steps are "
                   "recomputed and answered with the servers' parameters, not applied again", applied, step);
     }
     share_node_params(params);
+    share_membership();
     if (client_) per_version_ = pushes_per_version(*client_, nodes_);
   }
+  int64_t joined_step() const override { return elastic_ ? joined_ : -1; }
+  int64_t data_grant() const override { return elastic_ ? grant_ : -1; }
   // With the int8 wire, the error-feedback residuals (what rounding dropped, owed to the next push):
   // a resumed worker owes what it owed at its checkpoint. Gathered from the client when saving.
   std::vector<std::pair<std::string, at::Tensor>> state() override {
@@ -115,6 +120,7 @@ class PsSync : public GradientSync {
       r.wire_bytes_received = client_->counters().bytes_received - mark_.bytes_received;
     }
     share_node_params(params);
+    share_membership();
     return r;
   }
   void synchronize(at::Tensor& params) override {
@@ -162,6 +168,30 @@ class PsSync : public GradientSync {
   // The node's replicas take local replica 0's parameters.
   void share_node_params(at::Tensor& params) {
     if (group_) group_->broadcast(local_, params, 0);
+  }
+  // dist.elastic: the clock the node joined at and its data grant, from local replica 0 (the one
+  // with a client) to the others; exact in float32 (collectives carry float32) as 21-bit pieces.
+  void share_membership() {
+    if (!elastic_) return;
+    if (client_) grant_ = client_->data_grant();
+    if (!group_) return;
+    constexpr int kPieces = 3;
+    constexpr int64_t kBits = 21, kMask = (int64_t{1} << kBits) - 1;
+    at::Tensor t = at::zeros({2 * kPieces}, replica_options(device_));
+    if (local_ == 0) {
+      at::Tensor h = at::empty({2 * kPieces}, at::kFloat);
+      const int64_t v[2] = {joined_ + 1, grant_ + 1};  // >= 0
+      for (int i = 0; i < 2; ++i)
+        for (int k = 0; k < kPieces; ++k) h[i * kPieces + k] = static_cast<float>((v[i] >> (kBits * k)) & kMask);
+      t.copy_(h);
+    }
+    group_->broadcast(local_, t, 0);
+    group_->wait_device(local_, "the node's data grant");
+    const at::Tensor h = t.cpu();
+    int64_t v[2] = {0, 0};
+    for (int i = 0; i < 2; ++i)
+      for (int k = 0; k < kPieces; ++k) v[i] |= static_cast<int64_t>(h[i * kPieces + k].item<float>()) << (kBits * k);
+    joined_ = v[0] - 1, grant_ = v[1] - 1;
   }
 
   // push_in_backward, on the communication thread: the node's mean of part k's range (a shard's, or
@@ -227,6 +257,8 @@ class PsSync : public GradientSync {
   std::vector<std::pair<int64_t, int64_t>> decay_;
   double skip_;
   bool overlap_, push_in_backward_;
+  bool elastic_;
+  int64_t joined_ = -1, grant_ = -1;  // dist.elastic: the clock this node joined at, its next step's data grant
   std::unique_ptr<PsClient> client_;  // local replica 0 only
   at::Tensor residual_;               // int8 wire: the client's residuals, flat (local replica 0's are the real ones)
   bool switched_ = false;             // resumed from another synchronization's checkpoint (restart_state)

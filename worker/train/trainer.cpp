@@ -23,6 +23,7 @@
 #include "common/trace.h"
 #include "common/comm/cuda_device.h"
 #include "common/crash_point.h"
+#include "common/stop_signal.h"
 #include "worker/train/precision.h"
 #include "common/flat_adamw.h"
 #include "common/log.h"
@@ -124,6 +125,7 @@ struct Trainer::Impl {
     setup.token = job.token;
     setup.skip_grad_norm = cfg.train.skip_grad_norm;
     setup.model_digest = cfg.model_fingerprint();
+    setup.samples_per_step = cfg.train.batch_size * cfg.train.grad_accum * job.local_size;
     sync = make_gradient_sync(setup, *flat, model->parameters());
     writer = sync->local_rank() == 0;
     verbose = verbose && sync->rank() == 0;  // rank 0 prints, local replica 0 of every node writes outputs
@@ -161,6 +163,12 @@ struct Trainer::Impl {
     if (fail_point("start", fmt::format("replica{}", local).c_str(), step))
       SYN_FAIL("injected failure before start (SYNCOPATE_FAIL_AT)", "a test asked for it");
     sync->start(flat->params, step);  // every replica from the same weights (rank 0's, or the servers')
+    if (const int64_t joined = sync->joined_step(); joined >= 0 && joined != step) {  // dist.elastic: the job's clock
+      if (writer)
+        log::info("[train] node {} joined the running job at step {} ({})", cfg.dist.node_rank, joined,
+                  job.resume_step >= 0 ? fmt::format("its checkpoint was at step {}", step) : "from the servers' weights");
+      step = joined;
+    }
     // Every local replica built and holding those weights on its device before any step starts
     // (NCCL's broadcast is asynchronous: by itself it is no barrier).
     if (job.group) job.group->barrier(local);
@@ -328,6 +336,10 @@ struct Trainer::Impl {
     Tracer::global().name_thread(fmt::format("replica {} (rank {})", sync->local_rank(), sync->rank()));
     while (step < last) {
       TraceSpan step_span("step", "train");
+      // dist.elastic: the servers granted this step's samples (each once, whoever joins or leaves);
+      // the node's replicas split them as they split a step's block otherwise.
+      const int64_t granted = sync->data_grant();
+      if (granted >= 0) data_position = granted;
       const double t_step = now_seconds();
       pacer->begin(step);
       const double lr = lr_at(cfg.schedule, cfg.optim.lr, step, tc.steps);
@@ -340,7 +352,10 @@ struct Trainer::Impl {
         const double t_data = now_seconds();
         std::optional<TraceSpan> phase(std::in_place, "data", "train");
         auto [x, y] = batch(*train_sampler,
-                            WindowSampler::first_sample(data_position, micro, sync->rank(), sync->world(), tc.batch_size),
+                            granted >= 0 ? WindowSampler::first_sample(data_position, micro, sync->local_rank(),
+                                                                       sync->local_size(), tc.batch_size)
+                                         : WindowSampler::first_sample(data_position, micro, sync->rank(), sync->world(),
+                                                                       tc.batch_size),
                             tc.batch_size);
         data_s += now_seconds() - t_data;
         if (micro == tc.grad_accum - 1) sync->begin_last_backward(lr, step);  // reduce or push during it
@@ -384,9 +399,11 @@ struct Trainer::Impl {
       }
       loss = sync->average(loss);
       const double wait_s = now_seconds() - t_wait;  // blocked on communication (and the update)
+      // A SIGTERM (preemption notice) on any of the node's replicas stops all of them after this step.
+      const bool preempted = sync->average(stop_requested() ? 1.0 : 0.0) > 0;
       ++step;
       tokens += tokens_per_step;
-      data_position += samples_per_step();
+      data_position = granted >= 0 ? sync->data_grant() : data_position + samples_per_step();
       if (cfg.dist.check_every > 0 && step % cfg.dist.check_every == 0) sync->check_identical(flat->params, step);
 
       const double now = now_seconds();
@@ -399,6 +416,7 @@ struct Trainer::Impl {
                             {"compute_s", timing.compute_s}, {"modelled_s", timing.modelled_s}, {"wait_s", wait_s},
                             {"overrun", timing.overrun}, {"unix_s", unix_seconds()}};
         if (synced.round >= 0) m["round"] = synced.round, m["outer_norm"] = synced.outer_norm;  // local SGD
+        if (granted >= 0) m["data_position"] = granted;  // dist.elastic: the first sample the servers granted this step
         if (flops_per_token_per_peak > 0) m["mfu"] = tok_s * flops_per_token_per_peak;
         if (advice_watch) {  // this node's own step (no communication) against the advice's assumption
           if (auto change = advice_watch->observe(step, (now - t_step) - wait_s)) log::warn("[advice] {}", *change);
@@ -414,7 +432,7 @@ struct Trainer::Impl {
       const int64_t nodes_apart = sync->world() / sync->replicas_per_step();
       const bool eval_due =
           step == tc.steps || cfg.eval.due(step, (tokens - tokens_per_step) * nodes_apart, tokens * nodes_apart);
-      const bool ckpt_due = due(step, cfg.checkpoint.every, tc.steps);
+      const bool ckpt_due = due(step, cfg.checkpoint.every, tc.steps) || preempted;
       const bool sample_due = cfg.eval.sample_tokens > 0 && due(step, cfg.eval.sample_every, tc.steps);
       if (eval_due || ckpt_due || sample_due || step == last) sync->synchronize(flat->params);
       if (!writer) continue;  // evaluation, samples, checkpoints: local replica 0 (the others hold the same weights)
@@ -488,9 +506,18 @@ struct Trainer::Impl {
                                                 meta(now_seconds() - t0), cfg.checkpoint.keep, sync->state());
         if (verbose) progress.line(fmt::format("[checkpoint] {}", dir));
       }
+      if (preempted) {
+        if (writer)
+          log::warn("[train] SIGTERM: node {} stopped after step {} and wrote its checkpoint; it leaves the job{}",
+                    cfg.dist.node_rank, step,
+                    cfg.dist.mode == "ps" ? " (the servers count it out at once); --resume joins it again"
+                                          : "; resume the job from its newest common checkpoint");
+        break;
+      }
     }
     if (verbose) progress.finish();
-    if (step >= tc.steps) sync->finish(step);  // the run is complete: the peers are told
+    // The run is complete, or this node was preempted: the peers are told (ps: it leaves the count).
+    if (step >= tc.steps || stop_requested()) sync->finish(step);
     if (writer && !snapshots.empty()) score_snapshots(progress);  // eval.defer: after training, on no node's clock
     if (writer) report_sync_counters();
   }
