@@ -183,6 +183,10 @@ void ParameterShard::grant_next(int worker, int64_t samples) {
             "a worker of this Syncopate build sends it: run the same build everywhere");
   grant_[static_cast<size_t>(worker)] = data_cursor_;
   data_cursor_ += samples;
+  if (data_cursor_ > data_reserved_) {  // durable before acknowledged: a restore resumes past every grant made
+    data_reserved_ = data_cursor_ + kGrantReserve * samples;
+    durable_due_ = true;
+  }
 }
 
 int64_t ParameterShard::grant(int worker) const {
@@ -218,20 +222,13 @@ int64_t ParameterShard::join_clock(int worker) const {
   return (slowest == std::numeric_limits<int64_t>::max() ? newest : slowest) + 1;
 }
 
-bool ParameterShard::join_passed(int worker, int64_t clock) const {
-  return initialized_ && rule_->sums_clock() && !member(worker) && live_workers() > 0 && !joining_.count(worker) &&
-         clock < bsp_round();
-}
-
 bool ParameterShard::join(int worker, int64_t clock, int64_t samples, double now_s) {
   SYN_CHECK(initialized_ && elastic_, "a join to a shard whose job's membership is fixed",
             "joining a running job needs --dist.elastic=true on every worker");
   SYN_CHECK(worker >= 0 && worker < kMaxWorkers && clock >= 0,
             fmt::format("join of worker {} at clock {}", worker, clock), "worker ids are 0..4095, clocks >= 0");
-  SYN_CHECK(!join_passed(worker, clock),
-            fmt::format("worker {} asked to join at clock {}, but this part already collects clock {}", worker, clock,
-                        bsp_round()),
-            "the job moved on while the worker asked every part: it asks again");
+  SYN_CHECK(!grants_data() || samples >= 1, fmt::format("worker {} of an elastic job joins without its sample count", worker),
+            "a worker of this Syncopate build sends it: run the same build everywhere");
   grow(worker + 1);
   const size_t w = static_cast<size_t>(worker);
   int64_t& c = clock_[w];
@@ -240,9 +237,18 @@ bool ParameterShard::join(int worker, int64_t clock, int64_t samples, double now
   last_seen_[w] = now_s;
   if (grant_[w] < 0) grant_next(worker, samples);  // a returning worker keeps the grant it never used
   if (member(worker)) return !waiting_.count(worker);  // a member held in the round gets its reply with the round
-  if (rule_->sums_clock() && live_workers() > 0 && clock > bsp_round()) {
-    joining_[worker] = clock;  // counted from its round on; its reply then
-    return false;
+  if (rule_->sums_clock() && live_workers() > 0) {
+    const int64_t round = bsp_round();
+    if (clock > round) {
+      joining_[worker] = clock;  // counted from its round on; its reply then
+      return false;
+    }
+    // This part's rounds passed `clock` while the worker asked the others (they counted it from
+    // `clock` on): it counts here from the round being collected, and its pushes of the clocks in
+    // between are answered at once as duplicates (as a late push is dropped on one shard and
+    // applied on another with backup workers). Never refused: a refusal after other parts admitted
+    // it would leave their rounds waiting for it while it asked again.
+    c = std::max(c, round - 1);
   }
   joining_.erase(worker);
   live_[w] = true;
@@ -363,13 +369,14 @@ std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data, dou
                          h.worker, norm, h.clock, cfg_.max_grad_norm),
              "raise --ps.max_grad_norm, or find why the worker's gradient exploded");
   }
-  if (now_s >= 0) seen(h.worker, now_s);  // alive (and back in the BSP/SSP count if it had expired)
+  if (now_s >= 0) revive(h.worker, now_s);  // alive (and back in the BSP/SSP count if it had expired)
   if (h.clock <= clock_[w]) {  // a resent push (the worker timed out waiting): never apply twice
     ++duplicates_;
     // A copy of the push that is held waits with it; a duplicate of an older clock (a worker
     // resumed from an older checkpoint, replaying) is answered at once, also while a newer push of
     // that worker is held: it must not stall the replay.
     const bool held_copy = h.clock == clock_[w] && waiting_.count(h.worker);
+    if (grants_data() && grant_[w] < 0) grant_next(h.worker, h.samples);  // its grant was lost with a restore
     return held_copy ? std::vector<int>{} : std::vector<int>{h.worker};
   }
   SYN_CHECK(!joining_.count(h.worker),
@@ -430,6 +437,10 @@ void ParameterShard::registered(int worker, int64_t clock) {
   finished_[static_cast<size_t>(worker)] = false;  // a finished worker that starts again takes part again
 }
 
+void ParameterShard::skip_grant(int worker, int64_t samples) {
+  if (grants_data() && worker >= 0 && worker < workers_ && samples >= 1) grant_next(worker, samples);
+}
+
 void ParameterShard::register_samples(int worker, int64_t samples) {
   if (grants_data() && worker >= 0 && worker < workers_ && grant_[static_cast<size_t>(worker)] < 0) grant_next(worker, samples);
 }
@@ -440,8 +451,18 @@ void ParameterShard::seen(int worker, double now) {
   if (!initialized_ || worker < 0 || worker >= workers_ || finished_[static_cast<size_t>(worker)]) return;
   last_seen_[static_cast<size_t>(worker)] = now;
   if (joining_.count(worker)) return;  // a joiner counts from its round on, not from its first heartbeat
+  // In an elastic job only a join (or a push) makes a worker a member again: a heartbeat of a node
+  // that restarts would otherwise bring it back at its old clock before it asks where the job is.
+  if (elastic_ && !live_[static_cast<size_t>(worker)]) return;
   if (!live_[static_cast<size_t>(worker)]) ++membership_epoch_;
   live_[static_cast<size_t>(worker)] = true;
+}
+
+void ParameterShard::revive(int worker, double now) {
+  if (!initialized_ || worker < 0 || worker >= workers_ || finished_[static_cast<size_t>(worker)] || joining_.count(worker)) return;
+  if (!live_[static_cast<size_t>(worker)]) ++membership_epoch_;
+  live_[static_cast<size_t>(worker)] = true;
+  last_seen_[static_cast<size_t>(worker)] = now;
 }
 
 std::vector<int> ParameterShard::expire(double now) {
@@ -503,7 +524,7 @@ void ParameterShard::save(const std::string& path) const {
                          {"outer_delay", outer_delay_}, {"outer_pending", outer_ ? outer_->pending() : 0},
                          {"waiting", std::vector<int>(waiting_.begin(), waiting_.end())}, {"bsp_lr", bsp_lr_},
                          {"finished", std::vector<bool>(finished_)}, {"epoch", epoch_}, {"elastic", elastic_},
-                         {"membership_epoch", membership_epoch_}, {"data_cursor", data_cursor_}, {"grants", grant_},
+                         {"membership_epoch", membership_epoch_}, {"data_cursor", data_reserved_},
                          {"joining", joining_}, {"live", std::vector<bool>(live_)}};
   std::vector<std::pair<std::string, at::Tensor>> t = {{"params", params_}, {"exp_avg", opt_->exp_avg()}, {"exp_avg_sq", opt_->exp_avg_sq()}};
   if (outer_) t.emplace_back("outer_momentum", outer_->momentum());
@@ -586,11 +607,12 @@ bool ParameterShard::load(const std::string& path, double now_s) {
     if (finished[static_cast<size_t>(w)]) finished_[static_cast<size_t>(w)] = true, live_[static_cast<size_t>(w)] = false;
   membership_epoch_ = m.value("membership_epoch", int64_t{0});
   data_cursor_ = m.value("data_cursor", int64_t{0});
-  const std::vector<int64_t> grants = m.value("grants", std::vector<int64_t>(static_cast<size_t>(workers_), -1));
-  SYN_CHECK(grants.size() == static_cast<size_t>(workers_) && data_cursor_ >= 0,
-            fmt::format("'{}' holds {} data grants for {} workers (cursor {})", path, grants.size(), workers_, data_cursor_),
+  SYN_CHECK(data_cursor_ >= 0, fmt::format("'{}' holds the data cursor {}", path, data_cursor_),
             "the checkpoint is corrupt: delete it or restore a good copy");
-  grant_ = grants;
+  // The cursor resumes past every grant made before the crash (the reserved mark); grants handed
+  // out then are not known: each worker gets a fresh one at its next push, join or duplicate.
+  data_reserved_ = data_cursor_;
+  std::fill(grant_.begin(), grant_.end(), -1);
   if (elastic_) {  // an elastic job's slots are members only once they joined: the live set at the save
     const std::vector<bool> live = m.value("live", std::vector<bool>(static_cast<size_t>(workers_), true));
     SYN_CHECK(live.size() == static_cast<size_t>(workers_),
@@ -629,7 +651,7 @@ std::string ParameterShard::stats_json(int64_t errors, double now_s, int64_t uni
                         {"last_seen_s", last_seen_}, {"finished", std::vector<bool>(finished_)},
                         {"dc_backup_values", dc_backup_values()}, {"epoch", epoch_}, {"wire_version", wire_version()},
                         {"elastic", elastic_}, {"membership_epoch", membership_epoch_}, {"joining", joining_}};
-  if (grants_data()) j["data_cursor"] = data_cursor_;
+  if (grants_data()) j["data_cursor"] = data_cursor_, j["data_reserved"] = data_reserved_;
   if (now_s >= 0) j["now_s"] = now_s;
   if (unix_us >= 0) j["unix_us"] = unix_us;
   return j.dump();

@@ -7,6 +7,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -39,6 +40,9 @@ class ParameterShard {
   void registered(int worker, int64_t clock);
   // An elastic job's INIT (join=0): a worker without a data grant gets one for its next step.
   void register_samples(int worker, int64_t samples);
+  // An elastic worker skipped its step (a non-finite gradient: nothing pushed): its next step gets
+  // fresh samples (PULL with `samples`).
+  void skip_grant(int worker, int64_t samples);
   static constexpr int kMaxWorkers = 4096;  // worker ids are below this
 
   // Validates a header against the shard (range, worker id); throws syncopate::Error.
@@ -66,12 +70,11 @@ class ParameterShard {
   bool member(int worker) const;  // live, not finished, not waiting to join
   // `worker` (a new id adds a slot) takes part from `clock` on: its next push is that clock. Under
   // BSP a clock past the round being collected makes it a joiner counted from that round on: false
-  // = its reply waits until then (push() or expire() releases it); true = reply now. Throws when
-  // the part's round has already passed `clock` (the worker asks every part again). samples: the
+  // = its reply waits until then (push() or expire() releases it); true = reply now. A part whose
+  // rounds passed `clock` (while the worker asked the others) counts it from the round being
+  // collected: its pushes of the clocks in between are answered as duplicates. samples: the
   // worker's samples per step, for its data grant.
   bool join(int worker, int64_t clock, int64_t samples, double now_s);
-  // A join at `clock` that join() would refuse: BSP, and the part's rounds passed it meanwhile.
-  bool join_passed(int worker, int64_t clock) const;
   bool elastic() const { return elastic_; }
   // Changes of the live set so far (joins, leaves, expiries, returns); saved.
   int64_t membership_epoch() const { return membership_epoch_; }
@@ -80,7 +83,13 @@ class ParameterShard {
   // -1: this part grants no data, or the worker has none yet.
   int64_t grant(int worker) const;
   int64_t data_cursor() const { return data_cursor_; }
+  // A grant moved the cursor past the mark the last checkpoint reserved: the server checkpoints
+  // before it replies (take_durable_due() clears the flag).
+  bool take_durable_due() { return std::exchange(durable_due_, false); }
+  static constexpr int64_t kGrantReserve = 256;  // steps of grants one checkpoint reserves (skipped after a restore)
 
+  // A push: the worker is alive and (even in an elastic job) a member again if it had expired.
+  void revive(int worker, double now_s);
   // Liveness: `seen` marks a worker alive at time now_s (it rejoins if it was dead); `expire`
   // drops workers silent for longer than worker_timeout_s from the BSP/SSP count and returns the
   // replies that this releases.
@@ -174,6 +183,9 @@ class ParameterShard {
   std::map<int, int64_t> joining_;     // BSP: worker -> the round from which it counts (its reply held until then)
   std::vector<int64_t> grant_;         // per worker: first sample of its next step (-1: none); first part only
   int64_t data_cursor_ = 0;            // first part: the next sample not granted yet
+  int64_t data_reserved_ = 0;          // first part: grants below this are covered by the last checkpoint (saved as
+                                       // the cursor, so a restore never grants a sample twice)
+  bool durable_due_ = false;           // a grant passed data_reserved_: checkpoint before replying
   bool grants_data() const { return elastic_ && offset_ == 0; }
   void grant_next(int worker, int64_t samples);  // the worker's next step takes [cursor, cursor + samples)
   void grow(int workers);                         // slots for worker ids below `workers`

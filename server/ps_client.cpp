@@ -375,25 +375,33 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
     if (!pairs.empty()) std::memcpy(bytes + h.length * 4, pairs.data(), pairs.size() * 8);
     hs.push_back(h);
   }
-  // Every part's INIT as hs says it, then every part's reply (values: take the part's values from it).
+  // Every part's INIT as hs says it (values: with the initial values, which create a part that does
+  // not exist yet; else the header alone), then every part's reply (values: take the part's values
+  // from it; else it answers a question, join = 1).
   std::vector<MsgHeader> replies(static_cast<size_t>(P));
   auto exchange = [&](bool values) {
-    for (int p = 0; p < P; ++p)  // all parts first, so the servers work in parallel; zero-copy
-      I.send(I.parts[p].server, hs[p], bodies[p].data_ptr(), static_cast<size_t>(bodies[p].numel()), bodies[p]);
+    auto body = [&](int p) { return std::make_pair(bodies[p].data_ptr(), static_cast<size_t>(bodies[p].numel())); };
+    for (int p = 0; p < P; ++p) {  // all parts first, so the servers work in parallel; zero-copy
+      if (hs[p].join == 2) I.send(I.parts[p].server, hs[p], nullptr, 0);
+      else I.send(I.parts[p].server, hs[p], body(p).first, body(p).second, bodies[p]);
+    }
     for (int k = 0; k < K; ++k) {
       std::lock_guard<std::mutex> l(I.servers[k]->mu);
       std::set<int> unanswered(I.servers[k]->parts.begin(), I.servers[k]->parts.end());
       auto resend = [&] {  // copies
-        for (int p : unanswered) I.send(k, hs[p], bodies[p].data_ptr(), static_cast<size_t>(bodies[p].numel()));
+        for (int p : unanswered)
+          if (hs[p].join == 2) I.send(k, hs[p], nullptr, 0);
+          else I.send(k, hs[p], body(p).first, body(p).second);
       };
+      // A reply to this exchange's question (join = 1) or with values, of a part not answered yet.
       auto accept = [&](const MsgHeader& h, std::vector<zmq::message_t>&) {
-        return unanswered.count(I.part_named(k, h)) > 0 && (values || h.join == 1);
+        return unanswered.count(I.part_named(k, h)) > 0 && (values ? h.join == 0 : h.join == 1);
       };
       while (!unanswered.empty()) {
         auto [h, frames] = I.recv(k, accept, resend);
         const int p = I.part_named(k, h);
         replies[static_cast<size_t>(p)] = h;
-        if (values && h.join != 1) {  // (join = 1: a join the part's rounds had passed; asked again below)
+        if (values) {
           I.take_values(p, frames.size() > 1 ? &frames[1] : nullptr, frames.size(), params.data_ptr<float>() + I.bounds[p]);
           I.parts[p].version = h.param_version;
           I.parts[p].init_clock = h.clock;
@@ -408,23 +416,15 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
     exchange(true);
   } else {
     // Elastic: every part says at which clock this worker would start (its own next clock where it
-    // is a member, else the job's), and it joins every part at the largest; a part whose rounds
-    // passed that clock meanwhile answers with a new one, and the worker asks again.
-    for (auto& h : hs) h.elastic = true, h.samples = I.opt.samples_per_step;
-    for (int attempt = 1;; ++attempt) {
-      for (auto& h : hs) h.join = 1;
-      exchange(false);
-      int64_t k = 0;
-      for (const MsgHeader& r : replies) k = std::max(k, r.clock);
-      for (auto& h : hs) h.join = 2, h.clock = k;
-      exchange(true);
-      if (std::none_of(replies.begin(), replies.end(), [](const MsgHeader& r) { return r.join == 1; })) {
-        I.start_clock = k;
-        break;
-      }
-      SYN_CHECK(attempt < 20, fmt::format("worker {} could not join: the job's rounds kept passing the clock it asked for", I.worker),
-                "the job's steps are faster than a join's round trips: raise dist.timeout_s or join at a quieter moment");
-    }
+    // is a member, else the job's), and it joins every part at the largest (a part whose rounds
+    // passed it meanwhile counts the worker from its round being collected: never refused).
+    for (auto& h : hs) h.elastic = true, h.samples = I.opt.samples_per_step, h.join = 1;
+    exchange(false);
+    int64_t k = 0;
+    for (const MsgHeader& r : replies) k = std::max(k, r.clock);
+    for (auto& h : hs) h.join = 2, h.clock = k;
+    exchange(true);
+    I.start_clock = k;
   }
   for (int p = 0; p < P; ++p)
     if (I.opt.wire == WireFormat::kInt8 && !I.parts[p].feedback)
@@ -594,6 +594,22 @@ void PsClient::pull(at::Tensor& params) {
       unanswered.erase(p);  // the parts' versions stay those of this worker's own replies (staleness, DC-ASGD)
     }
   }
+}
+
+void PsClient::skip_data() {
+  auto& I = *impl_;
+  if (!I.opt.elastic || I.parts.empty()) return;
+  const int k = I.parts[0].server;
+  std::lock_guard<std::mutex> l(I.servers[k]->mu);
+  MsgHeader h = I.part_header(MsgType::kPull, 0);
+  h.samples = I.opt.samples_per_step;
+  auto ask = [&] { I.send(k, h, nullptr, 0); };
+  auto accept = [&](const MsgHeader& r, std::vector<zmq::message_t>& frames) {
+    return r.type == static_cast<int>(MsgType::kOk) && frames.size() == 2 && I.part_named(k, r) == 0;
+  };
+  ask();
+  const auto reply = I.recv(k, accept, ask).first;
+  if (reply.data >= 0) I.grant = reply.data;
 }
 
 bool PsClient::wait_for_other_workers(double poll_s, const std::function<void(int64_t)>& on_poll) {

@@ -138,6 +138,9 @@ class PsClient {
   // Elastic: the first sample of this worker's next step in the job's data order, as the job's first
   // part last granted it (init()'s reply, then every push's); -1 otherwise.
   int64_t data_grant() const;
+  // Elastic: this worker skipped its step (nothing pushed); the first part grants the next step's
+  // data (a PULL of part 0 with `samples`, whose values are not taken). No-op otherwise.
+  void skip_data();
   PsClientCounters counters() const;
   // The STATS JSON of shard k.
   std::string stats(int k);

@@ -15,7 +15,7 @@ constexpr uint32_t kPsProtocolVersion = 6;  // 2: INIT's update rule (local SGD 
                                             // requests and replies name their partition by offset and length);
                                             // 5: INIT's `overlap` (refused with BSP backup workers);
                                             // 6: elastic membership (INIT's `elastic` and `join`, `samples`,
-                                            // replies' `data` and `member`)
+                                            // replies' `data`)
 constexpr int64_t kMaxPartitionsPerServer = 4096;  // a server holds at most this many partitions (INIT `partition`)
 constexpr size_t kMaxHeaderBytes = 4096;          // requests (what a server decodes: tight)
 constexpr size_t kMaxReplyHeaderBytes = 1 << 20;  // replies
@@ -79,11 +79,10 @@ struct MsgHeader {
   int64_t samples = 0;         // elastic INIT and PUSH_PULL: training samples one step of this worker takes (the grant's size)
   int64_t data = -1;           // replies of an elastic job's first part (offset 0): the first sample of the worker's
                                // next step in the job's data order (each sample granted once); -1 = none
-  bool member = false;         // reply to INIT join=1: the worker is a live member of this part already
   std::string text;            // errors, stats JSON
   MSGPACK_DEFINE_MAP(type, version, token, worker, workers, clock, param_version, offset, length, partition, dtype, wire, lr, beta1,
                      beta2, eps, weight_decay, update, outer_lr, outer_momentum, outer_delay, staleness, overlap, layout,
-                     elastic, join, samples, data, member, text)
+                     elastic, join, samples, data, text)
 };
 
 // The header's `token` field: a 64-bit digest of the job token. It is sent in every request, so

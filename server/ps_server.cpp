@@ -137,8 +137,8 @@ struct PsServer::Impl {
   // as a push's replies are: durable before acknowledged.
   void release(const std::vector<std::pair<ParameterShard*, int>>& ready) {
     std::set<ParameterShard*> saved;
-    for (auto [shard, w] : ready)
-      if (saved.insert(shard).second) parts.checkpoint(*shard);
+    for (auto [shard, w] : ready)  // (forced in an elastic job: the membership changed, joiners may be admitted)
+      if (saved.insert(shard).second) parts.checkpoint(*shard, shard->elastic());
     for (auto [shard, w] : ready) reply_params(*shard, w);
   }
 
@@ -164,10 +164,12 @@ struct PsServer::Impl {
         case MsgType::kInit: {
           SYN_CHECK(h.length >= 0 && h.length <= ParameterShard::kMaxShardLength,
                     fmt::format("INIT length {} is not a length", h.length), "send 0..2^36 values");
-          SYN_CHECK(data_bytes >= static_cast<size_t>(h.length) * 4 && (data_bytes - h.length * 4) % 16 == 0,
+          // (A join at a clock, join = 2, names a part that exists and carries no values.)
+          SYN_CHECK((h.join == 2 && data_bytes == 0) ||
+                        (data_bytes >= static_cast<size_t>(h.length) * 4 && (data_bytes - h.length * 4) % 16 == 0),
                     fmt::format("INIT data of {} bytes for {} values", data_bytes, h.length), "send values then decay pairs");
-          const char* d = frames.size() == 3 ? static_cast<const char*>(frames[2].data()) : nullptr;
-          std::vector<int64_t> pairs((data_bytes - h.length * 4) / 8);
+          const char* d = frames.size() == 3 && data_bytes > 0 ? static_cast<const char*>(frames[2].data()) : nullptr;
+          std::vector<int64_t> pairs(data_bytes > 0 ? (data_bytes - h.length * 4) / 8 : 0);
           if (!pairs.empty()) std::memcpy(pairs.data(), d + h.length * 4, pairs.size() * 8);
           bool created = false;
           ParameterShard& shard =
@@ -175,9 +177,7 @@ struct PsServer::Impl {
           // Durable before acknowledged: a partition the workers were told exists is in the checkpoint
           // directory before the reply (a restart before its first update still knows it).
           if (created) parts.checkpoint(shard, true);
-          // An elastic worker asks which clock it would start at (changes nothing); a join whose clock
-          // the part's rounds passed meanwhile gets the same answer, and the worker asks again.
-          if (h.join == 1 || (h.join == 2 && shard.join_passed(h.worker, h.clock))) {
+          if (h.join == 1) {  // an elastic worker asks at which clock it would start (changes nothing)
             MsgHeader r;
             r.type = static_cast<int>(MsgType::kOk);
             r.worker = h.worker;
@@ -185,16 +185,15 @@ struct PsServer::Impl {
             r.length = shard.length();
             r.join = 1;
             r.clock = shard.join_clock(h.worker);
-            r.member = shard.member(h.worker);
             send(id, r, nullptr, 0);
             return true;
           }
           if (h.join == 2) {  // it joins at the largest of those clocks
-            const int64_t epoch = shard.membership_epoch();
             const bool now_member = shard.join(h.worker, h.clock, h.samples, now());
             remember(h.worker, id);
-            // Durable before acknowledged: the membership it joins is in the checkpoint first.
-            if (shard.membership_epoch() != epoch) parts.checkpoint(shard, true);
+            // Durable before acknowledged: the membership it joins (or waits to join) and its grant.
+            parts.checkpoint(shard, true);
+            shard.take_durable_due();
             if (now_member) reply_params(shard, h.worker);  // else with the round it counts from
             log::info("[server {}] worker {} joins part [{}, +{}) at clock {}{}", scfg.shard, h.worker, shard.offset(),
                       shard.length(), h.clock, now_member ? "" : " (from that round on)");
@@ -205,6 +204,7 @@ struct PsServer::Impl {
           if (shard.elastic()) shard.register_samples(h.worker, h.samples);
           parts.seen(h.worker, now());
           remember(h.worker, id);
+          if (shard.take_durable_due()) parts.checkpoint(shard, true);
           reply_params(shard, h.worker);
           return true;
         }
@@ -224,6 +224,7 @@ struct PsServer::Impl {
             grad = decoded.data();
           }
           const int64_t t0 = Tracer::global().on() ? Tracer::now_us() : 0;
+          const int64_t epoch = shard.membership_epoch();
           std::vector<int> ready = shard.push(h, grad, now());  // throws, changing nothing, on a refused gradient
           crash_point("ps_server", "applied", n);
           remember(h.worker, id);
@@ -231,7 +232,10 @@ struct PsServer::Impl {
           // Durable before acknowledged: a checkpoint due now is written before the replies go out,
           // so a restarted shard never lacks an update a worker was told about (with
           // server.checkpoint_every=1 a crash loses no acknowledged update at all).
-          parts.checkpoint(shard);
+          // An elastic job's membership change (a joiner admitted with the round, a worker back) and
+          // a grant past the reserved mark are durable before they are acknowledged too.
+          const bool membership_changed = shard.membership_epoch() != epoch;
+          parts.checkpoint(shard, shard.take_durable_due() || membership_changed);
           crash_point("ps_server", "checkpointed", n);
           for (int w : ready) reply_params(shard, w, w == h.worker ? h.clock : -1);
           crash_point("ps_server", "replied", n);
@@ -242,6 +246,10 @@ struct PsServer::Impl {
           shard.check(h);
           parts.seen(h.worker, now());
           remember(h.worker, id);
+          // An elastic worker that skipped its step (nothing pushed) asks the first part for the
+          // next step's data with `samples`: the skipped step's samples are not taken again.
+          if (h.samples > 0 && shard.elastic()) shard.skip_grant(h.worker, h.samples);
+          if (shard.take_durable_due()) parts.checkpoint(shard, true);
           reply_params(shard, h.worker);
           return true;
         }

@@ -68,6 +68,9 @@ std::string annotated_config(const ConfigSchema& schema, const RunConfig& cfg) {
 }
 
 int main(int argc, char** argv) {
+  // SIGTERM as a preemption notice: stop at the next step boundary (common/stop_signal.h). First,
+  // before any thread starts, so that every thread inherits the blocked signal.
+  install_stop_signal(TrainConfig{}.preempt_grace_s);
   std::vector<std::string> args(argv + 1, argv + argc);
   RunConfig cfg;
   ConfigSchema schema;
@@ -140,7 +143,7 @@ int main(int argc, char** argv) {
     std::cout << annotated_config(schema, cfg);
     return 0;
   }
-  install_stop_signal(cfg.train.preempt_grace_s);  // SIGTERM: stop at the next step boundary (common/stop_signal.h)
+  install_stop_signal(cfg.train.preempt_grace_s);  // the configured grace period
   try {
     train_node(cfg, out, resume, schema.to_toml());
   } catch (const Error& e) {

@@ -112,6 +112,7 @@ class PsSync : public GradientSync {
     r.skipped = !pushed && skip_update(r.grad_norm, skip_);
     if (client_ && r.skipped) {
       if (overlap_) r.staleness = finish_inflight(params);  // adopt the round trip in flight, send nothing
+      if (elastic_) client_->skip_data();  // the next step takes fresh samples, not this step's again
     } else if (client_) {
       if (pushed) r.staleness = wait_all(params);
       else if (overlap_) r.staleness = overlapped_round_trip(params, grads, lr, step);

@@ -401,6 +401,9 @@ struct Trainer::Impl {
       const double wait_s = now_seconds() - t_wait;  // blocked on communication (and the update)
       // A SIGTERM (preemption notice) on any of the node's replicas stops all of them after this step.
       const bool preempted = sync->average(stop_requested() ? 1.0 : 0.0) > 0;
+      // It leaves at once (ps: the servers count it out; the others' next round does not wait for
+      // this node's checkpoint write), then writes its checkpoint; no evaluation.
+      if (preempted) sync->finish(step + 1);
       ++step;
       tokens += tokens_per_step;
       data_position = granted >= 0 ? sync->data_grant() : data_position + samples_per_step();
@@ -430,10 +433,10 @@ struct Trainer::Impl {
       // node's count times the nodes where nodes step apart: exact for the ring and BSP, the
       // expectation for ASP/SSP; the record's global_tokens is the shards' count).
       const int64_t nodes_apart = sync->world() / sync->replicas_per_step();
-      const bool eval_due =
-          step == tc.steps || cfg.eval.due(step, (tokens - tokens_per_step) * nodes_apart, tokens * nodes_apart);
+      const bool eval_due = !preempted && (step == tc.steps || cfg.eval.due(step, (tokens - tokens_per_step) * nodes_apart,
+                                                                            tokens * nodes_apart));
       const bool ckpt_due = due(step, cfg.checkpoint.every, tc.steps) || preempted;
-      const bool sample_due = cfg.eval.sample_tokens > 0 && due(step, cfg.eval.sample_every, tc.steps);
+      const bool sample_due = !preempted && cfg.eval.sample_tokens > 0 && due(step, cfg.eval.sample_every, tc.steps);
       if (eval_due || ckpt_due || sample_due || step == last) sync->synchronize(flat->params);
       if (!writer) continue;  // evaluation, samples, checkpoints: local replica 0 (the others hold the same weights)
       if (eval_due) {
@@ -508,16 +511,18 @@ struct Trainer::Impl {
       }
       if (preempted) {
         if (writer)
-          log::warn("[train] SIGTERM: node {} stopped after step {} and wrote its checkpoint; it leaves the job{}",
-                    cfg.dist.node_rank, step,
-                    cfg.dist.mode == "ps" ? " (the servers count it out at once); --resume joins it again"
-                                          : "; resume the job from its newest common checkpoint");
-        break;
+          log::warn("[train] SIGTERM: node {} stopped after step {} and wrote its checkpoint; {}", cfg.dist.node_rank, step,
+                    cfg.dist.elastic ? "it left the job (the servers counted it out at once); --resume joins it again at "
+                                       "the job's clock"
+                    : cfg.dist.mode == "ps"
+                        ? "it left the job (the servers counted it out at once); --resume brings it back at this step, "
+                          "behind the job (--dist.elastic=true joins at the job's clock)"
+                        : "the other nodes stop when they miss it; resume the job from its newest common checkpoint");
+        return;  // (its snapshots, eval.defer, are not scored: a preempted node has no time to spare)
       }
     }
     if (verbose) progress.finish();
-    // The run is complete, or this node was preempted: the peers are told (ps: it leaves the count).
-    if (step >= tc.steps || stop_requested()) sync->finish(step);
+    if (step >= tc.steps) sync->finish(step);  // the run is complete: the peers are told
     if (writer && !snapshots.empty()) score_snapshots(progress);  // eval.defer: after training, on no node's clock
     if (writer) report_sync_counters();
   }

@@ -1,0 +1,938 @@
+"""Churn: what nodes that come and go cost a training job, per synchronization, on this machine
+(processes on loopback, compute modelled by emulate.step_time_s).
+
+    experiments/churn.py run --out DIR [--seeds 3] [--events-per-min R] [--steps S] [--nodes N] [--configs ...]
+    experiments/churn.py report DIR          (rewrites DIR/churn.md and the plot from DIR/churn.json)
+
+For every configuration and seed it starts the servers (ps configurations) and N nodes, injects the
+membership events of the seed's schedule, and measures; then runs the same configuration and seed
+without events (the reference of the final-loss gap). Every process is in a process group of its
+own and every group is ended when a run ends, fails, or on Ctrl-C / SIGTERM.
+
+Events (the schedule, drawn from the seed alone, identical for every configuration of a seed, so
+that configurations are paired): arrivals of a Poisson process of R events per minute of wall time
+from --events-start-s to --horizon-frac x the run's modelled length (steps x step time), at most
+--max-events; times count from the moment every first node has logged its first step. Each one is
+  kill9    a node crashes (SIGKILL to its process group); it is started again (--resume when it has
+           a checkpoint) after a seeded delay;
+  sigterm  a preemption notice (SIGTERM): the node finishes its step, checkpoints and leaves; it is
+           started again with --resume after a seeded delay (from its exit);
+  join     a new node (the next new rank, NNODES = rank + 1) joins the running job and stays.
+A kill9 or sigterm targets one of the first N nodes that is up at that time by the schedule's own
+plan (its earlier events' delays plus --recover-s); where none is, the event is a join.
+
+Configurations: ps_bsp_backup (BSP, ps.backup_workers=1), ps_asp (ASP), ps_bsp (BSP), every worker with
+--dist.elastic=true, 2 server shards; ring_restart (--dist.mode=ring through scripts/launch_node.sh
+--max-restarts, checkpoint.every: a lost node fails every node, each launcher restarts its worker and
+the job resumes from the newest checkpoint every node holds; a kill9 or sigterm takes the node's
+launcher too and a new launcher is started after the delay; a join is not possible and is reported
+so). Not built, reported as such with the worker's own refusal: ring_elastic, diloco_elastic
+(dist.sync_every > 1 with dist.elastic).
+
+Per run (every definition is repeated in churn.md):
+- goodput = useful samples applied / samples the present nodes could have computed in the same wall
+  time at the modelled step time, where
+    useful samples = samples_per_step x (distinct (node, step) pairs logged in metrics.jsonl, over
+                     every incarnation of every node, minus the servers' dropped pushes in steps:
+                     sum over shards of dropped x the shard's share of the parameters);
+    present samples = samples_per_step x (sum over every worker process, or ring launcher, of its
+                     lifetime from launch to exit or kill) / emulate.step_time_s;
+  samples_per_step = train.batch_size x train.grad_accum. Start-up, waiting and restarts are in the
+  denominator: a run without events has goodput < 1 too (its reference row says how much).
+- time to end: first worker launched to the last worker's exit.
+- lost work, steps: dropped (as above) + recomputed (a (node, step) logged more than once: the ring's
+  steps past the checkpoint it restarts from, a ps replay answered as a duplicate) + in flight at a
+  crash (1 per kill9 of a node that was stepping: it logged a step in the last second; and on the
+  ring 1 per worker that failed because a peer was lost: "[launch] worker failed" lines).
+- events: planned, applied (the signal reached a live process / the joiner started), happened (the
+  logs show it: "joined the running job", the "SIGTERM: node R stopped" line, a SIGKILLed process
+  and its next incarnation stepping), survived (the job went on: the target, back, or the joiner
+  logged a step after it, and the run completed).
+- hangs: a node process alive, its node below train.steps, and no new step line of that node for
+  more than --hang-s (start-up counted from its launch); or the run past --run-timeout-s. A hang
+  ends the run as failed and is reported.
+- duplicate data: data_position values logged more than once across the job's nodes (elastic ps:
+  the servers' grants; must be 0). The ring logs no data_position (its order is by step): n/a.
+- final validation loss: node 0's job_final record (the job's shipped weights: the servers' after
+  every node finished, or the ring's replica) on one held-out set (eval.val_windows, the same for
+  every run), paired by seed with the same configuration without events: stats.paired, Holm over
+  every comparison of the report; "resolved" only where the Holm p < 0.05, else "not resolved".
+
+Defaults: 3 nodes, 120 steps of 0.1 s, 3 seeds, 30 events per minute, at most 3 per run, delays 1-3 s.
+Measured on this 2-core machine (another engineer's builds sharing it): `churn.py run --out runs/churn` with
+the defaults took MEASURED_DEFAULT (24 runs)."""
+import argparse
+import json
+import os
+import random
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from cluster_runs import CpuSampler  # noqa: E402
+from plotting import pyplot  # noqa: E402
+from stats import fmt_ci, holm, mean_ci95, paired  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("SYNCOPATE_BIN") or os.path.join(ROOT, "build", "bin")
+FORMAT = "syncopate-churn/1"
+KINDS = ("kill9", "sigterm", "join")
+CONFIGS = {
+    "ps_bsp_backup": {"kind": "ps", "consistency": "bsp", "backup_workers": 1},
+    "ps_asp": {"kind": "ps", "consistency": "asp", "backup_workers": 0},
+    "ps_bsp": {"kind": "ps", "consistency": "bsp", "backup_workers": 0},
+    "ring_restart": {"kind": "ring"},
+}
+# Not built: the worker refuses them (the refusal is quoted in the report, asked of the binary).
+NOT_BUILT = {
+    "ring_elastic": ["--dist.mode=ring", "--dist.elastic=true"],
+    "diloco_elastic": ["--dist.mode=ps", "--dist.servers=tcp://127.0.0.1:1", "--dist.sync_every=10",
+                       "--dist.outer=nesterov", "--dist.elastic=true"],
+}
+RING_JOIN = ("not possible: the ring is not elastic (NNODES is fixed at the rendezvous; a node cannot join a "
+             "running ring job)")
+SERVERS = 2
+POLL_S = 0.1
+STEPPING_S = 1.0  # a node that logged a step this recently was stepping (its step in flight is lost to a crash)
+
+
+# ---------------------------------------------------------------------------------------------
+# The schedule
+
+def draw_schedule(seed, rate_per_min, steps, step_time, nodes, max_events=3, start_s=1.0, horizon_frac=0.55,
+                  delay=(1.0, 3.0), recover_s=4.0):
+    """The seed's events: [{"i", "t_s", "kind", "node", "delay_s"}], t_s from the moment every first
+    node stepped. Draws the same random numbers per arrival whatever it becomes, so that the
+    schedule depends on the seed and these arguments alone (never on a configuration)."""
+    rng = random.Random(f"syncopate-churn-{seed}")
+    horizon = horizon_frac * steps * step_time
+    order = list(KINDS)
+    rng.shuffle(order)  # the kinds in a seeded order, taken in turn: three events are one of each
+    events, down_until, joins = [], {}, 0
+    t = start_s
+    while len(events) < max_events and rate_per_min > 0:
+        t += rng.expovariate(rate_per_min / 60.0)
+        u_node, u_delay = rng.random(), rng.random()
+        if t > horizon:
+            break
+        kind = order[len(events) % len(order)]
+        d = round(delay[0] + (delay[1] - delay[0]) * u_delay, 3)
+        node = None
+        if kind != "join":
+            up = [n for n in range(nodes) if down_until.get(n, -1.0) <= t]
+            if up:
+                node = up[min(int(u_node * len(up)), len(up) - 1)]
+                down_until[node] = t + d + recover_s
+            else:
+                kind = "join"
+        if kind == "join":
+            node = nodes + joins
+            joins += 1
+        events.append({"i": len(events), "t_s": round(t, 3), "kind": kind, "node": node, "delay_s": d})
+    return events
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes: each in a session and process group of its own; every group is ended at the end.
+
+def _group_alive(pgid):
+    """True while a process of group pgid (a session we started: sid == pgid) exists."""
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and int(fields[3]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+class Procs:
+    """The groups this script started; end_all() ends every one of them (TERM, then KILL)."""
+
+    def __init__(self):
+        self.groups = []  # pgids (= the leaders' pids)
+        self.popens = []
+
+    def start(self, cmd, env, log_path, cwd=None):
+        with open(log_path, "a") as log:
+            p = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 start_new_session=True, cwd=cwd or os.path.dirname(log_path))
+        self.groups.append(p.pid)
+        self.popens.append(p)
+        return p
+
+    def end_all(self, grace_s=5.0):
+        live = [g for g in self.groups if _group_alive(g)]
+        for g in live:
+            try:
+                os.killpg(g, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + grace_s
+        while live and time.time() < deadline:
+            for p in self.popens:
+                p.poll()
+            live = [g for g in live if _group_alive(g)]
+            time.sleep(0.05)
+        for g in live:
+            try:
+                os.killpg(g, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for p in self.popens:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        self.groups, self.popens = [g for g in self.groups if _group_alive(g)], []
+        return self.groups  # what is left (nothing, normally)
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _on_signal(signum, frame):
+    raise _Interrupted(f"signal {signum}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the nodes' metrics while they run (a resumed worker rewrites its file: kept lines are
+# copied verbatim, so every distinct line is kept once, with the time it was first seen).
+
+class Tail:
+    def __init__(self, path):
+        self.path, self.ino, self.offset, self.buf = path, None, 0, b""
+        self.seen, self.lines = set(), []
+
+    def poll(self, now):
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return []
+        if st.st_ino != self.ino or st.st_size < self.offset:
+            self.ino, self.offset, self.buf = st.st_ino, 0, b""
+        if st.st_size == self.offset:
+            return []
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        self.offset += len(data)
+        self.buf += data
+        *complete, self.buf = self.buf.split(b"\n")
+        new = []
+        for raw in complete:
+            if not raw.strip() or raw in self.seen:
+                continue
+            try:
+                m = json.loads(raw)
+            except ValueError:
+                continue
+            self.seen.add(raw)
+            m["_seen_unix"] = now
+            self.lines.append(m)
+            new.append(m)
+        return new
+
+
+# ---------------------------------------------------------------------------------------------
+# One run
+
+def worker_flags(a, seed):
+    flags = ["--model.n_embd=32", "--model.n_head=2", "--model.block_size=32", "--train.threads=1",
+             "--eval.every=0", "--eval.batches=1", "--eval.sample_tokens=0", f"--eval.val_windows={a.val_windows}",
+             f"--train.batch_size={a.batch}", f"--train.steps={a.steps}", f"--train.seed={seed}",
+             "--schedule.warmup_steps=5", f"--emulate.step_time_s={a.step_time!r}",
+             f"--checkpoint.every={a.checkpoint_every}", f"--data.corpus={a.corpus}", f"--data.cache_dir={a.cache_dir}",
+             "--dist.check_every=0", f"--dist.timeout_s={a.timeout_s!r}", "--train.preempt_grace_s=30"]
+    return flags
+
+
+class Run:
+    """One configuration, one seed, with or without the schedule's events."""
+
+    def __init__(self, a, name, seed, events, out):
+        self.a, self.name, self.cfg, self.seed, self.out = a, name, CONFIGS[name], seed, out
+        self.ring = self.cfg["kind"] == "ring"
+        self.events = [dict(e, applied=False, why_not=None, t_applied_unix=None) for e in events]
+        self.procs = Procs()
+        self.incs = []  # {"node", "inc", "popen", "start_unix", "end_unix", "rc", "ended_by", "log"}
+        self.tails, self.pending, self.hangs = {}, [], []
+        self.t_train0 = None
+        self.token = os.urandom(8).hex()
+        self.eps = ""
+        self.master_port = None
+        self.failure = None
+
+    # -- starting --
+    def env(self, rank, nnodes):
+        e = dict(os.environ, SYNCOPATE_TOKEN=self.token, NNODES=str(nnodes), NODE_RANK=str(rank), SYNCOPATE_LOG="info")
+        if self.ring:
+            e.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(self.master_port),
+                     SYNCOPATE_WORKER=os.path.join(BIN, "syncopate-worker"))
+        return e
+
+    def start_servers(self):
+        eps = []
+        for k in range(SERVERS):
+            ep_file = os.path.join(self.out, "logs", f"server{k}.endpoint")
+            cmd = [os.path.join(BIN, "syncopate-server"), f"--server.shard={k}", "--server.host=127.0.0.1",
+                   "--server.port=-1", f"--server.endpoint_file={ep_file}", "--server.encrypt=off",
+                   f"--ps.consistency={self.cfg['consistency']}", f"--ps.backup_workers={self.cfg['backup_workers']}",
+                   f"--ps.worker_timeout_s={self.a.worker_timeout_s!r}"]
+            p = self.procs.start(cmd, dict(os.environ, SYNCOPATE_TOKEN=self.token),
+                                 os.path.join(self.out, "logs", f"server{k}.log"))
+            self.servers.append(p)
+            deadline = time.time() + 60
+            while not (os.path.exists(ep_file) and os.path.getsize(ep_file) > 0):
+                if p.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"server {k} did not start listening (see {self.out}/logs/server{k}.log)")
+                time.sleep(0.05)
+            with open(ep_file) as f:
+                eps.append(f.readline().strip())
+        self.eps = ",".join(eps)
+
+    def start_node(self, rank, nnodes):
+        inc = sum(1 for i in self.incs if i["node"] == rank)
+        node_out = os.path.join(self.out, f"node{rank}")
+        log = os.path.join(self.out, "logs", f"node{rank}.{inc}.log")
+        flags = worker_flags(self.a, self.seed) + ["--out", node_out]
+        if self.ring:
+            cmd = [os.path.join(ROOT, "scripts", "launch_node.sh"), "--max-restarts", str(self.a.max_restarts), "--"]
+            cmd += flags + ["--dist.mode=ring"]
+        else:
+            cmd = [os.path.join(BIN, "syncopate-worker")] + flags + [
+                "--dist.mode=ps", f"--dist.servers={self.eps}", "--dist.ps_encrypt=off", "--dist.elastic=true"]
+            if os.path.exists(os.path.join(node_out, "checkpoints", "latest")):
+                cmd.append("--resume")
+        p = self.procs.start(cmd, self.env(rank, nnodes), log)
+        rec = {"node": rank, "inc": inc, "nnodes": nnodes, "popen": p, "start_unix": time.time(), "end_unix": None,
+               "rc": None, "ended_by": None, "log": log, "command": " ".join(shlex.quote(c) for c in cmd)}
+        self.incs.append(rec)
+        if rank not in self.tails:
+            self.tails[rank] = Tail(os.path.join(node_out, "metrics.jsonl"))
+        return rec
+
+    def alive(self, rank):
+        return next((i for i in self.incs if i["node"] == rank and i["end_unix"] is None), None)
+
+    def steps_of(self, rank):
+        return [m for m in self.tails[rank].lines if "loss" in m] if rank in self.tails else []
+
+    # -- events --
+    def apply(self, e, now):
+        e["t_applied_unix"] = now
+        if e["kind"] == "join":
+            if self.ring:
+                e["why_not"] = RING_JOIN
+                return
+            e["inc"] = self.start_node(e["node"], e["node"] + 1)["inc"]
+            e["applied"] = True
+            return
+        inc = self.alive(e["node"])
+        if inc is None:
+            e["why_not"] = f"node {e['node']} was not running"
+            return
+        if self.steps_of(e["node"]) and self.steps_of(e["node"])[-1]["step"] >= self.a.steps:
+            e["why_not"] = f"node {e['node']} had finished its steps"
+            return
+        e["inc"] = inc["inc"]
+        steps = self.steps_of(e["node"])
+        e["target_last_step"] = steps[-1]["step"] if steps else None
+        # Stepping: this incarnation logged a step within the last STEPPING_S (not starting, not restarting).
+        e["target_stepping"] = bool(steps) and steps[-1]["_seen_unix"] >= max(inc["start_unix"], now - STEPPING_S)
+        if e["kind"] == "kill9":
+            os.killpg(inc["popen"].pid, signal.SIGKILL)
+            inc["ended_by"] = "kill9"
+        else:
+            os.kill(inc["popen"].pid, signal.SIGTERM)  # the worker (ps) or its launcher (ring), which passes it on
+            inc["ended_by"] = "sigterm"
+        inc["event"] = e["i"]
+        e["applied"] = True
+
+    # -- the loop --
+    def execute(self):
+        a = self.a
+        os.makedirs(os.path.join(self.out, "logs"), exist_ok=True)
+        self.servers = []
+        t_begin = time.time()
+        with CpuSampler() as cpu:
+            try:
+                if self.ring:
+                    import socket
+                    with socket.socket() as s:
+                        s.bind(("127.0.0.1", 0))
+                        self.master_port = s.getsockname()[1]
+                else:
+                    self.start_servers()
+                for r in range(a.nodes):
+                    self.start_node(r, a.nodes)
+                self.loop()
+            finally:
+                # No signal may cut the cleanup short: a Ctrl-C meanwhile is raised once it is done.
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+                self.finish_servers()
+                left = self.procs.end_all()
+                now = time.time()
+                for i in self.incs:
+                    if i["end_unix"] is None:
+                        i["popen"].poll()
+                        i["end_unix"], i["rc"] = now, i["popen"].returncode
+                        i["ended_by"] = i["ended_by"] or "ended by churn.py"
+                for t in self.tails.values():
+                    t.poll(now)
+                if left:
+                    self.failure = (self.failure or "") + f"; process groups left running: {left}"
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+        self.elapsed_s = time.time() - t_begin
+        self.cpu = cpu
+        return self.summary()
+
+    def finish_servers(self):
+        for p in self.servers:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)  # a server logs its stats on the way out
+        for p in self.servers:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def loop(self):
+        a = self.a
+        t_start = time.time()
+        limit = a.run_timeout_s or (3 * a.steps * a.step_time + 60 + 15 * len(self.events))
+        todo = list(self.events)
+        while True:
+            now = time.time()
+            for rank, t in self.tails.items():
+                t.poll(now)
+            # Exits.
+            for i in self.incs:
+                if i["end_unix"] is not None or i["popen"].poll() is None:
+                    continue
+                i["end_unix"], i["rc"] = now, i["popen"].returncode
+                if i["ended_by"] in ("kill9", "sigterm"):
+                    e = self.events[i["event"]]
+                    e["exit_rc"] = i["rc"]
+                    e["back_planned_unix"] = now + e["delay_s"]
+                    self.pending.append((now + e["delay_s"], e))
+                    continue
+                i["ended_by"] = "exit"
+                if i["rc"] != 0:
+                    self.failure = f"node {i['node']} (incarnation {i['inc']}) exited with {i['rc']} (log: {i['log']})"
+                    return
+            # The training clock of the schedule: every first node has logged a step.
+            if self.t_train0 is None and all(self.steps_of(r) for r in range(a.nodes)):
+                self.t_train0 = now
+            if self.t_train0 is not None:
+                while todo and now >= self.t_train0 + todo[0]["t_s"]:
+                    self.apply(todo.pop(0), now)
+            for item in [p for p in self.pending if p[0] <= now]:
+                self.pending.remove(item)
+                e = item[1]
+                rec = self.start_node(e["node"], self.incs[[i["node"] for i in self.incs].index(e["node"])]["nnodes"])
+                e["back_inc"], e["back_unix"] = rec["inc"], now
+            # Hangs: a live node below its last step without a new step line for longer than the bound.
+            for i in self.incs:
+                if i["end_unix"] is not None:
+                    continue
+                steps = self.steps_of(i["node"])
+                if steps and steps[-1]["step"] >= a.steps:
+                    continue
+                last = max([i["start_unix"]] + [m["_seen_unix"] for m in steps])
+                if now - last > a.hang_s:
+                    self.hangs.append({"node": i["node"], "inc": i["inc"], "silent_since_unix": last, "at_unix": now,
+                                       "last_step": steps[-1]["step"] if steps else None})
+                    self.failure = f"hang: node {i['node']} logged no step for {now - last:.1f} s (bound {a.hang_s:g} s)"
+                    return
+            if now - t_start > limit:
+                self.hangs.append({"node": None, "at_unix": now, "run_timeout_s": limit})
+                self.failure = f"hang: the run did not end within {limit:.0f} s"
+                return
+            running = any(i["end_unix"] is None for i in self.incs)
+            if not running and not self.pending:
+                if todo:  # the job ended before these events' times
+                    for e in todo:
+                        e["why_not"] = "the job had ended before its time"
+                return
+            time.sleep(POLL_S)
+
+    # -- measuring --
+    def server_stats(self):
+        out = []
+        for k in range(SERVERS if not self.ring else 0):
+            try:
+                with open(os.path.join(self.out, "logs", f"server{k}.log"), errors="replace") as f:
+                    lines = [ln for ln in f if "] stats {" in ln]
+                out.append(json.loads(lines[-1].split("] stats ", 1)[1]) if lines else {})
+            except (OSError, ValueError):
+                out.append({})
+        return out
+
+    def log_text(self, rec):
+        try:
+            with open(rec["log"], errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def evidence(self, e):
+        """What the logs show of an event: (happened, [lines])."""
+        if not e["applied"]:
+            return False, []
+        node = e["node"]
+        incs = [i for i in self.incs if i["node"] == node]
+        grab = []
+        steps_after = [m for m in self.steps_of(node) if m.get("unix_s", 0) > e["t_applied_unix"]]
+        if e["kind"] == "join":
+            text = self.log_text(incs[0]) if incs else ""
+            grab = [ln for ln in text.splitlines() if "joined the running job" in ln]
+            return bool(grab) and bool(steps_after), grab
+        before = next((i for i in incs if i["inc"] == e.get("inc")), None)
+        back = next((i for i in incs if i["inc"] == e.get("back_inc")), None)
+        if e["kind"] == "sigterm":
+            grab = [ln for ln in self.log_text(before).splitlines() if "SIGTERM" in ln] if before else []
+            e["stopped_at_step_boundary"] = bool(grab)
+            if self.ring:
+                # The launcher ends on TERM with 143 after its worker (which stops at its step boundary
+                # and checkpoints when it was stepping; a ring already restarting has no step to stop at).
+                stopped = e.get("exit_rc") == 143
+                if not grab:
+                    grab = [f"node {node}: the launcher ended on SIGTERM (143) while its worker was not stepping "
+                            "(the ring was restarting)"]
+            else:
+                stopped = bool(grab) and e.get("exit_rc") == 0
+            if before is not None and not stopped:
+                errs = [ln for ln in self.log_text(before).splitlines() if "error" in ln.lower()]
+                e["exit_note"] = (f"exit {e.get('exit_rc')}" + (f": {errs[-1][:300]}" if errs else "")
+                                  + ("" if grab else "; no SIGTERM line in its log"))
+        else:
+            stopped = e.get("exit_rc") == -signal.SIGKILL
+            grab = [f"node {node} incarnation {e.get('inc')} ended by SIGKILL (returncode {e.get('exit_rc')})"]
+        if back is not None:
+            bt = self.log_text(back)
+            grab += [ln for ln in bt.splitlines() if "joined the running job" in ln or "resumed from" in ln
+                     or "[launch] node" in ln][:3]
+        if self.ring:  # the others' workers failed and their launchers restarted them
+            for i in self.incs:
+                if i["node"] != node:
+                    grab += [ln for ln in self.log_text(i).splitlines() if "[launch] worker failed" in ln][:1]
+        return stopped and back is not None and bool(steps_after), grab
+
+    def summary(self):
+        a = self.a
+        spp = a.batch  # samples per step: batch_size x grad_accum (1)
+        ranks = sorted(self.tails)
+        step_lines = {r: self.steps_of(r) for r in ranks}
+        distinct = {r: sorted({m["step"] for m in step_lines[r]}) for r in ranks}
+        logged = sum(len(v) for v in step_lines.values())
+        useful_steps_logged = sum(len(v) for v in distinct.values())
+        recomputed = logged - useful_steps_logged
+        stats = self.server_stats()
+        total_len = sum(s.get("length", 0) for s in stats) or 1
+        dropped = sum(s.get("dropped", 0) * s.get("length", 0) for s in stats) / total_len
+        duplicates_srv = sum(s.get("duplicates", 0) for s in stats)
+        in_flight = 0
+        for e in self.events:
+            if e["applied"] and e["kind"] == "kill9" and e.get("target_stepping"):
+                in_flight += 1
+        if self.ring:
+            for i in self.incs:
+                in_flight += sum(1 for ln in self.log_text(i).splitlines() if "[launch] worker failed" in ln)
+        ends = [i["end_unix"] for i in self.incs if i["end_unix"] is not None]
+        t0 = min(i["start_unix"] for i in self.incs) if self.incs else None
+        wall = (max(ends) - t0) if ends and t0 else None
+        present = sum((i["end_unix"] or time.time()) - i["start_unix"] for i in self.incs)
+        ideal = spp * present / a.step_time if a.step_time > 0 else None
+        useful = spp * (useful_steps_logged - dropped)
+        positions = [m["data_position"] for r in ranks for m in step_lines[r] if "data_position" in m]
+        dup_data = (len(positions) - len(set(positions))) if not self.ring else None
+        finals = [m for m in (self.tails[0].lines if 0 in self.tails else []) if m.get("job_final") and "val_loss" in m]
+        all_steps = sorted(m["unix_s"] for r in ranks for m in step_lines[r])
+        stall = max((b - x for x, b in zip(all_steps, all_steps[1:])), default=None)
+        complete = (self.failure is None and bool(finals)
+                    and all(distinct[r] and distinct[r][-1] >= a.steps for r in ranks))
+        happened = []
+        for e in self.events:
+            if not e["applied"] and e["why_not"] is None:
+                e["why_not"] = f"the run ended before its time ({self.failure})"
+            ok, lines = self.evidence(e)
+            e["happened"] = ok
+            e["evidence"] = lines
+            e["survived"] = bool(ok and complete)
+            if e["t_applied_unix"] is not None and self.t_train0 is not None:
+                e["t_applied_s"] = round(e["t_applied_unix"] - self.t_train0, 3)
+            happened.append(ok)
+        all_step_records = [m for r in ranks for m in step_lines[r]]
+        overrun = (sum(1 for m in all_step_records if m.get("overrun")) / len(all_step_records)
+                   if all_step_records else None)
+        window = (t0, max(ends)) if ends and t0 else None
+        metrics = {
+            "goodput": (useful / ideal) if ideal else None,
+            "useful_samples": useful, "present_samples": ideal, "present_node_s": present,
+            "samples_per_step": spp,
+            "time_to_end_s": wall,
+            "lost_steps": {"dropped": dropped, "recomputed": recomputed, "in_flight_at_crash": in_flight,
+                           "total": dropped + recomputed + in_flight},
+            "events_planned": len(self.events),
+            "events_applied": sum(1 for e in self.events if e["applied"]),
+            "events_not_possible": sum(1 for e in self.events if not e["applied"]),
+            "events_happened": sum(happened),
+            "events_survived": sum(1 for e in self.events if e["survived"]),
+            "hangs": len(self.hangs),
+            "duplicate_data": dup_data,
+            "data_positions": len(positions),
+            "final_val_loss": finals[-1]["val_loss"] if finals else None,
+            "longest_stall_s": stall,
+            "steps_logged": logged, "distinct_steps": useful_steps_logged,
+            "node_last_step": {str(r): (distinct[r][-1] if distinct[r] else None) for r in ranks},
+            "server_duplicates": duplicates_srv if not self.ring else None,
+            "overrun_share": overrun,
+            "cpu_util": cpu_mean(self.cpu, window),
+        }
+        incs = [{k: v for k, v in i.items() if k != "popen"} for i in self.incs]
+        return {"config": self.name, "seed": self.seed, "churn": bool(self.events), "dir": self.out,
+                "status": "complete" if complete else "failed",
+                "failure": self.failure or (None if complete else "incomplete: no job_final evaluation or a node "
+                                            "below train.steps"),
+                "events": self.events, "hangs": self.hangs, "incarnations": incs, "server_stats": stats,
+                "metrics": metrics, "elapsed_s": self.elapsed_s,
+                "t_train0_unix": self.t_train0}
+
+
+def cpu_mean(cpu, window):
+    try:
+        return cpu.mean(window) if window else cpu.mean()
+    except Exception:  # noqa: BLE001  (a sampler with no samples)
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Analysis and reports
+
+def not_built():
+    """{name: the worker's refusal} for the configurations that are not built (asked of the binary)."""
+    out = {}
+    for name, flags in NOT_BUILT.items():
+        try:
+            r = subprocess.run([os.path.join(BIN, "syncopate-worker")] + flags + ["--print-config"],
+                               capture_output=True, text=True, timeout=60)
+            msg = (r.stderr.strip().splitlines() or ["(no message)"])[-1]
+            out[name] = {"flags": flags, "refused": r.returncode != 0, "message": msg}
+        except (OSError, subprocess.TimeoutExpired) as e:
+            out[name] = {"flags": flags, "refused": None, "message": f"could not ask the worker: {e}"}
+    return out
+
+
+def compare(runs, configs):
+    """Churn against the reference, paired by seed, per configuration: final_val_loss and goodput;
+    Holm over every comparison."""
+    comps = []
+    for name in configs:
+        for metric in ("final_val_loss", "goodput"):
+            ch = {str(r["seed"]): r["metrics"][metric] for r in runs
+                  if r["config"] == name and r["churn"] and r["status"] == "complete"}
+            ref = {str(r["seed"]): r["metrics"][metric] for r in runs
+                   if r["config"] == name and not r["churn"] and r["status"] == "complete"}
+            p = paired(ch, ref)
+            comps.append({"config": name, "metric": metric, "a": "churn", "b": "reference", **p})
+    adj = holm([c["p"] for c in comps])
+    for c, h in zip(comps, adj):
+        c["p_holm"] = h
+        if c["n"] and all(d == 0 for d in c["diffs"]):
+            c["verdict"] = "identical in every seed (difference 0): nothing to test"
+        elif c.get("deterministic"):
+            c["verdict"] = "deterministic: no seed variation, not a statistical result"
+        elif c["n"] < 2:
+            c["verdict"] = f"not resolved (n = {c['n']} paired seeds)"
+        elif h is not None and h < 0.05:
+            c["verdict"] = "resolved"
+        else:
+            c["verdict"] = "not resolved"
+    return comps
+
+
+def f3(x, digits=3):
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def run_cells(r):
+    """The Markdown cells of one run (the test reads them back against churn.json)."""
+    m = r["metrics"]
+    lost = m["lost_steps"]
+    return [r["config"], str(r["seed"]), "churn" if r["churn"] else "reference", f3(m["goodput"]),
+            f3(m["useful_samples"], 0), f3(m["time_to_end_s"], 1),
+            f"{f3(lost['total'], 1)} ({f3(lost['dropped'], 1)} / {lost['recomputed']} / {lost['in_flight_at_crash']})",
+            f"{m['events_applied']}/{m['events_planned']}", f"{m['events_happened']}", f"{m['events_survived']}",
+            str(m["hangs"]), "n/a" if m["duplicate_data"] is None else str(m["duplicate_data"]),
+            f3(m["final_val_loss"], 4), f3(m["longest_stall_s"], 2), r["status"]]
+
+
+RUN_HEAD = ["configuration", "seed", "run", "goodput", "useful samples", "time to end, s",
+            "lost steps (dropped / recomputed / in flight)", "events applied/planned", "happened", "survived",
+            "hangs", "duplicate data", "final val loss", "longest stall, s", "status"]
+
+
+def definitions(s):
+    st = s["settings"]
+    return [
+        f"- **goodput** = useful samples applied / samples the present nodes could have computed in the same wall "
+        f"time at the modelled step time ({st['step_time']:g} s). Useful samples = {st['batch']} samples per step x "
+        "(distinct (node, step) pairs in the nodes' metrics.jsonl over all their incarnations, minus the servers' "
+        "dropped pushes in steps: each shard's `dropped` x its share of the parameters). Present samples = "
+        f"{st['batch']} x (sum over every worker process, or ring launcher, of launch-to-exit-or-kill seconds) / "
+        f"{st['step_time']:g} s. Start-up, waiting and restarts count against it: a run without events is below 1 too.",
+        "- **time to end**: the first worker's launch to the last worker's exit.",
+        "- **lost steps**: dropped (as above) + recomputed ((node, step) pairs logged more than once: the ring's "
+        "steps past the checkpoint it resumes from, or a ps replay answered as a duplicate) + in flight at a crash "
+        "(1 per kill9 of a node that was stepping, i.e. logged a step in the last second; on the ring also 1 per worker "
+        "that failed because a peer was lost, "
+        "the launchers' `worker failed` lines).",
+        "- **events**: applied = the signal reached a live process or the joiner started; happened = the logs show "
+        "it (`joined the running job`, the `SIGTERM: node R stopped` line with exit 0, a SIGKILLed process) and the "
+        "node, back or new, logged a step after it; survived = happened and the run completed.",
+        f"- **hang**: a live node process below train.steps with no new step line for more than {st['hang_s']:g} s "
+        "(its start-up counted from its launch), or a run past its time limit; a hang ends the run as failed.",
+        "- **duplicate data**: data_position values logged more than once across the job's nodes (the servers' "
+        "grants; must be 0 for elastic ps). The ring logs no data_position (its order follows the step): n/a.",
+        "- **final val loss**: node 0's job_final record (the job's shipped weights) on one held-out set "
+        f"({st['val_windows']} windows, the same for every run); the gap is churn - reference of the same "
+        "configuration and seed. A join adds a node (more samples per BSP round, more updates under ASP) and a "
+        "crash or preemption removes one for a while, so churn may end above or below its reference: the useful "
+        "samples column says what each run applied.",
+        "- **longest stall**: the longest time between two consecutive step lines of any node of the job.",
+    ]
+
+
+def write_report(s, out):
+    st = s["settings"]
+    runs = s["runs"]
+    L = ["# Churn: nodes that come and go", "", f"Command: `{s['command']}`", "",
+         f"Machine time: {s['machine_time_s']:.0f} s for {len(runs)} runs ({s['host']}).", "",
+         f"Setup: {st['nodes']} nodes, {st['steps']} steps of {st['step_time']:g} s modelled compute, batch {st['batch']} "
+         f"(1 sample = {st['block']} tokens), the tiny GPT (n_embd 32, 2 heads, block 32), corpus {st['corpus']}; ps "
+         f"configurations with {SERVERS} server shards, ps.worker_timeout_s={st['worker_timeout_s']:g}, every worker "
+         f"--dist.elastic=true; checkpoint.every={st['checkpoint_every']} for every configuration; the ring through "
+         f"scripts/launch_node.sh --max-restarts {st['max_restarts']}. Events: Poisson, {st['events_per_min']:g} per "
+         f"minute of wall time, from {st['events_start_s']:g} s to {st['horizon_frac']:g} x the modelled length, at most "
+         f"{st['max_events']} per run, delays {st['delay'][0]:g}-{st['delay'][1]:g} s; seeds "
+         f"{', '.join(map(str, s['seeds']))}.", "", "## Definitions", ""] + definitions(s)
+    L += ["", "## Schedules (the same for every configuration of a seed)", ""]
+    for seed, evs in s["schedules"].items():
+        desc = "; ".join(f"{e['t_s']:g} s {e['kind']} node {e['node']} (delay {e['delay_s']:g} s)" for e in evs)
+        L.append(f"- seed {seed}: {desc or 'no event'}")
+    for name in s["configs"]:
+        L += ["", f"## {name}", ""]
+        if name == "ring_restart":
+            L += [f"Joins: {RING_JOIN}; a scheduled join is counted as planned and not applied.", ""]
+        L += ["| " + " | ".join(RUN_HEAD) + " |", "|" + "---|" * len(RUN_HEAD)]
+        for r in runs:
+            if r["config"] == name:
+                L.append("| " + " | ".join(run_cells(r)) + " |")
+        mine = [r for r in runs if r["config"] == name]
+        L.append("")
+        for r in mine:
+            if r["status"] != "complete":
+                L.append(f"- seed {r['seed']} {'churn' if r['churn'] else 'reference'}: FAILED: {r['failure']}")
+            for e in r["events"]:
+                if e["kind"] == "join" and name == "ring_restart":
+                    continue
+                if not e.get("happened"):
+                    why = e.get("why_not") or e.get("exit_note") or "the logs do not show it (see churn.json)"
+                    L.append(f"- seed {r['seed']}: event {e['i']} ({e['kind']} node {e['node']} at {e['t_s']:g} s) "
+                             f"did not happen as planned: {why}")
+        for churn in (True, False):
+            gp = mean_ci95([r["metrics"]["goodput"] for r in mine if r["churn"] == churn and r["status"] == "complete"],
+                           lower=0.0)
+            L.append(f"- goodput {'with churn' if churn else 'reference'}, mean over complete seeds [95% interval]: "
+                     f"{fmt_ci(gp)} (n = {gp['n']})")
+        ov = [r["metrics"]["overrun_share"] for r in mine if r["metrics"]["overrun_share"] is not None]
+        cp = [r["metrics"]["cpu_util"] for r in mine if r["metrics"]["cpu_util"] is not None]
+        L.append(f"- emulation health: steps over their modelled time, largest share in a run: "
+                 f"{f3(max(ov) if ov else None)}; host CPU while running, largest mean of a run: {f3(max(cp) if cp else None)}; "
+                 f"machine time of these runs: {sum(r['elapsed_s'] for r in mine):.0f} s")
+    L += ["", "## Churn against the reference (paired by seed, Holm over every line)", "",
+          "| configuration | metric | churn - reference | 95% interval | p | Holm p | n | verdict |",
+          "|---|---|---|---|---|---|---|---|"]
+    for c in s["comparisons"]:
+        ci = c["ci95"]
+        interval = "-" if ci[0] is None else f"[{ci[0]:.4g}, {ci[1]:.4g}]"
+        L.append(f"| {c['config']} | {c['metric']} | {'-' if c['mean_diff'] is None else format(c['mean_diff'], '.4g')} "
+                 f"| {interval} | {'-' if c['p'] is None else format(c['p'], '.3g')} | "
+                 f"{'-' if c.get('p_holm') is None else format(c['p_holm'], '.3g')} | {c['n']} | {c['verdict']} |")
+    L += ["", "## Not built", ""]
+    for name, nb in s["not_built"].items():
+        L.append(f"- {name} (`{' '.join(nb['flags'])}`): not built; the worker "
+                 + ("refuses it: " if nb["refused"] else "answered: ") + f"`{nb['message']}`")
+    L.append(f"- ring_restart's joins: {RING_JOIN}.")
+    if s.get("plot"):
+        L += ["", f"![goodput]({os.path.basename(s['plot'])})"]
+    text = "\n".join(L) + "\n"
+    with open(os.path.join(out, "churn.md"), "w") as f:
+        f.write(text)
+    return text
+
+
+def plot(s, out):
+    plt = pyplot()
+    if plt is None:
+        return None
+    names = s["configs"]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for k, churn in enumerate((False, True)):
+        xs, ys = [], []
+        for j, n in enumerate(names):
+            for r in s["runs"]:
+                if r["config"] == n and r["churn"] == churn and r["metrics"]["goodput"] is not None:
+                    xs.append(j + (0.15 if churn else -0.15))
+                    ys.append(r["metrics"]["goodput"])
+        ax.scatter(xs, ys, label="churn" if churn else "reference", marker="o" if churn else "s")
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names)
+    ax.set_ylabel("goodput")
+    ax.set_ylim(0, 1.05)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    path = os.path.join(out, "churn.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run the configurations with and without churn")
+    r.add_argument("--out", default=os.path.join(ROOT, "runs", "churn"))
+    r.add_argument("--seeds", type=int, default=3)
+    r.add_argument("--first-seed", type=int, default=0)
+    r.add_argument("--events-per-min", type=float, default=30.0, help="Poisson rate of events per minute of wall time")
+    r.add_argument("--max-events", type=int, default=3, help="at most this many events per run")
+    r.add_argument("--events-start-s", type=float, default=1.0, help="no event before this (after every node stepped)")
+    r.add_argument("--horizon-frac", type=float, default=0.55,
+                   help="no event after this fraction of the modelled length (steps x step time)")
+    r.add_argument("--delay", default="1,3", help="a crashed or preempted node's delay before it comes back, s: LO,HI")
+    r.add_argument("--recover-s", type=float, default=4.0,
+                   help="the schedule leaves a node alone this long after its return")
+    r.add_argument("--steps", type=int, default=120)
+    r.add_argument("--nodes", type=int, default=3)
+    r.add_argument("--configs", default=",".join(CONFIGS),
+                   help=f"of {', '.join(CONFIGS)} (and {', '.join(NOT_BUILT)}: reported as not built)")
+    r.add_argument("--step-time", type=float, default=0.1, help="modelled compute seconds per step")
+    r.add_argument("--batch", type=int, default=2)
+    r.add_argument("--checkpoint-every", type=int, default=10)
+    r.add_argument("--val-windows", type=int, default=64)
+    r.add_argument("--worker-timeout-s", type=float, default=4.0, help="ps.worker_timeout_s of the servers")
+    r.add_argument("--timeout-s", type=float, default=30.0, help="dist.timeout_s of the workers")
+    r.add_argument("--max-restarts", type=int, default=20, help="the ring launchers' --max-restarts")
+    r.add_argument("--hang-s", type=float, default=30.0, help="a node silent this long while not done is a hang")
+    r.add_argument("--run-timeout-s", type=float, default=0.0, help="a run's limit (0: 3 x modelled + 60 s + 15 s/event)")
+    r.add_argument("--no-reference", action="store_true", help="skip the runs without events")
+    r.add_argument("--corpus", default="system", help="data.corpus (default: the Python standard library)")
+    r.add_argument("--cache-dir", default=os.path.join(ROOT, "data", "cache"))
+    p = sub.add_parser("report", help="rewrite DIR/churn.md (and the plot) from DIR/churn.json")
+    p.add_argument("dir")
+    a = ap.parse_args(argv)
+    if a.cmd == "run":
+        # Absolute: every process runs in its own log directory.
+        a.out, a.cache_dir = os.path.abspath(a.out), os.path.abspath(a.cache_dir)
+        if a.corpus != "system":
+            a.corpus = os.path.abspath(a.corpus)
+        a.delay = tuple(float(x) for x in a.delay.split(","))
+        names = [n for n in a.configs.split(",") if n]
+        bad = [n for n in names if n not in CONFIGS and n not in NOT_BUILT]
+        if bad:
+            ap.error(f"unknown configuration(s) {', '.join(bad)}; known: {', '.join(list(CONFIGS) + list(NOT_BUILT))}")
+        a.config_list = names
+    return a
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    a = parse_args(argv)
+    if a.cmd == "report":
+        with open(os.path.join(a.dir, "churn.json")) as f:
+            s = json.load(f)
+        s["comparisons"] = compare(s["runs"], s["configs"])
+        s["plot"] = plot(s, a.dir)
+        with open(os.path.join(a.dir, "churn.json"), "w") as f:
+            json.dump(s, f, indent=1, default=str)
+        print(write_report(s, a.dir))
+        return 0
+    for b in ("syncopate-worker", "syncopate-server"):
+        if not os.path.exists(os.path.join(BIN, b)):
+            print(f"churn: {BIN}/{b} is not built (scripts/build.sh)", file=sys.stderr)
+            return 2
+    runnable = [n for n in a.config_list if n in CONFIGS]
+    seeds = list(range(a.first_seed, a.first_seed + a.seeds))
+    schedules = {str(sd): draw_schedule(sd, a.events_per_min, a.steps, a.step_time, a.nodes, a.max_events,
+                                        a.events_start_s, a.horizon_frac, a.delay, a.recover_s) for sd in seeds}
+    os.makedirs(a.out, exist_ok=True)
+    plan = [(n, sd, churn) for sd in seeds for n in runnable for churn in ((True,) if a.no_reference else (True, False))]
+    print(f"[churn] {len(plan)} runs ({len(runnable)} configurations x {len(seeds)} seeds x "
+          f"{'churn' if a.no_reference else 'churn + reference'}), {a.nodes} nodes, {a.steps} steps of {a.step_time:g} s; "
+          f"out {a.out}", flush=True)
+    for sd, evs in schedules.items():
+        print(f"[churn] seed {sd}: " + ("; ".join(f"{e['t_s']:g} s {e['kind']} node {e['node']}" for e in evs)
+                                         or "no event"), flush=True)
+    old = {sg: signal.signal(sg, _on_signal) for sg in (signal.SIGINT, signal.SIGTERM)}
+    t0 = time.time()
+    runs = []
+    s = {"format": FORMAT, "command": "experiments/churn.py " + " ".join(shlex.quote(x) for x in argv),
+         "host": f"{os.uname().nodename}, {os.cpu_count()} cores", "started_unix_s": t0,
+         "settings": {"nodes": a.nodes, "steps": a.steps, "step_time": a.step_time, "batch": a.batch, "block": 32,
+                      "checkpoint_every": a.checkpoint_every, "val_windows": a.val_windows,
+                      "worker_timeout_s": a.worker_timeout_s, "timeout_s": a.timeout_s, "max_restarts": a.max_restarts,
+                      "hang_s": a.hang_s, "events_per_min": a.events_per_min, "max_events": a.max_events,
+                      "events_start_s": a.events_start_s, "horizon_frac": a.horizon_frac, "delay": list(a.delay),
+                      "recover_s": a.recover_s, "corpus": a.corpus, "servers": SERVERS},
+         "seeds": seeds, "configs": runnable, "schedules": schedules}
+    try:
+        for name, sd, churn in plan:
+            out = os.path.join(a.out, "runs", name, "churn" if churn else "reference", f"seed{sd}")
+            if os.path.exists(out):
+                import shutil
+                shutil.rmtree(out)
+            run = Run(a, name, sd, schedules[str(sd)] if churn else [], out)
+            r = run.execute()
+            runs.append(r)
+            m = r["metrics"]
+            print(f"[churn] {name} seed {sd} {'churn' if churn else 'reference'}: {r['status']} in {r['elapsed_s']:.1f} s; "
+                  f"goodput {f3(m['goodput'])}, end {f3(m['time_to_end_s'], 1)} s, events "
+                  f"{m['events_happened']}/{m['events_planned']} happened, lost {f3(m['lost_steps']['total'], 1)} steps, "
+                  f"duplicate data {m['duplicate_data']}, final val loss {f3(m['final_val_loss'], 4)}"
+                  + (f"; {r['failure']}" if r["failure"] else ""), flush=True)
+    except _Interrupted as e:
+        print(f"[churn] interrupted ({e}): every process this script started was ended; partial results follow",
+              file=sys.stderr, flush=True)
+        s["interrupted"] = True
+    finally:
+        for sg, h in old.items():
+            signal.signal(sg, h)
+    s["runs"] = runs
+    s["machine_time_s"] = time.time() - t0
+    s["comparisons"] = compare(runs, runnable)
+    s["not_built"] = {n: v for n, v in not_built().items()}
+    s["plot"] = plot(s, a.out)
+    with open(os.path.join(a.out, "churn.json"), "w") as f:
+        json.dump(s, f, indent=1, default=str)
+    write_report(s, a.out)
+    print(f"[churn] {len(runs)} runs in {s['machine_time_s']:.0f} s: {a.out}/churn.md, {a.out}/churn.json", flush=True)
+    failed = [r for r in runs if r["status"] != "complete"]
+    return 130 if s.get("interrupted") else 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,325 @@
+"""experiments/churn.py: the seeded schedule (the same for every configuration of a seed, one of
+each kind in a seeded order), the hang detector on a process that never steps, Ctrl-C ending every
+process, and one short run end to end (1 seed, a crash, a preemption and a join, 60 steps of
+0.1 s, every configuration with its reference): every event happened as the logs show it (the
+ring's join refused by name), no hang, no sample granted twice in the elastic ps configurations,
+goodput in (0, 1], report files whose Markdown shows the JSON's numbers, and no process left.
+Everything is written under a temporary directory. About 1.5 minutes on 2 cores.
+Run: .venv/bin/python tests/test_churn.py"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import types
+import unittest
+
+sys.dont_write_bytecode = True
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "experiments"))
+
+import churn  # noqa: E402
+
+PY = sys.executable
+BIN = os.environ.get("SYNCOPATE_BIN") or os.path.join(ROOT, "build", "bin")
+HAVE_BINARIES = all(os.path.exists(os.path.join(BIN, b)) for b in ("syncopate-worker", "syncopate-server"))
+# The end-to-end run: short, three events inside the first 60% of it.
+STEPS, NODES, RATE, MAX_EVENTS, START_S, HORIZON, DELAY, RECOVER_S = 60, 3, 90.0, 3, 1.0, 0.6, (1.0, 2.0), 3.0
+PS_CONFIGS = ("ps_bsp_backup", "ps_asp", "ps_bsp")
+
+
+def schedule(seed):
+    return churn.draw_schedule(seed, RATE, STEPS, 0.1, NODES, MAX_EVENTS, START_S, HORIZON, DELAY, RECOVER_S)
+
+
+def pick_seed():
+    """The first seed whose schedule has one event of each kind, the preemption before the crash.
+    (A SIGTERM that reaches a BSP worker while it waits out a crashed node's timeout makes the
+    worker of this build exit 1, "Interrupted system call": churn.py reports such an event as not
+    happened; this test's subject is the experiment, so its schedule does not depend on that.)"""
+    for seed in range(1000):
+        kinds = [e["kind"] for e in schedule(seed)]
+        if sorted(kinds) == sorted(churn.KINDS) and kinds.index("sigterm") < kinds.index("kill9"):
+            return seed
+    raise AssertionError("no seed in 0..999 gives one event of each kind")
+
+
+def processes_mentioning(text):
+    """PIDs of live processes whose command line contains `text`."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{d}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text in cmd and state != "Z":
+            found.append((int(d), cmd[:200]))
+    return found
+
+
+def write_corpus(path, size=300_000):
+    lines = ["the quick brown fox jumps over the lazy dog.\n", "def add(a, b):\n    return a + b\n",
+             "a stitch in time saves nine.\n", "for i in range(10):\n    print(i)\n"]
+    with open(path, "w") as f:
+        n = i = 0
+        while n < size:
+            line = lines[(i * 7 + i // 3) % 4]
+            f.write(line)
+            n += len(line)
+            i += 1
+    return path
+
+
+def child_env():
+    return dict(os.environ, PYTHONDONTWRITEBYTECODE="1", SYNCOPATE_BIN=BIN)
+
+
+class Schedule(unittest.TestCase):
+    def test_a_seed_alone_fixes_it(self):
+        a = churn.draw_schedule(7, 30, 120, 0.1, 3)
+        self.assertEqual(a, churn.draw_schedule(7, 30, 120, 0.1, 3))
+        self.assertNotEqual([e["t_s"] for e in a], [e["t_s"] for e in churn.draw_schedule(8, 30, 120, 0.1, 3)])
+
+    def test_rate_horizon_limit_kinds_and_targets(self):
+        n_events = 0
+        for seed in range(200):
+            evs = churn.draw_schedule(seed, 30, 120, 0.1, 3, max_events=3, start_s=1.0, horizon_frac=0.55,
+                                      delay=(1.0, 3.0), recover_s=4.0)
+            n_events += len(evs)
+            self.assertLessEqual(len(evs), 3)
+            ts = [e["t_s"] for e in evs]
+            self.assertEqual(ts, sorted(ts))
+            self.assertTrue(all(1.0 < t <= 0.55 * 120 * 0.1 for t in ts), evs)
+            self.assertTrue(all(1.0 <= e["delay_s"] <= 3.0 for e in evs), evs)
+            if len(evs) == 3:
+                self.assertEqual(sorted(e["kind"] for e in evs), sorted(churn.KINDS), evs)
+            joins = [e["node"] for e in evs if e["kind"] == "join"]
+            self.assertEqual(joins, list(range(3, 3 + len(joins))), "a join takes the next new rank")
+            down = {}
+            for e in evs:
+                if e["kind"] != "join":
+                    self.assertLess(e["node"], 3)
+                    self.assertLessEqual(down.get(e["node"], -1), e["t_s"], f"node {e['node']} targeted while down: {evs}")
+                    down[e["node"]] = e["t_s"] + e["delay_s"] + 4.0
+        # 200 seeds x 30/min over 5.6 s: 2.8 expected per seed before the cap of 3
+        self.assertGreater(n_events / 200, 2.0)
+        self.assertEqual(churn.draw_schedule(3, 0, 120, 0.1, 3), [])
+
+
+class HangDetector(unittest.TestCase):
+    def test_a_process_that_never_steps_is_a_hang_and_is_ended(self):
+        d = tempfile.mkdtemp(prefix="syncopate-churn-test-")
+        try:
+            a = types.SimpleNamespace(nodes=1, steps=10, step_time=0.1, hang_s=1.0, run_timeout_s=30.0)
+            run = churn.Run(a, "ps_asp", 0, [], d)
+            p = run.procs.start(["sleep", "60"], dict(os.environ), os.path.join(d, "sleep.log"))
+            run.incs.append({"node": 0, "inc": 0, "nnodes": 1, "popen": p, "start_unix": time.time(), "end_unix": None,
+                             "rc": None, "ended_by": None, "log": os.path.join(d, "sleep.log")})
+            run.tails[0] = churn.Tail(os.path.join(d, "node0", "metrics.jsonl"))
+            t0 = time.time()
+            run.loop()
+            took = time.time() - t0
+            self.assertGreaterEqual(took, 1.0)
+            self.assertLess(took, 5.0)
+            self.assertTrue(run.failure.startswith("hang: node 0"), run.failure)
+            self.assertEqual(len(run.hangs), 1)
+            self.assertEqual(run.procs.end_all(), [])
+            self.assertIsNotNone(p.poll(), "the silent process was ended")
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+@unittest.skipUnless(HAVE_BINARIES, f"the binaries are not built under {BIN} (scripts/build.sh)")
+class EndToEnd(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="syncopate-churn-test-")
+        cls.corpus = write_corpus(os.path.join(cls.tmp, "corpus.txt"))
+        cls.seed = pick_seed()
+        cls.out = os.path.join(cls.tmp, "out")
+        cls.args = ["--seeds", "1", "--first-seed", str(cls.seed), "--steps", str(STEPS), "--nodes", str(NODES),
+                    "--events-per-min", str(RATE), "--max-events", str(MAX_EVENTS), "--events-start-s", str(START_S),
+                    "--horizon-frac", str(HORIZON), "--delay", f"{DELAY[0]},{DELAY[1]}", "--recover-s", str(RECOVER_S),
+                    "--corpus", cls.corpus, "--cache-dir", os.path.join(cls.tmp, "cache")]
+        t0 = time.time()
+        cls.proc = subprocess.run([PY, os.path.join(ROOT, "experiments", "churn.py"), "run", "--out", cls.out] + cls.args,
+                                  capture_output=True, text=True, timeout=300, cwd=cls.tmp, env=child_env())
+        cls.took = time.time() - t0
+        print(f"\n[test_churn] seed {cls.seed}: {cls.took:.0f} s\n{cls.proc.stdout}", file=sys.stderr, flush=True)
+        cls.left = processes_mentioning(cls.tmp)
+        with open(os.path.join(cls.out, "churn.json")) as f:
+            cls.s = json.load(f)
+        with open(os.path.join(cls.out, "churn.md")) as f:
+            cls.md = f.read()
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def churn_runs(self):
+        return [r for r in self.s["runs"] if r["churn"]]
+
+    def test_it_ran_every_configuration_and_left_no_process(self):
+        self.assertEqual(self.proc.returncode, 0, self.proc.stdout + self.proc.stderr)
+        self.assertEqual(self.left, [], "processes of the run still alive")
+        self.assertEqual(sorted((r["config"], r["churn"]) for r in self.s["runs"]),
+                         sorted((c, ch) for c in churn.CONFIGS for ch in (True, False)))
+
+    def test_the_schedule_is_the_seeds_and_identical_across_configurations(self):
+        want = schedule(self.seed)
+        self.assertEqual(self.s["schedules"][str(self.seed)], want)
+        keys = ("i", "t_s", "kind", "node", "delay_s")
+        for r in self.churn_runs():
+            self.assertEqual([{k: e[k] for k in keys} for e in r["events"]], want, r["config"])
+        for r in self.s["runs"]:
+            if not r["churn"]:
+                self.assertEqual(r["events"], [])
+
+    def read(self, path):
+        with open(path, errors="replace") as f:
+            return f.read()
+
+    def test_every_event_happened_as_the_logs_show(self):
+        for r in self.churn_runs():
+            ring = r["config"] == "ring_restart"
+            incs = {(i["node"], i["inc"]): i for i in r["incarnations"]}
+            for e in r["events"]:
+                what = f"{r['config']} event {e['i']} {e['kind']} node {e['node']}: {e}"
+                if ring and e["kind"] == "join":
+                    self.assertFalse(e["applied"], what)
+                    self.assertEqual(e["why_not"], churn.RING_JOIN)
+                    continue
+                self.assertTrue(e["applied"], what)
+                self.assertTrue(e["happened"], what)
+                self.assertTrue(e["survived"], what)
+                if e["kind"] == "join":
+                    log = self.read(incs[(e["node"], 0)]["log"])
+                    self.assertRegex(log, rf"node {e['node']} joined the running job at step \d+", what)
+                    continue
+                before, back = incs[(e["node"], e["inc"])], incs[(e["node"], e["back_inc"])]
+                self.assertGreaterEqual(back["start_unix"] - before["end_unix"], e["delay_s"] - 0.05, what)
+                self.assertLess(back["start_unix"] - before["end_unix"], e["delay_s"] + 1.0, what)
+                back_log = self.read(back["log"])
+                if e["kind"] == "kill9":
+                    self.assertEqual(before["rc"], -signal.SIGKILL, what)
+                    if ring:  # a new launcher (it resumes from the node's checkpoint when it has one)
+                        self.assertIn(f"[launch] node {e['node']} attempt 0", back_log, what)
+                    else:
+                        self.assertIn("joined the running job at step", back_log, what)
+                else:
+                    self.assertIn(f"SIGTERM: node {e['node']} stopped after step", self.read(before["log"]), what)
+                    self.assertEqual(before["rc"], 143 if ring else 0, what)
+                    if not ring:
+                        self.assertIn("joined the running job at step", back_log, what)
+                # the node stepped again after it came back
+                steps = [json.loads(x) for x in self.read(os.path.join(r["dir"], f"node{e['node']}", "metrics.jsonl"))
+                         .splitlines() if x.strip()]
+                self.assertTrue(any("loss" in m and m["unix_s"] > back["start_unix"] for m in steps), what)
+            if ring:  # a lost ring node fails the others: their launchers restarted them
+                others = "".join(self.read(i["log"]) for i in r["incarnations"])
+                self.assertIn("[launch] worker failed", others)
+                self.assertGreater(r["metrics"]["lost_steps"]["recomputed"] + r["metrics"]["lost_steps"]["in_flight_at_crash"], 0)
+
+    def test_no_hang_every_run_complete(self):
+        for r in self.s["runs"]:
+            self.assertEqual(r["status"], "complete", f"{r['config']} {r['churn']}: {r['failure']}")
+            self.assertEqual(r["hangs"], [])
+            self.assertEqual(r["metrics"]["hangs"], 0)
+            self.assertTrue(all(v == STEPS for v in r["metrics"]["node_last_step"].values()), r["metrics"]["node_last_step"])
+            self.assertIsNotNone(r["metrics"]["final_val_loss"])
+
+    def test_no_sample_granted_twice_in_the_elastic_ps_configurations(self):
+        for r in self.s["runs"]:
+            m = r["metrics"]
+            if r["config"] in PS_CONFIGS:
+                self.assertEqual(m["duplicate_data"], 0, r["config"])
+                self.assertGreaterEqual(m["data_positions"], NODES * STEPS * 0.5, "data_position was logged")
+            else:
+                self.assertIsNone(m["duplicate_data"])
+        ref = next(r for r in self.s["runs"] if r["config"] == "ps_bsp_backup" and not r["churn"])
+        self.assertGreater(ref["metrics"]["lost_steps"]["dropped"], 0, "a backup worker's pushes are dropped")
+
+    def test_goodput_in_0_1(self):
+        for r in self.s["runs"]:
+            g = r["metrics"]["goodput"]
+            self.assertTrue(0 < g <= 1, f"{r['config']} churn={r['churn']}: goodput {g}")
+            self.assertAlmostEqual(g, r["metrics"]["useful_samples"] / r["metrics"]["present_samples"])
+
+    def test_the_markdown_shows_the_jsons_numbers(self):
+        rows = {}
+        for line in self.md.splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) == len(churn.RUN_HEAD) and cells[0] in churn.CONFIGS:
+                rows[(cells[0], int(cells[1]), cells[2] == "churn")] = cells
+        self.assertEqual(len(rows), len(self.s["runs"]))
+        col = {h: i for i, h in enumerate(churn.RUN_HEAD)}
+        for r in self.s["runs"]:
+            m, cells = r["metrics"], rows[(r["config"], r["seed"], r["churn"])]
+            self.assertEqual(cells, churn.run_cells(r))
+            self.assertAlmostEqual(float(cells[col["goodput"]]), m["goodput"], delta=5e-4)
+            self.assertAlmostEqual(float(cells[col["final val loss"]]), m["final_val_loss"], delta=5e-5)
+            self.assertAlmostEqual(float(cells[col["time to end, s"]]), m["time_to_end_s"], delta=0.05)
+            self.assertEqual(cells[col["events applied/planned"]], f"{m['events_applied']}/{m['events_planned']}")
+            self.assertEqual(int(cells[col["hangs"]]), m["hangs"])
+            dup = cells[col["duplicate data"]]
+            self.assertEqual(None if dup == "n/a" else int(dup), m["duplicate_data"])
+            lost = re.match(r"([\d.]+) \(([\d.]+) / (\d+) / (\d+)\)", cells[col["lost steps (dropped / recomputed / in flight)"]])
+            self.assertIsNotNone(lost, cells)
+            self.assertAlmostEqual(float(lost.group(1)), m["lost_steps"]["total"], delta=0.05)
+            self.assertEqual(int(lost.group(3)), m["lost_steps"]["recomputed"])
+        for c in self.s["comparisons"]:
+            self.assertIn(f"| {c['config']} | {c['metric']} |", self.md)
+            self.assertIn(c["verdict"], self.md)
+            self.assertEqual(c["n"], 1)
+            self.assertTrue(c["verdict"].startswith(("not resolved", "identical")), c)
+        self.assertNotIn("≈", self.md)
+        self.assertIn(f"Machine time: {self.s['machine_time_s']:.0f} s", self.md)
+        for name in churn.NOT_BUILT:
+            self.assertTrue(self.s["not_built"][name]["refused"], self.s["not_built"][name])
+            self.assertIn(f"- {name} (", self.md)
+        self.assertIn("not built", self.md)
+        # rebuilt from the JSON alone, the report is the same
+        before = self.md
+        r = subprocess.run([PY, os.path.join(ROOT, "experiments", "churn.py"), "report", self.out], capture_output=True,
+                           text=True, timeout=120, env=child_env())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(self.out, "churn.md")) as f:
+            self.assertEqual(f.read(), before)
+
+
+@unittest.skipUnless(HAVE_BINARIES, f"the binaries are not built under {BIN} (scripts/build.sh)")
+class Interrupt(unittest.TestCase):
+    def test_ctrl_c_ends_every_process(self):
+        tmp = tempfile.mkdtemp(prefix="syncopate-churn-test-")
+        try:
+            out = os.path.join(tmp, "out")
+            p = subprocess.Popen([PY, os.path.join(ROOT, "experiments", "churn.py"), "run", "--out", out, "--seeds", "1",
+                                  "--steps", "300", "--configs", "ps_bsp", "--corpus",
+                                  write_corpus(os.path.join(tmp, "corpus.txt")), "--cache-dir", os.path.join(tmp, "cache")],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp, env=child_env())
+            metrics = os.path.join(out, "runs", "ps_bsp", "churn", "seed0", "node2", "metrics.jsonl")
+            deadline = time.time() + 60
+            while time.time() < deadline and not (os.path.exists(metrics) and os.path.getsize(metrics) > 0):
+                time.sleep(0.1)
+            self.assertTrue(os.path.exists(metrics), "the nodes started")
+            self.assertGreaterEqual(len(processes_mentioning(tmp)), 5, "2 servers and 3 nodes running")
+            p.send_signal(signal.SIGINT)
+            text, _ = p.communicate(timeout=60)
+            self.assertEqual(p.returncode, 130, text)
+            self.assertIn("interrupted", text)
+            self.assertEqual(processes_mentioning(tmp), [])
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
