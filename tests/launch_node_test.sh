@@ -134,6 +134,57 @@ restart_job() {
 }
 restart_job
 
+# Elastic (issue 30): a shard on a dedicated "host" (--role server), two nodes start a BSP job with
+# --dist.elastic=true, a third launcher joins the running job with its own NNODES=3 / NODE_RANK=2,
+# then node 1's launcher gets SIGTERM (a preemption notice): its worker finishes the step, writes a
+# checkpoint and leaves at once (the servers' worker timeout is 600 s: only its FINISH can release
+# the others in time). The others end the job; the shard exits with it, one update per round.
+elastic_job() {
+  local base t0 i pid rc
+  base=$(free_base)
+  mkdir -p "$TMP/elastic"
+  SPAWNED=()
+  t0=$(date +%s)
+  local env=(env SYNCOPATE_TOKEN=launch-test SYNCOPATE_SERVERS=127.0.0.1:$base SYNCOPATE_SERVER_LAYOUT=dedicated)
+  SYNCOPATE_SERVER_DIR="$TMP/elastic/server0" spawn "${env[@]}" "$ROOT/scripts/launch_node.sh" --role server --shard 0 \
+    --server-arg --ps.consistency=bsp --server-arg --ps.worker_timeout_s=600 > "$TMP/elastic/server.log" 2>&1
+  node() {  # RANK NNODES
+    spawn "${env[@]}" NNODES=$2 NODE_RANK=$1 "$ROOT/scripts/launch_node.sh" -- --out "$TMP/elastic/node$1" "${ARGS[@]}" \
+      --train.steps=80 --emulate.step_time_s=0.1 --dist.elastic=true > "$TMP/elastic/node$1.log" 2>&1
+  }
+  node 0 2; node 1 2
+  for _ in $(seq 1 1200); do grep -q '"step":10,' "$TMP/elastic/node0/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+  node 2 3
+  local n
+  for _ in $(seq 1 1200); do
+    n=$(grep -c '"loss"' "$TMP/elastic/node2/metrics.jsonl" 2>/dev/null || true)
+    [ "${n:-0}" -ge 2 ] && break; sleep 0.1
+  done
+  kill -TERM "${SPAWNED[2]}"  # node 1's launcher
+  for i in 1 3 0; do  # node 0, node 2, then the shard's launcher
+    pid=${SPAWNED[$i]} rc=0
+    while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt 240 ]; do sleep 0.2; done
+    kill -0 "$pid" 2>/dev/null && { echo "FAIL: elastic: launcher $i still running after 240 s"; fail=1; continue; }
+    wait "$pid" || rc=$?
+    [ $rc = 0 ] || { echo "FAIL: elastic: launcher $i exited $rc"; tail -n 20 "$TMP/elastic/"*.log; fail=1; }
+  done
+  wait "${SPAWNED[2]}" 2>/dev/null || true
+  end_spawned
+  grep -q "joined the running job at step" "$TMP/elastic/node2.log" || { echo "FAIL: elastic: node 2 did not join"; tail -n 20 "$TMP/elastic/node2.log"; fail=1; }
+  grep -q "SIGTERM: node 1 stopped after step" "$TMP/elastic/node1.log" || { echo "FAIL: elastic: node 1 did not stop on SIGTERM"; tail -n 20 "$TMP/elastic/node1.log"; fail=1; }
+  ls -d "$TMP/elastic/node1/checkpoints/step_"* > /dev/null 2>&1 || { echo "FAIL: elastic: node 1 wrote no checkpoint"; fail=1; }
+  for i in 0 2; do
+    grep -q '"step":80,' "$TMP/elastic/node$i/metrics.jsonl" || { echo "FAIL: elastic: node $i did not reach step 80"; fail=1; }
+  done
+  grep -q '\[server 0\] stats {.*"dead_events":0,' "$TMP/elastic/server.log" ||
+    { echo "FAIL: elastic: the shard waited out a worker's timeout"; fail=1; }
+  grep -q '\[server 0\] stats {.*"version":80[,}]' "$TMP/elastic/server.log" ||
+    { echo "FAIL: elastic: the shard did not apply one update per round"; grep stats "$TMP/elastic/server.log" | cut -c1-300; fail=1; }
+  if pgrep -f "$TMP/elastic" > /dev/null; then echo "FAIL: elastic left processes:"; pgrep -af "$TMP/elastic"; fail=1; fi
+  echo "elastic: $(( $(date +%s) - t0 )) s"
+}
+elastic_job
+
 # One process per GPU as torchrun --nproc-per-node=2 starts them (the same command line, torchrun's
 # variables): each process is a node of the job (dist.launch=auto -> gpu; on CPU one replica each),
 # and '{node}' in --out gives each its own directory. The two ring nodes end identical.
