@@ -60,7 +60,7 @@ Per run (every definition is repeated in churn.md):
 
 Defaults: 3 nodes, 120 steps of 0.1 s, 3 seeds, 30 events per minute, at most 3 per run, delays 1-3 s.
 Measured on this 2-core machine (another engineer's builds sharing it): `churn.py run --out runs/churn` with
-the defaults took MEASURED_DEFAULT (24 runs)."""
+the defaults took 6 min 26 s (24 runs of 13-21 s each, 385 s in all; the final goodputs are in runs/churn/churn.md)."""
 import argparse
 import json
 import os

@@ -607,10 +607,11 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
       open_training_data(cfg.data, *job.tokenizer, cfg.model.block_size, verbose && cfg.dist.node_rank == 0));
   const std::string where = job.devices.empty() ? "cpu" : "cuda, " + std::string(job.group ? job.group->backend() : "one GPU");
   if (cfg.dist.mode != "none" && cfg.dist.node_rank == 0)
-    log::info("[dist] node {}/{}: {} local replica(s) ({}); launch layout: one process per {}; rendezvous at {}:{} ...",
+    log::info("[dist] node {}/{}: {} local replica(s) ({}); launch layout: one process per {}; {} ...",
               cfg.dist.node_rank, cfg.dist.nnodes, local, where,
               cfg.dist.launch == "gpu" ? "GPU (each process a node of the job, its GPU its local rank's)" : "node",
-              cfg.dist.master_addr, cfg.dist.master_port);
+              cfg.dist.mode == "ps" ? fmt::format("parameter servers {}", cfg.dist.servers)
+                                    : fmt::format("rendezvous at {}:{}", cfg.dist.master_addr, cfg.dist.master_port));
   else if (cfg.dist.mode == "none" && local > 1)
     log::info("[dist] one node: {} local replicas ({})", local, where);
   if (const std::string w = launch_layout_warning(cfg.dist); !w.empty() && cfg.dist.device == 0)
