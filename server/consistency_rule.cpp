@@ -11,15 +11,20 @@ namespace syncopate {
 namespace {
 
 // Bulk synchronous: a clock is applied once every live worker but `backup` has pushed it; every
-// waiting worker is then released at once.
+// waiting worker is then released at once. With backup workers (Chen et al. 2016: N gradients per
+// round from N + b workers, N = the job's first worker count less b) a round never takes fewer than
+// min(N, live) gradients: while workers are missing (dead, left, not joined yet) the backups are
+// used up first, instead of a round completing on the first push (which made every fresh push a
+// round of its own: more updates than clocks under churn).
 class Bsp : public ConsistencyRule {
  public:
-  explicit Bsp(int backup) : backup_(backup) {}
+  Bsp(int backup, int aggregate) : backup_(backup), aggregate_(aggregate) {}
   Consistency kind() const override { return Consistency::kBsp; }
   bool drops(int64_t staleness) const override { return backup_ > 0 && staleness > 0; }
   bool sums_clock() const override { return true; }
   bool clock_complete(int pushed, const WorkerClocks& w) const override {
-    return pushed > 0 && pushed >= std::max(1, w.live_count - backup_);
+    const int needed = backup_ > 0 ? std::max(std::min(aggregate_, w.live_count), w.live_count - backup_) : w.live_count;
+    return pushed > 0 && pushed >= std::max(1, needed);
   }
   std::vector<int> releasable(const std::set<int>& waiting, const WorkerClocks&) const override {
     return {waiting.begin(), waiting.end()};  // called when the clock was applied
@@ -27,7 +32,7 @@ class Bsp : public ConsistencyRule {
   bool holds_replies() const override { return true; }
 
  private:
-  int backup_;
+  int backup_, aggregate_;
 };
 
 // Stale synchronous (Ho et al. 2013): a worker waits while it is more than `bound` clocks ahead
@@ -82,7 +87,8 @@ std::unique_ptr<ConsistencyRule> make_consistency_rule(const PsConfig& cfg, int 
                         workers),
             "backup workers need consistency bsp and at most workers - 1 of them: lower --ps.backup_workers");
   switch (c) {
-    case Consistency::kBsp: return std::make_unique<Bsp>(static_cast<int>(cfg.backup_workers));
+    case Consistency::kBsp:
+      return std::make_unique<Bsp>(static_cast<int>(cfg.backup_workers), workers - static_cast<int>(cfg.backup_workers));
     case Consistency::kSsp: return std::make_unique<Ssp>(cfg.staleness_bound);
     case Consistency::kAsp: return std::make_unique<Asp>();
   }

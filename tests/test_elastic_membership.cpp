@@ -146,6 +146,32 @@ TEST(ElasticShard, AHeldJoinerCountsAtOnceWhenTheLastMemberLeaves) {
   EXPECT_EQ(s.push(elastic_push(1, 2, 1, 2), g.data()), (std::vector<int>{1}));
 }
 
+// BSP with backup workers while the job is short of workers (found by experiments/churn.py: 146-150
+// updates for 120 clocks): 3 workers with 1 backup aggregate 2 gradients per round; with one of
+// them gone a round still takes both of the others', not the first push alone; with a joiner (4
+// live) it takes 3 (one backup, as configured).
+TEST(ElasticShard, BackupWorkersAreUsedUpFirstWhileWorkersAreMissing) {
+  PsConfig c = config("bsp");
+  c.backup_workers = 1;
+  c.worker_timeout_s = 5;
+  ParameterShard s(c);
+  std::vector<float> init(2, 0.0f), g(2, 1.0f);
+  s.init(elastic_init(3, 2), init.data(), nullptr, 0);
+  EXPECT_TRUE(s.push(elastic_push(0, 0, 0, 2), g.data()).empty());
+  EXPECT_EQ(s.push(elastic_push(1, 0, 0, 2), g.data()), (std::vector<int>{0, 1}));  // 2 of 3
+  s.finish(2);  // worker 2 leaves: 2 live
+  EXPECT_TRUE(s.push(elastic_push(0, 1, 1, 2), g.data()).empty()) << "one push is not a round";
+  EXPECT_EQ(s.push(elastic_push(1, 1, 1, 2), g.data()), (std::vector<int>{0, 1}));
+  EXPECT_EQ(s.version(), 2);
+  EXPECT_FALSE(s.join(3, s.join_clock(3), 4, 0.0));  // counts from round 3
+  EXPECT_TRUE(s.push(elastic_push(0, 2, 2, 2), g.data()).empty());
+  EXPECT_EQ(s.push(elastic_push(1, 2, 2, 2), g.data()), (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(s.live_workers(), 3);
+  EXPECT_TRUE(s.push(elastic_push(3, 3, 3, 2), g.data()).empty());
+  EXPECT_EQ(s.push(elastic_push(0, 3, 3, 2), g.data()), (std::vector<int>{0, 3}));  // 3 live - 1 backup
+  EXPECT_EQ(s.version(), 4);
+}
+
 // SSP/ASP: a joiner starts at the slowest live worker's next clock, so it never holds anyone back.
 TEST(ElasticShard, AnSspJoinerStartsAtTheSlowestLiveWorkersNextClock) {
   PsConfig c = config("ssp");
