@@ -402,5 +402,35 @@ TEST(PsElastic, ANodeJoinsARunningBspJobAndAPreemptedOneLeaves) {
   EXPECT_GE(stats.at("membership_epoch").get<int>(), 3);  // node 2 joined, node 1 left and came back
 }
 
+// A node of two local replicas (threads) gets SIGTERM: both replicas stop after the same step (they
+// agree through the node's per-step collective), the node checkpoints, leaves and exits 0 well
+// within the grace period (one replica going on alone would block in the node's next collective
+// until the watchdog ended the process with 143).
+TEST(PsElastic, APreemptedNodeStopsEveryLocalReplicaAtTheSameStep) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  const std::string bin = test::bin_dir();
+  const test::ServerPort port = test::any_server_port(d);
+  std::vector<std::string> sa = {bin + "/syncopate-server", "--ps.consistency=asp"};
+  sa.insert(sa.end(), port.args.begin(), port.args.end());
+  test::Process server(sa, {"SYNCOPATE_TOKEN=t"}, d.str("server.log"));
+  const std::string ep = test::wait_for_line(port.endpoint_file, 60, &server);
+  std::vector<std::string> a = {bin + "/syncopate-worker", "--out", d.str("w"), "--model.n_embd=32", "--model.n_head=2",
+                                "--model.block_size=32", "--train.threads=1", "--eval.every=0", "--eval.batches=1",
+                                "--eval.sample_tokens=0", "--checkpoint.every=0", "--data.corpus=" + corpus,
+                                "--data.cache_dir=" + d.str("cache"), "--train.steps=2000", "--train.batch_size=2",
+                                "--emulate.step_time_s=0.05", "--dist.mode=ps", "--dist.elastic=true", "--dist.servers=" + ep,
+                                "--dist.local_replicas=2", "--train.preempt_grace_s=60"};
+  test::Process w(a, {"SYNCOPATE_TOKEN=t", "NNODES=1", "NODE_RANK=0"}, d.str("w.log"));
+  ASSERT_TRUE(test::wait_for_step(d.str("w"), 5, 120)) << test::slurp(d.str("w.log"));
+  const auto t_term = std::chrono::steady_clock::now();
+  ::kill(w.pid(), SIGTERM);
+  EXPECT_EQ(w.wait(60), 0) << test::slurp(d.str("w.log"));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_term).count(), 10.0);
+  const std::string log = test::slurp(d.str("w.log"));
+  EXPECT_NE(log.find("SIGTERM: node 0 stopped after step"), std::string::npos) << log;
+  EXPECT_TRUE(std::filesystem::exists(d.str("w/checkpoints/latest"))) << log;
+}
+
 }  // namespace
 }  // namespace syncopate

@@ -438,7 +438,10 @@ struct Trainer::Impl {
       const bool ckpt_due = due(step, cfg.checkpoint.every, tc.steps) || preempted;
       const bool sample_due = !preempted && cfg.eval.sample_tokens > 0 && due(step, cfg.eval.sample_every, tc.steps);
       if (eval_due || ckpt_due || sample_due || step == last) sync->synchronize(flat->params);
-      if (!writer) continue;  // evaluation, samples, checkpoints: local replica 0 (the others hold the same weights)
+      if (!writer) {  // evaluation, samples, checkpoints: local replica 0 (the others hold the same weights)
+        if (preempted) return;  // (every replica of the node agreed on it)
+        continue;
+      }
       if (eval_due) {
         TraceSpan span("evaluate", "train");
         const double t_eval = now_seconds();
