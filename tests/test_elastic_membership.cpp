@@ -210,6 +210,7 @@ TEST(ElasticShard, DataGrantsCoverEverySampleOnceAcrossJoinsResendsAndLeaves) {
   s.join(1, s.join_clock(1), 4, 0.0);         // and comes back: it uses that one
   EXPECT_EQ(s.grant(1), unused);
   s.push(elastic_push(1, 1, 0, 2), g.data()), take(1);
+  s.skip_grant(1, 4), take(1);  // worker 1 skipped that step (nothing pushed): fresh samples for the next
   s.push(elastic_push(7, 1, 0, 2), g.data()), take(7);
   std::sort(granted.begin(), granted.end());
   for (size_t i = 0; i < granted.size(); ++i) EXPECT_EQ(granted[i], static_cast<int64_t>(4 * i)) << i;
