@@ -450,12 +450,10 @@ int ParameterShard::live_workers() const { return static_cast<int>(std::count(li
 void ParameterShard::seen(int worker, double now) {
   if (!initialized_ || worker < 0 || worker >= workers_ || finished_[static_cast<size_t>(worker)]) return;
   last_seen_[static_cast<size_t>(worker)] = now;
-  if (joining_.count(worker)) return;  // a joiner counts from its round on, not from its first heartbeat
   // In an elastic job only a join (or a push) makes a worker a member again: a heartbeat of a node
   // that restarts would otherwise bring it back at its old clock before it asks where the job is.
   if (elastic_ && !live_[static_cast<size_t>(worker)]) return;
-  if (!live_[static_cast<size_t>(worker)]) ++membership_epoch_;
-  live_[static_cast<size_t>(worker)] = true;
+  revive(worker, now);  // (a joiner counts from its round on, not from its first heartbeat)
 }
 
 void ParameterShard::revive(int worker, double now) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/comm/local_group.h"
 #include "common/check.h"
 #include "common/comm/host_staging.h"
 #include "model/flat_parameters.h"
@@ -110,6 +111,16 @@ void check_replicas_identical(const at::Tensor& params, int64_t step, int rank, 
       bad += fmt::format("{}{} (node {}, local {})", bad.empty() ? "" : ", ", r, r / local_size, r % local_size);
   SYN_CHECK(bad.empty(), fmt::format("step {}: the weights of replica(s) {} differ from replica 0's", step, bad),
             "replicas diverged (non-deterministic kernels or a bug); resume every node from the same checkpoint");
+}
+
+double node_average(LocalGroup* group, int local, int local_size, int device, double x, bool* any) {
+  if (!group) return x;
+  at::Tensor t = at::tensor({x, any && *any ? 1.0 : 0.0}, at::kFloat).to(replica_options(device));
+  group->all_reduce_sum(local, t);
+  group->wait_device(local, "the loss average");  // bounded and abortable, before the host reads it
+  const at::Tensor h = t.cpu();
+  if (any) *any = h.data_ptr<float>()[1] > 0;
+  return static_cast<double>(h.data_ptr<float>()[0]) / local_size;
 }
 
 at::TensorOptions replica_options(int device) {

@@ -122,7 +122,9 @@ class GradientSync {
   // replica calls it at the same steps.
   virtual void synchronize(at::Tensor& params) {}
   // Mean of a scalar over this node's replicas (the logged loss). Collective within the node only.
-  virtual double average(double x) = 0;
+  // any (optional): in, this replica's flag; out, whether any replica of the node set it (a SIGTERM
+  // seen by one replica stops them all at the same step), in the same collective.
+  virtual double average(double x, bool* any = nullptr) = 0;
   // Throws syncopate::Error naming the replicas whose params differ from rank 0's. Collective.
   virtual void check_identical(const at::Tensor& params, int64_t step) = 0;
   // The optimizer state this replica holds (and checkpoints); null when the servers hold it.
@@ -216,6 +218,9 @@ ShippedWeights ps_final_weights(PsClient& client, HostStaging& staging, const at
 int64_t partition_elems(const DistConfig& d);
 // float32 options on a replica's device (-1: CPU), for the small tensors of a collective.
 at::TensorOptions replica_options(int device);
+// GradientSync::average over a node's local group (null: one replica, x itself): one all-reduce of
+// [x, flag], bounded and abortable before the host reads it.
+double node_average(LocalGroup* group, int local, int local_size, int device, double x, bool* any);
 // The FlatParameters' [offset, length) of every parameter, in registration order.
 std::vector<std::pair<int64_t, int64_t>> parameter_ranges(const FlatParameters& flat);
 

@@ -72,7 +72,7 @@ class LocalSgdSync : public GradientSync {
     return r;
   }
   void synchronize(at::Tensor& params) override { inner_->synchronize(params); }
-  double average(double x) override { return inner_->average(x); }  // the node's: no per-step cross-node collective
+  double average(double x, bool* any) override { return inner_->average(x, any); }  // the node's: no per-step cross-node collective
   // Replicas agree job-wide at round boundaries, within the node always.
   void check_identical(const at::Tensor& params, int64_t step) override {
     if (step % every_ != 0) return inner_->check_identical(params, step);

@@ -24,7 +24,7 @@ class LocalSync : public GradientSync {
     if (!r.skipped) opt_.step(params, grads, lr);
     return r;
   }
-  double average(double x) override { return x; }
+  double average(double x, bool*) override { return x; }
   void check_identical(const at::Tensor&, int64_t) override {}
   FlatAdamW* optimizer() override { return &opt_; }
   SyncCounters counters() const override { return {}; }

@@ -81,7 +81,7 @@ class PsLocalSgdSync : public GradientSync {
     return r;
   }
   void synchronize(at::Tensor& params) override { inner_->synchronize(params); }
-  double average(double x) override { return inner_->average(x); }
+  double average(double x, bool* any) override { return inner_->average(x, any); }
   void check_identical(const at::Tensor& params, int64_t step) override { inner_->check_identical(params, step); }
   FlatAdamW* optimizer() override { return inner_->optimizer(); }
   int64_t job_tokens(int64_t node_tokens, int64_t per_step) const override {

@@ -132,13 +132,7 @@ class PsSync : public GradientSync {
     switched_ = true;
     if (residual_.defined()) residual_.zero_();  // nothing owed: the checkpoint was another mode's
   }
-  double average(double x) override {
-    if (!group_) return x;
-    at::Tensor t = at::full({1}, x, replica_options(device_));
-    group_->all_reduce_sum(local_, t);
-    group_->wait_device(local_, "the loss average");  // bounded and abortable, before the host reads it
-    return t.item<double>() / local_size_;
-  }
+  double average(double x, bool* any) override { return node_average(group_.get(), local_, local_size_, device_, x, any); }
   void check_identical(const at::Tensor& params, int64_t step) override {
     if (!group_) return;
     check_replicas_identical(params, step, local_, local_size_, local_size_, device_,
@@ -183,15 +177,16 @@ class PsSync : public GradientSync {
       at::Tensor h = at::empty({2 * kPieces}, at::kFloat);
       const int64_t v[2] = {joined_ + 1, grant_ + 1};  // >= 0
       for (int i = 0; i < 2; ++i)
-        for (int k = 0; k < kPieces; ++k) h[i * kPieces + k] = static_cast<float>((v[i] >> (kBits * k)) & kMask);
+        for (int k = 0; k < kPieces; ++k) h.data_ptr<float>()[i * kPieces + k] = static_cast<float>((v[i] >> (kBits * k)) & kMask);
       t.copy_(h);
     }
     group_->broadcast(local_, t, 0);
     group_->wait_device(local_, "the node's data grant");
     const at::Tensor h = t.cpu();
+    const float* f = h.data_ptr<float>();
     int64_t v[2] = {0, 0};
     for (int i = 0; i < 2; ++i)
-      for (int k = 0; k < kPieces; ++k) v[i] |= static_cast<int64_t>(h[i * kPieces + k].item<float>()) << (kBits * k);
+      for (int k = 0; k < kPieces; ++k) v[i] |= static_cast<int64_t>(f[i * kPieces + k]) << (kBits * k);
     joined_ = v[0] - 1, grant_ = v[1] - 1;
   }
 

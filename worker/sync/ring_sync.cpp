@@ -92,13 +92,7 @@ class RingSync : public GradientSync {
   // The logged loss is the node's (its replicas' mean), as in every other mode: no collective across
   // nodes on the step's path that the other modes do not pay (issue 25); the job's mean is the mean
   // of the nodes' logs.
-  double average(double x) override {
-    if (!group_) return x;
-    at::Tensor t = at::full({1}, x, replica_options(device_));
-    group_->all_reduce_sum(local_, t);
-    group_->wait_device(local_, "the loss average");  // bounded and abortable, before the host reads it
-    return t.item<double>() / local_size_;
-  }
+  double average(double x, bool* any) override { return node_average(group_.get(), local_, local_size_, device_, x, any); }
   void check_identical(const at::Tensor& params, int64_t step) override {
     check_replicas_identical(params, step, rank(), world(), local_size_, device_, [&](at::Tensor& t) { sum_.sum(t, exact()); });
   }

@@ -397,10 +397,11 @@ struct Trainer::Impl {
       } else {
         skipped_in_a_row = 0;
       }
-      loss = sync->average(loss);
+      // A SIGTERM (preemption notice) on any of the node's replicas stops all of them after this step:
+      // agreed in the loss average's collective.
+      bool preempted = stop_requested();
+      loss = sync->average(loss, &preempted);
       const double wait_s = now_seconds() - t_wait;  // blocked on communication (and the update)
-      // A SIGTERM (preemption notice) on any of the node's replicas stops all of them after this step.
-      const bool preempted = sync->average(stop_requested() ? 1.0 : 0.0) > 0;
       // It leaves at once (ps: the servers count it out; the others' next round does not wait for
       // this node's checkpoint write), then writes its checkpoint; no evaluation.
       if (preempted) sync->finish(step + 1);
