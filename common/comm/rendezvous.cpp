@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "common/check.h"
+#include "common/comm/json_lines.h"
 #include "common/comm/peer_auth.h"
 #include "common/comm/transport/delayed_connection.h"
 #include "common/comm/transport/striped_connection.h"
@@ -24,32 +25,57 @@ int64_t unix_us() {
 }
 }  // namespace
 
-namespace {
-
 using nlohmann::json;
 
-void write_line(Connection& c, const json& j) {
-  std::string line = j.dump() + "\n";
-  c.send(line.data(), line.size());
-}
-
-// One JSON line, at most 64 KiB, within the connection's timeout (a silent or flooding peer
-// cannot stall the rendezvous past it).
-json read_line(Connection& c) {
-  std::string line;
-  for (char ch = 0; line.size() < (64 << 10);) {
-    c.recv(&ch, 1);
-    if (ch == '\n') break;
-    line.push_back(ch);
+void connect_ring_links(Ring& ring, asio::io_context& io, TcpListener& listener, const JobKey& key, const RingLinksPlan& p) {
+  const int k = std::max(1, p.streams), total = k * std::max(1, p.lanes);
+  // Every connection opens with the challenge-response, then the connecting side's epoch: a
+  // connection of another (older) epoch left in the listener's queue is dropped, not taken.
+  auto out = std::async(std::launch::async, [&] {
+    std::vector<std::unique_ptr<Connection>> links;
+    for (int i = 0; i < total; ++i) {
+      auto c = std::make_unique<TcpConnection>(tcp_connect(io, p.next_host, p.next_port, p.timeout_s, p.next_name),
+                                               p.next_name, p.timeout_s);
+      authenticate_peer(*c, key, p.self, p.next);
+      c->send(&p.epoch, sizeof(p.epoch));
+      links.push_back(std::move(c));
+    }
+    return links;
+  });
+  std::vector<std::unique_ptr<Connection>> in;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(p.timeout_s);
+  while (static_cast<int>(in.size()) < total) {  // a stranger on the data port is refused; keep waiting for the neighbour
+    const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+    auto c = std::make_unique<TcpConnection>(listener.accept(std::max(left, 0.0), p.prev_name), p.prev_name, p.timeout_s);
+    try {
+      authenticate_peer(*c, key, p.self, p.prev);
+      int64_t epoch = -1;
+      c->recv(&epoch, sizeof(epoch));
+      if (epoch == p.epoch) in.push_back(std::move(c));
+    } catch (const Error&) {
+      SYN_CHECK(std::chrono::steady_clock::now() < deadline, fmt::format("{} never completed the handshake", p.prev_name),
+                "check SYNCOPATE_TOKEN on every node");
+    }
   }
-  try {
-    return json::parse(line);
-  } catch (const json::exception&) {
-    SYN_FAIL(fmt::format("rendezvous: {} sent a malformed message", c.peer()), "is something else using MASTER_PORT?");
+  std::vector<std::unique_ptr<Connection>> outs = out.get();
+  // After the handshake, so the delay line carries the collectives' bytes only; on the links a node
+  // receives from (prev): the ring never receives on its sending links, which need no reader thread.
+  if (p.latency_s > 0)
+    for (auto& c : in) c = std::make_unique<DelayedConnection>(std::move(c), p.latency_s, p.timeout_s);
+  // Lane l is connections [l*k, l*k+k): one connection, or k striped together.
+  auto join = [k](std::vector<std::unique_ptr<Connection>>& links, int lane) -> std::unique_ptr<Connection> {
+    if (k == 1) return std::move(links[static_cast<size_t>(lane)]);
+    std::vector<std::unique_ptr<Connection>> mine;
+    for (int i = 0; i < k; ++i) mine.push_back(std::move(links[static_cast<size_t>(lane * k + i)]));
+    return std::make_unique<StripedConnection>(std::move(mine));
+  };
+  ring.next = join(outs, 0);
+  ring.prev = join(in, 0);
+  for (int lane = 1; lane < total / k; ++lane) {
+    ring.more_next.push_back(join(outs, lane));
+    ring.more_prev.push_back(join(in, lane));
   }
 }
-
-}  // namespace
 
 Ring connect_ring(const RendezvousOptions& o) {
   SYN_CHECK(o.nnodes >= 1 && o.node_rank >= 0 && o.node_rank < o.nnodes,
@@ -90,7 +116,7 @@ Ring connect_ring(const RendezvousOptions& o) {
       json hello;
       try {
         authenticate_peer(*s, key, 0, -1);  // challenge-response over the job token (peer_auth.h)
-        hello = read_line(*s);
+        hello = read_json_line(*s);
       } catch (const Error&) {
         continue;  // garbage, silence, a port scanner or another job's node: drop it, keep waiting for ours
       }
@@ -123,7 +149,7 @@ Ring connect_ring(const RendezvousOptions& o) {
     for (auto& [h, p] : nodes) table.push_back({{"host", h}, {"port", p}});
     for (auto& [r, s] : peers) {
       try {
-        write_line(*s, error.empty() ? json{{"nodes", table}, {"blobs", blobs}, {"time_us", unix_us()}} : json{{"error", error}});
+        write_json_line(*s, error.empty() ? json{{"nodes", table}, {"blobs", blobs}, {"time_us", unix_us()}} : json{{"error", error}});
       } catch (...) {}
     }
     SYN_CHECK(error.empty(), "rendezvous failed: " + error,
@@ -135,9 +161,9 @@ Ring connect_ring(const RendezvousOptions& o) {
     const std::string my_host = s.socket().local_endpoint().address().to_string();
     data = std::make_unique<TcpListener>(io, my_host, 0);
     authenticate_peer(s, key, o.node_rank, 0);
-    write_line(s, {{"node_rank", o.node_rank}, {"host", my_host}, {"port", data->port()},
+    write_json_line(s, {{"node_rank", o.node_rank}, {"host", my_host}, {"port", data->port()},
                    {"fingerprint", o.fingerprint}, {"blob", o.blob}, {"streams", o.streams}, {"lanes", o.lanes}});
-    json reply = read_line(s);
+    json reply = read_json_line(s);
     ring.clock_offset_us = static_cast<double>(unix_us() - reply.value("time_us", unix_us()));
     SYN_CHECK(!reply.contains("error"), "rendezvous failed: " + reply.value("error", std::string()),
               "start every node with the same config, token and distinct NODE_RANKs");
@@ -152,49 +178,13 @@ Ring connect_ring(const RendezvousOptions& o) {
 
   // Ring links: connect to the next node while accepting the previous one.
   const int next = (o.node_rank + 1) % o.nnodes, prev = (o.node_rank + o.nnodes - 1) % o.nnodes;
-  auto name = [&](int r) { return fmt::format("node {} at {}:{}", r, nodes[r].first, nodes[r].second); };
-  const int k = std::max(1, o.streams), total = k * std::max(1, o.lanes);
-  auto out = std::async(std::launch::async, [&] {
-    std::vector<std::unique_ptr<Connection>> links;
-    for (int i = 0; i < total; ++i) {
-      auto c = std::make_unique<TcpConnection>(
-          tcp_connect(io, nodes[next].first, nodes[next].second, o.timeout_s, name(next)), name(next), o.timeout_s);
-      authenticate_peer(*c, key, o.node_rank, next);
-      links.push_back(std::move(c));
-    }
-    return links;
-  });
-  std::vector<std::unique_ptr<Connection>> in;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.timeout_s);
-  while (static_cast<int>(in.size()) < total) {  // a stranger on the data port is refused; keep waiting for the neighbour
-    const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
-    auto c = std::make_unique<TcpConnection>(data->accept(std::max(left, 0.0), name(prev)), name(prev), o.timeout_s);
-    try {
-      authenticate_peer(*c, key, o.node_rank, prev);
-      in.push_back(std::move(c));
-    } catch (const Error&) {
-      SYN_CHECK(std::chrono::steady_clock::now() < deadline, fmt::format("{} never completed the handshake", name(prev)),
-                "check SYNCOPATE_TOKEN on every node");
-    }
-  }
-  std::vector<std::unique_ptr<Connection>> outs = out.get();
-  // After the handshake, so the delay line carries the collectives' bytes only; on the links a node
-  // receives from (prev): the ring never receives on its sending links, which need no reader thread.
-  if (o.latency_s > 0)
-    for (auto& c : in) c = std::make_unique<DelayedConnection>(std::move(c), o.latency_s, o.timeout_s);
-  // Lane l is connections [l*k, l*k+k): one connection, or k striped together.
-  auto join = [k](std::vector<std::unique_ptr<Connection>>& links, int lane) -> std::unique_ptr<Connection> {
-    if (k == 1) return std::move(links[static_cast<size_t>(lane)]);
-    std::vector<std::unique_ptr<Connection>> mine;
-    for (int i = 0; i < k; ++i) mine.push_back(std::move(links[static_cast<size_t>(lane * k + i)]));
-    return std::make_unique<StripedConnection>(std::move(mine));
-  };
-  ring.next = join(outs, 0);
-  ring.prev = join(in, 0);
-  for (int lane = 1; lane < total / k; ++lane) {
-    ring.more_next.push_back(join(outs, lane));
-    ring.more_prev.push_back(join(in, lane));
-  }
+  RingLinksPlan plan;
+  plan.self = o.node_rank, plan.next = next, plan.prev = prev;
+  plan.next_host = nodes[next].first, plan.next_port = nodes[next].second;
+  plan.next_name = fmt::format("node {} at {}:{}", next, nodes[next].first, nodes[next].second);
+  plan.prev_name = fmt::format("node {} at {}:{}", prev, nodes[prev].first, nodes[prev].second);
+  plan.streams = o.streams, plan.lanes = o.lanes, plan.timeout_s = o.timeout_s, plan.latency_s = o.latency_s;
+  connect_ring_links(ring, io, *data, key, plan);
   return ring;
 }
 

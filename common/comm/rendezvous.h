@@ -22,9 +22,15 @@
 #include <string>
 #include <vector>
 
+#include "common/comm/peer_auth.h"
 #include "common/comm/transport/connection.h"
 
+namespace boost::asio {
+class io_context;
+}
+
 namespace syncopate {
+class TcpListener;
 
 struct RendezvousOptions {
   std::string master_addr = "127.0.0.1";  // node 0's address (MASTER_ADDR)
@@ -80,6 +86,22 @@ struct Ring {
     return *this;
   }
 };
+
+// One node's links in a ring whose members it already knows (connect_ring after its rendezvous;
+// an elastic ring after each epoch of the rendezvous service): it connects to the next node's
+// listener while it accepts the previous node on its own. Every connection opens with the
+// challenge-response (identities: the node ranks) and the connecting side's epoch; a connection
+// of another epoch (left queued by a re-formation that broke off) is dropped.
+struct RingLinksPlan {
+  int self = 0, next = 0, prev = 0;  // node ranks
+  std::string next_host;             // the next node's listener
+  uint16_t next_port = 0;
+  std::string next_name, prev_name;  // "node 2 at 10.0.0.3:41234", for messages
+  int64_t epoch = 0;                 // 0: a fixed ring
+  int streams = 1, lanes = 1;        // as RendezvousOptions
+  double timeout_s = 60, latency_s = 0;
+};
+void connect_ring_links(Ring& ring, boost::asio::io_context& io, TcpListener& listener, const JobKey& key, const RingLinksPlan& p);
 
 // Blocks until all nodes arrived and the ring is connected; throws syncopate::Error with a message
 // naming the missing or mismatched node otherwise.

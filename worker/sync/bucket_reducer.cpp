@@ -155,6 +155,16 @@ bool BucketReducer::finish() {
   return true;
 }
 
+void BucketReducer::recover() {
+  auto& I = *impl_;
+  I.ready->disarm();
+  std::unique_lock<std::mutex> l(I.mu);
+  I.cv.wait(l, [&] { return I.queue.empty() && I.done == I.next_launch; });
+  I.broken = false;
+  I.error = nullptr;
+  I.armed = false;
+}
+
 int BucketReducer::regions() const { return static_cast<int>(impl_->order.size()); }
 int64_t BucketReducer::launched_early() const {
   std::lock_guard<std::mutex> l(impl_->mu);

@@ -38,6 +38,10 @@ class BucketReducer {
   // step), waits for every region, and rethrows the first failed reduction. Returns false (and
   // does nothing) when arm() was not called before the backward.
   bool finish();
+  // After a failed reduction (sticky until now), once the collectives under `reduce` were replaced
+  // (an elastic ring re-formed): waits until the communication thread has passed every region it
+  // was given, then takes work again.
+  void recover();
   int regions() const;
   // Regions launched from gradient hooks during backward, and regions reduced in all, so far.
   int64_t launched_early() const;

@@ -49,8 +49,10 @@ uint16_t wait_for_published_port(const std::string& file, double timeout_s) {
       return static_cast<uint16_t>(port);
     }
     SYN_CHECK(std::chrono::steady_clock::now() < deadline,
-              fmt::format("node 0 did not publish its rendezvous port in '{}' within {} s", file, timeout_s),
-              "start node 0 with the same --dist.rendezvous_file (a path every node can read), or raise dist.timeout_s");
+              fmt::format("node 0 (or syncopate-rendezvous) did not publish its rendezvous port in '{}' within {} s", file,
+                          timeout_s),
+              "start node 0 (elastic ring: syncopate-rendezvous --port-file) with the same file (a path every node can "
+              "read), or raise dist.timeout_s");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
@@ -130,7 +132,9 @@ void resolve_from_environment(DistConfig& c) {
   if (c.nnodes == 0) c.nnodes = first_of({"NNODES", "WORLD_SIZE", "SLURM_NTASKS"}, 1);
   if (c.node_rank < 0) c.node_rank = first_of({"NODE_RANK", "RANK", "SLURM_PROCID"}, 0);
   resolve_launch_layout(c);
-  SYN_CHECK(c.nnodes >= 1 && c.node_rank >= 0 && c.node_rank < c.nnodes,
+  // An elastic ring's NNODES is the nodes it starts with: a node joining later takes a rank of its own past them.
+  const bool joins_later = c.elastic && c.mode == "ring";
+  SYN_CHECK(c.nnodes >= 1 && c.node_rank >= 0 && (c.node_rank < c.nnodes || joins_later),
             fmt::format("node rank {} is outside 0..{} (nnodes {})", c.node_rank, c.nnodes - 1, c.nnodes),
             "set NODE_RANK (or --dist.node_rank) below NNODES on every node");
   SYN_CHECK(c.master_port == -1 || (c.master_port >= 1 && c.master_port <= 65535),
@@ -159,6 +163,13 @@ std::vector<ResolvedField> explain_resolution(const DistConfig& c) {
            c.node_rank >= 0 ? "dist.node_rank" : from_env({"NODE_RANK", "RANK", "SLURM_PROCID"})},
           {"master_addr", "\"" + r.master_addr + "\"", addr_src},
           {"master_port", std::to_string(r.master_port), c.master_port != 0 ? "dist.master_port" : from_env({"MASTER_PORT"})}};
+}
+
+std::pair<std::string, uint16_t> rendezvous_service_address(const DistConfig& c) {
+  if (c.master_port != -1) return {c.master_addr, static_cast<uint16_t>(c.master_port)};
+  SYN_CHECK(!c.rendezvous_file.empty(), "dist.master_port=-1 without dist.rendezvous_file",
+            "give the file syncopate-rendezvous --port-file wrote, or the service's port");
+  return {c.master_addr, wait_for_published_port(c.rendezvous_file, c.timeout_s)};
 }
 
 RendezvousOptions rendezvous_options(const DistConfig& c, const std::string& token, const std::string& fingerprint) {

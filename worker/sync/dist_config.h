@@ -81,11 +81,21 @@ struct DistConfig {
   std::string curve_server_key = "";  // ps: the servers' CURVE public key (Z85) from a key file; "" = see ps_encrypt
   std::string ps_encrypt = "auto";   // ps: "auto" = CURVE with the servers' key derived from the job token when one
                                      // is set (as syncopate-server --server.encrypt=auto does); "off" = plain TCP
-  bool elastic = false;          // ps (per-step): the job's membership may change while it runs (docs/PROTOCOL.md,
+  bool elastic = false;          // the job's membership may change while it runs. ring (one replica per node): the
+                                 // nodes keep a session with syncopate-rendezvous (at MASTER_ADDR:MASTER_PORT); at a
+                                 // step boundary a join, a leave (SIGTERM) or a lost node re-forms the ring without
+                                 // restarting anyone, every member taking the state of the one furthest along; a lost
+                                 // node's share of the global batch is dropped (the lr per step unchanged).
+                                 // ps (per-step): (docs/PROTOCOL.md,
                                  // "Joining a running job"): a node joins at the job's clock (node_rank may be
                                  // >= nnodes), pulls the current weights, and takes its data from the servers'
                                  // grants (each sample once, whoever comes and goes); a leaving node (SIGTERM, FINISH)
                                  // is counted out at once. Every node of the job must set it alike
+  int64_t min_nodes = 1;         // elastic ring: the fewest nodes the ring goes on with; below it the nodes wait (and
+                                 // say for whom) up to min_nodes_wait_s
+  double min_nodes_wait_s = 600; // elastic ring: the longest a re-formation waits (below min_nodes), seconds
+  double reform_wait_s = 10;     // elastic ring: how long a re-formation waits for a member that neither comes nor
+                                 // dies (hung); also the rendezvous service's silence limit for a node's session, seconds
   std::string servers = "";      // ps: comma-separated server endpoints, tcp://IP:PORT,...; shard k = k-th
 
   template <class V>
@@ -138,7 +148,12 @@ struct DistConfig {
     v("curve_server_key", curve_server_key, "ps: servers' CURVE public key (Z85, 40 chars); empty = derived from the job token (ps_encrypt=auto, the default)");
     v("ps_encrypt", ps_encrypt, "ps: CURVE from the job token (auto) or plain TCP (off)",
       std::vector<std::string>{"auto", "off"});
-    v("elastic", elastic, "ps: nodes may join and leave the running job (the servers grant the data order)");
+    v("elastic", elastic, "nodes may join and leave the running job (ps: the servers grant the data order; ring: "
+      "the ring re-forms through syncopate-rendezvous at MASTER_ADDR:MASTER_PORT)");
+    v("min_nodes", min_nodes, "elastic ring: fewest nodes it goes on with (below: waits, naming the missing)", int64_t{1},
+      int64_t{4096});
+    v("min_nodes_wait_s", min_nodes_wait_s, "elastic ring: longest wait below min_nodes, seconds", 0.1, 1e7);
+    v("reform_wait_s", reform_wait_s, "elastic ring: wait for a member that neither comes nor dies, seconds", 0.1, 3600.0);
     v("servers", servers, "ps mode: parameter-server endpoints tcp://IP:PORT, comma-separated");
   }
 };
@@ -162,6 +177,10 @@ struct ResolvedField {
   std::string field, value, source;
 };
 std::vector<ResolvedField> explain_resolution(const DistConfig& c);
+
+// The elastic ring's rendezvous service (syncopate-rendezvous) of a resolved config: MASTER_ADDR
+// and MASTER_PORT (-1: the port the service wrote to rendezvous_file, waited for up to timeout_s).
+std::pair<std::string, uint16_t> rendezvous_service_address(const DistConfig& c);
 
 // Rendezvous settings of a resolved config (ring mode and the ring benchmark).
 RendezvousOptions rendezvous_options(const DistConfig& c, const std::string& token, const std::string& fingerprint);

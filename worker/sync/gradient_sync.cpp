@@ -89,6 +89,7 @@ std::unique_ptr<GradientSync> make_gradient_sync(const SyncSetup& s, FlatParamet
   if (s.dist.sync_every > 1)
     return s.dist.mode == "ps" ? make_ps_local_sgd_sync(s, flat, params) : make_local_sgd_sync(s, flat, params);
   if (s.dist.mode == "ps") return make_ps_sync(s, flat, params);
+  if (s.dist.mode == "ring" && s.dist.elastic) return make_elastic_ring_sync(s, flat, params);
   if (s.dist.mode == "ring" || s.local_size > 1) return make_ring_sync(s, flat, params);
   SYN_CHECK(s.dist.mode == "none", fmt::format("dist.mode='{}' is not a mode", s.dist.mode), "use none, ring or ps");
   return make_local_sync(s, flat);

@@ -28,6 +28,7 @@
 #include <functional>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,7 @@
 namespace syncopate {
 class FlatParameters;
 class LocalGroup;
+class RendezvousSession;
 struct Ring;
 
 // What one step's synchronization reports to the loop (and metrics.jsonl).
@@ -51,6 +53,17 @@ struct StepSync {
   bool skipped = false;    // the averaged gradient was non-finite (or above SyncSetup::skip_grad_norm): no update
   int64_t round = -1;      // local SGD: outer rounds completed after this step; -1 in the per-step modes
   double outer_norm = 0;   // local SGD: norm of the outer update applied at this step (0 between synchronizations)
+  bool abandoned = false;  // elastic ring: a node was lost during this step's all-reduce; nothing was applied here,
+                           // and regroup() decides where the job goes on (the step redone, or taken from a node
+                           // that completed it)
+};
+
+// Where a node's training stands at a step boundary: what an elastic ring's members take, with
+// the weights and the optimizer state, from the member furthest along when the ring re-forms.
+struct JobPosition {
+  int64_t step = 0;           // optimizer steps done
+  int64_t tokens = 0;         // the job's training tokens so far (the ring's count: every node's alike)
+  int64_t data_position = 0;  // the next sample of the job's data order (WindowSampler)
 };
 
 // The weights a job would ship at some moment (what an evaluation scores), and what they are:
@@ -86,6 +99,9 @@ struct SyncSetup {
   double skip_grad_norm = 0;           // train.skip_grad_norm: a larger averaged gradient norm skips the update
   std::string model_digest;            // RunConfig::model_fingerprint(): ps workers must agree on it (INIT's layout)
   int64_t samples_per_step = 0;        // training samples one step of this node takes (dist.elastic: the servers' grants)
+  std::shared_ptr<RendezvousSession> session;  // elastic ring: the node's session with the rendezvous service; else null
+  double ring_latency_s = 0;           // elastic ring: emulate.latency_ms as RendezvousOptions::latency_s (its links
+                                       // are made per epoch)
 };
 
 // The finite-update guard every implementation applies to the averaged gradient before any
@@ -114,6 +130,18 @@ class GradientSync {
   // dist.elastic: the first sample of this node's next step in the job's data order, as the servers
   // granted it (after start(), then after each finish_step()); -1: the data order is the step's.
   virtual int64_t data_grant() const { return -1; }
+  // The elastic ring (dist.elastic, mode ring; elastic_ring_sync.cpp): at a step boundary, the
+  // members agree (one small collective) whether the membership changes: a node waits to join, one
+  // leaves, or one was lost (finish_step said `abandoned`, or this very collective failed). If so,
+  // the ring re-forms through the rendezvous service and every member takes the weights, the
+  // optimizer state and the position of the member furthest along; returns that position. `at`:
+  // where this node stands (after a step it completed, or the step it abandoned). The first call
+  // (after start()) forms the ring. Every other mode: nothing, nullopt.
+  virtual std::optional<JobPosition> regroup(at::Tensor& params, const JobPosition& at) { return std::nullopt; }
+  // This node stops after `step` while the job goes on (SIGTERM: a preemption notice). Parameter
+  // servers: finish(). Elastic ring: the members are told at this boundary's agreement and re-form
+  // without it at once; this node's ring is gone afterwards.
+  virtual void leave(int64_t step) { finish(step); }
   // The next backward is the step's last: regions may be reduced (or pushed) as backward finishes them.
   virtual void begin_last_backward(double lr, int64_t step) {}
   // After the last backward: the gradient averaged over replicas, clipped, and params updated.
@@ -178,6 +206,8 @@ std::unique_ptr<GradientSync> make_gradient_sync(const SyncSetup& s, FlatParamet
 // The implementations (see their files).
 std::unique_ptr<GradientSync> make_local_sync(const SyncSetup& s, FlatParameters& flat);
 std::unique_ptr<GradientSync> make_ring_sync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params);
+std::unique_ptr<GradientSync> make_elastic_ring_sync(const SyncSetup& s, FlatParameters& flat,
+                                                     const std::vector<at::Tensor>& params);
 std::unique_ptr<GradientSync> make_ps_sync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params);
 std::unique_ptr<GradientSync> make_local_sgd_sync(const SyncSetup& s, FlatParameters& flat,
                                                   const std::vector<at::Tensor>& params);

@@ -20,6 +20,7 @@
 #include "common/comm/local_group.h"
 #include "common/comm/node_allreduce.h"
 #include "common/comm/rendezvous.h"
+#include "common/comm/rendezvous_session.h"
 #include "common/trace.h"
 #include "common/comm/cuda_device.h"
 #include "common/crash_point.h"
@@ -126,6 +127,8 @@ struct Trainer::Impl {
     setup.skip_grad_norm = cfg.train.skip_grad_norm;
     setup.model_digest = cfg.model_fingerprint();
     setup.samples_per_step = cfg.train.batch_size * cfg.train.grad_accum * job.local_size;
+    setup.session = job.session;
+    setup.ring_latency_s = cfg.emulate.latency_ms / 1e3;
     sync = make_gradient_sync(setup, *flat, model->parameters());
     writer = sync->local_rank() == 0;
     verbose = verbose && sync->rank() == 0;  // rank 0 prints, local replica 0 of every node writes outputs
@@ -168,6 +171,14 @@ struct Trainer::Impl {
         log::info("[train] node {} joined the running job at step {} ({})", cfg.dist.node_rank, joined,
                   job.resume_step >= 0 ? fmt::format("its checkpoint was at step {}", step) : "from the servers' weights");
       step = joined;
+    }
+    // The elastic ring forms here: every member takes the state of the one furthest along (a
+    // joiner: the running job's; a job whose nodes all restart: the newest checkpoint any holds).
+    if (const auto p = sync->regroup(flat->params, {step, tokens, data_position})) {
+      if (writer && p->step != step)
+        log::info("[train] node {} joined the running job at step {} ({})", cfg.dist.node_rank, p->step,
+                  job.resume_step >= 0 ? fmt::format("its checkpoint was at step {}", step) : "from a member's state");
+      step = p->step, tokens = p->tokens, data_position = p->data_position;
     }
     // Every local replica built and holding those weights on its device before any step starts
     // (NCCL's broadcast is asynchronous: by itself it is no barrier).
@@ -324,10 +335,20 @@ struct Trainer::Impl {
     const auto& tc = cfg.train;
     const int64_t last = stop_at >= 0 ? std::min(stop_at, tc.steps) : tc.steps;
     // Tokens one step consumes: across all replicas when they step together, else this node's.
-    const int64_t tokens_per_step = tc.batch_size * tc.grad_accum * cfg.model.block_size * sync->replicas_per_step();
-    // MFU per device: the step's tokens were computed by replicas_per_step devices (0: not logged).
-    const double flops_per_token_per_peak =
-        tc.peak_tflops > 0 ? gpt_train_flops_per_token(cfg.model) / (tc.peak_tflops * 1e12 * sync->replicas_per_step()) : 0;
+    // (An elastic ring's membership changes them: see adopt.)
+    int64_t tokens_per_step = 0;
+    double flops_per_token_per_peak = 0;  // MFU per device: the step's tokens were computed by replicas_per_step devices
+    auto per_step = [&] {
+      tokens_per_step = tc.batch_size * tc.grad_accum * cfg.model.block_size * sync->replicas_per_step();
+      flops_per_token_per_peak =
+          tc.peak_tflops > 0 ? gpt_train_flops_per_token(cfg.model) / (tc.peak_tflops * 1e12 * sync->replicas_per_step()) : 0;
+    };
+    per_step();
+    // The elastic ring re-formed: the job goes on from the position of the member furthest along.
+    auto adopt = [&](const JobPosition& p) {
+      step = p.step, tokens = p.tokens, data_position = p.data_position;
+      per_step();
+    };
     const std::string fail_phase = "replica" + std::to_string(sync->local_rank());  // fault injection (tests)
     Progress progress(tc.steps, tc.log_every);
     double t0 = now_seconds() - time_offset;  // moves later by the time deferred evaluations took
@@ -340,6 +361,8 @@ struct Trainer::Impl {
       // the node's replicas split them as they split a step's block otherwise.
       const int64_t granted = sync->data_grant();
       if (granted >= 0) data_position = granted;
+      const int64_t step_data = data_position;  // the step's first sample (logged with dist.elastic)
+      const int step_world = sync->world();     // the replicas that take this step's data (an elastic ring's change)
       const double t_step = now_seconds();
       pacer->begin(step);
       const double lr = lr_at(cfg.schedule, cfg.optim.lr, step, tc.steps);
@@ -384,6 +407,10 @@ struct Trainer::Impl {
       std::optional<TraceSpan> sync_span(std::in_place, "reduce and update", "train");
       const StepSync synced = sync->finish_step(flat->params, flat->grads, lr, step);  // average, clip, update
       sync_span.reset();
+      if (synced.abandoned) {  // elastic ring: a node was lost mid-step; the ring re-forms and the job goes on
+        adopt(*sync->regroup(flat->params, {step, tokens, data_position}));
+        continue;
+      }
       if (synced.skipped) {  // as mixed-precision trainers do on overflow: this step's data is consumed, no update
         ++skipped_steps;
         ++skipped_in_a_row;
@@ -404,11 +431,18 @@ struct Trainer::Impl {
       const double wait_s = now_seconds() - t_wait;  // blocked on communication (and the update)
       // It leaves at once (ps: the servers count it out; the others' next round does not wait for
       // this node's checkpoint write), then writes its checkpoint; no evaluation.
-      if (preempted) sync->finish(step + 1);
+      if (preempted) sync->leave(step + 1);
       ++step;
       tokens += tokens_per_step;
       data_position = granted >= 0 ? sync->data_grant() : data_position + samples_per_step();
-      if (cfg.dist.check_every > 0 && step % cfg.dist.check_every == 0) sync->check_identical(flat->params, step);
+      // Elastic ring: the members agree at every boundary whether the membership changes (a node
+      // joins or leaves); if so the ring re-forms here (the step is done on every member).
+      bool regrouped = false;
+      if (!preempted && step < tc.steps)
+        if (const auto p = sync->regroup(flat->params, {step, tokens, data_position})) adopt(*p), regrouped = true;
+      // (Not right after a re-formation: it left every member identical, and a joiner, whose first
+      // boundary it was, has no check to pair with.)
+      if (!regrouped && cfg.dist.check_every > 0 && step % cfg.dist.check_every == 0) sync->check_identical(flat->params, step);
 
       const double now = now_seconds();
       const double tok_s = tokens_per_step / std::max(now - t_step, 1e-9);
@@ -420,7 +454,10 @@ struct Trainer::Impl {
                             {"compute_s", timing.compute_s}, {"modelled_s", timing.modelled_s}, {"wait_s", wait_s},
                             {"overrun", timing.overrun}, {"unix_s", unix_seconds()}};
         if (synced.round >= 0) m["round"] = synced.round, m["outer_norm"] = synced.outer_norm;  // local SGD
-        if (granted >= 0) m["data_position"] = granted;  // dist.elastic: the first sample the servers granted this step
+        if (cfg.dist.elastic) {  // the step's first sample (ps: as the servers granted it), and who took the step's data
+          m["data_position"] = step_data;
+          m["world"] = step_world;
+        }
         if (flops_per_token_per_peak > 0) m["mfu"] = tok_s * flops_per_token_per_peak;
         if (advice_watch) {  // this node's own step (no communication) against the advice's assumption
           if (auto change = advice_watch->observe(step, (now - t_step) - wait_s)) log::warn("[advice] {}", *change);
@@ -516,7 +553,10 @@ struct Trainer::Impl {
       if (preempted) {
         if (writer)
           log::warn("[train] SIGTERM: node {} stopped after step {} and wrote its checkpoint; {}", cfg.dist.node_rank, step,
-                    cfg.dist.elastic ? "it left the job (the servers counted it out at once); --resume joins it again at "
+                    cfg.dist.elastic && cfg.dist.mode == "ring"
+                        ? "it left the ring (the others re-formed without it at once); --resume joins it again with a "
+                          "member's state"
+                    : cfg.dist.elastic ? "it left the job (the servers counted it out at once); --resume joins it again at "
                                        "the job's clock"
                     : cfg.dist.mode == "ps"
                         ? "it left the job (the servers counted it out at once); --resume brings it back at this step, "
@@ -622,7 +662,26 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
     log::warn("[dist] {}", w);  // (once per host: the process of the host's first GPU)
   // Nodes must agree on model and config, and resume from the newest checkpoint all of them hold:
   // the rendezvous carries each node's list, the job decides (agreed_resume_step).
-  if (cfg.dist.mode == "ring" && cfg.dist.nnodes > 1) {
+  if (cfg.dist.mode == "ring" && cfg.dist.elastic) {
+    // The elastic ring: a session with the rendezvous service (the ring forms in the first
+    // regroup); this node's newest checkpoint, the members take the newest any of them holds.
+    SYN_CHECK(local == 1, fmt::format("dist.elastic with dist.mode=ring and {} local replicas", local),
+              "the elastic ring takes one replica per node: set --dist.local_replicas=1, or start one process per GPU "
+              "(--dist.launch=gpu)");
+    RendezvousSessionOptions so;
+    std::tie(so.addr, so.port) = rendezvous_service_address(cfg.dist);
+    so.token = job.token;
+    so.timeout_s = cfg.dist.timeout_s;
+    so.hello.node = static_cast<int>(cfg.dist.node_rank);
+    so.hello.fingerprint = cfg.fingerprint();
+    so.hello.nnodes = static_cast<int>(cfg.dist.nnodes);
+    so.hello.min_nodes = static_cast<int>(cfg.dist.min_nodes);
+    so.hello.reform_wait_s = cfg.dist.reform_wait_s;
+    so.hello.start_wait_s = cfg.dist.timeout_s;
+    so.hello.streams = static_cast<int>(cfg.dist.streams);
+    job.session = std::make_shared<RendezvousSession>(so);
+    job.resume_step = job.checkpoints.empty() ? -1 : job.checkpoints.back();
+  } else if (cfg.dist.mode == "ring" && cfg.dist.nnodes > 1) {
     RendezvousOptions o = rendezvous_options(cfg.dist, job.token, cfg.fingerprint());
     o.blob = encode_checkpoint_steps(job.checkpoints);
     o.lanes = ring_lanes(parse_hierarchy(cfg.dist.hierarchy), local);

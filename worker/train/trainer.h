@@ -11,6 +11,7 @@ namespace syncopate {
 class GPTImpl;
 class FlatParameters;
 class LocalGroup;
+class RendezvousSession;
 class Tokenizer;
 struct Ring;
 struct SyncCounters;
@@ -25,6 +26,7 @@ struct JobMembership {
   int local_size = 1;                 // replicas on this node
   std::shared_ptr<LocalGroup> group;  // null with one local replica
   std::shared_ptr<Ring> ring;         // ring mode with several nodes: this node's links; else null
+  std::shared_ptr<RendezvousSession> session;  // elastic ring: the session with the rendezvous service (links per epoch)
   std::vector<int> devices;
   std::string token;
   std::vector<int64_t> checkpoints;  // steps this node holds complete checkpoints of (with resume), ascending

@@ -1,0 +1,200 @@
+#include "common/comm/ring_membership.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace syncopate {
+namespace {
+constexpr double kStatusEvery_s = 5;  // how often waiting nodes hear what they wait for
+}  // namespace
+
+std::string RingMembership::hello(int session, const MemberHello& h, double now) {
+  if (finished_) return "the job has finished (a node completed its last step): there is nothing to join";
+  if (settings_) {
+    const MemberHello& s = *settings_;
+    if (h.fingerprint != s.fingerprint)
+      return fmt::format("node {} runs another model/config than the job (fingerprint '{}' != '{}')", h.node,
+                         h.fingerprint, s.fingerprint);
+    if (h.min_nodes != s.min_nodes || h.reform_wait_s != s.reform_wait_s || h.streams != s.streams)
+      return fmt::format("node {} has other membership settings than the job (dist.min_nodes {} vs {}, "
+                         "dist.reform_wait_s {} vs {}, dist.streams {} vs {})",
+                         h.node, h.min_nodes, s.min_nodes, h.reform_wait_s, s.reform_wait_s, h.streams, s.streams);
+  }
+  for (const auto& [id, s] : sessions_)
+    if (s.hello.node == h.node)
+      return fmt::format("node {} is already in the job (its session from {} is alive): give the new node another "
+                         "NODE_RANK, or stop the old one first", h.node, s.hello.host);
+  if (!settings_) settings_ = h;
+  Session s;
+  s.hello = h;
+  s.last_heard = now;
+  sessions_[session] = s;
+  return "";
+}
+
+RingMembership::Outbox RingMembership::regroup(int session, int64_t step, double now) {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return {};
+  it->second.waiting = true;
+  it->second.step = step;
+  it->second.last_heard = now;
+  if (collecting_since_ < 0) collecting_since_ = now;
+  return decide(now);
+}
+
+RingMembership::Outbox RingMembership::leave(int session, double now) {
+  remove(session);
+  return decide(now);
+}
+
+void RingMembership::done(int session) {
+  if (sessions_.count(session) && member_nodes_.count(sessions_[session].hello.node)) finished_ = true;
+}
+
+RingMembership::Outbox RingMembership::closed(int session, double now) {
+  remove(session);
+  return decide(now);
+}
+
+void RingMembership::heard(int session, double now) {
+  if (auto it = sessions_.find(session); it != sessions_.end()) it->second.last_heard = now;
+}
+
+RingMembership::Outbox RingMembership::tick(double now) {
+  if (settings_) {
+    std::vector<int> quiet;
+    for (const auto& [id, s] : sessions_)
+      if (now - s.last_heard > settings_->reform_wait_s) quiet.push_back(id);
+    for (int id : quiet) {
+      remove(id);
+      silent_.push_back(id);
+    }
+  }
+  return decide(now);
+}
+
+std::vector<int> RingMembership::members() const { return {member_nodes_.begin(), member_nodes_.end()}; }
+
+void RingMembership::remove(int session) {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  member_nodes_.erase(it->second.hello.node);
+  sessions_.erase(it);
+}
+
+std::vector<int> RingMembership::live_members() const {
+  std::vector<int> out;
+  for (const auto& [id, s] : sessions_)
+    if (member_nodes_.count(s.hello.node)) out.push_back(id);
+  return out;
+}
+
+RingMembership::Outbox RingMembership::decide(double now) {
+  Outbox out;
+  std::vector<int> waiting;
+  for (const auto& [id, s] : sessions_)
+    if (s.waiting) waiting.push_back(id);
+  if (waiting.empty()) {
+    collecting_since_ = -1;
+    return out;
+  }
+  if (finished_) {  // joiners after the end: nothing to join
+    for (int id : waiting) {
+      out.push_back({id, {{"op", "error"}, {"error", "the job has finished: there is nothing to join"}}});
+      sessions_[id].waiting = false;
+    }
+    collecting_since_ = -1;
+    return out;
+  }
+  if (collecting_since_ < 0) collecting_since_ = now;
+  const MemberHello& job = *settings_;
+  // Members still stepping in the old ring agree to come at their next step boundary.
+  for (int id : live_members()) {
+    Session& s = sessions_[id];
+    if (!s.waiting && !s.told_pending) {
+      out.push_back({id, {{"op", "pending"}}});
+      s.told_pending = true;
+    }
+  }
+  std::set<int> present;
+  for (int id : waiting) present.insert(sessions_[id].hello.node);
+  bool all_members = true, some_member = false;
+  for (int id : live_members()) {
+    all_members = all_members && sessions_[id].waiting;
+    some_member = some_member || sessions_[id].waiting;
+  }
+  const double waited = now - collecting_since_;
+  bool ready;
+  if (epoch_ == 0) {
+    ready = static_cast<int>(present.size()) >= job.nnodes || waited >= job.start_wait_s;
+  } else {
+    // Past the wait, without the members that neither asked nor died; but never without every
+    // member of the running ring while one of them is alive (joiners alone would split the job).
+    ready = all_members || (waited >= job.reform_wait_s && (some_member || live_members().empty()));
+  }
+  if (ready && static_cast<int>(present.size()) >= std::max(1, job.min_nodes)) return close_epoch(now);
+  if (last_status_ < 0 || now - last_status_ >= kStatusEvery_s || now < last_status_) {
+    last_status_ = now;
+    std::vector<int> missing;
+    if (epoch_ == 0) {
+      for (int r = 0; r < job.nnodes; ++r)
+        if (!present.count(r)) missing.push_back(r);
+    } else {
+      for (int r : epoch_nodes_)
+        if (!present.count(r)) missing.push_back(r);
+    }
+    const std::string why =
+        ready ? fmt::format("{} node(s) present, below dist.min_nodes={}", present.size(), job.min_nodes)
+        : epoch_ == 0 ? fmt::format("the job starts with {} node(s) (up to {} s)", job.nnodes, job.start_wait_s)
+                      : fmt::format("the ring's members come at their next step boundary (up to {} s)", job.reform_wait_s);
+    nlohmann::json status = {{"op", "waiting"}, {"present", std::vector<int>(present.begin(), present.end())},
+                             {"missing", missing}, {"min_nodes", job.min_nodes}, {"why", why}};
+    for (int id : waiting) out.push_back({id, status});
+  }
+  return out;
+}
+
+RingMembership::Outbox RingMembership::close_epoch(double now) {
+  Outbox out;
+  std::vector<std::pair<int, int>> chosen;  // (node, session), ring order
+  for (const auto& [id, s] : sessions_)
+    if (s.waiting) chosen.push_back({s.hello.node, id});
+  std::sort(chosen.begin(), chosen.end());
+  int root = -1;
+  int64_t best = -1;
+  for (const auto& [node, id] : chosen)
+    if (sessions_[id].step > best) best = sessions_[id].step, root = node;
+  collecting_since_ = -1;
+  last_status_ = -1;
+  if (root < 0) {
+    for (const auto& [node, id] : chosen) {
+      out.push_back({id, {{"op", "error"},
+                          {"error", "no node of the new membership holds the job's state (every one lost it while a "
+                                    "re-formation broke off)"}}});
+      sessions_[id].waiting = false;
+    }
+    return out;
+  }
+  ++epoch_;
+  member_nodes_.clear();
+  epoch_nodes_.clear();
+  nlohmann::json members = nlohmann::json::array();
+  for (const auto& [node, id] : chosen) {
+    const Session& s = sessions_[id];
+    member_nodes_.insert(node);
+    epoch_nodes_.insert(node);
+    members.push_back({{"node", node}, {"host", s.hello.host}, {"port", s.hello.port}, {"step", s.step}});
+  }
+  const nlohmann::json reply = {{"op", "epoch"}, {"epoch", epoch_}, {"members", members}, {"root", root}};
+  for (const auto& [node, id] : chosen) {
+    out.push_back({id, reply});
+    sessions_[id].waiting = false;
+  }
+  for (auto& [id, s] : sessions_) s.told_pending = false;
+  (void)now;
+  return out;
+}
+
+}  // namespace syncopate

@@ -1,0 +1,101 @@
+// The rules of an elastic ring's membership (dist.elastic with dist.mode=ring; issue 30), as the
+// rendezvous service (common/comm/rendezvous_service.h) applies them: transport-free, every call
+// given the time, every message it wants sent returned as (session, JSON) pairs.
+//
+// A node keeps one session with the service for as long as it runs: a hello (its node rank, its
+// ring listener, the job's fingerprint and membership settings), heartbeats, and, whenever its ring
+// must be formed or re-formed, a `regroup` request with the step its state stands at. The service
+// answers every waiting node at once with the next *epoch*: the members (node rank order is ring
+// order), each one's listener, and the *root*: the member whose state (weights, optimizer, the
+// job's step, tokens and data position) every other member takes before the ring goes on — the
+// one furthest along (largest step; lowest node rank among equals).
+//
+// An epoch closes when
+//   - every member of the current epoch whose session is alive has asked, together with the nodes
+//     waiting to join (a planned change: a join, a preemption, a failure every survivor saw); or
+//   - reform_wait_s after the first request, with the nodes that asked (a member that neither asks
+//     nor dies — hung — is left out; it comes back as a joiner);
+//   - the first epoch: once nnodes nodes asked, or after start_wait_s with those that did;
+// and never below min_nodes: until then every waiting node is told, every few seconds, which nodes
+// it waits for. A node that asks while no change is under way (a joiner) makes the service tell
+// every member `pending`: the members agree at their next step boundary (a flag in a collective of
+// the ring) and all ask. A session that ends (a process killed: its socket closes) or stays silent
+// for reform_wait_s is out of the membership at once.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace syncopate {
+
+// What a node says of itself when its session starts (the hello's fields).
+struct MemberHello {
+  int node = 0;                 // the node's rank: its identity in the job (stable across epochs)
+  std::string host;             // its ring listener
+  uint16_t port = 0;
+  std::string fingerprint;      // model + config digest: every node of the job alike
+  int nnodes = 1;               // nodes the job starts with
+  int min_nodes = 1;            // the fewest the ring may shrink to before it waits
+  double reform_wait_s = 10;    // how long a re-formation waits for a member that neither asks nor dies
+  double start_wait_s = 60;     // the first epoch: how long it waits for nnodes nodes before starting with fewer
+  int streams = 1;              // TCP streams per ring link
+};
+
+class RingMembership {
+ public:
+  using Outbox = std::vector<std::pair<int, nlohmann::json>>;  // (session, message)
+
+  // A session said hello: "" when admitted, else why it is refused (by name: another job's
+  // fingerprint, other membership settings, a node rank already live, the job over).
+  std::string hello(int session, const MemberHello& h, double now);
+  // The node asks for the next epoch; `step`: where its state stands (-1: it holds none, e.g. a
+  // re-formation broke off while it received the root's state).
+  Outbox regroup(int session, int64_t step, double now);
+  // The node leaves on purpose (preempted): out of the membership at once.
+  Outbox leave(int session, double now);
+  // The node finished the job's last step: no join is taken from here on.
+  void done(int session);
+  // The session ended (EOF, an error, silence): out at once.
+  Outbox closed(int session, double now);
+  // Proof of life (heartbeat); a session silent for reform_wait_s is closed by tick().
+  void heard(int session, double now);
+  // Timers: the waits above, silent sessions, the periodic `waiting` status.
+  Outbox tick(double now);
+
+  int64_t epoch() const { return epoch_; }
+  std::vector<int> members() const;  // node ranks of the current epoch
+  // Sessions tick() found silent (the service ends their connections).
+  std::vector<int> take_silent() { return std::exchange(silent_, {}); }
+
+ private:
+  struct Session {
+    MemberHello hello;
+    double last_heard = 0;
+    bool waiting = false;
+    int64_t step = -1;
+    bool told_pending = false;
+  };
+  bool job_settings_known() const { return settings_.has_value(); }
+  Outbox decide(double now);
+  Outbox close_epoch(double now);
+  void remove(int session);
+  std::vector<int> live_members() const;  // sessions of current members
+
+  std::map<int, Session> sessions_;       // live sessions (said hello, not closed)
+  std::set<int> member_nodes_;            // node ranks of the current epoch still live
+  std::set<int> epoch_nodes_;             // node ranks the current epoch closed with (the missing are named from it)
+  std::optional<MemberHello> settings_;   // the first hello's job settings
+  int64_t epoch_ = 0;                     // 0: no ring formed yet
+  double collecting_since_ = -1;          // first outstanding request's time; -1: none
+  double last_status_ = -1;               // last `waiting` status sent
+  bool finished_ = false;                 // a member finished the job
+  std::vector<int> silent_;
+};
+
+}  // namespace syncopate

@@ -1,0 +1,155 @@
+// The elastic ring (dist.elastic with dist.mode=ring; issue 30) with real processes on loopback:
+// syncopate-rendezvous and syncopate-worker nodes. A node killed with SIGKILL, a node joining the
+// running job, a node preempted with SIGTERM and the killed one coming back with --resume: nobody
+// restarts, the ring re-forms at step boundaries, every member holds the same weights after every
+// step (dist.check_every=1 fails the job otherwise), the data order holds, and a node of another
+// model is refused without disturbing the ring.
+#include <signal.h>
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "test_helpers.h"
+
+namespace syncopate {
+namespace {
+
+std::vector<nlohmann::json> steps_of(const std::string& out) {
+  std::vector<nlohmann::json> r;
+  std::istringstream lines(test::slurp(out + "/metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);) {  // a line still being written does not parse: skipped
+    const auto m = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (m.is_object() && m.contains("loss")) r.push_back(m);
+  }
+  return r;
+}
+int64_t last_step(const std::string& out) {
+  const auto s = steps_of(out);
+  return s.empty() ? -1 : s.back().at("step").get<int64_t>();
+}
+bool wait_until(const std::function<bool()>& f, double timeout_s) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < end) {
+    if (f()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return f();
+}
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(ElasticRing, NodesDieJoinLeaveAndComeBackWhileTheRingGoesOn) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d), bin = test::bin_dir(), port_file = d.str("rendezvous.port");
+  const std::vector<std::string> env = {"SYNCOPATE_TOKEN=t"};
+  test::Process service({bin + "/syncopate-rendezvous", "--port", "-1", "--port-file", port_file}, env,
+                        d.str("rendezvous.log"));
+  test::wait_for_line(port_file, 30, &service);
+  constexpr int kSteps = 200, kBatch = 2;
+  auto node = [&](int rank, bool resume = false, const std::string& width = "32") {
+    const std::string out = d.str(fmt::format("w{}", rank));
+    std::vector<std::string> a = {bin + "/syncopate-worker", "--out", out, "--model.n_embd=" + width, "--model.n_head=2",
+                                  "--model.block_size=32", "--train.threads=1", "--schedule.warmup_steps=2",
+                                  "--eval.every=0", "--eval.batches=1", "--eval.sample_tokens=0", "--checkpoint.every=10",
+                                  "--data.corpus=" + corpus, "--data.cache_dir=" + d.str("cache"),
+                                  "--train.steps=" + std::to_string(kSteps), "--train.batch_size=" + std::to_string(kBatch),
+                                  "--emulate.step_time_s=0.1", "--dist.mode=ring", "--dist.elastic=true",
+                                  "--dist.master_addr=127.0.0.1", "--dist.master_port=-1",
+                                  "--dist.rendezvous_file=" + port_file, "--dist.timeout_s=30", "--dist.reform_wait_s=5",
+                                  "--dist.check_every=1", "--train.preempt_grace_s=30"};
+    if (resume) a.push_back("--resume");
+    std::vector<std::string> e = env;
+    e.push_back("NNODES=3");
+    e.push_back(fmt::format("NODE_RANK={}", rank));
+    return std::make_unique<test::Process>(a, e, d.str(fmt::format("w{}.log{}", rank, resume ? ".2" : "")));
+  };
+  auto w0 = node(0), w1 = node(1), w2 = node(2);
+  ASSERT_TRUE(wait_until([&] { return last_step(d.str("w0")) >= 20; }, 120)) << test::slurp(d.str("w0.log"));
+
+  // SIGKILL: no goodbye; the survivors re-form at once (the service sees the session close).
+  w1->kill_hard();
+  const int64_t killed_at = last_step(d.str("w0"));
+  EXPECT_TRUE(wait_until([&] { return last_step(d.str("w0")) >= killed_at + 10; }, 15))
+      << "the survivors go on within seconds\n" << test::slurp(d.str("w0.log")) << test::slurp(d.str("rendezvous.log"));
+
+  // Another model's node is refused by name; the ring does not notice.
+  auto stranger = node(9, false, "48");
+  EXPECT_NE(stranger->wait(60), 0);
+  EXPECT_NE(test::slurp(d.str("w9.log")).find("another model/config"), std::string::npos) << test::slurp(d.str("w9.log"));
+
+  // A new node joins the running job.
+  auto w3 = node(3);
+  ASSERT_TRUE(wait_until([&] { return steps_of(d.str("w3")).size() >= 5; }, 60))
+      << test::slurp(d.str("w3.log")) << test::slurp(d.str("rendezvous.log"));
+
+  // SIGTERM: node 2 leaves at a step boundary, checkpointed, exit 0; the others do not wait for it.
+  ::kill(w2->pid(), SIGTERM);
+  EXPECT_EQ(w2->wait(30), 0) << test::slurp(d.str("w2.log"));
+  const int64_t left_at = last_step(d.str("w2"));
+  EXPECT_TRUE(wait_until([&] { return last_step(d.str("w0")) >= left_at + 5; }, 15)) << test::slurp(d.str("w0.log"));
+
+  // Node 1 comes back from its checkpoint and takes the job's state.
+  auto w1b = node(1, /*resume=*/true);
+  EXPECT_EQ(w0->wait(120), 0) << test::slurp(d.str("w0.log"));
+  EXPECT_EQ(w3->wait(60), 0) << test::slurp(d.str("w3.log"));
+  EXPECT_EQ(w1b->wait(60), 0) << test::slurp(d.str("w1.log.2"));
+  const std::string log0 = test::slurp(d.str("w0.log")), log1b = test::slurp(d.str("w1.log.2")),
+                    log3 = test::slurp(d.str("w3.log")), service_log = test::slurp(d.str("rendezvous.log"));
+  EXPECT_NE(log3.find("joined the running job at step"), std::string::npos) << log3;
+  EXPECT_NE(log1b.find("its checkpoint was at step"), std::string::npos) << log1b;
+  EXPECT_NE(test::slurp(d.str("w2.log")).find("it left the ring"), std::string::npos);
+  // Epochs: the start, the kill, the join, the leave, the return (a re-formation that broke off
+  // would add one).
+  EXPECT_GE(count(service_log, "[rendezvous] epoch "), 5u) << service_log;
+  EXPECT_EQ(count(log0, "broke off"), 0u) << log0;
+
+  // Node 0 was a member throughout: its steps run to the end; each took world x batch samples
+  // from the job's order, the next step starting where it ended (none twice, none skipped).
+  const auto s0 = steps_of(d.str("w0"));
+  ASSERT_FALSE(s0.empty());
+  EXPECT_EQ(s0.back().at("step"), kSteps);
+  std::set<int> worlds;
+  int jumps = 0;
+  for (size_t i = 0; i < s0.size(); ++i) {
+    worlds.insert(s0[i].at("world").get<int>());
+    if (i == 0) continue;
+    const int64_t step = s0[i].at("step").get<int64_t>(), prev = s0[i - 1].at("step").get<int64_t>();
+    ASSERT_GT(step, prev);
+    if (step != prev + 1) {  // node 0 abandoned a step that another member completed: it took that member's state
+      ++jumps;
+      continue;
+    }
+    EXPECT_EQ(s0[i].at("data_position").get<int64_t>(),
+              s0[i - 1].at("data_position").get<int64_t>() + s0[i - 1].at("world").get<int64_t>() * kBatch)
+        << "step " << step;
+  }
+  EXPECT_LE(jumps, 1);
+  EXPECT_EQ(worlds, (std::set<int>{2, 3})) << "three nodes, two after the kill, three with the joiner, two after the "
+                                              "leave, three with the return";
+  // Every node that took a step took it with the others: the same first sample and world.
+  std::map<int64_t, std::pair<int64_t, int>> by_step;
+  for (const auto& m : s0) by_step[m.at("step").get<int64_t>()] = {m.at("data_position").get<int64_t>(), m.at("world").get<int>()};
+  for (const std::string& w : {"w1", "w2", "w3"})
+    for (const auto& m : steps_of(d.str(w))) {
+      const auto it = by_step.find(m.at("step").get<int64_t>());
+      if (it == by_step.end()) continue;
+      EXPECT_EQ(it->second.first, m.at("data_position").get<int64_t>()) << w << " step " << m.at("step");
+      EXPECT_EQ(it->second.second, m.at("world").get<int>()) << w << " step " << m.at("step");
+    }
+  const auto s3 = steps_of(d.str("w3"));
+  EXPECT_GT(s3.front().at("step").get<int64_t>(), 25) << "the joiner starts at the job's step, not at 0";
+  service.kill_hard();
+}
+
+}  // namespace
+}  // namespace syncopate

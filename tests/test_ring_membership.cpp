@@ -1,0 +1,169 @@
+// The elastic ring's membership rules (common/comm/ring_membership.h), transport-free: when an
+// epoch closes, with whom, whose state every member takes, and what a node is told while it waits.
+#include <algorithm>
+
+#include <gtest/gtest.h>
+
+#include "common/comm/ring_membership.h"
+
+namespace syncopate {
+namespace {
+
+MemberHello hello(int node, int nnodes = 3, int min_nodes = 1) {
+  MemberHello h;
+  h.node = node;
+  h.host = "127.0.0.1";
+  h.port = static_cast<uint16_t>(40000 + node);
+  h.fingerprint = "f";
+  h.nnodes = nnodes;
+  h.min_nodes = min_nodes;
+  h.reform_wait_s = 10;
+  h.start_wait_s = 60;
+  return h;
+}
+// The messages of one kind in an outbox, by session.
+std::vector<int> to(const RingMembership::Outbox& out, const std::string& op) {
+  std::vector<int> s;
+  for (const auto& [id, m] : out)
+    if (m.at("op") == op) s.push_back(id);
+  return s;
+}
+const nlohmann::json* epoch_of(const RingMembership::Outbox& out) {
+  for (const auto& [id, m] : out)
+    if (m.at("op") == "epoch") return &m;
+  return nullptr;
+}
+// Sessions 0..n-1 are nodes 0..n-1, formed into epoch 1 at the given steps.
+RingMembership formed(const std::vector<int64_t>& steps, int min_nodes = 1) {
+  RingMembership m;
+  const int n = static_cast<int>(steps.size());
+  for (int i = 0; i < n; ++i) EXPECT_EQ(m.hello(i, hello(i, n, min_nodes), 0), "");
+  for (int i = 0; i < n; ++i) m.regroup(i, steps[static_cast<size_t>(i)], 0);
+  EXPECT_EQ(m.epoch(), 1);
+  return m;
+}
+
+TEST(RingMembership, TheFirstEpochClosesWhenTheJobsNodesAskedAndTheRootIsFurthestAlong) {
+  RingMembership m;
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(m.hello(i, hello(i), 0), "");
+  EXPECT_TRUE(to(m.regroup(0, 5, 0), "epoch").empty());
+  EXPECT_TRUE(to(m.regroup(2, 7, 0), "epoch").empty());
+  const auto out = m.regroup(1, 7, 0.5);
+  EXPECT_EQ(to(out, "epoch"), (std::vector<int>{0, 1, 2}));
+  const auto* e = epoch_of(out);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->at("epoch"), 1);
+  EXPECT_EQ(e->at("root"), 1) << "the largest step; the lowest node among equals";
+  ASSERT_EQ(e->at("members").size(), 3u);
+  EXPECT_EQ(e->at("members")[2].at("port"), 40002);
+  EXPECT_EQ(m.members(), (std::vector<int>{0, 1, 2}));
+}
+
+TEST(RingMembership, TheFirstEpochStartsWithFewerAfterTheStartWaitButNeverBelowMinNodes) {
+  RingMembership m;
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(m.hello(i, hello(i, 4, 2), 0), "");
+  m.regroup(0, 0, 0);
+  for (int i = 0; i < 2; ++i) m.heard(i, 30);  // heartbeats
+  auto out = m.tick(30);
+  EXPECT_TRUE(to(out, "epoch").empty());
+  ASSERT_EQ(to(out, "waiting"), (std::vector<int>{0}));
+  EXPECT_EQ(out[0].second.at("missing"), (std::vector<int>{1, 2, 3}));
+  for (int i = 0; i < 2; ++i) m.heard(i, 61);
+  out = m.tick(61);
+  EXPECT_TRUE(to(out, "epoch").empty()) << "one node, below min_nodes=2";
+  ASSERT_FALSE(to(out, "waiting").empty());
+  EXPECT_NE(out[0].second.at("why").get<std::string>().find("min_nodes=2"), std::string::npos);
+  EXPECT_EQ(to(m.regroup(1, 0, 62), "epoch"), (std::vector<int>{0, 1}));
+}
+
+TEST(RingMembership, ADeadMembersSurvivorsReformAtOnce) {
+  RingMembership m = formed({3, 3, 3});
+  m.closed(1, 1);  // killed: its socket closed
+  EXPECT_TRUE(to(m.regroup(0, 4, 1.1), "epoch").empty());
+  const auto out = m.regroup(2, 3, 1.2);  // node 2 lost step 4 mid-way; node 0 completed it
+  EXPECT_EQ(to(out, "epoch"), (std::vector<int>{0, 2}));
+  EXPECT_EQ(epoch_of(out)->at("root"), 0);
+  EXPECT_EQ(m.epoch(), 2);
+  EXPECT_EQ(m.members(), (std::vector<int>{0, 2}));
+}
+
+TEST(RingMembership, AJoinerMakesTheMembersComeAtTheirNextBoundary) {
+  RingMembership m = formed({0, 0});
+  ASSERT_EQ(m.hello(7, hello(5), 2), "");
+  auto out = m.regroup(7, 0, 2);  // a fresh node: no state of its own past step 0
+  EXPECT_EQ(to(out, "pending"), (std::vector<int>{0, 1}));
+  EXPECT_TRUE(to(out, "epoch").empty());
+  EXPECT_TRUE(to(m.regroup(0, 40, 3), "pending").empty()) << "told once";
+  out = m.regroup(1, 40, 3);
+  EXPECT_EQ(to(out, "epoch"), (std::vector<int>{0, 1, 7}));
+  EXPECT_EQ(epoch_of(out)->at("root"), 0) << "a member's state, not the joiner's";
+  EXPECT_EQ(m.members(), (std::vector<int>{0, 1, 5}));
+}
+
+TEST(RingMembership, JoinersAloneNeverFormARingBesideTheRunningOne) {
+  RingMembership m = formed({0, 0});
+  ASSERT_EQ(m.hello(2, hello(2), 1), "");
+  m.regroup(2, 0, 1);
+  for (double t = 2; t < 40; t += 1) {
+    for (int i = 0; i < 3; ++i) m.heard(i, t);
+    EXPECT_TRUE(to(m.tick(t), "epoch").empty()) << t;  // the members live on (slow steps): the joiner waits
+  }
+  EXPECT_EQ(m.epoch(), 1);
+}
+
+TEST(RingMembership, AHungMemberIsLeftOutAfterTheReformWaitAndASilentOneAtOnce) {
+  RingMembership m = formed({1, 1, 1});
+  m.regroup(0, 2, 1);
+  m.regroup(2, 2, 1);
+  m.heard(1, 5);
+  EXPECT_TRUE(to(m.tick(5), "epoch").empty());
+  m.heard(1, 10.5);  // alive (heartbeats) but never asks: hung in its step
+  m.heard(0, 10.5);
+  m.heard(2, 10.5);
+  EXPECT_EQ(to(m.tick(11.5), "epoch"), (std::vector<int>{0, 2}));
+  EXPECT_EQ(m.members(), (std::vector<int>{0, 2}));
+  // A session silent for reform_wait_s is closed and out.
+  m.heard(0, 20);
+  m.tick(22.5);
+  EXPECT_EQ(m.take_silent(), (std::vector<int>{1, 2}));
+  EXPECT_EQ(m.members(), (std::vector<int>{0}));
+}
+
+TEST(RingMembership, BelowMinNodesTheSurvivorsWaitNamingTheMissingNode) {
+  RingMembership m = formed({0, 0, 0}, 3);
+  m.closed(2, 1);
+  m.regroup(0, 9, 1);
+  EXPECT_TRUE(to(m.regroup(1, 9, 1), "epoch").empty());
+  const auto out = m.tick(7);  // the status every few seconds
+  ASSERT_EQ(to(out, "waiting").size(), 2u);
+  EXPECT_EQ(out.back().second.at("missing"), (std::vector<int>{2}));
+  ASSERT_EQ(m.hello(3, hello(2, 3, 3), 30), "") << "node 2 restarted";
+  const auto back = m.regroup(3, 4, 30);  // from its older checkpoint
+  EXPECT_EQ(to(back, "epoch"), (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(epoch_of(back)->at("root"), 0);
+}
+
+TEST(RingMembership, RefusesAnotherJobAnotherConfigATakenRankAndAFinishedJobByName) {
+  RingMembership m = formed({0, 0});
+  MemberHello other = hello(2);
+  other.fingerprint = "g";
+  EXPECT_NE(m.hello(5, other, 1).find("another model/config"), std::string::npos);
+  MemberHello settings = hello(2, 3, 2);
+  EXPECT_NE(m.hello(5, settings, 1).find("dist.min_nodes"), std::string::npos);
+  EXPECT_NE(m.hello(5, hello(1), 1).find("node 1 is already in the job"), std::string::npos);
+  EXPECT_EQ(m.members(), (std::vector<int>{0, 1})) << "refusals disturb nobody";
+  m.done(0);
+  EXPECT_NE(m.hello(5, hello(2), 2).find("finished"), std::string::npos);
+}
+
+TEST(RingMembership, NoNodeWithStateIsAnErrorToEveryWaitingNode) {
+  RingMembership m;
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(m.hello(i, hello(i, 2), 0), "");
+  m.regroup(0, -1, 0);
+  const auto out = m.regroup(1, -1, 0);
+  EXPECT_EQ(to(out, "error"), (std::vector<int>{0, 1}));
+  EXPECT_EQ(m.epoch(), 0);
+}
+
+}  // namespace
+}  // namespace syncopate
