@@ -34,8 +34,16 @@
 # (before any --server-arg, which still wins); a ring or local SGD one starts none (SYNCOPATE_SERVERS
 # is then ignored, with a note). The worker applies the advice's [dist] flags itself.
 #
-# When one node dies, the others stop within dist.timeout_s with an error naming it (ring) or go
-# on without it (ps, asynchronous modes); every launcher restarts its worker with --resume.
+# Elastic ring (--dist.mode=ring --dist.elastic=true): node 0's launcher also starts
+# syncopate-rendezvous on MASTER_ADDR:MASTER_PORT (the membership service every node keeps a session
+# with), unless SYNCOPATE_RENDEZVOUS=external (you run `scripts/launch_node.sh --role rendezvous` on
+# a host that outlives the nodes: the job cannot re-form without it). A node added to a running job
+# is one more launcher with its own NODE_RANK (>= NNODES); a failed worker restarted by its launcher
+# (--max-restarts) re-joins the running ring with a member's state instead of restarting the job.
+#
+# When one node dies, the others stop within dist.timeout_s with an error naming it (fixed ring),
+# re-form without it (elastic ring) or go on without it (ps, asynchronous modes); every launcher
+# restarts its worker with --resume.
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -54,6 +62,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 die() { echo "launch_node.sh: $*" >&2; exit 2; }
+RENDEZVOUS="${SYNCOPATE_RENDEZVOUS_BIN:-$(dirname "$WORKER")/syncopate-rendezvous}"
 NNODES=${NNODES:-${SLURM_NTASKS:-1}}
 NODE=${NODE_RANK:-${SLURM_PROCID:-0}}
 
@@ -128,7 +137,12 @@ if [ "$ROLE" = server ]; then
   [ "$SHARD" -ge 0 ] && [ "$SHARD" -lt "${#EPS[@]}" ] || die "--role server needs --shard k in 0..$((${#EPS[@]} - 1))"
   run_shard "$SHARD" "${EPS[$SHARD]}" "${SYNCOPATE_SERVER_DIR:-server$SHARD}"
 fi
-[ "$ROLE" = node ] || die "--role is node (default) or server"
+# --role rendezvous: the elastic ring's membership service on MASTER_ADDR:MASTER_PORT (not restarted:
+# a new service knows no members; the nodes then fail naming it at their next re-formation).
+if [ "$ROLE" = rendezvous ]; then
+  exec "$RENDEZVOUS" --host "${MASTER_ADDR:-127.0.0.1}" --port "${MASTER_PORT:-29500}"
+fi
+[ "$ROLE" = node ] || die "--role is node (default), server or rendezvous"
 
 OUT="" CONFIG="" prev=""
 for a in "$@"; do
@@ -184,6 +198,29 @@ PY
   fi
 fi
 
+# An elastic ring: node 0 hosts the rendezvous service (the worker resolves the mode and the address).
+RDV_PID=""
+if grep -q elastic <<< "$* $( [ -n "$CONFIG" ] && cat "$CONFIG" 2>/dev/null)" && [ "$NODE" = 0 ] &&
+   [ "${SYNCOPATE_RENDEZVOUS:-}" != external ]; then
+  resolved=$("$WORKER" "$@" --dist.servers="${SERVERS_LIST:-tcp://127.0.0.1:1}" --print-config 2>/dev/null) || resolved=""
+  read -r rmode relastic raddr rport < <(RESOLVED=$resolved "${SYNCOPATE_PYTHON:-python3}" - <<'PY'
+import os, re, tomllib
+try:
+    d = tomllib.loads(re.sub(r"  # this run: .*", "", os.environ["RESOLVED"]))["dist"]
+    print(d["mode"], str(d["elastic"]).lower(), d["master_addr"] or os.environ.get("MASTER_ADDR") or "127.0.0.1",
+          d["master_port"] or os.environ.get("MASTER_PORT") or 29500)
+except Exception:
+    print("none false - 0")
+PY
+)
+  if [ "$rmode" = ring ] && [ "$relastic" = true ]; then
+    echo "[launch] elastic ring: syncopate-rendezvous on $raddr:$rport"
+    mkdir -p "$(dirname "$OUT")"
+    "$RENDEZVOUS" --host "$raddr" --port "$rport" > "$OUT.rendezvous.log" 2>&1 &
+    RDV_PID=$!
+  fi
+fi
+
 PS_ARGS=() SHARD_PIDS=()
 if [ -n "$SERVERS_LIST" ]; then
   PS_ARGS=(--dist.mode=ps --dist.servers="$SERVERS_LIST")
@@ -209,6 +246,7 @@ child=""
 stop_all() {
   [ -n "$child" ] && kill -TERM "$child" 2>/dev/null
   for p in "${SHARD_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  [ -n "$RDV_PID" ] && kill -TERM "$RDV_PID" 2>/dev/null
   wait
 }
 trap 'stop_all; exit 143' TERM INT
