@@ -26,8 +26,11 @@ Configurations: ps_bsp_backup (BSP, ps.backup_workers=1), ps_asp (ASP), ps_bsp (
 --max-restarts, checkpoint.every: a lost node fails every node, each launcher restarts its worker and
 the job resumes from the newest checkpoint every node holds; a kill9 or sigterm takes the node's
 launcher too and a new launcher is started after the delay; a join is not possible and is reported
-so). Not built, reported as such with the worker's own refusal: ring_elastic, diloco_elastic
-(dist.sync_every > 1 with dist.elastic).
+so); ring_elastic (--dist.mode=ring --dist.elastic=true with a syncopate-rendezvous process: a lost
+node's step is abandoned by the others, the ring re-forms without it at the next step boundary, a
+preempted node leaves at its step boundary, a joiner or a node back with --resume takes a member's
+state and steps on with the job). Not built, reported as such with the worker's own refusal:
+diloco_elastic (dist.sync_every > 1 with dist.elastic).
 
 Per run (every definition is repeated in churn.md):
 - goodput = useful samples applied / samples the present nodes could have computed in the same wall
@@ -43,7 +46,8 @@ Per run (every definition is repeated in churn.md):
 - lost work, steps: dropped (as above) + recomputed (a (node, step) logged more than once: the ring's
   steps past the checkpoint it restarts from, a ps replay answered as a duplicate) + in flight at a
   crash (1 per kill9 of a node that was stepping: it logged a step in the last second; and on the
-  ring 1 per worker that failed because a peer was lost: "[launch] worker failed" lines).
+  ring 1 per worker that failed because a peer was lost: "[launch] worker failed" lines; on the elastic
+  ring 1 per step a node abandoned because the ring broke: "the ring broke at step" lines).
 - events: planned, applied (the signal reached a live process / the joiner started), happened (the
   logs show it: "joined the running job", the "SIGTERM: node R stopped" line, a SIGKILLed process
   and its next incarnation stepping), survived (the job went on: the target, back, or the joiner
@@ -52,7 +56,9 @@ Per run (every definition is repeated in churn.md):
   more than --hang-s (start-up counted from its launch); or the run past --run-timeout-s. A hang
   ends the run as failed and is reported.
 - duplicate data: data_position values logged more than once across the job's nodes (elastic ps:
-  the servers' grants; must be 0). The ring logs no data_position (its order is by step): n/a.
+  the servers' grants; must be 0); on the elastic ring, whose nodes all log the step's shared
+  position, a position logged for more than one step, plus the steps whose nodes logged different
+  positions (must be 0). The fixed ring logs no data_position (its order is by step): n/a.
 - final validation loss: node 0's job_final record (the job's shipped weights: the servers' after
   every node finished, or the ring's replica) on one held-out set (eval.val_windows, the same for
   every run), paired by seed with the same configuration without events: stats.paired, Holm over
@@ -86,15 +92,15 @@ CONFIGS = {
     "ps_asp": {"kind": "ps", "consistency": "asp", "backup_workers": 0},
     "ps_bsp": {"kind": "ps", "consistency": "bsp", "backup_workers": 0},
     "ring_restart": {"kind": "ring"},
+    "ring_elastic": {"kind": "ring", "elastic": True},
 }
 # Not built: the worker refuses them (the refusal is quoted in the report, asked of the binary).
 NOT_BUILT = {
-    "ring_elastic": ["--dist.mode=ring", "--dist.elastic=true"],
     "diloco_elastic": ["--dist.mode=ps", "--dist.servers=tcp://127.0.0.1:1", "--dist.sync_every=10",
                        "--dist.outer=nesterov", "--dist.elastic=true"],
 }
-RING_JOIN = ("not possible: the ring is not elastic (NNODES is fixed at the rendezvous; a node cannot join a "
-             "running ring job)")
+RING_JOIN = ("not possible: this ring is not elastic (NNODES is fixed at the rendezvous; a node cannot join a "
+             "running fixed ring job; ring_elastic is the one that takes joins)")
 SERVERS = 2
 POLL_S = 0.1
 STEPPING_S = 1.0  # a node that logged a step this recently was stepping (its step in flight is lost to a crash)
@@ -262,6 +268,8 @@ class Run:
     def __init__(self, a, name, seed, events, out):
         self.a, self.name, self.cfg, self.seed, self.out = a, name, CONFIGS[name], seed, out
         self.ring = self.cfg["kind"] == "ring"
+        self.elastic_ring = self.ring and bool(self.cfg.get("elastic"))
+        self.restart_ring = self.ring and not self.elastic_ring  # through launch_node.sh --max-restarts
         self.events = [dict(e, applied=False, why_not=None, t_applied_unix=None) for e in events]
         self.procs = Procs()
         self.incs = []  # {"node", "inc", "popen", "start_unix", "end_unix", "rc", "ended_by", "log"}
@@ -300,17 +308,33 @@ class Run:
                 eps.append(f.readline().strip())
         self.eps = ",".join(eps)
 
+    def start_rendezvous(self):
+        """The elastic ring's membership service on a free loopback port (ended with the servers)."""
+        port_file = os.path.join(self.out, "logs", "rendezvous.port")
+        cmd = [os.path.join(BIN, "syncopate-rendezvous"), "--host", "127.0.0.1", "--port", "-1", "--port-file", port_file]
+        p = self.procs.start(cmd, dict(os.environ, SYNCOPATE_TOKEN=self.token),
+                             os.path.join(self.out, "logs", "rendezvous.log"))
+        self.servers.append(p)
+        deadline = time.time() + 60
+        while not (os.path.exists(port_file) and os.path.getsize(port_file) > 0):
+            if p.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"syncopate-rendezvous did not start listening (see {self.out}/logs/rendezvous.log)")
+            time.sleep(0.05)
+        with open(port_file) as f:
+            self.master_port = int(f.read().split()[0])
+
     def start_node(self, rank, nnodes):
         inc = sum(1 for i in self.incs if i["node"] == rank)
         node_out = os.path.join(self.out, f"node{rank}")
         log = os.path.join(self.out, "logs", f"node{rank}.{inc}.log")
         flags = worker_flags(self.a, self.seed) + ["--out", node_out]
-        if self.ring:
+        if self.restart_ring:
             cmd = [os.path.join(ROOT, "scripts", "launch_node.sh"), "--max-restarts", str(self.a.max_restarts), "--"]
             cmd += flags + ["--dist.mode=ring"]
         else:
-            cmd = [os.path.join(BIN, "syncopate-worker")] + flags + [
-                "--dist.mode=ps", f"--dist.servers={self.eps}", "--dist.ps_encrypt=off", "--dist.elastic=true"]
+            cmd = [os.path.join(BIN, "syncopate-worker")] + flags + (
+                ["--dist.mode=ring", "--dist.elastic=true"] if self.elastic_ring else
+                ["--dist.mode=ps", f"--dist.servers={self.eps}", "--dist.ps_encrypt=off", "--dist.elastic=true"])
             if os.path.exists(os.path.join(node_out, "checkpoints", "latest")):
                 cmd.append("--resume")
         p = self.procs.start(cmd, self.env(rank, nnodes), log)
@@ -331,10 +355,11 @@ class Run:
     def apply(self, e, now):
         e["t_applied_unix"] = now
         if e["kind"] == "join":
-            if self.ring:
+            if self.restart_ring:
                 e["why_not"] = RING_JOIN
                 return
-            e["inc"] = self.start_node(e["node"], e["node"] + 1)["inc"]
+            # An elastic ring's joiner names the job's starting size (its rank is past it); a ps joiner the new size.
+            e["inc"] = self.start_node(e["node"], self.a.nodes if self.elastic_ring else e["node"] + 1)["inc"]
             e["applied"] = True
             return
         inc = self.alive(e["node"])
@@ -353,7 +378,7 @@ class Run:
             os.killpg(inc["popen"].pid, signal.SIGKILL)
             inc["ended_by"] = "kill9"
         else:
-            os.kill(inc["popen"].pid, signal.SIGTERM)  # the worker (ps) or its launcher (ring), which passes it on
+            os.kill(inc["popen"].pid, signal.SIGTERM)  # the worker, or the fixed ring's launcher, which passes it on
             inc["ended_by"] = "sigterm"
         inc["event"] = e["i"]
         e["applied"] = True
@@ -366,7 +391,9 @@ class Run:
         t_begin = time.time()
         with CpuSampler() as cpu:
             try:
-                if self.ring:
+                if self.elastic_ring:
+                    self.start_rendezvous()
+                elif self.ring:
                     import socket
                     with socket.socket() as s:
                         s.bind(("127.0.0.1", 0))
@@ -502,7 +529,7 @@ class Run:
         if e["kind"] == "sigterm":
             grab = [ln for ln in self.log_text(before).splitlines() if "SIGTERM" in ln] if before else []
             e["stopped_at_step_boundary"] = bool(grab)
-            if self.ring:
+            if self.restart_ring:
                 # The launcher ends on TERM with 143 after its worker (which stops at its step boundary
                 # and checkpoints when it was stepping; a ring already restarting has no step to stop at).
                 stopped = e.get("exit_rc") == 143
@@ -522,7 +549,7 @@ class Run:
             bt = self.log_text(back)
             grab += [ln for ln in bt.splitlines() if "joined the running job" in ln or "resumed from" in ln
                      or "[launch] node" in ln][:3]
-        if self.ring:  # the others' workers failed and their launchers restarted them
+        if self.restart_ring:  # the others' workers failed and their launchers restarted them
             for i in self.incs:
                 if i["node"] != node:
                     grab += [ln for ln in self.log_text(i).splitlines() if "[launch] worker failed" in ln][:1]
@@ -546,8 +573,9 @@ class Run:
             if e["applied"] and e["kind"] == "kill9" and e.get("target_stepping"):
                 in_flight += 1
         if self.ring:
+            lost_line = "the ring broke at step" if self.elastic_ring else "[launch] worker failed"
             for i in self.incs:
-                in_flight += sum(1 for ln in self.log_text(i).splitlines() if "[launch] worker failed" in ln)
+                in_flight += sum(1 for ln in self.log_text(i).splitlines() if lost_line in ln)
         ends = [i["end_unix"] for i in self.incs if i["end_unix"] is not None]
         t0 = min(i["start_unix"] for i in self.incs) if self.incs else None
         wall = (max(ends) - t0) if ends and t0 else None
@@ -555,7 +583,21 @@ class Run:
         ideal = spp * present / a.step_time if a.step_time > 0 else None
         useful = spp * (useful_steps_logged - dropped)
         positions = [m["data_position"] for r in ranks for m in step_lines[r] if "data_position" in m]
-        dup_data = (len(positions) - len(set(positions))) if not self.ring else None
+        if self.elastic_ring:  # every node logs the step's shared position: one per step, none for two steps
+            by_step = {}
+            for r in ranks:
+                for m in step_lines[r]:
+                    if "data_position" in m:
+                        by_step.setdefault(m["step"], set()).add(m["data_position"])
+            owners = {}
+            for st, ps in by_step.items():
+                for q in ps:
+                    owners.setdefault(q, set()).add(st)
+            dup_data = (sum(len(v) - 1 for v in owners.values())
+                        + sum(1 for ps in by_step.values() if len(ps) > 1))
+            positions = sorted(owners)
+        else:
+            dup_data = (len(positions) - len(set(positions))) if not self.ring else None
         finals = [m for m in (self.tails[0].lines if 0 in self.tails else []) if m.get("job_final") and "val_loss" in m]
         all_steps = sorted(m["unix_s"] for r in ranks for m in step_lines[r])
         stall = max((b - x for x, b in zip(all_steps, all_steps[1:])), default=None)
@@ -696,14 +738,17 @@ def definitions(s):
         "steps past the checkpoint it resumes from, or a ps replay answered as a duplicate) + in flight at a crash "
         "(1 per kill9 of a node that was stepping, i.e. logged a step in the last second; on the ring also 1 per worker "
         "that failed because a peer was lost, "
-        "the launchers' `worker failed` lines).",
+        "the launchers' `worker failed` lines; on the elastic ring 1 per step a node abandoned because the ring broke, "
+        "its `the ring broke at step` lines).",
         "- **events**: applied = the signal reached a live process or the joiner started; happened = the logs show "
         "it (`joined the running job`, the `SIGTERM: node R stopped` line with exit 0, a SIGKILLed process) and the "
         "node, back or new, logged a step after it; survived = happened and the run completed.",
         f"- **hang**: a live node process below train.steps with no new step line for more than {st['hang_s']:g} s "
         "(its start-up counted from its launch), or a run past its time limit; a hang ends the run as failed.",
         "- **duplicate data**: data_position values logged more than once across the job's nodes (the servers' "
-        "grants; must be 0 for elastic ps). The ring logs no data_position (its order follows the step): n/a.",
+        "grants; must be 0 for elastic ps); on the elastic ring, whose nodes all log the step's shared position, a "
+        "position logged for more than one step plus the steps whose nodes logged different positions (must be 0). "
+        "The fixed ring logs no data_position (its order follows the step): n/a.",
         "- **final val loss**: node 0's job_final record (the job's shipped weights) on one held-out set "
         f"({st['val_windows']} windows, the same for every run); the gap is churn - reference of the same "
         "configuration and seed. A join adds a node (more samples per BSP round, more updates under ASP) and a "
@@ -721,8 +766,8 @@ def write_report(s, out):
          f"Setup: {st['nodes']} nodes, {st['steps']} steps of {st['step_time']:g} s modelled compute, batch {st['batch']} "
          f"(1 sample = {st['block']} tokens), the tiny GPT (n_embd 32, 2 heads, block 32), corpus {st['corpus']}; ps "
          f"configurations with {SERVERS} server shards, ps.worker_timeout_s={st['worker_timeout_s']:g}, every worker "
-         f"--dist.elastic=true; checkpoint.every={st['checkpoint_every']} for every configuration; the ring through "
-         f"scripts/launch_node.sh --max-restarts {st['max_restarts']}. Events: Poisson, {st['events_per_min']:g} per "
+         f"--dist.elastic=true; checkpoint.every={st['checkpoint_every']} for every configuration; ring_restart through "
+         f"scripts/launch_node.sh --max-restarts {st['max_restarts']}; ring_elastic with a syncopate-rendezvous process. Events: Poisson, {st['events_per_min']:g} per "
          f"minute of wall time, from {st['events_start_s']:g} s to {st['horizon_frac']:g} x the modelled length, at most "
          f"{st['max_events']} per run, delays {st['delay'][0]:g}-{st['delay'][1]:g} s; seeds "
          f"{', '.join(map(str, s['seeds']))}.", "", "## Definitions", ""] + definitions(s)

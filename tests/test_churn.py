@@ -2,7 +2,9 @@
 each kind in a seeded order), the hang detector on a process that never steps, Ctrl-C ending every
 process, and one short run end to end (1 seed, a crash, a preemption and a join, 60 steps of
 0.1 s, every configuration with its reference): every event happened as the logs show it (the
-ring's join refused by name), no hang, no sample granted twice in the elastic ps configurations,
+fixed ring's join refused by name; the elastic ring re-formed without a restart, a crashed node back
+with the running job's state), no hang, no sample granted twice in the elastic ps configurations
+nor a data position used for two steps on the elastic ring,
 goodput in (0, 1], report files whose Markdown shows the JSON's numbers, and no process left.
 Everything is written under a temporary directory. About 1.5 minutes on 2 cores.
 Run: .venv/bin/python tests/test_churn.py"""
@@ -191,6 +193,7 @@ class EndToEnd(unittest.TestCase):
     def test_every_event_happened_as_the_logs_show(self):
         for r in self.churn_runs():
             ring = r["config"] == "ring_restart"
+            elastic_ring = r["config"] == "ring_elastic"
             incs = {(i["node"], i["inc"]): i for i in r["incarnations"]}
             for e in r["events"]:
                 what = f"{r['config']} event {e['i']} {e['kind']} node {e['node']}: {e}"
@@ -229,6 +232,14 @@ class EndToEnd(unittest.TestCase):
                 self.assertTrue(after, what)
                 if not ring:
                     self.assertGreater(after[0]["step"], e["target_last_step"], what)
+                if elastic_ring and e["kind"] == "kill9":  # back with the running job's state, not its own checkpoint's
+                    self.assertRegex(back_log, rf"node {e['node']} joined the running job at step \d+", what)
+            if elastic_ring:  # a lost node broke the others' step; nobody restarted, no step logged twice
+                others = "".join(self.read(i["log"]) for i in r["incarnations"])
+                self.assertIn("the ring broke at step", others)
+                self.assertNotIn("[launch]", others)
+                self.assertEqual(r["metrics"]["lost_steps"]["recomputed"], 0)
+                self.assertGreater(r["metrics"]["lost_steps"]["in_flight_at_crash"], 0)
             if ring:  # a lost ring node fails the others: their launchers restarted them
                 others = "".join(self.read(i["log"]) for i in r["incarnations"])
                 self.assertIn("[launch] worker failed", others)
@@ -248,6 +259,9 @@ class EndToEnd(unittest.TestCase):
             if r["config"] in PS_CONFIGS:
                 self.assertEqual(m["duplicate_data"], 0, r["config"])
                 self.assertGreaterEqual(m["data_positions"], NODES * STEPS * 0.5, "data_position was logged")
+            elif r["config"] == "ring_elastic":  # one shared position per step, none for two steps
+                self.assertEqual(m["duplicate_data"], 0, r["config"])
+                self.assertEqual(m["data_positions"], STEPS, "every step's position was logged")
             else:
                 self.assertIsNone(m["duplicate_data"])
         ref = next(r for r in self.s["runs"] if r["config"] == "ps_bsp_backup" and not r["churn"])
