@@ -37,7 +37,10 @@
 # Elastic ring (--dist.mode=ring --dist.elastic=true): node 0's launcher also starts
 # syncopate-rendezvous on MASTER_ADDR:MASTER_PORT (the membership service every node keeps a session
 # with), unless SYNCOPATE_RENDEZVOUS=external (you run `scripts/launch_node.sh --role rendezvous` on
-# a host that outlives the nodes: the job cannot re-form without it). A node added to a running job
+# a host that outlives the nodes: the job cannot re-form without it). Node 0's launcher keeps the
+# service after its own worker ends (done, preempted or failed) until the job is over (the last step
+# done and every node's session ended, or 10 minutes without any node); a TERM/INT to that launcher
+# ends it at once, so on hosts that can be reclaimed use the external one. A node added to a running job
 # is one more launcher with its own NODE_RANK (>= NNODES); a failed worker restarted by its launcher
 # (--max-restarts) re-joins the running ring with a member's state instead of restarting the job.
 #
@@ -140,7 +143,7 @@ fi
 # --role rendezvous: the elastic ring's membership service on MASTER_ADDR:MASTER_PORT (not restarted:
 # a new service knows no members; the nodes then fail naming it at their next re-formation).
 if [ "$ROLE" = rendezvous ]; then
-  exec "$RENDEZVOUS" --host "${MASTER_ADDR:-127.0.0.1}" --port "${MASTER_PORT:-29500}"
+  exec "$RENDEZVOUS" --host "${MASTER_ADDR:-127.0.0.1}" --port "${MASTER_PORT:-29500}" --exit-when-done --idle-exit-s 600
 fi
 [ "$ROLE" = node ] || die "--role is node (default), server or rendezvous"
 
@@ -216,7 +219,10 @@ PY
   if [ "$rmode" = ring ] && [ "$relastic" = true ]; then
     echo "[launch] elastic ring: syncopate-rendezvous on $raddr:$rport"
     mkdir -p "$(dirname "$OUT")"
-    "$RENDEZVOUS" --host "$raddr" --port "$rport" > "$OUT.rendezvous.log" 2>&1 &
+    # It outlives this node's worker (a node that leaves or fails must not take the job's membership
+    # with it): it ends by itself once the job's last step is done and every session ended, or after
+    # 10 minutes without any node; this launcher waits for it, and ends it only on TERM/INT.
+    "$RENDEZVOUS" --host "$raddr" --port "$rport" --exit-when-done --idle-exit-s 600 > "$OUT.rendezvous.log" 2>&1 &
     RDV_PID=$!
   fi
 fi
@@ -243,14 +249,25 @@ if [ -n "$SERVERS_LIST" ]; then
   fi
 fi
 child=""
+rc=0
 stop_all() {
   [ -n "$child" ] && kill -TERM "$child" 2>/dev/null
   for p in "${SHARD_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
   [ -n "$RDV_PID" ] && kill -TERM "$RDV_PID" 2>/dev/null
   wait
 }
+# On the way out (not a signal): the rendezvous service stays until the job is over (the other
+# nodes re-form through it); a configuration error ends it at once.
+at_exit() {
+  if [ -n "$RDV_PID" ] && [ "$rc" != 2 ] && kill -0 "$RDV_PID" 2>/dev/null; then
+    echo "[launch] node $NODE is out of the job; its host keeps the rendezvous service until the job is over"
+    wait "$RDV_PID" 2>/dev/null
+    RDV_PID=""
+  fi
+  stop_all
+}
 trap 'stop_all; exit 143' TERM INT
-trap 'stop_all' EXIT
+trap 'at_exit' EXIT
 
 attempt=0
 while :; do

@@ -212,6 +212,9 @@ elastic_ring_job() {
   done
   end_spawned
   grep -q "syncopate-rendezvous on 127.0.0.1:$port" "$TMP/ering/node0.log" || { echo "FAIL: ering: node 0's launcher started no rendezvous service"; fail=1; }
+  # node 0's launcher kept the service past its own worker, and the service ended by itself at the job's end
+  grep -q "keeps the rendezvous service until the job is over" "$TMP/ering/node0.log" || { echo "FAIL: ering: node 0's launcher did not keep the service"; fail=1; }
+  grep -q "the job is over" "$TMP/ering/node0.rendezvous.log" || { echo "FAIL: ering: the service did not end with the job"; cat "$TMP/ering/node0.rendezvous.log"; fail=1; }
   grep -q "joined the running job at step" "$TMP/ering/node1.log" || { echo "FAIL: ering: node 1 did not re-join"; tail -n 20 "$TMP/ering/node1.log"; fail=1; }
   grep -q "node 1 attempt 1 --resume" "$TMP/ering/node1.log" || { echo "FAIL: ering: node 1's launcher did not restart it"; fail=1; }
   grep -q "node 0 attempt 1" "$TMP/ering/node0.log" && { echo "FAIL: ering: node 0 was restarted"; fail=1; }

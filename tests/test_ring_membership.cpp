@@ -111,6 +111,36 @@ TEST(RingMembership, JoinersAloneNeverFormARingBesideTheRunningOne) {
   EXPECT_EQ(m.epoch(), 1);
 }
 
+// A joiner that asked long before the members' next boundary (a step or an evaluation longer than
+// reform_wait_s) must not make the first member that comes close an epoch without the others: the
+// wait counts from the first member's request (skeptic review, helper-23).
+TEST(RingMembership, ASlowBoundaryAfterAJoinStillTakesEveryMember) {
+  RingMembership m = formed({0, 0, 0});
+  ASSERT_EQ(m.hello(5, hello(5), 1), "");
+  m.regroup(5, 0, 1);
+  for (double t = 2; t < 40; t += 1) {
+    for (int i : {0, 1, 2, 5}) m.heard(i, t);
+    m.tick(t);
+  }
+  auto out = m.regroup(0, 30, 40);  // 39 s after the joiner asked: the first member arrives
+  EXPECT_TRUE(to(out, "epoch").empty()) << "closed on the first member, leaving two out";
+  EXPECT_TRUE(to(m.regroup(1, 30, 40.2), "epoch").empty());
+  out = m.regroup(2, 30, 40.4);
+  EXPECT_EQ(to(out, "epoch"), (std::vector<int>{0, 1, 2, 5}));
+  EXPECT_EQ(m.members(), (std::vector<int>{0, 1, 2, 5}));
+  // A member that never comes is still left out reform_wait_s after the first member asked.
+  ASSERT_EQ(m.hello(6, hello(6), 41), "");
+  m.regroup(6, 0, 41);
+  m.regroup(0, 35, 60);
+  m.regroup(1, 35, 60);
+  for (int i : {0, 1, 2, 5, 6}) m.heard(i, 69);
+  EXPECT_TRUE(to(m.tick(69), "epoch").empty()) << "9 s after the first member asked";
+  m.regroup(5, 35, 69.5);
+  for (int i : {0, 1, 2, 5, 6}) m.heard(i, 70.5);
+  EXPECT_EQ(to(m.tick(70.5), "epoch"), (std::vector<int>{0, 1, 5, 6}));  // node 2 hung: left out
+  EXPECT_EQ(m.members(), (std::vector<int>{0, 1, 5, 6}));
+}
+
 TEST(RingMembership, AHungMemberIsLeftOutAfterTheReformWaitAndASilentOneAtOnce) {
   RingMembership m = formed({1, 1, 1});
   m.regroup(0, 2, 1);

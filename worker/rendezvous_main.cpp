@@ -3,9 +3,10 @@
 // host; the nodes find it at MASTER_ADDR:MASTER_PORT). It keeps the membership (who is in the
 // ring, its epoch, who holds the state a joiner takes) and nothing else: no weights, no data.
 //
-//   syncopate-rendezvous [--host IP] [--port N | --port -1 --port-file FILE]
+//   syncopate-rendezvous [--host IP] [--port N | --port -1 --port-file FILE] [--exit-when-done]
+//                        [--idle-exit-s S]
 // The job token comes from SYNCOPATE_TOKEN / SYNCOPATE_TOKEN_FILE, as for the nodes. SIGTERM or
-// SIGINT ends it.
+// SIGINT ends it; so does the job's end with --exit-when-done / --idle-exit-s.
 #include <signal.h>
 
 #include <thread>
@@ -29,6 +30,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(-1, 65535))
       ->capture_default_str();
   app.add_option("--port-file", port_file, "with --port -1: the file the port is written to (the nodes' dist.rendezvous_file)");
+  bool exit_when_done = false;
+  double idle_exit_s = 0;
+  app.add_flag("--exit-when-done", exit_when_done,
+               "stop once a node finished the job's last step and every node's session ended");
+  app.add_option("--idle-exit-s", idle_exit_s,
+                 "stop after this many seconds without any node's session (since the last one ended or the start); 0 = never")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     SYN_CHECK(port != -1 || !port_file.empty(), "--port -1 needs --port-file", "give the file the nodes read the port from");
@@ -42,6 +51,8 @@ int main(int argc, char** argv) {
     o.host = host;
     o.port = static_cast<uint16_t>(port < 0 ? 0 : port);
     o.token = job_token_or_insecure_default("[rendezvous]");
+    o.exit_when_done = exit_when_done;
+    o.idle_exit_s = idle_exit_s;
     o.on_listening = [&](uint16_t p) {
       if (!port_file.empty()) publish_file(port_file, std::to_string(p) + "\n");
       log::info("[rendezvous] listening on {}:{}", host, p);

@@ -22,6 +22,7 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 constexpr double kHandshake_s = 10;  // a connection that does not prove the token and say hello within this is dropped
+constexpr int kMaxNodes = 1 << 16;   // a hello past this (nnodes, min_nodes) is dropped: no job is that large
 }  // namespace
 
 struct RendezvousService::Impl {
@@ -44,6 +45,15 @@ struct RendezvousService::Impl {
   std::thread timer;
   int next_session = 0;
   int64_t logged_epoch = 0;
+  double last_session_end = now_s();  // when the last session ended (at first: when the service started)
+  double last_refusal_log = -1;
+
+  // The job is over (RendezvousServiceOptions::exit_when_done / idle_exit_s); under mu.
+  bool job_over(double now) const {
+    if (!peers.empty()) return false;
+    if (opt.exit_when_done && rules.finished()) return true;
+    return opt.idle_exit_s > 0 && now - last_session_end >= opt.idle_exit_s;
+  }
 
   // Sends what the rules want sent (under mu); a peer that cannot take it ends by its own thread.
   void deliver(const RingMembership::Outbox& out) {
@@ -66,8 +76,26 @@ struct RendezvousService::Impl {
     }
   }
 
+  // A session's thread: nothing a peer sends or does (a reset before the first byte, garbage, a
+  // line too long) gets past this function; it ends that session only.
   void serve(int id, asio::ip::tcp::socket socket) {
-    const std::string from = socket.remote_endpoint().address().to_string();
+    try {
+      serve_session(id, std::move(socket));
+    } catch (const std::exception& e) {
+      log::warn("[rendezvous] session {} ended: {}", id, e.what());
+      std::lock_guard<std::mutex> l(mu);
+      if (peers.count(id)) deliver(rules.closed(id, now_s())), peers.erase(id);
+      end_locked(id);
+    }
+  }
+  void serve_session(int id, asio::ip::tcp::socket socket) {
+    boost::system::error_code ec;
+    const auto remote = socket.remote_endpoint(ec);  // a peer that reset at once has none
+    if (ec) {
+      end(id);
+      return;
+    }
+    const std::string from = remote.address().to_string();
     auto conn = std::make_shared<TcpConnection>(std::move(socket), "a node at " + from, kHandshake_s);
     {
       std::lock_guard<std::mutex> l(mu);
@@ -87,8 +115,9 @@ struct RendezvousService::Impl {
       h.reform_wait_s = m.at("reform_wait_s").get<double>();
       h.start_wait_s = m.at("start_wait_s").get<double>();
       h.streams = m.at("streams").get<int>();
-      SYN_CHECK(node == h.node && h.node >= 0 && h.nnodes >= 1 && h.min_nodes >= 1 && h.reform_wait_s > 0 &&
-                    h.start_wait_s > 0 && h.streams >= 1,
+      SYN_CHECK(node == h.node && h.node >= 0 && h.nnodes >= 1 && h.nnodes <= kMaxNodes && h.min_nodes >= 1 &&
+                    h.min_nodes <= kMaxNodes && h.reform_wait_s > 0 && h.start_wait_s > 0 && h.streams >= 1 &&
+                    h.streams <= 64,
                 "a hello out of range", "");
     } catch (const std::exception& e) {
       log::warn("[rendezvous] dropped a connection from {}: {}", from, e.what());
@@ -139,6 +168,7 @@ struct RendezvousService::Impl {
     if (!why.empty() && !stop && peers.count(id)) log::info("[rendezvous] node {}'s session ended: {}", h.node, why);
     deliver(rules.closed(id, now_s()));
     peers.erase(id);
+    last_session_end = now_s();
     end_locked(id);
   }
   // A session's thread is over: its connection closed, the thread joined by the accept loop.
@@ -210,6 +240,14 @@ void RendezvousService::run() {
   I.timer = std::thread([&I] { I.timers(); });
   while (!I.stop) {
     I.join_finished();
+    {
+      std::lock_guard<std::mutex> l(I.mu);
+      if (I.job_over(now_s())) {
+        log::info("[rendezvous] the job is over ({}): stopping",
+                  I.rules.finished() ? "its last step is done and every node's session ended" : "no node for a while");
+        break;
+      }
+    }
     asio::ip::tcp::socket s(I.io);
     try {
       s = I.listener->accept(0.2, "a node");
@@ -218,7 +256,19 @@ void RendezvousService::run() {
     }
     const int id = I.next_session++;
     std::lock_guard<std::mutex> l(I.mu);
-    I.threads[id] = std::thread([&I, id, sock = std::move(s)]() mutable { I.serve(id, std::move(sock)); });
+    if (static_cast<int>(I.threads.size()) >= I.opt.max_connections) {  // a flood: closed on arrival
+      if (now_s() - I.last_refusal_log > 10) {
+        I.last_refusal_log = now_s();
+        log::warn("[rendezvous] {} connections at once: closing new ones until some end", I.threads.size());
+      }
+      continue;
+    }
+    try {
+      I.threads[id] = std::thread([&I, id, sock = std::move(s)]() mutable { I.serve(id, std::move(sock)); });
+    } catch (const std::system_error& e) {  // no thread to be had: this connection is closed, the service goes on
+      I.threads.erase(id);
+      log::warn("[rendezvous] could not start a session thread ({}): connection closed", e.what());
+    }
   }
   std::lock_guard<std::mutex> l(I.mu);
   for (auto& [id, c] : I.open) c->shutdown();

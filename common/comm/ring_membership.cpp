@@ -125,6 +125,11 @@ RingMembership::Outbox RingMembership::decide(double now) {
     all_members = all_members && sessions_[id].waiting;
     some_member = some_member || sessions_[id].waiting;
   }
+  // A re-formation's wait counts from the first *member's* request: a joiner may ask long before the
+  // members reach their next step boundary (a long step, an evaluation), and timing the wait from it
+  // would close an epoch on the first member that comes, leaving the others out.
+  if (!some_member) member_asked_since_ = -1;
+  else if (member_asked_since_ < 0) member_asked_since_ = now;
   const double waited = now - collecting_since_;
   bool ready;
   if (epoch_ == 0) {
@@ -132,7 +137,8 @@ RingMembership::Outbox RingMembership::decide(double now) {
   } else {
     // Past the wait, without the members that neither asked nor died; but never without every
     // member of the running ring while one of them is alive (joiners alone would split the job).
-    ready = all_members || (waited >= job.reform_wait_s && (some_member || live_members().empty()));
+    ready = all_members || (some_member && now - member_asked_since_ >= job.reform_wait_s) ||
+            (live_members().empty() && waited >= job.reform_wait_s);
   }
   if (ready && static_cast<int>(present.size()) >= std::max(1, job.min_nodes)) return close_epoch(now);
   if (last_status_ < 0 || now - last_status_ >= kStatusEvery_s || now < last_status_) {
@@ -167,6 +173,7 @@ RingMembership::Outbox RingMembership::close_epoch(double now) {
   for (const auto& [node, id] : chosen)
     if (sessions_[id].step > best) best = sessions_[id].step, root = node;
   collecting_since_ = -1;
+  member_asked_since_ = -1;
   last_status_ = -1;
   if (root < 0) {
     for (const auto& [node, id] : chosen) {

@@ -69,6 +69,7 @@ class RingMembership {
   Outbox tick(double now);
 
   int64_t epoch() const { return epoch_; }
+  bool finished() const { return finished_; }  // a member completed the job's last step
   std::vector<int> members() const;  // node ranks of the current epoch
   // Sessions tick() found silent (the service ends their connections).
   std::vector<int> take_silent() { return std::exchange(silent_, {}); }
@@ -93,6 +94,7 @@ class RingMembership {
   std::optional<MemberHello> settings_;   // the first hello's job settings
   int64_t epoch_ = 0;                     // 0: no ring formed yet
   double collecting_since_ = -1;          // first outstanding request's time; -1: none
+  double member_asked_since_ = -1;        // first request of a current member in this collection; -1: none
   double last_status_ = -1;               // last `waiting` status sent
   bool finished_ = false;                 // a member finished the job
   std::vector<int> silent_;

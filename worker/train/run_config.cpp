@@ -26,6 +26,10 @@ std::string RunConfig::fingerprint() const {
   if (d.sync_every > 1) sync += fmt::format(" outer={} outer_lr={} outer_momentum={}", d.outer, d.outer_lr, d.outer_momentum);
   if (d.overlap) sync += fmt::format(" bucket_kb={} first_bucket_kb={}", d.bucket_kb, d.first_bucket_kb);
   if (d.local_replicas != 1) sync += " hierarchy=" + d.hierarchy;
+  // Also alike: when the replicas are compared (a collective every check_every steps) and which
+  // steps are skipped (decided on the averaged gradient by each node's own threshold).
+  sync += fmt::format(" check_every={} skip_grad_norm={} max_skipped_steps={}", d.check_every, train.skip_grad_norm,
+                      train.max_skipped_steps);
   return fmt::format("{:016x} {}", fnv1a64(text), sync);
 }
 

@@ -436,9 +436,11 @@ struct Trainer::Impl {
       tokens += tokens_per_step;
       data_position = granted >= 0 ? sync->data_grant() : data_position + samples_per_step();
       // Elastic ring: the members agree at every boundary whether the membership changes (a node
-      // joins or leaves); if so the ring re-forms here (the step is done on every member).
+      // joins or leaves); if so the ring re-forms here (the step is done on every member). The last
+      // boundary too: a member that lost the last step takes it from one that completed it, and a
+      // node preempted during it leaves through an agreement its members take part in.
       bool regrouped = false;
-      if (!preempted && step < tc.steps)
+      if (!preempted)
         if (const auto p = sync->regroup(flat->params, {step, tokens, data_position})) adopt(*p), regrouped = true;
       // (Not right after a re-formation: it left every member identical, and a joiner, whose first
       // boundary it was, has no check to pair with.)
@@ -679,6 +681,7 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
     so.hello.reform_wait_s = cfg.dist.reform_wait_s;
     so.hello.start_wait_s = cfg.dist.timeout_s;
     so.hello.streams = static_cast<int>(cfg.dist.streams);
+    so.heartbeat_s = std::min(1.0, cfg.dist.reform_wait_s / 4);  // the service ends a session silent for reform_wait_s
     job.session = std::make_shared<RendezvousSession>(so);
     job.resume_step = job.checkpoints.empty() ? -1 : job.checkpoints.back();
   } else if (cfg.dist.mode == "ring" && cfg.dist.nnodes > 1) {
