@@ -34,8 +34,14 @@ void connect_ring_links(Ring& ring, asio::io_context& io, TcpListener& listener,
   auto out = std::async(std::launch::async, [&] {
     std::vector<std::unique_ptr<Connection>> links;
     for (int i = 0; i < total; ++i) {
-      auto c = std::make_unique<TcpConnection>(tcp_connect(io, p.next_host, p.next_port, p.timeout_s, p.next_name),
-                                               p.next_name, p.timeout_s);
+      asio::ip::tcp::socket s(io);
+      try {
+        s = tcp_connect(io, p.next_host, p.next_port, p.timeout_s, p.next_name);
+      } catch (const Error&) {
+        if (p.next_unreachable) *p.next_unreachable = true;
+        throw;
+      }
+      auto c = std::make_unique<TcpConnection>(std::move(s), p.next_name, p.timeout_s);
       authenticate_peer(*c, key, p.self, p.next);
       c->send(&p.epoch, sizeof(p.epoch));
       links.push_back(std::move(c));

@@ -100,6 +100,7 @@ struct RingLinksPlan {
   int64_t epoch = 0;                 // 0: a fixed ring
   int streams = 1, lanes = 1;        // as RendezvousOptions
   double timeout_s = 60, latency_s = 0;
+  bool* next_unreachable = nullptr;  // if given: set when connecting to the next node failed (not the accept side)
 };
 void connect_ring_links(Ring& ring, boost::asio::io_context& io, TcpListener& listener, const JobKey& key, const RingLinksPlan& p);
 

@@ -150,7 +150,13 @@ struct RendezvousService::Impl {
         std::lock_guard<std::mutex> l(mu);
         rules.heard(id, now_s());
         if (op == "regroup" && m.contains("step") && m.at("step").is_number_integer()) {
-          deliver(rules.regroup(id, m.at("step").get<int64_t>(), now_s()));
+          const int unlinked = m.contains("unlinked") && m.at("unlinked").is_number_integer() ? m.at("unlinked").get<int>() : -1;
+          deliver(rules.regroup(id, m.at("step").get<int64_t>(), now_s(), unlinked));
+          for (int s : rules.take_silent())  // a node its neighbours cannot reach: told, then its session ends
+            if (auto it = peers.find(s); it != peers.end()) {
+              log::warn("[rendezvous] node {} cannot be reached by its ring neighbours: out of the membership", it->second.node);
+              it->second.conn->shutdown();
+            }
         } else if (op == "leave") {
           log::info("[rendezvous] node {} leaves the job", h.node);
           deliver(rules.leave(id, now_s()));

@@ -146,7 +146,7 @@ RendezvousSession::~RendezvousSession() {
   if (I.heartbeat.joinable()) I.heartbeat.join();
 }
 
-Epoch RendezvousSession::regroup(int64_t step, double wait_limit_s) {
+Epoch RendezvousSession::regroup(int64_t step, double wait_limit_s, int unlinked) {
   auto& I = *impl_;
   {
     std::lock_guard<std::mutex> l(I.mu);
@@ -154,7 +154,9 @@ Epoch RendezvousSession::regroup(int64_t step, double wait_limit_s) {
     I.epoch.reset();
     I.error.clear();
   }
-  I.send({{"op", "regroup"}, {"step", step}});
+  nlohmann::json ask = {{"op", "regroup"}, {"step", step}};
+  if (unlinked >= 0) ask["unlinked"] = unlinked;
+  I.send(ask);
   std::unique_lock<std::mutex> l(I.mu);
   const bool told = I.cv.wait_for(l, std::chrono::duration<double>(wait_limit_s),
                                   [&] { return I.epoch.has_value() || !I.error.empty() || I.ended; });

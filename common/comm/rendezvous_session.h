@@ -55,7 +55,9 @@ class RendezvousSession {
   // Asks for the next epoch with this node's state at `step` (-1: none); blocks until the
   // service closes it, logging what it waits for (the service's `waiting` statuses). Throws after
   // wait_limit_s, naming the missing nodes, or when the service refuses or is gone.
-  Epoch regroup(int64_t step, double wait_limit_s);
+  // `unlinked` >= 0: the node this one could not connect to when the last epoch formed (the
+  // service leaves a node out that its neighbours could not reach twice in a row).
+  Epoch regroup(int64_t step, double wait_limit_s, int unlinked = -1);
   // The service asked the members to come at their next step boundary (a node waits to join).
   bool pending() const;
   void leave();  // preempted: out of the membership at once, then the session ends

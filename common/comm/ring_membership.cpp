@@ -8,6 +8,7 @@
 namespace syncopate {
 namespace {
 constexpr double kStatusEvery_s = 5;  // how often waiting nodes hear what they wait for
+constexpr int kUnreachableStrikes = 2;  // formations in a row a node's neighbour could not connect to it
 }  // namespace
 
 std::string RingMembership::hello(int session, const MemberHello& h, double now) {
@@ -34,14 +35,32 @@ std::string RingMembership::hello(int session, const MemberHello& h, double now)
   return "";
 }
 
-RingMembership::Outbox RingMembership::regroup(int session, int64_t step, double now) {
+RingMembership::Outbox RingMembership::regroup(int session, int64_t step, double now, int unlinked) {
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return {};
   it->second.waiting = true;
   it->second.step = step;
   it->second.last_heard = now;
   if (collecting_since_ < 0) collecting_since_ = now;
-  return decide(now);
+  Outbox out = unlinked >= 0 && unlinked != it->second.hello.node ? strike(unlinked) : Outbox{};
+  for (auto& m : decide(now)) out.push_back(std::move(m));
+  return out;
+}
+
+RingMembership::Outbox RingMembership::strike(int node) {
+  for (auto& [id, s] : sessions_) {
+    if (s.hello.node != node || s.struck) continue;
+    s.struck = true;
+    if (++s.strikes < kUnreachableStrikes) return {};
+    Outbox out = {{id, {{"op", "error"},
+                        {"error", fmt::format("the ring's other members could not connect to node {}'s ring listener at "
+                                              "{}:{} when {} epochs in a row formed: it is left out",
+                                              node, s.hello.host, s.hello.port, kUnreachableStrikes)}}}};
+    remove(id);
+    silent_.push_back(id);
+    return out;
+  }
+  return {};
 }
 
 RingMembership::Outbox RingMembership::leave(int session, double now) {
@@ -199,7 +218,11 @@ RingMembership::Outbox RingMembership::close_epoch(double now) {
     out.push_back({id, reply});
     sessions_[id].waiting = false;
   }
-  for (auto& [id, s] : sessions_) s.told_pending = false;
+  for (auto& [id, s] : sessions_) {
+    s.told_pending = false;
+    if (!s.struck) s.strikes = 0;  // strikes count formations in a row
+    s.struck = false;
+  }
   (void)now;
   return out;
 }

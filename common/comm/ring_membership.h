@@ -56,7 +56,11 @@ class RingMembership {
   std::string hello(int session, const MemberHello& h, double now);
   // The node asks for the next epoch; `step`: where its state stands (-1: it holds none, e.g. a
   // re-formation broke off while it received the root's state).
-  Outbox regroup(int session, int64_t step, double now);
+  // `unlinked` >= 0: the node whose ring listener this one could not connect to when the last
+  // epoch formed. A node named so in kUnreachableStrikes formations in a row is told `error` (the
+  // others cannot reach its listener: a firewall, a wrong address) and is out; its session is
+  // closed (take_silent). Without it, the same membership would close again and again.
+  Outbox regroup(int session, int64_t step, double now, int unlinked = -1);
   // The node leaves on purpose (preempted): out of the membership at once.
   Outbox leave(int session, double now);
   // The node finished the job's last step: no join is taken from here on.
@@ -81,9 +85,12 @@ class RingMembership {
     bool waiting = false;
     int64_t step = -1;
     bool told_pending = false;
+    int strikes = 0;        // formations in a row in which a neighbour could not connect to it
+    bool struck = false;    // named in the current collection
   };
   bool job_settings_known() const { return settings_.has_value(); }
   Outbox decide(double now);
+  Outbox strike(int node);
   Outbox close_epoch(double now);
   void remove(int session);
   std::vector<int> live_members() const;  // sessions of current members

@@ -128,10 +128,12 @@ class ElasticRingSync : public GradientSync {
 
   JobPosition reform(at::Tensor& params, const JobPosition& at) {
     drop_ring();
+    int unlinked = -1;  // the next node of a formation that broke off because this node could not connect to it
     for (;;) {
-      const Epoch e = session_->regroup(at.step, dist_.min_nodes_wait_s);
+      const Epoch e = session_->regroup(at.step, dist_.min_nodes_wait_s, std::exchange(unlinked, -1));
+      bool next_unreachable = false;
       try {
-        ring_ = link(e);
+        ring_ = link(e, &next_unreachable);
         ring_sync_->relink(ring_);
         const JobPosition p = take_state(params, at, e);
         if (formed_ || e.members.size() > 1 || p.step > 0)
@@ -144,12 +146,14 @@ class ElasticRingSync : public GradientSync {
       } catch (const Error& err) {
         log::warn("[dist] node {}: ring epoch {} broke off while it formed ({}); asking again", session_->node(), e.number,
                   err.what());
+        if (next_unreachable && e.members.size() > 1)
+          unlinked = e.members[static_cast<size_t>((e.index + 1) % static_cast<int>(e.members.size()))].node;
         drop_ring();
       }
     }
   }
 
-  std::shared_ptr<Ring> link(const Epoch& e) {
+  std::shared_ptr<Ring> link(const Epoch& e, bool* next_unreachable) {
     auto ring = std::make_shared<Ring>();
     const int n = static_cast<int>(e.members.size()), i = e.index;
     ring->rank = i;
@@ -165,6 +169,7 @@ class ElasticRingSync : public GradientSync {
     p.streams = static_cast<int>(dist_.streams);
     p.timeout_s = dist_.timeout_s;
     p.latency_s = latency_s_;
+    p.next_unreachable = next_unreachable;
     connect_ring_links(*ring, session_->io(), session_->listener(), session_->key(), p);
     return ring;
   }
