@@ -187,46 +187,59 @@ elastic_job
 
 # The elastic ring through the launchers: node 0's starts syncopate-rendezvous; node 1's worker is
 # killed (SIGKILL) and its launcher restarts it with --resume: it re-joins the running ring with a
-# member's state, nobody else restarts, and both end at the last step.
-elastic_ring_job() {
-  local port t0 i pid rc wpid
+# member's state, nobody else restarts, and both end at the last step. With a namespace prefix,
+# every node is a host of its own address (the rendezvous service on 10.77.0.1, node 0's host; each
+# node's ring listener on the address it reaches the service from).
+elastic_ring_job() {  # [NETNS_PREFIX]
+  local ns=${1:-} port t0 i pid rc wpid addr=127.0.0.1 d=ering cmd
   port=$(free_port)
-  mkdir -p "$TMP/ering"
+  [ -n "$ns" ] && addr=10.77.0.1 d=ering_netns port=29500
+  mkdir -p "$TMP/$d"
   SPAWNED=()
   t0=$(date +%s)
   for i in 0 1; do
-    spawn env SYNCOPATE_TOKEN=launch-test MASTER_ADDR=127.0.0.1 MASTER_PORT=$port NNODES=2 NODE_RANK=$i \
-      "$ROOT/scripts/launch_node.sh" --max-restarts 1 -- --out "$TMP/ering/node$i" "${ARGS[@]}" --train.steps=80 \
-      --emulate.step_time_s=0.1 --dist.mode=ring --dist.elastic=true --dist.check_every=1 --checkpoint.every=10 \
-      > "$TMP/ering/node$i.log" 2>&1
+    cmd=(env SYNCOPATE_TOKEN=launch-test MASTER_ADDR=$addr MASTER_PORT=$port NNODES=2 NODE_RANK=$i
+      "$ROOT/scripts/launch_node.sh" --max-restarts 1 -- --out "$TMP/$d/node$i" "${ARGS[@]}" --train.steps=80
+      --emulate.step_time_s=0.1 --dist.mode=ring --dist.elastic=true --dist.check_every=1 --checkpoint.every=10)
+    [ -n "$ns" ] && cmd=(ip netns exec "${ns}n$i" "${cmd[@]}")
+    spawn "${cmd[@]}" > "$TMP/$d/node$i.log" 2>&1
   done
-  for _ in $(seq 1 1200); do grep -q '"step":15,' "$TMP/ering/node1/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
-  wpid=$(pgrep -f "syncopate-worker.*$TMP/ering/node1" | head -n1)
-  [ -n "$wpid" ] && kill -KILL "$wpid" || { echo "FAIL: ering: node 1's worker not found"; fail=1; }
+  for _ in $(seq 1 1200); do grep -q '"step":15,' "$TMP/$d/node1/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+  wpid=$(pgrep -f "syncopate-worker.*$TMP/$d/node1" | head -n1)
+  [ -n "$wpid" ] && kill -KILL "$wpid" || { echo "FAIL: $d: node 1's worker not found"; fail=1; }
   for i in 0 1; do
     pid=${SPAWNED[$i]} rc=0
     while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt 180 ]; do sleep 0.2; done
-    kill -0 "$pid" 2>/dev/null && { echo "FAIL: ering: launcher $i still running after 180 s"; fail=1; continue; }
+    kill -0 "$pid" 2>/dev/null && { echo "FAIL: $d: launcher $i still running after 180 s"; fail=1; continue; }
     wait "$pid" || rc=$?
-    [ $rc = 0 ] || { echo "FAIL: ering: launcher $i exited $rc"; tail -n 20 "$TMP/ering/"*.log; fail=1; }
+    [ $rc = 0 ] || { echo "FAIL: $d: launcher $i exited $rc"; tail -n 20 "$TMP/$d/"*.log; fail=1; }
   done
   end_spawned
-  grep -q "syncopate-rendezvous on 127.0.0.1:$port" "$TMP/ering/node0.log" || { echo "FAIL: ering: node 0's launcher started no rendezvous service"; fail=1; }
-  # node 0's launcher kept the service past its own worker, and the service ended by itself at the job's end
-  grep -q "keeps the rendezvous service until the job is over" "$TMP/ering/node0.log" || { echo "FAIL: ering: node 0's launcher did not keep the service"; fail=1; }
-  grep -q "the job is over" "$TMP/ering/node0.rendezvous.log" || { echo "FAIL: ering: the service did not end with the job"; cat "$TMP/ering/node0.rendezvous.log"; fail=1; }
-  grep -q "joined the running job at step" "$TMP/ering/node1.log" || { echo "FAIL: ering: node 1 did not re-join"; tail -n 20 "$TMP/ering/node1.log"; fail=1; }
-  grep -q "node 1 attempt 1 --resume" "$TMP/ering/node1.log" || { echo "FAIL: ering: node 1's launcher did not restart it"; fail=1; }
-  grep -q "node 0 attempt 1" "$TMP/ering/node0.log" && { echo "FAIL: ering: node 0 was restarted"; fail=1; }
+  grep -q "syncopate-rendezvous on $addr:$port" "$TMP/$d/node0.log" || { echo "FAIL: $d: node 0's launcher started no rendezvous service"; fail=1; }
+  # node 0's launcher did not end the service with its worker: it ended by itself at the job's end
+  # (once node 0's own session closed, so the launcher may find it gone already)
+  grep -q "the job is over" "$TMP/$d/node0.rendezvous.log" || { echo "FAIL: $d: the service did not end with the job"; cat "$TMP/$d/node0.rendezvous.log"; fail=1; }
+  grep -q "signal 15" "$TMP/$d/node0.rendezvous.log" && { echo "FAIL: $d: node 0's launcher ended the service"; fail=1; }
+  grep -q "joined the running job at step" "$TMP/$d/node1.log" || { echo "FAIL: $d: node 1 did not re-join"; tail -n 20 "$TMP/$d/node1.log"; fail=1; }
+  grep -q "node 1 attempt 1 --resume" "$TMP/$d/node1.log" || { echo "FAIL: $d: node 1's launcher did not restart it"; fail=1; }
+  grep -q "node 0 attempt 1" "$TMP/$d/node0.log" && { echo "FAIL: $d: node 0 was restarted"; fail=1; }
   for i in 0 1; do
-    grep -q '"step":80,' "$TMP/ering/node$i/metrics.jsonl" || { echo "FAIL: ering: node $i did not reach step 80"; fail=1; }
+    grep -q '"step":80,' "$TMP/$d/node$i/metrics.jsonl" || { echo "FAIL: $d: node $i did not reach step 80"; fail=1; }
   done
-  if pgrep -f "$TMP/ering" > /dev/null || pgrep -f "syncopate-rendezvous --host 127.0.0.1 --port $port" > /dev/null; then
-    echo "FAIL: ering left processes:"; pgrep -af "$TMP/ering|syncopate-rendezvous"; fail=1
+  if pgrep -f "$TMP/$d" > /dev/null || pgrep -f "syncopate-rendezvous --host $addr --port $port" > /dev/null; then
+    echo "FAIL: $d left processes:"; pgrep -af "$TMP/$d|syncopate-rendezvous"; fail=1
   fi
-  echo "elastic ring: $(( $(date +%s) - t0 )) s"
+  echo "elastic ring ${ns:+(network namespaces)}: $(( $(date +%s) - t0 )) s"
 }
 elastic_ring_job
+if [ "$(id -u)" = 0 ] && ip netns add "lnt$$" 2>/dev/null; then
+  ip netns del "lnt$$"
+  NS="lnt$$"
+  netns_up "$NS" 2 1
+  elastic_ring_job "$NS"
+  netns_down "$NS" 2
+  NS=""
+fi
 
 # One process per GPU as torchrun --nproc-per-node=2 starts them (the same command line, torchrun's
 # variables): each process is a node of the job (dist.launch=auto -> gpu; on CPU one replica each),

@@ -6,7 +6,8 @@
 # server; a 3-node ring job and a 3-node parameter-server job with co-located shards, from the
 # shipped CPU configs with the user's overrides as the script's arguments, both finish; the ps
 # job's shards took the [ps] section of the same file; the job logs land in the submit directory;
-# a missing config is named; a token file others can read is refused. The jobs are submitted from a
+# a missing config is named; a token file others can read is refused; an elastic ring job that a
+# second submission adds a node to. The jobs are submitted from a
 # scratch directory that links to the repository's scripts/, configs/ and build/ (a user's checkout
 # as seen from the submit host), so their logs land there and nothing is written in the repository
 # itself, where tests running beside this one (help_test.sh) watch for stray files.
@@ -34,7 +35,7 @@ mkdir -p "$SUB"
 for d in scripts configs build; do ln -s "$ROOT/$d" "$SUB/$d"; done
 cd "$SUB"
 # The defaults the scripts name exist, and both programs read every shipped config.
-for mode in ring ps; do
+for mode in ring ps elastic_ring; do
   def=$(sed -n 's/.*CONFIG=\${CONFIG:-\([^}]*\)}.*/\1/p' scripts/slurm/$mode.sbatch)
   [ -f "$def" ] || { echo "FAIL: $mode.sbatch defaults to CONFIG=$def, which is not in the repository"; fail=1; }
 done
@@ -61,6 +62,26 @@ grep -q "every worker finished or left: exiting" "$TMP/ps.0" || { echo "FAIL: th
 grep -q '"consistency":"ssp"' "$TMP/ps.0" || { echo "FAIL: the shards did not take [ps] consistency = \"ssp\" from configs/ps-cpu.toml"; grep stats "$TMP/ps.0"; fail=1; }
 cmp -s "$TMP/ring-run/node0/checkpoints/step_000008/model.safetensors" "$TMP/ring-run/node2/checkpoints/step_000008/model.safetensors" ||
   { echo "FAIL: the ring nodes ended with different weights"; fail=1; }
+# The elastic ring: a 2-node job, then a second submission that adds node 2 to it while it runs
+# (JOIN_MASTER / JOIN_NNODES / JOIN_RANK); the joiner joins the running job and all three finish.
+port=$(free_port)
+FAKE_JOB_ID=$JOB-er FAKE_LOG="$TMP/er" OUT="$TMP/er-run" CONFIG=configs/ring-cpu.toml MASTER_PORT=$port \
+  timeout 180 sbatch --nodes=2 scripts/slurm/elastic_ring.sbatch "${TINY[@]}" --train.steps=80 --emulate.step_time_s=0.1 \
+  > "$TMP/er.submit" 2>&1 &
+er_pid=$!
+for _ in $(seq 1 600); do grep -q '"step":10,' "$TMP/er-run/node0/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+FAKE_JOB_ID=$JOB-join FAKE_LOG="$TMP/join" OUT="$TMP/er-run" CONFIG=configs/ring-cpu.toml MASTER_PORT=$port \
+  JOIN_MASTER=localhost JOIN_NNODES=2 JOIN_RANK=2 timeout 180 sbatch --nodes=1 scripts/slurm/elastic_ring.sbatch \
+  "${TINY[@]}" --train.steps=80 --emulate.step_time_s=0.1 > "$TMP/join.submit" 2>&1 ||
+  { echo "FAIL: sbatch elastic_ring.sbatch (join)"; tail -20 "$TMP/join.0" "slurm-syncopate-elastic-ring-$JOB-join.out"; fail=1; }
+wait "$er_pid" || { echo "FAIL: sbatch elastic_ring.sbatch"; tail -20 "$TMP/er.0" "$TMP/er.1"; fail=1; }
+grep -q "node 2 joined the running job at step" "$TMP/join.0" || { echo "FAIL: elastic ring: node 2 did not join"; tail -20 "$TMP/join.0"; fail=1; }
+for i in 0 1 2; do
+  grep -q '"step":80,' "$TMP/er-run/node$i/metrics.jsonl" 2>/dev/null || { echo "FAIL: elastic ring node $i did not reach step 80"; fail=1; }
+done
+grep -q "the job is over" "$TMP/er-run/node0.rendezvous.log" 2>/dev/null ||
+  { echo "FAIL: elastic ring: the rendezvous service did not end with the job"; fail=1; }
+
 # The old log path (runs/ is git-ignored, so absent on a fresh clone) fails the job silently: the
 # stand-in does what Slurm does.
 if FAKE_JOB_ID=$JOB-old sbatch --output="runs-absent-$JOB/slurm-%j.out" scripts/slurm/ring.sbatch > "$TMP/old.out" 2>&1; then
