@@ -296,32 +296,27 @@ class Run:
                    "--server.port=-1", f"--server.endpoint_file={ep_file}", "--server.encrypt=off",
                    f"--ps.consistency={self.cfg['consistency']}", f"--ps.backup_workers={self.cfg['backup_workers']}",
                    f"--ps.worker_timeout_s={self.a.worker_timeout_s!r}"]
-            p = self.procs.start(cmd, dict(os.environ, SYNCOPATE_TOKEN=self.token),
-                                 os.path.join(self.out, "logs", f"server{k}.log"))
-            self.servers.append(p)
-            deadline = time.time() + 60
-            while not (os.path.exists(ep_file) and os.path.getsize(ep_file) > 0):
-                if p.poll() is not None or time.time() > deadline:
-                    raise RuntimeError(f"server {k} did not start listening (see {self.out}/logs/server{k}.log)")
-                time.sleep(0.05)
-            with open(ep_file) as f:
-                eps.append(f.readline().strip())
+            eps.append(self.start_service(cmd, ep_file, f"server{k}"))
         self.eps = ",".join(eps)
 
     def start_rendezvous(self):
         """The elastic ring's membership service on a free loopback port (ended with the servers)."""
         port_file = os.path.join(self.out, "logs", "rendezvous.port")
         cmd = [os.path.join(BIN, "syncopate-rendezvous"), "--host", "127.0.0.1", "--port", "-1", "--port-file", port_file]
-        p = self.procs.start(cmd, dict(os.environ, SYNCOPATE_TOKEN=self.token),
-                             os.path.join(self.out, "logs", "rendezvous.log"))
+        self.master_port = int(self.start_service(cmd, port_file, "rendezvous"))
+
+    def start_service(self, cmd, address_file, name):
+        """Starts a server or the rendezvous service (ended with the run) and returns the first line of the
+        file it writes its address to once it listens."""
+        p = self.procs.start(cmd, dict(os.environ, SYNCOPATE_TOKEN=self.token), os.path.join(self.out, "logs", f"{name}.log"))
         self.servers.append(p)
         deadline = time.time() + 60
-        while not (os.path.exists(port_file) and os.path.getsize(port_file) > 0):
+        while not (os.path.exists(address_file) and os.path.getsize(address_file) > 0):
             if p.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"syncopate-rendezvous did not start listening (see {self.out}/logs/rendezvous.log)")
+                raise RuntimeError(f"{name} did not start listening (see {self.out}/logs/{name}.log)")
             time.sleep(0.05)
-        with open(port_file) as f:
-            self.master_port = int(f.read().split()[0])
+        with open(address_file) as f:
+            return f.readline().strip()
 
     def start_node(self, rank, nnodes):
         inc = sum(1 for i in self.incs if i["node"] == rank)
