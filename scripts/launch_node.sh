@@ -259,7 +259,9 @@ stop_all() {
 # On the way out (not a signal): the rendezvous service stays until the job is over (the other
 # nodes re-form through it); a configuration error ends it at once.
 at_exit() {
-  if [ -n "$RDV_PID" ] && [ "$rc" != 2 ] && kill -0 "$RDV_PID" 2>/dev/null; then
+  # (A service no node ever reached is ended: node 0 failed before the job formed.)
+  if [ -n "$RDV_PID" ] && [ "$rc" != 2 ] && kill -0 "$RDV_PID" 2>/dev/null &&
+     grep -q "has a session" "$OUT.rendezvous.log" 2>/dev/null; then
     echo "[launch] node $NODE is out of the job; its host keeps the rendezvous service until the job is over"
     wait "$RDV_PID" 2>/dev/null
     RDV_PID=""

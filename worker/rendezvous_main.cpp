@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   app.add_flag("--exit-when-done", exit_when_done,
                "stop once a node finished the job's last step and every node's session ended");
   app.add_option("--idle-exit-s", idle_exit_s,
-                 "stop after this many seconds without any node's session (since the last one ended or the start); 0 = never")
+                 "stop after this many seconds without any node's session (counted once a first session ended); 0 = never")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -57,15 +57,16 @@ int main(int argc, char** argv) {
       if (!port_file.empty()) publish_file(port_file, std::to_string(p) + "\n");
       log::info("[rendezvous] listening on {}:{}", host, p);
     };
-    RendezvousService service(o);
-    std::thread signals([&] {
+    // Shared with the signal thread, which may outlive run() (the service can end by itself).
+    auto service = std::make_shared<RendezvousService>(o);
+    std::thread signals([service, set]() mutable {
       int sig = 0;
       sigwait(&set, &sig);
       log::info("[rendezvous] signal {}: stopping", sig);
-      service.stop();
+      service->stop();
     });
     signals.detach();
-    service.run();
+    service->run();
     return 0;
   } catch (const std::exception& e) {
     log::error("syncopate-rendezvous: {}", e.what());

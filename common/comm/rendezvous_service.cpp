@@ -45,14 +45,14 @@ struct RendezvousService::Impl {
   std::thread timer;
   int next_session = 0;
   int64_t logged_epoch = 0;
-  double last_session_end = now_s();  // when the last session ended (at first: when the service started)
+  double last_session_end = -1;  // when the last session ended (-1: none has yet; the idle wait starts then)
   double last_refusal_log = -1;
 
   // The job is over (RendezvousServiceOptions::exit_when_done / idle_exit_s); under mu.
   bool job_over(double now) const {
     if (!peers.empty()) return false;
     if (opt.exit_when_done && rules.finished()) return true;
-    return opt.idle_exit_s > 0 && now - last_session_end >= opt.idle_exit_s;
+    return opt.idle_exit_s > 0 && last_session_end >= 0 && now - last_session_end >= opt.idle_exit_s;
   }
 
   // Sends what the rules want sent (under mu); a peer that cannot take it ends by its own thread.
@@ -84,7 +84,7 @@ struct RendezvousService::Impl {
     } catch (const std::exception& e) {
       log::warn("[rendezvous] session {} ended: {}", id, e.what());
       std::lock_guard<std::mutex> l(mu);
-      if (peers.count(id)) deliver(rules.closed(id, now_s())), peers.erase(id);
+      if (peers.count(id)) deliver(rules.closed(id, now_s())), peers.erase(id), last_session_end = now_s();
       end_locked(id);
     }
   }
@@ -262,10 +262,12 @@ void RendezvousService::run() {
     }
     const int id = I.next_session++;
     std::lock_guard<std::mutex> l(I.mu);
-    if (static_cast<int>(I.threads.size()) >= I.opt.max_connections) {  // a flood: closed on arrival
+    // Connections still proving the token (sessions are not counted: a job may have many nodes).
+    if (static_cast<int>(I.threads.size() - I.peers.size()) >= I.opt.max_connections) {  // a flood: closed on arrival
       if (now_s() - I.last_refusal_log > 10) {
         I.last_refusal_log = now_s();
-        log::warn("[rendezvous] {} connections at once: closing new ones until some end", I.threads.size());
+        log::warn("[rendezvous] {} connections at once before their handshake: closing new ones until some end",
+                  I.threads.size() - I.peers.size());
       }
       continue;
     }

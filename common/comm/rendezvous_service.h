@@ -18,11 +18,12 @@ struct RendezvousServiceOptions {
   std::string token;               // the job secret: only nodes that prove it get a session
   std::function<void(uint16_t)> on_listening;  // called with the port once it listens
   // run() returns by itself once the job is over: a member finished its last step and no session
-  // is left, or (when > 0) no session for this many seconds since the last one ended or the
-  // service started (every node gone without finishing). 0 / false: only stop() ends it.
+  // is left, or (when > 0) no session for this many seconds since the last one ended (every node
+  // gone without finishing; not before the first session: nodes may take long to start). 0 / false:
+  // only stop() ends it.
   bool exit_when_done = false;
   double idle_exit_s = 0;
-  int max_connections = 256;  // sessions and handshakes at once; more are closed on arrival
+  int max_connections = 256;  // connections still in their handshake at once; more are closed on arrival
 };
 
 class RendezvousService {

@@ -8,7 +8,7 @@
 namespace syncopate {
 namespace {
 constexpr double kStatusEvery_s = 5;  // how often waiting nodes hear what they wait for
-constexpr int kUnreachableStrikes = 2;  // formations in a row a node's neighbour could not connect to it
+constexpr int kUnreachableStrikes = 2;  // reports that leave a node out of a ring of two
 }  // namespace
 
 std::string RingMembership::hello(int session, const MemberHello& h, double now) {
@@ -42,25 +42,35 @@ RingMembership::Outbox RingMembership::regroup(int session, int64_t step, double
   it->second.step = step;
   it->second.last_heard = now;
   if (collecting_since_ < 0) collecting_since_ = now;
-  Outbox out = unlinked >= 0 && unlinked != it->second.hello.node ? strike(unlinked) : Outbox{};
+  Outbox out = unlinked >= 0 && unlinked != it->second.hello.node ? strike(session, unlinked) : Outbox{};
   for (auto& m : decide(now)) out.push_back(std::move(m));
   return out;
 }
 
-RingMembership::Outbox RingMembership::strike(int node) {
-  for (auto& [id, s] : sessions_) {
-    if (s.hello.node != node || s.struck) continue;
-    s.struck = true;
-    if (++s.strikes < kUnreachableStrikes) return {};
-    Outbox out = {{id, {{"op", "error"},
-                        {"error", fmt::format("the ring's other members could not connect to node {}'s ring listener at "
-                                              "{}:{} when {} epochs in a row formed: it is left out",
-                                              node, s.hello.host, s.hello.port, kUnreachableStrikes)}}}};
-    remove(id);
-    silent_.push_back(id);
-    return out;
-  }
+RingMembership::Outbox RingMembership::strike(int reporter_session, int node) {
+  auto target = std::find_if(sessions_.begin(), sessions_.end(), [&](const auto& e) { return e.second.hello.node == node; });
+  if (target == sessions_.end()) return {};  // gone already
+  Session &t = target->second, &r = sessions_[reporter_session];
+  t.unreached_by.insert(r.hello.node);
+  r.could_not_reach.insert(node);
+  if (t.unreached_by.size() >= 2)
+    return leave_out(target->first, fmt::format("nodes {} could not connect to node {}'s ring listener at {}:{}",
+                                                fmt::join(t.unreached_by, " and "), node, t.hello.host, t.hello.port));
+  if (r.could_not_reach.size() >= 2)
+    return leave_out(reporter_session, fmt::format("node {} could not connect to nodes {}: its connections out fail",
+                                                   r.hello.node, fmt::join(r.could_not_reach, " and ")));
+  if (epoch_nodes_.size() == 2 && ++t.pair_strikes >= kUnreachableStrikes)
+    return leave_out(target->first, fmt::format("node {} could not connect to node {}'s ring listener at {}:{} in {} "
+                                                "formations (a ring of two cannot tell which side is at fault)",
+                                                r.hello.node, node, t.hello.host, t.hello.port, kUnreachableStrikes));
   return {};
+}
+
+RingMembership::Outbox RingMembership::leave_out(int session, const std::string& why) {
+  Outbox out = {{session, {{"op", "error"}, {"error", why + ": it is left out of the ring"}}}};
+  remove(session);
+  silent_.push_back(session);
+  return out;
 }
 
 RingMembership::Outbox RingMembership::leave(int session, double now) {
@@ -69,7 +79,17 @@ RingMembership::Outbox RingMembership::leave(int session, double now) {
 }
 
 void RingMembership::done(int session) {
-  if (sessions_.count(session) && member_nodes_.count(sessions_[session].hello.node)) finished_ = true;
+  auto it = sessions_.find(session);
+  if (it == sessions_.end() || !member_nodes_.count(it->second.hello.node)) return;
+  it->second.done = any_done_ = true;
+  update_finished();
+}
+
+void RingMembership::update_finished() {
+  if (!any_done_ || finished_) return;
+  for (int id : live_members())
+    if (!sessions_[id].done) return;
+  finished_ = true;
 }
 
 RingMembership::Outbox RingMembership::closed(int session, double now) {
@@ -101,6 +121,7 @@ void RingMembership::remove(int session) {
   if (it == sessions_.end()) return;
   member_nodes_.erase(it->second.hello.node);
   sessions_.erase(it);
+  update_finished();
 }
 
 std::vector<int> RingMembership::live_members() const {
@@ -116,7 +137,7 @@ RingMembership::Outbox RingMembership::decide(double now) {
   for (const auto& [id, s] : sessions_)
     if (s.waiting) waiting.push_back(id);
   if (waiting.empty()) {
-    collecting_since_ = -1;
+    collecting_since_ = member_asked_since_ = -1;
     return out;
   }
   if (finished_) {  // joiners after the end: nothing to join
@@ -124,7 +145,7 @@ RingMembership::Outbox RingMembership::decide(double now) {
       out.push_back({id, {{"op", "error"}, {"error", "the job has finished: there is nothing to join"}}});
       sessions_[id].waiting = false;
     }
-    collecting_since_ = -1;
+    collecting_since_ = member_asked_since_ = -1;
     return out;
   }
   if (collecting_since_ < 0) collecting_since_ = now;
@@ -191,6 +212,14 @@ RingMembership::Outbox RingMembership::close_epoch(double now) {
   int64_t best = -1;
   for (const auto& [node, id] : chosen)
     if (sessions_[id].step > best) best = sessions_[id].step, root = node;
+  // A node a member could not connect to gets another predecessor (see regroup's `unlinked`).
+  const size_t n = chosen.size();
+  if (n >= 3)
+    for (size_t i = 0; i < n; ++i) {
+      const Session& s = sessions_[chosen[i].second];
+      if (!s.unreached_by.empty() && s.unreached_by.count(chosen[(i + n - 1) % n].first))
+        std::swap(chosen[i], chosen[(i + 1) % n]);
+    }
   collecting_since_ = -1;
   member_asked_since_ = -1;
   last_status_ = -1;
@@ -218,11 +247,7 @@ RingMembership::Outbox RingMembership::close_epoch(double now) {
     out.push_back({id, reply});
     sessions_[id].waiting = false;
   }
-  for (auto& [id, s] : sessions_) {
-    s.told_pending = false;
-    if (!s.struck) s.strikes = 0;  // strikes count formations in a row
-    s.struck = false;
-  }
+  for (auto& [id, s] : sessions_) s.told_pending = false;
   (void)now;
   return out;
 }

@@ -57,13 +57,18 @@ class RingMembership {
   // The node asks for the next epoch; `step`: where its state stands (-1: it holds none, e.g. a
   // re-formation broke off while it received the root's state).
   // `unlinked` >= 0: the node whose ring listener this one could not connect to when the last
-  // epoch formed. A node named so in kUnreachableStrikes formations in a row is told `error` (the
-  // others cannot reach its listener: a firewall, a wrong address) and is out; its session is
-  // closed (take_silent). Without it, the same membership would close again and again.
+  // epoch formed. The next epoch gives that node another predecessor (ring order otherwise follows
+  // node ranks), so that a second report is independent evidence: a node two members could not
+  // reach is left out (a firewall, a wrong address), and so is a member that could not reach two
+  // others (its own outbound connections fail); in a ring of two, where nothing tells them apart, the
+  // unreached node after a second report. It is told `error` and its session closed (take_silent).
+  // Without this, the same membership would close and fail again and again.
   Outbox regroup(int session, int64_t step, double now, int unlinked = -1);
   // The node leaves on purpose (preempted): out of the membership at once.
   Outbox leave(int session, double now);
-  // The node finished the job's last step: no join is taken from here on.
+  // The node finished the job's last step. Once every live member of the epoch has (the others
+  // closed), the job is over: no join is taken from here on. Until then a member that is still
+  // asking (its last agreement failed) forms a ring with whoever asks, and takes the state furthest along.
   void done(int session);
   // The session ended (EOF, an error, silence): out at once.
   Outbox closed(int session, double now);
@@ -73,7 +78,7 @@ class RingMembership {
   Outbox tick(double now);
 
   int64_t epoch() const { return epoch_; }
-  bool finished() const { return finished_; }  // a member completed the job's last step
+  bool finished() const { return finished_; }  // every live member completed the job's last step
   std::vector<int> members() const;  // node ranks of the current epoch
   // Sessions tick() found silent (the service ends their connections).
   std::vector<int> take_silent() { return std::exchange(silent_, {}); }
@@ -85,14 +90,18 @@ class RingMembership {
     bool waiting = false;
     int64_t step = -1;
     bool told_pending = false;
-    int strikes = 0;        // formations in a row in which a neighbour could not connect to it
-    bool struck = false;    // named in the current collection
+    std::set<int> unreached_by;    // members that could not connect to this node's listener
+    std::set<int> could_not_reach; // members this node could not connect to
+    int pair_strikes = 0;          // reports against it from a ring of two
+    bool done = false;      // completed the job's last step
   };
   bool job_settings_known() const { return settings_.has_value(); }
   Outbox decide(double now);
-  Outbox strike(int node);
+  Outbox strike(int reporter_session, int node);
+  Outbox leave_out(int session, const std::string& why);
   Outbox close_epoch(double now);
   void remove(int session);
+  void update_finished();
   std::vector<int> live_members() const;  // sessions of current members
 
   std::map<int, Session> sessions_;       // live sessions (said hello, not closed)
@@ -103,7 +112,8 @@ class RingMembership {
   double collecting_since_ = -1;          // first outstanding request's time; -1: none
   double member_asked_since_ = -1;        // first request of a current member in this collection; -1: none
   double last_status_ = -1;               // last `waiting` status sent
-  bool finished_ = false;                 // a member finished the job
+  bool finished_ = false;                 // every live member finished the job
+  bool any_done_ = false;                 // a member finished it
   std::vector<int> silent_;
 };
 

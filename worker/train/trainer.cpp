@@ -407,67 +407,75 @@ struct Trainer::Impl {
       std::optional<TraceSpan> sync_span(std::in_place, "reduce and update", "train");
       const StepSync synced = sync->finish_step(flat->params, flat->grads, lr, step);  // average, clip, update
       sync_span.reset();
-      if (synced.abandoned) {  // elastic ring: a node was lost mid-step; the ring re-forms and the job goes on
+      // Elastic ring: a node was lost mid-step; the ring re-forms and the job goes on. When the state it
+      // takes is the job's end (this node lost the last step, another completed it), the end-of-run
+      // work below (evaluation, checkpoint) still runs; no step of this node's is logged.
+      bool took_the_end = false;
+      if (synced.abandoned) {
         adopt(*sync->regroup(flat->params, {step, tokens, data_position}));
-        continue;
+        if (step < last) continue;
+        took_the_end = true;
       }
-      if (synced.skipped) {  // as mixed-precision trainers do on overflow: this step's data is consumed, no update
-        ++skipped_steps;
-        ++skipped_in_a_row;
-        if (writer)
-          log::warn("[train] step {}: gradient norm {:.4g} ({}); update skipped ({} in a row)", step + 1, synced.grad_norm,
-                    std::isfinite(synced.grad_norm) ? "above train.skip_grad_norm" : "not finite", skipped_in_a_row);
-        SYN_CHECK(skipped_in_a_row < tc.max_skipped_steps,
-                  fmt::format("{} steps in a row had a non-finite or oversized gradient (last: step {}, norm {:.4g})",
-                              skipped_in_a_row, step + 1, synced.grad_norm),
-                  "training diverged: lower optim.lr, check the data, or resume from an earlier checkpoint");
-      } else {
-        skipped_in_a_row = 0;
-      }
-      // A SIGTERM (preemption notice) on any of the node's replicas stops all of them after this step:
-      // agreed in the loss average's collective.
-      bool preempted = stop_requested();
-      loss = sync->average(loss, &preempted);
-      const double wait_s = now_seconds() - t_wait;  // blocked on communication (and the update)
-      // It leaves at once (ps: the servers count it out; the others' next round does not wait for
-      // this node's checkpoint write), then writes its checkpoint; no evaluation.
-      if (preempted) sync->leave(step + 1);
-      ++step;
-      tokens += tokens_per_step;
-      data_position = granted >= 0 ? sync->data_grant() : data_position + samples_per_step();
-      // Elastic ring: the members agree at every boundary whether the membership changes (a node
-      // joins or leaves); if so the ring re-forms here (the step is done on every member). The last
-      // boundary too: a member that lost the last step takes it from one that completed it, and a
-      // node preempted during it leaves through an agreement its members take part in.
-      bool regrouped = false;
-      if (!preempted)
-        if (const auto p = sync->regroup(flat->params, {step, tokens, data_position})) adopt(*p), regrouped = true;
-      // (Not right after a re-formation: it left every member identical, and a joiner, whose first
-      // boundary it was, has no check to pair with.)
-      if (!regrouped && cfg.dist.check_every > 0 && step % cfg.dist.check_every == 0) sync->check_identical(flat->params, step);
+      bool preempted = false;
+      if (!took_the_end) {
+        if (synced.skipped) {  // as mixed-precision trainers do on overflow: this step's data is consumed, no update
+          ++skipped_steps;
+          ++skipped_in_a_row;
+          if (writer)
+            log::warn("[train] step {}: gradient norm {:.4g} ({}); update skipped ({} in a row)", step + 1, synced.grad_norm,
+                      std::isfinite(synced.grad_norm) ? "above train.skip_grad_norm" : "not finite", skipped_in_a_row);
+          SYN_CHECK(skipped_in_a_row < tc.max_skipped_steps,
+                    fmt::format("{} steps in a row had a non-finite or oversized gradient (last: step {}, norm {:.4g})",
+                                skipped_in_a_row, step + 1, synced.grad_norm),
+                    "training diverged: lower optim.lr, check the data, or resume from an earlier checkpoint");
+        } else {
+          skipped_in_a_row = 0;
+        }
+        // A SIGTERM (preemption notice) on any of the node's replicas stops all of them after this step:
+        // agreed in the loss average's collective.
+        preempted = stop_requested();
+        loss = sync->average(loss, &preempted);
+        const double wait_s = now_seconds() - t_wait;  // blocked on communication (and the update)
+        // It leaves at once (ps: the servers count it out; the others' next round does not wait for
+        // this node's checkpoint write), then writes its checkpoint; no evaluation.
+        if (preempted) sync->leave(step + 1);
+        ++step;
+        tokens += tokens_per_step;
+        data_position = granted >= 0 ? sync->data_grant() : data_position + samples_per_step();
+        // Elastic ring: the members agree at every boundary whether the membership changes (a node
+        // joins or leaves); if so the ring re-forms here (the step is done on every member). The last
+        // boundary too: a member that lost the last step takes it from one that completed it, and a
+        // node preempted during it leaves through an agreement its members take part in.
+        bool regrouped = false;
+        if (!preempted)
+          if (const auto p = sync->regroup(flat->params, {step, tokens, data_position})) adopt(*p), regrouped = true;
+        // (Not right after a re-formation: it left every member identical, and a joiner, whose first
+        // boundary it was, has no check to pair with.)
+        if (!regrouped && cfg.dist.check_every > 0 && step % cfg.dist.check_every == 0) sync->check_identical(flat->params, step);
 
-      const double now = now_seconds();
-      const double tok_s = tokens_per_step / std::max(now - t_step, 1e-9);
-      if (writer) {
-        nlohmann::json m = {{"step", step}, {"time_s", now - t0}, {"loss", loss}, {"lr", lr}, {"grad_norm", synced.grad_norm},
-                            {"staleness", synced.staleness}, {"wire_bytes", synced.wire_bytes}, {"wire_bytes_received", synced.wire_bytes_received}, {"skipped_steps", skipped_steps},
-                            {"tokens", tokens}, {"tokens_per_s", tok_s},
-                            {"step_s", now - t_step}, {"data_s", data_s}, {"epoch", train_sampler->epoch(data_position)},
-                            {"compute_s", timing.compute_s}, {"modelled_s", timing.modelled_s}, {"wait_s", wait_s},
-                            {"overrun", timing.overrun}, {"unix_s", unix_seconds()}};
-        if (synced.round >= 0) m["round"] = synced.round, m["outer_norm"] = synced.outer_norm;  // local SGD
-        if (cfg.dist.elastic) {  // the step's first sample (ps: as the servers granted it), and who took the step's data
-          m["data_position"] = step_data;
-          m["world"] = step_world;
+        const double now = now_seconds();
+        const double tok_s = tokens_per_step / std::max(now - t_step, 1e-9);
+        if (writer) {
+          nlohmann::json m = {{"step", step}, {"time_s", now - t0}, {"loss", loss}, {"lr", lr}, {"grad_norm", synced.grad_norm},
+                              {"staleness", synced.staleness}, {"wire_bytes", synced.wire_bytes}, {"wire_bytes_received", synced.wire_bytes_received}, {"skipped_steps", skipped_steps},
+                              {"tokens", tokens}, {"tokens_per_s", tok_s},
+                              {"step_s", now - t_step}, {"data_s", data_s}, {"epoch", train_sampler->epoch(data_position)},
+                              {"compute_s", timing.compute_s}, {"modelled_s", timing.modelled_s}, {"wait_s", wait_s},
+                              {"overrun", timing.overrun}, {"unix_s", unix_seconds()}};
+          if (synced.round >= 0) m["round"] = synced.round, m["outer_norm"] = synced.outer_norm;  // local SGD
+          if (cfg.dist.elastic) {  // the step's first sample (ps: as the servers granted it), and who took the step's data
+            m["data_position"] = step_data;
+            m["world"] = step_world;
+          }
+          if (flops_per_token_per_peak > 0) m["mfu"] = tok_s * flops_per_token_per_peak;
+          if (advice_watch) {  // this node's own step (no communication) against the advice's assumption
+            if (auto change = advice_watch->observe(step, (now - t_step) - wait_s)) log::warn("[advice] {}", *change);
+            if (advice_watch->ratio() > 0) m["advice_step_ratio"] = advice_watch->ratio();
+          }
+          metrics->write(m);
         }
-        if (flops_per_token_per_peak > 0) m["mfu"] = tok_s * flops_per_token_per_peak;
-        if (advice_watch) {  // this node's own step (no communication) against the advice's assumption
-          if (auto change = advice_watch->observe(step, (now - t_step) - wait_s)) log::warn("[advice] {}", *change);
-          if (advice_watch->ratio() > 0) m["advice_step_ratio"] = advice_watch->ratio();
-        }
-        metrics->write(m);
+        if (verbose) progress.step(step, loss, lr, tok_s);
       }
-      if (verbose) progress.step(step, loss, lr, tok_s);
 
       // eval.every_tokens: the job's tokens as every replica of this node computes them alike (the
       // node's count times the nodes where nodes step apart: exact for the ring and BSP, the

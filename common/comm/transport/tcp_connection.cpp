@@ -141,6 +141,41 @@ asio::ip::tcp::socket TcpListener::accept(double timeout_s, const std::string& a
   }
 }
 
+namespace {
+// One connect attempt that gives up at `deadline`: a blocking connect() to a host whose firewall
+// drops the SYN waits for the kernel's retries (about two minutes), far past dist.timeout_s.
+template <class TimePoint>
+void connect_before(asio::ip::tcp::socket& s, const asio::ip::tcp::endpoint& to, TimePoint deadline,
+                    boost::system::error_code& ec) {
+  s.open(to.protocol(), ec);
+  if (ec) return;
+  s.non_blocking(true, ec);
+  if (ec) return;
+  if (::connect(s.native_handle(), to.data(), static_cast<socklen_t>(to.size())) != 0)
+    ec = boost::system::error_code(errno, boost::system::system_category());
+  if (ec.value() == EINPROGRESS) {
+    const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+    pollfd p{s.native_handle(), POLLOUT, 0};
+    int r;
+    do r = ::poll(&p, 1, static_cast<int>(std::max(left, 0.0) * 1000) + 1);
+    while (r < 0 && errno == EINTR);
+    if (r <= 0) {
+      ec = asio::error::timed_out;
+    } else {
+      int err = 0;
+      socklen_t len = sizeof(err);
+      ::getsockopt(s.native_handle(), SOL_SOCKET, SO_ERROR, &err, &len);
+      ec = err ? boost::system::error_code(err, boost::system::system_category()) : boost::system::error_code();
+    }
+  }
+  if (!ec) s.non_blocking(false, ec);
+  if (ec) {
+    boost::system::error_code ignored;
+    s.close(ignored);
+  }
+}
+}  // namespace
+
 asio::ip::tcp::socket tcp_connect(asio::io_context& io, const std::string& host, uint16_t port, double timeout_s,
                                   const std::string& what) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
@@ -148,7 +183,7 @@ asio::ip::tcp::socket tcp_connect(asio::io_context& io, const std::string& host,
   const auto addr = address_of(io, host, what);
   for (;;) {
     asio::ip::tcp::socket s(io);
-    s.connect({addr, port}, ec);
+    connect_before(s, {addr, port}, deadline, ec);
     if (!ec) return s;
     SYN_CHECK(std::chrono::steady_clock::now() < deadline,
               fmt::format("could not reach {} at {}:{} within {} s: {}", what, host, port, timeout_s, ec.message()),
