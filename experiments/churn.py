@@ -65,8 +65,10 @@ Per run (every definition is repeated in churn.md):
   every comparison of the report; "resolved" only where the Holm p < 0.05, else "not resolved".
 
 Defaults: 3 nodes, 120 steps of 0.1 s, 3 seeds, 30 events per minute, at most 3 per run, delays 1-3 s.
-Measured on this 2-core machine (another engineer's builds sharing it): `churn.py run --out runs/churn` with
-the defaults took 6 min 26 s (24 runs of 13-21 s each, 385 s in all; the final goodputs are in runs/churn/churn.md)."""
+Measured on this 2-core machine: `churn.py run --out runs/churn` with the defaults took 6 min 26 s when
+they were the 4 configurations before ring_elastic (24 runs of 13-21 s each); `--configs
+ring_restart,ring_elastic --seeds 3` took 190 s (12 runs; docs/PERFORMANCE.md), so the 5 defaults take
+about 8 minutes."""
 import argparse
 import json
 import os
