@@ -84,9 +84,23 @@ struct RendezvousService::Impl {
     } catch (const std::exception& e) {
       log::warn("[rendezvous] session {} ended: {}", id, e.what());
       std::lock_guard<std::mutex> l(mu);
-      if (peers.count(id)) deliver(rules.closed(id, now_s())), peers.erase(id), last_session_end = now_s();
-      end_locked(id);
+      close_locked(id);
     }
+  }
+  // A session is over: out of the rules, its connection ended (under mu).
+  void close_locked(int id) {
+    deliver(rules.closed(id, now_s()));
+    if (peers.erase(id)) last_session_end = now_s();
+    end_locked(id);
+  }
+  // The sessions the rules put out (silent, or unreachable by their neighbours): their connections
+  // end, and so do their threads (under mu).
+  void end_silent_locked(const char* why) {
+    for (int id : rules.take_silent())
+      if (auto it = peers.find(id); it != peers.end()) {
+        log::warn("[rendezvous] node {} {}: out of the membership", it->second.node, why);
+        it->second.conn->shutdown();
+      }
   }
   void serve_session(int id, asio::ip::tcp::socket socket) {
     boost::system::error_code ec;
@@ -104,21 +118,8 @@ struct RendezvousService::Impl {
     MemberHello h;
     try {
       const int node = authenticate_peer(*conn, key, 0, -1);  // another job's token, garbage, a scanner: dropped here
-      const nlohmann::json m = read_json_line(*conn);
-      SYN_CHECK(m.value("op", "") == "hello", "no hello", "");
-      h.node = m.at("node").get<int>();
-      h.host = m.at("host").get<std::string>();
-      h.port = m.at("port").get<uint16_t>();
-      h.fingerprint = m.at("fingerprint").get<std::string>();
-      h.nnodes = m.at("nnodes").get<int>();
-      h.min_nodes = m.at("min_nodes").get<int>();
-      h.reform_wait_s = m.at("reform_wait_s").get<double>();
-      h.start_wait_s = m.at("start_wait_s").get<double>();
-      h.streams = m.at("streams").get<int>();
-      SYN_CHECK(node == h.node && h.node >= 0 && h.nnodes >= 1 && h.nnodes <= kMaxNodes && h.min_nodes >= 1 &&
-                    h.min_nodes <= kMaxNodes && h.reform_wait_s > 0 && h.start_wait_s > 0 && h.streams >= 1 &&
-                    h.streams <= 64,
-                "a hello out of range", "");
+      h = parse_hello(read_json_line(*conn), kMaxNodes);
+      SYN_CHECK(node == h.node, fmt::format("a hello for node {} from node {}", h.node, node), "");
     } catch (const std::exception& e) {
       log::warn("[rendezvous] dropped a connection from {}: {}", from, e.what());
       end(id);
@@ -152,11 +153,7 @@ struct RendezvousService::Impl {
         if (op == "regroup" && m.contains("step") && m.at("step").is_number_integer()) {
           const int unlinked = m.contains("unlinked") && m.at("unlinked").is_number_integer() ? m.at("unlinked").get<int>() : -1;
           deliver(rules.regroup(id, m.at("step").get<int64_t>(), now_s(), unlinked));
-          for (int s : rules.take_silent())  // a node its neighbours cannot reach: told, then its session ends
-            if (auto it = peers.find(s); it != peers.end()) {
-              log::warn("[rendezvous] node {} cannot be reached by its ring neighbours: out of the membership", it->second.node);
-              it->second.conn->shutdown();
-            }
+          end_silent_locked("cannot be reached by its ring neighbours");  // (told why first)
         } else if (op == "leave") {
           log::info("[rendezvous] node {} leaves the job", h.node);
           deliver(rules.leave(id, now_s()));
@@ -172,10 +169,7 @@ struct RendezvousService::Impl {
     }
     std::lock_guard<std::mutex> l(mu);
     if (!why.empty() && !stop && peers.count(id)) log::info("[rendezvous] node {}'s session ended: {}", h.node, why);
-    deliver(rules.closed(id, now_s()));
-    peers.erase(id);
-    last_session_end = now_s();
-    end_locked(id);
+    close_locked(id);
   }
   // A session's thread is over: its connection closed, the thread joined by the accept loop.
   void end(int id) {
@@ -204,11 +198,7 @@ struct RendezvousService::Impl {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       std::lock_guard<std::mutex> l(mu);
       deliver(rules.tick(now_s()));
-      for (int id : rules.take_silent())
-        if (auto it = peers.find(id); it != peers.end()) {
-          log::warn("[rendezvous] node {} went silent: out of the membership", it->second.node);
-          it->second.conn->shutdown();
-        }
+      end_silent_locked("went silent");
     }
   }
 };

@@ -41,13 +41,19 @@ struct RendezvousSession::Impl {
   bool stop = false;
   bool ended = false;  // the session is over (the service closed it, or an error)
   std::string error;   // why, or the service's error
-  int64_t last_epoch = 0;
   std::optional<Epoch> epoch;  // the newest one told, until regroup() takes it
   std::thread reader, heartbeat;
 
   void send(const nlohmann::json& j) {
     std::lock_guard<std::mutex> l(send_mu);
     write_json_line(*conn, j);
+  }
+  // A notice the service may no longer be there to hear (the node is on its way out).
+  void tell(const nlohmann::json& j) {
+    try {
+      send(j);
+    } catch (const std::exception&) {
+    }
   }
   void read_loop() {
     for (;;) {
@@ -98,10 +104,7 @@ struct RendezvousSession::Impl {
       cv.wait_for(l, std::chrono::duration<double>(opt.heartbeat_s));
       if (stop || ended) return;
       l.unlock();
-      try {
-        send({{"op", "hb"}});
-      } catch (const std::exception&) {
-      }
+      tell({{"op", "hb"}});
       l.lock();
     }
   }
@@ -120,9 +123,7 @@ RendezvousSession::RendezvousSession(const RendezvousSessionOptions& o) : impl_(
   I.opt.hello.port = I.listener->port();
   authenticate_peer(*I.conn, I.key, o.hello.node, 0);
   const MemberHello& h = I.opt.hello;
-  I.send({{"op", "hello"}, {"node", h.node}, {"host", h.host}, {"port", h.port}, {"fingerprint", h.fingerprint},
-          {"nnodes", h.nnodes}, {"min_nodes", h.min_nodes}, {"reform_wait_s", h.reform_wait_s},
-          {"start_wait_s", h.start_wait_s}, {"streams", h.streams}});
+  I.send(hello_message(h));
   const nlohmann::json reply = read_json_line(*I.conn);
   SYN_CHECK(reply.value("op", "") == "welcome",
             fmt::format("the rendezvous service at {} refused node {}: {}", I.where(), h.node,
@@ -166,24 +167,13 @@ Epoch RendezvousSession::regroup(int64_t step, double wait_limit_s, int unlinked
             "the log above names the nodes it waited for: start them (with --resume), or lower dist.min_nodes");
   Epoch e = *I.epoch;
   I.epoch.reset();
-  I.last_epoch = e.number;
   return e;
 }
 
 bool RendezvousSession::pending() const { return impl_->pending.load(); }
 
-void RendezvousSession::leave() {
-  try {
-    impl_->send({{"op", "leave"}});
-  } catch (const std::exception&) {
-  }
-}
-void RendezvousSession::done() {
-  try {
-    impl_->send({{"op", "done"}});
-  } catch (const std::exception&) {
-  }
-}
+void RendezvousSession::leave() { impl_->tell({{"op", "leave"}}); }
+void RendezvousSession::done() { impl_->tell({{"op", "done"}}); }
 
 int RendezvousSession::node() const { return impl_->opt.hello.node; }
 boost::asio::io_context& RendezvousSession::io() { return impl_->io; }

@@ -5,11 +5,39 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/check.h"
+
 namespace syncopate {
 namespace {
 constexpr double kStatusEvery_s = 5;  // how often waiting nodes hear what they wait for
 constexpr int kUnreachableStrikes = 2;  // reports that leave a node out of a ring of two
 }  // namespace
+
+nlohmann::json hello_message(const MemberHello& h) {
+  return {{"op", "hello"},         {"node", h.node},
+          {"host", h.host},        {"port", h.port},
+          {"fingerprint", h.fingerprint}, {"nnodes", h.nnodes},
+          {"min_nodes", h.min_nodes},     {"reform_wait_s", h.reform_wait_s},
+          {"start_wait_s", h.start_wait_s}, {"streams", h.streams}};
+}
+
+MemberHello parse_hello(const nlohmann::json& m, int max_nodes) {
+  SYN_CHECK(m.is_object() && m.value("op", "") == "hello", "no hello", "");
+  MemberHello h;
+  h.node = m.at("node").get<int>();
+  h.host = m.at("host").get<std::string>();
+  h.port = m.at("port").get<uint16_t>();
+  h.fingerprint = m.at("fingerprint").get<std::string>();
+  h.nnodes = m.at("nnodes").get<int>();
+  h.min_nodes = m.at("min_nodes").get<int>();
+  h.reform_wait_s = m.at("reform_wait_s").get<double>();
+  h.start_wait_s = m.at("start_wait_s").get<double>();
+  h.streams = m.at("streams").get<int>();
+  SYN_CHECK(h.node >= 0 && h.nnodes >= 1 && h.nnodes <= max_nodes && h.min_nodes >= 1 && h.min_nodes <= max_nodes &&
+                h.reform_wait_s > 0 && h.start_wait_s > 0 && h.streams >= 1 && h.streams <= 64,
+            "a hello out of range", "");
+  return h;
+}
 
 std::string RingMembership::hello(int session, const MemberHello& h, double now) {
   if (finished_) return "the job has finished (a node completed its last step): there is nothing to join";
@@ -41,7 +69,6 @@ RingMembership::Outbox RingMembership::regroup(int session, int64_t step, double
   it->second.waiting = true;
   it->second.step = step;
   it->second.last_heard = now;
-  if (collecting_since_ < 0) collecting_since_ = now;
   Outbox out = unlinked >= 0 && unlinked != it->second.hello.node ? strike(session, unlinked) : Outbox{};
   for (auto& m : decide(now)) out.push_back(std::move(m));
   return out;
@@ -68,9 +95,13 @@ RingMembership::Outbox RingMembership::strike(int reporter_session, int node) {
 
 RingMembership::Outbox RingMembership::leave_out(int session, const std::string& why) {
   Outbox out = {{session, {{"op", "error"}, {"error", why + ": it is left out of the ring"}}}};
+  end_session(session);
+  return out;
+}
+
+void RingMembership::end_session(int session) {
   remove(session);
   silent_.push_back(session);
-  return out;
 }
 
 RingMembership::Outbox RingMembership::leave(int session, double now) {
@@ -106,10 +137,7 @@ RingMembership::Outbox RingMembership::tick(double now) {
     std::vector<int> quiet;
     for (const auto& [id, s] : sessions_)
       if (now - s.last_heard > settings_->reform_wait_s) quiet.push_back(id);
-    for (int id : quiet) {
-      remove(id);
-      silent_.push_back(id);
-    }
+    for (int id : quiet) end_session(id);
   }
   return decide(now);
 }
@@ -150,8 +178,9 @@ RingMembership::Outbox RingMembership::decide(double now) {
   }
   if (collecting_since_ < 0) collecting_since_ = now;
   const MemberHello& job = *settings_;
+  const std::vector<int> members = live_members();
   // Members still stepping in the old ring agree to come at their next step boundary.
-  for (int id : live_members()) {
+  for (int id : members) {
     Session& s = sessions_[id];
     if (!s.waiting && !s.told_pending) {
       out.push_back({id, {{"op", "pending"}}});
@@ -161,7 +190,7 @@ RingMembership::Outbox RingMembership::decide(double now) {
   std::set<int> present;
   for (int id : waiting) present.insert(sessions_[id].hello.node);
   bool all_members = true, some_member = false;
-  for (int id : live_members()) {
+  for (int id : members) {
     all_members = all_members && sessions_[id].waiting;
     some_member = some_member || sessions_[id].waiting;
   }
@@ -178,7 +207,7 @@ RingMembership::Outbox RingMembership::decide(double now) {
     // Past the wait, without the members that neither asked nor died; but never without every
     // member of the running ring while one of them is alive (joiners alone would split the job).
     ready = all_members || (some_member && now - member_asked_since_ >= job.reform_wait_s) ||
-            (live_members().empty() && waited >= job.reform_wait_s);
+            (members.empty() && waited >= job.reform_wait_s);
   }
   if (ready && static_cast<int>(present.size()) >= std::max(1, job.min_nodes)) return close_epoch(now);
   if (last_status_ < 0 || now - last_status_ >= kStatusEvery_s || now < last_status_) {

@@ -46,6 +46,11 @@ struct MemberHello {
   double start_wait_s = 60;     // the first epoch: how long it waits for nnodes nodes before starting with fewer
   int streams = 1;              // TCP streams per ring link
 };
+// The hello as it travels (op "hello" and the fields above), both ways. parse_hello throws on a
+// missing or mistyped field and on values no job has (ranks, counts, waits); `max_nodes` bounds
+// nnodes and min_nodes.
+nlohmann::json hello_message(const MemberHello& h);
+MemberHello parse_hello(const nlohmann::json& m, int max_nodes);
 
 class RingMembership {
  public:
@@ -80,7 +85,7 @@ class RingMembership {
   int64_t epoch() const { return epoch_; }
   bool finished() const { return finished_; }  // every live member completed the job's last step
   std::vector<int> members() const;  // node ranks of the current epoch
-  // Sessions tick() found silent (the service ends their connections).
+  // Sessions put out since the last call: silent (tick) or unreachable (regroup); the service ends their connections.
   std::vector<int> take_silent() { return std::exchange(silent_, {}); }
 
  private:
@@ -101,6 +106,7 @@ class RingMembership {
   Outbox leave_out(int session, const std::string& why);
   Outbox close_epoch(double now);
   void remove(int session);
+  void end_session(int session);  // out, and its connection to be ended (take_silent)
   void update_finished();
   std::vector<int> live_members() const;  // sessions of current members
 
