@@ -36,6 +36,22 @@ for _ in range(200):
 PY
 }
 
+# Waits (until T0 + LIMIT s) for each SPAWNED[INDEX] and fails unless it exited 0; LOGS (a glob) is
+# printed on failure.
+launchers_exit0() {  # NAME T0 LIMIT LOGS INDEX...
+  local name=$1 t0=$2 limit=$3 logs=$4 i pid rc
+  shift 4
+  for i in "$@"; do
+    pid=${SPAWNED[$i]} rc=0
+    while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$limit" ]; do sleep 0.2; done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "FAIL: $name: launcher $i still running after $limit s"; tail -n 20 $logs; fail=1; continue
+    fi
+    wait "$pid" || rc=$?
+    [ $rc = 0 ] || { echo "FAIL: $name: launcher $i exited $rc"; tail -n 20 $logs; fail=1; }
+  done
+}
+
 run_job() {  # NAME HOSTS PS_PORT [NETNS_PREFIX]
   local name=$1 hosts=$2 port=$3 ns=${4:-} i steps t0
   mkdir -p "$TMP/$name"
@@ -50,15 +66,7 @@ run_job() {  # NAME HOSTS PS_PORT [NETNS_PREFIX]
     [ -n "$ns" ] && cmd=(ip netns exec "${ns}n$i" "${cmd[@]}")
     spawn "${cmd[@]}" > "$TMP/$name/node$i.log" 2>&1
   done
-  for i in 0 1 2; do  # a deadline far below the 600 s that only FINISH avoids
-    local pid=${SPAWNED[$i]} rc=0
-    while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt 240 ]; do sleep 0.2; done
-    if kill -0 "$pid" 2>/dev/null; then
-      echo "FAIL: $name node $i still running after 240 s"; tail -n 20 "$TMP/$name/node$i.log"; fail=1; continue
-    fi
-    wait "$pid" || rc=$?
-    [ $rc = 0 ] || { echo "FAIL: $name node $i's launcher exited $rc"; tail -n 20 "$TMP/$name/node$i.log"; fail=1; }
-  done
+  launchers_exit0 "$name" "$t0" 240 "$TMP/$name/node*.log" 0 1 2  # a deadline far below the 600 s that only FINISH avoids
   end_spawned
   for i in 0 1 2; do
     steps=8; [ $i = 2 ] && steps=4
@@ -111,12 +119,8 @@ restart_job() {
   for _ in $(seq 1 1200); do grep -q '"step":15,' "$TMP/restart/node1/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
   pkill -KILL -f "syncopate-server.*--server.checkpoint_dir=$TMP/restart/node1/server1" ||
     { echo "FAIL: restart: no shard 1 to kill"; fail=1; }
+  launchers_exit0 restart "$t0" 240 "$TMP/restart/node*.log" 0 1 2
   for i in 0 1 2; do
-    pid=${SPAWNED[$i]} rc=0
-    while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt 240 ]; do sleep 0.2; done
-    kill -0 "$pid" 2>/dev/null && { echo "FAIL: restart node $i still running after 240 s"; tail -n 20 "$TMP/restart/node$i.log"; fail=1; continue; }
-    wait "$pid" || rc=$?
-    [ $rc = 0 ] || { echo "FAIL: restart: node $i's launcher exited $rc"; tail -n 20 "$TMP/restart/node$i.log"; fail=1; }
     grep -q '"step":60,' "$TMP/restart/node$i/metrics.jsonl" || { echo "FAIL: restart: node $i did not reach step 60"; fail=1; }
   done
   end_spawned
@@ -161,13 +165,7 @@ elastic_job() {
     [ "${n:-0}" -ge 2 ] && break; sleep 0.1
   done
   kill -TERM "${SPAWNED[2]}"  # node 1's launcher
-  for i in 1 3 0; do  # node 0, node 2, then the shard's launcher
-    pid=${SPAWNED[$i]} rc=0
-    while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt 240 ]; do sleep 0.2; done
-    kill -0 "$pid" 2>/dev/null && { echo "FAIL: elastic: launcher $i still running after 240 s"; fail=1; continue; }
-    wait "$pid" || rc=$?
-    [ $rc = 0 ] || { echo "FAIL: elastic: launcher $i exited $rc"; tail -n 20 "$TMP/elastic/"*.log; fail=1; }
-  done
+  launchers_exit0 elastic "$t0" 240 "$TMP/elastic/*.log" 1 3 0  # node 0, node 2, then the shard's launcher
   wait "${SPAWNED[2]}" 2>/dev/null || true
   end_spawned
   grep -q "joined the running job at step" "$TMP/elastic/node2.log" || { echo "FAIL: elastic: node 2 did not join"; tail -n 20 "$TMP/elastic/node2.log"; fail=1; }
@@ -207,13 +205,7 @@ elastic_ring_job() {  # [NETNS_PREFIX]
   for _ in $(seq 1 1200); do grep -q '"step":15,' "$TMP/$d/node1/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
   wpid=$(pgrep -f "syncopate-worker.*$TMP/$d/node1" | head -n1)
   [ -n "$wpid" ] && kill -KILL "$wpid" || { echo "FAIL: $d: node 1's worker not found"; fail=1; }
-  for i in 0 1; do
-    pid=${SPAWNED[$i]} rc=0
-    while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt 180 ]; do sleep 0.2; done
-    kill -0 "$pid" 2>/dev/null && { echo "FAIL: $d: launcher $i still running after 180 s"; fail=1; continue; }
-    wait "$pid" || rc=$?
-    [ $rc = 0 ] || { echo "FAIL: $d: launcher $i exited $rc"; tail -n 20 "$TMP/$d/"*.log; fail=1; }
-  done
+  launchers_exit0 "$d" "$t0" 180 "$TMP/$d/*.log" 0 1
   end_spawned
   grep -q "syncopate-rendezvous on $addr:$port" "$TMP/$d/node0.log" || { echo "FAIL: $d: node 0's launcher started no rendezvous service"; fail=1; }
   # node 0's launcher did not end the service with its worker: it ended by itself at the job's end
