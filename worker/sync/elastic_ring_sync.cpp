@@ -27,10 +27,6 @@
 namespace syncopate {
 namespace {
 
-// Non-negative integers travel through a float32 sum as 22-bit pieces (exact below 2^24).
-constexpr int kPieces = 3;
-constexpr int64_t kPieceBits = 22;
-
 class ElasticRingSync : public GradientSync {
  public:
   ElasticRingSync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params)
@@ -185,20 +181,8 @@ class ElasticRingSync : public GradientSync {
       ring_sync_->sum_exact(x);
       got.push_back(x);
     }
-    const std::vector<int64_t> mine = {at.step, at.tokens, at.data_position, opt.steps()};
-    at::Tensor pieces = at::zeros({static_cast<int64_t>(mine.size()) * kPieces}, at::kFloat);
-    if (root)
-      for (size_t k = 0; k < mine.size(); ++k)
-        for (int j = 0; j < kPieces; ++j)
-          pieces[static_cast<int64_t>(k) * kPieces + j] =
-              static_cast<float>((mine[k] >> (kPieceBits * j)) & ((int64_t{1} << kPieceBits) - 1));
-    at::Tensor sum = pieces.to(replica_options(device_));
-    ring_sync_->sum_exact(sum);
-    const at::Tensor h = sum.cpu();
-    std::vector<int64_t> v(mine.size(), 0);
-    for (size_t k = 0; k < mine.size(); ++k)
-      for (int j = 0; j < kPieces; ++j)
-        v[k] |= static_cast<int64_t>(h.data_ptr<float>()[k * kPieces + static_cast<size_t>(j)]) << (kPieceBits * j);
+    std::vector<int64_t> v = {at.step, at.tokens, at.data_position, opt.steps()};
+    ring_sync_->share_ints(v, root);
     for (size_t k = 0; k < live.size(); ++k) live[k]->copy_(got[k]);
     opt.set_steps(v[3]);
     return {v[0], v[1], v[2]};

@@ -41,6 +41,10 @@ class RingSync : public GradientSync {
   void relink(std::shared_ptr<Ring> ring);
   // t <- the sum of t over every replica, exactly (float32 on the wire).
   void sum_exact(at::Tensor& t);
+  // Every replica ends with the source replica's non-negative integers (exactly, in 22-bit pieces
+  // through one float32 sum); exactly one replica passes source = true, the others their own
+  // vector's size.
+  void share_ints(std::vector<int64_t>& v, bool source);
 
  private:
   double clip_node_mean(at::Tensor& grads);
