@@ -156,9 +156,23 @@ for a in "$@"; do
 done
 [ -n "$OUT" ] || die "pass --out DIR to the worker (checkpoints live there)"
 
-# --dist.mode=auto: the advice decides whether this job has shards, and their flags. The worker
-# itself says which mode and advice file it resolves to (--print-config: the last --dist.mode wins,
-# a config file's mode = "auto" counts), so the launcher and the worker cannot disagree.
+# The worker's own resolution of its arguments' [dist] section, as JSON (--print-config: the last
+# --dist.mode wins, a config file counts; MASTER_ADDR/MASTER_PORT as given here), so that the
+# launcher and the worker cannot disagree. (A placeholder server list where none is set: the
+# worker's ps mode needs one to print its config.) On failure the worker's error is on stderr.
+resolve_dist() {  # WORKER ARGS...
+  local printed err="${TMPDIR:-/tmp}/launch_node.$$.err"
+  printed=$("$WORKER" "$@" --dist.servers="${SERVERS_LIST:-tcp://127.0.0.1:1}" --print-config 2> "$err") ||
+    { cat "$err" >&2; rm -f "$err"; return 1; }
+  rm -f "$err"
+  PRINTED=$printed "${SYNCOPATE_PYTHON:-python3}" -c 'import json, os, re, tomllib
+d = tomllib.loads(re.sub(r"  # this run: .*", "", os.environ["PRINTED"]))["dist"]
+d["master_addr"] = d["master_addr"] or os.environ.get("MASTER_ADDR") or "127.0.0.1"
+d["master_port"] = d["master_port"] or int(os.environ.get("MASTER_PORT") or 29500)
+print(json.dumps(d))'
+}
+
+# --dist.mode=auto: the advice decides whether this job has shards, and their flags.
 AUTO=0 prev=""
 for a in "$@"; do
   [ "$a" = --dist.mode=auto ] && AUTO=1
@@ -167,14 +181,11 @@ for a in "$@"; do
 done
 [ -n "$CONFIG" ] && grep -Eq '^[[:space:]]*mode[[:space:]]*=[[:space:]]*"auto"' "$CONFIG" 2>/dev/null && AUTO=1
 if [ "$AUTO" = 1 ]; then
-  # (a placeholder server list where none is set: the worker's ps mode needs one to print its config;
-  # a ps recommendation without SYNCOPATE_SERVERS is refused below, by name)
-  resolved=$("$WORKER" "$@" --dist.servers="${SERVERS_LIST:-tcp://127.0.0.1:1}" --print-config 2> "${TMPDIR:-/tmp}/launch_node.$$.err") ||
-    { cat "${TMPDIR:-/tmp}/launch_node.$$.err" >&2; rm -f "${TMPDIR:-/tmp}/launch_node.$$.err"; exit 2; }
-  rm -f "${TMPDIR:-/tmp}/launch_node.$$.err"
-  advised=$(RESOLVED=$resolved "${SYNCOPATE_PYTHON:-python3}" - <<'PY'
-import json, os, re, sys, tomllib
-cfg = tomllib.loads(re.sub(r"  # this run: .*", "", os.environ["RESOLVED"]))["dist"]
+  # (a ps recommendation without SYNCOPATE_SERVERS is refused below, by name)
+  dist=$(resolve_dist "$@") || exit 2
+  advised=$(DIST=$dist "${SYNCOPATE_PYTHON:-python3}" - <<'PY'
+import json, os, sys
+cfg = json.loads(os.environ["DIST"])
 mode, path = cfg["mode"], cfg["advice"]
 print(mode)
 if mode == "ps":
@@ -205,17 +216,10 @@ fi
 RDV_PID=""
 if grep -q elastic <<< "$* $( [ -n "$CONFIG" ] && cat "$CONFIG" 2>/dev/null)" && [ "$NODE" = 0 ] &&
    [ "${SYNCOPATE_RENDEZVOUS:-}" != external ]; then
-  resolved=$("$WORKER" "$@" --dist.servers="${SERVERS_LIST:-tcp://127.0.0.1:1}" --print-config 2>/dev/null) || resolved=""
-  read -r rmode relastic raddr rport < <(RESOLVED=$resolved "${SYNCOPATE_PYTHON:-python3}" - <<'PY'
-import os, re, tomllib
-try:
-    d = tomllib.loads(re.sub(r"  # this run: .*", "", os.environ["RESOLVED"]))["dist"]
-    print(d["mode"], str(d["elastic"]).lower(), d["master_addr"] or os.environ.get("MASTER_ADDR") or "127.0.0.1",
-          d["master_port"] or os.environ.get("MASTER_PORT") or 29500)
-except Exception:
-    print("none false - 0")
-PY
-)
+  dist=$(resolve_dist "$@" 2>/dev/null) || dist='{"mode": "none", "elastic": false}'
+  read -r rmode relastic raddr rport < <(DIST=$dist "${SYNCOPATE_PYTHON:-python3}" -c 'import json, os
+d = json.loads(os.environ["DIST"])
+print(d["mode"], str(d["elastic"]).lower(), d.get("master_addr", "-"), d.get("master_port", 0))')
   if [ "$rmode" = ring ] && [ "$relastic" = true ]; then
     echo "[launch] elastic ring: syncopate-rendezvous on $raddr:$rport"
     mkdir -p "$(dirname "$OUT")"
