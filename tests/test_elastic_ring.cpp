@@ -3,7 +3,9 @@
 // running job, a node preempted with SIGTERM and the killed one coming back with --resume: nobody
 // restarts, the ring re-forms at step boundaries, every member holds the same weights after every
 // step (dist.check_every=1 fails the job otherwise), the data order holds, and a node of another
-// model is refused without disturbing the ring.
+// model is refused without disturbing the ring. Local SGD / DiLoCo on the elastic ring
+// (dist.sync_every > 1): the same events, taking effect at round boundaries, the survivors of a
+// lost node applying their round with their own deltas.
 #include <signal.h>
 
 #include <chrono>
@@ -48,15 +50,20 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
-TEST(ElasticRing, NodesDieJoinLeaveAndComeBackWhileTheRingGoesOn) {
-  test::TempDir d;
-  const std::string corpus = test::write_tiny_corpus(d), bin = test::bin_dir(), port_file = d.str("rendezvous.port");
-  const std::vector<std::string> env = {"SYNCOPATE_TOKEN=t"};
-  test::Process service({bin + "/syncopate-rendezvous", "--port", "-1", "--port-file", port_file}, env,
-                        d.str("rendezvous.log"));
-  test::wait_for_line(port_file, 30, &service);
-  constexpr int kSteps = 200, kBatch = 2;
-  auto node = [&](int rank, bool resume = false, const std::string& width = "32") {
+// A rendezvous service and the nodes of one elastic ring job (NNODES=3 at the start) in `d`.
+struct ElasticJob {
+  static constexpr int kSteps = 200, kBatch = 2;
+  test::TempDir& d;
+  std::vector<std::string> extra;  // further worker flags (local SGD's)
+  std::string corpus = test::write_tiny_corpus(d), bin = test::bin_dir(), port_file = d.str("rendezvous.port");
+  std::vector<std::string> env = {"SYNCOPATE_TOKEN=t"};
+  test::Process service{{bin + "/syncopate-rendezvous", "--port", "-1", "--port-file", port_file}, env,
+                        d.str("rendezvous.log")};
+  ElasticJob(test::TempDir& dir, std::vector<std::string> flags) : d(dir), extra(std::move(flags)) {
+    test::wait_for_line(port_file, 30, &service);
+  }
+  ~ElasticJob() { service.kill_hard(); }
+  std::unique_ptr<test::Process> node(int rank, bool resume = false, const std::string& width = "32") {
     const std::string out = d.str(fmt::format("w{}", rank));
     std::vector<std::string> a = {bin + "/syncopate-worker", "--out", out, "--model.n_embd=" + width, "--model.n_head=2",
                                   "--model.block_size=32", "--train.threads=1", "--schedule.warmup_steps=2",
@@ -67,12 +74,20 @@ TEST(ElasticRing, NodesDieJoinLeaveAndComeBackWhileTheRingGoesOn) {
                                   "--dist.master_addr=127.0.0.1", "--dist.master_port=-1",
                                   "--dist.rendezvous_file=" + port_file, "--dist.timeout_s=30", "--dist.reform_wait_s=5",
                                   "--dist.check_every=1", "--train.preempt_grace_s=30"};
+    a.insert(a.end(), extra.begin(), extra.end());
     if (resume) a.push_back("--resume");
     std::vector<std::string> e = env;
     e.push_back("NNODES=3");
     e.push_back(fmt::format("NODE_RANK={}", rank));
     return std::make_unique<test::Process>(a, e, d.str(fmt::format("w{}.log{}", rank, resume ? ".2" : "")));
-  };
+  }
+};
+
+TEST(ElasticRing, NodesDieJoinLeaveAndComeBackWhileTheRingGoesOn) {
+  test::TempDir d;
+  ElasticJob job(d, {});
+  constexpr int kSteps = ElasticJob::kSteps, kBatch = ElasticJob::kBatch;
+  auto node = [&](int rank, bool resume = false, const std::string& width = "32") { return job.node(rank, resume, width); };
   auto w0 = node(0), w1 = node(1), w2 = node(2);
   ASSERT_TRUE(wait_until([&] { return last_step(d.str("w0")) >= 20; }, 120)) << test::slurp(d.str("w0.log"));
 
@@ -148,7 +163,93 @@ TEST(ElasticRing, NodesDieJoinLeaveAndComeBackWhileTheRingGoesOn) {
     }
   const auto s3 = steps_of(d.str("w3"));
   EXPECT_GT(s3.front().at("step").get<int64_t>(), 25) << "the joiner starts at the job's step, not at 0";
-  service.kill_hard();
+}
+
+
+// Local SGD / DiLoCo on the elastic ring (dist.sync_every = 4, Nesterov outer step): a node killed
+// in the middle of a round, a joiner, a node preempted in the middle of a round, the killed one
+// back with --resume. The survivors apply each broken round themselves, averaging the deltas of
+// the nodes that completed it; membership changes only at round boundaries; the members hold the
+// same weights at every round boundary (dist.check_every=1 checks them there); the data order holds.
+TEST(ElasticRing, LocalSgdRoundsGoOnAsNodesDieJoinAndLeave) {
+  test::TempDir d;
+  constexpr int kH = 4;
+  ElasticJob job(d, {"--dist.sync_every=" + std::to_string(kH), "--dist.outer=nesterov", "--dist.outer_lr=0.7",
+                     "--dist.outer_momentum=0.9"});
+  constexpr int kSteps = ElasticJob::kSteps, kBatch = ElasticJob::kBatch;
+  // Past a round boundary by `into` steps (node 0's last logged step).
+  auto mid_round = [&](int64_t after, int into) {
+    return wait_until([&] { const int64_t s = last_step(d.str("w0")); return s >= after && s % kH == into; }, 60);
+  };
+  auto w0 = job.node(0), w1 = job.node(1), w2 = job.node(2);
+  ASSERT_TRUE(mid_round(20, 1)) << test::slurp(d.str("w0.log"));
+  w1->kill_hard();  // found at the round's sum
+  const int64_t killed_at = last_step(d.str("w0"));
+  EXPECT_TRUE(wait_until([&] { return last_step(d.str("w0")) >= killed_at + 10; }, 20))
+      << test::slurp(d.str("w0.log")) << test::slurp(d.str("rendezvous.log"));
+  auto w3 = job.node(3);  // joins at a round boundary
+  ASSERT_TRUE(wait_until([&] { return steps_of(d.str("w3")).size() >= 6; }, 60))
+      << test::slurp(d.str("w3.log")) << test::slurp(d.str("rendezvous.log"));
+  ASSERT_TRUE(mid_round(last_step(d.str("w0")) + 1, 1));
+  ::kill(w2->pid(), SIGTERM);  // leaves at once, its partial round dropped
+  EXPECT_EQ(w2->wait(30), 0) << test::slurp(d.str("w2.log"));
+  const int64_t left_at = last_step(d.str("w2"));
+  EXPECT_TRUE(wait_until([&] { return last_step(d.str("w0")) >= left_at + 8; }, 20)) << test::slurp(d.str("w0.log"));
+  auto w1b = job.node(1, /*resume=*/true);
+  EXPECT_EQ(w0->wait(120), 0) << test::slurp(d.str("w0.log"));
+  EXPECT_EQ(w3->wait(60), 0) << test::slurp(d.str("w3.log"));
+  EXPECT_EQ(w1b->wait(60), 0) << test::slurp(d.str("w1.log.2"));
+  const std::string log0 = test::slurp(d.str("w0.log")), log2 = test::slurp(d.str("w2.log")),
+                    log3 = test::slurp(d.str("w3.log")), log1b = test::slurp(d.str("w1.log.2"));
+  EXPECT_NE(log2.find("in the middle of a round"), std::string::npos) << log2;
+  EXPECT_NE(log3.find("joined the running job at step"), std::string::npos) << log3;
+  EXPECT_NE(log1b.find("its checkpoint was at step"), std::string::npos) << log1b;
+  // The kill and the leave each broke a round that the survivors then applied themselves.
+  EXPECT_EQ(count(log0, "applied by the 2 member(s) that completed it"), 2u) << log0;
+  const std::string norm_is = "mean pseudo-gradient's norm ";
+  for (size_t at = log0.find(norm_is); at != std::string::npos; at = log0.find(norm_is, at + 1))
+    EXPECT_GT(std::stod(log0.substr(at + norm_is.size(), 12)), 0) << "their deltas, not zeros: " << log0.substr(at, 60);
+  EXPECT_EQ(count(log0, "broke off"), 0u) << log0;
+
+  const auto s0 = steps_of(d.str("w0"));
+  ASSERT_FALSE(s0.empty());
+  EXPECT_EQ(s0.back().at("step"), kSteps);
+  std::set<int> worlds;
+  int jumps = 0;
+  for (size_t i = 0; i < s0.size(); ++i) {
+    const int64_t step = s0[i].at("step").get<int64_t>();
+    worlds.insert(s0[i].at("world").get<int>());
+    // Every round node 0 logged the end of was applied there with a nonzero outer step.
+    EXPECT_EQ(s0[i].at("round").get<int64_t>(), step / kH) << "step " << step;
+    if (step % kH == 0) EXPECT_GT(s0[i].at("outer_norm").get<double>(), 0) << "step " << step;
+    if (i == 0) continue;
+    const int64_t prev = s0[i - 1].at("step").get<int64_t>();
+    ASSERT_GT(step, prev);
+    // A broken round's last step is not logged (the trainer takes the position regroup() returns);
+    // the data order still advances by what the members of each step took, none skipped or twice.
+    if (step != prev + 1) {
+      ++jumps;
+      EXPECT_EQ(step, prev + 2) << "only a round's last step is redone elsewhere";
+      EXPECT_EQ(step % kH, 1) << "the missing step ends a round";
+    }
+    EXPECT_EQ(s0[i].at("data_position").get<int64_t>(),
+                s0[i - 1].at("data_position").get<int64_t>() + (step - prev) * s0[i - 1].at("world").get<int64_t>() * kBatch)
+          << "step " << step;
+    if (s0[i].at("world") != s0[i - 1].at("world")) EXPECT_EQ((step - 1) % kH, 0) << "membership changes at round boundaries";
+  }
+  EXPECT_EQ(jumps, 2);
+  EXPECT_EQ(worlds, (std::set<int>{2, 3}));
+  std::map<int64_t, std::pair<int64_t, int>> by_step;
+  for (const auto& m : s0) by_step[m.at("step").get<int64_t>()] = {m.at("data_position").get<int64_t>(), m.at("world").get<int>()};
+  for (const std::string& w : {"w1", "w2", "w3"})
+    for (const auto& m : steps_of(d.str(w))) {
+      const auto it = by_step.find(m.at("step").get<int64_t>());
+      if (it == by_step.end()) continue;
+      EXPECT_EQ(it->second.first, m.at("data_position").get<int64_t>()) << w << " step " << m.at("step");
+      EXPECT_EQ(it->second.second, m.at("world").get<int>()) << w << " step " << m.at("step");
+    }
+  const auto s3 = steps_of(d.str("w3"));
+  EXPECT_EQ((s3.front().at("step").get<int64_t>() - 1) % kH, 0) << "the joiner's first step starts a round";
 }
 
 }  // namespace

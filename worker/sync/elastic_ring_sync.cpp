@@ -1,6 +1,6 @@
 // ElasticRingSync (dist.elastic with dist.mode=ring; issue 30): a RingSync whose ring is the
-// current epoch of a membership kept by the rendezvous service (common/comm/rendezvous_session.h,
-// ring_membership.h). Nobody restarts when the membership changes:
+// current epoch of a membership kept by the rendezvous service (ElasticRing, elastic_ring.h; the
+// rules in common/comm/ring_membership.h). Nobody restarts when the membership changes:
 //   - a node lost mid-step: the collective fails on its neighbours, each shuts its own links so the
 //     failure reaches every member within milliseconds, and finish_step reports the step abandoned
 //     (nothing applied);
@@ -15,13 +15,11 @@
 // (the data order's position advances by what they take, so no sample is used twice or skipped),
 // and the learning rate per step is unchanged. One replica per node (validated).
 #include <ATen/ATen.h>
-#include <fmt/format.h>
 
 #include "common/check.h"
-#include "common/comm/rendezvous.h"
 #include "common/comm/rendezvous_session.h"
-#include "common/log.h"
 #include "model/flat_parameters.h"
+#include "worker/sync/elastic_ring.h"
 #include "worker/sync/ring_sync.h"
 
 namespace syncopate {
@@ -30,11 +28,12 @@ namespace {
 class ElasticRingSync : public GradientSync {
  public:
   ElasticRingSync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params)
-      : GradientSync(0, 1), session_(s.session), dist_(s.dist), device_(s.device), latency_s_(s.ring_latency_s) {
-    SYN_CHECK(session_, "the elastic ring has no session with the rendezvous service", "this is a bug");
+      : GradientSync(0, 1), device_(s.device) {
     SyncSetup alone = s;
     alone.ring = nullptr;  // no ring until the first epoch
     ring_sync_ = std::make_unique<RingSync>(alone, flat, params);
+    ring_ = std::make_unique<ElasticRing>(s.session, s.dist, s.ring_latency_s,
+                                          [this](std::shared_ptr<Ring> r) { ring_sync_->relink(std::move(r)); });
   }
   ~ElasticRingSync() override {
     ring_sync_.reset();  // its collectives hold the links
@@ -47,29 +46,29 @@ class ElasticRingSync : public GradientSync {
   void start(at::Tensor&, int64_t) override {}  // the ring forms in the first regroup()
   void restart_state(const at::Tensor& p) override { ring_sync_->restart_state(p); }
   void begin_last_backward(double lr, int64_t step) override {
-    if (!broken_) ring_sync_->begin_last_backward(lr, step);
+    if (!ring_->broken()) ring_sync_->begin_last_backward(lr, step);
   }
   StepSync finish_step(at::Tensor& params, at::Tensor& grads, double lr, int64_t step) override {
     StepSync abandoned;
     abandoned.abandoned = true;
-    if (broken_) return abandoned;
+    if (ring_->broken()) return abandoned;
     try {
       return ring_sync_->finish_step(params, grads, lr, step);
     } catch (const Error& e) {
-      lost(step, e.what());
+      ring_->lost(step, e.what());
       return abandoned;
     }
   }
   double average(double x, bool* any) override { return ring_sync_->average(x, any); }
   void check_identical(const at::Tensor& params, int64_t step) override {
-    if (broken_ || left_) return;
+    if (ring_->broken() || ring_->left()) return;
     struct LinkLost {};
     try {
       check_replicas_identical(params, step, rank(), world(), 1, device_, [&](at::Tensor& t) {
         try {
           ring_sync_->sum_exact(t);
         } catch (const Error& e) {
-          lost(step, e.what());
+          ring_->lost(step, e.what());
           throw LinkLost{};
         }
       });
@@ -80,21 +79,19 @@ class ElasticRingSync : public GradientSync {
   FlatAdamW* optimizer() override { return ring_sync_->optimizer(); }
   SyncCounters counters() const override { return ring_sync_->counters(); }
   void set_release_gate(std::function<void(double)> gate) override { ring_sync_->set_release_gate(std::move(gate)); }
-  void finish(int64_t) override { session_->done(); }
+  void finish(int64_t) override { ring_->done(); }
 
   std::optional<JobPosition> regroup(at::Tensor& params, const JobPosition& at) override {
-    if (left_) return std::nullopt;
-    bool change = !formed_ || broken_;
-    if (!change) change = agree(session_->pending() ? 1.f : 0.f, at.step);
+    if (ring_->left()) return std::nullopt;
+    bool change = !ring_->formed() || ring_->broken();
+    if (!change) change = agree(ring_->pending() ? 1.f : 0.f, at.step);
     if (!change) return std::nullopt;
-    return reform(params, at);
+    return ring_->reform(at.step, at.step, [&](const Epoch& e) { return take_state(params, at, e); });
   }
 
   void leave(int64_t step) override {
-    if (formed_ && !broken_) agree(1.f, step);  // the members hear it at this boundary's agreement
-    session_->leave();
-    left_ = true;
-    drop_ring();
+    if (ring_->formed() && !ring_->broken()) agree(1.f, step);  // the members hear it at this boundary's agreement
+    ring_->leave();
   }
 
  private:
@@ -105,69 +102,9 @@ class ElasticRingSync : public GradientSync {
       ring_sync_->sum_exact(f);
       return f.cpu().item<float>() > 0;
     } catch (const Error& e) {
-      lost(step, e.what());
+      ring_->lost(step, e.what());
       return true;
     }
-  }
-  void lost(int64_t step, const std::string& why) {
-    if (!broken_)
-      log::warn("[dist] node {}: the ring broke at step {} ({}); it re-forms through the rendezvous service",
-                session_->node(), step + 1, why);
-    broken_ = true;
-    if (ring_) ring_->shutdown();  // the neighbours fail at once too, and so on around the ring
-  }
-  void drop_ring() {
-    if (ring_) ring_->shutdown();
-    ring_sync_->relink(nullptr);  // the collectives first: they hold the links
-    ring_.reset();
-  }
-
-  JobPosition reform(at::Tensor& params, const JobPosition& at) {
-    drop_ring();
-    int unlinked = -1;  // the next node of a formation that broke off because this node could not connect to it
-    for (;;) {
-      const Epoch e = session_->regroup(at.step, dist_.min_nodes_wait_s, std::exchange(unlinked, -1));
-      bool next_unreachable = false;
-      try {
-        ring_ = link(e, &next_unreachable);
-        ring_sync_->relink(ring_);
-        const JobPosition p = take_state(params, at, e);
-        if (formed_ || e.members.size() > 1 || p.step > 0)
-          log::info("[dist] ring epoch {}: node(s) {} (this node {} of {}); state from node {} at step {}{}", e.number,
-                    e.nodes(), e.index, e.members.size(), e.root, p.step,
-                    p.step < at.step ? fmt::format(" (this node's step {} abandoned)", at.step + 1) : "");
-        formed_ = true;
-        broken_ = false;
-        return p;
-      } catch (const Error& err) {
-        log::warn("[dist] node {}: ring epoch {} broke off while it formed ({}); asking again", session_->node(), e.number,
-                  err.what());
-        if (next_unreachable && e.members.size() > 1)
-          unlinked = e.members[static_cast<size_t>((e.index + 1) % static_cast<int>(e.members.size()))].node;
-        drop_ring();
-      }
-    }
-  }
-
-  std::shared_ptr<Ring> link(const Epoch& e, bool* next_unreachable) {
-    auto ring = std::make_shared<Ring>();
-    const int n = static_cast<int>(e.members.size()), i = e.index;
-    ring->rank = i;
-    ring->world = n;
-    if (n == 1) return ring;
-    const EpochMember &next = e.members[static_cast<size_t>((i + 1) % n)], &prev = e.members[static_cast<size_t>((i + n - 1) % n)];
-    RingLinksPlan p;
-    p.self = session_->node(), p.next = next.node, p.prev = prev.node;
-    p.next_host = next.host, p.next_port = next.port;
-    p.next_name = fmt::format("node {} at {}:{}", next.node, next.host, next.port);
-    p.prev_name = fmt::format("node {} at {}:{}", prev.node, prev.host, prev.port);
-    p.epoch = e.number;
-    p.streams = static_cast<int>(dist_.streams);
-    p.timeout_s = dist_.timeout_s;
-    p.latency_s = latency_s_;
-    p.next_unreachable = next_unreachable;
-    connect_ring_links(*ring, session_->io(), session_->listener(), session_->key(), p);
-    return ring;
   }
 
   // Every member ends with the root's state; nothing here changes until every sum arrived.
@@ -188,15 +125,9 @@ class ElasticRingSync : public GradientSync {
     return {v[0], v[1], v[2]};
   }
 
-  std::shared_ptr<RendezvousSession> session_;  // (declared first: outlives the ring, whose links live in its context)
-  DistConfig dist_;
   int device_;
-  double latency_s_;
-  std::shared_ptr<Ring> ring_;
   std::unique_ptr<RingSync> ring_sync_;
-  bool formed_ = false;  // a first epoch was formed
-  bool broken_ = false;  // a collective of the current ring failed: the next regroup re-forms
-  bool left_ = false;    // leave(): this node is out
+  std::unique_ptr<ElasticRing> ring_;
 };
 
 }  // namespace

@@ -27,6 +27,25 @@ uint64_t digest(const at::Tensor& t) {
 
 }  // namespace
 
+void share_ints(std::vector<int64_t>& v, bool source, const at::TensorOptions& options,
+                const std::function<void(at::Tensor&)>& sum_exact) {
+  constexpr int kPieces = 3;  // 66 bits: any int64 >= 0
+  constexpr int kBits = 22;   // exact in float32 (below 2^24), whatever the sum order
+  std::vector<float> pieces(v.size() * kPieces, 0.f);
+  if (source)
+    for (size_t k = 0; k < v.size(); ++k)
+      for (int j = 0; j < kPieces; ++j)
+        pieces[k * kPieces + j] = static_cast<float>((v[k] >> (kBits * j)) & ((int64_t{1} << kBits) - 1));
+  at::Tensor t = at::from_blob(pieces.data(), {static_cast<int64_t>(pieces.size())}, at::kFloat)
+                     .to(options.dtype(at::kFloat), /*non_blocking=*/false, /*copy=*/true);
+  sum_exact(t);
+  const at::Tensor h = t.cpu();
+  for (size_t k = 0; k < v.size(); ++k) {
+    v[k] = 0;
+    for (int j = 0; j < kPieces; ++j) v[k] |= static_cast<int64_t>(h.data_ptr<float>()[k * kPieces + j]) << (kBits * j);
+  }
+}
+
 SyncSetup node_only(const SyncSetup& s) {
   SyncSetup n = s;
   n.ring = nullptr;
@@ -86,6 +105,7 @@ PsClientOptions ps_client_options(const SyncSetup& s) {
 
 std::unique_ptr<GradientSync> make_gradient_sync(const SyncSetup& s, FlatParameters& flat,
                                                  const std::vector<at::Tensor>& params) {
+  if (s.dist.sync_every > 1 && s.dist.mode == "ring" && s.dist.elastic) return make_elastic_local_sgd_sync(s, flat, params);
   if (s.dist.sync_every > 1)
     return s.dist.mode == "ps" ? make_ps_local_sgd_sync(s, flat, params) : make_local_sgd_sync(s, flat, params);
   if (s.dist.mode == "ps") return make_ps_sync(s, flat, params);

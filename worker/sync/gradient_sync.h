@@ -18,6 +18,9 @@
 //                                steps on its own (a RingSync of its local replicas) and every H
 //                                steps the nodes all-reduce their pseudo-gradients and apply one
 //                                outer step (OuterOptimizer) from the round's start
+//   ElasticRingSync, ElasticLocalSgdSync (elastic_ring_sync.cpp, elastic_local_sgd_sync.cpp)
+//                                dist.elastic on the ring: the same, on a membership that changes
+//                                (ElasticRing, elastic_ring.h) at step / round boundaries
 //   PsLocalSgdSync (ps_local_sgd_sync.cpp)  the same with the parameter servers: every H steps
 //                                replica 0 pushes Delta; the shards apply the outer step under
 //                                BSP (sync DiLoCo), SSP or ASP (async local SGD)
@@ -55,7 +58,8 @@ struct StepSync {
   double outer_norm = 0;   // local SGD: norm of the outer update applied at this step (0 between synchronizations)
   bool abandoned = false;  // elastic ring: a node was lost during this step's all-reduce; nothing was applied here,
                            // and regroup() decides where the job goes on (the step redone, or taken from a node
-                           // that completed it)
+                           // that completed it). Elastic local SGD: the round's sum failed after this node's inner
+                           // step; regroup() applies the round on the re-formed ring and returns the position past it
 };
 
 // Where a node's training stands at a step boundary: what an elastic ring's members take, with
@@ -99,6 +103,7 @@ struct SyncSetup {
   double skip_grad_norm = 0;           // train.skip_grad_norm: a larger averaged gradient norm skips the update
   std::string model_digest;            // RunConfig::model_fingerprint(): ps workers must agree on it (INIT's layout)
   int64_t samples_per_step = 0;        // training samples one step of this node takes (dist.elastic: the servers' grants)
+  int64_t tokens_per_sample = 0;       // tokens in one training sample (model.block_size; elastic local SGD's token count)
   std::shared_ptr<RendezvousSession> session;  // elastic ring: the node's session with the rendezvous service; else null
   double ring_latency_s = 0;           // elastic ring: emulate.latency_ms as RendezvousOptions::latency_s (its links
                                        // are made per epoch)
@@ -208,6 +213,8 @@ std::unique_ptr<GradientSync> make_local_sync(const SyncSetup& s, FlatParameters
 std::unique_ptr<GradientSync> make_ring_sync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params);
 std::unique_ptr<GradientSync> make_elastic_ring_sync(const SyncSetup& s, FlatParameters& flat,
                                                      const std::vector<at::Tensor>& params);
+std::unique_ptr<GradientSync> make_elastic_local_sgd_sync(const SyncSetup& s, FlatParameters& flat,
+                                                          const std::vector<at::Tensor>& params);
 std::unique_ptr<GradientSync> make_ps_sync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params);
 std::unique_ptr<GradientSync> make_local_sgd_sync(const SyncSetup& s, FlatParameters& flat,
                                                   const std::vector<at::Tensor>& params);
@@ -218,6 +225,12 @@ std::unique_ptr<GradientSync> make_ps_local_sgd_sync(const SyncSetup& s, FlatPar
 // one sum over `world` replicas (`sum` adds a float tensor in place across them).
 void check_replicas_identical(const at::Tensor& params, int64_t step, int rank, int world, int local_size, int device,
                               const std::function<void(at::Tensor&)>& sum);
+// Every replica ends with the source replica's non-negative integers, exactly: 22-bit pieces
+// (exact in float32 whatever the order of the sum) through one `sum_exact` (an exact float32 sum
+// over the replicas; it must also wait, bounded, for the device before the host reads). Exactly
+// one replica passes source = true, the others a vector of the same size. options: the device.
+void share_ints(std::vector<int64_t>& v, bool source, const at::TensorOptions& options,
+                const std::function<void(at::Tensor&)>& sum_exact);
 // Local SGD's inner steps: the same replicas as `s` with no ring (the node alone, averaging in
 // the node every step), every step synchronized, clipping the node's own mean gradient.
 SyncSetup node_only(const SyncSetup& s);

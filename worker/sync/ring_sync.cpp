@@ -52,22 +52,10 @@ void RingSync::relink(std::shared_ptr<Ring> ring) {
 void RingSync::sum_exact(at::Tensor& t) { sum_->sum(t, exact()); }
 
 void RingSync::share_ints(std::vector<int64_t>& v, bool source) {
-  constexpr int kPieces = 3;  // 66 bits: any int64 >= 0
-  constexpr int kBits = 22;   // exact in float32 (below 2^24), whatever the sum order
-  std::vector<float> pieces(v.size() * kPieces, 0.f);
-  if (source)
-    for (size_t k = 0; k < v.size(); ++k)
-      for (int j = 0; j < kPieces; ++j)
-        pieces[k * kPieces + j] = static_cast<float>((v[k] >> (kBits * j)) & ((int64_t{1} << kBits) - 1));
-  at::Tensor t = at::from_blob(pieces.data(), {static_cast<int64_t>(pieces.size())}, at::kFloat)
-                     .to(opt_.exp_avg().options().dtype(at::kFloat), /*non_blocking=*/false, /*copy=*/true);
-  sum_->sum(t, exact());
-  if (group_) group_->wait_device(local_, "the shared integers");  // bounded, before the host reads them
-  const at::Tensor h = t.cpu();
-  for (size_t k = 0; k < v.size(); ++k) {
-    v[k] = 0;
-    for (int j = 0; j < kPieces; ++j) v[k] |= static_cast<int64_t>(h.data_ptr<float>()[k * kPieces + j]) << (kBits * j);
-  }
+  syncopate::share_ints(v, source, opt_.exp_avg().options(), [&](at::Tensor& t) {
+    sum_->sum(t, exact());
+    if (group_) group_->wait_device(local_, "the shared integers");  // bounded, before the host reads them
+  });
 }
 
 // params <- rank 0's, exactly: x + 0 + ... + 0 == x. After a switch from another synchronization

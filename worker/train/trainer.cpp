@@ -127,6 +127,7 @@ struct Trainer::Impl {
     setup.skip_grad_norm = cfg.train.skip_grad_norm;
     setup.model_digest = cfg.model_fingerprint();
     setup.samples_per_step = cfg.train.batch_size * cfg.train.grad_accum * job.local_size;
+    setup.tokens_per_sample = cfg.model.block_size;
     setup.session = job.session;
     setup.ring_latency_s = cfg.emulate.latency_ms / 1e3;
     sync = make_gradient_sync(setup, *flat, model->parameters());
@@ -563,7 +564,13 @@ struct Trainer::Impl {
       if (preempted) {
         if (writer)
           log::warn("[train] SIGTERM: node {} stopped after step {} and wrote its checkpoint; {}", cfg.dist.node_rank, step,
-                    cfg.dist.elastic && cfg.dist.mode == "ring"
+                    cfg.dist.elastic && cfg.dist.mode == "ring" && cfg.dist.sync_every > 1
+                        ? (step % cfg.dist.sync_every == 0
+                               ? "it left the ring at a round boundary (the others re-formed without it at once); "
+                                 "--resume joins it again with a member's state"
+                               : "it left the ring in the middle of a round (its partial round is dropped; the others "
+                                 "re-form without it at the round's end); --resume joins it again with a member's state")
+                    : cfg.dist.elastic && cfg.dist.mode == "ring"
                         ? "it left the ring (the others re-formed without it at once); --resume joins it again with a "
                           "member's state"
                     : cfg.dist.elastic ? "it left the job (the servers counted it out at once); --resume joins it again at "
