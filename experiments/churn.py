@@ -29,8 +29,11 @@ launcher too and a new launcher is started after the delay; a join is not possib
 so); ring_elastic (--dist.mode=ring --dist.elastic=true with a syncopate-rendezvous process: a lost
 node's step is abandoned by the others, the ring re-forms without it at the next step boundary, a
 preempted node leaves at its step boundary, a joiner or a node back with --resume takes a member's
-state and steps on with the job). Not built, reported as such with the worker's own refusal:
-diloco_elastic (dist.sync_every > 1 with dist.elastic).
+state and steps on with the job); ring_diloco_elastic (the same with DiLoCo, --dist.sync_every=H
+from --sync-every, Nesterov outer step: joins and leaves at round boundaries; a node lost or
+preempted mid-round is found at the round's sum and the survivors apply the round with their own
+deltas). Not built, reported as such with the worker's own refusal: ps_diloco_elastic (local SGD on
+parameter servers with dist.elastic).
 
 Per run (every definition is repeated in churn.md):
 - goodput = useful samples applied / samples the present nodes could have computed in the same wall
@@ -38,12 +41,15 @@ Per run (every definition is repeated in churn.md):
     useful samples = samples_per_step x (distinct (node, step) pairs logged in metrics.jsonl, over
                      every incarnation of every node, minus the servers' dropped pushes in steps:
                      sum over shards of dropped x the shard's share of the parameters);
+                     ring_diloco_elastic: samples_per_step x H x (sum over the rounds applied of the nodes
+                     whose deltas they averaged): a partial round lost with its node is not useful;
     present samples = samples_per_step x (sum over every worker process, or ring launcher, of its
                      lifetime from launch to exit or kill) / emulate.step_time_s;
   samples_per_step = train.batch_size x train.grad_accum. Start-up, waiting and restarts are in the
   denominator: a run without events has goodput < 1 too (its reference row says how much).
 - time to end: first worker launched to the last worker's exit.
-- lost work, steps: dropped (as above) + recomputed (a (node, step) logged more than once: the ring's
+- lost work, steps: dropped (as above; ring_diloco_elastic: node steps computed minus those applied)
+  + recomputed (a (node, step) logged more than once: the ring's
   steps past the checkpoint it restarts from, a ps replay answered as a duplicate) + in flight at a
   crash (1 per kill9 of a node that was stepping: it logged a step in the last second; and on the
   ring 1 per worker that failed because a peer was lost: "[launch] worker failed" lines; on the elastic
@@ -73,6 +79,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shlex
 import signal
 import subprocess
@@ -95,10 +102,15 @@ CONFIGS = {
     "ps_bsp": {"kind": "ps", "consistency": "bsp", "backup_workers": 0},
     "ring_restart": {"kind": "ring"},
     "ring_elastic": {"kind": "ring", "elastic": True},
+    "ring_diloco_elastic": {"kind": "ring", "elastic": True, "local_sgd": True},
 }
+# ring_diloco_elastic's synchronization: DiLoCo (Nesterov outer step) every --sync-every steps.
+DILOCO_FLAGS = ["--dist.outer=nesterov", "--dist.outer_lr=0.7", "--dist.outer_momentum=0.9"]
+# A round that the survivors of a lost node applied themselves (worker/sync/elastic_local_sgd_sync.cpp).
+ROUND_APPLIED = re.compile(r"the round ending at step (\d+) applied by the (\d+) member")
 # Not built: the worker refuses them (the refusal is quoted in the report, asked of the binary).
 NOT_BUILT = {
-    "diloco_elastic": ["--dist.mode=ps", "--dist.servers=tcp://127.0.0.1:1", "--dist.sync_every=10",
+    "ps_diloco_elastic": ["--dist.mode=ps", "--dist.servers=tcp://127.0.0.1:1", "--dist.sync_every=10",
                        "--dist.outer=nesterov", "--dist.elastic=true"],
 }
 RING_JOIN = ("not possible: this ring is not elastic (NNODES is fixed at the rendezvous; a node cannot join a "
@@ -330,7 +342,7 @@ class Run:
             cmd += flags + ["--dist.mode=ring"]
         else:
             cmd = [os.path.join(BIN, "syncopate-worker")] + flags + (
-                ["--dist.mode=ring", "--dist.elastic=true"] if self.elastic_ring else
+                ["--dist.mode=ring", "--dist.elastic=true"] + self.local_sgd_flags() if self.elastic_ring else
                 ["--dist.mode=ps", f"--dist.servers={self.eps}", "--dist.ps_encrypt=off", "--dist.elastic=true"])
             if os.path.exists(os.path.join(node_out, "checkpoints", "latest")):
                 cmd.append("--resume")
@@ -341,6 +353,9 @@ class Run:
         if rank not in self.tails:
             self.tails[rank] = Tail(os.path.join(node_out, "metrics.jsonl"))
         return rec
+
+    def local_sgd_flags(self):
+        return [f"--dist.sync_every={self.a.sync_every}"] + DILOCO_FLAGS if self.cfg.get("local_sgd") else []
 
     def alive(self, rank):
         return next((i for i in self.incs if i["node"] == rank and i["end_unix"] is None), None)
@@ -578,7 +593,30 @@ class Run:
         wall = (max(ends) - t0) if ends and t0 else None
         present = sum((i["end_unix"] or time.time()) - i["start_unix"] for i in self.incs)
         ideal = spp * present / a.step_time if a.step_time > 0 else None
-        useful = spp * (useful_steps_logged - dropped)
+        redone = None
+        if self.cfg.get("local_sgd"):
+            # Local SGD: a step is useful when the round it belongs to was applied with its node's delta. A
+            # round applied normally is logged at its last step by its members (world = its contributors); one
+            # that the survivors of a lost node applied is logged in their own words (its last step is not:
+            # regroup() took the trainer past it), with how many contributed. A lost or preempted node's
+            # partial round, and a final partial round, are not applied: dropped.
+            contributors = {}
+            for r in ranks:
+                for m in step_lines[r]:
+                    if m["step"] % a.sync_every == 0 and "world" in m:
+                        contributors[m["step"]] = m["world"]
+            redone = {}  # every member of the re-formed ring logs it: one entry per round
+            for i in self.incs:
+                for mt in ROUND_APPLIED.finditer(self.log_text(i)):
+                    redone[int(mt.group(1))] = int(mt.group(2))
+            for end, n in redone.items():
+                contributors.setdefault(end, n)
+            applied_unlogged = sum(redone.values())  # their last steps, computed and applied, not logged
+            applied_steps = a.sync_every * sum(contributors.values())
+            dropped = max(0, useful_steps_logged + applied_unlogged - applied_steps)
+            useful = spp * applied_steps
+        else:
+            useful = spp * (useful_steps_logged - dropped)
         positions = [m["data_position"] for r in ranks for m in step_lines[r] if "data_position" in m]
         if self.elastic_ring:  # every node logs the step's shared position: one per step, none for two steps
             by_step = {}
@@ -598,8 +636,14 @@ class Run:
         finals = [m for m in (self.tails[0].lines if 0 in self.tails else []) if m.get("job_final") and "val_loss" in m]
         all_steps = sorted(m["unix_s"] for r in ranks for m in step_lines[r])
         stall = max((b - x for x, b in zip(all_steps, all_steps[1:])), default=None)
+        # Where each node's state ended: its last step logged, or the job's step it joined at when that is later
+        # (a node that joins, or comes back, at the job's last boundary takes the end and steps no more).
+        last_step = {r: distinct[r][-1] if distinct[r] else None for r in ranks}
+        for i in self.incs:
+            for mt in re.finditer(rf"node {i['node']} joined the running job at step (\d+)", self.log_text(i)):
+                last_step[i["node"]] = max(last_step[i["node"]] or 0, int(mt.group(1)))
         complete = (self.failure is None and bool(finals)
-                    and all(distinct[r] and distinct[r][-1] >= a.steps for r in ranks))
+                    and all(last_step[r] is not None and last_step[r] >= a.steps for r in ranks))
         happened = []
         for e in self.events:
             if not e["applied"] and e["why_not"] is None:
@@ -630,10 +674,11 @@ class Run:
             "hangs": len(self.hangs),
             "duplicate_data": dup_data,
             "data_positions": len(positions),
+            "rounds_redone": len(redone) if redone is not None else None,
             "final_val_loss": finals[-1]["val_loss"] if finals else None,
             "longest_stall_s": stall,
             "steps_logged": logged, "distinct_steps": useful_steps_logged,
-            "node_last_step": {str(r): (distinct[r][-1] if distinct[r] else None) for r in ranks},
+            "node_last_step": {str(r): last_step[r] for r in ranks},
             "server_duplicates": duplicates_srv if not self.ring else None,
             "overrun_share": overrun,
             "cpu_util": cpu_mean(self.cpu, window),
@@ -727,11 +772,16 @@ def definitions(s):
         f"- **goodput** = useful samples applied / samples the present nodes could have computed in the same wall "
         f"time at the modelled step time ({st['step_time']:g} s). Useful samples = {st['batch']} samples per step x "
         "(distinct (node, step) pairs in the nodes' metrics.jsonl over all their incarnations, minus the servers' "
-        "dropped pushes in steps: each shard's `dropped` x its share of the parameters). Present samples = "
+        "dropped pushes in steps: each shard's `dropped` x its share of the parameters); for ring_diloco_elastic, "
+        f"{st['batch']} x H = {st.get('sync_every', 10)} x the sum over the rounds applied of the nodes whose deltas "
+        "they averaged (a round's last step logged with its `world`, or the survivors' `applied by the N member(s)` "
+        "line when a lost node broke it): a partial round lost with its node is not useful. Present samples = "
         f"{st['batch']} x (sum over every worker process, or ring launcher, of launch-to-exit-or-kill seconds) / "
         f"{st['step_time']:g} s. Start-up, waiting and restarts count against it: a run without events is below 1 too.",
         "- **time to end**: the first worker's launch to the last worker's exit.",
-        "- **lost steps**: dropped (as above) + recomputed ((node, step) pairs logged more than once: the ring's "
+        "- **lost steps**: dropped (as above; ring_diloco_elastic: node steps computed, logged or redone, minus "
+        "those applied — at least the partial rounds lost, fewer where a resumed node's log was cut back to its "
+        "checkpoint) + recomputed ((node, step) pairs logged more than once: the ring's "
         "steps past the checkpoint it resumes from, or a ps replay answered as a duplicate) + in flight at a crash "
         "(1 per kill9 of a node that was stepping, i.e. logged a step in the last second; on the ring also 1 per worker "
         "that failed because a peer was lost, "
@@ -764,7 +814,8 @@ def write_report(s, out):
          f"(1 sample = {st['block']} tokens), the tiny GPT (n_embd 32, 2 heads, block 32), corpus {st['corpus']}; ps "
          f"configurations with {SERVERS} server shards, ps.worker_timeout_s={st['worker_timeout_s']:g}, every worker "
          f"--dist.elastic=true; checkpoint.every={st['checkpoint_every']} for every configuration; ring_restart through "
-         f"scripts/launch_node.sh --max-restarts {st['max_restarts']}; ring_elastic with a syncopate-rendezvous process. Events: Poisson, {st['events_per_min']:g} per "
+         f"scripts/launch_node.sh --max-restarts {st['max_restarts']}; ring_elastic with a syncopate-rendezvous process; ring_diloco_elastic too, with "
+         f"--dist.sync_every={st.get('sync_every', 10)} {' '.join(DILOCO_FLAGS)}. Events: Poisson, {st['events_per_min']:g} per "
          f"minute of wall time, from {st['events_start_s']:g} s to {st['horizon_frac']:g} x the modelled length, at most "
          f"{st['max_events']} per run, delays {st['delay'][0]:g}-{st['delay'][1]:g} s; seeds "
          f"{', '.join(map(str, s['seeds']))}.", "", "## Definitions", ""] + definitions(s)
@@ -874,6 +925,7 @@ def parse_args(argv):
                    help=f"of {', '.join(CONFIGS)} (and {', '.join(NOT_BUILT)}: reported as not built)")
     r.add_argument("--step-time", type=float, default=0.1, help="modelled compute seconds per step")
     r.add_argument("--batch", type=int, default=2)
+    r.add_argument("--sync-every", type=int, default=10, help="ring_diloco_elastic: inner steps per round")
     r.add_argument("--checkpoint-every", type=int, default=10)
     r.add_argument("--val-windows", type=int, default=64)
     r.add_argument("--worker-timeout-s", type=float, default=4.0, help="ps.worker_timeout_s of the servers")
@@ -939,7 +991,7 @@ def main(argv=None):
                       "worker_timeout_s": a.worker_timeout_s, "timeout_s": a.timeout_s, "max_restarts": a.max_restarts,
                       "hang_s": a.hang_s, "events_per_min": a.events_per_min, "max_events": a.max_events,
                       "events_start_s": a.events_start_s, "horizon_frac": a.horizon_frac, "delay": list(a.delay),
-                      "recover_s": a.recover_s, "corpus": a.corpus, "servers": SERVERS},
+                      "recover_s": a.recover_s, "corpus": a.corpus, "servers": SERVERS, "sync_every": a.sync_every},
          "seeds": seeds, "configs": runnable, "schedules": schedules}
     try:
         for name, sd, churn in plan:
