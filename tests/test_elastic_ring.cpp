@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -18,10 +19,16 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+
+#include <ATen/ATen.h>
+
+#include "common/safetensors.h"
 #include "test_helpers.h"
 
 namespace syncopate {
 namespace {
+namespace fs = std::filesystem;
 
 std::vector<nlohmann::json> steps_of(const std::string& out) {
   std::vector<nlohmann::json> r;
@@ -63,23 +70,38 @@ struct ElasticJob {
     test::wait_for_line(port_file, 30, &service);
   }
   ~ElasticJob() { service.kill_hard(); }
-  std::unique_ptr<test::Process> node(int rank, bool resume = false, const std::string& width = "32") {
-    const std::string out = d.str(fmt::format("w{}", rank));
+  // A worker's flags: the job's (elastic, through this service) or, with `fixed` (test::rendezvous_args,
+  // the same for every node), a fixed ring's with its own rendezvous on node 0.
+  std::vector<std::string> args(const std::string& out, const std::string& width = "32", int steps = kSteps,
+                                int checkpoint_every = 10, double step_time_s = 0.1,
+                                const std::vector<std::string>& fixed = {}) {
     std::vector<std::string> a = {bin + "/syncopate-worker", "--out", out, "--model.n_embd=" + width, "--model.n_head=2",
                                   "--model.block_size=32", "--train.threads=1", "--schedule.warmup_steps=2",
-                                  "--eval.every=0", "--eval.batches=1", "--eval.sample_tokens=0", "--checkpoint.every=10",
+                                  "--eval.every=0", "--eval.batches=1", "--eval.sample_tokens=0",
+                                  "--checkpoint.every=" + std::to_string(checkpoint_every),
                                   "--data.corpus=" + corpus, "--data.cache_dir=" + d.str("cache"),
-                                  "--train.steps=" + std::to_string(kSteps), "--train.batch_size=" + std::to_string(kBatch),
-                                  "--emulate.step_time_s=0.1", "--dist.mode=ring", "--dist.elastic=true",
-                                  "--dist.master_addr=127.0.0.1", "--dist.master_port=-1",
-                                  "--dist.rendezvous_file=" + port_file, "--dist.timeout_s=30", "--dist.reform_wait_s=5",
-                                  "--dist.check_every=1", "--train.preempt_grace_s=30"};
+                                  "--train.steps=" + std::to_string(steps), "--train.batch_size=" + std::to_string(kBatch),
+                                  fmt::format("--emulate.step_time_s={}", step_time_s), "--dist.mode=ring",
+                                  "--dist.master_addr=127.0.0.1", "--dist.timeout_s=30", "--dist.check_every=1",
+                                  "--train.preempt_grace_s=30"};
+    const std::vector<std::string> how =
+        fixed.empty() ? std::vector<std::string>{"--dist.elastic=true", "--dist.master_port=-1",
+                                                 "--dist.rendezvous_file=" + port_file, "--dist.reform_wait_s=5"}
+                      : fixed;
+    a.insert(a.end(), how.begin(), how.end());
     a.insert(a.end(), extra.begin(), extra.end());
-    if (resume) a.push_back("--resume");
+    return a;
+  }
+  std::unique_ptr<test::Process> start(int rank, std::vector<std::string> a, const std::string& log, int nnodes = 3) {
     std::vector<std::string> e = env;
-    e.push_back("NNODES=3");
+    e.push_back(fmt::format("NNODES={}", nnodes));
     e.push_back(fmt::format("NODE_RANK={}", rank));
-    return std::make_unique<test::Process>(a, e, d.str(fmt::format("w{}.log{}", rank, resume ? ".2" : "")));
+    return std::make_unique<test::Process>(a, e, log);
+  }
+  std::unique_ptr<test::Process> node(int rank, bool resume = false, const std::string& width = "32") {
+    auto a = args(d.str(fmt::format("w{}", rank)), width);
+    if (resume) a.push_back("--resume");
+    return start(rank, a, d.str(fmt::format("w{}.log{}", rank, resume ? ".2" : "")));
   }
 };
 
@@ -250,6 +272,46 @@ TEST(ElasticRing, LocalSgdRoundsGoOnAsNodesDieJoinAndLeave) {
     }
   const auto s3 = steps_of(d.str("w3"));
   EXPECT_EQ((s3.front().at("step").get<int64_t>() - 1) % kH, 0) << "the joiner's first step starts a round";
+}
+
+
+// Without membership events elastic local SGD is local SGD: after a switch into it in the middle
+// of a round (from local SGD with another H: the nodes' weights differ, so every member starts from
+// the job's mean weights), two nodes end with the fixed ring's weights bit for bit.
+TEST(ElasticRing, LocalSgdWithoutEventsIsTheFixedRingsLocalSgdBitForBit) {
+  test::TempDir d;
+  ElasticJob job(d, {"--dist.outer=nesterov", "--dist.outer_lr=0.7", "--dist.outer_momentum=0.9"});
+  auto run = [&](const std::string& tag, bool elastic, int steps, const std::vector<std::string>& more) {
+    const std::vector<std::string> fixed = elastic ? std::vector<std::string>{} : test::rendezvous_args(d);
+    std::vector<std::unique_ptr<test::Process>> ps;
+    for (int r = 0; r < 2; ++r) {
+      auto a = job.args(d.str(tag + std::to_string(r)), "32", steps, 2, 0, fixed);
+      a.insert(a.end(), more.begin(), more.end());
+      ps.push_back(job.start(r, a, d.str(tag + std::to_string(r) + ".log"), 2));
+    }
+    for (int r = 0; r < 2; ++r) ASSERT_EQ(ps[r]->wait(120), 0) << test::slurp(d.str(tag + std::to_string(r) + ".log"));
+  };
+  auto weights = [&](const std::string& out, int step) {
+    auto st = load_safetensors(fmt::format("{}/checkpoints/step_{:06d}/model.safetensors", out, step));
+    std::vector<at::Tensor> all;
+    for (auto& [name, t] : st.tensors) all.push_back(t.reshape(-1));
+    return at::cat(all);
+  };
+  run("f", false, 6, {"--dist.sync_every=3"});
+  ASSERT_FALSE(at::equal(weights(d.str("f0"), 4), weights(d.str("f1"), 4))) << "the switch would not test the mean";
+  for (int r = 0; r < 2; ++r) {  // the job resumes from its step-4 checkpoint, mid-round
+    fs::remove_all(d.str("f" + std::to_string(r) + "/checkpoints/step_000006"));
+    std::ofstream(d.str("f" + std::to_string(r) + "/checkpoints/latest")) << "step_000004\n";
+    fs::copy(d.str("f" + std::to_string(r)), d.str("e" + std::to_string(r)), fs::copy_options::recursive);
+  }
+  run("f", false, 8, {"--dist.sync_every=2", "--resume"});
+  run("e", true, 8, {"--dist.sync_every=2", "--resume"});
+  EXPECT_NE(test::slurp(d.str("e0.log")).find("switching from ring local SGD (sync_every=3"), std::string::npos)
+      << test::slurp(d.str("e0.log"));
+  for (int step : {6, 8})
+    for (int r = 0; r < 2; ++r)
+      EXPECT_TRUE(at::equal(weights(d.str("f" + std::to_string(r)), step), weights(d.str("e" + std::to_string(r)), step)))
+          << "node " << r << " step " << step;
 }
 
 }  // namespace

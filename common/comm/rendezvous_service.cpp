@@ -64,8 +64,9 @@ struct RendezvousService::Impl {
         logged_epoch = msg.at("epoch").get<int64_t>();
         std::string nodes;
         for (const auto& m : msg.at("members"))
-          nodes += fmt::format("{}{} (step {})", nodes.empty() ? "" : ", ", m.at("node").get<int>(), m.at("step").get<int64_t>());
-        log::info("[rendezvous] epoch {}: the ring is node(s) {}; every member takes node {}'s state", logged_epoch, nodes,
+          nodes += fmt::format("{}{} (at {})", nodes.empty() ? "" : ", ", m.at("node").get<int>(), m.at("step").get<int64_t>());
+        log::info("[rendezvous] epoch {}: the ring is node(s) {}; every member takes node {}'s state (the largest \"at\": "
+                  "the step, or 2 x step + 1 if unapplied in local SGD)", logged_epoch, nodes,
                   msg.at("root").get<int>());
       }
       try {

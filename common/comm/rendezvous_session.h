@@ -22,7 +22,7 @@ struct EpochMember {
   int node = 0;
   std::string host;
   uint16_t port = 0;
-  int64_t step = -1;  // where its state stood when it asked (-1: none)
+  int64_t step = -1;  // where its state stood when it asked (-1: none): the owner's key (ElasticRing::reform)
 };
 // One closed epoch of the membership, as every member of it was told.
 struct Epoch {

@@ -93,9 +93,13 @@ struct DistConfig {
                                  // is counted out at once. Every node of the job must set it alike
   int64_t min_nodes = 1;         // elastic ring: the fewest nodes the ring goes on with; below it the nodes wait (and
                                  // say for whom) up to min_nodes_wait_s
-  double min_nodes_wait_s = 600; // elastic ring: the longest a re-formation waits (below min_nodes), seconds
+  double min_nodes_wait_s = 600; // elastic ring: the longest a re-formation waits (below min_nodes), seconds; also the
+                                 // longest a joiner waits for the members' next boundary (elastic local SGD: the next
+                                 // round's end, so set it above a round's duration)
   double reform_wait_s = 10;     // elastic ring: how long a re-formation waits for a member that neither comes nor
-                                 // dies (hung); also the rendezvous service's silence limit for a node's session, seconds
+                                 // dies (hung); also the rendezvous service's silence limit for a node's session, seconds.
+                                 // Elastic local SGD waits at least dist.timeout_s (members reach a round's end up to a
+                                 // round's drift apart)
   std::string servers = "";      // ps: comma-separated server endpoints, tcp://IP:PORT,...; shard k = k-th
 
   template <class V>

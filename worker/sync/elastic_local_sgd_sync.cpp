@@ -133,9 +133,12 @@ class ElasticLocalSgdSync : public GradientSync {
   std::vector<std::pair<std::string, at::Tensor>> state() override {
     return {{"outer_start", start_}, {"outer_momentum", outer_.momentum()}};
   }
+  // Resumed from another synchronization's checkpoint: the first formation starts every member
+  // from the job's mean weights (settle()).
   void restart_state(const at::Tensor& params) override {
     start_.copy_(params);
     outer_.momentum().zero_();
+    switched_ = true;
   }
   SyncCounters counters() const override {
     SyncCounters c = inner_->counters();
@@ -182,6 +185,8 @@ class ElasticLocalSgdSync : public GradientSync {
 
   // Run by every member of a new epoch. Nothing of this node's state changes until every sum
   // arrived, so a re-formation that breaks off leaves it as it was (and this node still pending).
+  // Which collectives follow is decided by the root's values alone (shared first), so every member
+  // issues the same ones.
   JobPosition settle(at::Tensor& params, const JobPosition& at, const Epoch& e) {
     const bool root = e.index == e.root_index();
     FlatAdamW& inner = *inner_->optimizer();
@@ -189,25 +194,40 @@ class ElasticLocalSgdSync : public GradientSync {
     // members' batches of that step taken), or where it stands.
     const int64_t took = pending_ ? round_world_ * node_samples_ : 0;
     std::vector<int64_t> v = {at.step + (pending_ ? 1 : 0), at.tokens + took * sample_tokens_, at.data_position + took,
-                              inner.steps(), pending_ ? 1 : 0};
+                              inner.steps(), pending_ ? 1 : 0, switched_ ? 1 : 0};
     share_ints(v, root, params.options(), [&](at::Tensor& t) { sum_->sum(t, exact()); });
     const JobPosition p{v[0], v[1], v[2]};
-    const bool root_pending = v[4] != 0;
-    // Whether this node keeps its own inner AdamW state (and, mid-round, its inner weights): it
-    // took the same round as the root (survivors), or stands where the root does (a formation).
-    const bool same_round = root_pending ? pending_ && at.step + 1 == p.step
-                                         : (pending_ ? at.step + 1 == p.step : at.step == p.step);
-    at::Tensor start = from_root(start_, root), momentum = from_root(outer_.momentum(), root),
-               m1 = from_root(inner.exp_avg(), root), m2 = from_root(inner.exp_avg_sq(), root);
+    const bool root_pending = v[4] != 0, root_switched = v[5] != 0;
+    // Whether this node took the very round the root stands at the end of (a survivor of it), or
+    // stands where the root does: it keeps its own inner AdamW state (and, mid-round, its inner
+    // weights), and only then does a round it holds unapplied count. A member that fell an epoch
+    // behind (its last re-formation broke off while the others went on) holds an older round:
+    // dropped, and it takes the root's state as a joiner does.
+    const bool mine = pending_ && at.step + 1 == p.step;
+    const bool same_round = root_pending ? mine : (pending_ ? mine : at.step == p.step);
+    // Only what some member lacks crosses the ring (a count of those that need the inner state).
+    at::Tensor needy = at::full({1}, same_round ? 0.f : 1.f, replica_options(device_));
+    sum_->sum(needy, exact());
+    const bool send_moments = needy.cpu().item<float>() > 0;
+    at::Tensor start = from_root(start_, root), momentum = from_root(outer_.momentum(), root), m1, m2;
+    if (send_moments) m1 = from_root(inner.exp_avg(), root), m2 = from_root(inner.exp_avg_sq(), root);
     at::Tensor weights;
-    if (root_pending) {
+    if (root_switched) {
+      // The job resumed another synchronization's checkpoints (restart_state on every node): they
+      // may differ, so every member starts from their mean and the round starts there (as LocalSgdSync).
+      weights = params.clone();
+      sum_->sum(weights, exact());
+      weights.div_(world());
+      start.copy_(weights);
+      momentum.zero_();
+    } else if (root_pending) {
       // Nobody applied the round: the members that completed it sum their deltas (the others add
       // zeros) and every member applies their mean from the round's start.
-      at::Tensor count = at::full({1}, pending_ ? 1.f : 0.f, replica_options(device_));
+      at::Tensor count = at::full({1}, mine ? 1.f : 0.f, replica_options(device_));
       sum_->sum(count, exact());
       const float n = count.cpu().item<float>();
       SYN_CHECK(n >= 1, "the re-formed ring holds no member's round", "this is a bug");
-      if (pending_) at::sub_out(delta_, start_, params);
+      if (mine) at::sub_out(delta_, start_, params);
       else delta_.zero_();
       sum_->sum(delta_, wire_);
       delta_.div_(n);
@@ -217,7 +237,7 @@ class ElasticLocalSgdSync : public GradientSync {
       log::info("[dist] node {}: the round ending at step {} applied by the {} member(s) that completed it "
                 "(their mean pseudo-gradient's norm {:.4g}, outer update norm {:.4g})",
                 ring_->node(), p.step, static_cast<int>(n), mean_delta, norm);
-    } else {
+    } else if (send_moments || p.step % every_ == 0) {
       weights = from_root(params, root);
     }
     // Every sum arrived: the root's state, and the round applied where it was pending.
@@ -228,8 +248,9 @@ class ElasticLocalSgdSync : public GradientSync {
       inner.exp_avg_sq().copy_(m2);
       inner.set_steps(v[3]);
     }
-    if (root_pending || !same_round || p.step % every_ == 0) params.copy_(weights);
+    if (root_switched || root_pending || !same_round || p.step % every_ == 0) params.copy_(weights);
     pending_ = false;
+    switched_ = false;
     return p;
   }
 
@@ -259,6 +280,7 @@ class ElasticLocalSgdSync : public GradientSync {
   int64_t bytes_before_ = 0, bytes_in_before_ = 0;  // wire bytes of the allreducers of earlier epochs
   bool pending_ = false;   // this node completed a round whose outer step is not applied yet
   int64_t round_world_ = 0;  // the members of the ring on which that round's sum failed
+  bool switched_ = false;    // resumed from another synchronization's checkpoint (restart_state)
 };
 
 }  // namespace

@@ -16,6 +16,8 @@ std::string describe(const DistConfig& d) {
 // The modes whose nodes hold AdamW's state themselves (a job of one node included; local SGD's inner
 // optimizer in ps mode too); per-step ps keeps it on the shards.
 bool nodes_hold_moments(const DistConfig& d) { return !(d.mode == "ps" && d.sync_every == 1); }
+// Whether the trainer's token count is the job's (every replica's batch per step) rather than a node's.
+bool counts_the_jobs_tokens(const DistConfig& d) { return d.mode == "ring" && (d.sync_every == 1 || d.elastic); }
 }  // namespace
 
 std::string ModeSwitch::summary() const {
@@ -45,6 +47,7 @@ ModeSwitch mode_switch(const nlohmann::json& meta, const DistConfig& now) {
   const DistConfig& d = then.dist;
   if (d.mode == "auto") return s;  // (never written resolved: nothing to compare)
   s.switched = d.mode != now.mode || d.sync_every != now.sync_every || (now.sync_every > 1 && d.outer != now.outer);
+  s.recount_tokens = s.switched || counts_the_jobs_tokens(d) != counts_the_jobs_tokens(now);
   if (!s.switched) return s;
   s.from = describe(d);
   s.to = describe(now);

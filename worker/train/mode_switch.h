@@ -28,6 +28,9 @@ struct ModeSwitch {
   std::string from, to;          // "ring", "ring local SGD (sync_every=10, outer=nesterov)", "ps (sync_every=1)"
   bool moments_carried = true;   // AdamW's moments move with the weights (false across ring <-> ps)
   bool fresh_sync_state = false; // the synchronization's own checkpointed state is absent or not its own: start it anew
+  bool recount_tokens = false;   // the checkpoint's token count means another thing (the job's vs a node's): the
+                                 // count restarts as step x this run's tokens per step (a switch, or ring local SGD
+                                 // resumed with dist.elastic toggled: the elastic one counts every member's)
   std::string summary() const;   // one log line
 };
 

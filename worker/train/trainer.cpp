@@ -134,6 +134,7 @@ struct Trainer::Impl {
     writer = sync->local_rank() == 0;
     verbose = verbose && sync->rank() == 0;  // rank 0 prints, local replica 0 of every node writes outputs
 
+    bool recount_tokens = false;  // (mode_switch.h)
     const std::string ckroot = (fs::path(out) / "checkpoints").string();
     SYN_CHECK(!resume || !job.checkpoints.empty(), fmt::format("--resume given but '{}' holds no checkpoint", ckroot),
               "run without --resume to start fresh, or point --out at the run to resume");
@@ -145,8 +146,7 @@ struct Trainer::Impl {
       if (switched.switched && writer) log::warn("[checkpoint] {}", switched.summary());
       auto meta = load_checkpoint(dir, *model, sync->optimizer(), sync->state(), switched.switched);
       if (switched.fresh_sync_state) sync->restart_state(flat->params);
-      if (switched.switched)  // the old mode's count meant another thing (job-wide on the ring, per node otherwise)
-        tokens = step * cfg.train.batch_size * cfg.train.grad_accum * cfg.model.block_size * sync->replicas_per_step();
+      recount_tokens = switched.recount_tokens;
       step = meta.at("step").get<int64_t>();
       tokens = meta.at("tokens").get<int64_t>();
       time_offset = meta.value("time_s", 0.0);
@@ -181,6 +181,10 @@ struct Trainer::Impl {
                   job.resume_step >= 0 ? fmt::format("its checkpoint was at step {}", step) : "from a member's state");
       step = p->step, tokens = p->tokens, data_position = p->data_position;
     }
+    // The checkpoint's count meant another thing (job-wide or per node; mode_switch.h): it restarts in
+    // this run's meaning, once the job's size is known (an elastic ring's after its first formation).
+    if (recount_tokens)
+      tokens = step * cfg.train.batch_size * cfg.train.grad_accum * cfg.model.block_size * sync->replicas_per_step();
     // Every local replica built and holding those weights on its device before any step starts
     // (NCCL's broadcast is asynchronous: by itself it is no barrier).
     if (job.group) job.group->barrier(local);
@@ -408,17 +412,19 @@ struct Trainer::Impl {
       std::optional<TraceSpan> sync_span(std::in_place, "reduce and update", "train");
       const StepSync synced = sync->finish_step(flat->params, flat->grads, lr, step);  // average, clip, update
       sync_span.reset();
-      // Elastic ring: a node was lost mid-step; the ring re-forms and the job goes on. When the state it
-      // takes is the job's end (this node lost the last step, another completed it), the end-of-run
-      // work below (evaluation, checkpoint) still runs; no step of this node's is logged.
-      bool took_the_end = false;
+      // Elastic ring: a node was lost mid-step; the ring re-forms and the job goes on: the step redone,
+      // or completed elsewhere and taken (a member that completed it; elastic local SGD: the round
+      // applied on the re-formed ring). A step taken still gets its end-of-step work below
+      // (evaluation, checkpoint, the end of the run); no step of this node's is logged for it.
+      bool took_a_step = false;
       if (synced.abandoned) {
+        const int64_t was = step;
         adopt(*sync->regroup(flat->params, {step, tokens, data_position}));
-        if (step < last) continue;
-        took_the_end = true;
+        if (step <= was) continue;  // redone
+        took_a_step = true;
       }
       bool preempted = false;
-      if (!took_the_end) {
+      if (!took_a_step) {
         if (synced.skipped) {  // as mixed-precision trainers do on overflow: this step's data is consumed, no update
           ++skipped_steps;
           ++skipped_in_a_row;
@@ -693,7 +699,11 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
     so.hello.fingerprint = cfg.fingerprint();
     so.hello.nnodes = static_cast<int>(cfg.dist.nnodes);
     so.hello.min_nodes = static_cast<int>(cfg.dist.min_nodes);
-    so.hello.reform_wait_s = cfg.dist.reform_wait_s;
+    // Local SGD's members reach a round's end up to a round's drift apart, which the round's own sum
+    // tolerates (dist.timeout_s): a re-formation waits as long for them, or a slower member's
+    // completed round would be dropped and the early ones would go on without it.
+    so.hello.reform_wait_s =
+        cfg.dist.sync_every > 1 ? std::max(cfg.dist.reform_wait_s, cfg.dist.timeout_s) : cfg.dist.reform_wait_s;
     so.hello.start_wait_s = cfg.dist.timeout_s;
     so.hello.streams = static_cast<int>(cfg.dist.streams);
     so.heartbeat_s = std::min(1.0, cfg.dist.reform_wait_s / 4);  // the service ends a session silent for reform_wait_s
