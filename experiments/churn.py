@@ -271,7 +271,8 @@ def worker_flags(a, seed):
              "--eval.every=0", "--eval.batches=1", "--eval.sample_tokens=0", f"--eval.val_windows={a.val_windows}",
              f"--train.batch_size={a.batch}", f"--train.steps={a.steps}", f"--train.seed={seed}",
              "--schedule.warmup_steps=5", f"--emulate.step_time_s={a.step_time!r}",
-             f"--checkpoint.every={a.checkpoint_every}", f"--data.corpus={a.corpus}", f"--data.cache_dir={a.cache_dir}",
+             f"--checkpoint.every={a.checkpoint_every}", f"--emulate.checkpoint_s={a.checkpoint_s!r}",
+             f"--data.corpus={a.corpus}", f"--data.cache_dir={a.cache_dir}",
              "--dist.check_every=0", f"--dist.timeout_s={a.timeout_s!r}", "--train.preempt_grace_s=30"]
     return flags
 
@@ -813,7 +814,8 @@ def write_report(s, out):
          f"Setup: {st['nodes']} nodes, {st['steps']} steps of {st['step_time']:g} s modelled compute, batch {st['batch']} "
          f"(1 sample = {st['block']} tokens), the tiny GPT (n_embd 32, 2 heads, block 32), corpus {st['corpus']}; ps "
          f"configurations with {SERVERS} server shards, ps.worker_timeout_s={st['worker_timeout_s']:g}, every worker "
-         f"--dist.elastic=true; checkpoint.every={st['checkpoint_every']} for every configuration; ring_restart through "
+         f"--dist.elastic=true; checkpoint.every={st['checkpoint_every']} (each write held to "
+         f"{st.get('checkpoint_s', 0):g} s, emulate.checkpoint_s; 0: its real duration) for every configuration; ring_restart through "
          f"scripts/launch_node.sh --max-restarts {st['max_restarts']}; ring_elastic with a syncopate-rendezvous process; ring_diloco_elastic too, with "
          f"--dist.sync_every={st.get('sync_every', 10)} {' '.join(DILOCO_FLAGS)}. Events: Poisson, {st['events_per_min']:g} per "
          f"minute of wall time, from {st['events_start_s']:g} s to {st['horizon_frac']:g} x the modelled length, at most "
@@ -927,6 +929,8 @@ def parse_args(argv):
     r.add_argument("--batch", type=int, default=2)
     r.add_argument("--sync-every", type=int, default=10, help="ring_diloco_elastic: inner steps per round")
     r.add_argument("--checkpoint-every", type=int, default=10)
+    r.add_argument("--checkpoint-s", type=float, default=0.0,
+                   help="emulate.checkpoint_s: the modelled duration of one checkpoint write, s (0: the real one)")
     r.add_argument("--val-windows", type=int, default=64)
     r.add_argument("--worker-timeout-s", type=float, default=4.0, help="ps.worker_timeout_s of the servers")
     r.add_argument("--timeout-s", type=float, default=30.0, help="dist.timeout_s of the workers")
@@ -987,7 +991,7 @@ def main(argv=None):
     s = {"format": FORMAT, "command": "experiments/churn.py " + " ".join(shlex.quote(x) for x in argv),
          "host": f"{os.uname().nodename}, {os.cpu_count()} cores", "started_unix_s": t0,
          "settings": {"nodes": a.nodes, "steps": a.steps, "step_time": a.step_time, "batch": a.batch, "block": 32,
-                      "checkpoint_every": a.checkpoint_every, "val_windows": a.val_windows,
+                      "checkpoint_every": a.checkpoint_every, "checkpoint_s": a.checkpoint_s, "val_windows": a.val_windows,
                       "worker_timeout_s": a.worker_timeout_s, "timeout_s": a.timeout_s, "max_restarts": a.max_restarts,
                       "hang_s": a.hang_s, "events_per_min": a.events_per_min, "max_events": a.max_events,
                       "events_start_s": a.events_start_s, "horizon_frac": a.horizon_frac, "delay": list(a.delay),

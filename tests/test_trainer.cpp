@@ -313,3 +313,22 @@ TEST(Precision, Bf16OnlyFromComputeCapability80) {
   EXPECT_FALSE(choose_precision("auto", false, -1).bf16);  // CPU
   EXPECT_TRUE(choose_precision("auto", false, -1).note.empty());
 }
+
+// emulate.checkpoint_s: every checkpoint write holds the node until the modelled write time has
+// passed, on the job's clock: after two checkpoints of 0.3 s the third step is logged at least
+// 0.6 s into the run (the tiny model's real writes take milliseconds). A lower bound: it cannot
+// pass without the hold, and no machine makes a sleep shorter.
+TEST(Trainer, ACheckpointTakesAtLeastItsModelledWriteTime) {
+  test::TempDir d;
+  RunConfig c = test::tiny_run_config(d);
+  c.train.steps = 3;
+  c.checkpoint.every = 1;
+  c.emulate.checkpoint_s = 0.3;
+  Trainer t(c, d.str("run"), false, "", false);
+  t.run();
+  double at_step3 = -1;
+  for (auto& m : test::read_jsonl(d.str("run/metrics.jsonl")))
+    if (m.contains("loss") && m["step"] == 3) at_step3 = m["time_s"].get<double>();
+  EXPECT_GE(at_step3, 0.6);
+  EXPECT_TRUE(fs::exists(d.str("run/checkpoints/step_000003/model.safetensors")));
+}

@@ -20,7 +20,13 @@
 //     preempted in the middle of a round leaves at once, and the others find it gone at the
 //     round's sum (its partial round is dropped, as a lost node's).
 // The job's token count is every member's (replicas_per_step() is the members' count), as on the
-// elastic ring.
+// elastic ring. The service waits max(dist.reform_wait_s, dist.timeout_s) for the members at a
+// re-formation (trainer.cpp), since they reach a round's end up to a round's drift apart.
+// Known gap (review helper-26): a member whose re-formation breaks off after the others received its
+// last sum asks again at once while they train on; if the round outlasts that wait, the service
+// forms an epoch of it alone (with dist.min_nodes 1), and at the next boundary its solo round, one
+// step further by the key, becomes the job's. Set dist.min_nodes above 1 to exclude it; the cure is a
+// service rule (such a request waits for every live member, as a joiner's does), not built.
 #include <ATen/ATen.h>
 
 #include "common/check.h"
@@ -214,10 +220,15 @@ class ElasticLocalSgdSync : public GradientSync {
     at::Tensor weights;
     if (root_switched) {
       // The job resumed another synchronization's checkpoints (restart_state on every node): they
-      // may differ, so every member starts from their mean and the round starts there (as LocalSgdSync).
-      weights = params.clone();
+      // may differ, so every member starts from their mean and the round starts there (as
+      // LocalSgdSync); the mean of those at the root's step (a node that starts fresh, or from an
+      // older checkpoint, holds none of the job's weights).
+      const bool counts = !pending_ && at.step == p.step;
+      weights = counts ? params.clone() : at::zeros_like(params);
+      at::Tensor count = at::full({1}, counts ? 1.f : 0.f, replica_options(device_));
       sum_->sum(weights, exact());
-      weights.div_(world());
+      sum_->sum(count, exact());
+      weights.div_(count.cpu().item<float>());  // >= 1: the root counts
       start.copy_(weights);
       momentum.zero_();
     } else if (root_pending) {

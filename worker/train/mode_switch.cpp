@@ -47,7 +47,7 @@ ModeSwitch mode_switch(const nlohmann::json& meta, const DistConfig& now) {
   const DistConfig& d = then.dist;
   if (d.mode == "auto") return s;  // (never written resolved: nothing to compare)
   s.switched = d.mode != now.mode || d.sync_every != now.sync_every || (now.sync_every > 1 && d.outer != now.outer);
-  s.recount_tokens = s.switched || counts_the_jobs_tokens(d) != counts_the_jobs_tokens(now);
+  s.recount_tokens = counts_the_jobs_tokens(d) != counts_the_jobs_tokens(now);
   if (!s.switched) return s;
   s.from = describe(d);
   s.to = describe(now);

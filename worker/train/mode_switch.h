@@ -13,7 +13,9 @@
 // Into a ps mode the shards must start from the workers' INIT: shards that restored checkpoints of
 // an earlier ps phase would take the job back there, and are refused (check_switched_shards).
 // Known gaps: shards of an earlier ps phase still running (never restarted) are not detected; each
-// node decides from its own checkpoint's config.
+// node decides from its own checkpoint's config; a switch into the per-step elastic ring takes the
+// root's weights and moments, not the job's mean (elastic local SGD takes the mean of the members
+// at the root's step).
 #pragma once
 #include <string>
 
@@ -28,9 +30,9 @@ struct ModeSwitch {
   std::string from, to;          // "ring", "ring local SGD (sync_every=10, outer=nesterov)", "ps (sync_every=1)"
   bool moments_carried = true;   // AdamW's moments move with the weights (false across ring <-> ps)
   bool fresh_sync_state = false; // the synchronization's own checkpointed state is absent or not its own: start it anew
-  bool recount_tokens = false;   // the checkpoint's token count means another thing (the job's vs a node's): the
-                                 // count restarts as step x this run's tokens per step (a switch, or ring local SGD
-                                 // resumed with dist.elastic toggled: the elastic one counts every member's)
+  bool recount_tokens = false;   // the checkpoint's token count means another thing (the job's vs a node's: a switch
+                                 // between them, or ring local SGD resumed with dist.elastic toggled, the elastic one
+                                 // counting every member's): it restarts as step x this run's tokens per step
   std::string summary() const;   // one log line
 };
 

@@ -175,6 +175,7 @@ struct Trainer::Impl {
     }
     // The elastic ring forms here: every member takes the state of the one furthest along (a
     // joiner: the running job's; a job whose nodes all restart: the newest checkpoint any holds).
+    const int64_t step_before_joining = step;
     if (const auto p = sync->regroup(flat->params, {step, tokens, data_position})) {
       if (writer && p->step != step)
         log::info("[train] node {} joined the running job at step {} ({})", cfg.dist.node_rank, p->step,
@@ -182,8 +183,9 @@ struct Trainer::Impl {
       step = p->step, tokens = p->tokens, data_position = p->data_position;
     }
     // The checkpoint's count meant another thing (job-wide or per node; mode_switch.h): it restarts in
-    // this run's meaning, once the job's size is known (an elastic ring's after its first formation).
-    if (recount_tokens)
+    // this run's meaning, once the job's size is known (an elastic ring's after its first formation);
+    // a node that joined a running job (an elastic ring's member further along) has the job's count.
+    if (recount_tokens && step == step_before_joining)
       tokens = step * cfg.train.batch_size * cfg.train.grad_accum * cfg.model.block_size * sync->replicas_per_step();
     // Every local replica built and holding those weights on its device before any step starts
     // (NCCL's broadcast is asynchronous: by itself it is no barrier).
@@ -362,6 +364,9 @@ struct Trainer::Impl {
     Tracer::global().name_thread(fmt::format("replica {} (rank {})", sync->local_rank(), sync->rank()));
     while (step < last) {
       TraceSpan step_span("step", "train");
+      // The tokens before this step: its evaluation window starts there (an elastic ring's re-formation may
+      // change the tokens per step in between).
+      const int64_t tokens_before = tokens;
       // dist.elastic: the servers granted this step's samples (each once, whoever joins or leaves);
       // the node's replicas split them as they split a step's block otherwise.
       const int64_t granted = sync->data_grant();
@@ -488,8 +493,8 @@ struct Trainer::Impl {
       // node's count times the nodes where nodes step apart: exact for the ring and BSP, the
       // expectation for ASP/SSP; the record's global_tokens is the shards' count).
       const int64_t nodes_apart = sync->world() / sync->replicas_per_step();
-      const bool eval_due = !preempted && (step == tc.steps || cfg.eval.due(step, (tokens - tokens_per_step) * nodes_apart,
-                                                                            tokens * nodes_apart));
+      const bool eval_due =
+          !preempted && (step == tc.steps || cfg.eval.due(step, tokens_before * nodes_apart, tokens * nodes_apart));
       const bool ckpt_due = due(step, cfg.checkpoint.every, tc.steps) || preempted;
       const bool sample_due = !preempted && cfg.eval.sample_tokens > 0 && due(step, cfg.eval.sample_every, tc.steps);
       if (eval_due || ckpt_due || sample_due || step == last) sync->synchronize(flat->params);
@@ -563,9 +568,13 @@ struct Trainer::Impl {
       }
       if (ckpt_due) {
         TraceSpan span("checkpoint", "train");
+        const double t_write = now_seconds();
         const std::string dir = save_checkpoint((fs::path(out) / "checkpoints").string(), step, *model, sync->optimizer(),
                                                 meta(now_seconds() - t0), cfg.checkpoint.keep, sync->state());
         if (verbose) progress.line(fmt::format("[checkpoint] {}", dir));
+        // emulate.checkpoint_s: the target's write time, on this node's clock (the job's time).
+        if (const double left = t_write + cfg.emulate.checkpoint_s - now_seconds(); left > 0)
+          std::this_thread::sleep_for(std::chrono::duration<double>(left));
       }
       if (preempted) {
         if (writer)
