@@ -57,6 +57,19 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// Every node that took a step took it with the others (node 0's steps `s0`): the same first sample and world.
+void expect_steps_taken_together(const test::TempDir& d, const std::vector<nlohmann::json>& s0) {
+  std::map<int64_t, std::pair<int64_t, int>> by_step;
+  for (const auto& m : s0) by_step[m.at("step").get<int64_t>()] = {m.at("data_position").get<int64_t>(), m.at("world").get<int>()};
+  for (const std::string& w : {"w1", "w2", "w3"})
+    for (const auto& m : steps_of(d.str(w))) {
+      const auto it = by_step.find(m.at("step").get<int64_t>());
+      if (it == by_step.end()) continue;
+      EXPECT_EQ(it->second.first, m.at("data_position").get<int64_t>()) << w << " step " << m.at("step");
+      EXPECT_EQ(it->second.second, m.at("world").get<int>()) << w << " step " << m.at("step");
+    }
+}
+
 // A rendezvous service and the nodes of one elastic ring job (NNODES=3 at the start) in `d`.
 struct ElasticJob {
   static constexpr int kSteps = 200, kBatch = 2;
@@ -173,16 +186,7 @@ TEST(ElasticRing, NodesDieJoinLeaveAndComeBackWhileTheRingGoesOn) {
   EXPECT_LE(jumps, 1);
   EXPECT_EQ(worlds, (std::set<int>{2, 3})) << "three nodes, two after the kill, three with the joiner, two after the "
                                               "leave, three with the return";
-  // Every node that took a step took it with the others: the same first sample and world.
-  std::map<int64_t, std::pair<int64_t, int>> by_step;
-  for (const auto& m : s0) by_step[m.at("step").get<int64_t>()] = {m.at("data_position").get<int64_t>(), m.at("world").get<int>()};
-  for (const std::string& w : {"w1", "w2", "w3"})
-    for (const auto& m : steps_of(d.str(w))) {
-      const auto it = by_step.find(m.at("step").get<int64_t>());
-      if (it == by_step.end()) continue;
-      EXPECT_EQ(it->second.first, m.at("data_position").get<int64_t>()) << w << " step " << m.at("step");
-      EXPECT_EQ(it->second.second, m.at("world").get<int>()) << w << " step " << m.at("step");
-    }
+  expect_steps_taken_together(d, s0);
   const auto s3 = steps_of(d.str("w3"));
   EXPECT_GT(s3.front().at("step").get<int64_t>(), 25) << "the joiner starts at the job's step, not at 0";
 }
@@ -261,15 +265,7 @@ TEST(ElasticRing, LocalSgdRoundsGoOnAsNodesDieJoinAndLeave) {
   }
   EXPECT_EQ(jumps, 2);
   EXPECT_EQ(worlds, (std::set<int>{2, 3}));
-  std::map<int64_t, std::pair<int64_t, int>> by_step;
-  for (const auto& m : s0) by_step[m.at("step").get<int64_t>()] = {m.at("data_position").get<int64_t>(), m.at("world").get<int>()};
-  for (const std::string& w : {"w1", "w2", "w3"})
-    for (const auto& m : steps_of(d.str(w))) {
-      const auto it = by_step.find(m.at("step").get<int64_t>());
-      if (it == by_step.end()) continue;
-      EXPECT_EQ(it->second.first, m.at("data_position").get<int64_t>()) << w << " step " << m.at("step");
-      EXPECT_EQ(it->second.second, m.at("world").get<int>()) << w << " step " << m.at("step");
-    }
+  expect_steps_taken_together(d, s0);
   const auto s3 = steps_of(d.str("w3"));
   EXPECT_EQ((s3.front().at("step").get<int64_t>() - 1) % kH, 0) << "the joiner's first step starts a round";
 }
