@@ -75,11 +75,13 @@ struct ElasticJob {
   static constexpr int kSteps = 200, kBatch = 2;
   test::TempDir& d;
   std::vector<std::string> extra;  // further worker flags (local SGD's)
-  std::string corpus = test::write_tiny_corpus(d), bin = test::bin_dir(), port_file = d.str("rendezvous.port");
+  std::string name;                // the service's files: DIR/<name>.port, DIR/<name>.log
+  std::string corpus = test::write_tiny_corpus(d), bin = test::bin_dir(), port_file = d.str(name + ".port");
   std::vector<std::string> env = {"SYNCOPATE_TOKEN=t"};
   test::Process service{{bin + "/syncopate-rendezvous", "--port", "-1", "--port-file", port_file}, env,
-                        d.str("rendezvous.log")};
-  ElasticJob(test::TempDir& dir, std::vector<std::string> flags) : d(dir), extra(std::move(flags)) {
+                        d.str(name + ".log")};
+  ElasticJob(test::TempDir& dir, std::vector<std::string> flags, std::string service_name = "rendezvous")
+      : d(dir), extra(std::move(flags)), name(std::move(service_name)) {
     test::wait_for_line(port_file, 30, &service);
   }
   ~ElasticJob() { service.kill_hard(); }
@@ -271,19 +273,22 @@ TEST(ElasticRing, LocalSgdRoundsGoOnAsNodesDieJoinAndLeave) {
 }
 
 
-// Without membership events elastic local SGD is local SGD: after a switch into it in the middle
-// of a round (from local SGD with another H: the nodes' weights differ, so every member starts from
-// the job's mean weights), two nodes end with the fixed ring's weights bit for bit.
+// Without membership events elastic local SGD is local SGD, and the elastic ring the ring: after a
+// switch into either in the middle of a round (from local SGD with another H: the nodes' weights
+// differ, so every member starts from the job's mean weights, and the ring from the mean moments
+// too), two nodes end with the fixed ring's weights bit for bit.
 TEST(ElasticRing, LocalSgdWithoutEventsIsTheFixedRingsLocalSgdBitForBit) {
   test::TempDir d;
   ElasticJob job(d, {"--dist.outer=nesterov", "--dist.outer_lr=0.7", "--dist.outer_momentum=0.9"});
-  auto run = [&](const std::string& tag, bool elastic, int steps, const std::vector<std::string>& more) {
+  auto run = [&](const std::string& tag, bool elastic, int steps, const std::vector<std::string>& more,
+                 ElasticJob* on = nullptr) {
+    ElasticJob& j = on ? *on : job;
     const std::vector<std::string> fixed = elastic ? std::vector<std::string>{} : test::rendezvous_args(d);
     std::vector<std::unique_ptr<test::Process>> ps;
     for (int r = 0; r < 2; ++r) {
-      auto a = job.args(d.str(tag + std::to_string(r)), "32", steps, 2, 0, fixed);
+      auto a = j.args(d.str(tag + std::to_string(r)), "32", steps, 2, 0, fixed);
       a.insert(a.end(), more.begin(), more.end());
-      ps.push_back(job.start(r, a, d.str(tag + std::to_string(r) + ".log"), 2));
+      ps.push_back(j.start(r, a, d.str(tag + std::to_string(r) + ".log"), 2));
     }
     for (int r = 0; r < 2; ++r) ASSERT_EQ(ps[r]->wait(120), 0) << test::slurp(d.str(tag + std::to_string(r) + ".log"));
   };
@@ -298,16 +303,24 @@ TEST(ElasticRing, LocalSgdWithoutEventsIsTheFixedRingsLocalSgdBitForBit) {
   for (int r = 0; r < 2; ++r) {  // the job resumes from its step-4 checkpoint, mid-round
     fs::remove_all(d.str("f" + std::to_string(r) + "/checkpoints/step_000006"));
     std::ofstream(d.str("f" + std::to_string(r) + "/checkpoints/latest")) << "step_000004\n";
-    fs::copy(d.str("f" + std::to_string(r)), d.str("e" + std::to_string(r)), fs::copy_options::recursive);
+    for (const char* copy : {"e", "g", "h"})
+      fs::copy(d.str("f" + std::to_string(r)), d.str(copy + std::to_string(r)), fs::copy_options::recursive);
   }
   run("f", false, 8, {"--dist.sync_every=2", "--resume"});
   run("e", true, 8, {"--dist.sync_every=2", "--resume"});
+  // The same switch into the per-step ring: fixed (RingSync::start: the mean weights and moments) and elastic.
+  run("g", false, 8, {"--resume"});
+  ElasticJob second(d, job.extra, "rendezvous2");  // (a service ends its job once: a job that finished takes no node)
+  run("h", true, 8, {"--resume"}, &second);
   EXPECT_NE(test::slurp(d.str("e0.log")).find("switching from ring local SGD (sync_every=3"), std::string::npos)
       << test::slurp(d.str("e0.log"));
   for (int step : {6, 8})
-    for (int r = 0; r < 2; ++r)
+    for (int r = 0; r < 2; ++r) {
       EXPECT_TRUE(at::equal(weights(d.str("f" + std::to_string(r)), step), weights(d.str("e" + std::to_string(r)), step)))
-          << "node " << r << " step " << step;
+          << "local SGD, node " << r << " step " << step;
+      EXPECT_TRUE(at::equal(weights(d.str("g" + std::to_string(r)), step), weights(d.str("h" + std::to_string(r)), step)))
+          << "per-step ring, node " << r << " step " << step;
+    }
 }
 
 }  // namespace

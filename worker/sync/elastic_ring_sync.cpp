@@ -44,7 +44,12 @@ class ElasticRingSync : public GradientSync {
   int world() const override { return ring_sync_->world(); }
   int replicas_per_step() const override { return ring_sync_->replicas_per_step(); }
   void start(at::Tensor&, int64_t) override {}  // the ring forms in the first regroup()
-  void restart_state(const at::Tensor& p) override { ring_sync_->restart_state(p); }
+  // Resumed from another synchronization's checkpoint: the first formation starts every member from
+  // the job's mean weights and moments (take_state), as RingSync::start does on a fixed ring.
+  void restart_state(const at::Tensor& p) override {
+    ring_sync_->restart_state(p);
+    switched_ = true;
+  }
   void begin_last_backward(double lr, int64_t step) override {
     if (!ring_->broken()) ring_sync_->begin_last_backward(lr, step);
   }
@@ -107,27 +112,40 @@ class ElasticRingSync : public GradientSync {
     }
   }
 
-  // Every member ends with the root's state; nothing here changes until every sum arrived.
+  // Every member ends with the root's state; nothing here changes until every sum arrived. After a
+  // switch (the root's restart_state) the state is instead the mean weights and moments of the
+  // members at the root's step (the nodes' checkpoints may differ; a node that starts fresh, or from
+  // an older checkpoint, holds none of the job's), with the root's step count.
   JobPosition take_state(at::Tensor& params, const JobPosition& at, const Epoch& e) {
     const bool root = e.index == e.root_index();
     FlatAdamW& opt = *ring_sync_->optimizer();
+    std::vector<int64_t> v = {at.step, at.tokens, at.data_position, opt.steps(), switched_ ? 1 : 0};
+    ring_sync_->share_ints(v, root);
+    const bool mean = v[4] != 0, counts = mean ? at.step == v[0] : root;
+    float n = 1;
+    if (mean) {
+      at::Tensor count = at::full({1}, counts ? 1.f : 0.f, replica_options(device_));
+      ring_sync_->sum_exact(count);
+      n = count.cpu().item<float>();  // >= 1: the root counts
+    }
     std::vector<at::Tensor*> live = {&params, &opt.exp_avg(), &opt.exp_avg_sq()};
     std::vector<at::Tensor> got;
     for (at::Tensor* t : live) {
-      at::Tensor x = root ? t->clone() : at::zeros_like(*t);
+      at::Tensor x = counts ? t->clone() : at::zeros_like(*t);
       ring_sync_->sum_exact(x);
+      if (mean) x.div_(n);
       got.push_back(x);
     }
-    std::vector<int64_t> v = {at.step, at.tokens, at.data_position, opt.steps()};
-    ring_sync_->share_ints(v, root);
     for (size_t k = 0; k < live.size(); ++k) live[k]->copy_(got[k]);
     opt.set_steps(v[3]);
+    switched_ = false;
     return {v[0], v[1], v[2]};
   }
 
   int device_;
   std::unique_ptr<RingSync> ring_sync_;
   std::unique_ptr<ElasticRing> ring_;
+  bool switched_ = false;  // resumed from another synchronization's checkpoint (restart_state)
 };
 
 }  // namespace

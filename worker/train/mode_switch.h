@@ -13,9 +13,8 @@
 // Into a ps mode the shards must start from the workers' INIT: shards that restored checkpoints of
 // an earlier ps phase would take the job back there, and are refused (check_switched_shards).
 // Known gaps: shards of an earlier ps phase still running (never restarted) are not detected; each
-// node decides from its own checkpoint's config; a switch into the per-step elastic ring takes the
-// root's weights and moments, not the job's mean (elastic local SGD takes the mean of the members
-// at the root's step).
+// node decides from its own checkpoint's config. (The elastic ring and elastic local SGD take the
+// mean of the members at the root's step, where a node may start fresh or from an older checkpoint.)
 #pragma once
 #include <string>
 
