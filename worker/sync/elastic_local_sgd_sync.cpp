@@ -118,27 +118,14 @@ class ElasticLocalSgdSync : public GradientSync {
   double average(double x, bool* any) override { return inner_->average(x, any); }  // the node's own loss
   // The members hold the same weights at round boundaries (in between each its own).
   void check_identical(const at::Tensor& params, int64_t step) override {
-    if (step % every_ != 0 || ring_->broken() || ring_->left()) return;
-    struct LinkLost {};
-    try {
-      check_replicas_identical(params, step, rank(), world(), 1, device_, [&](at::Tensor& t) {
-        try {
-          sum_->sum(t, exact());
-        } catch (const Error& e) {
-          ring_->lost(step, e.what());
-          throw LinkLost{};
-        }
-      });
-    } catch (const LinkLost&) {
-      // the ring re-forms at the round's end
-    }
+    // (a failed sum: the ring re-forms at the round's end)
+    if (step % every_ == 0 && !ring_->broken() && !ring_->left())
+      elastic_check_identical(params, step, rank(), world(), device_, sum_exact(), lost_at(step));
   }
   FlatAdamW* optimizer() override { return inner_->optimizer(); }
   // Mid-round a node holds its inner weights; the job's weights are the round's start.
   ShippedWeights shipped(const at::Tensor&) override { return {start_, "outer"}; }
-  std::vector<std::pair<std::string, at::Tensor>> state() override {
-    return {{"outer_start", start_}, {"outer_momentum", outer_.momentum()}};
-  }
+  std::vector<std::pair<std::string, at::Tensor>> state() override { return local_sgd_state(start_, outer_.momentum()); }
   // Resumed from another synchronization's checkpoint: the first formation starts every member
   // from the job's mean weights (settle()).
   void restart_state(const at::Tensor& params) override {
@@ -171,15 +158,12 @@ class ElasticLocalSgdSync : public GradientSync {
   }
 
   // A boundary's agreement: the sum of every member's flag; a failure counts as a change.
-  bool agree(float flag, int64_t step) {
-    at::Tensor f = at::full({1}, flag, replica_options(device_));
-    try {
-      sum_->sum(f, exact());
-      return f.cpu().item<float>() > 0;
-    } catch (const Error& e) {
-      ring_->lost(step, e.what());
-      return true;
-    }
+  bool agree(float flag, int64_t step) { return elastic_agree(flag, device_, sum_exact(), lost_at(step)); }
+  std::function<void(at::Tensor&)> sum_exact() {
+    return [this](at::Tensor& t) { sum_->sum(t, exact()); };
+  }
+  std::function<void(const std::string&)> lost_at(int64_t step) {
+    return [this, step](const std::string& why) { ring_->lost(step, why); };
   }
 
   // x <- the root's x, exactly (the root's values plus zeros), into a scratch copy.
@@ -201,7 +185,7 @@ class ElasticLocalSgdSync : public GradientSync {
     const int64_t took = pending_ ? round_world_ * node_samples_ : 0;
     std::vector<int64_t> v = {at.step + (pending_ ? 1 : 0), at.tokens + took * sample_tokens_, at.data_position + took,
                               inner.steps(), pending_ ? 1 : 0, switched_ ? 1 : 0};
-    share_ints(v, root, params.options(), [&](at::Tensor& t) { sum_->sum(t, exact()); });
+    share_ints(v, root, params.options(), sum_exact());
     const JobPosition p{v[0], v[1], v[2]};
     const bool root_pending = v[4] != 0, root_switched = v[5] != 0;
     // Whether this node took the very round the root stands at the end of (a survivor of it), or

@@ -66,20 +66,9 @@ class ElasticRingSync : public GradientSync {
   }
   double average(double x, bool* any) override { return ring_sync_->average(x, any); }
   void check_identical(const at::Tensor& params, int64_t step) override {
-    if (ring_->broken() || ring_->left()) return;
-    struct LinkLost {};
-    try {
-      check_replicas_identical(params, step, rank(), world(), 1, device_, [&](at::Tensor& t) {
-        try {
-          ring_sync_->sum_exact(t);
-        } catch (const Error& e) {
-          ring_->lost(step, e.what());
-          throw LinkLost{};
-        }
-      });
-    } catch (const LinkLost&) {
-      // the next step is abandoned at once and the ring re-forms after it
-    }
+    // (a failed sum: the next step is abandoned at once and the ring re-forms after it)
+    if (!ring_->broken() && !ring_->left())
+      elastic_check_identical(params, step, rank(), world(), device_, sum_exact(), lost_at(step));
   }
   FlatAdamW* optimizer() override { return ring_sync_->optimizer(); }
   SyncCounters counters() const override { return ring_sync_->counters(); }
@@ -101,15 +90,12 @@ class ElasticRingSync : public GradientSync {
 
  private:
   // This boundary's agreement: the sum of every member's flag; a failure counts as a change.
-  bool agree(float flag, int64_t step) {
-    at::Tensor f = at::full({1}, flag, replica_options(device_));
-    try {
-      ring_sync_->sum_exact(f);
-      return f.cpu().item<float>() > 0;
-    } catch (const Error& e) {
-      ring_->lost(step, e.what());
-      return true;
-    }
+  bool agree(float flag, int64_t step) { return elastic_agree(flag, device_, sum_exact(), lost_at(step)); }
+  std::function<void(at::Tensor&)> sum_exact() {
+    return [this](at::Tensor& t) { ring_sync_->sum_exact(t); };
+  }
+  std::function<void(const std::string&)> lost_at(int64_t step) {
+    return [this, step](const std::string& why) { ring_->lost(step, why); };
   }
 
   // Every member ends with the root's state; nothing here changes until every sum arrived. After a

@@ -46,6 +46,40 @@ void share_ints(std::vector<int64_t>& v, bool source, const at::TensorOptions& o
   }
 }
 
+bool elastic_agree(float flag, int device, const std::function<void(at::Tensor&)>& sum_exact,
+                   const std::function<void(const std::string&)>& lost) {
+  at::Tensor f = at::full({1}, flag, replica_options(device));
+  try {
+    sum_exact(f);
+    return f.cpu().item<float>() > 0;
+  } catch (const Error& e) {
+    lost(e.what());
+    return true;
+  }
+}
+
+void elastic_check_identical(const at::Tensor& params, int64_t step, int rank, int world, int device,
+                             const std::function<void(at::Tensor&)>& sum_exact,
+                             const std::function<void(const std::string&)>& lost) {
+  struct LinkLost {};  // (an Error from the check itself, differing weights, must reach the caller)
+  try {
+    check_replicas_identical(params, step, rank, world, 1, device, [&](at::Tensor& t) {
+      try {
+        sum_exact(t);
+      } catch (const Error& e) {
+        lost(e.what());
+        throw LinkLost{};
+      }
+    });
+  } catch (const LinkLost&) {
+    // the owner re-forms the ring at its next boundary
+  }
+}
+
+std::vector<std::pair<std::string, at::Tensor>> local_sgd_state(const at::Tensor& start, const at::Tensor& momentum) {
+  return {{"outer_start", start}, {"outer_momentum", momentum}};
+}
+
 SyncSetup node_only(const SyncSetup& s) {
   SyncSetup n = s;
   n.ring = nullptr;

@@ -231,6 +231,18 @@ void check_replicas_identical(const at::Tensor& params, int64_t step, int rank, 
 // one replica passes source = true, the others a vector of the same size. options: the device.
 void share_ints(std::vector<int64_t>& v, bool source, const at::TensorOptions& options,
                 const std::function<void(at::Tensor&)>& sum_exact);
+// The elastic ring syncs' collectives on a ring that may break (one replica per node). `sum_exact`:
+// an exact float32 sum over the members; a failed one calls `lost(why)` instead of throwing (the
+// owner re-forms). elastic_agree: the sum of every member's flag is positive, or a sum failed.
+// elastic_check_identical: check_replicas_identical, whose refusal of differing weights still throws.
+bool elastic_agree(float flag, int device, const std::function<void(at::Tensor&)>& sum_exact,
+                   const std::function<void(const std::string&)>& lost);
+void elastic_check_identical(const at::Tensor& params, int64_t step, int rank, int world, int device,
+                             const std::function<void(at::Tensor&)>& sum_exact,
+                             const std::function<void(const std::string&)>& lost);
+// Ring local SGD's checkpointed state (LocalSgdSync, ElasticLocalSgdSync: one set of names, so that
+// a resume may toggle dist.elastic): the round's start and the outer momentum.
+std::vector<std::pair<std::string, at::Tensor>> local_sgd_state(const at::Tensor& start, const at::Tensor& momentum);
 // Local SGD's inner steps: the same replicas as `s` with no ring (the node alone, averaging in
 // the node every step), every step synchronized, clipping the node's own mean gradient.
 SyncSetup node_only(const SyncSetup& s);

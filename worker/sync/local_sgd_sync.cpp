@@ -82,9 +82,7 @@ class LocalSgdSync : public GradientSync {
   int64_t job_tokens(int64_t node_tokens, int64_t) const override { return node_tokens * nodes_; }  // they step together
   // Mid-round a node holds its inner weights; the job's weights are the round's start.
   ShippedWeights shipped(const at::Tensor&) override { return {start_, "outer"}; }
-  std::vector<std::pair<std::string, at::Tensor>> state() override {
-    return {{"outer_start", start_}, {"outer_momentum", outer_.momentum()}};
-  }
+  std::vector<std::pair<std::string, at::Tensor>> state() override { return local_sgd_state(start_, outer_.momentum()); }
   void restart_state(const at::Tensor& params) override {
     start_.copy_(params);
     outer_.momentum().zero_();
