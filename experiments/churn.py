@@ -32,8 +32,11 @@ preempted node leaves at its step boundary, a joiner or a node back with --resum
 state and steps on with the job); ring_diloco_elastic (the same with DiLoCo, --dist.sync_every=H
 from --sync-every, Nesterov outer step: joins and leaves at round boundaries; a node lost or
 preempted mid-round is found at the round's sum and the survivors apply the round with their own
-deltas). Not built, reported as such with the worker's own refusal: ps_diloco_elastic (local SGD on
-parameter servers with dist.elastic).
+deltas); ps_diloco_elastic and ps_async_local_sgd (local SGD on elastic parameter servers, --sync-every:
+BSP shards averaging each round's deltas with a Nesterov outer step, or ASP shards applying each delta
+on arrival with delayed Nesterov; a node joins at a round boundary the shards choose, and a node lost or
+preempted mid-round drops its partial round). Not built, reported as such with the worker's own refusal:
+ps_overlap_elastic (dist.ps_overlap with dist.elastic).
 
 Per run (every definition is repeated in churn.md):
 - goodput = useful samples applied / samples the present nodes could have computed in the same wall
@@ -43,6 +46,8 @@ Per run (every definition is repeated in churn.md):
                      sum over shards of dropped x the shard's share of the parameters);
                      ring_diloco_elastic: samples_per_step x H x (sum over the rounds applied of the nodes
                      whose deltas they averaged): a partial round lost with its node is not useful;
+                     ps local SGD: samples_per_step x H x (the rounds nodes pushed, i.e. logged their last
+                     step, minus the servers' dropped pushes);
     present samples = samples_per_step x (sum over every worker process, or ring launcher, of its
                      lifetime from launch to exit or kill) / emulate.step_time_s;
   samples_per_step = train.batch_size x train.grad_accum. Start-up, waiting and restarts are in the
@@ -103,15 +108,21 @@ CONFIGS = {
     "ring_restart": {"kind": "ring"},
     "ring_elastic": {"kind": "ring", "elastic": True},
     "ring_diloco_elastic": {"kind": "ring", "elastic": True, "local_sgd": True},
+    "ps_diloco_elastic": {"kind": "ps", "consistency": "bsp", "backup_workers": 0, "local_sgd": True},
+    "ps_async_local_sgd": {"kind": "ps", "consistency": "asp", "backup_workers": 0, "local_sgd": True,
+                           "outer": "async"},
 }
-# ring_diloco_elastic's synchronization: DiLoCo (Nesterov outer step) every --sync-every steps.
+# Local SGD's synchronization every --sync-every steps: DiLoCo (Nesterov outer step; ring_diloco_elastic,
+# ps_diloco_elastic, whose BSP shards average the round's deltas), or asynchronous local SGD (ps_async_local_sgd:
+# ASP shards apply each node's delta on arrival with delayed Nesterov, experiments/ab_sync_async.py's outer step).
 DILOCO_FLAGS = ["--dist.outer=nesterov", "--dist.outer_lr=0.7", "--dist.outer_momentum=0.9"]
+ASYNC_LOCAL_SGD_FLAGS = ["--dist.outer=delayed_nesterov", "--dist.outer_lr=0.35", "--dist.outer_momentum=0.9"]
 # A round that the survivors of a lost node applied themselves (worker/sync/elastic_local_sgd_sync.cpp).
 ROUND_APPLIED = re.compile(r"the round ending at step (\d+) applied by the (\d+) member")
 # Not built: the worker refuses them (the refusal is quoted in the report, asked of the binary).
 NOT_BUILT = {
-    "ps_diloco_elastic": ["--dist.mode=ps", "--dist.servers=tcp://127.0.0.1:1", "--dist.sync_every=10",
-                       "--dist.outer=nesterov", "--dist.elastic=true"],
+    "ps_overlap_elastic": ["--dist.mode=ps", "--dist.servers=tcp://127.0.0.1:1", "--dist.ps_overlap=true",
+                           "--dist.elastic=true"],
 }
 RING_JOIN = ("not possible: this ring is not elastic (NNODES is fixed at the rendezvous; a node cannot join a "
              "running fixed ring job; ring_elastic is the one that takes joins)")
@@ -344,7 +355,8 @@ class Run:
         else:
             cmd = [os.path.join(BIN, "syncopate-worker")] + flags + (
                 ["--dist.mode=ring", "--dist.elastic=true"] + self.local_sgd_flags() if self.elastic_ring else
-                ["--dist.mode=ps", f"--dist.servers={self.eps}", "--dist.ps_encrypt=off", "--dist.elastic=true"])
+                ["--dist.mode=ps", f"--dist.servers={self.eps}", "--dist.ps_encrypt=off", "--dist.elastic=true"]
+                + self.local_sgd_flags())
             if os.path.exists(os.path.join(node_out, "checkpoints", "latest")):
                 cmd.append("--resume")
         p = self.procs.start(cmd, self.env(rank, nnodes), log)
@@ -356,7 +368,10 @@ class Run:
         return rec
 
     def local_sgd_flags(self):
-        return [f"--dist.sync_every={self.a.sync_every}"] + DILOCO_FLAGS if self.cfg.get("local_sgd") else []
+        if not self.cfg.get("local_sgd"):
+            return []
+        outer = ASYNC_LOCAL_SGD_FLAGS if self.cfg.get("outer") == "async" else DILOCO_FLAGS
+        return [f"--dist.sync_every={self.a.sync_every}"] + outer
 
     def alive(self, rank):
         return next((i for i in self.incs if i["node"] == rank and i["end_unix"] is None), None)
@@ -518,6 +533,31 @@ class Run:
                 out.append({})
         return out
 
+    def exactly_once(self, stats, distinct):
+        """Every acknowledged update applied, none twice, as the shards' own counts say (ps; None on the ring,
+        whose checks are the data positions and the nodes' last steps). A node's push is acknowledged when it
+        logs the step (local SGD: the round's last step). BSP: each shard applied exactly one update per round,
+        whoever came and went (`updates` == the job's rounds). ASP: each shard's `updates` minus the pushes
+        acknowledged is in [0, crashes]: a crashed node's last push may have been applied unanswered; below 0
+        an acknowledged push was lost, above the crashes one was applied twice."""
+        if self.ring:
+            return None
+        every = self.a.sync_every if self.cfg.get("local_sgd") else 1
+        acked = sum(1 for st in distinct.values() for x in st if x % every == 0)
+        crashes = sum(1 for e in self.events if e["applied"] and e["kind"] == "kill9")
+        per_shard = [s.get("updates") for s in stats]
+        if any(u is None for u in per_shard):
+            return {"ok": False, "why": "a shard wrote no stats", "updates": per_shard}
+        if self.cfg["consistency"] == "bsp":
+            want = self.a.steps // every
+            ok = all(u == want for u in per_shard)
+            return {"ok": ok, "rule": "updates == rounds", "updates": per_shard, "rounds": want,
+                    "why": None if ok else f"shards applied {per_shard} updates for {want} rounds"}
+        extra = [u - acked for u in per_shard]
+        ok = all(0 <= x <= crashes for x in extra)
+        return {"ok": ok, "rule": "0 <= updates - acknowledged <= crashes", "updates": per_shard, "acknowledged": acked,
+                "crashes": crashes, "why": None if ok else f"updates - acknowledged = {extra} with {crashes} crash(es)"}
+
     def log_text(self, rec):
         try:
             with open(rec["log"], errors="replace") as f:
@@ -595,7 +635,18 @@ class Run:
         present = sum((i["end_unix"] or time.time()) - i["start_unix"] for i in self.incs)
         ideal = spp * present / a.step_time if a.step_time > 0 else None
         redone = None
-        if self.cfg.get("local_sgd"):
+        last_record = {r: {m["step"]: m for m in step_lines[r]} for r in ranks}  # a node's last record of each step
+        if self.cfg.get("local_sgd") and not self.ring:
+            # Local SGD on parameter servers: a node's round is applied when it pushed it, which it did
+            # before logging the round's last step; the shards' dropped pushes (late under backup workers)
+            # are rounds. A partial round (a node lost or preempted in it, or the job's end) is dropped.
+            def pushed(r, step):
+                return ((step - 1) // a.sync_every + 1) * a.sync_every in last_record[r]
+            pushed_rounds = sum(1 for r in ranks for st in distinct[r] if st % a.sync_every == 0)
+            applied_steps = a.sync_every * max(0.0, pushed_rounds - dropped)
+            dropped = max(0, useful_steps_logged - applied_steps)
+            useful = spp * applied_steps
+        elif self.cfg.get("local_sgd"):
             # Local SGD: a step is useful when the round it belongs to was applied with its node's delta. A
             # round applied normally is logged at its last step by its members (world = its contributors); one
             # that the survivors of a lost node applied is logged in their own words (its last step is not:
@@ -619,6 +670,9 @@ class Run:
         else:
             useful = spp * (useful_steps_logged - dropped)
         positions = [m["data_position"] for r in ranks for m in step_lines[r] if "data_position" in m]
+        if self.cfg.get("local_sgd") and not self.ring:  # the positions of pushed rounds (a partial round's are redone)
+            positions = [m["data_position"] for r in ranks for st, m in last_record[r].items()
+                         if "data_position" in m and pushed(r, st)]
         if self.elastic_ring:  # every node logs the step's shared position: one per step, none for two steps
             by_step = {}
             for r in ranks:
@@ -656,6 +710,7 @@ class Run:
             if e["t_applied_unix"] is not None and self.t_train0 is not None:
                 e["t_applied_s"] = round(e["t_applied_unix"] - self.t_train0, 3)
             happened.append(ok)
+        once = self.exactly_once(stats, distinct)
         all_step_records = [m for r in ranks for m in step_lines[r]]
         overrun = (sum(1 for m in all_step_records if m.get("overrun")) / len(all_step_records)
                    if all_step_records else None)
@@ -681,6 +736,7 @@ class Run:
             "steps_logged": logged, "distinct_steps": useful_steps_logged,
             "node_last_step": {str(r): last_step[r] for r in ranks},
             "server_duplicates": duplicates_srv if not self.ring else None,
+            "exactly_once": once,
             "overrun_share": overrun,
             "cpu_util": cpu_mean(self.cpu, window),
         }
@@ -759,12 +815,13 @@ def run_cells(r):
             f"{f3(lost['total'], 1)} ({f3(lost['dropped'], 1)} / {lost['recomputed']} / {lost['in_flight_at_crash']})",
             f"{m['events_applied']}/{m['events_planned']}", f"{m['events_happened']}", f"{m['events_survived']}",
             str(m["hangs"]), "n/a" if m["duplicate_data"] is None else str(m["duplicate_data"]),
+            "n/a" if m.get("exactly_once") is None else ("yes" if m["exactly_once"]["ok"] else "NO"),
             f3(m["final_val_loss"], 4), f3(m["longest_stall_s"], 2), r["status"]]
 
 
 RUN_HEAD = ["configuration", "seed", "run", "goodput", "useful samples", "time to end, s",
             "lost steps (dropped / recomputed / in flight)", "events applied/planned", "happened", "survived",
-            "hangs", "duplicate data", "final val loss", "longest stall, s", "status"]
+            "hangs", "duplicate data", "updates exactly once", "final val loss", "longest stall, s", "status"]
 
 
 def definitions(s):
@@ -776,7 +833,9 @@ def definitions(s):
         "dropped pushes in steps: each shard's `dropped` x its share of the parameters); for ring_diloco_elastic, "
         f"{st['batch']} x H = {st.get('sync_every', 10)} x the sum over the rounds applied of the nodes whose deltas "
         "they averaged (a round's last step logged with its `world`, or the survivors' `applied by the N member(s)` "
-        "line when a lost node broke it): a partial round lost with its node is not useful. Present samples = "
+        "line when a lost node broke it): a partial round lost with its node is not useful; for local SGD on "
+        f"parameter servers (ps_diloco_elastic, ps_async_local_sgd), {st['batch']} x H x (the rounds the nodes pushed, "
+        "i.e. logged their last step, minus the servers' dropped pushes). Present samples = "
         f"{st['batch']} x (sum over every worker process, or ring launcher, of launch-to-exit-or-kill seconds) / "
         f"{st['step_time']:g} s. Start-up, waiting and restarts count against it: a run without events is below 1 too.",
         "- **time to end**: the first worker's launch to the last worker's exit.",
@@ -794,7 +853,8 @@ def definitions(s):
         f"- **hang**: a live node process below train.steps with no new step line for more than {st['hang_s']:g} s "
         "(its start-up counted from its launch), or a run past its time limit; a hang ends the run as failed.",
         "- **duplicate data**: data_position values logged more than once across the job's nodes (the servers' "
-        "grants; must be 0 for elastic ps); on the elastic ring, whose nodes all log the step's shared position, a "
+        "grants; must be 0 for elastic ps; ps local SGD: the steps of pushed rounds, a node's last record of each "
+        "step, since a partial round lost with its node is redone on the same grant); on the elastic ring, whose nodes all log the step's shared position, a "
         "position logged for more than one step plus the steps whose nodes logged different positions (must be 0). "
         "The fixed ring logs no data_position (its order follows the step): n/a.",
         "- **final val loss**: node 0's job_final record (the job's shipped weights) on one held-out set "
@@ -802,8 +862,41 @@ def definitions(s):
         "configuration and seed. A join adds a node (more samples per BSP round, more updates under ASP) and a "
         "crash or preemption removes one for a while, so churn may end above or below its reference: the useful "
         "samples column says what each run applied.",
+        "- **updates exactly once** (ps): every acknowledged push applied and none twice, by the shards' own "
+        "`updates` (a push is acknowledged when its node logs the step; local SGD: the round's last step). BSP: every "
+        "shard applied exactly one update per round of the job; ASP: each shard's updates minus the acknowledged "
+        "pushes is in [0, crashes] (a crashed node's last push may be applied unanswered). n/a on the ring, whose "
+        "checks are the duplicate data and every node ending at the job's last step.",
         "- **longest stall**: the longest time between two consecutive step lines of any node of the job.",
     ]
+
+
+def reliability(runs):
+    """The events of every churn run together (issue 30's "200 consecutive events"): what happened, what
+    survived, hangs, and the exactly-once checks; each failure by name."""
+    churned = [r for r in runs if r["churn"]]
+    evs = [e for r in churned for e in r["events"]]
+    applied = [e for e in evs if e["applied"]]
+    once = [r for r in churned if r["metrics"].get("exactly_once") is not None]
+    L = [f"- {len(evs)} events planned in {len(churned)} runs of {len({r['config'] for r in churned})} "
+         f"configuration(s); {len(applied)} applied, {sum(1 for e in applied if e.get('happened'))} happened as the "
+         f"logs show, {sum(1 for e in applied if e.get('survived'))} survived (the run completed after them); "
+         f"{len(evs) - len(applied)} not possible (a join on the fixed ring, or the run ended first).",
+         f"- runs complete: {sum(1 for r in churned if r['status'] == 'complete')} of {len(churned)}; hangs: "
+         f"{sum(r['metrics']['hangs'] for r in churned)}; runs with duplicate data: "
+         f"{sum(1 for r in churned if r['metrics']['duplicate_data'])}; ps runs whose updates were not exactly once: "
+         f"{sum(1 for r in once if not r['metrics']['exactly_once']['ok'])} of {len(once)}."]
+    for r in churned:
+        if r["status"] != "complete":
+            L.append(f"  - {r['config']} seed {r['seed']}: FAILED: {r['failure']}")
+        eo = r["metrics"].get("exactly_once")
+        if eo is not None and not eo["ok"]:
+            L.append(f"  - {r['config']} seed {r['seed']}: updates not exactly once: {eo['why']}")
+        for e in r["events"]:
+            if e["applied"] and not e.get("survived"):
+                L.append(f"  - {r['config']} seed {r['seed']}: event {e['i']} ({e['kind']} node {e['node']}) applied, "
+                         f"{'happened' if e.get('happened') else 'not seen in the logs'}, not survived")
+    return L
 
 
 def write_report(s, out):
@@ -817,10 +910,12 @@ def write_report(s, out):
          f"--dist.elastic=true; checkpoint.every={st['checkpoint_every']} (each write held to "
          f"{st.get('checkpoint_s', 0):g} s, emulate.checkpoint_s; 0: its real duration) for every configuration; ring_restart through "
          f"scripts/launch_node.sh --max-restarts {st['max_restarts']}; ring_elastic with a syncopate-rendezvous process; ring_diloco_elastic too, with "
-         f"--dist.sync_every={st.get('sync_every', 10)} {' '.join(DILOCO_FLAGS)}. Events: Poisson, {st['events_per_min']:g} per "
+         f"--dist.sync_every={st.get('sync_every', 10)} {' '.join(DILOCO_FLAGS)} (ps_diloco_elastic: the same flags; "
+         f"ps_async_local_sgd: {' '.join(ASYNC_LOCAL_SGD_FLAGS)}). Events: Poisson, {st['events_per_min']:g} per "
          f"minute of wall time, from {st['events_start_s']:g} s to {st['horizon_frac']:g} x the modelled length, at most "
          f"{st['max_events']} per run, delays {st['delay'][0]:g}-{st['delay'][1]:g} s; seeds "
          f"{', '.join(map(str, s['seeds']))}.", "", "## Definitions", ""] + definitions(s)
+    L += ["", "## Reliability (every run with events)", ""] + reliability(runs)
     L += ["", "## Schedules (the same for every configuration of a seed)", ""]
     for seed, evs in s["schedules"].items():
         desc = "; ".join(f"{e['t_s']:g} s {e['kind']} node {e['node']} (delay {e['delay_s']:g} s)" for e in evs)
@@ -927,7 +1022,7 @@ def parse_args(argv):
                    help=f"of {', '.join(CONFIGS)} (and {', '.join(NOT_BUILT)}: reported as not built)")
     r.add_argument("--step-time", type=float, default=0.1, help="modelled compute seconds per step")
     r.add_argument("--batch", type=int, default=2)
-    r.add_argument("--sync-every", type=int, default=10, help="ring_diloco_elastic: inner steps per round")
+    r.add_argument("--sync-every", type=int, default=10, help="local SGD configurations (ring_diloco_elastic, ps_diloco_elastic, ps_async_local_sgd): inner steps per round")
     r.add_argument("--checkpoint-every", type=int, default=10)
     r.add_argument("--checkpoint-s", type=float, default=0.0,
                    help="emulate.checkpoint_s: the modelled duration of one checkpoint write, s (0: the real one)")

@@ -88,8 +88,11 @@ void ParameterShard::check_init(const MsgHeader& h, const float* values) const {
               "same model: compare the launch environment of this worker with the others'");
     SYN_CHECK(h.wire == wire_, fmt::format("INIT with wire format '{}', but this shard takes '{}'", h.wire, wire_),
               "every worker must run the same --dist.wire (mixed formats are refused)");
+    // (The delay is delayed Nesterov's alone; in an elastic job the first INIT's stands, since a joiner's
+    // default, its own node count, differs from the first nodes'.)
     SYN_CHECK(h.update == update_ && (h.update == "adamw" || h.update == "average" ||
-                                      (h.outer_lr == outer_lr_ && h.outer_momentum == outer_mu_ && h.outer_delay == outer_delay_)),
+                                      (h.outer_lr == outer_lr_ && h.outer_momentum == outer_mu_ &&
+                                       (h.update != "delayed_nesterov" || elastic_ || h.outer_delay == outer_delay_))),
               fmt::format("INIT with update '{}' (outer lr {}, momentum {}, delay {}), but this shard applies '{}' ({}, {}, {})",
                           h.update, h.outer_lr, h.outer_momentum, h.outer_delay, update_, outer_lr_, outer_mu_, outer_delay_),
               "every worker must run the same dist.sync_every / dist.outer settings");
@@ -184,7 +187,7 @@ void ParameterShard::grant_next(int worker, int64_t samples) {
   grant_[static_cast<size_t>(worker)] = data_cursor_;
   data_cursor_ += samples;
   if (data_cursor_ > data_reserved_) {  // durable before acknowledged: a restore resumes past every grant made
-    data_reserved_ = data_cursor_ + kGrantReserve * samples;
+    data_reserved_ = data_cursor_ + (outer_ ? kRoundGrantReserve : kGrantReserve) * samples;
     durable_due_ = true;
   }
 }
@@ -212,17 +215,24 @@ int64_t ParameterShard::bsp_round() const {
 
 int64_t ParameterShard::join_clock(int worker) const {
   SYN_CHECK(initialized_, "shard not initialized yet", "a worker must send INIT first");
-  if (member(worker)) return clock_[static_cast<size_t>(worker)] + 1;
-  if (rule_->sums_clock()) return bsp_round() + (live_workers() > 0 ? 1 : 0);
+  const bool was = member(worker);
+  // A member that asks has restarted (a running worker never asks). Under BSP, unless its push is
+  // held in the round being collected, it is told the round after that one like any joiner, and
+  // join() counts it out of the round: the others' round does not wait for its restart and the
+  // round it was in (a local SGD round of H steps) to be done again.
+  if (was && (!rule_->sums_clock() || waiting_.count(worker))) return clock_[static_cast<size_t>(worker)] + 1;
+  if (rule_->sums_clock()) return bsp_round() + (live_workers() - (was ? 1 : 0) > 0 ? 1 : 0);
   int64_t slowest = std::numeric_limits<int64_t>::max(), newest = -1;
   for (int w = 0; w < workers_; ++w) {
     newest = std::max(newest, clock_[static_cast<size_t>(w)]);
     if (live_[static_cast<size_t>(w)] && !finished_[static_cast<size_t>(w)]) slowest = std::min(slowest, clock_[static_cast<size_t>(w)]);
   }
-  return (slowest == std::numeric_limits<int64_t>::max() ? newest : slowest) + 1;
+  // Never behind its own pushes: clocks this part applied for it would only come back as duplicates.
+  const int64_t own = worker >= 0 && worker < workers_ ? clock_[static_cast<size_t>(worker)] + 1 : 0;
+  return std::max((slowest == std::numeric_limits<int64_t>::max() ? newest : slowest) + 1, own);
 }
 
-bool ParameterShard::join(int worker, int64_t clock, int64_t samples, double now_s) {
+bool ParameterShard::join(int worker, int64_t clock, int64_t samples, double now_s, std::vector<int>* released) {
   SYN_CHECK(initialized_ && elastic_, "a join to a shard whose job's membership is fixed",
             "joining a running job needs --dist.elastic=true on every worker");
   SYN_CHECK(worker >= 0 && worker < kMaxWorkers && clock >= 0,
@@ -231,6 +241,15 @@ bool ParameterShard::join(int worker, int64_t clock, int64_t samples, double now
             "a worker of this Syncopate build sends it: run the same build everywhere");
   grow(worker + 1);
   const size_t w = static_cast<size_t>(worker);
+  // A member (restarted: see join_clock) joining past its own next clock, its push not held here: it
+  // leaves the round being collected first (as FINISH would), which may complete that round. Also
+  // where this part still counted a worker that another part had already expired.
+  if (member(worker) && !waiting_.count(worker) && clock > clock_[w] + 1) {
+    live_[w] = false;
+    ++membership_epoch_;
+    std::vector<int> ready = rule_->sums_clock() ? release_bsp() : release_held();
+    if (released) released->insert(released->end(), ready.begin(), ready.end());
+  }
   int64_t& c = clock_[w];
   c = std::max(c, clock - 1);  // its next push is `clock`; a clock this part applied for it never goes back
   finished_[w] = false;

@@ -63,9 +63,11 @@ class ParameterShard {
   // is not a live member (a new id, one expired or finished) joins in two steps over every part:
   // join_clock() (INIT join=1) says which clock it would start at, and join() (INIT join=2) makes
   // it a member from the largest of those clocks on.
-  //   join_clock: a live member's own next clock; else under BSP the round after the one being
-  //   collected (one round of slack, so that the rounds may go on while the joiner asks every part),
-  //   under SSP/ASP the slowest live worker's next clock (a joiner never slows the others).
+  //   join_clock: a live member's own next clock (under BSP only while its push is held in the
+  //   round: a member that asks otherwise restarted, and is told what a joiner is); else under BSP
+  //   the round after the one being collected (one round of slack, so that the rounds may go on
+  //   while the joiner asks every part), under SSP/ASP the slowest live worker's next clock (a
+  //   joiner never slows the others), never below the worker's own next clock.
   int64_t join_clock(int worker) const;
   bool member(int worker) const;  // live, not finished, not waiting to join
   // `worker` (a new id adds a slot) takes part from `clock` on: its next push is that clock. Under
@@ -74,7 +76,8 @@ class ParameterShard {
   // rounds passed `clock` (while the worker asked the others) counts it from the round being
   // collected: its pushes of the clocks in between are answered as duplicates. samples: the
   // worker's samples per step, for its data grant.
-  bool join(int worker, int64_t clock, int64_t samples, double now_s);
+  // `released`: workers whose held replies a restarted member's leaving released (see join_clock).
+  bool join(int worker, int64_t clock, int64_t samples, double now_s, std::vector<int>* released = nullptr);
   bool elastic() const { return elastic_; }
   // Changes of the live set so far (joins, leaves, expiries, returns); saved.
   int64_t membership_epoch() const { return membership_epoch_; }
@@ -87,6 +90,7 @@ class ParameterShard {
   // before it replies (take_durable_due() clears the flag).
   bool take_durable_due() { return std::exchange(durable_due_, false); }
   static constexpr int64_t kGrantReserve = 256;  // steps of grants one checkpoint reserves (skipped after a restore)
+  static constexpr int64_t kRoundGrantReserve = 4;  // local SGD (an outer update): rounds of grants (H steps each)
 
   // A push: the worker is alive and (even in an elastic job) a member again if it had expired.
   void revive(int worker, double now_s);

@@ -189,11 +189,13 @@ struct PsServer::Impl {
             return true;
           }
           if (h.join == 2) {  // it joins at the largest of those clocks
-            const bool now_member = shard.join(h.worker, h.clock, h.samples, now());
+            std::vector<int> released;  // a restarted member left the round, which may have completed it
+            const bool now_member = shard.join(h.worker, h.clock, h.samples, now(), &released);
             remember(h.worker, id);
             // Durable before acknowledged: the membership it joins (or waits to join) and its grant.
             parts.checkpoint(shard, true);
             shard.take_durable_due();
+            for (int w : released) reply_params(shard, w);
             if (now_member) reply_params(shard, h.worker);  // else with the round it counts from
             log::info("[server {}] worker {} joins part [{}, +{}) at clock {}{}", scfg.shard, h.worker, shard.offset(),
                       shard.length(), h.clock, now_member ? "" : " (from that round on)");

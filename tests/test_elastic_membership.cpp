@@ -1,6 +1,6 @@
 // Elastic membership of parameter-server jobs (dist.elastic; issue 30): the shard's join protocol,
 // its data grants and their checkpoint, then real servers and workers where a node joins a
-// running BSP job and another is preempted with SIGTERM.
+// running BSP job and another is preempted with SIGTERM, per step and with local SGD.
 #include <signal.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -190,6 +191,52 @@ TEST(ElasticShard, AnSspJoinerStartsAtTheSlowestLiveWorkersNextClock) {
 
 // The data order: every step's grant is fresh, a resent push keeps the grant it got, a worker that
 // leaves and joins again keeps the grant it never used; no sample is granted twice and none skipped.
+// A BSP member that asks where to start has restarted (a running worker never asks): unless its push
+// is held in the round, it is told the round after the one being collected, and its join counts it
+// out of that round at once, which completes the round for the others (their replies released), so
+// nobody waits for its restart and a local SGD round to be done again (helper-27).
+TEST(ElasticShard, ARestartedBspMemberLeavesItsRoundAndJoinsTheNext) {
+  ParameterShard s(config("bsp"));
+  std::vector<float> init(2, 0.0f), g(2, 1.0f);
+  s.init(elastic_init(2, 2), init.data(), nullptr, 0);
+  EXPECT_TRUE(s.join(0, 0, 4, 0.0));
+  EXPECT_TRUE(s.join(1, 0, 4, 0.0));
+  EXPECT_TRUE(s.push(elastic_push(0, 0, 0, 2), g.data()).empty());
+  EXPECT_EQ(s.push(elastic_push(1, 0, 0, 2), g.data()), (std::vector<int>{0, 1}));
+  EXPECT_TRUE(s.push(elastic_push(0, 1, 1, 2), g.data()).empty());  // round 1 waits for worker 1
+  EXPECT_EQ(s.join_clock(0), 2);  // a member held in the round: its own next clock
+  EXPECT_EQ(s.join_clock(1), 2);  // worker 1 restarted: the round after round 1, not its own clock 1
+  std::vector<int> released;
+  EXPECT_TRUE(s.join(1, 2, 4, 0.0, &released));  // round 1 completes without it; it counts from round 2
+  EXPECT_EQ(released, (std::vector<int>{0}));
+  EXPECT_EQ(s.version(), 2);
+  EXPECT_EQ(s.clock(1), 1);
+  EXPECT_TRUE(s.push(elastic_push(0, 2, 2, 2), g.data()).empty());  // round 2 counts it again
+  EXPECT_EQ(s.push(elastic_push(1, 2, 2, 2), g.data()), (std::vector<int>{0, 1}));
+  EXPECT_EQ(s.version(), 3);
+  // A job's only member restarting is told its own next clock (nobody else to go on).
+  ParameterShard one(config("bsp"));
+  one.init(elastic_init(1, 2), init.data(), nullptr, 0);
+  EXPECT_TRUE(one.join(0, one.join_clock(0), 4, 0.0));
+  EXPECT_EQ(one.push(elastic_push(0, 0, 0, 2), g.data()), (std::vector<int>{0}));
+  EXPECT_EQ(one.join_clock(0), 1);
+}
+
+// Under ASP a worker back in the job is never told a clock behind its own pushes (they would be
+// answered as duplicates: its rounds recomputed for nothing), though the slowest member is behind.
+TEST(ElasticShard, AnAspWorkerBackIsNeverBehindItsOwnPushes) {
+  ParameterShard s(config("asp"));
+  std::vector<float> init(2, 0.0f), g(2, 1.0f);
+  s.init(elastic_init(2, 2), init.data(), nullptr, 0);
+  s.join(0, s.join_clock(0), 4, 0.0);
+  s.join(1, s.join_clock(1), 4, 0.0);
+  for (int64_t c = 0; c < 3; ++c) s.push(elastic_push(0, c, c, 2), g.data());
+  s.push(elastic_push(1, 0, 3, 2), g.data());
+  s.finish(0);
+  EXPECT_EQ(s.join_clock(0), 3);  // its own next clock, not the slowest member's (1)
+  EXPECT_EQ(s.join_clock(5), 1);  // a new worker: the slowest member's next clock
+}
+
 TEST(ElasticShard, DataGrantsCoverEverySampleOnceAcrossJoinsResendsAndLeaves) {
   ParameterShard s(config("asp"));
   std::vector<float> init(2, 0.0f), g(2, 1.0f);
@@ -431,6 +478,155 @@ TEST(PsElastic, APreemptedNodeStopsEveryLocalReplicaAtTheSameStep) {
   const std::string log = test::slurp(d.str("w.log"));
   EXPECT_NE(log.find("SIGTERM: node 0 stopped after step"), std::string::npos) << log;
   EXPECT_TRUE(std::filesystem::exists(d.str("w/checkpoints/latest"))) << log;
+}
+
+
+// Local SGD / DiLoCo on elastic parameter servers (dist.sync_every = 6, BSP, Nesterov outer step):
+// node 0 has two local replicas; node 2 joins the running job; node 2 is preempted (SIGTERM) in the
+// middle of a round and comes back later with --resume; node 1 is killed (SIGKILL) in the middle of
+// a round and restarted at once, long before the servers would expire it: its join counts it out of
+// the round it was in, so the others do not wait for it to redo that round. Every node joins at a
+// round boundary the shards chose; the servers applied exactly one outer step per round; every
+// sample of an applied round was granted once and none skipped (a node back after losing its
+// partial round uses that round's grant); the partial rounds left no trace.
+TEST(PsElastic, LocalSgdRoundsGoOnAsNodesJoinLeaveAndDie) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  const std::string bin = test::bin_dir();
+  constexpr int kSteps = 150, kEvery = 6, kBatch = 2;
+  std::vector<std::unique_ptr<test::Process>> servers;
+  std::string eps;
+  for (int k = 0; k < 2; ++k) {
+    const test::ServerPort port = test::any_server_port(d);
+    std::vector<std::string> a = {bin + "/syncopate-server", "--server.shard=" + std::to_string(k), "--ps.consistency=bsp",
+                                  "--ps.worker_timeout_s=20", "--server.exit_when_done=true"};
+    a.insert(a.end(), port.args.begin(), port.args.end());
+    servers.push_back(std::make_unique<test::Process>(a, std::vector<std::string>{"SYNCOPATE_TOKEN=t"},
+                                                      d.str(fmt::format("server{}.log", k))));
+    eps += (k ? "," : "") + test::wait_for_line(port.endpoint_file, 60, servers.back().get());
+  }
+  auto node = [&](int rank, int nnodes, bool resume = false) {
+    const std::string out = d.str(fmt::format("w{}", rank));
+    std::vector<std::string> a = {bin + "/syncopate-worker", "--out", out, "--model.n_embd=32", "--model.n_head=2",
+                                  "--model.block_size=32", "--train.threads=1", "--schedule.warmup_steps=2",
+                                  "--eval.every=0", "--eval.batches=1", "--eval.sample_tokens=0", "--checkpoint.every=3",
+                                  "--data.corpus=" + corpus, "--data.cache_dir=" + d.str("cache"),
+                                  "--train.steps=" + std::to_string(kSteps), "--train.batch_size=" + std::to_string(kBatch),
+                                  "--emulate.step_time_s=0.1", "--dist.mode=ps", "--dist.elastic=true",
+                                  "--dist.sync_every=" + std::to_string(kEvery), "--dist.outer=nesterov",
+                                  "--dist.outer_lr=0.7", "--dist.outer_momentum=0.9", "--dist.servers=" + eps,
+                                  "--dist.timeout_s=60", "--train.preempt_grace_s=30",
+                                  fmt::format("--dist.local_replicas={}", rank == 0 ? 2 : 1)};
+    if (resume) a.push_back("--resume");
+    return std::make_unique<test::Process>(
+        a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", fmt::format("NNODES={}", nnodes), fmt::format("NODE_RANK={}", rank)},
+        d.str(fmt::format("w{}.log", rank)));
+  };
+  // A node's step records (the last of each step: a node back with --resume appends to its file).
+  auto steps_of = [&](int rank) {
+    std::map<int64_t, nlohmann::json> by_step;
+    std::istringstream lines(test::slurp(d.str(fmt::format("w{}/metrics.jsonl", rank))));
+    for (std::string line; std::getline(lines, line);) {  // a line still being written does not parse: skipped
+      const auto m = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (m.is_object() && m.contains("loss")) by_step[m.at("step").get<int64_t>()] = m;
+    }
+    return by_step;
+  };
+  // Waits until the node logged a step in the middle of a round, at least `at_least`; returns it.
+  auto wait_mid_round = [&](int rank, int64_t at_least) {
+    for (int i = 0; i < 6000; ++i) {
+      const auto s = steps_of(rank);
+      if (!s.empty() && s.rbegin()->first >= at_least && s.rbegin()->first % kEvery == 2) return s.rbegin()->first;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return int64_t{-1};
+  };
+  // Waits until the node logged a step at or past `step` (a node may start past step 0: the first
+  // nodes of a fresh BSP job join one after the other, the later ones a round later).
+  auto wait_past = [&](int rank, int64_t step) {
+    for (int i = 0; i < 6000; ++i) {
+      const auto s = steps_of(rank);
+      if (!s.empty() && s.rbegin()->first >= step) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  };
+  auto w0 = node(0, 2), w1 = node(1, 2);
+  ASSERT_TRUE(wait_past(0, 2 * kEvery)) << test::slurp(d.str("w0.log"));
+  auto w2 = node(2, 3);
+  const int64_t term_at = wait_mid_round(2, 0);
+  ASSERT_GE(term_at, 0) << test::slurp(d.str("w2.log")) << test::slurp(d.str("server0.log"));
+  ::kill(w2->pid(), SIGTERM);
+  EXPECT_EQ(w2->wait(30), 0) << test::slurp(d.str("w2.log"));
+  const std::string log2 = test::slurp(d.str("w2.log"));
+  EXPECT_NE(log2.find("in the middle of a round"), std::string::npos) << log2;
+  const int64_t kill_at = wait_mid_round(1, term_at + kEvery);
+  ASSERT_GE(kill_at, 0) << test::slurp(d.str("w1.log"));
+  ::kill(w1->pid(), SIGKILL);
+  w1->wait(30);
+  auto w1b = node(1, 2, /*resume=*/true);  // at once: the servers still count node 1 (20 s worker timeout)
+  ASSERT_TRUE(wait_past(0, kill_at + 2 * kEvery)) << test::slurp(d.str("w0.log"));
+  auto w2b = node(2, 3, /*resume=*/true);
+  EXPECT_EQ(w0->wait(120), 0) << test::slurp(d.str("w0.log"));
+  EXPECT_EQ(w1b->wait(120), 0) << test::slurp(d.str("w1.log"));
+  EXPECT_EQ(w2b->wait(120), 0) << test::slurp(d.str("w2.log"));
+  for (auto& s : servers) EXPECT_EQ(s->wait(30), 0);
+
+  // Each node's last step is the job's; every node joined at a round boundary (the joiner's first
+  // step, and each returning node's first step past a gap in its records).
+  std::map<int, std::map<int64_t, nlohmann::json>> steps;
+  for (int r = 0; r < 3; ++r) {
+    steps[r] = steps_of(r);
+    ASSERT_FALSE(steps[r].empty()) << r;
+    EXPECT_EQ(steps[r].rbegin()->first, kSteps) << r;
+    int64_t prev = -1;
+    for (const auto& [step, m] : steps[r]) {
+      if (step != prev + 1) EXPECT_EQ((step - 1) % kEvery, 0) << "node " << r << " started at step " << step - 1;
+      prev = step;
+    }
+  }
+  EXPECT_GT(steps[2].begin()->first - 1, 0) << "the joiner starts at the job's round, not at 0";
+  // Node 0 never waited for a timeout: node 1's restart counted it out of its round.
+  for (const auto& [step, m] : steps[0]) EXPECT_LT(m.at("step_s").get<double>(), 10.0) << "node 0 step " << step;
+  for (const std::string& log : {test::slurp(d.str("w1.log")), test::slurp(d.str("w2.log"))})
+    EXPECT_NE(log.find("joined the running job at step"), std::string::npos) << log;
+  // The samples of every applied round (its last step logged: the push precedes the record), each
+  // node's inner step k of a round at grant + k x the node's samples per step: none twice, none skipped.
+  std::vector<int64_t> used;
+  for (auto& [r, by_step] : steps) {
+    const int64_t per_step = kBatch * (r == 0 ? 2 : 1);
+    for (const auto& [step, m] : by_step) {
+      if (!by_step.count((step - 1) / kEvery * kEvery + kEvery)) continue;  // a partial round, never pushed
+      const int64_t first = m.at("data_position").get<int64_t>();
+      for (int64_t k = 0; k < per_step; ++k) used.push_back(first + k);
+    }
+  }
+  std::map<int64_t, std::vector<std::string>> owner;  // sample -> "node:step" that took it (for the message)
+  for (auto& [r, by_step] : steps)
+    for (const auto& [step, m] : by_step)
+      if (by_step.count((step - 1) / kEvery * kEvery + kEvery))
+        owner[m.at("data_position").get<int64_t>()].push_back(fmt::format("{}:{}", r, step));
+  std::string twice;
+  for (const auto& [sample, who] : owner)
+    if (who.size() > 1) twice += fmt::format(" {}@{}", sample, fmt::join(who, "/"));
+  std::sort(used.begin(), used.end());
+  EXPECT_EQ(std::adjacent_find(used.begin(), used.end()), used.end()) << "a sample granted twice:" << twice;
+  ASSERT_FALSE(used.empty());
+  EXPECT_EQ(used.front(), 0);
+  EXPECT_EQ(used.back() - used.front() + 1, static_cast<int64_t>(used.size())) << "samples skipped";
+  // Within a round a node's inner steps take its grant's consecutive samples (node 0: 2 replicas x 2).
+  const auto first0 = steps[0].begin();
+  EXPECT_EQ(std::next(first0)->second.at("data_position").get<int64_t>() - first0->second.at("data_position").get<int64_t>(),
+            2 * kBatch);
+  // One outer step per round on every shard (a node counted in the wrong round would add rounds).
+  const std::string s0 = test::slurp(d.str("server0.log"));
+  EXPECT_NE(s0.find("worker 2 joins"), std::string::npos) << s0;
+  EXPECT_NE(s0.find("worker 2 finished"), std::string::npos) << s0;
+  const auto stats_at = s0.rfind("stats {");
+  ASSERT_NE(stats_at, std::string::npos) << s0;
+  const auto stats = nlohmann::json::parse(s0.substr(stats_at + 6, s0.find('\n', stats_at) - stats_at - 6));
+  EXPECT_EQ(stats.at("version"), kSteps / kEvery) << "one outer step per round";
+  EXPECT_GE(stats.at("membership_epoch").get<int>(), 5);  // node 2 joined and left, node 1 lost, both back
 }
 
 }  // namespace

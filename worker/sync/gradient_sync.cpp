@@ -178,6 +178,16 @@ double node_average(LocalGroup* group, int local, int local_size, int device, do
   return static_cast<double>(h.data_ptr<float>()[0]) / local_size;
 }
 
+void share_membership(LocalGroup* group, int local, int device, int64_t& joined, int64_t& grant) {
+  if (!group) return;
+  std::vector<int64_t> v = {joined + 1, grant + 1};  // share_ints carries integers >= 0
+  share_ints(v, local == 0, replica_options(device), [&](at::Tensor& t) {
+    group->all_reduce_sum(local, t);
+    group->wait_device(local, "the node's data grant");  // bounded, before the host reads it
+  });
+  joined = v[0] - 1, grant = v[1] - 1;
+}
+
 at::TensorOptions replica_options(int device) {
   return at::TensorOptions().dtype(at::kFloat).device(device < 0 ? at::Device(at::kCPU)
                                                                  : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)));

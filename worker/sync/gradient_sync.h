@@ -276,6 +276,10 @@ at::TensorOptions replica_options(int device);
 // GradientSync::average over a node's local group (null: one replica, x itself): one all-reduce of
 // [x, flag], bounded and abortable before the host reads it.
 double node_average(LocalGroup* group, int local, int local_size, int device, double x, bool* any);
+// dist.elastic on parameter servers (PsSync, PsLocalSgdSync): local replica 0 (the one with a client)
+// gives the node's other replicas the step the node joined at and its data grant (each >= -1). No-op
+// without a group.
+void share_membership(LocalGroup* group, int local, int device, int64_t& joined, int64_t& grant);
 // The FlatParameters' [offset, length) of every parameter, in registration order.
 std::vector<std::pair<int64_t, int64_t>> parameter_ranges(const FlatParameters& flat);
 

@@ -8,6 +8,15 @@
 // step (synchronous DiLoCo, equal to the ring's); ASP applies each Delta on arrival
 // (asynchronous local SGD); SSP bounds how many rounds a node runs ahead. A shard's version
 // advances once per outer step, so staleness is counted in outer steps.
+//
+// dist.elastic: the shards' membership is the job's (docs/PROTOCOL.md "Joining a running job"), in
+// rounds: a node joins at a round boundary the shards choose (INIT's join: under BSP the round after
+// the one being collected), takes their outer weights as its round's start and keeps its own inner
+// AdamW state (a resumed node's checkpointed moments, a new node's zeros). The shards grant each
+// push a round of data: H x the node's samples per step, so that the round's inner step k takes
+// [grant + k x samples per step, ...) and no sample is taken twice whoever joins or leaves. A node
+// that leaves (FINISH: a preemption) or is lost in the middle of a round drops its partial round:
+// its inner steps were never pushed, and the BSP round is averaged over the nodes that pushed it.
 #include <algorithm>
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -31,11 +40,13 @@ class PsLocalSgdSync : public GradientSync {
         update_{s.dist.outer, s.dist.outer_lr, s.dist.outer_momentum,
                 s.dist.outer_delay > 0 ? s.dist.outer_delay : s.dist.nnodes},
         inner_(make_ring_sync(node_only(s), flat, params)),
-        start_(flat.params.clone()), delta_(at::empty_like(flat.params)) {
+        start_(flat.params.clone()), delta_(at::empty_like(flat.params)), device_(s.device), elastic_(s.dist.elastic),
+        step_samples_(s.samples_per_step) {
     if (s.dist.wire == "int8") residual_ = at::zeros({flat.numel()}, at::kFloat);  // checkpointed (state())
     if (local_ == 0) {  // local replica 0 talks to the servers for its node
-      client_ = std::make_unique<PsClient>(PsClient::parse_endpoints(s.dist.servers), s.token, node_, nodes_,
-                                           ps_client_options(s));
+      PsClientOptions o = ps_client_options(s);
+      o.samples_per_step = every_ * s.samples_per_step;  // elastic: one grant per push is a round's data
+      client_ = std::make_unique<PsClient>(PsClient::parse_endpoints(s.dist.servers), s.token, node_, nodes_, o);
     }
   }
 
@@ -46,9 +57,10 @@ class PsLocalSgdSync : public GradientSync {
   // INIT registers the node at the round it is in. At a round boundary the node takes the shards'
   // weights (the first node's INIT, or the current outer weights) and starts the round there; in
   // the middle of a round (a resume) it keeps its own weights and the round's start from the
-  // checkpoint (state()).
+  // checkpoint (state()). dist.elastic: the node joins at the round boundary the shards name (a
+  // resume's partial round is dropped) and always starts there from their weights.
   void start(at::Tensor& params, int64_t step) override {
-    const bool boundary = step % every_ == 0;
+    const bool boundary = elastic_ || step % every_ == 0;
     if (client_) {
       at::Tensor host = host_.copy_of(params);  // INIT's reply lands here, not in params
       client_->init(host, decay_, optim_, step / every_, update_);
@@ -56,14 +68,23 @@ class PsLocalSgdSync : public GradientSync {
       if (residual_.defined()) client_->set_residuals(residual_.data_ptr<float>());  // owed at the checkpoint
       if (boundary) HostStaging::to_device(params, host);
       per_version_ = pushes_per_version(*client_, nodes_);
+      if (elastic_) joined_ = client_->start_clock() * every_, grant_ = client_->data_grant();
     }
     if (group_) group_->broadcast(local_, params, 0);
     if (boundary) start_.copy_(params);
+    if (elastic_) share_membership(group_.get(), local_, device_, joined_, grant_);
+    next_ = elastic_ ? joined_ : step;
+  }
+  int64_t joined_step() const override { return elastic_ ? joined_ : -1; }
+  // The first sample of the node's next inner step: its round's grant, k steps of samples in.
+  int64_t data_grant() const override {
+    return elastic_ && grant_ >= 0 ? grant_ + (next_ % every_) * step_samples_ : -1;
   }
   void begin_last_backward(double lr, int64_t step) override { inner_->begin_last_backward(lr, step); }
   StepSync finish_step(at::Tensor& params, at::Tensor& grads, double lr, int64_t step) override {
     StepSync r = inner_->finish_step(params, grads, lr, step);  // the node's inner step
     r.round = (step + 1) / every_;
+    next_ = step + 1;
     if ((step + 1) % every_ != 0) return r;
     if (client_) {
       at::sub_out(delta_, start_, params);  // the node's pseudo-gradient
@@ -75,8 +96,10 @@ class PsLocalSgdSync : public GradientSync {
       HostStaging::to_device(params, p);
       r.wire_bytes = client_->counters().bytes_sent - mark.bytes_sent;
       r.wire_bytes_received = client_->counters().bytes_received - mark.bytes_received;
+      grant_ = client_->data_grant();  // elastic: the next round's data
     }
     if (group_) group_->broadcast(local_, params, 0);  // the node's replicas take replica 0's new start
+    if (elastic_) share_membership(group_.get(), local_, device_, joined_, grant_);
     start_.copy_(params);
     return r;
   }
@@ -128,6 +151,12 @@ class PsLocalSgdSync : public GradientSync {
   at::Tensor start_, delta_;
   HostStaging host_, delta_host_, params_host_, final_host_;
   int64_t per_version_ = 0;  // node rounds one shard version stands for (job_tokens); 0: unknown
+  int device_;
+  bool elastic_;
+  int64_t step_samples_;      // training samples one inner step of this node takes
+  int64_t joined_ = -1;       // elastic: the step (a round boundary) the node joined the job at
+  int64_t grant_ = -1;        // elastic: the first sample of the node's current round (-1: none)
+  int64_t next_ = 0;          // the node's next inner step
 };
 
 }  // namespace

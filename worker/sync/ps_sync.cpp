@@ -164,30 +164,11 @@ class PsSync : public GradientSync {
   void share_node_params(at::Tensor& params) {
     if (group_) group_->broadcast(local_, params, 0);
   }
-  // dist.elastic: the clock the node joined at and its data grant, from local replica 0 (the one
-  // with a client) to the others; exact in float32 (collectives carry float32) as 21-bit pieces.
+  // dist.elastic: the clock the node joined at and its data grant, on every local replica.
   void share_membership() {
     if (!elastic_) return;
     if (client_) grant_ = client_->data_grant();
-    if (!group_) return;
-    constexpr int kPieces = 3;
-    constexpr int64_t kBits = 21, kMask = (int64_t{1} << kBits) - 1;
-    at::Tensor t = at::zeros({2 * kPieces}, replica_options(device_));
-    if (local_ == 0) {
-      at::Tensor h = at::empty({2 * kPieces}, at::kFloat);
-      const int64_t v[2] = {joined_ + 1, grant_ + 1};  // >= 0
-      for (int i = 0; i < 2; ++i)
-        for (int k = 0; k < kPieces; ++k) h.data_ptr<float>()[i * kPieces + k] = static_cast<float>((v[i] >> (kBits * k)) & kMask);
-      t.copy_(h);
-    }
-    group_->broadcast(local_, t, 0);
-    group_->wait_device(local_, "the node's data grant");
-    const at::Tensor h = t.cpu();
-    const float* f = h.data_ptr<float>();
-    int64_t v[2] = {0, 0};
-    for (int i = 0; i < 2; ++i)
-      for (int k = 0; k < kPieces; ++k) v[i] |= static_cast<int64_t>(f[i * kPieces + k]) << (kBits * k);
-    joined_ = v[0] - 1, grant_ = v[1] - 1;
+    syncopate::share_membership(group_.get(), local_, device_, joined_, grant_);
   }
 
   // push_in_backward, on the communication thread: the node's mean of part k's range (a shard's, or

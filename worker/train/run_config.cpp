@@ -70,13 +70,11 @@ void RunConfig::validate() const {
   SYN_CHECK(dist.sync_every == 1 || (!dist.ps_overlap && !dist.ps_push_in_backward),
             "dist.ps_overlap / ps_push_in_backward with dist.sync_every > 1",
             "local SGD pushes once per round, after its last inner step: turn them off");
-  SYN_CHECK(!dist.elastic || dist.mode == "ring" || (dist.mode == "ps" && dist.sync_every == 1 && !dist.ps_overlap),
-            fmt::format("dist.elastic=true with dist.mode={}, sync_every={}, ps_overlap={}", dist.mode, dist.sync_every,
-                        dist.ps_overlap),
-            "elastic membership is built for --dist.mode=ring (every step, or local SGD / DiLoCo with sync_every > 1: "
-            "joins and leaves at round boundaries) and for per-step parameter servers (--dist.mode=ps with "
-            "sync_every=1, without ps_overlap: an overlapped step would start before the servers granted its data); "
-            "a local SGD job on parameter servers that loses a node restarts from its newest common checkpoint");
+  SYN_CHECK(!dist.elastic || dist.mode == "ring" || (dist.mode == "ps" && !dist.ps_overlap),
+            fmt::format("dist.elastic=true with dist.mode={}, ps_overlap={}", dist.mode, dist.ps_overlap),
+            "elastic membership is built for --dist.mode=ring and --dist.mode=ps (every step, or local SGD / DiLoCo "
+            "with sync_every > 1: joins and leaves at round boundaries) without ps_overlap (an overlapped step would "
+            "start before the servers granted its data): set --dist.ps_overlap=false");
   SYN_CHECK(!dist.elastic || dist.mode != "ring" || dist.local_replicas <= 1,
             fmt::format("dist.elastic with dist.mode=ring and dist.local_replicas={}", dist.local_replicas),
             "the elastic ring takes one replica per node: --dist.local_replicas=1, or one process per GPU (--dist.launch=gpu)");

@@ -588,6 +588,9 @@ struct Trainer::Impl {
                     : cfg.dist.elastic && cfg.dist.mode == "ring"
                         ? "it left the ring (the others re-formed without it at once); --resume joins it again with a "
                           "member's state"
+                    : cfg.dist.elastic && cfg.dist.sync_every > 1 && step % cfg.dist.sync_every != 0
+                        ? "it left the job in the middle of a round (the servers counted it out at once; its partial "
+                          "round was never pushed and is dropped); --resume joins it again at the job's next round"
                     : cfg.dist.elastic ? "it left the job (the servers counted it out at once); --resume joins it again at "
                                        "the job's clock"
                     : cfg.dist.mode == "ps"
