@@ -62,7 +62,9 @@ class PsLocalSgdSync : public GradientSync {
   void start(at::Tensor& params, int64_t step) override {
     const bool boundary = elastic_ || step % every_ == 0;
     if (client_) {
-      at::Tensor host = host_.copy_of(params);  // INIT's reply lands here, not in params
+      // INIT's values create shards that do not exist yet: the outer weights (mid-round, the round's
+      // start from the checkpoint, not the inner weights); its reply lands here, not in params.
+      at::Tensor host = host_.copy_of(step % every_ == 0 ? params : start_);
       client_->init(host, decay_, optim_, step / every_, update_);
       if (switched_) check_switched_shards(*client_, step);
       if (residual_.defined()) client_->set_residuals(residual_.data_ptr<float>());  // owed at the checkpoint
