@@ -163,6 +163,7 @@ void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t
   live_.assign(static_cast<size_t>(workers_), true);
   finished_.assign(static_cast<size_t>(workers_), false);
   grant_.assign(static_cast<size_t>(workers_), -1);
+  grant_clock_.assign(static_cast<size_t>(workers_), 0);
   elastic_ = h.elastic;
   initialized_ = true;
 }
@@ -177,14 +178,16 @@ void ParameterShard::grow(int workers) {
   live_.resize(n, false);  // a slot is not a member until its worker joins
   finished_.resize(n, false);
   grant_.resize(n, -1);
+  grant_clock_.resize(n, 0);
   workers_ = workers;
 }
 
-void ParameterShard::grant_next(int worker, int64_t samples) {
+void ParameterShard::grant_next(int worker, int64_t samples, int64_t for_clock) {
   if (!grants_data()) return;
   SYN_CHECK(samples >= 1, fmt::format("worker {} of an elastic job sent no sample count", worker),
             "a worker of this Syncopate build sends it: run the same build everywhere");
   grant_[static_cast<size_t>(worker)] = data_cursor_;
+  grant_clock_[static_cast<size_t>(worker)] = for_clock;
   data_cursor_ += samples;
   if (data_cursor_ > data_reserved_) {  // durable before acknowledged: a restore resumes past every grant made
     data_reserved_ = data_cursor_ + (outer_ ? kRoundGrantReserve : kGrantReserve) * samples;
@@ -219,8 +222,11 @@ int64_t ParameterShard::join_clock(int worker) const {
   // A member that asks has restarted (a running worker never asks). Under BSP, unless its push is
   // held in the round being collected, it is told the round after that one like any joiner, and
   // join() counts it out of the round: the others' round does not wait for its restart and the
-  // round it was in (a local SGD round of H steps) to be done again.
-  if (was && (!rule_->sums_clock() || waiting_.count(worker))) return clock_[static_cast<size_t>(worker)] + 1;
+  // round it was in (a local SGD round of H steps) to be done again. (Not a first worker of the job
+  // that never took part: the first INIT makes every slot of the job's NNODES live, and each of them
+  // starts at round 0, which waits for all of them.)
+  if (was && (!rule_->sums_clock() || waiting_.count(worker) || clock_[static_cast<size_t>(worker)] < 0))
+    return clock_[static_cast<size_t>(worker)] + 1;
   if (rule_->sums_clock()) return bsp_round() + (live_workers() - (was ? 1 : 0) > 0 ? 1 : 0);
   int64_t slowest = std::numeric_limits<int64_t>::max(), newest = -1;
   for (int w = 0; w < workers_; ++w) {
@@ -254,7 +260,8 @@ bool ParameterShard::join(int worker, int64_t clock, int64_t samples, double now
   c = std::max(c, clock - 1);  // its next push is `clock`; a clock this part applied for it never goes back
   finished_[w] = false;
   last_seen_[w] = now_s;
-  if (grant_[w] < 0) grant_next(worker, samples);  // a returning worker keeps the grant it never used
+  if (grant_[w] < 0) grant_next(worker, samples, clock);  // a returning worker keeps the grant it never used,
+  grant_clock_[w] = std::max(grant_clock_[w], clock);     // for its next push (a stale resent join never lowers it)
   if (member(worker)) return !waiting_.count(worker);  // a member held in the round gets its reply with the round
   if (rule_->sums_clock() && live_workers() > 0) {
     const int64_t round = bsp_round();
@@ -395,7 +402,10 @@ std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data, dou
     // resumed from an older checkpoint, replaying) is answered at once, also while a newer push of
     // that worker is held: it must not stall the replay.
     const bool held_copy = h.clock == clock_[w] && waiting_.count(h.worker);
-    if (grants_data() && grant_[w] < 0) grant_next(h.worker, h.samples);  // its grant was lost with a restore
+    // A new grant where its grant was lost with a restore, or where the worker took its grant for this
+    // clock (a joiner counted here from a later round: its pushes of the clocks in between are
+    // duplicates, each computed on fresh samples); a resend of a push received keeps the one it got.
+    if (grants_data() && (grant_[w] < 0 || h.clock >= grant_clock_[w])) grant_next(h.worker, h.samples, h.clock + 1);
     return held_copy ? std::vector<int>{} : std::vector<int>{h.worker};
   }
   SYN_CHECK(!joining_.count(h.worker),
@@ -405,7 +415,7 @@ std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data, dou
   const int64_t stale = staleness_of(h.param_version);
   last_stale_[w] = stale;
   clock_[w] = h.clock;
-  grant_next(h.worker, h.samples);  // the data of its next step (a resent push above keeps the one it got)
+  grant_next(h.worker, h.samples, h.clock + 1);  // the data of its next step (a resent push above keeps the one it got)
   if (rule_->drops(stale)) {  // late: its clock was applied without it
     ++dropped_;
     return {h.worker};  // the new parameters at once: the worker goes on from them
@@ -457,11 +467,13 @@ void ParameterShard::registered(int worker, int64_t clock) {
 }
 
 void ParameterShard::skip_grant(int worker, int64_t samples) {
-  if (grants_data() && worker >= 0 && worker < workers_ && samples >= 1) grant_next(worker, samples);
+  if (grants_data() && worker >= 0 && worker < workers_ && samples >= 1)
+    grant_next(worker, samples, grant_clock_[static_cast<size_t>(worker)] + 1);
 }
 
 void ParameterShard::register_samples(int worker, int64_t samples) {
-  if (grants_data() && worker >= 0 && worker < workers_ && grant_[static_cast<size_t>(worker)] < 0) grant_next(worker, samples);
+  if (grants_data() && worker >= 0 && worker < workers_ && grant_[static_cast<size_t>(worker)] < 0)
+    grant_next(worker, samples, clock_[static_cast<size_t>(worker)] + 1);
 }
 
 int ParameterShard::live_workers() const { return static_cast<int>(std::count(live_.begin(), live_.end(), true)); }
@@ -630,6 +642,7 @@ bool ParameterShard::load(const std::string& path, double now_s) {
   // out then are not known: each worker gets a fresh one at its next push, join or duplicate.
   data_reserved_ = data_cursor_;
   std::fill(grant_.begin(), grant_.end(), -1);
+  std::fill(grant_clock_.begin(), grant_clock_.end(), 0);
   if (elastic_) {  // an elastic job's slots are members only once they joined: the live set at the save
     const std::vector<bool> live = m.value("live", std::vector<bool>(static_cast<size_t>(workers_), true));
     SYN_CHECK(live.size() == static_cast<size_t>(workers_),

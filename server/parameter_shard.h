@@ -186,12 +186,14 @@ class ParameterShard {
   int64_t membership_epoch_ = 0;
   std::map<int, int64_t> joining_;     // BSP: worker -> the round from which it counts (its reply held until then)
   std::vector<int64_t> grant_;         // per worker: first sample of its next step (-1: none); first part only
+  std::vector<int64_t> grant_clock_;   // per worker: the clock its grant is for (a push of it or later took it)
   int64_t data_cursor_ = 0;            // first part: the next sample not granted yet
   int64_t data_reserved_ = 0;          // first part: grants below this are covered by the last checkpoint (saved as
                                        // the cursor, so a restore never grants a sample twice)
   bool durable_due_ = false;           // a grant passed data_reserved_: checkpoint before replying
   bool grants_data() const { return elastic_ && offset_ == 0; }
-  void grant_next(int worker, int64_t samples);  // the worker's next step takes [cursor, cursor + samples)
+  // The worker's next step takes [cursor, cursor + samples), for its push of `for_clock` or later.
+  void grant_next(int worker, int64_t samples, int64_t for_clock);
   void grow(int workers);                         // slots for worker ids below `workers`
   int64_t bsp_round() const;                      // the clock being collected
   std::vector<int> admit_joiners();               // BSP: joiners whose round has come (or nobody is left to wait for)
