@@ -222,11 +222,16 @@ int64_t ParameterShard::join_clock(int worker) const {
   // A member that asks has restarted (a running worker never asks). Under BSP, unless its push is
   // held in the round being collected, it is told the round after that one like any joiner, and
   // join() counts it out of the round: the others' round does not wait for its restart and the
-  // round it was in (a local SGD round of H steps) to be done again. (Not a first worker of the job
-  // that never took part: the first INIT makes every slot of the job's NNODES live, and each of them
-  // starts at round 0, which waits for all of them.)
-  if (was && (!rule_->sums_clock() || waiting_.count(worker) || clock_[static_cast<size_t>(worker)] < 0))
-    return clock_[static_cast<size_t>(worker)] + 1;
+  // round it was in (a local SGD round of H steps) to be done again. Only while someone waits in that
+  // round: where nobody pushed it yet (the whole job restarting together, helper-28) it is told its
+  // own next clock, or every restarted member would leave it and the round would be skipped. And not
+  // a first worker of the job that never took part while no round was applied: the first INIT makes
+  // every slot of the job's NNODES live, and round 0 waits for all of them.
+  if (was) {
+    const int64_t own = clock_[static_cast<size_t>(worker)] + 1;
+    if (!rule_->sums_clock() || waiting_.count(worker)) return own;
+    if (own == 0 ? version_ == 0 : waiting_.empty()) return own;  // (a first worker late for applied rounds joins)
+  }
   if (rule_->sums_clock()) return bsp_round() + (live_workers() - (was ? 1 : 0) > 0 ? 1 : 0);
   int64_t slowest = std::numeric_limits<int64_t>::max(), newest = -1;
   for (int w = 0; w < workers_; ++w) {
@@ -234,8 +239,8 @@ int64_t ParameterShard::join_clock(int worker) const {
     if (live_[static_cast<size_t>(w)] && !finished_[static_cast<size_t>(w)]) slowest = std::min(slowest, clock_[static_cast<size_t>(w)]);
   }
   // Never behind its own pushes: clocks this part applied for it would only come back as duplicates.
-  const int64_t own = worker >= 0 && worker < workers_ ? clock_[static_cast<size_t>(worker)] + 1 : 0;
-  return std::max((slowest == std::numeric_limits<int64_t>::max() ? newest : slowest) + 1, own);
+  const int64_t mine = worker >= 0 && worker < workers_ ? clock_[static_cast<size_t>(worker)] + 1 : 0;
+  return std::max((slowest == std::numeric_limits<int64_t>::max() ? newest : slowest) + 1, mine);
 }
 
 bool ParameterShard::join(int worker, int64_t clock, int64_t samples, double now_s, std::vector<int>* released) {
@@ -254,6 +259,7 @@ bool ParameterShard::join(int worker, int64_t clock, int64_t samples, double now
     live_[w] = false;
     ++membership_epoch_;
     std::vector<int> ready = rule_->sums_clock() ? release_bsp() : release_held();
+    for (int j : admit_joiners()) ready.push_back(j);  // nobody left to wait for: held joiners count at once
     if (released) released->insert(released->end(), ready.begin(), ready.end());
   }
   int64_t& c = clock_[w];

@@ -221,6 +221,15 @@ TEST(ElasticShard, ARestartedBspMemberLeavesItsRoundAndJoinsTheNext) {
   EXPECT_TRUE(s.push(elastic_push(0, 2, 2, 2), g.data()).empty());  // round 2 counts it again
   EXPECT_EQ(s.push(elastic_push(1, 2, 2, 2), g.data()), (std::vector<int>{0, 1}));
   EXPECT_EQ(s.version(), 3);
+  // The whole job restarting together, nobody in round 3 yet: each is told its own next clock and
+  // round 3 is collected from both (counting each out would skip it; helper-28).
+  EXPECT_EQ(s.join_clock(0), 3);
+  EXPECT_EQ(s.join_clock(1), 3);
+  EXPECT_TRUE(s.join(0, 3, 4, 0.0));
+  EXPECT_TRUE(s.join(1, 3, 4, 0.0));
+  EXPECT_TRUE(s.push(elastic_push(0, 3, 3, 2), g.data()).empty());
+  EXPECT_EQ(s.push(elastic_push(1, 3, 3, 2), g.data()), (std::vector<int>{0, 1}));
+  EXPECT_EQ(s.version(), 4);
   // The job's first workers, live from the first INIT before they join, all start at round 0
   // (before the restart rule learnt this, the first to ask was held for round 1 and round 0 could
   // be skipped: the suite's PsElastic run applied 149 updates for 150 rounds).
@@ -604,10 +613,13 @@ TEST(PsElastic, LocalSgdRoundsGoOnAsNodesJoinLeaveAndDie) {
     }
   }
   EXPECT_GT(steps[2].begin()->first - 1, 0) << "the joiner starts at the job's round, not at 0";
-  // Node 0 never waited for a timeout: node 1's restart counted it out of its round.
+  // Node 0 never waited for a timeout: node 1's restart counted it out of its round (or, where node 1
+  // asked before anyone pushed the round, node 1 redid it at once).
   for (const auto& [step, m] : steps[0]) EXPECT_LT(m.at("step_s").get<double>(), 10.0) << "node 0 step " << step;
-  for (const std::string& log : {test::slurp(d.str("w1.log")), test::slurp(d.str("w2.log"))})
-    EXPECT_NE(log.find("joined the running job at step"), std::string::npos) << log;
+  // (Node 1, back while the servers count it, may be told its own round: where nobody had pushed
+  // that round yet, it redoes it, and where its checkpoint was at that boundary it says nothing.)
+  const std::string log2b = test::slurp(d.str("w2.log"));
+  EXPECT_NE(log2b.find("joined the running job at step"), std::string::npos) << log2b;
   // The samples of every applied round (its last step logged: the push precedes the record), each
   // node's inner step k of a round at grant + k x the node's samples per step: none twice, none skipped.
   std::vector<int64_t> used;
