@@ -45,6 +45,50 @@ PsConfig config(const std::string& consistency) {
   return c;
 }
 
+// The real-process tests' pieces. Two BSP server shards (with `extra` flags) started into
+// `servers`; returns their endpoints as --dist.servers takes them.
+std::string start_bsp_shards(const test::TempDir& d, const std::vector<std::string>& extra,
+                             std::vector<std::unique_ptr<test::Process>>& servers) {
+  std::string eps;
+  for (int k = 0; k < 2; ++k) {
+    const test::ServerPort port = test::any_server_port(d);
+    std::vector<std::string> a = {test::bin_dir() + "/syncopate-server", "--server.shard=" + std::to_string(k),
+                                  "--ps.consistency=bsp", "--server.exit_when_done=true"};
+    for (const std::string& x : extra) a.push_back(fmt::format(fmt::runtime(x), k));  // "{}": the shard's index
+    a.insert(a.end(), port.args.begin(), port.args.end());
+    servers.push_back(std::make_unique<test::Process>(a, std::vector<std::string>{"SYNCOPATE_TOKEN=t"},
+                                                      d.str(fmt::format("server{}.log", k))));
+    eps += (k ? "," : "") + test::wait_for_line(port.endpoint_file, 60, servers.back().get());
+  }
+  return eps;
+}
+// An elastic ps node of the tiny model (out w<rank>, log w<rank>.log) with `extra` flags.
+std::unique_ptr<test::Process> elastic_node(const test::TempDir& d, const std::string& corpus, const std::string& eps,
+                                            int rank, int nnodes, int steps, std::vector<std::string> extra) {
+  std::vector<std::string> a = {test::bin_dir() + "/syncopate-worker", "--out", d.str(fmt::format("w{}", rank)),
+                                "--model.n_embd=32", "--model.n_head=2", "--model.block_size=32", "--train.threads=1",
+                                "--schedule.warmup_steps=2", "--eval.every=0", "--eval.batches=1",
+                                "--eval.sample_tokens=0", "--data.corpus=" + corpus, "--data.cache_dir=" + d.str("cache"),
+                                "--train.steps=" + std::to_string(steps), "--emulate.step_time_s=0.1", "--dist.mode=ps",
+                                "--dist.elastic=true", "--dist.servers=" + eps, "--dist.timeout_s=60",
+                                "--train.preempt_grace_s=30"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return std::make_unique<test::Process>(
+      a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", fmt::format("NNODES={}", nnodes), fmt::format("NODE_RANK={}", rank)},
+      d.str(fmt::format("w{}.log", rank)));
+}
+// A run's step records, the last of each step (a node back with --resume appends to its file); a
+// line still being written does not parse and is skipped.
+std::map<int64_t, nlohmann::json> step_records(const std::string& out) {
+  std::map<int64_t, nlohmann::json> by_step;
+  std::istringstream lines(test::slurp(out + "/metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    const auto m = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (m.is_object() && m.contains("loss")) by_step[m.at("step").get<int64_t>()] = m;
+  }
+  return by_step;
+}
+
 // BSP: a joiner asks while round 0 is being collected and is told round 1 (one round of slack);
 // it does not count for round 0, its reply comes with round 0's, and round 1 waits for it.
 TEST(ElasticShard, ABspJoinerCountsFromTheNextRoundAndItsReplyComesWithIt) {
@@ -363,51 +407,23 @@ TEST(ElasticShard, AJoinToAJobWithAFixedMembershipIsRefusedByName) {
 TEST(PsElastic, ANodeJoinsARunningBspJobAndAPreemptedOneLeaves) {
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);
-  const std::string bin = test::bin_dir();
   std::vector<std::unique_ptr<test::Process>> servers;
-  std::string eps;
-  for (int k = 0; k < 2; ++k) {
-    const test::ServerPort port = test::any_server_port(d);
-    std::vector<std::string> a = {bin + "/syncopate-server", "--server.shard=" + std::to_string(k), "--ps.consistency=bsp",
-                                  "--ps.worker_timeout_s=60", "--server.exit_when_done=true",
-                                  "--server.checkpoint_dir=" + d.str(fmt::format("server{}", k)),
-                                  "--server.checkpoint_every=1"};
-    a.insert(a.end(), port.args.begin(), port.args.end());
-    servers.push_back(std::make_unique<test::Process>(a, std::vector<std::string>{"SYNCOPATE_TOKEN=t"},
-                                                      d.str(fmt::format("server{}.log", k))));
-    eps += (k ? "," : "") + test::wait_for_line(port.endpoint_file, 60, servers.back().get());
-  }
+  const std::string eps = start_bsp_shards(
+      d, {"--ps.worker_timeout_s=60", "--server.checkpoint_dir=" + d.str("server{}"), "--server.checkpoint_every=1"},
+      servers);
   constexpr int kSteps = 150;
   auto node = [&](int rank, int nnodes, bool resume = false) {
-    const std::string out = d.str(fmt::format("w{}", rank));
-    std::vector<std::string> a = {bin + "/syncopate-worker", "--out", out, "--model.n_embd=32", "--model.n_head=2",
-                                  "--model.block_size=32", "--train.threads=1", "--schedule.warmup_steps=2",
-                                  "--eval.every=0", "--eval.batches=1", "--eval.sample_tokens=0", "--checkpoint.every=0",
-                                  "--data.corpus=" + corpus, "--data.cache_dir=" + d.str("cache"),
-                                  "--train.steps=" + std::to_string(kSteps), "--train.batch_size=2",
-                                  "--emulate.step_time_s=0.1", "--dist.mode=ps", "--dist.elastic=true",
-                                  "--dist.servers=" + eps, "--dist.timeout_s=60", "--train.preempt_grace_s=30",
-                                  "--dist.ps_partition_mb=0.01"};
-    if (resume) a.push_back("--resume");
-    return std::make_unique<test::Process>(
-        a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", fmt::format("NNODES={}", nnodes), fmt::format("NODE_RANK={}", rank)},
-        d.str(fmt::format("w{}.log", rank)));
+    std::vector<std::string> x = {"--checkpoint.every=0", "--train.batch_size=2", "--dist.ps_partition_mb=0.01"};
+    if (resume) x.push_back("--resume");
+    return elastic_node(d, corpus, eps, rank, nnodes, kSteps, x);
   };
   auto w0 = node(0, 2), w1 = node(1, 2);
   ASSERT_TRUE(test::wait_for_step(d.str("w0"), 5, 120)) << test::slurp(d.str("w0.log"));
   auto w2 = node(2, 3);
   // The joiner's first steps are past the job's clock: wait for three of them, whatever their numbers.
-  auto logged_steps = [&](const std::string& out) {
-    int n = 0;
-    std::istringstream lines(test::slurp(out + "/metrics.jsonl"));
-    for (std::string line; std::getline(lines, line);) {  // a line still being written does not parse: skipped
-      const auto m = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      n += m.is_object() && m.contains("loss");
-    }
-    return n;
-  };
+  auto logged_steps = [&](const std::string& out) { return step_records(out).size(); };
   for (int i = 0; i < 6000 && logged_steps(d.str("w2")) < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_GE(logged_steps(d.str("w2")), 3) << test::slurp(d.str("w2.log")) << test::slurp(d.str("server0.log"));
+  ASSERT_GE(logged_steps(d.str("w2")), 3u) << test::slurp(d.str("w2.log")) << test::slurp(d.str("server0.log"));
   const auto t_term = std::chrono::steady_clock::now();
   ::kill(w1->pid(), SIGTERM);
   EXPECT_EQ(w1->wait(30), 0) << test::slurp(d.str("w1.log"));
@@ -519,46 +535,18 @@ TEST(PsElastic, APreemptedNodeStopsEveryLocalReplicaAtTheSameStep) {
 TEST(PsElastic, LocalSgdRoundsGoOnAsNodesJoinLeaveAndDie) {
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);
-  const std::string bin = test::bin_dir();
   constexpr int kSteps = 150, kEvery = 6, kBatch = 2;
   std::vector<std::unique_ptr<test::Process>> servers;
-  std::string eps;
-  for (int k = 0; k < 2; ++k) {
-    const test::ServerPort port = test::any_server_port(d);
-    std::vector<std::string> a = {bin + "/syncopate-server", "--server.shard=" + std::to_string(k), "--ps.consistency=bsp",
-                                  "--ps.worker_timeout_s=20", "--server.exit_when_done=true"};
-    a.insert(a.end(), port.args.begin(), port.args.end());
-    servers.push_back(std::make_unique<test::Process>(a, std::vector<std::string>{"SYNCOPATE_TOKEN=t"},
-                                                      d.str(fmt::format("server{}.log", k))));
-    eps += (k ? "," : "") + test::wait_for_line(port.endpoint_file, 60, servers.back().get());
-  }
+  const std::string eps = start_bsp_shards(d, {"--ps.worker_timeout_s=20"}, servers);
   auto node = [&](int rank, int nnodes, bool resume = false) {
-    const std::string out = d.str(fmt::format("w{}", rank));
-    std::vector<std::string> a = {bin + "/syncopate-worker", "--out", out, "--model.n_embd=32", "--model.n_head=2",
-                                  "--model.block_size=32", "--train.threads=1", "--schedule.warmup_steps=2",
-                                  "--eval.every=0", "--eval.batches=1", "--eval.sample_tokens=0", "--checkpoint.every=3",
-                                  "--data.corpus=" + corpus, "--data.cache_dir=" + d.str("cache"),
-                                  "--train.steps=" + std::to_string(kSteps), "--train.batch_size=" + std::to_string(kBatch),
-                                  "--emulate.step_time_s=0.1", "--dist.mode=ps", "--dist.elastic=true",
+    std::vector<std::string> x = {"--checkpoint.every=3", "--train.batch_size=" + std::to_string(kBatch),
                                   "--dist.sync_every=" + std::to_string(kEvery), "--dist.outer=nesterov",
-                                  "--dist.outer_lr=0.7", "--dist.outer_momentum=0.9", "--dist.servers=" + eps,
-                                  "--dist.timeout_s=60", "--train.preempt_grace_s=30",
+                                  "--dist.outer_lr=0.7", "--dist.outer_momentum=0.9",
                                   fmt::format("--dist.local_replicas={}", rank == 0 ? 2 : 1)};
-    if (resume) a.push_back("--resume");
-    return std::make_unique<test::Process>(
-        a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", fmt::format("NNODES={}", nnodes), fmt::format("NODE_RANK={}", rank)},
-        d.str(fmt::format("w{}.log", rank)));
+    if (resume) x.push_back("--resume");
+    return elastic_node(d, corpus, eps, rank, nnodes, kSteps, x);
   };
-  // A node's step records (the last of each step: a node back with --resume appends to its file).
-  auto steps_of = [&](int rank) {
-    std::map<int64_t, nlohmann::json> by_step;
-    std::istringstream lines(test::slurp(d.str(fmt::format("w{}/metrics.jsonl", rank))));
-    for (std::string line; std::getline(lines, line);) {  // a line still being written does not parse: skipped
-      const auto m = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (m.is_object() && m.contains("loss")) by_step[m.at("step").get<int64_t>()] = m;
-    }
-    return by_step;
-  };
+  auto steps_of = [&](int rank) { return step_records(d.str(fmt::format("w{}", rank))); };
   // Waits until the node logged a step in the middle of a round, at least `at_least`; returns it.
   auto wait_mid_round = [&](int rank, int64_t at_least) {
     for (int i = 0; i < 6000; ++i) {
