@@ -635,13 +635,18 @@ class Run:
         present = sum((i["end_unix"] or time.time()) - i["start_unix"] for i in self.incs)
         ideal = spp * present / a.step_time if a.step_time > 0 else None
         redone = None
-        last_record = {r: {m["step"]: m for m in step_lines[r]} for r in ranks}  # a node's last record of each step
+        positions = [m["data_position"] for r in ranks for m in step_lines[r] if "data_position" in m]
         if self.cfg.get("local_sgd") and not self.ring:
             # Local SGD on parameter servers: a node's round is applied when it pushed it, which it did
             # before logging the round's last step; the shards' dropped pushes (late under backup workers)
-            # are rounds. A partial round (a node lost or preempted in it, or the job's end) is dropped.
-            def pushed(r, step):
-                return ((step - 1) // a.sync_every + 1) * a.sync_every in last_record[r]
+            # are rounds. A partial round (a node lost or preempted in it, or the job's end) is dropped, and
+            # its positions (redone on the same grant) are not data used: a node's last record of each step
+            # in a pushed round.
+            positions = []
+            for r in ranks:
+                last = {m["step"]: m for m in step_lines[r]}
+                positions += [m["data_position"] for st, m in last.items()
+                              if "data_position" in m and ((st - 1) // a.sync_every + 1) * a.sync_every in last]
             pushed_rounds = sum(1 for r in ranks for st in distinct[r] if st % a.sync_every == 0)
             applied_steps = a.sync_every * max(0.0, pushed_rounds - dropped)
             dropped = max(0, useful_steps_logged - applied_steps)
@@ -669,10 +674,6 @@ class Run:
             useful = spp * applied_steps
         else:
             useful = spp * (useful_steps_logged - dropped)
-        positions = [m["data_position"] for r in ranks for m in step_lines[r] if "data_position" in m]
-        if self.cfg.get("local_sgd") and not self.ring:  # the positions of pushed rounds (a partial round's are redone)
-            positions = [m["data_position"] for r in ranks for st, m in last_record[r].items()
-                         if "data_position" in m and pushed(r, st)]
         if self.elastic_ring:  # every node logs the step's shared position: one per step, none for two steps
             by_step = {}
             for r in ranks:
