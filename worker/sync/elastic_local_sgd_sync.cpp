@@ -120,7 +120,7 @@ class ElasticLocalSgdSync : public GradientSync {
   void check_identical(const at::Tensor& params, int64_t step) override {
     // (a failed sum: the ring re-forms at the round's end)
     if (step % every_ == 0 && !ring_->broken() && !ring_->left())
-      elastic_check_identical(params, step, rank(), world(), device_, sum_exact(), lost_at(step));
+      elastic_check_identical(params, step, rank(), world(), device_, sum_exact(), ring_->lost_at(step));
   }
   FlatAdamW* optimizer() override { return inner_->optimizer(); }
   // Mid-round a node holds its inner weights; the job's weights are the round's start.
@@ -158,12 +158,9 @@ class ElasticLocalSgdSync : public GradientSync {
   }
 
   // A boundary's agreement: the sum of every member's flag; a failure counts as a change.
-  bool agree(float flag, int64_t step) { return elastic_agree(flag, device_, sum_exact(), lost_at(step)); }
+  bool agree(float flag, int64_t step) { return elastic_agree(flag, device_, sum_exact(), ring_->lost_at(step)); }
   std::function<void(at::Tensor&)> sum_exact() {
     return [this](at::Tensor& t) { sum_->sum(t, exact()); };
-  }
-  std::function<void(const std::string&)> lost_at(int64_t step) {
-    return [this, step](const std::string& why) { ring_->lost(step, why); };
   }
 
   // x <- the root's x, exactly (the root's values plus zeros), into a scratch copy.
@@ -209,10 +206,8 @@ class ElasticLocalSgdSync : public GradientSync {
       // older checkpoint, holds none of the job's weights).
       const bool counts = !pending_ && at.step == p.step;
       weights = counts ? params.clone() : at::zeros_like(params);
-      at::Tensor count = at::full({1}, counts ? 1.f : 0.f, replica_options(device_));
       sum_->sum(weights, exact());
-      sum_->sum(count, exact());
-      weights.div_(count.cpu().item<float>());  // >= 1: the root counts
+      weights.div_(count_members(counts, device_, sum_exact()));
       start.copy_(weights);
       momentum.zero_();
     } else if (root_pending) {

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include <ATen/ATen.h>
 #include <fmt/format.h>
 
 #include "common/check.h"
@@ -22,6 +23,12 @@ ElasticRing::~ElasticRing() { ring_.reset(); }  // (the owner dropped its collec
 
 int ElasticRing::node() const { return session_->node(); }
 bool ElasticRing::pending() const { return session_->pending(); }
+
+float count_members(bool counts, int device, const std::function<void(at::Tensor&)>& sum_exact) {
+  at::Tensor n = at::full({1}, counts ? 1.f : 0.f, replica_options(device));
+  sum_exact(n);
+  return n.cpu().item<float>();
+}
 
 void ElasticRing::lost(int64_t step, const std::string& why) {
   if (!broken_)

@@ -17,11 +17,18 @@
 
 #include "worker/sync/dist_config.h"
 
+namespace at {
+class Tensor;
+}
 namespace syncopate {
 class RendezvousSession;
 struct Epoch;
 struct Ring;
 struct JobPosition;
+
+// The members that pass `counts` (1 each, an exact sum over the ring by `sum_exact`): the divisor of
+// a mean among them (after a switch, the members at the root's step; the root counts, so >= 1).
+float count_members(bool counts, int device, const std::function<void(at::Tensor&)>& sum_exact);
 
 class ElasticRing {
  public:
@@ -39,6 +46,10 @@ class ElasticRing {
 
   // A collective on the current ring failed at (0-based) `step`: logged once, links shut.
   void lost(int64_t step, const std::string& why);
+  // lost(step, why) as the callback the elastic collectives take (elastic_agree, elastic_check_identical).
+  std::function<void(const std::string&)> lost_at(int64_t step) {
+    return [this, step](const std::string& why) { lost(step, why); };
+  }
   // Re-forms the ring. `key`: where this node's state stands for the service's choice of the root
   // (the member with the largest key; the lowest rank among equals; -1: none); `step`: the step
   // this node stands at, for the log. take(epoch): the owner's state transfer on the new ring,

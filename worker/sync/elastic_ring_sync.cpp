@@ -68,7 +68,7 @@ class ElasticRingSync : public GradientSync {
   void check_identical(const at::Tensor& params, int64_t step) override {
     // (a failed sum: the next step is abandoned at once and the ring re-forms after it)
     if (!ring_->broken() && !ring_->left())
-      elastic_check_identical(params, step, rank(), world(), device_, sum_exact(), lost_at(step));
+      elastic_check_identical(params, step, rank(), world(), device_, sum_exact(), ring_->lost_at(step));
   }
   FlatAdamW* optimizer() override { return ring_sync_->optimizer(); }
   SyncCounters counters() const override { return ring_sync_->counters(); }
@@ -90,12 +90,9 @@ class ElasticRingSync : public GradientSync {
 
  private:
   // This boundary's agreement: the sum of every member's flag; a failure counts as a change.
-  bool agree(float flag, int64_t step) { return elastic_agree(flag, device_, sum_exact(), lost_at(step)); }
+  bool agree(float flag, int64_t step) { return elastic_agree(flag, device_, sum_exact(), ring_->lost_at(step)); }
   std::function<void(at::Tensor&)> sum_exact() {
     return [this](at::Tensor& t) { ring_sync_->sum_exact(t); };
-  }
-  std::function<void(const std::string&)> lost_at(int64_t step) {
-    return [this, step](const std::string& why) { ring_->lost(step, why); };
   }
 
   // Every member ends with the root's state; nothing here changes until every sum arrived. After a
@@ -109,11 +106,7 @@ class ElasticRingSync : public GradientSync {
     ring_sync_->share_ints(v, root);
     const bool mean = v[4] != 0, counts = mean ? at.step == v[0] : root;
     float n = 1;
-    if (mean) {
-      at::Tensor count = at::full({1}, counts ? 1.f : 0.f, replica_options(device_));
-      ring_sync_->sum_exact(count);
-      n = count.cpu().item<float>();  // >= 1: the root counts
-    }
+    if (mean) n = count_members(counts, device_, sum_exact());
     std::vector<at::Tensor*> live = {&params, &opt.exp_avg(), &opt.exp_avg_sq()};
     std::vector<at::Tensor> got;
     for (at::Tensor* t : live) {
