@@ -250,3 +250,28 @@ def median_censored(times):
     med = xs[(n - 1) // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
     res["median"] = None if math.isinf(med) else med
     return res
+
+
+def kendall_tau_b(xs, ys):
+    """Kendall's tau-b between two paired sequences (ties in either counted as neither concordant nor
+    discordant, and normalised as tau-b does); None with fewer than two pairs or when one side is all
+    ties."""
+    if len(xs) != len(ys):
+        raise ValueError("kendall_tau_b: sequences of different lengths")
+    conc = disc = tx = ty = 0
+    n = len(xs)
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx, dy = xs[i] - xs[j], ys[i] - ys[j]
+            if dx == 0 and dy == 0:
+                continue
+            if dx == 0:
+                tx += 1
+            elif dy == 0:
+                ty += 1
+            elif (dx > 0) == (dy > 0):
+                conc += 1
+            else:
+                disc += 1
+    denom = math.sqrt((conc + disc + tx) * (conc + disc + ty))
+    return (conc - disc) / denom if denom > 0 else None
