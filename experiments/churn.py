@@ -95,7 +95,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from cluster_runs import CpuSampler  # noqa: E402
 from plotting import pyplot  # noqa: E402
-from stats import fmt_ci, holm, mean_ci95, paired  # noqa: E402
+from stats import fmt_ci, holm, mean_ci95, paired, tost  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("SYNCOPATE_BIN") or os.path.join(ROOT, "build", "bin")
@@ -800,7 +800,38 @@ def compare(runs, configs):
             c["verdict"] = "resolved"
         else:
             c["verdict"] = "not resolved"
+    for c in comps:
+        if c["metric"] == "final_val_loss":
+            c["within_1pct"] = loss_gap_within(runs, c["config"])
     return comps
+
+
+LOSS_GAP = 0.01  # issue 30: the final-loss gap against the run without events, as a share of that run's loss
+
+
+def loss_gap_within(runs, name):
+    """Issue 30's test of a final-loss gap within 1%: the paired relative gap (churn - reference) /
+    reference per seed, two one-sided tests against +-1% (equivalent only where both reject at 0.05),
+    with the samples each churn run applied against its reference's (the gap is at equal steps, not at
+    equal applied samples: a crashed node's lost steps, or a joiner's added ones, change them)."""
+    ch = {r["seed"]: r["metrics"] for r in runs if r["config"] == name and r["churn"] and r["status"] == "complete"}
+    ref = {r["seed"]: r["metrics"] for r in runs if r["config"] == name and not r["churn"] and r["status"] == "complete"}
+    seeds = sorted(s for s in ch if s in ref and ch[s]["final_val_loss"] is not None
+                   and ref[s]["final_val_loss"] is not None)
+    gaps = [ch[s]["final_val_loss"] / ref[s]["final_val_loss"] - 1.0 for s in seeds]
+    samples = [ch[s]["useful_samples"] / ref[s]["useful_samples"] for s in seeds if ref[s].get("useful_samples")]
+    t = tost(gaps, LOSS_GAP)
+    if t.get("deterministic"):
+        verdict = "no seed variation: not a statistical result"
+    elif t["n"] < 2:
+        verdict = f"not resolved (n = {t['n']} paired seeds)"
+    elif t["equivalent"]:
+        verdict = f"within {LOSS_GAP:.0%} (TOST p {t['p']:.3g})"
+    else:
+        verdict = f"not shown within {LOSS_GAP:.0%} (TOST p {t['p']:.3g})"
+    return {"gaps": dict(zip(map(str, seeds), gaps)), "mean": t["mean"], "ci90": t["ci90"], "p": t["p"], "n": t["n"],
+            "margin": LOSS_GAP, "equivalent": t["equivalent"], "verdict": verdict,
+            "samples_ratio": [min(samples), max(samples)] if samples else None}
 
 
 def f3(x, digits=3):
@@ -960,6 +991,18 @@ def write_report(s, out):
         L.append(f"| {c['config']} | {c['metric']} | {'-' if c['mean_diff'] is None else format(c['mean_diff'], '.4g')} "
                  f"| {interval} | {'-' if c['p'] is None else format(c['p'], '.3g')} | "
                  f"{'-' if c.get('p_holm') is None else format(c['p_holm'], '.3g')} | {c['n']} | {c['verdict']} |")
+    gaps = [c for c in s["comparisons"] if c.get("within_1pct")]
+    if gaps:
+        L += ["", "## Final-loss gap within 1% (issue 30: relative, paired by seed, two one-sided tests)", "",
+              "| configuration | mean gap | 90% interval | n | verdict | churn samples / reference samples |",
+              "|---|---|---|---|---|---|"]
+        for c in gaps:
+            g = c["within_1pct"]
+            ci = g["ci90"]
+            sr = g["samples_ratio"]
+            L.append(f"| {c['config']} | {'-' if g['mean'] is None else format(g['mean'], '+.2%')} | "
+                     f"{'-' if ci[0] is None else f'[{ci[0]:+.2%}, {ci[1]:+.2%}]'} | {g['n']} | {g['verdict']} | "
+                     f"{'-' if sr is None else f'{sr[0]:.3f}-{sr[1]:.3f}'} |")
     L += ["", "## Not built", ""]
     for name, nb in s["not_built"].items():
         L.append(f"- {name} (`{' '.join(nb['flags'])}`): not built; the worker "

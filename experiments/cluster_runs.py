@@ -4,6 +4,7 @@ the emulation's own health (overrun share, host CPU use). Depends on the core on
 binaries, scripts and metrics files."""
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -13,6 +14,55 @@ import scenario as scen
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OVERRUN_LIMIT = 0.05  # default: a run with more steps over their modelled time than this is invalid
 CPU_LIMIT = 0.90      # default: a run whose host CPU use averaged above this is invalid (saturated cores)
+
+
+_RUNNING = set()          # the process groups run_group started that have not ended (their leaders' Popen)
+_RUNNING_LOCK = threading.Lock()
+STOP_WAIT_S = 60.0        # how long a stopped group may take for its own cleanup (namespaces, servers) before SIGKILL
+
+
+def run_group(cmd, stdout):
+    """Runs cmd in a process group of its own (a new session: a terminal's Ctrl-C reaches this
+    process only) and returns its exit code. If this thread is interrupted (KeyboardInterrupt,
+    SystemExit), or terminate_running() is called from another, the group gets SIGTERM and up to
+    STOP_WAIT_S for its own cleanup (local_cluster.sh ends its nodes, servers and namespaces on
+    TERM), then SIGKILL; the exception goes on. subprocess.run would SIGKILL the leader alone after
+    0.25 s, cutting that cleanup short and leaving the group's other processes running."""
+    p = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    with _RUNNING_LOCK:
+        _RUNNING.add(p)
+    try:
+        return p.wait()
+    except BaseException:
+        _stop(p)
+        raise
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(p)
+
+
+def _stop(p):
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        p.wait(timeout=STOP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
+
+def terminate_running():
+    """Stops every group run_group started and is still waiting on (from any thread); each caller's
+    run_group then returns the group's exit code (not 0)."""
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for p in running:
+        _stop(p)
 
 
 def read_jsonl(path):
@@ -170,7 +220,7 @@ def run_simulator(cmd, out, failed):
     caller with `failed` (what ran), the exit code, the log's path and the command."""
     t0 = time.time()
     with open(os.path.join(out, "sim.log"), "w") as log:
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+        rc = run_group(cmd, log)
     if rc != 0:
         raise SystemExit(f"{failed} failed (exit {rc}); see {out}/sim.log\ncommand: {' '.join(cmd)}")
     with open(os.path.join(out, "sim.json")) as f:
@@ -404,7 +454,7 @@ def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_c
         f.write(" ".join(cmd) + "\n")
     t0 = time.time()
     with CpuSampler() as cpu, open(log, "w") as lf:
-        rc = subprocess.run(cmd, stdout=lf, stderr=subprocess.STDOUT).returncode
+        rc = run_group(cmd, lf)
     if rc != 0:
         return {"failed": f"exit {rc}" + refusal(log), "log": log}
     try:

@@ -118,6 +118,33 @@ class Schedule(unittest.TestCase):
         self.assertEqual(churn.draw_schedule(3, 0, 120, 0.1, 3), [])
 
 
+class LossGap(unittest.TestCase):
+    """Issue 30's final-loss gap within 1%: relative, paired by seed, TOST; a gap that is small but
+    noisy is not shown within, a tight one is, a consistent 2% gap is not."""
+
+    @staticmethod
+    def runs(gaps, samples=(100.0, 100.0)):
+        out = []
+        for seed, g in enumerate(gaps):
+            out.append({"config": "x", "seed": seed, "churn": False, "status": "complete",
+                        "metrics": {"final_val_loss": 3.0, "useful_samples": samples[0]}})
+            out.append({"config": "x", "seed": seed, "churn": True, "status": "complete",
+                        "metrics": {"final_val_loss": 3.0 * (1 + g), "useful_samples": samples[1]}})
+        return out
+
+    def test_tight_small_gaps_are_within_noisy_or_large_ones_are_not(self):
+        ok = churn.loss_gap_within(self.runs([0.001, -0.002, 0.0015, 0.0, -0.001]), "x")
+        self.assertTrue(ok["equivalent"], ok)
+        self.assertTrue(ok["verdict"].startswith("within 1%"), ok)
+        noisy = churn.loss_gap_within(self.runs([0.009, -0.009, 0.012, -0.011, 0.0]), "x")
+        self.assertFalse(noisy["equivalent"], noisy)
+        self.assertTrue(noisy["verdict"].startswith("not shown within 1%"), noisy)
+        far = churn.loss_gap_within(self.runs([0.02, 0.021, 0.019, 0.022, 0.02], samples=(100.0, 95.0)), "x")
+        self.assertFalse(far["equivalent"])
+        self.assertEqual(far["samples_ratio"], [0.95, 0.95])
+        self.assertIn("n = 1", churn.loss_gap_within(self.runs([0.001]), "x")["verdict"])
+
+
 class HangDetector(unittest.TestCase):
     def test_a_process_that_never_steps_is_a_hang_and_is_ended(self):
         d = tempfile.mkdtemp(prefix="syncopate-churn-test-")

@@ -1,9 +1,10 @@
 """Advice against hindsight (experiments/hindsight.py, issue 29): the analysis on hand-built
 scenarios whose answers are known (the advised pick is the best, is 1.3x the best and resolved
 behind it, missed the target; a scenario with a run that did not hold is left out of the overall
-figures), Kendall's tau-b, how a candidate becomes local_cluster.sh flags, the refusals of the
-command line, and check_study accepting a quoted sentence of hindsight.json and refusing it once the
-file's data no longer gives it. No cluster is started.
+figures; fixed policies are scored the same way), misses entering Kendall's tau at their run's end,
+Kendall's tau-b itself, how a candidate becomes local_cluster.sh flags, the refusals of the command
+line, a run stopped by a signal leaving nothing cached, and check_study accepting a quoted sentence of
+hindsight.json and refusing it once the file's data no longer gives it. No cluster is started.
 Run: .venv/bin/python tests/test_hindsight.py"""
 import contextlib
 import copy
@@ -12,28 +13,37 @@ import json
 import os
 import sys
 import tempfile
+import threading
+import time
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "experiments"))
 
 import check_study  # noqa: E402
+import cluster_runs  # noqa: E402
 import hindsight  # noqa: E402
 from stats import kendall_tau_b  # noqa: E402
 
+END = 100.0  # every run's end (where a missed target counts)
 
-def scenario(name, advised, measured, predicted, invalid=None, failed=None):
-    """A scenario record as scenario_record writes it; times per candidate, one per seed."""
+
+def times(v):
+    return {str(i): [t, END] for i, t in enumerate(v)}
+
+
+def scenario(name, advised, measured, predicted, invalid=None, inside=True, target="3"):
+    """A scenario record as scenario_record writes it, at one target; times per candidate, one per seed."""
     s = hindsight.SCENARIOS["fast4"]
-    end = {k: {str(i): 100.0 for i in range(len(v))} for k, v in measured.items()}
-    return {"name": name, "scenario": s, "describe": hindsight.describe(s), "advised": advised,
-            "measured": {k: {str(i): t for i, t in enumerate(v)} for k, v in measured.items()},
-            "predicted": {k: {str(i): t for i, t in enumerate(v)} for k, v in predicted.items()},
-            "end_s": end, "invalid_runs": invalid or {}, "failed_runs": failed or {}}
+    return {"name": name, "scenario": s, "describe": hindsight.describe(s), "validated_inside": inside,
+            "invalid_runs": invalid or {}, "failed_runs": {}, "stalls": [],
+            "targets": {target: {"advised": advised, "advice_resolved": True,
+                                 "measured": {k: times(v) for k, v in measured.items()},
+                                 "predicted": {k: times(v) for k, v in predicted.items()}}}}
 
 
 def doc(*scenarios):
-    return hindsight.analyse({"format": hindsight.FORMAT, "command": "test", "target_loss": 3.0, "steps": 150,
+    return hindsight.analyse({"format": hindsight.FORMAT, "command": "test", "targets": ["3"], "steps": 150,
                               "scenarios": list(scenarios)})
 
 
@@ -42,51 +52,60 @@ class Analysis(unittest.TestCase):
         sc = scenario("a", "asp", measured={"ring": [10.0, 11.0, 12.0], "asp": [5.0, 5.5, 6.0], "bsp": [8.0, 8.5, 9.0]},
                       predicted={"ring": [12.0, 12.0, 12.0], "asp": [5.5, 5.5, 5.5], "bsp": [7.0, 7.0, 7.0]})
         d = doc(sc)
-        s = d["scenarios"][0]
-        self.assertEqual(s["best"], "asp")
-        self.assertAlmostEqual(s["regret"], 1.0)
-        self.assertTrue(s["within"])
-        self.assertAlmostEqual(s["relative_error"]["ring"], 12.0 / 11.0 - 1.0)
-        self.assertAlmostEqual(s["relative_error"]["asp"], 0.0)
-        self.assertAlmostEqual(s["tau"], 1.0)  # the same order both ways
-        self.assertIn("it was the best in hindsight", s["sentence"])
-        self.assertEqual(d["overall"]["within"], 1)
-        # errors 1/11, 0, 7/8.5 - 1: median 1/11
-        self.assertAlmostEqual(d["overall"]["median_abs_error"], 1.0 / 11.0)
-        self.assertTrue(any("in 1 (100%" in c and ": met)" in c for c in d["conclusions"]), d["conclusions"])
+        c = d["scenarios"][0]["targets"]["3"]
+        self.assertEqual(c["best"], "asp")
+        self.assertAlmostEqual(c["regret"], 1.0)
+        self.assertTrue(c["within"])
+        self.assertAlmostEqual(c["relative_error"]["ring"], 12.0 / 11.0 - 1.0)
+        self.assertAlmostEqual(c["relative_error"]["asp"], 0.0)
+        self.assertAlmostEqual(c["tau"], 1.0)  # the same order both ways
+        self.assertIn("it was the best in hindsight", c["sentence"])
+        o = d["overall"]["3"]
+        self.assertEqual(o["within"], 1)
+        self.assertAlmostEqual(o["median_abs_error"], 1.0 / 11.0)  # errors 1/11, 0, 7/8.5 - 1
+        # Fixed policies, judged the same way: always asp is within, always the ring is not (11/5.5).
+        self.assertEqual(o["policy_within"], {"asp": 1, "bsp": 0, "ring": 0})
+        self.assertTrue(any("in 1 (100%" in x and ": met); always the ring was in 0, the best fixed policy (asp) in 1"
+                            in x for x in d["conclusions"]), d["conclusions"])
 
     def test_an_advised_pick_one_third_slower_and_resolved_behind_is_outside(self):
         sc = scenario("b", "ring", measured={"ring": [13.0, 13.4, 12.9, 13.2], "asp": [10.0, 10.1, 9.9, 10.2]},
                       predicted={"ring": [9.0] * 4, "asp": [10.0] * 4})
         d = doc(sc)
-        s = d["scenarios"][0]
-        self.assertEqual(s["best"], "asp")
-        self.assertAlmostEqual(s["regret"], 13.125 / 10.05)
-        self.assertFalse(s["within"])
-        self.assertIn("outside 1.10x", s["sentence"])
-        self.assertIn("resolved behind it", s["sentence"])
-        self.assertIsNone(s["tau"])  # two candidates: no order worth a tau
-        self.assertTrue(any("in 0 (0%" in c and "not met" in c for c in d["conclusions"]), d["conclusions"])
+        c = d["scenarios"][0]["targets"]["3"]
+        self.assertEqual(c["best"], "asp")
+        self.assertAlmostEqual(c["regret"], 13.125 / 10.05)
+        self.assertFalse(c["within"])
+        self.assertIn("outside 1.10x", c["sentence"])
+        self.assertIn("resolved behind it", c["sentence"])
+        self.assertIsNone(c["tau"])  # two candidates: no order worth a tau
+        self.assertTrue(any("in 0 (0%" in x and "not met" in x for x in d["conclusions"]), d["conclusions"])
 
-    def test_an_advised_pick_that_missed_the_target_is_outside(self):
-        sc = scenario("c", "diloco50", measured={"diloco50": [None, 20.0, None], "ring": [10.0, 11.0, 10.5]},
-                      predicted={"diloco50": [8.0] * 3, "ring": [10.0] * 3})
-        s = doc(sc)["scenarios"][0]
-        self.assertFalse(s["within"])
-        self.assertIn("missed the target in 2 of 3 seeds", s["sentence"])
-        self.assertNotIn("diloco50", s["relative_error"])  # not reached in every seed: no error figure
+    def test_a_miss_counts_against_the_pick_and_enters_the_order_at_its_runs_end(self):
+        sc = scenario("c", "diloco50", measured={"diloco50": [None, 20.0, None], "ring": [10.0, 11.0, 10.5],
+                                                 "asp": [30.0, 31.0, 29.0]},
+                      predicted={"diloco50": [8.0] * 3, "ring": [10.0] * 3, "asp": [None, None, None]})
+        c = doc(sc)["scenarios"][0]["targets"]["3"]
+        self.assertFalse(c["within"])
+        self.assertIsNone(c["regret"])
+        self.assertIn("missed the target in 2 of 3 seeds", c["sentence"])
+        self.assertNotIn("diloco50", c["relative_error"])  # not reached in every seed: no error figure
+        self.assertEqual(c["reached"], {"both": 1, "neither": 0, "disagree": ["asp", "diloco50"]})
+        # predicted: diloco50 8 < ring 10 < asp 100 (missed: its end); measured: ring 10.5 < asp 30 < diloco50 73.3
+        self.assertAlmostEqual(c["tau"], kendall_tau_b([8.0, 10.0, 100.0], [220.0 / 3, 10.5, 30.0]))
 
     def test_a_scenario_whose_emulation_did_not_hold_is_left_out(self):
         good = scenario("a", "asp", measured={"ring": [10.0, 11.0], "asp": [5.0, 5.5]},
                         predicted={"ring": [10.0, 10.0], "asp": [5.0, 5.0]})
         bad = scenario("bad", "ring", measured={"ring": [1.0, 1.0], "asp": [50.0, 50.0]},
-                       predicted={"ring": [10.0, 10.0], "asp": [5.0, 5.0]}, invalid={"asp": ["101"]})
+                       predicted={"ring": [10.0, 10.0], "asp": [5.0, 5.0]}, invalid={"asp": ["101"]}, inside=False)
         d = doc(good, bad)
-        self.assertFalse(d["scenarios"][1]["valid"])
-        self.assertIn("not evaluated: the emulation did not hold in asp seed 101", d["scenarios"][1]["sentence"])
-        self.assertEqual(d["overall"]["evaluated"], 1)
-        self.assertEqual(d["overall"]["within"], 1)
-        self.assertAlmostEqual(d["overall"]["median_abs_error"], 1.0 - 10.0 / 10.5)  # the bad scenario's 9x is not in it
+        self.assertFalse(d["scenarios"][1]["targets"]["3"]["valid"])
+        self.assertIn("not evaluated: the emulation did not hold in asp seed 101", d["scenarios"][1]["targets"]["3"]["sentence"])
+        o = d["overall"]["3"]
+        self.assertEqual((o["evaluated"], o["within"]), (1, 1))
+        self.assertAlmostEqual(o["median_abs_error"], 1.0 - 10.0 / 10.5)  # the bad scenario's 9x is not in it
+        self.assertEqual((o["within_share_inside"], o["within_share_outside"]), (1.0, None))
 
 
 class Tau(unittest.TestCase):
@@ -110,13 +129,45 @@ class Flags(unittest.TestCase):
         self.assertEqual(r["cluster"], [])
         self.assertIn("--dist.sync_every=50", r["worker"])
 
+    def test_the_advisor_runs_its_whole_schedule(self):
+        cmd = hindsight.advise_command("p.json", "d", 2.75, hindsight.parse_args([]))
+        self.assertIn("--limit", cmd)
+        self.assertEqual(cmd[cmd.index("--target-loss") + 1], "2.75")
+
     def test_refusals_name_the_problem(self):
         for argv, words in ((["--scenarios", "nope"], "unknown scenario"), (["--first-seed", "1"], "overlaps"),
-                            (["--seeds", "1"], "2 or more")):
+                            (["--seeds", "1"], "2 or more"), (["--targets", "3,x"], "comma-separated"),
+                            (["--targets", "3,3"], "distinct")):
             err = io.StringIO()
             with self.assertRaises(SystemExit), contextlib.redirect_stderr(err):
                 hindsight.parse_args(argv)
             self.assertIn(words, err.getvalue())
+
+
+class Stopping(unittest.TestCase):
+    def test_a_stopped_lane_ends_its_process_group_and_caches_nothing(self):
+        # A lane runs a process group that ignores nothing and cleans up on TERM; Ctrl-C in the main
+        # thread (here: terminate_running from it, as run_lanes does) ends it through its own trap.
+        with tempfile.TemporaryDirectory() as d:
+            marker = os.path.join(d, "cleaned")
+            started = threading.Event()
+
+            def job():
+                started.set()
+                cluster_runs.run_group(["bash", "-c", f"trap 'touch {marker}; exit 143' TERM; sleep 30 & wait"], None)
+            hindsight.STOP.clear()
+            t0 = time.time()
+            th = threading.Thread(target=hindsight.run_lanes, args=([job, job], 1))
+            th.start()
+            started.wait(5)
+            time.sleep(0.3)
+            hindsight.STOP.set()
+            cluster_runs.terminate_running()
+            th.join(10)
+            self.assertFalse(th.is_alive())
+            self.assertTrue(os.path.exists(marker), "the group's TERM trap did not run")
+            self.assertLess(time.time() - t0, 10)
+            hindsight.STOP.clear()
 
 
 class StudyCheck(unittest.TestCase):
@@ -133,7 +184,7 @@ class StudyCheck(unittest.TestCase):
             problems, quotes, _ = check_study.check(study, root)
             self.assertEqual((problems, quotes), ([], 1))
             stale = copy.deepcopy(d)
-            stale["scenarios"][0]["measured"]["asp"]["0"] = 9.0  # the data moved, the sentence did not
+            stale["scenarios"][0]["targets"]["3"]["measured"]["asp"]["0"][0] = 9.0  # the data moved, the sentence did not
             with open(os.path.join(root, "docs", "hindsight.json"), "w") as f:
                 json.dump(stale, f)
             problems, _, _ = check_study.check(study, root)
