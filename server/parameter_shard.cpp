@@ -162,6 +162,7 @@ void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t
   last_seen_.assign(static_cast<size_t>(workers_), now_s);
   live_.assign(static_cast<size_t>(workers_), true);
   finished_.assign(static_cast<size_t>(workers_), false);
+  reading_.assign(static_cast<size_t>(workers_), false);
   grant_.assign(static_cast<size_t>(workers_), -1);
   grant_clock_.assign(static_cast<size_t>(workers_), 0);
   elastic_ = h.elastic;
@@ -177,6 +178,7 @@ void ParameterShard::grow(int workers) {
   last_seen_.resize(n, 0.0);
   live_.resize(n, false);  // a slot is not a member until its worker joins
   finished_.resize(n, false);
+  reading_.resize(n, false);
   grant_.resize(n, -1);
   grant_clock_.resize(n, 0);
   workers_ = workers;
@@ -265,6 +267,7 @@ bool ParameterShard::join(int worker, int64_t clock, int64_t samples, double now
   int64_t& c = clock_[w];
   c = std::max(c, clock - 1);  // its next push is `clock`; a clock this part applied for it never goes back
   finished_[w] = false;
+  reading_[w] = false;
   last_seen_[w] = now_s;
   if (grant_[w] < 0) grant_next(worker, samples, clock);  // a returning worker keeps the grant it never used,
   grant_clock_[w] = std::max(grant_clock_[w], clock);     // for its next push (a stale resent join never lowers it)
@@ -470,6 +473,7 @@ void ParameterShard::registered(int worker, int64_t clock) {
   int64_t& c = clock_[static_cast<size_t>(worker)];
   c = std::max(c, clock - 1);
   finished_[static_cast<size_t>(worker)] = false;  // a finished worker that starts again takes part again
+  reading_[static_cast<size_t>(worker)] = false;
 }
 
 void ParameterShard::skip_grant(int worker, int64_t samples) {
@@ -487,14 +491,22 @@ int ParameterShard::live_workers() const { return static_cast<int>(std::count(li
 void ParameterShard::seen(int worker, double now) {
   if (!initialized_ || worker < 0 || worker >= workers_ || finished_[static_cast<size_t>(worker)]) return;
   last_seen_[static_cast<size_t>(worker)] = now;
+  if (reading_[static_cast<size_t>(worker)]) return;  // alive, reading, out of the count for good
   // In an elastic job only a join (or a push) makes a worker a member again: a heartbeat of a node
   // that restarts would otherwise bring it back at its old clock before it asks where the job is.
   if (elastic_ && !live_[static_cast<size_t>(worker)]) return;
   revive(worker, now);  // (a joiner counts from its round on, not from its first heartbeat)
 }
 
+void ParameterShard::seen_reading(int worker, double now) {
+  if (initialized_ && worker >= 0 && worker < workers_ && reading_[static_cast<size_t>(worker)])
+    last_seen_[static_cast<size_t>(worker)] = now;
+}
+
 void ParameterShard::revive(int worker, double now) {
-  if (!initialized_ || worker < 0 || worker >= workers_ || finished_[static_cast<size_t>(worker)] || joining_.count(worker)) return;
+  if (!initialized_ || worker < 0 || worker >= workers_ || finished_[static_cast<size_t>(worker)] || joining_.count(worker) ||
+      reading_[static_cast<size_t>(worker)])
+    return;
   if (!live_[static_cast<size_t>(worker)]) ++membership_epoch_;
   live_[static_cast<size_t>(worker)] = true;
   last_seen_[static_cast<size_t>(worker)] = now;
@@ -512,6 +524,9 @@ std::vector<int> ParameterShard::expire(double now) {
       changed = true;
     }
   }
+  for (int w = 0; w < workers_; ++w)  // one that still read went silent: it died scoring, the job is over without it
+    if (reading_[static_cast<size_t>(w)] && now - last_seen_[static_cast<size_t>(w)] > cfg_.worker_timeout_s)
+      reading_[static_cast<size_t>(w)] = false;
   for (auto it = joining_.begin(); it != joining_.end();)  // a joiner that went silent before its round came
     if (now - last_seen_[static_cast<size_t>(it->first)] > cfg_.worker_timeout_s) it = joining_.erase(it), changed = true;
     else ++it;
@@ -521,9 +536,10 @@ std::vector<int> ParameterShard::expire(double now) {
   return ready;
 }
 
-std::vector<int> ParameterShard::finish(int worker) {
+std::vector<int> ParameterShard::finish(int worker, bool still_reading) {
   if (!initialized_ || worker < 0 || worker >= workers_) return {};
-  finished_[static_cast<size_t>(worker)] = true;
+  reading_[static_cast<size_t>(worker)] = still_reading;
+  if (!still_reading) finished_[static_cast<size_t>(worker)] = true;
   joining_.erase(worker);
   backup_[static_cast<size_t>(worker)].clear();  // DC-ASGD: memory bounded by the workers still training
   if (!live_[static_cast<size_t>(worker)] || waiting_.count(worker)) return {};
@@ -538,6 +554,7 @@ bool ParameterShard::job_done() const {
   if (!initialized_) return false;
   bool any = false;
   for (int w = 0; w < workers_; ++w) {
+    if (reading_[static_cast<size_t>(w)]) return false;
     if (!finished_[static_cast<size_t>(w)] && live_[static_cast<size_t>(w)]) return false;
     any = any || finished_[static_cast<size_t>(w)];
   }
@@ -685,7 +702,7 @@ std::string ParameterShard::stats_json(int64_t errors, double now_s, int64_t uni
                         {"dc_uncompensated", dc_uncompensated_}, {"update", update_}, {"wire", wire_},
                         {"staleness_histogram", hist}, {"live", live}, {"last_staleness", last_stale_},
                         {"last_seen_s", last_seen_}, {"finished", std::vector<bool>(finished_)},
-                        {"dc_backup_values", dc_backup_values()}, {"epoch", epoch_}, {"wire_version", wire_version()},
+                        {"reading", std::vector<bool>(reading_)}, {"dc_backup_values", dc_backup_values()}, {"epoch", epoch_}, {"wire_version", wire_version()},
                         {"elastic", elastic_}, {"membership_epoch", membership_epoch_}, {"joining", joining_}};
   if (grants_data()) j["data_cursor"] = data_cursor_, j["data_reserved"] = data_reserved_;
   if (now_s >= 0) j["now_s"] = now_s;

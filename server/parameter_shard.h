@@ -98,13 +98,19 @@ class ParameterShard {
   // drops workers silent for longer than worker_timeout_s from the BSP/SSP count and returns the
   // replies that this releases.
   void seen(int worker, double now_s);
+  // A worker that left the rounds still reading (finish with still_reading) is alive at now_s; any
+  // other worker: nothing (a STATS poll brings no one back into the count).
+  void seen_reading(int worker, double now_s);
   std::vector<int> expire(double now_s);
   int live_workers() const;
   // FINISH: `worker` ended its run normally. It leaves the BSP/SSP count at once (no timeout to
   // wait for) and stays out until it registers again; returns the replies that this releases.
-  std::vector<int> finish(int worker);
-  // Every worker has finished or died, and at least one finished: the job is over for this shard
-  // (server.exit_when_done).
+  // still_reading (FINISH with data = kFinishStillReading): it pushes no more but still reads (node 0
+  // waiting to score the job's final weights): it leaves the count the same way, and the job is not
+  // over for this shard until its plain FINISH (or its silence past worker_timeout_s).
+  std::vector<int> finish(int worker, bool still_reading = false);
+  // Every worker has finished or died, and at least one finished, and none still reads: the job is
+  // over for this shard (server.exit_when_done).
   bool job_done() const;
 
   // Atomic checkpoint of everything the shard needs to resume: values, AdamW moments and step,
@@ -154,6 +160,7 @@ class ParameterShard {
   std::string wire_ = "f32";  // the pushes' dtype (INIT's wire)
   std::string layout_;        // INIT's layout (server list and model digests); every worker must send the same
   std::vector<bool> finished_;  // per worker: sent FINISH (and did not register again since)
+  std::vector<bool> reading_;   // per worker: left the count with FINISH still_reading, its plain FINISH not yet come
   double outer_lr_ = 0, outer_mu_ = 0;
   int64_t outer_delay_ = 1;
   int64_t version_ = 0, updates_ = 0;

@@ -54,6 +54,7 @@ struct PsClient::Impl {
   std::atomic<int64_t> next_id{0}, pushes{0}, resends{0}, bytes_sent{0}, bytes_received{0};
   std::atomic<int64_t> grant{-1};   // elastic: the first sample of this worker's next step (the first part's reply)
   int64_t start_clock = 0;          // the clock init() registered this worker at
+  std::atomic<int64_t> pushed_clock{0};  // the newest clock this worker pushed (FINISH names it)
 
   // A push whose reply has not been taken by wait(): its header and data, for resends.
   struct Pending {
@@ -453,6 +454,7 @@ PsTicket PsClient::push(int p, const at::Tensor& grad, int64_t clock, double lr,
   std::lock_guard<std::mutex> l(I.servers[part.server]->mu);
   MsgHeader h = I.part_header(MsgType::kPushPull, p);
   h.clock = clock;
+  if (clock > I.pushed_clock.load()) I.pushed_clock = clock;
   h.lr = lr;
   h.samples = I.opt.elastic ? I.opt.samples_per_step : 0;  // the data grant of its next step
   if (computed_on >= 0) h.param_version = computed_on;
@@ -613,6 +615,10 @@ void PsClient::skip_data() {
 }
 
 bool PsClient::wait_for_other_workers(double poll_s, const std::function<void(int64_t)>& on_poll) {
+  // Out of the rounds first: a worker one round behind the others (BSP with backup workers: its
+  // gradient counted a round late) would otherwise wait for this one's next push, which never comes,
+  // until its timeout, while this one waited for it to finish.
+  finish(impl_->pushed_clock.load(), /*still_reading=*/true);
   int64_t updates = -1;
   auto progress_at = std::chrono::steady_clock::now();
   for (;;) {
@@ -639,10 +645,11 @@ void PsClient::shutdown_servers() {
   for (int k = 0; k < shards(); ++k) impl_->control(k, impl_->header(MsgType::kShutdown), [](const MsgHeader&) { return true; });
 }
 
-void PsClient::finish(int64_t clock) {
+void PsClient::finish(int64_t clock, bool still_reading) {
   for (int k = 0; k < shards(); ++k) {
     MsgHeader h = impl_->header(MsgType::kFinish);
     h.clock = clock;
+    if (still_reading) h.data = kFinishStillReading;
     impl_->control(k, h, [&](const MsgHeader& r) { return r.clock == clock && r.type == static_cast<int>(MsgType::kOk) && r.length == 0; });  // a refusal throws in recv
   }
 }

@@ -147,7 +147,8 @@ class PsClient {
   // Every part's current values from its shard (PULL), into params (the whole flat vector). Applies
   // nothing; resent while a shard is silent.
   void pull(at::Tensor& params);
-  // Blocks until every other worker of the job has finished (FINISH) or is dead by the shards'
+  // Leaves the rounds (FINISH still reading: this worker pushes no more), then blocks until every
+  // other worker of the job has finished (FINISH) or is dead by the shards'
   // liveness, polling shard 0's STATS (poll_s apart): the job's last update has landed; true. False
   // (with a warning) once shard 0 has applied nothing for the client's timeout_s while a worker is
   // still unfinished (e.g. one that died while held by BSP/SSP stays "live"). Heartbeats go on
@@ -159,7 +160,9 @@ class PsClient {
   void shutdown_servers();
   // Tells every shard that this worker ended its run normally at `clock` (FINISH): it leaves the
   // BSP/SSP count, and shards started with server.exit_when_done exit once every worker has.
-  void finish(int64_t clock);
+  // still_reading: it pushes no more but reads on (its plain FINISH follows): out of the count now,
+  // the shards stay up for it.
+  void finish(int64_t clock, bool still_reading = false);
   // INIT's layout of this client: "<K> shards, partition <values>, servers <digest of the endpoints in order>,
   // model <digest>".
   std::string layout() const;

@@ -10,12 +10,12 @@
 
 namespace syncopate {
 
-constexpr uint32_t kPsProtocolVersion = 6;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format;
+constexpr uint32_t kPsProtocolVersion = 7;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format;
                                             // 3: INIT's job layout, FINISH; 4: partitions (INIT's `partition`,
                                             // requests and replies name their partition by offset and length);
                                             // 5: INIT's `overlap` (refused with BSP backup workers);
                                             // 6: elastic membership (INIT's `elastic` and `join`, `samples`,
-                                            // replies' `data`)
+                                            // replies' `data`); 7: FINISH's `data` = kFinishStillReading
 constexpr int64_t kMaxPartitionsPerServer = 4096;  // a server holds at most this many partitions (INIT `partition`)
 constexpr size_t kMaxHeaderBytes = 4096;          // requests (what a server decodes: tight)
 constexpr size_t kMaxReplyHeaderBytes = 1 << 20;  // replies
@@ -38,10 +38,15 @@ enum class MsgType : int {
   kShutdown = 5,  // server exits after replying
   kHeartbeat = 6, // worker -> server, no reply: the worker is alive (sent once a second per server by a side thread)
   kFinish = 7,    // worker -> server: this worker ended its run normally (it leaves the BSP/SSP count); reply OK.
+                  // With data = kFinishStillReading: it pushes no more but still reads (node 0 scoring the
+                  // final weights): out of the count at once, the job not over until its plain FINISH.
                   // A server started with server.exit_when_done exits once every worker has finished or died
   kOk = 100,      // reply
   kError = 101,   // reply; `text` says what was wrong
 };
+
+// FINISH's `data`: the worker leaves the rounds now and sends its plain FINISH (data -1) after its last read.
+constexpr int64_t kFinishStillReading = 1;
 
 struct MsgHeader {
   int type = 0;

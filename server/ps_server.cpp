@@ -256,6 +256,7 @@ struct PsServer::Impl {
           return true;
         }
         case MsgType::kStats: {
+          parts.seen_reading(h.worker, now());  // a worker that left the rounds polls STATS while it waits: alive
           MsgHeader r;
           r.type = static_cast<int>(MsgType::kOk);
           r.text = stats();
@@ -267,7 +268,8 @@ struct PsServer::Impl {
           return true;
         case MsgType::kFinish: {
           parts.check_worker(h);
-          const auto released = parts.finish(h.worker);
+          const bool reading = h.data == kFinishStillReading;
+          const auto released = parts.finish(h.worker, reading);
           // Durable before acknowledged: FINISH is part of the checkpoint (a restarted shard must not
           // wait for a worker that finished), written with the clocks it released before any reply.
           parts.checkpoint_all();
@@ -276,7 +278,8 @@ struct PsServer::Impl {
           r.clock = h.clock;
           send(id, r, nullptr, 0);
           for (auto [shard, w] : released) reply_params(*shard, w);  // the others no longer wait for it
-          log::info("[server {}] worker {} finished at clock {}", scfg.shard, h.worker, h.clock);
+          log::info("[server {}] worker {} {} at clock {}", scfg.shard, h.worker,
+                    reading ? "left the rounds (still reading)" : "finished", h.clock);
           return !done();
         }
         case MsgType::kShutdown: {

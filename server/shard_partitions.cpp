@@ -89,6 +89,10 @@ void ShardPartitions::seen(int worker, double now_s) {
   for (auto& [r, p] : parts_) p.shard->seen(worker, now_s);
 }
 
+void ShardPartitions::seen_reading(int worker, double now_s) {
+  for (auto& [r, p] : parts_) p.shard->seen_reading(worker, now_s);
+}
+
 std::vector<std::pair<ParameterShard*, int>> ShardPartitions::expire(double now_s) {
   std::vector<std::pair<ParameterShard*, int>> out;
   for (auto& [r, p] : parts_)
@@ -96,10 +100,10 @@ std::vector<std::pair<ParameterShard*, int>> ShardPartitions::expire(double now_
   return out;
 }
 
-std::vector<std::pair<ParameterShard*, int>> ShardPartitions::finish(int worker) {
+std::vector<std::pair<ParameterShard*, int>> ShardPartitions::finish(int worker, bool still_reading) {
   std::vector<std::pair<ParameterShard*, int>> out;
   for (auto& [r, p] : parts_)
-    for (int w : p.shard->finish(worker)) out.emplace_back(p.shard.get(), w);
+    for (int w : p.shard->finish(worker, still_reading)) out.emplace_back(p.shard.get(), w);
   return out;
 }
 

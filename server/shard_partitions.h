@@ -44,9 +44,10 @@ class ShardPartitions {
   // A request that names no range (FINISH): the worker id must be one of the job's.
   void check_worker(const MsgHeader& h) const;
   void seen(int worker, double now_s);
+  void seen_reading(int worker, double now_s);  // ParameterShard::seen_reading on every partition
   // Replies released, as (partition, worker): workers expired, or a worker that finished.
   std::vector<std::pair<ParameterShard*, int>> expire(double now_s);
-  std::vector<std::pair<ParameterShard*, int>> finish(int worker);
+  std::vector<std::pair<ParameterShard*, int>> finish(int worker, bool still_reading = false);
   bool job_done() const;  // every partition's job is over (server.exit_when_done)
   const std::string& consistency() const;
 

@@ -112,6 +112,59 @@ TEST(ParameterShard, BspWithBackupWorkersAppliesTheFirstWMinusBAndDropsTheLate) 
   EXPECT_NE(s.stats_json(0).find("\"staleness_histogram\":{\"0\":4}"), std::string::npos) << s.stats_json(0);
 }
 
+// The end of a BSP job with backup workers. A worker dropped once its round had been applied gets
+// the newest parameters with its reply, so its next push, fresh by version, counts in the round
+// after its own clock: it stays a round behind. At the job's end its last push then needs a round
+// that only a worker done pushing could complete; node 0 was such a worker while it waited for the
+// others to finish before scoring the final weights (FINISH after its last read), so the late
+// worker waited dist.timeout_s (60 s, seen in an emulated 4-node run) and node 0 gave up waiting.
+// FINISH still reading takes node 0 out of the rounds at once and keeps the shard up for its read.
+TEST(ParameterShard, AWorkerThatLeftTheRoundsStillReadingHoldsNoRoundAndKeepsTheShardUp) {
+  PsConfig c;
+  c.consistency = "bsp";
+  c.backup_workers = 1;
+  c.worker_timeout_s = 5;
+  ParameterShard s(c);
+  std::vector<float> init(4, 1.0f), g(4, 1.0f);
+  s.init(init_header(3, 4), init.data(), nullptr, 0);
+  auto push = [&](int w, int64_t clock, int64_t version) { return s.push(push_header(w, clock, version, 4), g.data(), 1.0); };
+  EXPECT_TRUE(push(0, 0, 0).empty());
+  EXPECT_EQ(push(1, 0, 0), (std::vector<int>{0, 1}));
+  EXPECT_TRUE(push(0, 1, 1).empty());
+  EXPECT_EQ(push(1, 1, 1), (std::vector<int>{0, 1}));
+  EXPECT_EQ(push(2, 0, 0), (std::vector<int>{2}));  // late: dropped, answered with version 2
+  EXPECT_TRUE(push(2, 1, 2).empty());                // fresh by version: it counts in round 2
+  EXPECT_EQ(push(0, 2, 2), (std::vector<int>{0, 2}));  // round 2: worker 2's clock 1 and worker 0's clock 2
+  EXPECT_EQ(push(1, 2, 2), (std::vector<int>{1}));     // late: dropped
+  EXPECT_TRUE(s.finish(1).empty());                    // worker 1 is done
+  EXPECT_TRUE(s.finish(0, /*still_reading=*/true).empty());  // node 0 waits to score: out of the rounds
+  const int64_t v = s.version();
+  // Worker 2's last push (clock 2, on the newest version) is now a round of its own, not held.
+  EXPECT_EQ(push(2, 2, v), (std::vector<int>{2}));
+  EXPECT_EQ(s.version(), v + 1);
+  // A heartbeat of the worker that still reads does not bring it back into the count.
+  s.seen(0, 2.0);
+  EXPECT_EQ(s.live_workers(), 1);
+  EXPECT_FALSE(s.job_done()) << "worker 2 has not finished";
+  EXPECT_TRUE(s.finish(2).empty());
+  EXPECT_FALSE(s.job_done()) << "node 0 still reads: the shard must stay up for its last pull";
+  EXPECT_NE(s.stats_json(2.0).find("\"reading\":[true,false,false]"), std::string::npos) << s.stats_json(2.0);
+  EXPECT_TRUE(s.finish(0).empty());
+  EXPECT_TRUE(s.job_done());
+
+  // Node 0 dies while it reads: once silent past worker_timeout_s the job is over without it.
+  ParameterShard t(c);
+  t.init(init_header(3, 4), init.data(), nullptr, 0);
+  t.finish(1);
+  t.finish(2);
+  t.finish(0, /*still_reading=*/true);
+  t.seen_reading(0, 3.0);  // its STATS polls keep it alive
+  t.expire(7.0);
+  EXPECT_FALSE(t.job_done());
+  t.expire(8.5);
+  EXPECT_TRUE(t.job_done());
+}
+
 TEST(ParameterShard, BackupWorkersNeedBspAndFewerThanTheWorkers) {
   std::vector<float> init(2, 0.0f);
   PsConfig too_many;
