@@ -537,7 +537,8 @@ class Run:
         """Every acknowledged update applied, none twice, as the shards' own counts say (ps; None on the ring,
         whose checks are the data positions and the nodes' last steps). A node's push is acknowledged when it
         logs the step (local SGD: the round's last step). BSP: each shard applied exactly one update per round,
-        whoever came and went (`updates` == the job's rounds). ASP: each shard's `updates` minus the pushes
+        whoever came and went (`updates` == the job's rounds); with backup workers up to nodes - 1 more (a node
+        that ends a round behind pushes its last as a round of its own). ASP: each shard's `updates` minus the pushes
         acknowledged is in [0, crashes]: a crashed node's last push may have been applied unanswered; below 0
         an acknowledged push was lost, above the crashes one was applied twice."""
         if self.ring:
@@ -548,6 +549,15 @@ class Run:
         per_shard = [s.get("updates") for s in stats]
         if any(u is None for u in per_shard):
             return {"ok": False, "why": "a shard wrote no stats", "updates": per_shard}
+        if self.cfg["consistency"] == "bsp" and self.cfg.get("backup_workers"):
+            # With backup workers a node dropped after its round was applied counts a round late from then
+            # on, and its last push at the job's end is a round of its own (docs/PROTOCOL.md, FINISH still
+            # reading): one extra update per node that ends a round behind, at most nodes - 1.
+            want = self.a.steps // every
+            most = want + max(0, len(distinct) - 1)  # every node that took part, joiners too
+            ok = all(want <= u <= most for u in per_shard)
+            return {"ok": ok, "rule": "rounds <= updates <= rounds + nodes - 1", "updates": per_shard, "rounds": want,
+                    "why": None if ok else f"shards applied {per_shard} updates for {want} rounds (at most {most})"}
         if self.cfg["consistency"] == "bsp":
             want = self.a.steps // every
             ok = all(u == want for u in per_shard)

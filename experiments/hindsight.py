@@ -74,7 +74,7 @@ ERROR_TARGET = 0.15  # median absolute relative error of the predicted times
 TAU_TARGET = 0.8     # Kendall's tau between the predicted and the measured order
 SHARE_TARGET = 0.9   # share of scenarios within WITHIN
 ADVISE_LIMIT = 1000  # advise.py --limit: no simulated run is cut before its schedule ends
-STALL_S = 5.0        # a step that waited longer than this for communication is reported as a stall
+STALL_S = 5.0        # a step's wait for communication past this, plus two of the slowest node's rounds, is a stall
 # name: nodes, modelled step (s), link (Gbit/s per node), slowdown of the last node (1: none),
 # jitter (mean of the exponential extra time, a fraction of the step), one-way latency (ms).
 # r (the advisor's ratio: the micro model's float32 bytes twice over the link / the step) is in
@@ -189,6 +189,37 @@ def predicted_per_seed(d, adv):
             t = r.get("time_to_target_s")
             res[c["name"]][str(seed)] = [t * scale if t is not None else None, r["simulated_s"] * scale]
     return res
+
+
+def same_seed_dir(out, name):
+    return os.path.join(out, name, "simulated_same_seeds")
+
+
+def simulate_same_seeds(name, adv, targets, a, cached_only=False):
+    """The advisor's simulated runs again, on the hindsight runs' own seeds, to the lowest target (so
+    the curve passes every target): {candidate: {seed: [{"t": cluster seconds, "val_loss"}, ...]}}.
+    What is left between these and the measured runs is the simulator's and the calibration's error
+    alone; the rest of the advice's error is the seeds' (its own runs use seeds 0..A-1)."""
+    px = dict(adv["proxy"], target_loss=min(targets))
+    cl = {"nodes": adv["cluster"]["nodes"]}
+    d = same_seed_dir(a.out, name)
+    curves = {}
+    for c in adv["candidates"]:
+        curves[c["name"]] = {}
+        for sd in range(a.first_seed, a.first_seed + a.seeds):
+            if STOP.is_set():
+                raise KeyboardInterrupt
+            if cached_only:
+                r = advise.cached(d, c["name"], sd)
+                if r is None or r.get("command") != " ".join(advise.sim_command(c["name"], sd, px, cl,
+                                                                                advise.run_dir(d, c["name"], sd), 0.0)):
+                    return None
+            else:
+                advise.run(c["name"], sd, px, cl, d)
+            recs = read_jsonl(os.path.join(advise.run_dir(d, c["name"], sd), "node0", "metrics.jsonl"))
+            curves[c["name"]][str(sd)] = [{"t": m["time_s"] * px["time_scale"], "val_loss": m["val_loss"]}
+                                          for m in recs if "val_loss" in m]
+    return curves
 
 
 def measured_setup(s, px):
@@ -313,6 +344,9 @@ def analyse_cell(sc, t):
     c["measured_mean_s"], c["predicted_mean_s"] = mm, pm
     c["measured_ci"] = {k: mean_ci95([x for x, _ in v.values() if x is not None], lower=0.0) for k, v in meas.items()}
     c["relative_error"] = {k: pm[k] / mm[k] - 1.0 for k in mm if mm[k] and pm.get(k) is not None}
+    if c.get("simulated_same_seeds"):
+        sm = {k: _full_mean(v) for k, v in c["simulated_same_seeds"].items()}
+        c["same_seed_error"] = {k: sm[k] / mm[k] - 1.0 for k in mm if mm[k] and sm.get(k) is not None}
     reach = {"both": 0, "neither": 0, "disagree": []}
     for k in meas:
         rm = all(x is not None for x, _ in meas[k].values())
@@ -374,10 +408,15 @@ def analyse(doc):
         cells = [(sc, sc["targets"][t]) for sc in doc["scenarios"] if t in sc["targets"]]
         valid = [(sc, c) for sc, c in cells if c["valid"] and c.get("best") is not None]
         errors = [abs(e) for _, c in valid for e in c["relative_error"].values()]
+        same_errors = [abs(e) for _, c in valid for e in c.get("same_seed_error", {}).values()]
         taus = [c["tau"] for _, c in valid if c["tau"] is not None]
         within = sum(1 for _, c in valid if c["within"])
         inside = [c for sc, c in valid if sc["validated_inside"]]
         outside = [c for sc, c in valid if not sc["validated_inside"]]
+        by_config = {}
+        for _, c in valid:
+            for k, e in c["relative_error"].items():
+                by_config.setdefault(k, []).append(e)
         policies = sorted({k for _, c in valid for k in c["policy_within"]})
         pol = {k: sum(1 for _, c in valid if c["policy_within"].get(k)) for k in policies}
         o = {"cells": len(cells), "evaluated": len(valid), "within": within,
@@ -385,7 +424,11 @@ def analyse(doc):
              "within_share_inside": _share(inside, "within"), "within_share_outside": _share(outside, "within"),
              "policy_within": pol, "median_abs_error": statistics.median(errors) if errors else None,
              "errors": len(errors), "median_tau": statistics.median(taus) if taus else None,
-             "tau_range": [min(taus), max(taus)] if taus else None, "taus": len(taus)}
+             "median_abs_same_seed_error": statistics.median(same_errors) if same_errors else None,
+             "same_seed_errors": len(same_errors),
+             "tau_range": [min(taus), max(taus)] if taus else None, "taus": len(taus),
+             # signed: where the simulator is optimistic (< 0) or pessimistic for one configuration
+             "median_error_by_config": {k: statistics.median(v) for k, v in sorted(by_config.items())}}
         doc["overall"][t] = o
         concl += [c["sentence"] for _, c in cells]
         if not valid:
@@ -401,6 +444,11 @@ def analyse(doc):
                 f"Target {t}: the predicted times were off the measured ones by a median of {o['median_abs_error']:.0%} over "
                 f"{len(errors)} (scenario, configuration) pairs that reached the target in every seed both ways (the "
                 f"target is {ERROR_TARGET:.0%} or less: {'met' if o['median_abs_error'] <= ERROR_TARGET else 'not met'}).")
+        if same_errors:
+            concl.append(
+                f"Target {t}: on the runs' own seeds the simulator's times were off the measured ones by a median of "
+                f"{o['median_abs_same_seed_error']:.0%} over {len(same_errors)} pairs (the rest of the advice's error is "
+                f"its own seeds' loss curves).")
         if taus:
             concl.append(
                 f"Target {t}: the predicted order of the configurations had a median Kendall tau of {o['median_tau']:.2f} "
@@ -413,7 +461,7 @@ def analyse(doc):
 
 # --------------------------------------------------------------------------------------------
 
-def scenario_record(name, s, advs, out, a):
+def scenario_record(name, s, advs, out, a, same=None):
     """A scenario's raw data: per target the advice, the per-seed predictions and measurements
     (times to target read from each run's stored curve)."""
     first = advs[a.targets[0]]
@@ -440,8 +488,11 @@ def scenario_record(name, s, advs, out, a):
                 continue
             if not r["valid"]:
                 invalid.setdefault(k, []).append(str(sd))
-            if r.get("longest_wait_s", 0.0) > STALL_S:
-                stalls.append(f"{k} seed {sd}: a step waited {r['longest_wait_s']:.1f} s")
+            # A synchronous step (or a local-SGD round) legitimately waits for the slowest node's H steps.
+            h = advise.sync_every(k)
+            bound = STALL_S + 2 * h * s["step_s"] * s["slowdown"] * (1 + s["jitter"])
+            if r.get("longest_wait_s", 0.0) > bound:
+                stalls.append(f"{k} seed {sd}: a step waited {r['longest_wait_s']:.1f} s (more than {bound:.1f} s)")
             runs[k][str(sd)] = r
     targets = {}
     for t, adv in advs.items():
@@ -449,6 +500,10 @@ def scenario_record(name, s, advs, out, a):
                     for sd, r in runs[k].items()} for k in names}
         targets[tkey(t)] = {"advised": adv["recommended"]["name"], "advice_resolved": adv["recommended"]["resolved"],
                             "predicted": predicted_per_seed(advise_dir(out, name, t), adv), "measured": meas}
+        if same is not None:
+            targets[tkey(t)]["simulated_same_seeds"] = {
+                k: {sd: [time_to_target(cv, t), cv[-1]["t"] if cv else None] for sd, cv in v.items()}
+                for k, v in same.items()}
     return {"name": name, "scenario": s, "describe": describe(s), "calibrated": first["cluster"],
             "validated_inside": bool(first["validated"].get("inside")), "invalid_runs": invalid,
             "failed_runs": failed, "stalls": stalls, "hindsight_seeds": seeds,
@@ -462,6 +517,12 @@ def report(doc, out):
              + ", ".join(map(str, doc["scenarios"][0]["hindsight_seeds"])) + "); times are seconds to the target "
              "validation loss on the training clock.", "", "## Conclusions", ""]
     lines += [f"- {c}" for c in doc["conclusions"]] + [""]
+    for t, o in doc["overall"].items():
+        if o.get("median_error_by_config"):
+            lines += [f"Target {t}, median signed error per configuration (predicted / measured - 1; negative: the "
+                      "simulator was optimistic): " + ", ".join(f"{k} {v:+.0%}" for k, v in o["median_error_by_config"].items())
+                      + f"; fixed policies within {WITHIN:.2f}x: " + ", ".join(f"{k} {v}" for k, v in o["policy_within"].items())
+                      + f" of {o['evaluated']}.", ""]
     for sc in doc["scenarios"]:
         cl = sc["calibrated"]
         lines += [f"## {sc['name']}: {sc['describe']}", "",
@@ -472,18 +533,24 @@ def report(doc, out):
         for t, c in sc["targets"].items():
             lines += [f"Target {t}: advised {c['advised']}" + ("" if c["advice_resolved"] else " (not resolved)")
                       + (f", best in hindsight {c.get('best')}" if c.get("best") else ""), "",
-                      "| configuration | predicted s (reached) | measured s [95%] (reached) | error |", "|---|---|---|---|"]
+                      "| configuration | predicted s (reached) | measured s [95%] (reached) | error | simulator on the runs' seeds |",
+                      "|---|---|---|---|---|"]
             for k in c["measured"]:
                 pm, ci, e = c.get("predicted_mean_s", {}).get(k), c.get("measured_ci", {}).get(k), \
                     c.get("relative_error", {}).get(k)
                 rp = sum(x is not None for x, _ in c["predicted"][k].values())
                 rm = sum(x is not None for x, _ in c["measured"][k].values())
                 mark = (" (advised)" if k == c["advised"] else "") + (" (best)" if k == c.get("best") else "")
+                se = c.get("same_seed_error", {}).get(k)
                 lines.append(f"| {k}{mark} | {f'{pm:.3g}' if pm is not None else '-'} ({rp}/{len(c['predicted'][k])}) | "
                              f"{fmt_ci(ci, 3) if ci and ci.get('mean') is not None else '-'} ({rm}/{len(c['measured'][k])}) | "
-                             f"{f'{e:+.0%}' if e is not None else '-'} |")
+                             f"{f'{e:+.0%}' if e is not None else '-'} | {f'{se:+.0%}' if se is not None else '-'} |")
             if c.get("tau") is not None:
                 lines += ["", f"Kendall tau over {c['tau_n']} candidates (misses at their run's end): {c['tau']:.2f}"]
+            if c.get("reached"):
+                r = c["reached"]
+                lines += ["", f"Reached in every seed both ways: {r['both']}; missed in every seed both ways: {r['neither']}; "
+                          f"the prediction and the runs disagreed: {', '.join(r['disagree']) or 'none'}."]
             lines.append("")
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -635,6 +702,9 @@ def main(argv=None):
                 except OSError:
                     print(f"[hindsight] {n}: not advised at every target yet, left out", flush=True)
                     continue
+                records.append(scenario_record(n, s, advs, a.out, a, simulate_same_seeds(
+                    n, advs[a.targets[0]], a.targets, a, cached_only=True)))
+                continue
             else:
                 # The probe and the advice alone (no lane running): the probe's timings are what it measures.
                 path = probe(n, s, a.out)
@@ -646,7 +716,8 @@ def main(argv=None):
                         for sd in range(a.first_seed, a.first_seed + a.seeds)
                         for k in (c["name"] for c in advs[a.targets[0]]["candidates"])]
                 run_lanes(jobs, a.lanes)
-            records.append(scenario_record(n, s, advs, a.out, a))
+            same = simulate_same_seeds(n, advs[a.targets[0]], a.targets, a)  # alone again: the simulator is CPU-bound
+            records.append(scenario_record(n, s, advs, a.out, a, same))
     except KeyboardInterrupt:
         print("[hindsight] interrupted: every running cluster stopped; finished runs are kept", file=sys.stderr)
         return 130

@@ -417,6 +417,10 @@ std::vector<int> ParameterShard::push(const MsgHeader& h, const float* data, dou
     if (grants_data() && (grant_[w] < 0 || h.clock >= grant_clock_[w])) grant_next(h.worker, h.samples, h.clock + 1);
     return held_copy ? std::vector<int>{} : std::vector<int>{h.worker};
   }
+  // (A resend of its last push, above, is still answered.)
+  SYN_CHECK(!reading_[w], fmt::format("worker {} pushed clock {} after it left the rounds (FINISH still reading)", h.worker, h.clock),
+            "a worker leaves the rounds only once it pushes no more: a worker of this Syncopate build does; "
+            "restart it (its INIT takes it back into the job)");
   SYN_CHECK(!joining_.count(h.worker),
             fmt::format("worker {} pushed clock {} before its join at clock {} took effect", h.worker, h.clock,
                         joining_.at(h.worker)),
@@ -461,8 +465,16 @@ std::vector<int> ParameterShard::release_bsp() {
   grad_sum_.zero_();
   std::vector<int> ready(waiting_.begin(), waiting_.end());
   waiting_.clear();
+  leave_if_reading(ready);
   for (int w : admit_joiners()) ready.push_back(w);  // the next round counts them
   return ready;
+}
+
+// A worker that asked to leave the rounds still reading while its push was held leaves once that
+// push is released (finish() could not take it out of a round it was part of).
+void ParameterShard::leave_if_reading(const std::vector<int>& released) {
+  for (int w : released)
+    if (reading_[static_cast<size_t>(w)] && live_[static_cast<size_t>(w)]) live_[static_cast<size_t>(w)] = false, ++membership_epoch_;
 }
 
 void ParameterShard::registered(int worker, int64_t clock) {
@@ -565,6 +577,7 @@ bool ParameterShard::job_done() const {
 std::vector<int> ParameterShard::release_held() {
   std::vector<int> ready = rule_->releasable(waiting_, clocks());
   for (int w : ready) waiting_.erase(w);
+  leave_if_reading(ready);
   return ready;
 }
 
@@ -577,7 +590,8 @@ void ParameterShard::save(const std::string& path) const {
                          {"waiting", std::vector<int>(waiting_.begin(), waiting_.end())}, {"bsp_lr", bsp_lr_},
                          {"finished", std::vector<bool>(finished_)}, {"epoch", epoch_}, {"elastic", elastic_},
                          {"membership_epoch", membership_epoch_}, {"data_cursor", data_reserved_},
-                         {"joining", joining_}, {"live", std::vector<bool>(live_)}};
+                         {"joining", joining_}, {"live", std::vector<bool>(live_)},
+                         {"reading", std::vector<bool>(reading_)}};
   std::vector<std::pair<std::string, at::Tensor>> t = {{"params", params_}, {"exp_avg", opt_->exp_avg()}, {"exp_avg_sq", opt_->exp_avg_sq()}};
   if (outer_) t.emplace_back("outer_momentum", outer_->momentum());
   if (outer_ && outer_->accumulated().defined()) t.emplace_back("outer_accumulated", outer_->accumulated());
@@ -673,6 +687,16 @@ bool ParameterShard::load(const std::string& path, double now_s) {
               "the checkpoint is corrupt: delete it or restore a good copy");
     for (int w = 0; w < workers_; ++w) live_[static_cast<size_t>(w)] = live[static_cast<size_t>(w)] && !finished_[static_cast<size_t>(w)];
   }
+  // A worker that left the rounds still reading stays out of them, and alive for worker_timeout_s
+  // from now (its heartbeats go on): the shard must not take it back into a round, nor end the job
+  // before its last read.
+  const std::vector<bool> reading = m.value("reading", std::vector<bool>(static_cast<size_t>(workers_), false));
+  SYN_CHECK(reading.size() == static_cast<size_t>(workers_),
+            fmt::format("'{}' holds {} reading flags for {} workers", path, reading.size(), workers_),
+            "the checkpoint is corrupt: delete it or restore a good copy");
+  for (int w = 0; w < workers_; ++w)
+    if (reading[static_cast<size_t>(w)] && !finished_[static_cast<size_t>(w)])
+      reading_[static_cast<size_t>(w)] = true, live_[static_cast<size_t>(w)] = false, last_seen_[static_cast<size_t>(w)] = now_s;
   for (auto& [w, c] : m.value("joining", std::map<int, int64_t>{})) {
     SYN_CHECK(w >= 0 && w < workers_ && c >= 0, fmt::format("'{}' holds worker {} joining at clock {}", path, w, c),
               "the checkpoint is corrupt: delete it or restore a good copy");

@@ -161,6 +161,7 @@ class ParameterShard {
   std::string layout_;        // INIT's layout (server list and model digests); every worker must send the same
   std::vector<bool> finished_;  // per worker: sent FINISH (and did not register again since)
   std::vector<bool> reading_;   // per worker: left the count with FINISH still_reading, its plain FINISH not yet come
+  void leave_if_reading(const std::vector<int>& released);
   double outer_lr_ = 0, outer_mu_ = 0;
   int64_t outer_delay_ = 1;
   int64_t version_ = 0, updates_ = 0;

@@ -268,6 +268,9 @@ struct PsServer::Impl {
           return true;
         case MsgType::kFinish: {
           parts.check_worker(h);
+          SYN_CHECK(h.data == -1 || h.data == kFinishStillReading,
+                    fmt::format("FINISH with data {} (-1: finished; {}: still reading)", h.data, kFinishStillReading),
+                    "the peer sent a corrupt header, or runs another Syncopate build");
           const bool reading = h.data == kFinishStillReading;
           const auto released = parts.finish(h.worker, reading);
           // Durable before acknowledged: FINISH is part of the checkpoint (a restarted shard must not

@@ -77,17 +77,19 @@ nlohmann::json poll_status(const std::vector<std::string>& endpoints, const Stat
   int64_t fastest = -1;
   for (size_t w = 0; w < workers; ++w) {
     int64_t clock = -1, stale = 0;
-    bool alive = true;
+    bool alive = true, reading = false;
     double silent = 0;
     for (const auto& s : stats) {
       if (w >= s["clocks"].size()) continue;
       clock = std::max(clock, s["clocks"][w].get<int64_t>());
       if (s.contains("last_staleness")) stale = std::max(stale, s["last_staleness"][w].get<int64_t>());
       if (s.contains("live")) alive = alive && s["live"][w].get<bool>();
+      if (s.contains("reading") && w < s["reading"].size()) reading = reading || s["reading"][w].get<bool>();
       if (s.contains("now_s") && s.contains("last_seen_s"))
         silent = std::max(silent, s["now_s"].get<double>() - s["last_seen_s"][w].get<double>());
     }
-    nlohmann::json j = {{"worker", w}, {"clock", clock}, {"staleness", stale}, {"alive", alive}, {"silent_s", silent}};
+    nlohmann::json j = {{"worker", w}, {"clock", clock}, {"staleness", stale}, {"alive", alive}, {"silent_s", silent},
+                        {"reading", reading}};
     if (previous.is_object() && previous.contains("workers") && w < previous["workers"].size()) {
       const double dt = t - previous["time_s"].get<double>();
       if (dt > 0) j["clocks_per_s"] = static_cast<double>(clock - previous["workers"][w]["clock"].get<int64_t>()) / dt;
@@ -127,7 +129,7 @@ std::string format_status(const nlohmann::json& p) {
   for (const auto& w : p["workers"]) {
     const std::string rate = w.contains("clocks_per_s") ? fmt::format("{:.2f}", w["clocks_per_s"].get<double>()) : "-";
     out += fmt::format("{:>6} {:>8} {:>7} {:>10} {:>9} {:>6} {:>9.1f}{}\n", w["worker"].get<int>(), w["clock"].get<int64_t>(),
-                       w["behind"].get<int64_t>(), rate, w["staleness"].get<int64_t>(), w["alive"].get<bool>() ? "yes" : "DEAD",
+                       w["behind"].get<int64_t>(), rate, w["staleness"].get<int64_t>(), w["alive"].get<bool>() ? "yes" : w.value("reading", false) ? "read" : "DEAD",
                        w["silent_s"].get<double>(), w["worker"].get<int>() == p["straggler"].get<int>() ? "  <- straggler" : "");
   }
   return out;

@@ -152,6 +152,53 @@ TEST(ParameterShard, AWorkerThatLeftTheRoundsStillReadingHoldsNoRoundAndKeepsThe
   EXPECT_TRUE(s.finish(0).empty());
   EXPECT_TRUE(s.job_done());
 
+  // A checkpoint keeps it: a restored shard neither counts the reader in a round nor ends the job
+  // before its last read (review helper-30: a restart lost the flag).
+  {
+    std::vector<float> g3(4, 1.0f);
+    ParameterShard a(c);
+    a.init(init_header(3, 4), init.data(), nullptr, 0);
+    a.finish(0, /*still_reading=*/true);
+    a.finish(1);
+    test::TempDir dir;
+    const std::string path = dir.str("shard.safetensors");
+    a.save(path);
+    ParameterShard b(c);
+    ASSERT_TRUE(b.load(path, 10.0));
+    EXPECT_EQ(b.live_workers(), 1);  // worker 2 alone
+    EXPECT_EQ(b.push(push_header(2, 0, 0, 4), g3.data(), 10.0), (std::vector<int>{2}));  // a round of its own, not held
+    b.finish(2);
+    EXPECT_FALSE(b.job_done()) << "worker 0 still reads after the restore";
+    b.expire(14.0);
+    EXPECT_FALSE(b.job_done()) << "restored readers get worker_timeout_s from the restore";
+    b.expire(15.5);
+    EXPECT_TRUE(b.job_done());
+  }
+  // Still reading asked while its push is held: it leaves the count once that round releases it.
+  {
+    PsConfig plain;
+    plain.consistency = "bsp";
+    ParameterShard h(plain);
+    h.init(init_header(3, 4), init.data(), nullptr, 0);
+    EXPECT_TRUE(h.push(push_header(0, 0, 0, 4), g.data(), 1.0).empty());
+    EXPECT_TRUE(h.finish(0, /*still_reading=*/true).empty());
+    EXPECT_EQ(h.live_workers(), 3) << "held in the round: it is part of it";
+    h.push(push_header(1, 0, 0, 4), g.data(), 1.0);
+    EXPECT_EQ(h.push(push_header(2, 0, 0, 4), g.data(), 1.0).size(), 3u);
+    EXPECT_EQ(h.live_workers(), 2);
+    EXPECT_TRUE(h.push(push_header(1, 1, 1, 4), g.data(), 1.0).empty());
+    EXPECT_EQ(h.push(push_header(2, 1, 1, 4), g.data(), 1.0), (std::vector<int>{1, 2})) << "round 1 without worker 0";
+    // Its pushes are over: a new clock is refused by name, changing nothing; a resend of its last is answered.
+    EXPECT_EQ(h.push(push_header(0, 0, 0, 4), g.data(), 1.0), (std::vector<int>{0}));
+    try {
+      h.push(push_header(0, 1, 2, 4), g.data(), 1.0);
+      ADD_FAILURE() << "a push after FINISH still reading was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("after it left the rounds"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(h.version(), 2);
+  }
+
   // Node 0 dies while it reads: once silent past worker_timeout_s the job is over without it.
   ParameterShard t(c);
   t.init(init_header(3, 4), init.data(), nullptr, 0);
@@ -1237,10 +1284,19 @@ TEST(PsServer, EmptyRangesAndMissingFramesGetRepliesNotACrash) {
     MsgHeader neg = init;
     neg.length = -(int64_t{1} << 62);  // a size that overflows when multiplied by 4
     EXPECT_EQ(ask(neg).type, static_cast<int>(MsgType::kError));
+    MsgHeader fin;
+    fin.type = static_cast<int>(MsgType::kFinish);
+    fin.worker = 0;
+    fin.token = init.token;
+    fin.data = 5;  // neither finished (-1) nor still reading (1)
+    const MsgHeader refused = ask(fin);
+    EXPECT_EQ(refused.type, static_cast<int>(MsgType::kError));
+    EXPECT_NE(refused.text.find("FINISH with data 5"), std::string::npos) << refused.text;
   }
   PsClient c({endpoint}, "t", 0, 1, PsClientOptions{10});
   auto stats = nlohmann::json::parse(c.stats(0));
-  EXPECT_EQ(stats["bad_messages"], 2) << stats.dump();
+  EXPECT_EQ(stats["bad_messages"], 3) << stats.dump();
+  EXPECT_EQ(stats["finished"], nlohmann::json::array({false})) << "a refused FINISH changes nothing";
 }
 
 // Issue 11: with a job token, the parameter-server link is CURVE-encrypted with keys derived from
