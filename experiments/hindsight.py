@@ -567,14 +567,18 @@ def plot(doc, out):
             pts = [(c["predicted_mean_s"][k], c["measured_mean_s"][k]) for k in c.get("relative_error", {})]
             if not pts:
                 continue
-            ax.scatter([p for p, _ in pts], [m for _, m in pts], label=sc["name"], s=18)
+            ax.scatter([p for p, _ in pts], [m for _, m in pts], label=sc["name"], s=18, zorder=3)
             lo, hi = min(lo, *[min(p) for p in pts]), max(hi, *[max(p) for p in pts])
         if hi > 0:
             xs = [lo * 0.8, hi * 1.2]
-            ax.plot(xs, xs, "k-", lw=0.8)
-            ax.fill_between(xs, [x / (1 + ERROR_TARGET) for x in xs], [x * (1 + ERROR_TARGET) for x in xs], color="0.9")
+            ax.plot(xs, xs, "k-", lw=0.8, zorder=2)
+            ax.fill_between(xs, [x / (1 + ERROR_TARGET) for x in xs], [x * (1 + ERROR_TARGET) for x in xs], color="0.9",
+                            zorder=1)
             ax.set_xscale("log")
             ax.set_yscale("log")
+            from matplotlib.ticker import NullFormatter
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("predicted time to target (s)")
         ax.set_ylabel("measured time to target (s)")
         ax.set_title(f"target {t} (band: +-{ERROR_TARGET:.0%})")
