@@ -408,7 +408,9 @@ def analyse(doc):
         cells = [(sc, sc["targets"][t]) for sc in doc["scenarios"] if t in sc["targets"]]
         valid = [(sc, c) for sc, c in cells if c["valid"] and c.get("best") is not None]
         errors = [abs(e) for _, c in valid for e in c["relative_error"].values()]
-        same_errors = [abs(e) for _, c in valid for e in c.get("same_seed_error", {}).values()]
+        # The simulator on the runs' own seeds, over the same pairs as the prediction error (apples to apples).
+        same_errors = [abs(c["same_seed_error"][k]) for _, c in valid for k in c["relative_error"]
+                       if k in c.get("same_seed_error", {})]
         taus = [c["tau"] for _, c in valid if c["tau"] is not None]
         within = sum(1 for _, c in valid if c["within"])
         inside = [c for sc, c in valid if sc["validated_inside"]]
@@ -437,7 +439,9 @@ def analyse(doc):
         concl.append(
             f"Target {t}: across {len(valid)} evaluated scenario(s) of {len(cells)}, the advised configuration was within "
             f"{WITHIN:.2f}x of the best found by running every candidate in {within} ({o['within_share']:.0%}; the target "
-            f"is {SHARE_TARGET:.0%}: {'met' if o['within_share'] >= SHARE_TARGET else 'not met'}); always the ring was in "
+            f"is {SHARE_TARGET:.0%}: {'met' if o['within_share'] >= SHARE_TARGET else 'not met'}; inside the simulator's "
+            f"validated range {sum(1 for c in inside if c['within'])} of {len(inside)}, outside it "
+            f"{sum(1 for c in outside if c['within'])} of {len(outside)}); always the ring was in "
             f"{pol.get('ring', 0)}, the best fixed policy ({best_pol}) in {pol[best_pol]}.")
         if errors:
             concl.append(
@@ -446,9 +450,9 @@ def analyse(doc):
                 f"target is {ERROR_TARGET:.0%} or less: {'met' if o['median_abs_error'] <= ERROR_TARGET else 'not met'}).")
         if same_errors:
             concl.append(
-                f"Target {t}: on the runs' own seeds the simulator's times were off the measured ones by a median of "
-                f"{o['median_abs_same_seed_error']:.0%} over {len(same_errors)} pairs (the rest of the advice's error is "
-                f"its own seeds' loss curves).")
+                f"Target {t}: on the runs' own seeds (the same data order and jitter draws as the runs) the simulator's "
+                f"times were off the measured ones by a median of {o['median_abs_same_seed_error']:.0%} over the same "
+                f"{len(same_errors)} pairs.")
         if taus:
             concl.append(
                 f"Target {t}: the predicted order of the configurations had a median Kendall tau of {o['median_tau']:.2f} "

@@ -65,8 +65,9 @@ class Analysis(unittest.TestCase):
         self.assertAlmostEqual(o["median_abs_error"], 1.0 / 11.0)  # errors 1/11, 0, 7/8.5 - 1
         # Fixed policies, judged the same way: always asp is within, always the ring is not (11/5.5).
         self.assertEqual(o["policy_within"], {"asp": 1, "bsp": 0, "ring": 0})
-        self.assertTrue(any("in 1 (100%" in x and ": met); always the ring was in 0, the best fixed policy (asp) in 1"
-                            in x for x in d["conclusions"]), d["conclusions"])
+        self.assertTrue(any("in 1 (100%" in x and ": met; inside the simulator's validated range 1 of 1, outside it 0 of 0); "
+                            "always the ring was in 0, the best fixed policy (asp) in 1" in x for x in d["conclusions"]),
+                        d["conclusions"])
 
     def test_an_advised_pick_one_third_slower_and_resolved_behind_is_outside(self):
         sc = scenario("b", "ring", measured={"ring": [13.0, 13.4, 12.9, 13.2], "asp": [10.0, 10.1, 9.9, 10.2]},
