@@ -288,6 +288,39 @@ def worker_flags(a, seed):
     return flags
 
 
+def exactly_once(cfg, stats, acked, crashes, rounds):
+    """Every acknowledged update applied, none twice, as the shards' own counts say (ps). A node's push
+    is acknowledged when it logs the step (local SGD: the round's last step); acked counts them over the
+    job, crashes the kill -9 events applied, rounds the job's clocks.
+    - BSP: each shard applied exactly one update per round, whoever came and went (`updates` == rounds).
+    - BSP with backup workers: every acknowledged gradient was either applied in a round or dropped as
+      late, once: per shard, the gradients used (its staleness histogram) plus those dropped, minus the
+      acknowledged, is in [0, crashes]. The rounds are not the clocks there: a worker dropped after its
+      round was applied counts a round late from then on, and joins and departures change a round's size,
+      so a job can apply more rounds than it has clocks (reported, not a loss or a duplicate).
+    - ASP: each shard's `updates` minus the pushes acknowledged is in [0, crashes]: a crashed node's last
+      push may have been applied unanswered; below 0 an acknowledged push was lost, above the crashes one
+      was applied twice."""
+    per_shard = [s.get("updates") for s in stats]
+    if any(u is None for u in per_shard):
+        return {"ok": False, "why": "a shard wrote no stats", "updates": per_shard}
+    if cfg["consistency"] == "bsp" and cfg.get("backup_workers"):
+        taken = [sum(s.get("staleness_histogram", {}).values()) + s.get("dropped", 0) for s in stats]
+        extra = [t - acked for t in taken]
+        ok = all(0 <= x <= crashes for x in extra)
+        return {"ok": ok, "rule": "0 <= used + dropped - acknowledged <= crashes", "updates": per_shard, "rounds": rounds,
+                "used_plus_dropped": taken, "acknowledged": acked, "crashes": crashes,
+                "why": None if ok else f"used + dropped - acknowledged = {extra} with {crashes} crash(es)"}
+    if cfg["consistency"] == "bsp":
+        ok = all(u == rounds for u in per_shard)
+        return {"ok": ok, "rule": "updates == rounds", "updates": per_shard, "rounds": rounds,
+                "why": None if ok else f"shards applied {per_shard} updates for {rounds} rounds"}
+    extra = [u - acked for u in per_shard]
+    ok = all(0 <= x <= crashes for x in extra)
+    return {"ok": ok, "rule": "0 <= updates - acknowledged <= crashes", "updates": per_shard, "acknowledged": acked,
+            "crashes": crashes, "why": None if ok else f"updates - acknowledged = {extra} with {crashes} crash(es)"}
+
+
 class Run:
     """One configuration, one seed, with or without the schedule's events."""
 
@@ -534,39 +567,12 @@ class Run:
         return out
 
     def exactly_once(self, stats, distinct):
-        """Every acknowledged update applied, none twice, as the shards' own counts say (ps; None on the ring,
-        whose checks are the data positions and the nodes' last steps). A node's push is acknowledged when it
-        logs the step (local SGD: the round's last step). BSP: each shard applied exactly one update per round,
-        whoever came and went (`updates` == the job's rounds); with backup workers up to nodes - 1 more (a node
-        that ends a round behind pushes its last as a round of its own). ASP: each shard's `updates` minus the pushes
-        acknowledged is in [0, crashes]: a crashed node's last push may have been applied unanswered; below 0
-        an acknowledged push was lost, above the crashes one was applied twice."""
         if self.ring:
             return None
         every = self.a.sync_every if self.cfg.get("local_sgd") else 1
         acked = sum(1 for st in distinct.values() for x in st if x % every == 0)
         crashes = sum(1 for e in self.events if e["applied"] and e["kind"] == "kill9")
-        per_shard = [s.get("updates") for s in stats]
-        if any(u is None for u in per_shard):
-            return {"ok": False, "why": "a shard wrote no stats", "updates": per_shard}
-        if self.cfg["consistency"] == "bsp" and self.cfg.get("backup_workers"):
-            # With backup workers a node dropped after its round was applied counts a round late from then
-            # on, and its last push at the job's end is a round of its own (docs/PROTOCOL.md, FINISH still
-            # reading): one extra update per node that ends a round behind, at most nodes - 1.
-            want = self.a.steps // every
-            most = want + max(0, len(distinct) - 1)  # every node that took part, joiners too
-            ok = all(want <= u <= most for u in per_shard)
-            return {"ok": ok, "rule": "rounds <= updates <= rounds + nodes - 1", "updates": per_shard, "rounds": want,
-                    "why": None if ok else f"shards applied {per_shard} updates for {want} rounds (at most {most})"}
-        if self.cfg["consistency"] == "bsp":
-            want = self.a.steps // every
-            ok = all(u == want for u in per_shard)
-            return {"ok": ok, "rule": "updates == rounds", "updates": per_shard, "rounds": want,
-                    "why": None if ok else f"shards applied {per_shard} updates for {want} rounds"}
-        extra = [u - acked for u in per_shard]
-        ok = all(0 <= x <= crashes for x in extra)
-        return {"ok": ok, "rule": "0 <= updates - acknowledged <= crashes", "updates": per_shard, "acknowledged": acked,
-                "crashes": crashes, "why": None if ok else f"updates - acknowledged = {extra} with {crashes} crash(es)"}
+        return exactly_once(self.cfg, stats, acked, crashes, self.a.steps // every)
 
     def log_text(self, rec):
         try:
@@ -748,6 +754,9 @@ class Run:
             "node_last_step": {str(r): last_step[r] for r in ranks},
             "server_duplicates": duplicates_srv if not self.ring else None,
             "exactly_once": once,
+            "acknowledged_pushes": (sum(1 for st in distinct.values() for x in st
+                                        if x % (a.sync_every if self.cfg.get("local_sgd") else 1) == 0)
+                                    if not self.ring else None),
             "overrun_share": overrun,
             "cpu_util": cpu_mean(self.cpu, window),
         }
@@ -906,7 +915,9 @@ def definitions(s):
         "samples column says what each run applied.",
         "- **updates exactly once** (ps): every acknowledged push applied and none twice, by the shards' own "
         "`updates` (a push is acknowledged when its node logs the step; local SGD: the round's last step). BSP: every "
-        "shard applied exactly one update per round of the job; ASP: each shard's updates minus the acknowledged "
+        "shard applied exactly one update per round of the job; BSP with backup workers: every acknowledged gradient "
+        "used in a round or dropped as late, once (used + dropped - acknowledged in [0, crashes]; the rounds can "
+        "outnumber the clocks there); ASP: each shard's updates minus the acknowledged "
         "pushes is in [0, crashes] (a crashed node's last push may be applied unanswered). n/a on the ring, whose "
         "checks are the duplicate data and every node ending at the job's last step.",
         "- **longest stall**: the longest time between two consecutive step lines of any node of the job.",
@@ -1112,6 +1123,15 @@ def main(argv=None):
     if a.cmd == "report":
         with open(os.path.join(a.dir, "churn.json")) as f:
             s = json.load(f)
+        for r in s["runs"]:  # the rule as it is now, from each run's stored shard stats and counts
+            if r["metrics"].get("exactly_once") is not None and r.get("server_stats"):
+                cfg = CONFIGS[r["config"]]
+                every = s["settings"].get("sync_every", 1) if cfg.get("local_sgd") else 1
+                crashes = sum(1 for e in r["events"] if e["applied"] and e["kind"] == "kill9")
+                acked = r["metrics"].get("acknowledged_pushes", r["metrics"]["distinct_steps"] if every == 1 else None)
+                if acked is not None:
+                    r["metrics"]["exactly_once"] = exactly_once(cfg, r["server_stats"], acked, crashes,
+                                                                s["settings"]["steps"] // every)
         s["comparisons"] = compare(s["runs"], s["configs"])
         s["plot"] = plot(s, a.dir)
         with open(os.path.join(a.dir, "churn.json"), "w") as f:
