@@ -619,7 +619,9 @@ def parse_args(argv):
     ap.add_argument("--first-seed", type=int, default=100, help="the first hindsight seed (the advisor's are 0..A-1)")
     ap.add_argument("--advice-seeds", type=int, default=3, help="the advisor's --seeds (default 3)")
     ap.add_argument("--steps", type=int, default=150, help="the advisor's --steps, and every run's")
-    ap.add_argument("--lanes", type=int, default=1, help="emulated runs at once (each in its own namespaces)")
+    ap.add_argument("--lanes", type=int, default=1,
+                    help="emulated runs at once (each in its own namespaces). Measured on 2 cores: 3 lanes made BSP runs "
+                         "10-40%% slower without tripping the CPU or overrun checks (docs/STUDY.md); keep 1 for figures")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "hindsight"))
     ap.add_argument("--dry-run", action="store_true", help="print the scenarios and runs; start nothing")
     ap.add_argument("--report-only", action="store_true", help="analyse what is cached; run nothing")
