@@ -258,13 +258,19 @@ def longest_wait(d, nodes):
     return w
 
 
-def measure(scen, s, px, name, seed, a):
-    """One hindsight run, cached by its command (made again when it failed); its validation curve."""
+def run_spec(out, scen, s, px, name, seed):
+    """(cfg, em, job, lr, run directory, command line) of one hindsight run: what measure() runs and
+    what a cached result.json must have been made with."""
     em, job = measured_setup(s, px)
     cfg = candidate_cfg(name, s["nodes"])
     lr = advise.CANDIDATES[name][1]
-    d = os.path.dirname(result_path(a.out, scen, name, seed))
-    line = " ".join(cluster_command(cfg, em, job, seed, lr, d))
+    d = os.path.dirname(result_path(out, scen, name, seed))
+    return cfg, em, job, lr, d, " ".join(cluster_command(cfg, em, job, seed, lr, d))
+
+
+def measure(scen, s, px, name, seed, a):
+    """One hindsight run, cached by its command (made again when it failed); its validation curve."""
+    cfg, em, job, lr, d, line = run_spec(a.out, scen, s, px, name, seed)
     try:
         with open(os.path.join(d, "result.json")) as f:
             r = json.load(f)
@@ -471,7 +477,6 @@ def scenario_record(name, s, advs, out, a, same=None):
     first = advs[a.targets[0]]
     names = [c["name"] for c in first["candidates"]]
     seeds = list(range(a.first_seed, a.first_seed + a.seeds))
-    em, job = measured_setup(s, first["proxy"])
     runs, invalid, failed, stalls = {}, {}, {}, []
     for k in names:
         runs[k] = {}
@@ -482,9 +487,7 @@ def scenario_record(name, s, advs, out, a, same=None):
             except (OSError, ValueError):
                 failed.setdefault(k, []).append(f"{sd} (not run)")
                 continue
-            want = " ".join(cluster_command(candidate_cfg(k, s["nodes"]), em, job, sd, advise.CANDIDATES[k][1],
-                                            os.path.dirname(result_path(out, name, k, sd))))
-            if r.get("command") != want:
+            if r.get("command") != run_spec(out, name, s, first["proxy"], k, sd)[-1]:
                 failed.setdefault(k, []).append(f"{sd} (made with another command)")
                 continue
             if "failed" in r:
