@@ -635,6 +635,9 @@ def parse_args(argv):
                     help="re-advise a run started with --dist.mode=auto: its nodes' step times as measured in the "
                          "run replace the probe's (experiments/run_probe.py); the target, seeds and steps are the "
                          "first advice's unless given; says whether the pick changes")
+    ap.add_argument("--window", type=int, default=50, metavar="STEPS",
+                    help="--from-run: each node's step time from its last STEPS steps (default 50; the run's "
+                         "re-decision, --dist.readvise_every, passes its drift watch's 20: the steps since it drifted)")
     ap.add_argument("--target-loss", type=float, default=None,
                     help="validation loss of the proxy model to reach (default 3.0; see the note above on 3.2)")
     ap.add_argument("--seeds", type=int, default=None, help="seeds per candidate (0..S-1; default 3)")
@@ -648,12 +651,14 @@ def parse_args(argv):
     ap.add_argument("--dry-run", action="store_true",
                     help="print the calibrated cluster, the proxy and the runs it would make; start nothing, write nothing")
     a = ap.parse_args(argv)
+    if a.window < 1:
+        ap.exit(2, "advise: --window must be >= 1\n")
     if bool(a.probe) == bool(a.from_run):
         ap.exit(2, "advise: give a probe.json, or --from-run RUN (not both)\n")
     a.first = None  # --from-run: the advice the run started from
     if a.from_run:
         try:
-            probe, a.first, notes = run_probe.probe_from_run(a.from_run)
+            probe, a.first, notes = run_probe.probe_from_run(a.from_run, window=a.window)
         except (run_probe.RunError, OSError, json.JSONDecodeError) as e:
             ap.exit(2, f"advise: {e}\n")
         for n in notes:

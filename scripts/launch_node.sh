@@ -33,6 +33,14 @@
 # recommendation starts the shards of SYNCOPATE_SERVERS (required then) with the advice's server flags
 # (before any --server-arg, which still wins); a ring or local SGD one starts none (SYNCOPATE_SERVERS
 # is then ignored, with a note). The worker applies the advice's [dist] flags itself.
+# With --dist.readvise_every=N too (worker/train/readvise.h), the job re-decides while it runs: when a
+# node drifts from the advice, node 0's worker asks this launcher (OUT/readvise.request), which runs
+# syncopate-advise --from-run on the nodes' output directories (SYNCOPATE_READVISE_RUNS, default the
+# parent of --out: node 0 must read every node's directory, as under scripts/local_cluster.sh or a
+# shared home) in the background, niced, with SYNCOPATE_READVISE_ARGS (e.g. "--seeds 1"); if the new
+# pick differs, every worker checkpoints at a decision step and exits 75, and its launcher restarts it
+# with --resume --dist.advice=OUT/advice.next.json, stopping the earlier phase's shards and starting
+# the new pick's (from the workers' weights: an earlier phase's shard directories are moved aside).
 #
 # Elastic ring (--dist.mode=ring --dist.elastic=true): node 0's launcher also starts
 # syncopate-rendezvous on MASTER_ADDR:MASTER_PORT (the membership service every node keeps a session
@@ -180,14 +188,22 @@ for a in "$@"; do
   prev=$a
 done
 [ -n "$CONFIG" ] && grep -Eq '^[[:space:]]*mode[[:space:]]*=[[:space:]]*"auto"' "$CONFIG" 2>/dev/null && AUTO=1
-if [ "$AUTO" = 1 ]; then
+ALL_SERVERS_LIST=$SERVERS_LIST USER_SERVER_ARGS=("${SERVER_ARGS[@]}")
+NEXT_ADVICE=()  # after a switch (exit kExitSwitch): --dist.advice=OUT/advice.next.json, the job's new pick
+READVISE=0      # dist.readvise_every of the advice in force (node 0 re-advises on the worker's request)
+# Sets SERVERS_LIST, EPS and SERVER_ARGS from the advice the worker's arguments resolve to.
+apply_auto() {
+  SERVERS_LIST=$ALL_SERVERS_LIST SERVER_ARGS=("${USER_SERVER_ARGS[@]}")
+  IFS=, read -ra EPS <<< "$SERVERS_LIST"
+  [ "$AUTO" = 1 ] || return 0
   # (a ps recommendation without SYNCOPATE_SERVERS is refused below, by name)
-  dist=$(resolve_dist "$@") || exit 2
+  local dist advised
+  dist=$(resolve_dist "$@" "${NEXT_ADVICE[@]}") || exit 2
   advised=$(DIST=$dist "${SYNCOPATE_PYTHON:-python3}" - <<'PY'
 import json, os, sys
 cfg = json.loads(os.environ["DIST"])
 mode, path = cfg["mode"], cfg["advice"]
-print(mode)
+print(mode, int(cfg.get("readvise_every", 0)))
 if mode == "ps":
     try:
         flags = json.load(open(path))["recommended"].get("server_flags", [])
@@ -200,9 +216,10 @@ if mode == "ps":
         print(f)
 PY
 ) || exit 2
-  ADVISED_MODE=$(head -n1 <<< "$advised")
+  read -r ADVISED_MODE READVISE <<< "$(head -n1 <<< "$advised")"
   if [ "$ADVISED_MODE" = ps ]; then
     [ -n "$SERVERS_LIST" ] || die "--dist.mode=auto: the advice recommends a parameter-server mode: set SYNCOPATE_SERVERS (e.g. per-node)"
+    local advised_server
     mapfile -t advised_server < <(tail -n +2 <<< "$advised")
     SERVER_ARGS=("${advised_server[@]}" "${SERVER_ARGS[@]}")
     echo "[launch] --dist.mode=auto: the worker resolves to ps (the advice); shards get ${advised_server[*]:-no extra flags}"
@@ -210,7 +227,8 @@ PY
     [ -n "$SERVERS_LIST" ] && echo "[launch] --dist.mode=auto: the worker resolves to $ADVISED_MODE: SYNCOPATE_SERVERS ignored, no shards"
     SERVERS_LIST="" EPS=()
   fi
-fi
+}
+apply_auto "$@"
 
 # An elastic ring: node 0 hosts the rendezvous service (the worker resolves the mode and the address).
 RDV_PID=""
@@ -231,13 +249,20 @@ print(d["mode"], str(d["elastic"]).lower(), d.get("master_addr", "-"), d.get("ma
   fi
 fi
 
-PS_ARGS=() SHARD_PIDS=()
-if [ -n "$SERVERS_LIST" ]; then
+PS_ARGS=() SHARD_PIDS=() PHASE=0
+# This node's co-located shards of SERVERS_LIST; PS_ARGS for its worker.
+start_shards() {
+  PS_ARGS=()
+  [ -n "$SERVERS_LIST" ] || return 0
   PS_ARGS=(--dist.mode=ps --dist.servers="$SERVERS_LIST")
   [ "$AUTO" = 1 ] && PS_ARGS=(--dist.servers="$SERVERS_LIST")  # (the advice sets the mode)
   if [ "${SYNCOPATE_SERVER_LAYOUT:-colocated}" = colocated ]; then
+    local k a fwd
     for k in "${!EPS[@]}"; do
       [ $((k % NNODES)) -eq "$NODE" ] || continue
+      # After a switch the shards start from the workers' INIT (worker/train/mode_switch.h): an
+      # earlier ps phase's checkpoints are kept aside, not restored.
+      [ "$PHASE" -gt 0 ] && [ -d "$OUT/server$k" ] && mv "$OUT/server$k" "$OUT/server$k.before-switch$PHASE"
       # Each shard supervised by this script in its server role (same process group as this
       # launcher: a scheduler ending the node's group ends them too).
       fwd=()
@@ -251,11 +276,41 @@ if [ -n "$SERVERS_LIST" ]; then
   elif [ "${SYNCOPATE_SERVER_LAYOUT}" != dedicated ]; then
     die "SYNCOPATE_SERVER_LAYOUT=${SYNCOPATE_SERVER_LAYOUT} is not colocated or dedicated"
   fi
-fi
+}
+start_shards
+
+# dist.readvise_every (node 0): the worker asks for a re-advice (OUT/readvise.request) when a node
+# drifted from the advice; this launcher runs syncopate-advise --from-run on the nodes' output
+# directories (SYNCOPATE_READVISE_RUNS, default the parent of --out: they must be readable here) in
+# the background while the job goes on, with SYNCOPATE_READVISE_ARGS (e.g. "--seeds 1"), and hands
+# the answer to the worker as OUT/readvise.advice.json (worker/train/readvise.h).
+ADVISOR_PID="" READVISE_N=0
+readvise_start() {
+  [ -z "$ADVISOR_PID" ] || return 0
+  rm -f "$OUT/readvise.request"
+  local dir="$OUT/readvise$READVISE_N" runs=${SYNCOPATE_READVISE_RUNS:-$(dirname "$OUT")}
+  READVISE_N=$((READVISE_N + 1))
+  echo "[launch] node 0: a node drifted from the advice: re-advising on what the run measured in $runs (log $dir.log); the job goes on meanwhile"
+  # (word splitting of SYNCOPATE_READVISE_ARGS is meant: options for the advisor)
+  # shellcheck disable=SC2086
+  ( nice -n 10 "${SYNCOPATE_ADVISE:-$ROOT/scripts/syncopate-advise}" --from-run "$runs" --window 20 --out "$dir" \
+      ${SYNCOPATE_READVISE_ARGS:-} > "$dir.log" 2>&1 &&
+    cp "$dir/advice.json" "$OUT/readvise.advice.json.tmp" && mv "$OUT/readvise.advice.json.tmp" "$OUT/readvise.advice.json" ) &
+  ADVISOR_PID=$!
+}
+readvise_poll() {
+  [ -n "$ADVISOR_PID" ] && ! kill -0 "$ADVISOR_PID" 2>/dev/null || return 0
+  local r=0
+  wait "$ADVISOR_PID" || r=$?
+  ADVISOR_PID=""
+  if [ $r = 0 ]; then echo "[launch] node 0: the re-advice is ready ($OUT/readvise.advice.json): the worker decides at its next decision step"
+  else echo "[launch] node 0: the re-advice failed (exit $r): see $OUT/readvise$((READVISE_N - 1)).log; the job goes on as advised" >&2; fi
+}
 child=""
 rc=0
 stop_all() {
   [ -n "$child" ] && kill -TERM "$child" 2>/dev/null
+  [ -n "$ADVISOR_PID" ] && pkill -TERM -P "$ADVISOR_PID" 2>/dev/null && kill -TERM "$ADVISOR_PID" 2>/dev/null
   for p in "${SHARD_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
   [ -n "$RDV_PID" ] && kill -TERM "$RDV_PID" 2>/dev/null
   wait
@@ -280,10 +335,29 @@ while :; do
   extra=()
   [ -f "$OUT/checkpoints/latest" ] && extra=(--resume)
   echo "[launch] node $NODE attempt $attempt ${extra[*]}"
-  "$WORKER" "$@" "${PS_ARGS[@]}" "${extra[@]}" &
+  "$WORKER" "$@" "${NEXT_ADVICE[@]}" "${PS_ARGS[@]}" "${extra[@]}" &
   child=$!
+  if [ "$NODE" = 0 ] && [ "$READVISE" -gt 0 ]; then  # the worker's requests for a re-advice, while it runs
+    while kill -0 "$child" 2>/dev/null; do
+      [ -f "$OUT/readvise.request" ] && readvise_start
+      readvise_poll
+      sleep 0.5
+    done
+  fi
   wait "$child"; rc=$?
   child=""
+  if [ $rc -eq 75 ]; then  # kExitSwitch (worker/train/readvise.h): a checkpoint at the switch's step is written
+    [ -f "$OUT/advice.next.json" ] || { echo "[launch] the worker exited to switch but wrote no $OUT/advice.next.json" >&2; exit 1; }
+    if [ -n "$ADVISOR_PID" ]; then pkill -TERM -P "$ADVISOR_PID" 2>/dev/null; kill -TERM "$ADVISOR_PID" 2>/dev/null; wait "$ADVISOR_PID" 2>/dev/null; ADVISOR_PID=""; fi
+    for p in "${SHARD_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done  # the earlier phase's shards
+    SHARD_PIDS=()
+    PHASE=$((PHASE + 1))
+    NEXT_ADVICE=(--dist.advice="$OUT/advice.next.json")
+    echo "[launch] node $NODE: the job switches synchronization at its checkpoint: restarting with --resume ${NEXT_ADVICE[*]}"
+    apply_auto "$@"
+    start_shards
+    continue
+  fi
   if [ $rc -eq 0 ]; then
     if [ ${#SHARD_PIDS[@]} -gt 0 ]; then
       echo "[launch] node $NODE done; its shards exit once every worker has finished or left"

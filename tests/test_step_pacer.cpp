@@ -198,3 +198,19 @@ TEST(EmulateConfig, RefusesWhatItCannotModelNamingTheField) {
   ok.jitter = 0.2;
   ok.validate();
 }
+
+// emulate.slowdown_from_step: a node that slows mid-run (issue 29's switch study) takes its slowdown
+// from that step on, and its own time before it.
+TEST(StepPacer, TheSlowdownStartsAtItsStep) {
+  EmulateConfig c;
+  c.step_time_s = 0.1;
+  c.slowdown = 3;
+  c.slowdown_from_step = 5;
+  StepPacer p(c, 1, 0);
+  EXPECT_DOUBLE_EQ(p.modelled_s(0), 0.1);
+  EXPECT_DOUBLE_EQ(p.modelled_s(4), 0.1);
+  EXPECT_DOUBLE_EQ(p.modelled_s(5), 0.1 * 3);
+  EXPECT_DOUBLE_EQ(p.modelled_s(100), 0.1 * 3);
+  c.slowdown_from_step = 0;  // the default: every step
+  EXPECT_DOUBLE_EQ(StepPacer(c, 1, 0).modelled_s(0), 0.1 * 3);
+}

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "common/stop_signal.h"
+#include "worker/train/readvise.h"
 #include "common/atomic_file.h"
 #include "common/check.h"
 #include "common/command_line.h"
@@ -123,6 +124,10 @@ int main(int argc, char** argv) {
       for (const auto& w : advice.warnings) log::warn("[dist] {}", w);
     }
     cfg.validate();
+    SYN_CHECK(cfg.dist.readvise_every == 0 || advised,
+              fmt::format("dist.readvise_every={} without dist.mode=auto", cfg.dist.readvise_every),
+              "a switch needs the advice the run started from: give --dist.mode=auto --dist.advice=advice.json, or "
+              "--dist.readvise_every=0");
     if (!print_config) {
       out = claim_run_dir(cfg, out, resume, force);
       // The advice the run started from stays with it (the watch for drift compares the run with
@@ -145,7 +150,7 @@ int main(int argc, char** argv) {
   }
   install_stop_signal(cfg.train.preempt_grace_s);  // the configured grace period
   try {
-    train_node(cfg, out, resume, schema.to_toml());
+    if (train_node(cfg, out, resume, schema.to_toml())) return kExitSwitch;  // (scripts/launch_node.sh restarts it)
   } catch (const Error& e) {
     std::cerr << "syncopate-worker: error: " << e.what() << "\n";
     return 1;

@@ -15,6 +15,11 @@ struct DistConfig {
                                  // "auto": what syncopate-advise recommended for this cluster (the file `advice`)
   std::string advice = "advice.json";  // mode "auto": the advice file of experiments/advise.py (scripts/syncopate-advise);
                                  // its recommended [dist] flags are applied at start (worker/sync/advice.h)
+  int64_t readvise_every = 0;    // mode "auto": steps between the job's decisions whether to re-advise and switch
+                                 // (worker/train/readvise.h): a node drifted from the advice -> node 0's launcher
+                                 // re-runs it; a new pick -> every node checkpoints and restarts in it. Decided at
+                                 // the multiples of it where every node stands (local SGD: round ends too); 0 = off
+                                 // (the run only logs drift). Needs the ring or ring local SGD at the time
   std::string master_addr = "";  // node 0's IP; "" = $MASTER_ADDR, else the first host of $SLURM_JOB_NODELIST... , else 127.0.0.1
   int64_t master_port = 0;       // rendezvous TCP port on node 0; 0 = $MASTER_PORT, else 29500; -1 = any free port,
                                  // published through rendezvous_file
@@ -107,6 +112,8 @@ struct DistConfig {
     v("mode", mode, "data-parallel mode (auto = the recommendation in dist.advice)",
       std::vector<std::string>{"none", "ring", "ps", "auto"});
     v("advice", advice, "mode=auto: advice.json written by scripts/syncopate-advise (its recommended [dist] flags apply)");
+    v("readvise_every", readvise_every, "mode=auto: steps between decisions to re-advise on drift and switch to a "
+      "new pick at a checkpoint (0 = off; worker/train/readvise.h)", int64_t{0}, int64_t{1} << 40);
     v("launch", launch, "process layout: one process per node (node), per GPU (gpu), or from the launcher (auto)",
       std::vector<std::string>{"auto", "node", "gpu"});
     v("device", device, "launch=gpu: CUDA device of this process (-1 = LOCAL_RANK / SLURM_LOCALID)", int64_t{-1},

@@ -158,6 +158,11 @@ class GradientSync {
   // any (optional): in, this replica's flag; out, whether any replica of the node set it (a SIGTERM
   // seen by one replica stops them all at the same step), in the same collective.
   virtual double average(double x, bool* any = nullptr) = 0;
+  // The sum of a float tensor over every replica of the job, exactly (float32 on the wire), waited for
+  // (the host may read it): one small collective that every replica calls at the same steps, for
+  // decisions the job takes together (worker/train/readvise.h). Empty where there is none: parameter
+  // servers (the nodes never meet) and the elastic ring (its membership may change under it).
+  virtual std::function<void(at::Tensor&)> job_sum() { return {}; }
   // Throws syncopate::Error naming the replicas whose params differ from rank 0's. Collective.
   virtual void check_identical(const at::Tensor& params, int64_t step) = 0;
   // The optimizer state this replica holds (and checkpoints); null when the servers hold it.

@@ -22,7 +22,7 @@ namespace {
 class LocalSgdSync : public GradientSync {
  public:
   LocalSgdSync(const SyncSetup& s, FlatParameters& flat, const std::vector<at::Tensor>& params)
-      : GradientSync(s.local, s.local_size), every_(s.dist.sync_every), ring_(s.ring), device_(s.device),
+      : GradientSync(s.local, s.local_size), every_(s.dist.sync_every), ring_(s.ring), group_(s.group), device_(s.device),
         nodes_(ring_ ? ring_->world : 1), node_(ring_ ? ring_->rank : 0),
         allreducer_(nodes_ > 1 && rings(parse_hierarchy(s.dist.hierarchy), s.local)
                         ? std::make_unique<RingAllreducer>(ring_->rank, ring_->world, ring_->next_of(s.local),
@@ -78,6 +78,13 @@ class LocalSgdSync : public GradientSync {
     if (step % every_ != 0) return inner_->check_identical(params, step);
     check_replicas_identical(params, step, rank(), world(), local_size_, device_, [&](at::Tensor& t) { sum_.sum(t, exact()); });
   }
+  // (Called at round boundaries: dist.readvise_every is a multiple of sync_every.)
+  std::function<void(at::Tensor&)> job_sum() override {
+    return [this](at::Tensor& t) {
+      sum_.sum(t, exact());
+      if (group_) group_->wait_device(local_, "the job's sum");  // bounded, before the host reads it
+    };
+  }
   FlatAdamW* optimizer() override { return inner_->optimizer(); }
   int64_t job_tokens(int64_t node_tokens, int64_t) const override { return node_tokens * nodes_; }  // they step together
   // Mid-round a node holds its inner weights; the job's weights are the round's start.
@@ -102,6 +109,7 @@ class LocalSgdSync : public GradientSync {
 
   int64_t every_;
   std::shared_ptr<Ring> ring_;
+  std::shared_ptr<LocalGroup> group_;  // null: one local replica
   int device_, nodes_, node_;
   std::unique_ptr<RingAllreducer> allreducer_;
   NodeAllreduce sum_;

@@ -51,6 +51,13 @@ void RingSync::relink(std::shared_ptr<Ring> ring) {
 
 void RingSync::sum_exact(at::Tensor& t) { sum_->sum(t, exact()); }
 
+std::function<void(at::Tensor&)> RingSync::job_sum() {
+  return [this](at::Tensor& t) {
+    sum_->sum(t, exact());
+    if (group_) group_->wait_device(local_, "the job's sum");  // bounded, before the host reads it
+  };
+}
+
 void RingSync::share_ints(std::vector<int64_t>& v, bool source) {
   syncopate::share_ints(v, source, opt_.exp_avg().options(), [&](at::Tensor& t) {
     sum_->sum(t, exact());

@@ -31,6 +31,7 @@ class RingSync : public GradientSync {
   StepSync finish_step(at::Tensor& params, at::Tensor& grads, double lr, int64_t step) override;
   double average(double x, bool* any) override;
   void check_identical(const at::Tensor& params, int64_t step) override;
+  std::function<void(at::Tensor&)> job_sum() override;
   FlatAdamW* optimizer() override { return &opt_; }
   void set_release_gate(std::function<void(double)> gate) override;
   SyncCounters counters() const override;

@@ -12,6 +12,7 @@ namespace syncopate {
 struct EmulateConfig {
   double step_time_s = 0;    // modelled compute time of one optimizer step at slowdown 1, seconds; 0 = off
   double slowdown = 1.0;     // this node's factor on the modelled time (a straggler: e.g. 3 = three times slower)
+  int64_t slowdown_from_step = 0;  // the slowdown applies from this step on (a node that slows mid-run); 0 = always
   double jitter = 0;         // per-step noise: the modelled time is multiplied by (1 + X), X exponential with this
                              // mean (a shifted exponential, the usual straggler model); 0 = none. Seeded by
                              // train.seed, the node's rank and the step: reproducible per seed
@@ -47,6 +48,8 @@ struct EmulateConfig {
   void fields(V& v) {
     v("step_time_s", step_time_s, "modelled compute time of one step at slowdown 1, seconds (0 = off)", 0.0, 3600.0);
     v("slowdown", slowdown, "this node's factor on the modelled step time (straggler)", 1.0, 1000.0);
+    v("slowdown_from_step", slowdown_from_step, "the step from which the slowdown applies (0 = every step)", int64_t{0},
+      int64_t{1} << 40);
     v("jitter", jitter, "mean of the exponential per-step extra time, as a fraction of the step time (0 = none)", 0.0, 100.0);
     v("jitter_tail", jitter_tail, "0: exponential jitter; > 1: heavy-tailed (Lomax of this shape, same mean)", 0.0, 100.0);
     v("target_params", target_params, "target model parameters for deriving step_time_s (0 = use step_time_s)",

@@ -1,5 +1,6 @@
 #include "worker/train/node_training.h"
 
+#include <atomic>
 #include <exception>
 #include <filesystem>
 #include <mutex>
@@ -42,7 +43,7 @@ std::string claim_run_dir(RunConfig cfg, std::string out_dir, bool resume, bool 
   return out_dir;
 }
 
-void train_node(RunConfig cfg, std::string out_dir, bool resume, const std::string& config_toml) {
+bool train_node(RunConfig cfg, std::string out_dir, bool resume, const std::string& config_toml) {
   resolve_from_environment(cfg.dist);  // (join_job does it too) the node's rank names its timeline
   // "{node}" in --out: processes that share a command line (torchrun, srun) get a directory each.
   for (size_t at = out_dir.find("{node}"); at != std::string::npos; at = out_dir.find("{node}"))
@@ -52,9 +53,11 @@ void train_node(RunConfig cfg, std::string out_dir, bool resume, const std::stri
   if (job.ring && cfg.dist.node_rank != 0) Tracer::global().clock_sync("worker node 0", job.ring->clock_offset_us, -1);
   const int L = job.local_size;
   if (L == 1) {  // the single-replica path: this thread trains
-    Trainer(cfg, out_dir, resume, config_toml, job, 0).run();
-    return;
+    Trainer t(cfg, out_dir, resume, config_toml, job, 0);
+    t.run();
+    return t.switching();
   }
+  std::atomic<bool> switching{false};
   std::mutex mu;
   std::exception_ptr first;
   std::vector<std::thread> threads;
@@ -66,6 +69,7 @@ void train_node(RunConfig cfg, std::string out_dir, bool resume, const std::stri
           on_device = std::make_unique<c10::DeviceGuard>(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(job.devices[l])));
         Trainer t(cfg, out_dir, resume, config_toml, job, l);
         t.run();
+        if (t.switching()) switching = true;
       } catch (...) {
         {
           std::lock_guard<std::mutex> g(mu);
@@ -79,6 +83,7 @@ void train_node(RunConfig cfg, std::string out_dir, bool resume, const std::stri
   }
   for (auto& t : threads) t.join();
   if (first) std::rethrow_exception(first);
+  return switching;
 }
 
 }  // namespace syncopate

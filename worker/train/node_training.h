@@ -10,7 +10,8 @@ namespace syncopate {
 // When one local replica fails, the others are stopped (their collectives abort) and the first
 // failure is rethrown: the root cause, not the replicas that stopped because of it. "{node}" in
 // out_dir is replaced by the node's rank.
-void train_node(RunConfig cfg, std::string out_dir, bool resume, const std::string& config_toml);
+// Returns true when the job stopped at a checkpoint to switch synchronization (Trainer::switching).
+bool train_node(RunConfig cfg, std::string out_dir, bool resume, const std::string& config_toml);
 
 // This node's run directory ("{node}" replaced by its rank, from the environment as train_node
 // resolves it), checked before anything starts: one that already holds a run (checkpoints/latest)

@@ -48,7 +48,7 @@ double StepPacer::modelled_s(int64_t step) const {
     const double a = cfg_.jitter_tail;
     factor += a > 0 ? cfg_.jitter * (a - 1) * (std::pow(u, -1.0 / a) - 1) : -std::log(u) * cfg_.jitter;
   }
-  return base * cfg_.slowdown * factor;
+  return base * (step >= cfg_.slowdown_from_step ? cfg_.slowdown : 1.0) * factor;
 }
 
 void StepPacer::begin(int64_t step) {

@@ -39,6 +39,7 @@
 #include "worker/sync/gradient_sync.h"
 #include "worker/sync/advice.h"
 #include "worker/train/advice_watch.h"
+#include "worker/train/readvise.h"
 #include "worker/train/mode_switch.h"
 #include "worker/train/autocast.h"
 #include "worker/train/dropout_seed.h"
@@ -202,12 +203,26 @@ struct Trainer::Impl {
         }
       }
     }
+    // dist.readvise_every: every replica takes part in the job's decisions (readvise.h), where the
+    // mode has a job-wide collective; elsewhere the run says so once and only watches.
+    const fs::path applied = fs::path(out) / kAppliedAdviceFile;
+    if (cfg.dist.readvise_every > 0 && fs::exists(applied)) {
+      if (sync->job_sum())
+        readvise = std::make_unique<Readvise>(out, sync->rank() == 0, read_file(applied.string()));
+      else if (writer)
+        log::warn("[advice] dist.readvise_every={}: the job cannot re-decide in {} (its nodes never stand at one step "
+                  "together{}): it runs as advised, and logs drift only", cfg.dist.readvise_every,
+                  cfg.dist.elastic ? "the elastic " + cfg.dist.mode : cfg.dist.mode,
+                  cfg.dist.elastic ? ", or its membership changes" : "");
+    }
   }
 
   // Samples one optimizer step takes from the data order: every replica's micro-batches (see WindowSampler).
   int64_t samples_per_step() const { return cfg.train.batch_size * cfg.train.grad_accum * sync->world(); }
   bool writer = true;  // local replica 0: writes metrics, samples and checkpoints for its node
   std::unique_ptr<AdviceWatch> advice_watch;  // --dist.mode=auto: the run against its advice (writer only)
+  std::unique_ptr<Readvise> readvise;  // dist.readvise_every: the job's decisions to re-advise and switch (every replica)
+  std::string switch_to;               // the advice the job stops to switch to (set at a decision step)
 
   std::pair<torch::Tensor, torch::Tensor> batch(const WindowSampler& sampler, int64_t first, int64_t b) {
     const int64_t T = cfg.model.block_size;
@@ -487,6 +502,12 @@ struct Trainer::Impl {
           metrics->write(m);
         }
         if (verbose) progress.step(step, loss, lr, tok_s);
+        // dist.readvise_every: the job decides together whether to ask for a re-advice, or to switch now.
+        if (readvise && !preempted && step < tc.steps && step % cfg.dist.readvise_every == 0 &&
+            step % cfg.dist.sync_every == 0)
+          if (auto next = readvise->decide(step, advice_watch && advice_watch->drifting(), sync->job_sum(),
+                                           flat->params.options()))
+            switch_to = std::move(*next);
       }
 
       // eval.every_tokens: the job's tokens as every replica of this node computes them alike (the
@@ -495,11 +516,12 @@ struct Trainer::Impl {
       const int64_t nodes_apart = sync->world() / sync->replicas_per_step();
       const bool eval_due =
           !preempted && (step == tc.steps || cfg.eval.due(step, tokens_before * nodes_apart, tokens * nodes_apart));
-      const bool ckpt_due = due(step, cfg.checkpoint.every, tc.steps) || preempted;
+      const bool switching = !switch_to.empty();  // (every replica of the job agreed on it)
+      const bool ckpt_due = due(step, cfg.checkpoint.every, tc.steps) || preempted || switching;
       const bool sample_due = !preempted && cfg.eval.sample_tokens > 0 && due(step, cfg.eval.sample_every, tc.steps);
       if (eval_due || ckpt_due || sample_due || step == last) sync->synchronize(flat->params);
       if (!writer) {  // evaluation, samples, checkpoints: local replica 0 (the others hold the same weights)
-        if (preempted) return;  // (every replica of the node agreed on it)
+        if (preempted || switching) return;  // (every replica of the node agreed on it)
         continue;
       }
       if (eval_due) {
@@ -575,6 +597,13 @@ struct Trainer::Impl {
         // emulate.checkpoint_s: the target's write time, on this node's clock (the job's time).
         if (const double left = t_write + cfg.emulate.checkpoint_s - now_seconds(); left > 0)
           std::this_thread::sleep_for(std::chrono::duration<double>(left));
+      }
+      if (switching) {  // the launcher restarts this node with --resume in the advice's pick
+        write_file_atomic((fs::path(out) / kNextAdviceFile).string(), switch_to);
+        log::warn("[advice] node {} stopped after step {} to switch to {} and wrote its checkpoint; its launcher "
+                  "restarts it with --resume --dist.advice={} (exit {})", cfg.dist.node_rank, step,
+                  Readvise::pick_of(switch_to), (fs::path(out) / kNextAdviceFile).string(), kExitSwitch);
+        return;
       }
       if (preempted) {
         if (writer)
@@ -753,6 +782,7 @@ void Trainer::run(int64_t stop_at) { impl_->run(stop_at); }
 double Trainer::evaluate() { return impl_->evaluate(); }
 std::string Trainer::sample_text() { return impl_->sample_text(); }
 int64_t Trainer::step() const { return impl_->step; }
+bool Trainer::switching() const { return !impl_->switch_to.empty(); }
 SyncCounters Trainer::sync_counters() const { return impl_->sync->counters(); }
 GPTImpl& Trainer::model() { return *impl_->model; }
 FlatParameters& Trainer::flat() { return *impl_->flat; }

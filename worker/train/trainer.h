@@ -65,6 +65,9 @@ class Trainer {
   double evaluate();             // mean validation loss over the fixed validation batches
   std::string sample_text();     // greedy sample from eval.sample_prompt
   int64_t step() const;          // optimizer steps completed
+  // run() stopped at a checkpoint for the job to switch synchronization (dist.readvise_every; its
+  // worker exits with kExitSwitch, worker/train/readvise.h).
+  bool switching() const;
   SyncCounters sync_counters() const;  // the step synchronization's totals (see GradientSync)
   GPTImpl& model();
   FlatParameters& flat();
