@@ -41,11 +41,13 @@ import math
 import os
 import shlex
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
 import time
 
+import cluster_runs
 import cost
 import run_probe
 import crossover
@@ -637,7 +639,8 @@ def parse_args(argv):
                          "first advice's unless given; says whether the pick changes")
     ap.add_argument("--window", type=int, default=50, metavar="STEPS",
                     help="--from-run: each node's step time from its last STEPS steps (default 50; the run's "
-                         "re-decision, --dist.readvise_every, passes its drift watch's 20: the steps since it drifted)")
+                         "re-decision, --dist.readvise_every, passes half its drift watch's window of 20: at its first drift the last 10 steps "
+                         "came after the change; a node's calibrated step is its fastest in the window)")
     ap.add_argument("--target-loss", type=float, default=None,
                     help="validation loss of the proxy model to reach (default 3.0; see the note above on 3.2)")
     ap.add_argument("--seeds", type=int, default=None, help="seeds per candidate (0..S-1; default 3)")
@@ -793,5 +796,13 @@ def write(adv, out, probe_path):
         f.write(toml_text(rec["name"], rec["worker_flags"], rec["server_flags"], probe_path))
 
 
+def _terminated(signum, frame):
+    """SIGTERM (a launcher ending a re-advice, scripts/launch_node.sh): the simulated runs, each in its
+    own session, are stopped with it instead of outliving it."""
+    cluster_runs.terminate_running()
+    raise SystemExit(143)
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _terminated)
     sys.exit(main())

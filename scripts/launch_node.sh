@@ -287,13 +287,13 @@ start_shards
 ADVISOR_PID="" READVISE_N=0
 readvise_start() {
   [ -z "$ADVISOR_PID" ] || return 0
-  rm -f "$OUT/readvise.request"
+  rm -f "$OUT/readvise.request" "$OUT/readvise.advice.json"  # (an answer left from an earlier request is not this one's)
   local dir="$OUT/readvise$READVISE_N" runs=${SYNCOPATE_READVISE_RUNS:-$(dirname "$OUT")}
   READVISE_N=$((READVISE_N + 1))
   echo "[launch] node 0: a node drifted from the advice: re-advising on what the run measured in $runs (log $dir.log); the job goes on meanwhile"
   # (word splitting of SYNCOPATE_READVISE_ARGS is meant: options for the advisor)
   # shellcheck disable=SC2086
-  ( nice -n 10 "${SYNCOPATE_ADVISE:-$ROOT/scripts/syncopate-advise}" --from-run "$runs" --window 20 --out "$dir" \
+  ( nice -n 10 "${SYNCOPATE_ADVISE:-$ROOT/scripts/syncopate-advise}" --from-run "$runs" --window 10 --out "$dir" \
       ${SYNCOPATE_READVISE_ARGS:-} > "$dir.log" 2>&1 &&
     cp "$dir/advice.json" "$OUT/readvise.advice.json.tmp" && mv "$OUT/readvise.advice.json.tmp" "$OUT/readvise.advice.json" ) &
   ADVISOR_PID=$!

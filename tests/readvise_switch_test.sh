@@ -5,7 +5,7 @@
 #  1. node 1's watch drifts; at the next decision step node 0 asks its launcher for a re-advice, which
 #     runs (here a stand-in for syncopate-advise, SYNCOPATE_ADVISE: its pick is the test's to know;
 #     the advisor itself is tested by test_advise.py and advice_launch_test.sh) with --from-run on the
-#     nodes' directories and --window 20, while the job goes on;
+#     nodes' directories and --window 10 (the steps since it drifted), while the job goes on;
 #  2. the answer picks BSP on parameter servers: at the next decision step every node checkpoints, its
 #     worker exits with 75, and its launcher restarts it with --resume in ps mode, starting its shard
 #     with the advice's --ps.consistency=bsp; the job runs to its last step and every process exits 0;
@@ -68,8 +68,8 @@ job() {  # NAME PICK: the 2-node job; returns local_cluster.sh's status
 
 # 1-3. The switch to BSP.
 if ! job sw bsp; then echo "FAIL: the switching job failed"; tail -n 30 "$TMP"/sw/logs/*.log; exit 1; fi
-if grep -q -- "--from-run $TMP/sw --window 20 --out $TMP/sw/node0/readvise0" "$TMP/sw.standin"; then
-  echo "ok: node 0's launcher re-advised with --from-run on the nodes' directories, --window 20"
+if grep -q -- "--from-run $TMP/sw --window 10 --out $TMP/sw/node0/readvise0" "$TMP/sw.standin"; then
+  echo "ok: node 0's launcher re-advised with --from-run on the nodes' directories, --window 10"
 else echo "FAIL: the advisor was not run as expected"; cat "$TMP/sw.standin" 2>/dev/null; fail=1; fi
 for i in 0 1; do
   grep -q "stopped after step [0-9]* to switch to bsp" "$TMP/sw/logs/node$i.log" &&

@@ -64,7 +64,15 @@ std::string Readvise::pick_of(const std::string& advice_text) {
 }
 
 Readvise::Readvise(std::string out, bool node0_writer, std::string applied)
-    : out_(std::move(out)), node0_(node0_writer), applied_pick_(pick_of(applied)) {}
+    : out_(std::move(out)), node0_(node0_writer), applied_pick_(pick_of(applied)) {
+  // A request or an answer left by an earlier run of this node (a crash, a restart) is not this run's:
+  // an answer made on what that run measured must not switch this one.
+  if (node0_)
+    for (const char* f : {kReadviseRequestFile, kReadviseAdviceFile}) {
+      std::error_code ec;
+      fs::remove(fs::path(out_) / f, ec);
+    }
+}
 
 std::optional<std::string> Readvise::decide(int64_t step, bool drifting, const std::function<void(at::Tensor&)>& job_sum,
                                             const at::TensorOptions& options) {

@@ -2,7 +2,7 @@
 // job's replicas decide together, in one small collective (GradientSync::job_sum), whether
 //  - a node's step drifted from what its advice assumed (AdviceWatch): node 0 then asks its
 //    launcher for a re-run of the advice on what the run measured, by writing OUT/readvise.request
-//    (scripts/launch_node.sh runs syncopate-advise --from-run in the background, on node 0's host,
+//    (scripts/launch_node.sh runs syncopate-advise --from-run --window 10 in the background, on node 0's host,
 //    while the job goes on, and writes the result to OUT/readvise.advice.json atomically);
 //  - node 0 holds a re-advice whose pick differs from the one the run applied: then node 0 shares
 //    its text with every replica (the same collective's kind: exact float32 sums), every node writes

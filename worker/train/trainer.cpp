@@ -587,6 +587,8 @@ struct Trainer::Impl {
         const double t_score = now_seconds();
         score_snapshots(progress);
         t0 += now_seconds() - t_score;
+        // Off time_s; a study that reads the hosts' clock (unix_s: a restart's gap counts) takes it off too.
+        metrics->write({{"step", step}, {"scored_snapshots_s", now_seconds() - t_score}, {"unix_s", unix_seconds()}});
       }
       if (ckpt_due) {
         TraceSpan span("checkpoint", "train");
