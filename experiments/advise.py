@@ -649,6 +649,9 @@ def parse_args(argv):
     ap.add_argument("--limit", type=float, default=3.0, help="time limit of a run: this x the ring's time")
     ap.add_argument("--configs", default=",".join(CANDIDATES),
                     help="candidates, comma-separated (the ring always runs: it sets the time limit)")
+    ap.add_argument("--no-servers", action="store_true",
+                    help="the job has no parameter servers to start (scripts/launch_node.sh without SYNCOPATE_SERVERS): "
+                         "leave the parameter-server candidates out of --configs")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "advise"),
                     help="writes advice.json, advice.toml and runs/<config>/seed<k>/ here")
     ap.add_argument("--dry-run", action="store_true",
@@ -682,6 +685,8 @@ def parse_args(argv):
     a.steps = 150 if a.steps is None else a.steps
     names = [x for x in a.configs.split(",") if x]
     unknown = [x for x in names if x not in CANDIDATES]
+    if a.no_servers and not unknown:
+        names = [x for x in names if not is_ps(x)]
     if unknown or not names:
         ap.exit(2, f"advise: unknown configuration(s) {', '.join(unknown) or '(none given)'}; choose from "
                    f"{', '.join(CANDIDATES)}\n")

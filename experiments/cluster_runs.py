@@ -65,6 +65,16 @@ def terminate_running():
         _stop(p)
 
 
+def cached_result(d, command):
+    """The result.json in run directory d when it was made by `command` and did not fail, else None."""
+    try:
+        with open(os.path.join(d, "result.json")) as f:
+            r = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return r if r.get("command") == command and "failed" not in r else None
+
+
 def read_jsonl(path):
     with open(path) as f:
         return [json.loads(l) for l in f if l.strip()]

@@ -64,7 +64,7 @@ import time
 import advise
 import crossover
 import cluster_runs
-from cluster_runs import PS_FLAGS, ROOT, cluster_command, read_jsonl, run_group, run_once
+from cluster_runs import PS_FLAGS, ROOT, cached_result, cluster_command, read_jsonl, run_group, run_once
 from method import time_to_target
 from stats import fmt_ci, kendall_tau_b, mean_ci95
 
@@ -271,13 +271,8 @@ def run_spec(out, scen, s, px, name, seed):
 def measure(scen, s, px, name, seed, a):
     """One hindsight run, cached by its command (made again when it failed); its validation curve."""
     cfg, em, job, lr, d, line = run_spec(a.out, scen, s, px, name, seed)
-    try:
-        with open(os.path.join(d, "result.json")) as f:
-            r = json.load(f)
-        if r.get("command") == line and "failed" not in r:
-            return r
-    except (OSError, ValueError):
-        pass
+    if (r := cached_result(d, line)) is not None:
+        return r
     if STOP.is_set():
         return None
     if os.path.isdir(d):

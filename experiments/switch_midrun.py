@@ -48,14 +48,15 @@ import time
 import advise
 import crossover
 import hindsight
-from cluster_runs import read_jsonl, run_once
+from cluster_runs import cached_result, read_jsonl, run_once
 from method import time_to_target
-from stats import fmt_ci, mean_ci95
+from stats import fmt_ci, holm, mean_ci95
 
 FORMAT = "syncopate-switch/1"
 SPEEDUP_TARGET = 1.3   # the issue's: the switch at least 1.3x sooner than staying
 WITHIN_BEST = 1.10     # and no slower than the best static configuration by more than 10%
 SCENARIO = "fast4"
+SWITCH_CARRIES = "weights, step, data, AdamW's moments to the shards (protocol 8)"
 
 
 def parse_args(argv):
@@ -72,6 +73,9 @@ def parse_args(argv):
     ap.add_argument("--advice", default=os.path.join(hindsight.ROOT, "runs", "hindsight", SCENARIO, "advise", "t3",
                                                      "advice.json"), help="the first advice")
     ap.add_argument("--out", default=os.path.join(hindsight.ROOT, "runs", "switch"))
+    ap.add_argument("--control", action="store_true",
+                    help="also the switching job and the ring on the cluster without the slowdown: what re-deciding "
+                         "costs where nothing drifts, and whether it switches anyway")
     ap.add_argument("--report-only", action="store_true", help="analyse the cached runs; run nothing")
     ap.add_argument("--publish", metavar="DIR", help="copy switch.json and report.md here")
     a = ap.parse_args(argv)
@@ -99,7 +103,9 @@ def setup(a):
 
 
 def config_of(name, a, nodes):
-    """cluster_runs' configuration of one run: a static candidate, or the switching job."""
+    """cluster_runs' configuration of one run: a static candidate, or the switching job ("control_X":
+    X on the cluster without the slowdown)."""
+    name = name.removeprefix("control_")
     slow = [f"--emulate.slowdown_from_step={a.slow_from}"]
     if name != "switch":
         cfg = hindsight.candidate_cfg(name, nodes)
@@ -125,10 +131,11 @@ def unix_curve(d):
     start = steps["node0"][0]["unix_s"] - steps["node0"][0]["step_s"]
     last = max(ms[-1]["unix_s"] for ms in steps.values())
     end = last - start - off(last)
+    node_ends = {n: ms[-1]["unix_s"] - start - off(ms[-1]["unix_s"]) for n, ms in steps.items()}
     evals = [m for m in rows["node0"] if "val_loss" in m and "unix_s" in m]
     curve = sorted(({"t": m["unix_s"] - start - off(m["unix_s"]), "val_loss": m["val_loss"], "step": m["step"]}
                     for m in evals), key=lambda p: p["t"])
-    return curve, end
+    return curve, end, node_ends
 
 
 def switch_record(d):
@@ -151,22 +158,25 @@ def switch_record(d):
 
 
 def measure(name, seed, a, s, em, job):
+    if name.startswith("control_"):  # the same cluster, no node slows
+        em = hindsight.emulation(dict(s, slowdown=1.0))
     cfg, lr = config_of(name, a, s["nodes"])
     d = os.path.join(a.out, "runs", name, f"seed{seed}")
     line = " ".join(hindsight.cluster_command(cfg, em, job, seed, lr, d)) + f" readvise_args={a.readvise_args!r}"
-    try:
-        with open(os.path.join(d, "result.json")) as f:
-            r = json.load(f)
-        if r.get("command") == line and "failed" not in r:
-            return r
-    except (OSError, ValueError):
-        pass
+    if name.endswith("switch"):  # what the switch carries (a cached run of an older build is made again)
+        line += f" carries={SWITCH_CARRIES!r}"
+    if (r := cached_result(d, line)) is not None:
+        if "node_ends_s" not in r and os.path.isdir(os.path.join(d, "node0")):  # (a run cached before it was kept)
+            r["node_ends_s"] = unix_curve(d)[2]
+            with open(os.path.join(d, "result.json"), "w") as f:
+                json.dump(r, f)
+        return r
     if a.report_only or hindsight.STOP.is_set():
         return None
     if os.path.isdir(d):
         shutil.rmtree(d)
     env = {}
-    if name == "switch":  # per-node shards at hand for a parameter-server pick, on the nodes' namespace addresses
+    if name.endswith("switch"):  # per-node shards at hand for a parameter-server pick, on the nodes' namespace addresses
         with socket.socket() as sk:
             sk.bind(("127.0.0.1", 0))
             port = sk.getsockname()[1]
@@ -190,12 +200,12 @@ def measure(name, seed, a, s, em, job):
     if "failed" in full:
         r = {"config": name, "seed": seed, "failed": full["failed"], "log": full["log"], "command": line}
     else:
-        curve, end = unix_curve(d)
-        r = {"config": name, "seed": seed, "end_s": end, "final_val_loss": curve[-1]["val_loss"],
+        curve, end, node_ends = unix_curve(d)
+        r = {"config": name, "seed": seed, "end_s": end, "node_ends_s": node_ends, "final_val_loss": curve[-1]["val_loss"],
              "valid": full["valid"], "invalid_because": full["invalid_because"],
              "overrun_share": full["overrun_share"], "cpu_util": full["cpu_util"],
              "curve": [[p["t"], p["val_loss"]] for p in curve], "command": line}
-        if name == "switch":
+        if name.endswith("switch"):
             r["switch"] = switch_record(d)
     with open(os.path.join(d, "result.json"), "w") as f:
         json.dump(r, f)
@@ -206,94 +216,147 @@ def measure(name, seed, a, s, em, job):
     return r
 
 
-def analyse(runs, a):
-    """The verdicts from the per-seed records {config: {seed: record}} (valid runs only)."""
+def _p(p):
+    return "n/a" if p is None else f"{p:.3g}"
+
+
+def _verdict(diff, p):
+    """How a paired difference (other minus the switch, seconds) and its Holm p read."""
+    if p is None or diff["mean"] is None or diff["n"] < 2 or p >= 0.05:
+        return "not resolved"
+    return "resolved: the switch is sooner" if diff["mean"] > 0 else "resolved: the switch is later"
+
+
+def analyse(runs, control=None):
+    """The verdicts and the conclusion sentences from the per-seed records {config: {seed: record}}
+    (valid runs only; a failed switching run is the feature failing and is named). Pure: check_study.py
+    recomputes it from switch.json's runs."""
     valid = {k: {sd: r for sd, r in v.items() if r and "failed" not in r and r["valid"]} for k, v in runs.items()}
     invalid = {k: {sd: (r.get("failed") or r["invalid_because"]) for sd, r in v.items()
                    if r and ("failed" in r or not r["valid"])} for k, v in runs.items()}
-    rings = [r["final_val_loss"] for r in valid["ring"].values()]
-    doc = {"format": FORMAT, "invalid": {k: v for k, v in invalid.items() if v}}
-    if not rings:
-        doc["verdict"] = "no valid ring run: nothing to compare with"
+    doc = {"format": FORMAT, "invalid": {k: v for k, v in invalid.items() if v}, "conclusions": []}
+    rings = [r["final_val_loss"] for r in valid.get("ring", {}).values()]
+    if not rings or not valid.get("switch"):
+        doc["conclusions"].append("No valid ring run or no valid switching run: nothing to compare.")
         return doc
     target = max(rings)
     doc["target"] = target
-    seeds = sorted(set.intersection(*(set(v) for v in valid.values()))) if valid else []
+    seeds = sorted(set.intersection(*(set(v) for v in valid.values() if v)))
     doc["paired_seeds"] = seeds
     per = {}
     for k, v in valid.items():
+        if not v:
+            continue
         per[k] = {}
         for sd in seeds:
             r = v[sd]
             t = time_to_target([{"t": x, "val_loss": y} for x, y in r["curve"]], target)
-            per[k][sd] = {"time_to_target_s": t, "end_s": r["end_s"], "final_val_loss": r["final_val_loss"]}
+            per[k][sd] = {"time_to_target_s": t, "end_s": r["end_s"], "final_val_loss": r["final_val_loss"],
+                          "node0_end_s": (r.get("node_ends_s") or {}).get("node0")}
     doc["per_seed"] = per
     cell = {k: [{"seed": sd, "time_to_target_s": x["time_to_target_s"], "simulated_s": x["end_s"]}
                 for sd, x in v.items()] for k, v in per.items()}
-    doc["judge"] = crossover.judge(cell) if seeds else None
     statics = {k: v for k, v in per.items() if k != "switch"}
-    full = {k: mean_ci95([x["time_to_target_s"] for x in v.values()])["mean"] for k, v in statics.items()
-            if v and all(x["time_to_target_s"] is not None for x in v.values())}
-    doc["best_static"] = min(full, key=full.get) if full else None
-    sw = per.get("switch", {})
-    if sw and all(x["time_to_target_s"] is not None for x in sw.values()):
-        ratio = [per["ring"][sd]["time_to_target_s"] / sw[sd]["time_to_target_s"] for sd in seeds]
-        doc["speedup_vs_stay"] = mean_ci95(ratio)
-        doc["speedup_vs_stay"]["per_seed"] = ratio
-        sw_mean = mean_ci95([x["time_to_target_s"] for x in sw.values()])["mean"]
-        if doc["best_static"]:
-            doc["ratio_to_best_static"] = sw_mean / full[doc["best_static"]]
-            # Paired too: per seed, the switch's time over the best static configuration's.
-            doc["ratio_to_best_static_paired"] = mean_ci95(
-                [sw[sd]["time_to_target_s"] / per[doc["best_static"]][sd]["time_to_target_s"] for sd in seeds])
-        j = doc["judge"] or {}
-        pv = (j.get("paired_vs_winner") or {})
-        doc["speedup_met"] = doc["speedup_vs_stay"]["ci95"][0] >= SPEEDUP_TARGET if len(ratio) >= 2 else None
-        doc["within_best_met"] = doc.get("ratio_to_best_static", 9) <= WITHIN_BEST
-        # A switching job that failed is the feature failing, not an emulation that did not hold.
-        failed = [sd for sd, r in runs.get("switch", {}).items() if r and "failed" in r]
-        doc["switch_failed_seeds"] = failed
-        if failed:
-            doc["speedup_met"] = doc["within_best_met"] = False
-        doc["switch_vs_winner"] = pv.get("switch") if j.get("winner") != "switch" else "switch is the winner"
+    reached_all = {k for k, v in statics.items() if all(x["time_to_target_s"] is not None for x in v.values())}
+    full = {k: mean_ci95([x["time_to_target_s"] for x in statics[k].values()]) for k in reached_all}
+    best = min(full, key=lambda k: full[k]["mean"]) if full else None
+    doc["best_static"] = best
+    sw = per["switch"]
+    sw_t = mean_ci95([x["time_to_target_s"] for x in sw.values()])
+    sw_reached = sum(x["time_to_target_s"] is not None for x in sw.values())
+    failed = sorted(sd for sd, r in runs.get("switch", {}).items() if r and "failed" in r)
+    doc["switch_failed_seeds"] = failed
+    # Paired with the switch (a seed that missed the target counts at its run's end), Holm over the two.
+    others = [k for k in dict.fromkeys(["ring", best]) if k]
+    diffs = {k: crossover.paired(cell, "switch", k) for k in others} if sw_reached == len(sw) else {}
+    for k, ph in zip(diffs, holm([diffs[k]["p"] for k in diffs])):
+        diffs[k]["p_holm"] = ph
+    doc["paired_vs_switch"] = diffs
+    tail = f" ({len(seeds)} seeds, paired; Holm over {len(diffs)} comparisons)"
+    if failed:
+        doc["conclusions"].append(f"The switching job FAILED in seed(s) {', '.join(map(str, failed))}: the feature did "
+                                  "not work there, whatever the other seeds show.")
+    if sw_reached < len(sw):
+        doc["speedup_met"] = doc["within_best_met"] = False
+        doc["conclusions"].append(f"The switching job reached the target {target:.4f} in {sw_reached} of {len(sw)} "
+                                  "seeds only: no speed-up is shown.")
     else:
-        doc["speedup_vs_stay"] = None
-        doc["verdict"] = "the switching job missed the target in some seed"
-    doc["switches"] = {sd: valid.get("switch", {}).get(sd, {}).get("switch") for sd in seeds}
+        ratio = [per["ring"][sd]["time_to_target_s"] / sw[sd]["time_to_target_s"] for sd in seeds]
+        sp = mean_ci95(ratio)
+        doc["speedup_vs_stay"] = dict(sp, per_seed=ratio)
+        doc["speedup_met"] = sp["n"] >= 2 and sp["ci95"][0] >= SPEEDUP_TARGET and not failed
+        d = diffs["ring"]
+        doc["conclusions"].append(
+            f"Switching reached the target {target:.4f} (the ring's worst final validation loss) in {fmt_ci(sw_t)} s "
+            f"against {fmt_ci(mean_ci95([x['time_to_target_s'] for x in per['ring'].values()]))} s staying on the ring: "
+            f"{fmt_ci(sp)}x per seed, ring minus switch {fmt_ci(d)} s, Holm p {_p(d['p_holm'])}, "
+            f"{_verdict(d, d['p_holm'])}; the issue's {SPEEDUP_TARGET}x is "
+            f"{'shown' if doc['speedup_met'] else 'not shown'}{tail}.")
+        if best:
+            r2 = mean_ci95([sw[sd]["time_to_target_s"] / per[best][sd]["time_to_target_s"] for sd in seeds])
+            doc["ratio_to_best_static"] = r2
+            doc["within_best_met"] = r2["n"] >= 2 and r2["ci95"][1] <= WITHIN_BEST and not failed
+            if best != "ring":
+                d2 = diffs[best]
+                versus = f", {best} minus switch {fmt_ci(d2)} s, Holm p {_p(d2['p_holm'])}, {_verdict(d2, d2['p_holm'])}"
+            else:
+                versus = " (the ring: the comparison above)"
+            doc["conclusions"].append(
+                f"The best static configuration in hindsight is {best} ({fmt_ci(full[best])} s to the target); the "
+                f"switch's time over it is {fmt_ci(r2)} per seed{versus}; within {WITHIN_BEST}x is "
+                f"{'shown' if doc['within_best_met'] else 'not shown'}{tail}.")
+    missed = sorted(set(statics) - reached_all)
+    if missed:
+        doc["conclusions"].append(
+            "Missed the target in some seed (final validation loss, mean): " + ", ".join(
+                f"{k} {mean_ci95([x['final_val_loss'] for x in statics[k].values()])['mean']:.4f}" for k in missed)
+            + f"; the switching job ended at {mean_ci95([x['final_val_loss'] for x in sw.values()])['mean']:.4f}, "
+            f"the ring at {mean_ci95([x['final_val_loss'] for x in per['ring'].values()])['mean']:.4f}.")
+    doc["switches"] = {sd: valid["switch"][sd].get("switch") for sd in seeds}
+    if control:
+        doc["control"] = c = analyse_control(control)
+        if c["seeds"]:
+            switched = [sd for sd, w in c["switched"].items() if w and w.get("switched_at") is not None]
+            doc["conclusions"].append(
+                f"Where no node slows (control), the switching job's end over the ring's is {fmt_ci(c['end_ratio'])} "
+                f"per seed; it switched in {len(switched)} of {len(c['seeds'])} seeds.")
     return doc
 
 
+def analyse_control(runs):
+    """Where nothing drifts: did the switching job switch, and what did re-deciding cost (its end over
+    the ring's, per seed; the same learning rate, so the same curve unless it switched)?"""
+    ok = {k: {sd: r for sd, r in v.items() if r and "failed" not in r and r["valid"]} for k, v in runs.items()}
+    seeds = sorted(set(ok.get("control_switch", {})) & set(ok.get("control_ring", {})))
+    ratio = [ok["control_switch"][sd]["end_s"] / ok["control_ring"][sd]["end_s"] for sd in seeds]
+    return {"seeds": seeds, "end_ratio": mean_ci95(ratio) | {"per_seed": ratio},
+            "switched": {sd: ok["control_switch"][sd].get("switch") for sd in seeds},
+            "final_val_loss": {k: {sd: ok[k][sd]["final_val_loss"] for sd in seeds} for k in ok},
+            "invalid": {k: {sd: (r.get("failed") or r["invalid_because"]) for sd, r in v.items()
+                            if r and ("failed" in r or not r["valid"])} for k, v in runs.items()}}
+
+
 def report(doc, a, s):
-    lines = [f"# A switch mid-run (issue 29, second stage)", "",
+    lines = ["# A switch mid-run (issue 29, second stage)", "",
              f"Cluster: {hindsight.describe(dict(s, slowdown=1.0))}; node {s['nodes'] - 1} {a.slowdown:g}x slower from "
              f"step {a.slow_from} of {a.steps}. First pick: {a.advice} (ring). Switch runs: --dist.readvise_every="
              f"{a.every}, re-advice `{a.readvise_args}`. Seeds {doc.get('paired_seeds')}.", ""]
-    if "target" not in doc:
-        return "\n".join(lines + [doc.get("verdict", "")]) + "\n"
-    lines += [f"Target: {doc['target']:.4f} (the highest final validation loss of the ring's runs).", "",
-              "config | time to target s (mean [95%]) | reached | end s | final val loss", "---|---|---|---|---"]
-    for k, v in doc["per_seed"].items():
-        t = mean_ci95([x["time_to_target_s"] for x in v.values()])
-        e = mean_ci95([x["end_s"] for x in v.values()])
-        fl = mean_ci95([x["final_val_loss"] for x in v.values()])
-        reached = sum(x["time_to_target_s"] is not None for x in v.values())
-        lines.append(f"{k} | {fmt_ci(t)} | {reached}/{len(v)} | {fmt_ci(e)} | {fmt_ci(fl, 4)}")
-    lines.append("")
-    sp = doc.get("speedup_vs_stay")
-    if sp:
-        lines.append(f"Speed-up of the switch over staying with the ring (per-seed ratios of the time to target): "
-                     f"{fmt_ci(sp)}; per seed {', '.join(f'{x:.2f}' for x in sp['per_seed'])}; the issue's "
-                     f"{SPEEDUP_TARGET}x {'met by the whole interval' if doc['speedup_met'] else 'not shown'}.")
-        lines.append(f"Ratio to the best static configuration in hindsight ({doc['best_static']}): "
-                     f"{doc.get('ratio_to_best_static', float('nan')):.3f} of the means, per-seed ratios "
-                     f"{fmt_ci(doc['ratio_to_best_static_paired']) if doc.get('ratio_to_best_static_paired') else 'n/a'} "
-                     f"(the issue's {WITHIN_BEST}, on the means: {'met' if doc['within_best_met'] else 'not met'}).")
-        if doc.get("switch_failed_seeds"):
-            lines.append(f"Switching runs that FAILED (counted against the feature): seeds {doc['switch_failed_seeds']}.")
-    j = doc.get("judge") or {}
-    lines.append(f"crossover.judge over every configuration: winner {j.get('winner')}, "
-                 f"{'resolved' if j.get('resolved') else 'not resolved from ' + ', '.join(j.get('tied', []))}.")
+    if "per_seed" in doc:
+        lines += [f"Target: {doc['target']:.4f} (the highest final validation loss of the ring's runs).", "",
+                  "config | time to target s (mean [95%]) | reached | end s (last node) | node 0's last step s | final val loss",
+                  "---|---|---|---|---|---"]
+        for k, v in doc["per_seed"].items():
+            t = mean_ci95([x["time_to_target_s"] for x in v.values()])
+            e = mean_ci95([x["end_s"] for x in v.values()])
+            fl = mean_ci95([x["final_val_loss"] for x in v.values()])
+            reached = sum(x["time_to_target_s"] is not None for x in v.values())
+            n0 = mean_ci95([x.get("node0_end_s") for x in v.values()])
+            lines.append(f"{k} | {fmt_ci(t)} | {reached}/{len(v)} | {fmt_ci(e)} | {fmt_ci(n0)} | {fmt_ci(fl, 4)}")
+        lines.append("")
+    lines += ["Conclusions (the tool's):", ""] + [f"- {c}" for c in doc["conclusions"]] + [""]
     lines.append(f"Switches: {json.dumps(doc.get('switches'))}")
+    if doc.get("control"):
+        lines.append(f"Control switches: {json.dumps(doc['control']['switched'])}")
     if doc.get("invalid"):
         lines.append(f"Invalid or failed runs, left out: {json.dumps(doc['invalid'])}")
     return "\n".join(lines) + "\n"
@@ -315,11 +378,20 @@ def main(argv=None):
         hindsight.STOP.set()
         print("[switch] interrupted: the running cluster was stopped; no interrupted run is kept", file=sys.stderr)
         return 130
-    doc = analyse(runs, a)
+    if a.control:
+        try:
+            for sd in range(a.first_seed, a.first_seed + a.seeds):
+                for k in ("control_switch", "control_ring"):
+                    runs.setdefault(k, {})[sd] = measure(k, sd, a, s, em, job)
+        except KeyboardInterrupt:
+            hindsight.STOP.set()
+            return 130
+    control = {k: runs.pop(k) for k in ("control_switch", "control_ring") if k in runs}
+    doc = analyse(runs, control)
     doc.update({"command": "python experiments/switch_midrun.py " + " ".join(sys.argv[1:] if argv is None else argv),
                 "scenario": dict(s, slow_from=a.slow_from, steps=a.steps), "every": a.every,
                 "readvise_args": a.readvise_args, "first_advice": a.advice,
-                "runs": {k: {sd: r for sd, r in v.items()} for k, v in runs.items()}})
+                "runs": {k: {sd: r for sd, r in v.items()} for k, v in runs.items()}, "control_runs": control})
     with open(os.path.join(a.out, "switch.json"), "w") as f:
         json.dump(doc, f, indent=1)
     text = report(doc, a, s)

@@ -190,6 +190,9 @@ done
 [ -n "$CONFIG" ] && grep -Eq '^[[:space:]]*mode[[:space:]]*=[[:space:]]*"auto"' "$CONFIG" 2>/dev/null && AUTO=1
 ALL_SERVERS_LIST=$SERVERS_LIST USER_SERVER_ARGS=("${SERVER_ARGS[@]}")
 NEXT_ADVICE=()  # after a switch (exit kExitSwitch): --dist.advice=OUT/advice.next.json, the job's new pick
+# A node that switched earlier (this launcher restarted, a requeue) resumes in the pick it switched to:
+# its newest checkpoint may be the switch's, and the other nodes restart in that pick.
+[ "$AUTO" = 1 ] && [ -f "$OUT/advice.next.json" ] && [ -f "$OUT/checkpoints/latest" ] && NEXT_ADVICE=(--dist.advice="$OUT/advice.next.json")
 READVISE=0      # dist.readvise_every of the advice in force (node 0 re-advises on the worker's request)
 # Sets SERVERS_LIST, EPS and SERVER_ARGS from the advice the worker's arguments resolve to.
 apply_auto() {
@@ -293,8 +296,11 @@ readvise_start() {
   echo "[launch] node 0: a node drifted from the advice: re-advising on what the run measured in $runs (log $dir.log); the job goes on meanwhile"
   # (word splitting of SYNCOPATE_READVISE_ARGS is meant: options for the advisor)
   # shellcheck disable=SC2086
+  # Without SYNCOPATE_SERVERS this job cannot start shards: the re-advice picks among the ring's candidates.
+  local no_servers=()
+  [ -n "$ALL_SERVERS_LIST" ] || no_servers=(--no-servers)
   ( nice -n 10 "${SYNCOPATE_ADVISE:-$ROOT/scripts/syncopate-advise}" --from-run "$runs" --window 10 --out "$dir" \
-      ${SYNCOPATE_READVISE_ARGS:-} > "$dir.log" 2>&1 &&
+      "${no_servers[@]}" ${SYNCOPATE_READVISE_ARGS:-} > "$dir.log" 2>&1 &&
     cp "$dir/advice.json" "$OUT/readvise.advice.json.tmp" && mv "$OUT/readvise.advice.json.tmp" "$OUT/readvise.advice.json" ) &
   ADVISOR_PID=$!
 }

@@ -25,7 +25,7 @@ ParameterShard::~ParameterShard() = default;
 
 // Everything of an INIT is checked before anything of the shard changes (docs/PROTOCOL.md:
 // "a rejected message changes nothing").
-void ParameterShard::check_init(const MsgHeader& h, const float* values) const {
+void ParameterShard::check_init(const MsgHeader& h, const float* values, const float* moments) const {
   SYN_CHECK(h.workers >= 1 && h.workers <= 4096, fmt::format("INIT with {} workers", h.workers), "workers must be 1..4096");
   SYN_CHECK(h.worker >= 0 && (h.worker < h.workers || (h.elastic && h.worker < kMaxWorkers)),
             fmt::format("INIT from worker {} of {}", h.worker, h.workers),
@@ -72,6 +72,21 @@ void ParameterShard::check_init(const MsgHeader& h, const float* values) const {
             "(it was computed on the read before last): every other step would be dropped. Turn --dist.ps_overlap off, "
             "or run the servers with --ps.backup_workers=0");
   make_consistency_rule(cfg_, h.workers);  // backup workers against the worker count
+  SYN_CHECK(!h.moments || (moments != nullptr || h.length == 0),
+            fmt::format("INIT from worker {} says it carries AdamW moments but holds none", h.worker),
+            "send the values, then the first and second moments");
+  SYN_CHECK(!h.moments || h.update == "adamw",
+            fmt::format("INIT from worker {} carries AdamW moments with update '{}'", h.worker, h.update),
+            "moments are the shard's AdamW state: local SGD pushes (its inner AdamW is the node's) carry none");
+  if (h.moments && h.length > 0) {
+    const float* m = moments;
+    const float* v = moments + h.length;
+    int64_t bad = count_nonfinite(m, h.length) + count_nonfinite(v, h.length);
+    for (int64_t i = 0; i < h.length; ++i) bad += v[i] < 0;
+    SYN_CHECK(bad == 0, fmt::format("INIT from worker {} carries {} non-finite moments or negative second moments",
+                                    h.worker, bad),
+              "the worker's optimizer state is corrupt: restart it from a good checkpoint");
+  }
   if (initialized_) {
     SYN_CHECK(h.elastic == elastic_,
               fmt::format("INIT from worker {} with dist.elastic={}, but the job's first worker sent {}", h.worker, h.elastic,
@@ -120,8 +135,9 @@ void ParameterShard::check_decay(const int64_t* decay, size_t pairs) {
               "decay pairs are (offset, length) in the flat vector, each in [0, 2^50]: the worker is corrupt or not Syncopate's");
 }
 
-void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t* decay, size_t pairs, double now_s) {
-  check_init(h, values);  // everything, agreement with a first INIT included
+void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t* decay, size_t pairs, double now_s,
+                          const float* moments) {
+  check_init(h, values, moments);  // everything, agreement with a first INIT included
   check_decay(decay, pairs);
   if (initialized_) return;  // later INITs only had to agree with it
   rule_ = make_consistency_rule(cfg_, h.workers);
@@ -147,6 +163,11 @@ void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t
   oc.eps = h.eps;
   oc.weight_decay = h.weight_decay;
   opt_ = std::make_unique<FlatAdamW>(oc, length_, local, params_.options());
+  if (h.moments && length_ > 0) {  // the state a switch carried over: AdamW goes on where the nodes' left it
+    std::memcpy(opt_->exp_avg().data_ptr<float>(), moments, static_cast<size_t>(length_) * sizeof(float));
+    std::memcpy(opt_->exp_avg_sq().data_ptr<float>(), moments + length_, static_cast<size_t>(length_) * sizeof(float));
+  }
+  if (h.moments) opt_->set_steps(h.adam_steps);
   update_ = h.update;
   wire_ = h.wire;
   layout_ = h.layout;

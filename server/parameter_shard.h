@@ -29,10 +29,14 @@ class ParameterShard {
   // INITs (from the other workers) must match it and are otherwise ignored. decay: [offset, length)
   // pairs in flat-vector coordinates. Throws syncopate::Error on a mismatch.
   // now_s starts every worker's liveness clock (a worker that never speaks expires after the timeout).
-  void init(const MsgHeader& h, const float* values, const int64_t* decay, size_t decay_pairs, double now_s = 0.0);
+  // moments (h.moments, protocol 8): AdamW's first then second moments of the range (2 x length floats),
+  // and h.adam_steps their step count: a first INIT starts the shard's AdamW from them (a switch into
+  // ps mode from a mode whose nodes held them: worker/train/mode_switch.h); later INITs' are checked.
+  void init(const MsgHeader& h, const float* values, const int64_t* decay, size_t decay_pairs, double now_s = 0.0,
+            const float* moments = nullptr);
   // The checks init() makes before it changes anything (header fields, AdamW settings, finite values,
-  // agreement with the range a first INIT fixed); throws syncopate::Error.
-  void check_init(const MsgHeader& h, const float* values) const;
+  // sane moments, agreement with the range a first INIT fixed); throws syncopate::Error.
+  void check_init(const MsgHeader& h, const float* values, const float* moments = nullptr) const;
   bool initialized() const { return initialized_; }
   // A worker (re)registers at step `clock`: its next push is that clock. A worker restarted from a
   // checkpoint older than the clocks this shard already applied for it gets those pushes answered

@@ -335,9 +335,13 @@ std::vector<int64_t> PsClient::part_bounds(int64_t n, int servers, int64_t parti
 }
 
 void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int64_t>>& decay, const AdamWConfig& oc,
-                    int64_t start_step, const ShardUpdate& update) {
+                    int64_t start_step, const ShardUpdate& update, FlatAdamW* moments) {
   auto& I = *impl_;
   require_host(params, params.numel(), "init");
+  if (moments) {
+    require_host(moments->exp_avg(), params.numel(), "init (AdamW's first moments)");
+    require_host(moments->exp_avg_sq(), params.numel(), "init (AdamW's second moments)");
+  }
   const int K = shards();
   std::vector<int> server_of_part;
   I.bounds = part_bounds(params.numel(), K, I.opt.partition_elems, &server_of_part);
@@ -369,11 +373,19 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
     h.clock = start_step;
     h.layout = layout();
     h.overlap = I.opt.overlap;
+    h.moments = moments != nullptr;
+    h.adam_steps = moments ? moments->steps() : 0;
+    const int64_t floats = h.length * (moments ? 3 : 1);  // the values, then (moments) AdamW's first and second
     at::Tensor& b = bodies[static_cast<size_t>(p)];
-    b = at::empty({h.length * 4 + static_cast<int64_t>(pairs.size()) * 8}, at::kByte);
+    b = at::empty({floats * 4 + static_cast<int64_t>(pairs.size()) * 8}, at::kByte);
     auto* bytes = b.data_ptr<uint8_t>();
     if (h.length) std::memcpy(bytes, params.data_ptr<float>() + h.offset, static_cast<size_t>(h.length) * 4);
-    if (!pairs.empty()) std::memcpy(bytes + h.length * 4, pairs.data(), pairs.size() * 8);
+    if (moments && h.length) {
+      std::memcpy(bytes + h.length * 4, moments->exp_avg().data_ptr<float>() + h.offset, static_cast<size_t>(h.length) * 4);
+      std::memcpy(bytes + h.length * 8, moments->exp_avg_sq().data_ptr<float>() + h.offset,
+                  static_cast<size_t>(h.length) * 4);
+    }
+    if (!pairs.empty()) std::memcpy(bytes + floats * 4, pairs.data(), pairs.size() * 8);
     hs.push_back(h);
   }
   // Every part's INIT as hs says it (values: with the initial values, which create a part that does

@@ -89,9 +89,11 @@ class PsClient {
 
   // Sends INIT (range, AdamW settings, initial values, decay ranges, the clock this worker starts
   // at, the update rule) to every shard and loads the shards' current values into params (the
-  // first worker's INIT wins; later joiners and restarted workers get the latest).
+  // first worker's INIT wins; later joiners and restarted workers get the latest). moments (optional):
+  // AdamW's state over the whole flat vector, sent with the values (a switch into ps mode from a mode
+  // whose nodes held it); a shard that INIT creates starts its AdamW from it.
   void init(at::Tensor& params, const std::vector<std::pair<int64_t, int64_t>>& decay, const AdamWConfig& opt,
-            int64_t start_step = 0, const ShardUpdate& update = {});
+            int64_t start_step = 0, const ShardUpdate& update = {}, FlatAdamW* moments = nullptr);
   int shards() const;  // servers
   int parts() const;   // parts pushed independently (after init()): shards() when not partitioned
   // Part p is [bounds()[p], bounds()[p+1]) of the flat vector (after init()), on server server_of(p).

@@ -41,6 +41,8 @@ MsgHeader decode_header(const void* data, size_t n, size_t limit) {
             fmt::format("bad range offset={} length={}", h.offset, h.length), "the peer sent a corrupt header");
   SYN_CHECK(h.join >= 0 && h.join <= 2 && h.samples >= 0 && h.samples <= (int64_t{1} << 40),
             fmt::format("bad elastic fields join={} samples={}", h.join, h.samples), "the peer sent a corrupt header");
+  SYN_CHECK(h.adam_steps >= 0 && h.adam_steps <= (int64_t{1} << 50), fmt::format("bad adam_steps={}", h.adam_steps),
+            "the peer sent a corrupt header");
   return h;
 }
 

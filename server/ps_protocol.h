@@ -10,12 +10,13 @@
 
 namespace syncopate {
 
-constexpr uint32_t kPsProtocolVersion = 7;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format;
+constexpr uint32_t kPsProtocolVersion = 8;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format;
                                             // 3: INIT's job layout, FINISH; 4: partitions (INIT's `partition`,
                                             // requests and replies name their partition by offset and length);
                                             // 5: INIT's `overlap` (refused with BSP backup workers);
                                             // 6: elastic membership (INIT's `elastic` and `join`, `samples`,
-                                            // replies' `data`); 7: FINISH's `data` = kFinishStillReading
+                                            // replies' `data`); 7: FINISH's `data` = kFinishStillReading;
+                                            // 8: INIT's `moments` and `adam_steps` (a switch into ps mode)
 constexpr int64_t kMaxPartitionsPerServer = 4096;  // a server holds at most this many partitions (INIT `partition`)
 constexpr size_t kMaxHeaderBytes = 4096;          // requests (what a server decodes: tight)
 constexpr size_t kMaxReplyHeaderBytes = 1 << 20;  // replies
@@ -82,12 +83,17 @@ struct MsgHeader {
                                // largest answer over every part): under BSP the reply is held until the part's round
                                // reaches it
   int64_t samples = 0;         // elastic INIT and PUSH_PULL: training samples one step of this worker takes (the grant's size)
+  // A switch into ps mode from a mode whose nodes held AdamW's state (worker/train/mode_switch.h):
+  bool moments = false;        // INIT: after the values, the range's AdamW first and then second moments (float32,
+                               // `length` each) follow in the data frame; a first INIT (which creates the part) starts
+                               // the shard's AdamW from them, later ones are checked like values and otherwise ignored
+  int64_t adam_steps = 0;      // INIT with moments: AdamW's step count they were made in (its bias correction goes on)
   int64_t data = -1;           // replies of an elastic job's first part (offset 0): the first sample of the worker's
                                // next step in the job's data order (each sample granted once); -1 = none
   std::string text;            // errors, stats JSON
   MSGPACK_DEFINE_MAP(type, version, token, worker, workers, clock, param_version, offset, length, partition, dtype, wire, lr, beta1,
                      beta2, eps, weight_decay, update, outer_lr, outer_momentum, outer_delay, staleness, overlap, layout,
-                     elastic, join, samples, data, text)
+                     elastic, join, samples, moments, adam_steps, data, text)
 };
 
 // The header's `token` field: a 64-bit digest of the job token. It is sent in every request, so

@@ -164,16 +164,21 @@ struct PsServer::Impl {
         case MsgType::kInit: {
           SYN_CHECK(h.length >= 0 && h.length <= ParameterShard::kMaxShardLength,
                     fmt::format("INIT length {} is not a length", h.length), "send 0..2^36 values");
-          // (A join at a clock, join = 2, names a part that exists and carries no values.)
-          SYN_CHECK((h.join == 2 && data_bytes == 0) ||
-                        (data_bytes >= static_cast<size_t>(h.length) * 4 && (data_bytes - h.length * 4) % 16 == 0),
-                    fmt::format("INIT data of {} bytes for {} values", data_bytes, h.length), "send values then decay pairs");
+          // (A join at a clock, join = 2, names a part that exists and carries no values.) The values, with
+          // `moments` AdamW's two moments after them (3 x length floats), then the decay pairs.
+          SYN_CHECK(!(h.join == 2 && h.moments), "INIT joining at a clock with moments", "a join carries no values");
+          const size_t floats = static_cast<size_t>(h.length) * (h.moments ? 3 : 1);
+          SYN_CHECK((h.join == 2 && data_bytes == 0) || (data_bytes >= floats * 4 && (data_bytes - floats * 4) % 16 == 0),
+                    fmt::format("INIT data of {} bytes for {} values{}", data_bytes, h.length,
+                                h.moments ? " and their AdamW moments" : ""),
+                    "send values (then, with moments, the first and second moments) then decay pairs");
           const char* d = frames.size() == 3 && data_bytes > 0 ? static_cast<const char*>(frames[2].data()) : nullptr;
-          std::vector<int64_t> pairs(data_bytes > 0 ? (data_bytes - h.length * 4) / 8 : 0);
-          if (!pairs.empty()) std::memcpy(pairs.data(), d + h.length * 4, pairs.size() * 8);
+          std::vector<int64_t> pairs(data_bytes > 0 ? (data_bytes - floats * 4) / 8 : 0);
+          if (!pairs.empty()) std::memcpy(pairs.data(), d + floats * 4, pairs.size() * 8);
           bool created = false;
-          ParameterShard& shard =
-              parts.init(h, reinterpret_cast<const float*>(d), pairs.data(), pairs.size() / 2, now(), &created);
+          const float* values = reinterpret_cast<const float*>(d);
+          ParameterShard& shard = parts.init(h, values, pairs.data(), pairs.size() / 2, now(), &created,
+                                             h.moments && d ? values + h.length : nullptr);
           // Durable before acknowledged: a partition the workers were told exists is in the checkpoint
           // directory before the reply (a restart before its first update still knows it).
           if (created) parts.checkpoint(shard, true);

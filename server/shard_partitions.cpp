@@ -29,7 +29,7 @@ std::string ShardPartitions::describe() const {
 }
 
 ParameterShard& ShardPartitions::init(const MsgHeader& h, const float* values, const int64_t* decay, size_t pairs,
-                                      double now_s, bool* created) {
+                                      double now_s, bool* created, const float* moments) {
   if (created) *created = false;
   SYN_CHECK(h.partition >= 0 && (h.partition == 0 || h.length <= h.partition),
             fmt::format("INIT of [{}, +{}) with partition size {}", h.offset, h.length, h.partition),
@@ -40,7 +40,7 @@ ParameterShard& ShardPartitions::init(const MsgHeader& h, const float* values, c
               fmt::format("INIT of [{}, +{}) {}, but this server holds it {}", h.offset, h.length,
                           whole ? "unpartitioned" : "as a partition", it->second.whole ? "unpartitioned" : "as a partition"),
               "every worker must run the same dist.ps_partition_mb");
-    it->second.shard->init(h, values, decay, pairs, now_s);  // checks agreement; changes nothing
+    it->second.shard->init(h, values, decay, pairs, now_s, moments);  // checks agreement; changes nothing
     return *it->second.shard;
   }
   for (const auto& [range, part] : parts_) {
@@ -60,7 +60,7 @@ ParameterShard& ShardPartitions::init(const MsgHeader& h, const float* values, c
             fmt::format("INIT of a partition beyond this server's limit of {}", kMaxPartitionsPerServer),
             "raise dist.ps_partition_mb (fewer, larger partitions) or add servers");
   auto shard = std::make_unique<ParameterShard>(cfg_);
-  shard->init(h, values, decay, pairs, now_s);  // throws before anything is kept
+  shard->init(h, values, decay, pairs, now_s, moments);  // throws before anything is kept
   Part& p = parts_[{h.offset, h.length}];
   p.shard = std::move(shard);
   p.whole = whole;

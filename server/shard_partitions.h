@@ -33,9 +33,9 @@ class ShardPartitions {
   // INIT: the partition with exactly h's range, made by the first INIT that names it (it must not
   // overlap a partition held, and agree on partitioned or whole), after every check
   // ParameterShard::init makes. Throws syncopate::Error, changing nothing.
-  // created (optional): set to whether this INIT made the partition.
+  // created (optional): set to whether this INIT made the partition. moments: as ParameterShard::init's.
   ParameterShard& init(const MsgHeader& h, const float* values, const int64_t* decay, size_t pairs, double now_s,
-                       bool* created = nullptr);
+                       bool* created = nullptr, const float* moments = nullptr);
   // The partition a request names by its exact range; throws naming the ranges held.
   ParameterShard& at(const MsgHeader& h);
   bool initialized() const { return !parts_.empty(); }

@@ -8,7 +8,8 @@
 #     nodes' directories and --window 10 (the steps since it drifted), while the job goes on;
 #  2. the answer picks BSP on parameter servers: at the next decision step every node checkpoints, its
 #     worker exits with 75, and its launcher restarts it with --resume in ps mode, starting its shard
-#     with the advice's --ps.consistency=bsp; the job runs to its last step and every process exits 0;
+#     with the advice's --ps.consistency=bsp (AdamW's moments go to the shards with INIT, protocol 8);
+#     the job runs to its last step and every process exits 0;
 #  3. every step is logged once on each node, the steps after the switch in ps mode, and the switch's
 #     checkpoint was written by the ring;
 #  4. a re-advice that keeps the pick changes nothing: the same job with a stand-in that answers the
@@ -75,6 +76,7 @@ for i in 0 1; do
   grep -q "stopped after step [0-9]* to switch to bsp" "$TMP/sw/logs/node$i.log" &&
     grep -q "restarting with --resume --dist.advice=$TMP/sw/node$i/advice.next.json" "$TMP/sw/logs/node$i.log" &&
     grep -q "resolves to ps (the advice); shards get --ps.consistency=bsp" "$TMP/sw/logs/node$i.log" &&
+    grep -q "AdamW's moments too (to the shards, with their INIT" "$TMP/sw/logs/node$i.log" &&
     grep -q '"consistency":"bsp"' "$TMP/sw/logs/node$i.log" ||
     { echo "FAIL: node $i did not switch to bsp through its launcher"; grep -E "launch|advice|switch" "$TMP/sw/logs/node$i.log" | tail -n 12; fail=1; }
 done

@@ -600,6 +600,36 @@ TEST_P(PsPushModes, OneAspWorkerEqualsSingleProcess) {
   EXPECT_EQ(c["wire_bytes_received"], 7 * c["params"].get<int64_t>() * 4) << c.dump();
 }
 
+// Issue 29: a switch into ps mode at a checkpoint carries AdamW's state to the shards (protocol 8).
+// One process trains 3 steps alone (mode none; a constant learning rate, so that the shorter first
+// run's schedule is the longer one's), checkpoints, and resumes as the worker of two ASP shards for
+// 3 more: it ends where the same process alone for 6 steps ends, within OneAspWorkerEqualsSingleProcess's
+// tolerance.
+TEST(PsTraining, ASwitchIntoPsCarriesAdamWsStateToTheShards) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  const std::vector<std::string> flat_lr = {"--optim.lr=0.003", "--schedule.min_lr=0.003", "--schedule.warmup_steps=0"};
+  auto run = [&](const std::string& out, std::vector<std::string> extra, const std::string& log) {
+    auto a = train_args(d, corpus, d.str(out), 4);
+    a.insert(a.end(), flat_lr.begin(), flat_lr.end());
+    a.insert(a.end(), extra.begin(), extra.end());
+    test::Process p(a, {"SYNCOPATE_TOKEN=t"}, d.str(log));
+    EXPECT_EQ(p.wait(120), 0) << test::slurp(d.str(log));
+  };
+  run("alone", {}, "alone.log");
+  std::vector<std::unique_ptr<test::Process>> servers;
+  const std::string eps = start_servers(d, 2, "asp", servers);
+  run("sw", {"--train.steps=3", "--checkpoint.every=3"}, "sw1.log");
+  run("sw", {"--resume", "--dist.mode=ps", "--dist.servers=" + eps, "--dist.timeout_s=20"}, "sw2.log");
+  const std::string log = test::slurp(d.str("sw2.log"));
+  EXPECT_NE(log.find("switching from none to ps at this checkpoint"), std::string::npos) << log;
+  EXPECT_NE(log.find("AdamW's moments too (to the shards, with their INIT"), std::string::npos) << log;
+  auto a = weights(d.str("sw")), b = weights(d.str("alone"));
+  // (A shard's AdamW from zero moves each weight by about lr = 3e-3 in its first step, not 1e-6 away:
+  // ParameterShard.AnInitWithMomentsStartsAdamWFromThem shows the difference on one shard.)
+  EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-7)) << (a - b).abs().max().item<double>();
+}
+
 // Issue 12: compressed pushes. bf16 and int8 (with error feedback) gradients reach the shards,
 // which decode them; the run stays within the compression's reach of the float32 one, and each
 // step's bytes are exactly the format's: 2 per value for bf16, 1 per value plus a 4-byte scale
@@ -1292,10 +1322,20 @@ TEST(PsServer, EmptyRangesAndMissingFramesGetRepliesNotACrash) {
     const MsgHeader refused = ask(fin);
     EXPECT_EQ(refused.type, static_cast<int>(MsgType::kError));
     EXPECT_NE(refused.text.find("FINISH with data 5"), std::string::npos) << refused.text;
+    // Protocol 8: an INIT that says it carries moments but whose data frame holds the values alone.
+    MsgHeader short_moments = init_header(1, 2, 100);
+    short_moments.worker = 0;
+    short_moments.token = init.token;
+    short_moments.moments = true;
+    const std::string two_values(8, '\0');
+    const MsgHeader no_moments = ask(short_moments, &two_values);
+    EXPECT_EQ(no_moments.type, static_cast<int>(MsgType::kError));
+    EXPECT_NE(no_moments.text.find("INIT data of 8 bytes for 2 values and their AdamW moments"), std::string::npos)
+        << no_moments.text;
   }
   PsClient c({endpoint}, "t", 0, 1, PsClientOptions{10});
   auto stats = nlohmann::json::parse(c.stats(0));
-  EXPECT_EQ(stats["bad_messages"], 3) << stats.dump();
+  EXPECT_EQ(stats["bad_messages"], 4) << stats.dump();
   EXPECT_EQ(stats["finished"], nlohmann::json::array({false})) << "a refused FINISH changes nothing";
 }
 
@@ -1635,19 +1675,28 @@ TEST(ParameterShard, BspFirstMomentIsThatOfTheMeanGradient) {
 // Issue 15 (3): a shard saved and loaded into a fresh one holds every field (values, both moments,
 // optimizer step, version, clocks, range, settings) and answers the next push exactly as the
 // original does.
-TEST(ParameterShard, SaveThenLoadRestoresEverythingAndTheNextPushAgrees) {
-  PsConfig c;
-  ParameterShard a(c);
-  std::vector<float> init = {1, -1, 0.5f, 2, 0, 3};
+namespace {
+// A shard of 6 values for 2 workers (AdamW 0.8 / 0.9, eps 1e-6, decay 0.05 on the first 3), after 3 pushes.
+const int64_t kSixDecay[2] = {0, 3};
+MsgHeader six_init() {
   MsgHeader ih = init_header(2, 6);
-  ih.offset = 0;
   ih.beta1 = 0.8, ih.beta2 = 0.9, ih.eps = 1e-6, ih.weight_decay = 0.05;
-  const int64_t decay[2] = {0, 3};
-  a.init(ih, init.data(), decay, 1);
+  return ih;
+}
+void init_and_push_three(ParameterShard& a) {
+  std::vector<float> init = {1, -1, 0.5f, 2, 0, 3};
+  a.init(six_init(), init.data(), kSixDecay, 1);
   for (int step = 0; step < 3; ++step) {
     std::vector<float> g = {0.1f * step, -0.2f, 0.3f, 0.05f, -0.4f, 0.2f};
     a.push(push_header(step % 2, step, a.version(), 6), g.data());
   }
+}
+}  // namespace
+
+TEST(ParameterShard, SaveThenLoadRestoresEverythingAndTheNextPushAgrees) {
+  PsConfig c;
+  ParameterShard a(c);
+  init_and_push_three(a);
   test::TempDir d;
   a.save(d.str("s.safetensors"));
   ParameterShard b(c);
@@ -2056,4 +2105,59 @@ TEST(ParameterShard, DcAsgdFreesTheBackupsOfFinishedAndDeadWorkers) {
   s.expire(20.0);  // worker 2, silent since 1.0, is dead
   EXPECT_EQ(kept(), 2 * 4);
   EXPECT_EQ(s.live_workers(), 1);
+}
+
+// Protocol 8 (issue 29): a switch into ps mode carries AdamW's state to the shards. A shard created
+// by an INIT with moments (those of a shard that took 3 pushes, its values and its step count) answers
+// the next push bit for bit as that shard does; a later INIT's moments are checked, not taken; moments
+// with local SGD's update, non-finite ones or a negative second moment are refused by name.
+TEST(ParameterShard, AnInitWithMomentsStartsAdamWFromThem) {
+  PsConfig c;
+  ParameterShard a(c);
+  init_and_push_three(a);
+  const int64_t* decay = kSixDecay;
+  test::TempDir d;
+  a.save(d.str("a.safetensors"));
+  auto sa = load_safetensors(d.str("a.safetensors"));
+  const int64_t steps = nlohmann::json::parse(sa.metadata["shard"])["opt_steps"].get<int64_t>();
+  ASSERT_EQ(steps, 3);
+  std::vector<float> values(6), moments(12);
+  std::memcpy(values.data(), a.params().data_ptr<float>(), 6 * sizeof(float));
+  std::memcpy(moments.data(), sa.tensors["exp_avg"].contiguous().data_ptr<float>(), 6 * sizeof(float));
+  std::memcpy(moments.data() + 6, sa.tensors["exp_avg_sq"].contiguous().data_ptr<float>(), 6 * sizeof(float));
+  MsgHeader mh = six_init();
+  mh.moments = true;
+  mh.adam_steps = steps;
+  ParameterShard b(c), zero(c);
+  b.init(mh, values.data(), decay, 1, 0.0, moments.data());
+  zero.init(six_init(), values.data(), decay, 1);  // the same values, AdamW from zero (protocol 7's switch)
+  std::vector<float> g = {0.3f, 0.1f, -0.2f, 0.4f, 0.0f, -0.1f};
+  a.push(push_header(1, 3, a.version(), 6), g.data());
+  b.push(push_header(1, 3, b.version(), 6), g.data());
+  zero.push(push_header(1, 3, zero.version(), 6), g.data());
+  EXPECT_TRUE(torch::equal(a.params(), b.params())) << (a.params() - b.params()).abs().max().item<double>();
+  EXPECT_GT((a.params() - zero.params()).abs().max().item<double>(), 1e-4);  // the test could fail without them
+  // A later INIT (another worker's) with other moments: checked, not taken.
+  std::vector<float> other(12, 0.5f);
+  MsgHeader later = mh;
+  later.worker = 1;
+  b.init(later, values.data(), decay, 1, 0.0, other.data());
+  b.save(d.str("b.safetensors"));
+  auto sb = load_safetensors(d.str("b.safetensors"));
+  EXPECT_FALSE(torch::equal(sb.tensors["exp_avg"], torch::full({6}, 0.5f)));
+  // Refused by name, changing nothing.
+  auto refused = [&](MsgHeader h, std::vector<float> m) {
+    ParameterShard s(c);
+    const std::string e = test::error_of([&] { s.init(h, values.data(), decay, 1, 0.0, m.data()); });
+    EXPECT_FALSE(s.initialized());
+    return e;
+  };
+  MsgHeader nesterov = mh;
+  nesterov.update = "nesterov";
+  EXPECT_NE(refused(nesterov, moments).find("carries AdamW moments with update 'nesterov'"), std::string::npos);
+  std::vector<float> nan = moments, negative = moments;
+  nan[2] = std::numeric_limits<float>::quiet_NaN();
+  negative[8] = -1;
+  EXPECT_NE(refused(mh, nan).find("1 non-finite moments or negative second moments"), std::string::npos);
+  EXPECT_NE(refused(mh, negative).find("1 non-finite moments or negative second moments"), std::string::npos);
 }

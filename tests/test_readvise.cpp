@@ -51,6 +51,10 @@ TEST(Readvise, Node0AsksOnceOnDriftAndAKeptPickChangesNothing) {
   EXPECT_TRUE(fs::exists(d.str("readvise.step40.json")));
   EXPECT_FALSE(r.decide(50, true, kOne, cpu));
   EXPECT_FALSE(fs::exists(d.str(kReadviseRequestFile)));
+  // Back within the advice at a decision step, then a new drift: asked again.
+  EXPECT_FALSE(r.decide(60, false, kOne, cpu));
+  EXPECT_FALSE(r.decide(70, true, kOne, cpu));
+  EXPECT_TRUE(fs::exists(d.str(kReadviseRequestFile)));
 }
 
 TEST(Readvise, ANewPickComesBackByteForByteAndAnUnreadableAnswerIsNone) {

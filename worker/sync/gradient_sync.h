@@ -167,6 +167,10 @@ class GradientSync {
   virtual void check_identical(const at::Tensor& params, int64_t step) = 0;
   // The optimizer state this replica holds (and checkpoints); null when the servers hold it.
   virtual FlatAdamW* optimizer() { return nullptr; }
+  // A switch into this mode from one whose nodes held AdamW's state (worker/train/mode_switch.h), where
+  // optimizer() is null: where the checkpoint's state is loaded (parameter servers: start() sends it to
+  // the shards with INIT, and a shard it creates starts its AdamW from it). Null: nothing is carried.
+  virtual FlatAdamW* carried_optimizer() { return nullptr; }
   // Further state a checkpoint must carry for an exact resume (local SGD: the round's start and
   // the outer momentum), by name; the tensors are the live ones (a load copies into them).
   virtual std::vector<std::pair<std::string, at::Tensor>> state() { return {}; }

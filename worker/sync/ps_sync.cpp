@@ -39,7 +39,7 @@ class PsSync : public GradientSync {
       : GradientSync(s.local, s.local_size), group_(s.group), device_(s.device), node_(static_cast<int>(s.dist.node_rank)),
         nodes_(static_cast<int>(s.dist.nnodes)), optim_(s.optim), decay_(flat.decay_ranges()),
         skip_(s.skip_grad_norm), overlap_(s.dist.ps_overlap), push_in_backward_(s.dist.ps_push_in_backward && !s.dist.ps_overlap),
-        elastic_(s.dist.elastic) {
+        elastic_(s.dist.elastic), numel_(flat.numel()) {
     const auto endpoints = PsClient::parse_endpoints(s.dist.servers);
     if (local_ == 0) {  // local replica 0 talks to the servers for its node
       client_ = std::make_unique<PsClient>(endpoints, s.token, node_, nodes_, ps_client_options(s));
@@ -67,8 +67,9 @@ class PsSync : public GradientSync {
   void start(at::Tensor& params, int64_t step) override {
     if (client_) {
       at::Tensor host = params_host_.to_host(params);
-      client_->init(host, decay_, optim_, step);
+      client_->init(host, decay_, optim_, step, {}, carried_.get());  // (carried_: a switch's AdamW state)
       if (switched_) check_switched_shards(*client_, step);
+      carried_.reset();
       if (residual_.defined()) client_->set_residuals(residual_.data_ptr<float>());  // owed at the checkpoint
       HostStaging::to_device(params, host);
       if (elastic_) joined_ = client_->start_clock();
@@ -127,6 +128,11 @@ class PsSync : public GradientSync {
   void synchronize(at::Tensor& params) override {
     if (client_) finish_inflight(params);
     share_node_params(params);
+  }
+  // Host memory: the client sends it from there (replica 0's; the others' load is dropped at start()).
+  FlatAdamW* carried_optimizer() override {
+    if (!carried_) carried_ = std::make_unique<FlatAdamW>(optim_, numel_, decay_, at::TensorOptions().dtype(at::kFloat));
+    return carried_.get();
   }
   void restart_state(const at::Tensor&) override {
     switched_ = true;
@@ -239,6 +245,8 @@ class PsSync : public GradientSync {
   std::unique_ptr<PsClient> client_;  // local replica 0 only
   at::Tensor residual_;               // int8 wire: the client's residuals, flat (local replica 0's are the real ones)
   bool switched_ = false;             // resumed from another synchronization's checkpoint (restart_state)
+  std::unique_ptr<FlatAdamW> carried_;  // a switch from a mode whose nodes held AdamW: its state, for INIT
+  int64_t numel_ = 0;                  // the flat parameter vector's length
   std::vector<int64_t> bounds_;       // push_in_backward: the parts' ranges (PsClient::part_bounds)
   std::unique_ptr<BucketReducer> regions_;
   at::Tensor flat_grads_;             // the flat gradient buffer (push_in_backward stages slices of it)

@@ -24,9 +24,11 @@ std::string ModeSwitch::summary() const {
   if (!switched) return "";
   return fmt::format("switching from {} to {} at this checkpoint: weights, step, data position and RNG carry over; {}{}",
                      from, to,
-                     moments_carried ? "AdamW's moments too"
-                                     : "AdamW's moments do not (they live on the nodes in one mode and on the "
-                                       "shards in the other; moving them is not built): they start from zero",
+                     !moments_carried ? "AdamW's moments do not (they were on the shards, and moving them back to the "
+                                        "nodes is not built): they start from zero"
+                     : to_shards ? "AdamW's moments too (to the shards, with their INIT: a shard starts from the first "
+                                   "node's that reaches it)"
+                                 : "AdamW's moments too",
                      fresh_sync_state ? "; the nodes' checkpoints may differ, so every replica starts from the job's "
                                         "mean weights (the ring also from the mean moments and node 0's step count), "
                                         "and local SGD's round restarts there"
@@ -51,7 +53,9 @@ ModeSwitch mode_switch(const nlohmann::json& meta, const DistConfig& now) {
   if (!s.switched) return s;
   s.from = describe(d);
   s.to = describe(now);
-  s.moments_carried = nodes_hold_moments(d) == nodes_hold_moments(now);
+  // Nodes -> nodes as they are; nodes -> shards with INIT (protocol 8); shards -> nodes: not built.
+  s.moments_carried = nodes_hold_moments(now) || nodes_hold_moments(d);
+  s.to_shards = nodes_hold_moments(d) && !nodes_hold_moments(now);
   s.fresh_sync_state = true;
   return s;
 }

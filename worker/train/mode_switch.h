@@ -3,9 +3,12 @@
 //  - always: the weights, the step (and so the learning-rate schedule), the data position, the RNG;
 //  - between modes whose nodes hold AdamW's state (the ring, local SGD / DiLoCo on the ring or on
 //    the servers, whose inner optimizer is the node's): AdamW's moments and step count too;
-//  - to or from per-step parameter servers (BSP, SSP, ASP), AdamW's moments do not: they live on
-//    the shards there and on the nodes otherwise, and moving them is not built. The moments start
-//    from zero (ring) or the shards start theirs from the workers' INIT (ps); the log says so.
+//  - into per-step parameter servers (BSP, SSP, ASP), whose shards hold AdamW's state: the node's
+//    moments and step count go to the shards with INIT (GradientSync::carried_optimizer; protocol 8's
+//    `moments`), and a shard starts its AdamW from the first INIT that reaches it (identical on every
+//    node after the ring; a node's own inner state after local SGD mid-round);
+//  - out of per-step parameter servers: the moments stay on the shards (moving them back is not
+//    built) and start from zero on the nodes; the log says so.
 // The nodes' checkpoints may differ (local SGD mid-round, asynchronous ps): after a switch the ring
 // and local SGD start every replica from the job's mean weights (the ring from the mean moments
 // and node 0's step count too), and local SGD's round restarts there with zero outer momentum
@@ -27,7 +30,8 @@ namespace syncopate {
 struct ModeSwitch {
   bool switched = false;         // the checkpoint's mode, sync_every or outer rule differ from this run's
   std::string from, to;          // "ring", "ring local SGD (sync_every=10, outer=nesterov)", "ps (sync_every=1)"
-  bool moments_carried = true;   // AdamW's moments move with the weights (false across ring <-> ps)
+  bool moments_carried = true;   // AdamW's moments move with the weights (false from per-step ps to the nodes)
+  bool to_shards = false;        // they move from the nodes to the shards (into per-step ps)
   bool fresh_sync_state = false; // the synchronization's own checkpointed state is absent or not its own: start it anew
   bool recount_tokens = false;   // the checkpoint's token count means another thing (the job's vs a node's: a switch
                                  // between them, or ring local SGD resumed with dist.elastic toggled, the elastic one

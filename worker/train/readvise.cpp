@@ -112,6 +112,10 @@ std::optional<std::string> Readvise::decide(int64_t step, bool drifting, const s
   const at::Tensor f = flags.cpu();
   const float drift = f[0].item<float>(), switching = f[1].item<float>();
   if (switching > 0) return share_text(next, node0_, options, job_sum);
+  if (drift == 0 && settled_ && node0_) {  // every node back within the advice: a later drift asks again
+    settled_ = false;
+    requested_ = false;
+  }
   if (drift > 0 && node0_ && !requested_ && !settled_) {
     write_file_atomic((fs::path(out_) / kReadviseRequestFile).string(),
                       nlohmann::json({{"step", step}, {"drifting_replicas", drift}}).dump() + "\n");

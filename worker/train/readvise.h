@@ -10,11 +10,19 @@
 //    launch_node.sh restarts it with --resume --dist.advice=OUT/advice.next.json, starting the
 //    shards when the new pick is a parameter-server mode (worker/train/mode_switch.h says what
 //    carries over). A re-advice that keeps the pick is logged and changes nothing; this run asks
-//    for no other (its watch still compares with the first advice).
+//    for no other while a node still drifts (its watch compares with the first advice), and again
+//    once every node was back within the advice at a decision step and one drifts anew.
 // The decision happens at steps where every node stands at once: the ring (every step) and local
 // SGD on the ring (round boundaries: N a multiple of sync_every). Modes whose nodes never meet
 // (parameter servers) or whose membership changes (elastic) have no job_sum: the run says once that
 // it cannot re-decide, and goes on.
+// Known gaps (helper-32's review): a node that dies inside a decision's collectives fails the others
+// (exit 1) while one that completed them may already have exited 75 to switch: their launchers then
+// restart them in different modes, which cannot form a job, until --max-restarts is used up (a
+// launcher that finds OUT/advice.next.json with a checkpoint resumes in its pick, which covers a node
+// killed after it wrote both). A SIGTERM on one node during a decision step fails the fixed ring as
+// any preemption of one of its nodes does. Outside scripts/launch_node.sh (srun, torchrun) exit 75
+// ends the node: resume it by hand with --resume --dist.advice=OUT/advice.next.json.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -145,7 +145,10 @@ struct Trainer::Impl {
       // said once per node; the new synchronization's own state starts at the loaded weights.
       const ModeSwitch switched = mode_switch(read_checkpoint_meta(dir), cfg.dist);
       if (switched.switched && writer) log::warn("[checkpoint] {}", switched.summary());
-      auto meta = load_checkpoint(dir, *model, sync->optimizer(), sync->state(), switched.switched);
+      // (Into per-step ps from a mode whose nodes held AdamW: its state goes to the shards with INIT.)
+      FlatAdamW* into = sync->optimizer();
+      if (!into && switched.to_shards) into = sync->carried_optimizer();
+      auto meta = load_checkpoint(dir, *model, into, sync->state(), switched.switched);
       if (switched.fresh_sync_state) sync->restart_state(flat->params);
       recount_tokens = switched.recount_tokens;
       step = meta.at("step").get<int64_t>();
