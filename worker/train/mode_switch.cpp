@@ -54,7 +54,7 @@ ModeSwitch mode_switch(const nlohmann::json& meta, const DistConfig& now) {
   s.from = describe(d);
   s.to = describe(now);
   // Nodes -> nodes as they are; nodes -> shards with INIT (protocol 8); shards -> nodes: not built.
-  s.moments_carried = nodes_hold_moments(now) || nodes_hold_moments(d);
+  s.moments_carried = nodes_hold_moments(d);
   s.to_shards = nodes_hold_moments(d) && !nodes_hold_moments(now);
   s.fresh_sync_state = true;
   return s;
