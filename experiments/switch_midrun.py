@@ -239,8 +239,11 @@ def _verdict(diff, p):
 
 def analyse(runs, control=None):
     """The verdicts and the conclusion sentences from the per-seed records {config: {seed: record}}
-    (valid runs only; a failed switching run is the feature failing and is named). Pure: check_study.py
-    recomputes it from switch.json's runs."""
+    (valid runs only; a failed switching run is the feature failing and is named). Paired comparisons
+    with the switch: its time to target against the ring and the best static configuration (Holm over
+    those two) where it reached the target in every seed; else one paired test with its misses counted
+    at its end (no correction: the only test of its kind); its end against the ring's; node 0's finish
+    and the final loss (descriptive). Pure: check_study.py recomputes it from switch.json's runs."""
     valid = {k: {sd: r for sd, r in v.items() if r and "failed" not in r and r["valid"]} for k, v in runs.items()}
     invalid = {k: {sd: (r.get("failed") or r["invalid_because"]) for sd, r in v.items()
                    if r and ("failed" in r or not r["valid"])} for k, v in runs.items()}
@@ -335,6 +338,14 @@ def analyse(runs, control=None):
             f"ring, with a final validation loss higher by {_diff(dl, 4)} (switch minus ring, p {_p(dl['p'])}); the "
             f"job's final weights were read when the slow node finished, {fmt_ci(mean_ci95([x['end_s'] for x in sw.values()]))} s "
             f"against the ring's {fmt_ci(mean_ci95([x['end_s'] for x in per['ring'].values()]))} s.")
+    # The job's end (its final weights exist when the last node is done), paired with the ring.
+    de = stats_paired({sd: x["end_s"] for sd, x in sw.items()}, {sd: x["end_s"] for sd, x in per["ring"].items()})
+    doc["end_switch_minus_ring"] = de
+    later = de["p"] is not None and de["p"] < 0.05
+    doc["conclusions"].append(
+        f"The job's end (its final weights, when the last node is done) came {_diff(de)} s later with the switch than "
+        f"on the ring (p {_p(de['p'])}, {'resolved: later' if later and de['mean_diff'] > 0 else 'resolved: sooner' if later else 'not resolved'}"
+        f"; {len(seeds)} seeds, paired).")
     missed = sorted(set(statics) - reached_all)
     if missed:
         doc["conclusions"].append(
@@ -347,9 +358,12 @@ def analyse(runs, control=None):
         doc["control"] = c = analyse_control(control)
         if c["seeds"]:
             switched = [sd for sd, w in c["switched"].items() if w and w.get("switched_at") is not None]
+            ratio = c["end_ratio"]
+            resolved = ratio["n"] >= 2 and (ratio["ci95"][0] > 1 or ratio["ci95"][1] < 1)
             doc["conclusions"].append(
-                f"Where no node slows (control), the switching job's end over the ring's is {fmt_ci(c['end_ratio'])} "
-                f"per seed; it switched in {len(switched)} of {len(c['seeds'])} seeds.")
+                f"Where no node slows (control), the switching job's end over the ring's is {fmt_ci(ratio, 4)} per "
+                f"seed ({'resolved' if resolved else 'not resolved'}); it switched in {len(switched)} of "
+                f"{len(c['seeds'])} seeds.")
     return doc
 
 
@@ -377,6 +391,8 @@ def report(doc, a, s):
                   "---|---|---|---|---|---"]
         for k, v in doc["per_seed"].items():
             t = mean_ci95([x["time_to_target_s"] for x in v.values()])
+            if any(x["time_to_target_s"] is None for x in v.values()):
+                t = mean_ci95([])  # (a mean over the seeds that reached it would flatter a configuration that missed)
             e = mean_ci95([x["end_s"] for x in v.values()])
             fl = mean_ci95([x["final_val_loss"] for x in v.values()])
             reached = sum(x["time_to_target_s"] is not None for x in v.values())
