@@ -714,6 +714,9 @@ class Run:
         for i in self.incs:
             for mt in re.finditer(rf"node {i['node']} joined the running job at step (\d+)", self.log_text(i)):
                 last_step[i["node"]] = max(last_step[i["node"]] or 0, int(mt.group(1)))
+            # BSP: a node behind the servers' rounds ends when they reach the budget (its steps left add nothing).
+            if re.search(rf"node {i['node']} ends after its step \d+ of \d+: the servers' rounds reached", self.log_text(i)):
+                last_step[i["node"]] = max(last_step[i["node"]] or 0, a.steps)
         complete = (self.failure is None and bool(finals)
                     and all(last_step[r] is not None and last_step[r] >= a.steps for r in ranks))
         happened = []

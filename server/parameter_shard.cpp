@@ -223,6 +223,18 @@ int64_t ParameterShard::grant(int worker) const {
   return grant_[static_cast<size_t>(worker)];
 }
 
+int64_t ParameterShard::round() const {
+  if (!initialized_ || !rule_->sums_clock()) return -1;
+  // A worker not held in the round being collected: its last push was applied or dropped, so its
+  // clock is closed. (A held push may be a late worker's older clock, counted in this round.)
+  int64_t closed = -1, held = -1;
+  for (int w = 0; w < workers_; ++w) {
+    int64_t& m = waiting_.count(w) ? held : closed;
+    m = std::max(m, clock_[static_cast<size_t>(w)]);
+  }
+  return closed >= 0 || held < 0 ? closed + 1 : held;
+}
+
 bool ParameterShard::member(int worker) const {
   if (!initialized_ || worker < 0 || worker >= workers_) return false;
   const size_t w = static_cast<size_t>(worker);

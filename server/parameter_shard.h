@@ -124,6 +124,10 @@ class ParameterShard {
   void save(const std::string& path) const;
   bool load(const std::string& path, double now_s);
   int64_t clock(int worker) const { return clock_[static_cast<size_t>(worker)]; }
+  // BSP: the job's frontier, the clock after the newest closed one (a push applied or dropped; of any
+  // worker, finished and dead ones included): every clock below it was applied or closed. Not bsp_round(), which counts the live workers only: once the others finished, a
+  // worker behind them would see its own clock. -1 under SSP/ASP.
+  int64_t round() const;
   int64_t updates() const { return updates_; }
   const std::string& consistency() const { return cfg_.consistency; }
   int64_t dropped() const { return dropped_; }  // BSP with backup workers: late gradients dropped

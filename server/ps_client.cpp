@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -76,6 +77,7 @@ struct PsClient::Impl {
     int64_t version = 0;  // parameter version last pulled
     int64_t latest = 0;   // the newest version seen, a PULL's included
     int64_t init_clock = -1;  // this worker's clock on the part when INIT registered it
+    int64_t round = -1;       // BSP: the clock the part collected next at its last reply to this worker
     std::unique_ptr<ErrorFeedback> feedback;  // int8 wire: what rounding dropped, owed to the next push
     at::Tensor wire_buf;  // compressed pushes: the bytes of the last one, reused once nothing holds them
     std::map<int64_t, Pending> pending;  // by ticket id
@@ -418,6 +420,7 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
           I.take_values(p, frames.size() > 1 ? &frames[1] : nullptr, frames.size(), params.data_ptr<float>() + I.bounds[p]);
           I.parts[p].version = h.param_version;
           I.parts[p].init_clock = h.clock;
+          I.parts[p].round = h.round;
           if (h.data >= 0) I.grant = h.data;
         }
         unanswered.erase(p);
@@ -535,6 +538,7 @@ PsReply PsClient::wait(const PsTicket& t, at::Tensor& into) {
   part.pending.erase(it);  // before the checks below can throw: a ticket is waited for once
   I.take_values(p, &values, frames, into.data_ptr<float>());
   part.version = out.version;
+  part.round = pend.reply.round;
   return out;
 }
 
@@ -560,6 +564,12 @@ std::vector<int64_t> PsClient::latest_versions() const {
   std::vector<int64_t> v;
   for (const auto& p : impl_->parts) v.push_back(std::max(updates_of(p.version), updates_of(p.latest)));
   return v;
+}
+
+int64_t PsClient::job_round() const {
+  int64_t r = std::numeric_limits<int64_t>::max();
+  for (const auto& part : impl_->parts) r = std::min(r, part.round);
+  return impl_->parts.empty() ? -1 : r;
 }
 
 int64_t PsClient::start_clock() const { return impl_->start_clock; }

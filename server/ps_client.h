@@ -128,6 +128,10 @@ class PsClient {
   // (versions() stays that of this
   // worker's own replies, for staleness and DC-ASGD).
   std::vector<int64_t> latest_versions() const;
+  // BSP (protocol 9): the smallest clock the parts collected next at their last replies to this
+  // worker, so every clock below it was applied (or closed, backup workers) on every part; a BSP
+  // job's clocks are its steps. -1 under SSP and ASP, or before init().
+  int64_t job_round() const;
   // The newest clock of this worker that any shard had applied when init() registered it (-1: none):
   // a worker resumed from an older checkpoint recomputes the clocks up to it, which the shards
   // answer without applying them again.

@@ -85,6 +85,7 @@ struct PsServer::Impl {
     r.staleness = shard.last_staleness(worker);
     r.clock = clock >= 0 ? clock : shard.clock(worker);  // lets the worker match replies to (possibly resent) requests
     r.data = shard.grant(worker);                         // an elastic job's first part: the data of its next step
+    r.round = shard.round();                              // BSP: where the job's clocks stand
     shard.pulled(worker);
     send_params(to->second, r, shard.params());
   }

@@ -112,6 +112,41 @@ TEST(ParameterShard, BspWithBackupWorkersAppliesTheFirstWMinusBAndDropsTheLate) 
   EXPECT_NE(s.stats_json(0).find("\"staleness_histogram\":{\"0\":4}"), std::string::npos) << s.stats_json(0);
 }
 
+// Protocol 9's `round`: the job's frontier under BSP, whoever is live. A late worker's held push of an
+// older clock does not move it back, and once the others finished it stays where they left it (the
+// live workers' round would fall to the late worker's own clock: what the slow node saw before).
+TEST(ParameterShard, TheRoundIsTheJobsFrontierWhoeverIsLive) {
+  PsConfig c;
+  c.consistency = "bsp";
+  c.backup_workers = 1;
+  ParameterShard s(c), asp(PsConfig{});
+  std::vector<float> init(4, 1.0f), g(4, 1.0f);
+  EXPECT_EQ(s.round(), -1);  // not initialized
+  s.init(init_header(3, 4), init.data(), nullptr, 0);
+  asp.init(init_header(3, 4), init.data(), nullptr, 0);
+  auto push = [&](int w, int64_t clock, int64_t version) { return s.push(push_header(w, clock, version, 4), g.data(), 1.0); };
+  EXPECT_EQ(s.round(), 0);
+  EXPECT_TRUE(push(0, 0, 0).empty());
+  EXPECT_EQ(s.round(), 0);  // clock 0 is being collected
+  push(1, 0, 0);
+  EXPECT_EQ(s.round(), 1);  // applied
+  push(2, 0, 0);            // late: dropped
+  EXPECT_EQ(s.dropped(), 1);
+  EXPECT_EQ(s.round(), 1);
+  EXPECT_TRUE(push(2, 1, 1).empty());  // on time now, held in round 1
+  EXPECT_EQ(s.round(), 1);
+  push(0, 1, 1);
+  EXPECT_EQ(s.round(), 2);
+  EXPECT_TRUE(push(0, 2, 2).empty());
+  push(1, 2, 2);
+  EXPECT_EQ(s.round(), 3);
+  s.finish(0);
+  s.finish(1);
+  EXPECT_EQ(s.live_workers(), 1);
+  EXPECT_EQ(s.round(), 3);  // worker 2 (its clock 1) is not the job's frontier
+  EXPECT_EQ(asp.round(), -1);  // SSP and ASP have no rounds
+}
+
 // The end of a BSP job with backup workers. A worker dropped once its round had been applied gets
 // the newest parameters with its reply, so its next push, fresh by version, counts in the round
 // after its own clock: it stays a round behind. At the job's end its last push then needs a round
@@ -971,6 +1006,49 @@ TEST(PsTraining, NodeZeroEvaluatesTheServersWhileItWaitsForAStraggler) {
   const double slow_written = static_cast<double>(st.st_mtim.tv_sec) + 1e-9 * static_cast<double>(st.st_mtim.tv_nsec);
   EXPECT_LT(fin["unix_s"].get<double>(), slow_written)
       << "node 0's final weights were stamped after the straggler had scored its snapshots";
+}
+
+// Issue 29 (the switch study): under BSP with a backup worker a node 8x slower than the others is
+// behind the servers' rounds all along (every push of its is dropped as late). Before protocol 9 it
+// ran all its steps after the others had finished, each push then applied alone (more updates than
+// the job's steps, and the job's end the slow node's). Now the replies say where the rounds stand:
+// it ends when they reach train.steps, and the shards applied exactly the job's 12 rounds.
+TEST(PsTraining, ANodeBehindTheBspRoundsEndsWhenTheyReachTheBudget) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  std::string ep;
+  auto server = start_server(d, {"--ps.consistency=bsp", "--ps.backup_workers=1"}, d.str("server.log"), &ep);
+  std::vector<std::unique_ptr<test::Process>> ws;
+  for (int r = 0; r < 3; ++r) {
+    auto a = train_args(d, corpus, d.str(fmt::format("w{}", r)), 2);
+    a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + ep, "--train.steps=12", "--emulate.step_time_s=0.05",
+                       fmt::format("--emulate.slowdown={}", r == 2 ? 8 : 1)});
+    ws.push_back(std::make_unique<test::Process>(
+        a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", "NNODES=3", "NODE_RANK=" + std::to_string(r)},
+        d.str(fmt::format("w{}.log", r))));
+  }
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(ws[static_cast<size_t>(r)]->wait(120), 0) << test::slurp(d.str(fmt::format("w{}.log", r)));
+  int64_t slow_last = 0;
+  for (auto& m : test::read_jsonl(d.str("w2/metrics.jsonl")))
+    if (m.contains("tokens_per_s")) slow_last = m["step"].get<int64_t>();
+  // 12 steps of 0.05 s for the others, of 0.4 s for it: the rounds reach 12 during its second or third step.
+  EXPECT_GE(slow_last, 1);
+  EXPECT_LE(slow_last, 6) << test::slurp(d.str("w2.log"));
+  EXPECT_NE(test::slurp(d.str("w2.log")).find("node 2 ends after its step " + std::to_string(slow_last) + " of 12: "
+                                              "the servers' rounds reached the job's 12 steps"),
+            std::string::npos)
+      << test::slurp(d.str("w2.log"));
+  ASSERT_TRUE(std::filesystem::exists(d.str(fmt::format("w2/checkpoints/step_{:06d}", slow_last))))
+      << "its state at its end is checkpointed like a run's last step";
+  PsClient c({ep}, "t", 0, 3, client_options("t", true));
+  const auto stats = nlohmann::json::parse(c.stats(0));
+  EXPECT_EQ(stats["updates"], 12) << stats.dump();  // the job's rounds, none applied after them
+  // Node 0's final weights exist once the slow node has ended: well before its 12 steps of 0.4 s.
+  nlohmann::json fin;
+  for (auto& m : test::read_jsonl(d.str("w0/metrics.jsonl")))
+    if (m.value("job_final", false)) fin = m;
+  ASSERT_FALSE(fin.is_null()) << test::slurp(d.str("w0/metrics.jsonl"));
+  EXPECT_LT(fin["time_s"].get<double>(), 12 * 0.4) << fin.dump();
 }
 
 // Plain TCP: the garbage reaches the dispatcher, which answers each with an ERROR. Encrypted (the

@@ -56,6 +56,9 @@ struct StepSync {
   bool skipped = false;    // the averaged gradient was non-finite (or above SyncSetup::skip_grad_norm): no update
   int64_t round = -1;      // local SGD: outer rounds completed after this step; -1 in the per-step modes
   double outer_norm = 0;   // local SGD: norm of the outer update applied at this step (0 between synchronizations)
+  bool job_done = false;   // BSP on parameter servers: the servers' rounds (the job's steps) reached SyncSetup::job_steps
+                           // before this node's own count did (it was behind: with backup workers every push it
+                           // still had to make would be dropped as late). The node ends its run here
   bool abandoned = false;  // elastic ring: a node was lost during this step's all-reduce; nothing was applied here,
                            // and regroup() decides where the job goes on (the step redone, or taken from a node
                            // that completed it). Elastic local SGD: the round's sum failed after this node's inner
@@ -103,6 +106,8 @@ struct SyncSetup {
   double skip_grad_norm = 0;           // train.skip_grad_norm: a larger averaged gradient norm skips the update
   std::string model_digest;            // RunConfig::model_fingerprint(): ps workers must agree on it (INIT's layout)
   int64_t samples_per_step = 0;        // training samples one step of this node takes (dist.elastic: the servers' grants)
+  int64_t job_steps = 0;               // train.steps, the job's budget in steps (BSP on parameter servers: a node whose
+                                       // steps are behind the servers' rounds stops when the rounds reach it); 0 = none
   int64_t tokens_per_sample = 0;       // tokens in one training sample (model.block_size; elastic local SGD's token count)
   std::shared_ptr<RendezvousSession> session;  // elastic ring: the node's session with the rendezvous service; else null
   double ring_latency_s = 0;           // elastic ring: emulate.latency_ms as RendezvousOptions::latency_s (its links

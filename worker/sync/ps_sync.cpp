@@ -39,7 +39,7 @@ class PsSync : public GradientSync {
       : GradientSync(s.local, s.local_size), group_(s.group), device_(s.device), node_(static_cast<int>(s.dist.node_rank)),
         nodes_(static_cast<int>(s.dist.nnodes)), optim_(s.optim), decay_(flat.decay_ranges()),
         skip_(s.skip_grad_norm), overlap_(s.dist.ps_overlap), push_in_backward_(s.dist.ps_push_in_backward && !s.dist.ps_overlap),
-        elastic_(s.dist.elastic), numel_(flat.numel()) {
+        elastic_(s.dist.elastic), numel_(flat.numel()), job_steps_(s.job_steps) {
     const auto endpoints = PsClient::parse_endpoints(s.dist.servers);
     if (local_ == 0) {  // local replica 0 talks to the servers for its node
       client_ = std::make_unique<PsClient>(endpoints, s.token, node_, nodes_, ps_client_options(s));
@@ -120,9 +120,14 @@ class PsSync : public GradientSync {
       else r.staleness = round_trip(params, grads, lr, step);
       r.wire_bytes = client_->counters().bytes_sent - mark_.bytes_sent;
       r.wire_bytes_received = client_->counters().bytes_received - mark_.bytes_received;
+      // BSP: the job's clocks are its steps; where the servers' rounds reached the budget while this
+      // node is behind it, its steps left have nothing to add.
+      const int64_t round = client_->job_round();
+      r.job_done = job_steps_ > 0 && step + 1 < job_steps_ && round >= job_steps_;
     }
     share_node_params(params);
     share_membership();
+    share_job_done(r.job_done);
     return r;
   }
   void synchronize(at::Tensor& params) override {
@@ -175,6 +180,17 @@ class PsSync : public GradientSync {
     if (!elastic_) return;
     if (client_) grant_ = client_->data_grant();
     syncopate::share_membership(group_.get(), local_, device_, joined_, grant_);
+  }
+
+  // Local replica 0's job_done on every local replica of the node (they end together).
+  void share_job_done(bool& done) {
+    if (!group_) return;
+    std::vector<int64_t> v = {done ? 1 : 0};
+    share_ints(v, local_ == 0, replica_options(device_), [&](at::Tensor& t) {
+      group_->all_reduce_sum(local_, t);
+      group_->wait_device(local_, "the job's end");  // bounded, before the host reads it
+    });
+    done = v[0] > 0;
   }
 
   // push_in_backward, on the communication thread: the node's mean of part k's range (a shard's, or
@@ -247,6 +263,7 @@ class PsSync : public GradientSync {
   bool switched_ = false;             // resumed from another synchronization's checkpoint (restart_state)
   std::unique_ptr<FlatAdamW> carried_;  // a switch from a mode whose nodes held AdamW: its state, for INIT
   int64_t numel_ = 0;                  // the flat parameter vector's length
+  int64_t job_steps_ = 0;              // SyncSetup::job_steps
   std::vector<int64_t> bounds_;       // push_in_backward: the parts' ranges (PsClient::part_bounds)
   std::unique_ptr<BucketReducer> regions_;
   at::Tensor flat_grads_;             // the flat gradient buffer (push_in_backward stages slices of it)

@@ -128,6 +128,7 @@ struct Trainer::Impl {
     setup.skip_grad_norm = cfg.train.skip_grad_norm;
     setup.model_digest = cfg.model_fingerprint();
     setup.samples_per_step = cfg.train.batch_size * cfg.train.grad_accum * job.local_size;
+    setup.job_steps = cfg.train.steps;
     setup.tokens_per_sample = cfg.model.block_size;
     setup.session = job.session;
     setup.ring_latency_s = cfg.emulate.latency_ms / 1e3;
@@ -380,7 +381,10 @@ struct Trainer::Impl {
     std::ofstream samples;
     if (writer) samples.open((fs::path(out) / "samples.txt").string(), std::ios::app);
     Tracer::global().name_thread(fmt::format("replica {} (rank {})", sync->local_rank(), sync->rank()));
-    while (step < last) {
+    // BSP on parameter servers: the servers' rounds reached the job's budget before this node's steps
+    // did (a node behind, whose pushes backup workers drop): the run ends here, as at train.steps.
+    bool budget_reached = false;
+    while (step < last && !budget_reached) {
       TraceSpan step_span("step", "train");
       // The tokens before this step: its evaluation window starts there (an elastic ring's re-formation may
       // change the tokens per step in between).
@@ -470,6 +474,13 @@ struct Trainer::Impl {
         // this node's checkpoint write), then writes its checkpoint; no evaluation.
         if (preempted) sync->leave(step + 1);
         ++step;
+        if (synced.job_done && !preempted && step < tc.steps) {
+          budget_reached = true;
+          if (writer)
+            log::warn("[train] node {} ends after its step {} of {}: the servers' rounds reached the job's {} steps "
+                      "(its own steps were behind them; with ps.backup_workers each push it had left would be dropped "
+                      "as late)", cfg.dist.node_rank, step, tc.steps, tc.steps);
+        }
         tokens += tokens_per_step;
         data_position = granted >= 0 ? sync->data_grant() : data_position + samples_per_step();
         // Elastic ring: the members agree at every boundary whether the membership changes (a node
@@ -517,10 +528,11 @@ struct Trainer::Impl {
       // node's count times the nodes where nodes step apart: exact for the ring and BSP, the
       // expectation for ASP/SSP; the record's global_tokens is the shards' count).
       const int64_t nodes_apart = sync->world() / sync->replicas_per_step();
+      const bool at_end = step == tc.steps || budget_reached;  // the run's last step
       const bool eval_due =
-          !preempted && (step == tc.steps || cfg.eval.due(step, tokens_before * nodes_apart, tokens * nodes_apart));
+          !preempted && (at_end || cfg.eval.due(step, tokens_before * nodes_apart, tokens * nodes_apart));
       const bool switching = !switch_to.empty();  // (every replica of the job agreed on it)
-      const bool ckpt_due = due(step, cfg.checkpoint.every, tc.steps) || preempted || switching;
+      const bool ckpt_due = due(step, cfg.checkpoint.every, tc.steps) || budget_reached || preempted || switching;
       const bool sample_due = !preempted && cfg.eval.sample_tokens > 0 && due(step, cfg.eval.sample_every, tc.steps);
       if (eval_due || ckpt_due || sample_due || step == last) sync->synchronize(flat->params);
       if (!writer) {  // evaluation, samples, checkpoints: local replica 0 (the others hold the same weights)
@@ -555,7 +567,7 @@ struct Trainer::Impl {
         // waits for the others, the evaluation points the shards' count of the job's tokens passes
         // are taken from the servers too (eval.every_tokens), so the curve has no gap where node 0
         // stopped stepping before a straggler.
-        const bool job_final = step == tc.steps && cfg.dist.node_rank == 0;
+        const bool job_final = at_end && cfg.dist.node_rank == 0;
         auto while_waiting = [&](int64_t job_tokens, const std::function<at::Tensor()>& pull) {
           if (cfg.eval.every_tokens <= 0 || !cfg.eval.due(step, last_eval_global_tokens, job_tokens)) return;
           const double t_pull = now_seconds();
@@ -586,7 +598,7 @@ struct Trainer::Impl {
       // step, whose snapshots are scored after finish(): node 0's wait for the others' FINISH is the
       // job's time, and their scoring must not lengthen it (a crash while scoring them loses them,
       // with nothing left to resume).
-      if (ckpt_due && !snapshots.empty() && step < tc.steps) {
+      if (ckpt_due && !snapshots.empty() && !at_end) {
         const double t_score = now_seconds();
         score_snapshots(progress);
         t0 += now_seconds() - t_score;
@@ -635,7 +647,7 @@ struct Trainer::Impl {
       }
     }
     if (verbose) progress.finish();
-    if (step >= tc.steps) sync->finish(step);  // the run is complete: the peers are told
+    if (step >= tc.steps || budget_reached) sync->finish(step);  // the run is complete: the peers are told
     if (writer && !snapshots.empty()) score_snapshots(progress);  // eval.defer: after training, on no node's clock
     if (writer) report_sync_counters();
   }
