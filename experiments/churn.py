@@ -2,11 +2,15 @@
 (processes on loopback, compute modelled by emulate.step_time_s).
 
     experiments/churn.py run --out DIR [--seeds 3] [--events-per-min R] [--steps S] [--nodes N] [--configs ...]
+                             [--equal-samples]
     experiments/churn.py report DIR          (rewrites DIR/churn.md and the plot from DIR/churn.json)
 
 For every configuration and seed it starts the servers (ps configurations) and N nodes, injects the
 membership events of the seed's schedule, and measures; then runs the same configuration and seed
-without events (the reference of the final-loss gap). Every process is in a process group of its
+without events (the reference of the final-loss gap), and with --equal-samples once more without
+events for the step budget at which it applies about the churn run's samples (steps x the churn
+run's useful samples / the reference's; its schedule ends there): the gap at equal applied samples.
+Every process is in a process group of its
 own and every group is ended when a run ends, fails, or on Ctrl-C / SIGTERM.
 
 Events (the schedule, drawn from the seed alone, identical for every configuration of a seed, so
@@ -797,9 +801,10 @@ def not_built():
     return out
 
 
-def compare(runs, configs):
+def compare(runs, configs, equal_runs=()):
     """Churn against the reference, paired by seed, per configuration: final_val_loss and goodput;
-    Holm over every comparison."""
+    Holm over every comparison. equal_runs: the references at the churn runs' applied samples
+    (--equal-samples), whose final-loss gap is tested too."""
     comps = []
     for name in configs:
         for metric in ("final_val_loss", "goodput"):
@@ -825,19 +830,36 @@ def compare(runs, configs):
     for c in comps:
         if c["metric"] == "final_val_loss":
             c["within_1pct"] = loss_gap_within(runs, c["config"])
+            if any(r["config"] == c["config"] for r in equal_runs):
+                c["within_1pct_equal_samples"] = loss_gap_within(runs, c["config"], equal_runs)
     return comps
+
+
+def equal_budget(a, cfg, churn_metrics, ref_metrics):
+    """--equal-samples: the step budget at which a run without events applies about the samples the
+    churn run applied: a.steps x the churn run's useful samples / the reference's (so the reference's
+    own share of useful samples per step, a backup rule's drops included, carries over), rounded to
+    whole steps (local SGD: whole rounds). None where either count is missing."""
+    cu, ru = churn_metrics.get("useful_samples"), ref_metrics.get("useful_samples")
+    if not cu or not ru:
+        return None
+    unit = a.sync_every if cfg.get("local_sgd") else 1
+    return max(unit, int(round(a.steps * cu / ru / unit)) * unit)
 
 
 LOSS_GAP = 0.01  # issue 30: the final-loss gap against the run without events, as a share of that run's loss
 
 
-def loss_gap_within(runs, name):
+def loss_gap_within(runs, name, refs=None):
     """Issue 30's test of a final-loss gap within 1%: the paired relative gap (churn - reference) /
     reference per seed, two one-sided tests against +-1% (equivalent only where both reject at 0.05),
-    with the samples each churn run applied against its reference's (the gap is at equal steps, not at
-    equal applied samples: a crashed node's lost steps, or a joiner's added ones, change them)."""
+    with the samples each churn run applied against its reference's. Against the references in `runs`
+    the gap is at equal steps, not at equal applied samples (a crashed node's lost steps, or a
+    joiner's added ones, change them); `refs` (the --equal-samples runs) are references whose step
+    budget, and schedule, end where they have applied about the churn run's samples."""
     ch = {r["seed"]: r["metrics"] for r in runs if r["config"] == name and r["churn"] and r["status"] == "complete"}
-    ref = {r["seed"]: r["metrics"] for r in runs if r["config"] == name and not r["churn"] and r["status"] == "complete"}
+    ref = {r["seed"]: r["metrics"] for r in (runs if refs is None else refs)
+           if r["config"] == name and not r["churn"] and r["status"] == "complete"}
     seeds = sorted(s for s in ch if s in ref and ch[s]["final_val_loss"] is not None
                    and ref[s]["final_val_loss"] is not None)
     gaps = [ch[s]["final_val_loss"] / ref[s]["final_val_loss"] - 1.0 for s in seeds]
@@ -851,9 +873,11 @@ def loss_gap_within(runs, name):
         verdict = f"within {LOSS_GAP:.0%} (TOST p {t['p']:.3g})"
     else:
         verdict = f"not shown within {LOSS_GAP:.0%} (TOST p {t['p']:.3g})"
+    steps = sorted({r["equal_samples"]["steps"] for r in (refs or []) if r["config"] == name and r.get("equal_samples")})
     return {"gaps": dict(zip(map(str, seeds), gaps)), "mean": t["mean"], "ci90": t["ci90"], "p": t["p"], "n": t["n"],
             "margin": LOSS_GAP, "equivalent": t["equivalent"], "verdict": verdict,
-            "samples_ratio": [min(samples), max(samples)] if samples else None}
+            "samples_ratio": [min(samples), max(samples)] if samples else None,
+            "reference_steps": [steps[0], steps[-1]] if steps else None}
 
 
 def f3(x, digits=3):
@@ -864,7 +888,9 @@ def run_cells(r):
     """The Markdown cells of one run (the test reads them back against churn.json)."""
     m = r["metrics"]
     lost = m["lost_steps"]
-    return [r["config"], str(r["seed"]), "churn" if r["churn"] else "reference", f3(m["goodput"]),
+    kind = ("churn" if r["churn"] else f"reference at equal samples ({r['equal_samples']['steps']} steps)"
+            if r.get("equal_samples") else "reference")
+    return [r["config"], str(r["seed"]), kind, f3(m["goodput"]),
             f3(m["useful_samples"], 0), f3(m["time_to_end_s"], 1),
             f"{f3(lost['total'], 1)} ({f3(lost['dropped'], 1)} / {lost['recomputed']} / {lost['in_flight_at_crash']})",
             f"{m['events_applied']}/{m['events_planned']}", f"{m['events_happened']}", f"{m['events_survived']}",
@@ -959,7 +985,7 @@ def write_report(s, out):
     st = s["settings"]
     runs = s["runs"]
     L = ["# Churn: nodes that come and go", "", f"Command: `{s['command']}`", "",
-         f"Machine time: {s['machine_time_s']:.0f} s for {len(runs)} runs ({s['host']}).", "",
+         f"Machine time: {s['machine_time_s']:.0f} s for {len(runs) + len(s.get('equal_runs', []))} runs ({s['host']}).", "",
          f"Setup: {st['nodes']} nodes, {st['steps']} steps of {st['step_time']:g} s modelled compute, batch {st['batch']} "
          f"(1 sample = {st['block']} tokens), the tiny GPT (n_embd 32, 2 heads, block 32), corpus {st['corpus']}; ps "
          f"configurations with {SERVERS} server shards, ps.worker_timeout_s={st['worker_timeout_s']:g}, every worker "
@@ -981,7 +1007,7 @@ def write_report(s, out):
         if name == "ring_restart":
             L += [f"Joins: {RING_JOIN}; a scheduled join is counted as planned and not applied.", ""]
         L += ["| " + " | ".join(RUN_HEAD) + " |", "|" + "---|" * len(RUN_HEAD)]
-        for r in runs:
+        for r in runs + s.get("equal_runs", []):
             if r["config"] == name:
                 L.append("| " + " | ".join(run_cells(r)) + " |")
         mine = [r for r in runs if r["config"] == name]
@@ -1027,6 +1053,19 @@ def write_report(s, out):
             L.append(f"| {c['config']} | {'-' if g['mean'] is None else format(g['mean'], '+.2%')} | "
                      f"{'-' if ci[0] is None else f'[{ci[0]:+.2%}, {ci[1]:+.2%}]'} | {g['n']} | {g['verdict']} | "
                      f"{'-' if sr is None else f'{sr[0]:.3f}-{sr[1]:.3f}'} |")
+    gaps = [c for c in s["comparisons"] if c.get("within_1pct_equal_samples")]
+    if gaps:
+        L += ["", "## Final-loss gap at equal applied samples (--equal-samples; relative, paired by seed, two one-sided tests)",
+              "", "Each reference here ran without events for steps x (the churn run's useful samples / the same seed's "
+              "reference's), rounded (local SGD: to whole rounds), its schedule ending at that budget.", "",
+              "| configuration | mean gap | 90% interval | n | verdict | churn samples / reference samples | reference steps |",
+              "|---|---|---|---|---|---|---|"]
+        for c in gaps:
+            g = c["within_1pct_equal_samples"]
+            ci, sr, rs = g["ci90"], g["samples_ratio"], g["reference_steps"]
+            L.append(f"| {c['config']} | {'-' if g['mean'] is None else format(g['mean'], '+.2%')} | "
+                     f"{'-' if ci[0] is None else f'[{ci[0]:+.2%}, {ci[1]:+.2%}]'} | {g['n']} | {g['verdict']} | "
+                     f"{'-' if sr is None else f'{sr[0]:.3f}-{sr[1]:.3f}'} | {'-' if rs is None else f'{rs[0]}-{rs[1]}'} |")
     L += ["", "## Not built", ""]
     for name, nb in s["not_built"].items():
         L.append(f"- {name} (`{' '.join(nb['flags'])}`): not built; the worker "
@@ -1101,6 +1140,9 @@ def parse_args(argv):
     r.add_argument("--hang-s", type=float, default=30.0, help="a node silent this long while not done is a hang")
     r.add_argument("--run-timeout-s", type=float, default=0.0, help="a run's limit (0: 3 x modelled + 60 s + 15 s/event)")
     r.add_argument("--no-reference", action="store_true", help="skip the runs without events")
+    r.add_argument("--equal-samples", action="store_true",
+                   help="per configuration and seed, also a run without events whose step budget (and schedule) ends "
+                        "where it has applied about the churn run's samples: the final-loss gap at equal applied samples")
     r.add_argument("--corpus", default="system", help="data.corpus (default: the Python standard library)")
     r.add_argument("--cache-dir", default=os.path.join(ROOT, "data", "cache"))
     p = sub.add_parser("report", help="rewrite DIR/churn.md (and the plot) from DIR/churn.json")
@@ -1117,6 +1159,8 @@ def parse_args(argv):
         if bad:
             ap.error(f"unknown configuration(s) {', '.join(bad)}; known: {', '.join(list(CONFIGS) + list(NOT_BUILT))}")
         a.config_list = names
+        if a.equal_samples and a.no_reference:
+            ap.error("--equal-samples needs the references (it scales their budget): drop --no-reference")
     return a
 
 
@@ -1135,7 +1179,7 @@ def main(argv=None):
                 if acked is not None:
                     r["metrics"]["exactly_once"] = exactly_once(cfg, r["server_stats"], acked, crashes,
                                                                 s["settings"]["steps"] // every)
-        s["comparisons"] = compare(s["runs"], s["configs"])
+        s["comparisons"] = compare(s["runs"], s["configs"], s.get("equal_runs", []))
         s["plot"] = plot(s, a.dir)
         with open(os.path.join(a.dir, "churn.json"), "w") as f:
             json.dump(s, f, indent=1, default=str)
@@ -1159,7 +1203,7 @@ def main(argv=None):
                                          or "no event"), flush=True)
     old = {sg: signal.signal(sg, _on_signal) for sg in (signal.SIGINT, signal.SIGTERM)}
     t0 = time.time()
-    runs = []
+    runs, equal_runs, churn_run = [], [], {}
     s = {"format": FORMAT, "command": "experiments/churn.py " + " ".join(shlex.quote(x) for x in argv),
          "host": f"{os.uname().nodename}, {os.cpu_count()} cores", "started_unix_s": t0,
          "settings": {"nodes": a.nodes, "steps": a.steps, "step_time": a.step_time, "batch": a.batch, "block": 32,
@@ -1184,6 +1228,29 @@ def main(argv=None):
                   f"{m['events_happened']}/{m['events_planned']} happened, lost {f3(m['lost_steps']['total'], 1)} steps, "
                   f"duplicate data {m['duplicate_data']}, final val loss {f3(m['final_val_loss'], 4)}"
                   + (f"; {r['failure']}" if r["failure"] else ""), flush=True)
+            if churn:
+                churn_run[(name, sd)] = r
+            if a.equal_samples and not churn:  # the churn run of (name, sd) came just before
+                ch = churn_run.get((name, sd))
+                steps = (equal_budget(a, CONFIGS[name], ch["metrics"], m)
+                         if ch and ch["status"] == "complete" and r["status"] == "complete" else None)
+                if steps is None:
+                    print(f"[churn] {name} seed {sd}: no reference at equal samples (a run failed or counted no samples)",
+                          flush=True)
+                    continue
+                eq_out = os.path.join(a.out, "runs", name, "equal", f"seed{sd}")
+                if os.path.exists(eq_out):
+                    import shutil
+                    shutil.rmtree(eq_out)
+                a_eq = argparse.Namespace(**dict(vars(a), steps=steps))
+                e = Run(a_eq, name, sd, [], eq_out).execute()
+                e["equal_samples"] = {"steps": steps, "churn_useful_samples": ch["metrics"]["useful_samples"],
+                                      "reference_useful_samples": m["useful_samples"]}
+                equal_runs.append(e)
+                print(f"[churn] {name} seed {sd} reference at equal samples ({steps} steps): {e['status']} in "
+                      f"{e['elapsed_s']:.1f} s; useful samples {f3(e['metrics']['useful_samples'], 0)} against the churn "
+                      f"run's {f3(ch['metrics']['useful_samples'], 0)}, final val loss {f3(e['metrics']['final_val_loss'], 4)}"
+                      + (f"; {e['failure']}" if e["failure"] else ""), flush=True)
     except _Interrupted as e:
         print(f"[churn] interrupted ({e}): every process this script started was ended; partial results follow",
               file=sys.stderr, flush=True)
@@ -1192,15 +1259,17 @@ def main(argv=None):
         for sg, h in old.items():
             signal.signal(sg, h)
     s["runs"] = runs
+    if a.equal_samples:
+        s["equal_runs"] = equal_runs
     s["machine_time_s"] = time.time() - t0
-    s["comparisons"] = compare(runs, runnable)
+    s["comparisons"] = compare(runs, runnable, equal_runs)
     s["not_built"] = {n: v for n, v in not_built().items()}
     s["plot"] = plot(s, a.out)
     with open(os.path.join(a.out, "churn.json"), "w") as f:
         json.dump(s, f, indent=1, default=str)
     write_report(s, a.out)
     print(f"[churn] {len(runs)} runs in {s['machine_time_s']:.0f} s: {a.out}/churn.md, {a.out}/churn.json", flush=True)
-    failed = [r for r in runs if r["status"] != "complete"]
+    failed = [r for r in runs + equal_runs if r["status"] != "complete"]
     return 130 if s.get("interrupted") else 1 if failed else 0
 
 

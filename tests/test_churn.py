@@ -8,6 +8,7 @@ nor a data position used for two steps on the elastic ring,
 goodput in (0, 1], report files whose Markdown shows the JSON's numbers, and no process left.
 Everything is written under a temporary directory. About 1.5 minutes on 2 cores.
 Run: .venv/bin/python tests/test_churn.py"""
+import argparse
 import json
 import os
 import re
@@ -143,6 +144,37 @@ class LossGap(unittest.TestCase):
         self.assertFalse(far["equivalent"])
         self.assertEqual(far["samples_ratio"], [0.95, 0.95])
         self.assertIn("n = 1", churn.loss_gap_within(self.runs([0.001]), "x")["verdict"])
+
+
+class EqualSamples(unittest.TestCase):
+    """--equal-samples: the reference's budget scaled to the churn run's applied samples (whole rounds
+    for local SGD), and the gap tested against those references, not the equal-steps ones."""
+
+    def test_the_budget_scales_with_the_samples_and_rounds_to_whole_rounds(self):
+        a = argparse.Namespace(steps=120, sync_every=10)
+        self.assertEqual(churn.equal_budget(a, {}, {"useful_samples": 864.0}, {"useful_samples": 720.0}), 144)
+        self.assertEqual(churn.equal_budget(a, {"local_sgd": True}, {"useful_samples": 864.0}, {"useful_samples": 720.0}), 140)
+        self.assertEqual(churn.equal_budget(a, {"local_sgd": True}, {"useful_samples": 10.0}, {"useful_samples": 720.0}), 10)
+        self.assertIsNone(churn.equal_budget(a, {}, {"useful_samples": None}, {"useful_samples": 720.0}))
+        self.assertIsNone(churn.equal_budget(a, {}, {"useful_samples": 864.0}, {"useful_samples": 0}))
+
+    def test_the_gap_is_against_the_equal_sample_references(self):
+        runs = LossGap.runs([0.02, 0.021, 0.019, 0.022, 0.02], samples=(100.0, 120.0))  # 2% off at equal steps
+        equal = [{"config": "x", "seed": sd, "churn": False, "status": "complete", "equal_samples": {"steps": 144},
+                  "metrics": {"final_val_loss": 3.0 * (1.02 + d), "useful_samples": 119.0}}
+                 for sd, d in enumerate([0.001, -0.002, 0.0015, 0.0, -0.001])]
+        at_steps = churn.loss_gap_within(runs, "x")
+        self.assertFalse(at_steps["equivalent"], at_steps)
+        at_samples = churn.loss_gap_within(runs, "x", equal)
+        self.assertTrue(at_samples["equivalent"], at_samples)
+        self.assertEqual(at_samples["reference_steps"], [144, 144])
+        self.assertAlmostEqual(at_samples["samples_ratio"][0], 120.0 / 119.0)
+        for r in runs + equal:
+            r["metrics"]["goodput"] = 0.9
+        comps = churn.compare(runs, ["x"], equal)
+        loss = next(c for c in comps if c["metric"] == "final_val_loss")
+        self.assertIn("within_1pct_equal_samples", loss)
+        self.assertNotIn("within_1pct_equal_samples", churn.compare(runs, ["x"])[0])
 
 
 class HangDetector(unittest.TestCase):

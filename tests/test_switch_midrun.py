@@ -44,8 +44,20 @@ class Analyse(unittest.TestCase):
                         doc["conclusions"])
         self.assertTrue(any(c.startswith("Missed the target in some seed") and "bsp_backup" in c
                             for c in doc["conclusions"]))
-        # Its end (66 s) is later than the ring's (62-64 s) in every seed: said, resolved.
-        self.assertTrue(any("later with the switch" in c and "resolved: later" in c for c in doc["conclusions"]))
+        # Its end (66 s) is later than the ring's (62-64 s) in every seed: said, resolved, no 1.3x.
+        self.assertTrue(any("The job's end" in c and "resolved: later" in c and "not clearing the issue's 1.3x" in c
+                            for c in doc["conclusions"]), doc["conclusions"])
+        self.assertFalse(doc["end_ratio_clears_target"])
+
+    def test_a_job_end_1_4x_sooner_in_every_seed_clears_the_bar_on_that_reading(self):
+        r = runs([40.0, 41.0, 42.0])
+        for i, sd in enumerate(("100", "101", "102")):
+            r["switch"][sd]["end_s"] = (62.0 + i) / (1.4 + 0.01 * i)
+        doc = switch_midrun.analyse(r)
+        self.assertTrue(doc["end_ratio_clears_target"])
+        self.assertAlmostEqual(doc["end_ratio_ring_over_switch"]["mean"], 1.41)
+        self.assertTrue(any("resolved: sooner" in c and "clearing the issue's 1.3x" in c for c in doc["conclusions"]),
+                        doc["conclusions"])
 
     def test_a_miss_shows_no_speed_up_and_a_failure_is_named(self):
         r = runs([40.0, 41.0, 42.0])
