@@ -229,6 +229,7 @@ int64_t ParameterShard::round() const {
   // clock is closed. (A held push may be a late worker's older clock, counted in this round.)
   int64_t closed = -1, held = -1;
   for (int w = 0; w < workers_; ++w) {
+    if (joining_.count(w)) continue;  // its clock is where it will count from, not a clock closed here
     int64_t& m = waiting_.count(w) ? held : closed;
     m = std::max(m, clock_[static_cast<size_t>(w)]);
   }

@@ -101,6 +101,7 @@ TEST(ElasticShard, ABspJoinerCountsFromTheNextRoundAndItsReplyComesWithIt) {
   const int64_t epoch = s.membership_epoch();
   EXPECT_FALSE(s.join(2, 1, 4, 0.0));  // held: it counts from round 1
   EXPECT_EQ(s.live_workers(), 2);
+  EXPECT_EQ(s.round(), 0);  // protocol 9's frontier: the held joiner's clock is not one closed here (helper-34)
   EXPECT_THROW(s.push(elastic_push(2, 1, 0, 2), g.data()), Error);  // not before its join took effect
   EXPECT_EQ(s.push(elastic_push(1, 0, 0, 2), g.data()), (std::vector<int>{0, 1, 2}));  // round 0, and the joiner
   EXPECT_EQ(s.version(), 1);

@@ -414,6 +414,27 @@ TEST(Simulator, PsFinalEvaluationWaitsForEveryWorkerAsTheTrainer) {
   EXPECT_GE(waiting, 1) << slurp(d.str("a/node0/metrics.jsonl"));
 }
 
+// Protocol 9 in the simulator, as PsTraining.ANodeBehindTheBspRoundsEndsWhenTheyReachTheBudget: under
+// BSP with a backup worker a worker 8x slower than the others ends when the rounds reach its budget,
+// instead of running its steps left (each then a round of its own); the shards apply the job's steps.
+TEST(Simulator, ABspWorkerBehindTheRoundsEndsWhenTheyReachTheBudget) {
+  test::TempDir d;
+  SimJob j = sim_job(d, "ps", 3);
+  j.ps.consistency = "bsp";
+  j.ps.backup_workers = 1;
+  j.run.train.steps = 12;
+  j.run.emulate.slowdown = 8;
+  j.sim.slow_workers = "2";
+  run_simulation(j.run, j.ps, j.sim, d.str("a"), false);
+  const auto slow = steps_of(d.str("a/node2/metrics.jsonl"));
+  ASSERT_FALSE(slow.empty());
+  EXPECT_LE(slow.back()["step"].get<int64_t>(), 3) << slurp(d.str("a/node2/metrics.jsonl"));
+  EXPECT_EQ(steps_of(d.str("a/node0/metrics.jsonl")).back()["step"], 12);
+  const auto sim = nlohmann::json::parse(slurp(d.str("a/sim.json")));
+  // The job ends with the fast workers' 12 steps of 0.1 s, not the slow one's 12 of 0.8 s.
+  EXPECT_LT(sim["simulated_s"].get<double>(), 12 * 0.8 / 2) << sim.dump();
+}
+
 // Local SGD / DiLoCo: synchronous through the ring, asynchronous through the shards' outer step.
 TEST(Simulator, LocalSgdSyncsEveryHStepsInTheRingAndAtTheShards) {
   test::TempDir d;

@@ -1,6 +1,7 @@
 #include "experiments/sim/virtual_cluster.h"
 
 #include <algorithm>
+#include <limits>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -124,6 +125,7 @@ struct Worker {
   std::vector<int64_t> version;      // ps: the shard version of each slice it holds
   int pending = 0;                   // ps: replies still to come
   double stale_sum = 0, began = 0, computed = 0, modelled = 0, loss = 0, grad_norm = 0, lr = 0, wire = 0;
+  int64_t round = -1;                // ps: the smallest round of this step's replies (BSP; -1 otherwise)
   bool done = false;
   std::string path, log;  // metrics.jsonl and the lines not yet written to it
 };
@@ -305,6 +307,7 @@ class Simulation {
     w.grad_norm = clip_grad_norm(flat_->grads, 0.0);
     w.pending = parts_;
     w.stale_sum = 0;
+    w.round = std::numeric_limits<int64_t>::max();
     w.wire = 0;
     for (int k = parts_ - 1; k >= 0; --k) {
       Event e = event(Event::kPushRelease, w.id, k);
@@ -489,6 +492,7 @@ class Simulation {
   void push(Worker& w, const at::Tensor& g, int64_t clock, double lr, double t) {
     w.pending = parts_;
     w.stale_sum = 0;
+    w.round = std::numeric_limits<int64_t>::max();
     w.wire = 0;
     std::vector<int> to(static_cast<size_t>(parts_));
     std::vector<double> bytes(static_cast<size_t>(parts_));
@@ -560,6 +564,7 @@ class Simulation {
       slice(w.params, k).copy_(s.params());
       w.version[static_cast<size_t>(k)] = s.version();
       w.stale_sum += static_cast<double>(s.last_staleness(r));
+      w.round = std::min(w.round, s.round());  // protocol 9: the reply's round (BSP; -1 otherwise)
       s.pulled(r);
     }
     const std::vector<double> bytes(ready.size(), 4.0 * static_cast<double>(length(k)) + kHeaderBytes);
@@ -601,7 +606,9 @@ class Simulation {
     w.wire = 0;
     w.log += m.dump() + "\n";
     ++result_.worker_steps;
-    const bool last = w.step >= w.steps;
+    // As the trainer: a per-step BSP worker behind the servers' rounds ends when they reach its budget
+    // (StepSync::job_done; with backup workers its pushes left would all be dropped as late).
+    const bool last = w.step >= w.steps || (!mode_.ring && !mode_.local_sgd && w.round >= w.steps);
     // eval.every_tokens as the trainer: the job's tokens from this worker's (times the workers where they step apart).
     const int64_t apart = mode_.ring && !mode_.local_sgd ? 1 : n_;
     const bool eval_due = run_.eval.due(w.step, (w.step - 1) * tokens_per_step_ * apart, w.step * tokens_per_step_ * apart);

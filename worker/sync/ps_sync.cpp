@@ -80,6 +80,10 @@ class PsSync : public GradientSync {
     share_node_params(params);
     share_membership();
     if (client_) per_version_ = pushes_per_version(*client_, nodes_);
+    // BSP (the INIT replies carry a round): the node can learn that the job's rounds reached its
+    // budget. Agreed once, so that SSP and ASP nodes pay no per-step agreement for it.
+    bsp_ = client_ && client_->job_round() >= 0;
+    share_flag(bsp_, "the servers' consistency");
   }
   int64_t joined_step() const override { return elastic_ ? joined_ : -1; }
   int64_t data_grant() const override { return elastic_ ? grant_ : -1; }
@@ -121,13 +125,13 @@ class PsSync : public GradientSync {
       r.wire_bytes = client_->counters().bytes_sent - mark_.bytes_sent;
       r.wire_bytes_received = client_->counters().bytes_received - mark_.bytes_received;
       // BSP: the job's clocks are its steps; where the servers' rounds reached the budget while this
-      // node is behind it, its steps left have nothing to add.
-      const int64_t round = client_->job_round();
-      r.job_done = job_steps_ > 0 && step + 1 < job_steps_ && round >= job_steps_;
+      // node is behind it, its steps left have nothing to add. (round_: of the last round trip this
+      // thread finished; with ps_overlap the one before, read after it ended, never while one runs.)
+      r.job_done = bsp_ && job_steps_ > 0 && step + 1 < job_steps_ && round_ >= job_steps_;
     }
     share_node_params(params);
     share_membership();
-    share_job_done(r.job_done);
+    if (bsp_) share_flag(r.job_done, "the job's end");
     return r;
   }
   void synchronize(at::Tensor& params) override {
@@ -182,15 +186,15 @@ class PsSync : public GradientSync {
     syncopate::share_membership(group_.get(), local_, device_, joined_, grant_);
   }
 
-  // Local replica 0's job_done on every local replica of the node (they end together).
-  void share_job_done(bool& done) {
+  // Local replica 0's flag (the one with a client) on every local replica of the node.
+  void share_flag(bool& flag, const char* what) {
     if (!group_) return;
-    std::vector<int64_t> v = {done ? 1 : 0};
+    std::vector<int64_t> v = {flag ? 1 : 0};
     share_ints(v, local_ == 0, replica_options(device_), [&](at::Tensor& t) {
       group_->all_reduce_sum(local_, t);
-      group_->wait_device(local_, "the job's end");  // bounded, before the host reads it
+      group_->wait_device(local_, what);  // bounded, before the host reads it
     });
-    done = v[0] > 0;
+    flag = v[0] > 0;
   }
 
   // push_in_backward, on the communication thread: the node's mean of part k's range (a shard's, or
@@ -218,6 +222,7 @@ class PsSync : public GradientSync {
       stale += static_cast<double>(client_->wait(t, into).staleness);
     }
     HostStaging::to_device(params, host);
+    round_ = client_->job_round();
     const size_t n = tickets_.size();
     tickets_.clear();
     return n ? stale / static_cast<double>(n) : 0;
@@ -226,6 +231,7 @@ class PsSync : public GradientSync {
     const at::Tensor g = grads_host_.to_host(grads);
     at::Tensor p = params_host_.for_(params);
     const double stale = push_pull(*client_, g, p, step, lr);
+    round_ = client_->job_round();
     HostStaging::to_device(params, p);
     return stale;
   }
@@ -245,6 +251,7 @@ class PsSync : public GradientSync {
   double finish_inflight(at::Tensor& params) {
     if (!inflight_.valid()) return 0;
     const double stale = inflight_.get();  // rethrows a failed round trip
+    round_ = client_->job_round();           // (nothing in flight now)
     params.copy_(in_);
     in_use_ = client_->versions();
     return stale;
@@ -264,6 +271,8 @@ class PsSync : public GradientSync {
   std::unique_ptr<FlatAdamW> carried_;  // a switch from a mode whose nodes held AdamW: its state, for INIT
   int64_t numel_ = 0;                  // the flat parameter vector's length
   int64_t job_steps_ = 0;              // SyncSetup::job_steps
+  bool bsp_ = false;                   // the servers run BSP (their INIT replies carry a round): on every local replica
+  int64_t round_ = -1;                 // PsClient::job_round() after the last round trip finished (local replica 0)
   std::vector<int64_t> bounds_;       // push_in_backward: the parts' ranges (PsClient::part_bounds)
   std::unique_ptr<BucketReducer> regions_;
   at::Tensor flat_grads_;             // the flat gradient buffer (push_in_backward stages slices of it)
