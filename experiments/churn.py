@@ -832,7 +832,25 @@ def compare(runs, configs, equal_runs=()):
             c["within_1pct"] = loss_gap_within(runs, c["config"])
             if any(r["config"] == c["config"] for r in equal_runs):
                 c["within_1pct_equal_samples"] = loss_gap_within(runs, c["config"], equal_runs)
+    for key in ("within_1pct", "within_1pct_equal_samples"):  # each family: Holm over its configurations
+        holm_beyond([c[key] for c in comps if c.get(key)])
     return comps
+
+
+def holm_beyond(gaps):
+    """A gap not within 1% is said to lie beyond it only where its one-sided test (the side its mean
+    is on) survives Holm over the family's configurations; loss_gap_within's verdict is uncorrected."""
+    side = [("above", g["p_above"]) if (g["mean"] or 0) >= 0 else ("below", g["p_below"]) for g in gaps]
+    adj = holm([p if not g["equivalent"] else None for g, (_, p) in zip(gaps, side)])
+    for g, (where, p), h in zip(gaps, side, adj):
+        g["p_beyond_holm"] = h
+        if h is None or g["equivalent"] or g["n"] < 2:
+            continue
+        bound = f"{'+' if where == 'above' else '-'}{LOSS_GAP:.0%}"
+        g["verdict"] = (f"not within {LOSS_GAP:.0%}: shown {where} {bound} (one-sided p {p:.3g}, Holm p {h:.3g} over "
+                        f"{sum(x is not None for x in adj)} configurations)" if h < 0.05 else
+                        f"not shown within {LOSS_GAP:.0%} (TOST p {g['p']:.3g}), nor {where} {bound} (one-sided p "
+                        f"{p:.3g}, Holm p {h:.3g}): not resolved")
 
 
 def equal_budget(a, cfg, churn_metrics, ref_metrics):
@@ -865,17 +883,30 @@ def loss_gap_within(runs, name, refs=None):
     gaps = [ch[s]["final_val_loss"] / ref[s]["final_val_loss"] - 1.0 for s in seeds]
     samples = [ch[s]["useful_samples"] / ref[s]["useful_samples"] for s in seeds if ref[s].get("useful_samples")]
     t = tost(gaps, LOSS_GAP)
+    # Beyond the margin, one-sided at 0.05 (the complements of the TOST's two tests): a gap that is not
+    # within 1% may be shown outside it, or be neither.
+    p_above = 1.0 - t["p_upper"] if t.get("p_upper") is not None else None
+    p_below = 1.0 - t["p_lower"] if t.get("p_lower") is not None else None
     if t.get("deterministic"):
         verdict = "no seed variation: not a statistical result"
     elif t["n"] < 2:
         verdict = f"not resolved (n = {t['n']} paired seeds)"
     elif t["equivalent"]:
         verdict = f"within {LOSS_GAP:.0%} (TOST p {t['p']:.3g})"
+    elif p_above is not None and p_above < 0.05:
+        verdict = f"not within {LOSS_GAP:.0%}: shown above +{LOSS_GAP:.0%} (one-sided p {p_above:.3g})"
+    elif p_below is not None and p_below < 0.05:
+        verdict = f"not within {LOSS_GAP:.0%}: shown below -{LOSS_GAP:.0%} (one-sided p {p_below:.3g})"
     else:
-        verdict = f"not shown within {LOSS_GAP:.0%} (TOST p {t['p']:.3g})"
-    steps = sorted({r["equal_samples"]["steps"] for r in (refs or []) if r["config"] == name and r.get("equal_samples")})
+        verdict = f"not shown within {LOSS_GAP:.0%} (TOST p {t['p']:.3g}), nor beyond it: not resolved"
+    missing = sorted(str(sd) for sd in ch if sd not in seeds)
+    steps_of = {r["seed"]: r["equal_samples"]["steps"] for r in (refs or [])
+                if r["config"] == name and r.get("equal_samples") and r["status"] == "complete"}
+    steps = sorted(steps_of[sd] for sd in seeds if sd in steps_of)
     return {"gaps": dict(zip(map(str, seeds), gaps)), "mean": t["mean"], "ci90": t["ci90"], "p": t["p"], "n": t["n"],
             "margin": LOSS_GAP, "equivalent": t["equivalent"], "verdict": verdict,
+            "p_above": p_above, "p_below": p_below, "missing_seeds": missing,
+            "reference_steps_per_seed": {str(sd): steps_of[sd] for sd in seeds if sd in steps_of},
             "samples_ratio": [min(samples), max(samples)] if samples else None,
             "reference_steps": [steps[0], steps[-1]] if steps else None}
 
@@ -1066,6 +1097,20 @@ def write_report(s, out):
             L.append(f"| {c['config']} | {'-' if g['mean'] is None else format(g['mean'], '+.2%')} | "
                      f"{'-' if ci[0] is None else f'[{ci[0]:+.2%}, {ci[1]:+.2%}]'} | {g['n']} | {g['verdict']} | "
                      f"{'-' if sr is None else f'{sr[0]:.3f}-{sr[1]:.3f}'} | {'-' if rs is None else f'{rs[0]}-{rs[1]}'} |")
+        L += ["", "Per seed: the gap at equal steps, at equal applied samples, and what the longer reference gained "
+              "over the equal-steps one (its final loss relative to it).", "",
+              "| configuration | seed | reference steps | gap at equal steps | gap at equal samples | reference's gain |",
+              "|---|---|---|---|---|---|"]
+        for c in gaps:
+            g, g0 = c["within_1pct_equal_samples"], c["within_1pct"]
+            for sd, x in g["gaps"].items():
+                x0 = g0["gaps"].get(sd)
+                gain = None if x0 is None else (1 + x0) / (1 + x) - 1  # equal-samples reference / equal-steps one - 1
+                L.append(f"| {c['config']} | {sd} | {g['reference_steps_per_seed'].get(sd, '-')} | "
+                         f"{'-' if x0 is None else format(x0, '+.2%')} | {x:+.2%} | {'-' if gain is None else format(-gain, '+.2%')} |")
+            if g["missing_seeds"]:
+                L.append(f"| {c['config']} | {', '.join(g['missing_seeds'])} | no paired reference at equal samples "
+                         "(a run failed) | | | |")
     L += ["", "## Not built", ""]
     for name, nb in s["not_built"].items():
         L.append(f"- {name} (`{' '.join(nb['flags'])}`): not built; the worker "

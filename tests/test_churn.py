@@ -142,6 +142,8 @@ class LossGap(unittest.TestCase):
         self.assertTrue(noisy["verdict"].startswith("not shown within 1%"), noisy)
         far = churn.loss_gap_within(self.runs([0.02, 0.021, 0.019, 0.022, 0.02], samples=(100.0, 95.0)), "x")
         self.assertFalse(far["equivalent"])
+        self.assertIn("shown above +1%", far["verdict"])  # the whole interval lies above the margin
+        self.assertIn("not resolved", noisy["verdict"])     # neither within nor beyond it
         self.assertEqual(far["samples_ratio"], [0.95, 0.95])
         self.assertIn("n = 1", churn.loss_gap_within(self.runs([0.001]), "x")["verdict"])
 
@@ -168,12 +170,22 @@ class EqualSamples(unittest.TestCase):
         at_samples = churn.loss_gap_within(runs, "x", equal)
         self.assertTrue(at_samples["equivalent"], at_samples)
         self.assertEqual(at_samples["reference_steps"], [144, 144])
+        self.assertEqual(at_samples["missing_seeds"], [])
+        equal[2]["status"] = "failed"  # its seed has no paired reference, and its steps are not counted
+        partial = churn.loss_gap_within(runs, "x", equal)
+        self.assertEqual(partial["missing_seeds"], ["2"])
+        self.assertEqual(partial["n"], 4)
+        equal[2]["status"] = "complete"
         self.assertAlmostEqual(at_samples["samples_ratio"][0], 120.0 / 119.0)
         for r in runs + equal:
             r["metrics"]["goodput"] = 0.9
         comps = churn.compare(runs, ["x"], equal)
         loss = next(c for c in comps if c["metric"] == "final_val_loss")
         self.assertIn("within_1pct_equal_samples", loss)
+        # At equal steps the 2% gap lies beyond 1%; the compared family says so with Holm's p.
+        self.assertIn("shown above +1%", loss["within_1pct"]["verdict"])
+        self.assertIn("Holm p", loss["within_1pct"]["verdict"])
+        self.assertTrue(loss["within_1pct_equal_samples"]["verdict"].startswith("within 1%"))
         self.assertNotIn("within_1pct_equal_samples", churn.compare(runs, ["x"])[0])
 
 
