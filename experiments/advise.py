@@ -45,6 +45,7 @@ import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 import cluster_runs
@@ -803,8 +804,12 @@ def write(adv, out, probe_path):
 
 def _terminated(signum, frame):
     """SIGTERM (a launcher ending a re-advice, scripts/launch_node.sh): the simulated runs, each in its
-    own session, are stopped with it instead of outliving it."""
-    cluster_runs.terminate_running()
+    own session, are stopped with it instead of outliving it. From a thread of its own: this handler
+    runs inside the main thread's wait for a run (run_group), and waiting for that process here as
+    well deadlocked on the interrupted wait (seen when a hindsight run was stopped: the simulator
+    killed, never reaped, advise.py asleep). SystemExit unwinds that wait, and run_group stops its
+    group too."""
+    threading.Thread(target=cluster_runs.terminate_running, name="advise-terminate").start()
     raise SystemExit(143)
 
 

@@ -389,5 +389,32 @@ class KnownAnswers(unittest.TestCase):
         self.assertEqual(again["candidates"], d["advice"]["candidates"])
 
 
+class Terminated(unittest.TestCase):
+    """SIGTERM while the main thread waits for a simulated run (advise's plan runs them there): the
+    handler stops the run and advise exits 143, without deadlocking on the interrupted wait (it did:
+    the run killed, never reaped, advise.py asleep until SIGKILL)."""
+
+    def test_sigterm_during_a_run_ends_the_run_and_exits(self):
+        import signal
+        import threading
+        import cluster_runs
+        old = signal.signal(signal.SIGTERM, advise._terminated)
+        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+        t0 = time.time()
+        try:
+            with open(os.devnull, "w") as null, self.assertRaises(SystemExit) as cm:
+                timer.start()
+                cluster_runs.run_group(["sleep", "60"], null)
+        finally:
+            timer.cancel()
+            signal.signal(signal.SIGTERM, old)
+        for t in threading.enumerate():
+            if t.name == "advise-terminate":
+                t.join(30)
+        self.assertEqual(cm.exception.code, 143)
+        self.assertLess(time.time() - t0, 20)
+        self.assertEqual(len(cluster_runs._RUNNING), 0)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
