@@ -22,6 +22,10 @@ Reads the probe.json that syncopate-probe measured on the user's cluster and:
 3. Ranks them by mean time to target (95% interval over seeds) and names the winner; another is
    resolved behind it by the paired, Holm-corrected test of crossover.judge, else "not resolved".
    Proxy seconds map to the cluster's as x T / 0.1 (the proxy keeps the ratios, not the loss curve).
+   The rest of a run (--from-fraction F; --from-run prints where the run stands): each time runs
+   from when the candidate's own run stood at step F x --steps to the target, so a re-advice ranks
+   what is left, not whole runs; a candidate's first steps in the simulator stand in for what the
+   job ran before, and a target some candidate reached by that step is refused (nothing left to rank).
 4. Writes OUT/advice.json (syncopate-advice/1) and OUT/advice.toml ([dist] for syncopate-worker,
    [ps] for syncopate-server; both take it with --config), and prints a table and the advice.
 
@@ -377,6 +381,45 @@ def plan(names, px, cl, out):
     return rows, m
 
 
+def step_time(d, step):
+    """Proxy seconds at which every worker of the simulated run in d had ended its step `step` (the
+    slowest's time: the job stands at a step once each node has done it, as run_probe.progress
+    reads a run); None where a worker's run ended before it (at the target, or its time limit)."""
+    nodes = sorted(x for x in os.listdir(d) if x.startswith("node")) if os.path.isdir(d) else []
+    latest = None
+    for nd in nodes:
+        at = next((m["time_s"] for m in cluster_runs.read_jsonl(os.path.join(d, nd, "metrics.jsonl"))
+                   if m.get("step") == step and "step_s" in m), None)
+        if at is None:
+            return None
+        latest = at if latest is None else max(latest, at)
+    return latest
+
+
+def rest_of_run(results, out, step):
+    """(results for the rest of a run that stands at `step` (--from-fraction), [(name, seed) whose
+    run reached the target by then]). Each run's time to target and its end, less the time it took
+    to stand at that step: the candidate's own first steps in the simulator stand in for the job's.
+    A run that reached the target by then has no rest to rank (the caller refuses). A miss (its time
+    limit came first) counts at the time it ran past the step, a lower bound of its rest as a miss
+    counts in crossover.judge; where it never stood at the step, at its whole run's time."""
+    rest, early = {}, []
+    for name, rs in results.items():
+        rest[name] = []
+        for r in rs:
+            at = step_time(run_dir(out, name, r["seed"]), step)
+            t = r["time_to_target_s"]
+            if t is not None and (at is None or t <= at):
+                early.append((name, r["seed"]))
+            if at is None:
+                rest[name].append(dict(r, from_step=step, at_step_s=None))
+                continue
+            rest[name].append(dict(r, from_step=step, at_step_s=at,
+                                   time_to_target_s=t - at if t is not None else None,
+                                   simulated_s=max(0.0, r["simulated_s"] - at)))
+    return rest, early
+
+
 # --------------------------------------------------------------------------------------------
 # 3. Ranking and advice
 
@@ -495,7 +538,7 @@ def advise(cl, px, names, results, a, probe_path):
     if w is not None:
         ws = j["stats"][w]
         tied, behind = j.get("tied", []), j.get("behind", [])
-        why = (f"lowest mean predicted time to target {fmt_ci(interval_stats(ws, scale), 3)} s on this cluster "
+        why = (f"lowest mean predicted time {rest_phrase(a)}to target {fmt_ci(interval_stats(ws, scale), 3)} s on this cluster "
                f"(proxy {fmt_ci(ws, 3)} s), reached in {ws['reached']}/{ws['seeds']} seeds; ")
         if not tied:
             why += "every other candidate is resolved behind it (paired over seeds, Holm-corrected p < 0.05)"
@@ -522,7 +565,15 @@ def advise(cl, px, names, results, a, probe_path):
             "proxy": {k: px[k] for k in ("preset", "step_s", "link_gbit", "latency_us", "target_loss", "seeds", "steps",
                                          "batch", "servers", "server_link_gbit", "slow_workers", "slowdown", "jitter",
                                          "eval_every", "eval_batches", "limit", "time_scale")},
-            "assumptions": assumptions(cl, px, names),
+            "assumptions": assumptions(cl, px, names) + ([
+                f"the rest of a run: from step {a.from_step} of the proxy's {px['steps']} (fraction "
+                f"{a.from_fraction:.3g} of the job's steps done); each candidate's predicted time is from the time "
+                f"its own run in the simulator stood at step {a.from_step} (every worker past it) to the target: its "
+                "own first steps stand in for what the job ran before (the job's state at a switch is not "
+                "modelled), a switch's cost (restart, steps since the newest checkpoint, AdamW moments that do not "
+                "carry over) is not counted, and the time limit is still the ring's whole run x --limit"]
+                                                         if a.from_step else []),
+            "from_step": a.from_step, "from_fraction": a.from_fraction,
             "validated": validation(cl, names),
             "candidates": cands,
             "recommended": {"name": w, "worker_flags": wc["worker_flags"], "server_flags": wc["server_flags"],
@@ -530,6 +581,10 @@ def advise(cl, px, names, results, a, probe_path):
                             if j["winner"] is not None else [c["name"] for c in cands if c["name"] != w]},
             "run": run_line(w, cl, wc["worker_flags"], wc["server_flags"], os.path.join(a.out, "advice.json")),
             "warnings": cl["warnings"]}
+
+
+def rest_phrase(a):
+    return f"from step {a.from_step} of {a.steps} " if a.from_step else ""
 
 
 def interval_stats(s, scale):
@@ -642,6 +697,11 @@ def parse_args(argv):
                     help="--from-run: each node's step time from its last STEPS steps (default 50; the run's "
                          "re-decision, --dist.readvise_every, passes half its drift watch's window of 20: at its first drift the last 10 steps "
                          "came after the change; a node's calibrated step is its fastest in the window)")
+    ap.add_argument("--from-fraction", type=float, default=None, metavar="F",
+                    help="advise the rest of a run that has done the fraction F of its steps (0 <= F < 1): each "
+                         "candidate's predicted time runs from its own step F x --steps in the simulator to the "
+                         "target, which every candidate must reach after that step (default 0: a whole run; "
+                         "--from-run prints where the run stands)")
     ap.add_argument("--target-loss", type=float, default=None,
                     help="validation loss of the proxy model to reach (default 3.0; see the note above on 3.2)")
     ap.add_argument("--seeds", type=int, default=None, help="seeds per candidate (0..S-1; default 3)")
@@ -677,6 +737,11 @@ def parse_args(argv):
             a.probe = os.path.join(a.out, "probe.from-run.json")
         with open(a.probe, "w") as f:
             json.dump(probe, f, indent=1)
+        at = probe["from_run"]
+        if a.from_fraction is None and at.get("steps"):
+            print(f"[advise] the run stands at step {at['step']} of {at['steps']}: whole runs are ranked; "
+                  f"--from-fraction {at['step'] / at['steps']:.3g} ranks the rest of it (with a target loss it has "
+                  "not reached)", flush=True)
         first_px = a.first.get("proxy") or {}
         for k, key in (("target_loss", "target_loss"), ("seeds", "seeds"), ("steps", "steps")):
             if getattr(a, k) is None and first_px.get(key) is not None:
@@ -693,6 +758,12 @@ def parse_args(argv):
                    f"{', '.join(CANDIDATES)}\n")
     if a.seeds < 1 or a.steps < 1 or a.eval_every < 1 or a.limit <= 0 or a.target_loss <= 0:
         ap.exit(2, "advise: --seeds, --steps and --eval-every must be >= 1, --limit and --target-loss > 0\n")
+    a.from_fraction = 0.0 if a.from_fraction is None else a.from_fraction
+    if not 0.0 <= a.from_fraction < 1.0:
+        ap.exit(2, f"advise: --from-fraction {a.from_fraction:g} is not in [0, 1): "
+                   + ("the run has done all its steps; nothing is left to advise\n" if a.from_fraction >= 1.0 else
+                      "give the fraction of the job's steps already run\n"))
+    a.from_step = int(a.from_fraction * a.steps + 0.5)  # in the proxy's steps
     uneven = [f"{x} (H = {sync_every(x)})" for x in names if a.steps % sync_every(x)]
     if uneven:  # the simulator refuses a local-SGD run whose last round would never reach the job's weights
         hs = sorted({sync_every(x) for x in names})
@@ -766,6 +837,17 @@ def main(argv=None):
         limit = a.limit * (ring["time_to_target_s"] or ring["simulated_s"])
         for name in order[1:]:
             results[name].append(run(name, seed, px, cl, a.out, limit))
+    if a.from_step:
+        results, early = rest_of_run(results, a.out, a.from_step)
+        early = [f"{n} seed {sd}" for n, sd in early if n in a.names]
+        if early:
+            print(f"advise: the rest of a run from step {a.from_step} of {a.steps} cannot be ranked at the target loss "
+                  f"{px['target_loss']:g}: the simulator reached it by that step in {', '.join(early)}, so the rest has "
+                  "no target ahead of it there; give a lower --target-loss (one every candidate reaches after that "
+                  "step), or --from-fraction 0 for a whole run", file=sys.stderr, flush=True)
+            return 2
+        print(f"[advise] the rest of the run: times from the step {a.from_step} of {a.steps} of each candidate's own "
+              "run", flush=True)
     adv = advise(cl, px, a.names, results, a, a.probe)
     write(adv, a.out, a.probe)
     print("\n".join(table(adv)))

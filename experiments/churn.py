@@ -91,6 +91,7 @@ import random
 import re
 import shlex
 import signal
+import shutil
 import subprocess
 import sys
 import time
@@ -1209,6 +1210,14 @@ def parse_args(argv):
     return a
 
 
+def run_fresh(a, name, seed, events, kind):
+    """One run of configuration `name` (events: its churn schedule, [] for a reference) under
+    OUT/runs/<name>/<kind>/seed<seed>/, made from nothing: what an earlier run left there is removed."""
+    out = os.path.join(a.out, "runs", name, kind, f"seed{seed}")
+    shutil.rmtree(out, ignore_errors=True)
+    return Run(a, name, seed, events, out).execute()
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     a = parse_args(argv)
@@ -1260,12 +1269,7 @@ def main(argv=None):
          "seeds": seeds, "configs": runnable, "schedules": schedules}
     try:
         for name, sd, churn in plan:
-            out = os.path.join(a.out, "runs", name, "churn" if churn else "reference", f"seed{sd}")
-            if os.path.exists(out):
-                import shutil
-                shutil.rmtree(out)
-            run = Run(a, name, sd, schedules[str(sd)] if churn else [], out)
-            r = run.execute()
+            r = run_fresh(a, name, sd, schedules[str(sd)] if churn else [], "churn" if churn else "reference")
             runs.append(r)
             m = r["metrics"]
             print(f"[churn] {name} seed {sd} {'churn' if churn else 'reference'}: {r['status']} in {r['elapsed_s']:.1f} s; "
@@ -1283,12 +1287,7 @@ def main(argv=None):
                     print(f"[churn] {name} seed {sd}: no reference at equal samples (a run failed or counted no samples)",
                           flush=True)
                     continue
-                eq_out = os.path.join(a.out, "runs", name, "equal", f"seed{sd}")
-                if os.path.exists(eq_out):
-                    import shutil
-                    shutil.rmtree(eq_out)
-                a_eq = argparse.Namespace(**dict(vars(a), steps=steps))
-                e = Run(a_eq, name, sd, [], eq_out).execute()
+                e = run_fresh(argparse.Namespace(**dict(vars(a), steps=steps)), name, sd, [], "equal")
                 e["equal_samples"] = {"steps": steps, "churn_useful_samples": ch["metrics"]["useful_samples"],
                                       "reference_useful_samples": m["useful_samples"]}
                 equal_runs.append(e)

@@ -3,7 +3,7 @@ have picked, and how close are its predicted times to the measured ones?
 
   python experiments/hindsight.py [--scenarios fast4,slowlink4,...] [--targets 3.0,2.75] [--seeds 3]
         [--first-seed 100] [--advice-seeds 3] [--steps 150] [--lanes 1] [--out runs/hindsight]
-        [--dry-run] [--report-only] [--publish docs/study/hindsight]
+        [--dry-run] [--report-only] [--publish docs/study/hindsight] [--advice-out DIR]
 
 For every scenario (an emulated cluster: N nodes in network namespaces, a tbf-limited link per
 node, a modelled step with jitter, optionally one slow node and a one-way latency), in order:
@@ -48,7 +48,9 @@ with the run's curve: times to target are recomputed from it), each made again w
 changed; a run that failed is made again, an interrupted one is never kept. Ctrl-C or SIGTERM stops
 every running cluster through its own cleanup. Writes OUT/hindsight.json, OUT/report.md and
 OUT/hindsight.png; --publish copies those three and every scenario's probe.json and advice files
-under DIR (the study's record in the repository).
+under DIR (the study's record in the repository). --advice-out DIR keeps the advice, the simulated
+runs on the hindsight seeds and the report under DIR while the probes and the emulated runs stay
+OUT's: the same measurements judged against another advice (e.g. more --advice-seeds).
 """
 import argparse
 import json
@@ -202,7 +204,7 @@ def simulate_same_seeds(name, adv, targets, a, cached_only=False):
     alone; the rest of the advice's error is the seeds' (its own runs use seeds 0..A-1)."""
     px = dict(adv["proxy"], target_loss=min(targets))
     cl = {"nodes": adv["cluster"]["nodes"]}
-    d = same_seed_dir(a.out, name)
+    d = same_seed_dir(a.advice_out, name)
     curves = {}
     for c in adv["candidates"]:
         curves[c["name"]] = {}
@@ -501,7 +503,7 @@ def scenario_record(name, s, advs, out, a, same=None):
         meas = {k: {sd: [time_to_target([{"t": x, "val_loss": v} for x, v in r["curve"]], t), r["end_s"]]
                     for sd, r in runs[k].items()} for k in names}
         targets[tkey(t)] = {"advised": adv["recommended"]["name"], "advice_resolved": adv["recommended"]["resolved"],
-                            "predicted": predicted_per_seed(advise_dir(out, name, t), adv), "measured": meas}
+                            "predicted": predicted_per_seed(advise_dir(a.advice_out, name, t), adv), "measured": meas}
         if same is not None:
             targets[tkey(t)]["simulated_same_seeds"] = {
                 k: {sd: [time_to_target(cv, t), cv[-1]["t"] if cv else None] for sd, cv in v.items()}
@@ -597,15 +599,16 @@ def write(doc, out):
     plot(doc, out)
 
 
-def publish(out, dest, names, targets):
+def publish(out, dest, names, targets, advice_out=None):
+    advice_out = advice_out or out
     os.makedirs(dest, exist_ok=True)
     for f in ("hindsight.json", "report.md", "hindsight.png"):
-        shutil.copy(os.path.join(out, f), os.path.join(dest, f))
+        shutil.copy(os.path.join(advice_out, f), os.path.join(dest, f))
     for n in names:
         os.makedirs(os.path.join(dest, n), exist_ok=True)
         shutil.copy(os.path.join(out, n, "probe", "probe.json"), os.path.join(dest, n, "probe.json"))
         for t in targets:
-            shutil.copy(os.path.join(advise_dir(out, n, t), "advice.json"),
+            shutil.copy(os.path.join(advise_dir(advice_out, n, t), "advice.json"),
                         os.path.join(dest, n, f"advice_t{tkey(t)}.json"))
 
 
@@ -621,10 +624,15 @@ def parse_args(argv):
                     help="emulated runs at once (each in its own namespaces). Measured on 2 cores: 3 lanes made BSP runs "
                          "10-40%% slower without tripping the CPU or overrun checks (docs/STUDY.md); keep 1 for figures")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "hindsight"))
+    ap.add_argument("--advice-out", metavar="DIR",
+                    help="the advice (and the report) under DIR instead of OUT; the probes and the emulated runs "
+                         "stay OUT's: the same measurements judged against another advice, e.g. with more "
+                         "--advice-seeds (default: OUT)")
     ap.add_argument("--dry-run", action="store_true", help="print the scenarios and runs; start nothing")
     ap.add_argument("--report-only", action="store_true", help="analyse what is cached; run nothing")
     ap.add_argument("--publish", help="copy the study's record under this directory")
     a = ap.parse_args(argv)
+    a.advice_out = a.advice_out or a.out
     unknown = [n for n in a.scenarios.split(",") if n not in SCENARIOS]
     if unknown:
         ap.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
@@ -706,7 +714,8 @@ def main(argv=None):
             s = SCENARIOS[n]
             if a.report_only:
                 try:
-                    advs = {t: json.load(open(os.path.join(advise_dir(a.out, n, t), "advice.json"))) for t in a.targets}
+                    advs = {t: json.load(open(os.path.join(advise_dir(a.advice_out, n, t), "advice.json")))
+                            for t in a.targets}
                 except OSError:
                     print(f"[hindsight] {n}: not advised at every target yet, left out", flush=True)
                     continue
@@ -716,7 +725,7 @@ def main(argv=None):
             else:
                 # The probe and the advice alone (no lane running): the probe's timings are what it measures.
                 path = probe(n, s, a.out)
-                advs = {t: run_advisor(n, path, t, a.out, a) for t in a.targets}
+                advs = {t: run_advisor(n, path, t, a.advice_out, a) for t in a.targets}
                 for t, adv in advs.items():
                     print(f"[hindsight] {n}: advised {adv['recommended']['name']} for {tkey(t)}", flush=True)
                 px = advs[a.targets[0]]["proxy"]
@@ -733,12 +742,13 @@ def main(argv=None):
         raise SystemExit("hindsight: no scenario has been advised yet (run without --report-only)")
     doc = analyse({"format": FORMAT, "command": "python experiments/hindsight.py " + " ".join(argv),
                    "targets": [tkey(t) for t in a.targets], "steps": a.steps, "scenarios": records})
-    write(doc, a.out)
+    os.makedirs(a.advice_out, exist_ok=True)
+    write(doc, a.advice_out)
     for c in doc["conclusions"]:
         print(c)
-    print(f"wrote {a.out}/hindsight.json, report.md, hindsight.png")
+    print(f"wrote {a.advice_out}/hindsight.json, report.md, hindsight.png")
     if a.publish:
-        publish(a.out, a.publish, [r["name"] for r in records], a.targets)
+        publish(a.out, a.publish, [r["name"] for r in records], a.targets, a.advice_out)
         print(f"published under {a.publish}")
     return 0
 

@@ -57,6 +57,25 @@ def node_rank(d):
     return int(m.group(1))
 
 
+def progress(d):
+    """(the newest step of node directory d's metrics.jsonl, its config.toml's train.steps or None)."""
+    newest = 0
+    with open(os.path.join(d, "metrics.jsonl")) as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(r, dict) and type(r.get("step")) is int and "step_s" in r:
+                newest = max(newest, r["step"])
+    try:
+        with open(os.path.join(d, "config.toml"), "rb") as f:
+            steps = int(tomllib.load(f)["train"]["steps"])
+    except (OSError, KeyError, ValueError, tomllib.TOMLDecodeError):
+        steps = None
+    return newest, steps
+
+
 def own_steps(d, window):
     """The last `window` steps' own times (step_s - wait_s) of node directory d."""
     rows = []
@@ -114,5 +133,11 @@ def probe_from_run(paths, window=50):
     for r, (d, _) in sorted(by_rank.items()):
         notes.append(f"node {r} ({d}) is not in the probe: ignored")
     new["nodes"] = nodes
-    new["from_run"] = {"dirs": dirs, "probe": src, "advice": advice_path, "window": window}
+    # Where the run stands: the step every node has reached (the newest of the slowest node), of its train.steps.
+    at = [progress(d) for d in dirs]
+    totals = {t for _, t in at if t}
+    new["from_run"] = {"dirs": dirs, "probe": src, "advice": advice_path, "window": window,
+                       "step": min(s for s, _ in at), "steps": max(totals) if totals else None}
+    if len(totals) > 1:
+        notes.append(f"the nodes' train.steps differ ({', '.join(map(str, sorted(totals)))}): the largest is taken")
     return new, advice, notes

@@ -279,7 +279,12 @@ int64_t ParameterShard::join_clock(int worker) const {
   return std::max((slowest == std::numeric_limits<int64_t>::max() ? newest : slowest) + 1, mine);
 }
 
-bool ParameterShard::join(int worker, int64_t clock, int64_t samples, double now_s, std::vector<int>* released) {
+int64_t ParameterShard::pushed_clock(int worker) const {
+  return initialized_ && worker >= 0 && worker < workers_ ? clock_[static_cast<size_t>(worker)] : -1;
+}
+
+bool ParameterShard::join(int worker, int64_t clock, int64_t samples, double now_s, std::vector<int>* released,
+                          int64_t pushed) {
   SYN_CHECK(initialized_ && elastic_, "a join to a shard whose job's membership is fixed",
             "joining a running job needs --dist.elastic=true on every worker");
   SYN_CHECK(worker >= 0 && worker < kMaxWorkers && clock >= 0,
@@ -303,8 +308,12 @@ bool ParameterShard::join(int worker, int64_t clock, int64_t samples, double now
   finished_[w] = false;
   reading_[w] = false;
   last_seen_[w] = now_s;
-  if (grant_[w] < 0) grant_next(worker, samples, clock);  // a returning worker keeps the grant it never used,
-  grant_clock_[w] = std::max(grant_clock_[w], clock);     // for its next push (a stale resent join never lowers it)
+  // A returning worker keeps the grant it never used, for its next push (a stale resent join never
+  // lowers its clock). Where a part received a push of the grant's clock, the worker computed on it
+  // before it died (its push reached other parts, not this one): fresh samples, or those would be
+  // trained on twice (helper-28's first gap; protocol 10).
+  if (grant_[w] < 0 || pushed >= grant_clock_[w]) grant_next(worker, samples, clock);
+  grant_clock_[w] = std::max(grant_clock_[w], clock);
   if (member(worker)) return !waiting_.count(worker);  // a member held in the round gets its reply with the round
   if (rule_->sums_clock() && live_workers() > 0) {
     const int64_t round = bsp_round();

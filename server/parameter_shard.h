@@ -81,7 +81,13 @@ class ParameterShard {
   // collected: its pushes of the clocks in between are answered as duplicates. samples: the
   // worker's samples per step, for its data grant.
   // `released`: workers whose held replies a restarted member's leaving released (see join_clock).
-  bool join(int worker, int64_t clock, int64_t samples, double now_s, std::vector<int>* released = nullptr);
+  // `pushed`: the newest clock any part received a push of from the worker (INIT join = 2's, the
+  // largest of the parts' join = 1 answers, pushed_clock()); -1 = none. A returning worker keeps the
+  // data grant it never used, unless a part received a push of the grant's clock: it computed on it.
+  bool join(int worker, int64_t clock, int64_t samples, double now_s, std::vector<int>* released = nullptr,
+            int64_t pushed = -1);
+  // The newest clock this part received a push of from `worker` (-1: none, or a worker it never had).
+  int64_t pushed_clock(int worker) const;
   bool elastic() const { return elastic_; }
   // Changes of the live set so far (joins, leaves, expiries, returns); saved.
   int64_t membership_epoch() const { return membership_epoch_; }
@@ -119,14 +125,15 @@ class ParameterShard {
 
   // Atomic checkpoint of everything the shard needs to resume: values, AdamW moments and step,
   // version, clocks, worker count, range, which workers finished, the held workers and (BSP) the
-  // sum of their gradients and the clock's lr, so a clock partly collected is not lost. load() returns false if there is no file; throws on a
-  // corrupt one.
+  // sum of their gradients and the clock's lr, so a clock partly collected is not lost. load()
+  // returns false if there is no file; throws on a corrupt one.
   void save(const std::string& path) const;
   bool load(const std::string& path, double now_s);
   int64_t clock(int worker) const { return clock_[static_cast<size_t>(worker)]; }
   // BSP: the job's frontier, the clock after the newest closed one (a push applied or dropped; of any
-  // worker, finished and dead ones included): every clock below it was applied or closed. Not bsp_round(), which counts the live workers only: once the others finished, a
-  // worker behind them would see its own clock. -1 under SSP/ASP.
+  // worker, finished and dead ones included): every clock below it was applied or closed. Not
+  // bsp_round(), which counts the live workers only: once the others finished, a worker behind them
+  // would see its own clock. -1 under SSP/ASP. O(workers) per reply, like bsp_round().
   int64_t round() const;
   int64_t updates() const { return updates_; }
   const std::string& consistency() const { return cfg_.consistency; }

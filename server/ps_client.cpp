@@ -436,9 +436,9 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
     // passed it meanwhile counts the worker from its round being collected: never refused).
     for (auto& h : hs) h.elastic = true, h.samples = I.opt.samples_per_step, h.join = 1;
     exchange(false);
-    int64_t k = 0;
-    for (const MsgHeader& r : replies) k = std::max(k, r.clock);
-    for (auto& h : hs) h.join = 2, h.clock = k;
+    int64_t k = 0, pushed = -1;
+    for (const MsgHeader& r : replies) k = std::max(k, r.clock), pushed = std::max(pushed, r.pushed);
+    for (auto& h : hs) h.join = 2, h.clock = k, h.pushed = pushed;  // pushed: whether its grant was used
     exchange(true);
     I.start_clock = k;
   }

@@ -10,14 +10,15 @@
 
 namespace syncopate {
 
-constexpr uint32_t kPsProtocolVersion = 9;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format;
+constexpr uint32_t kPsProtocolVersion = 10;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format;
                                             // 3: INIT's job layout, FINISH; 4: partitions (INIT's `partition`,
                                             // requests and replies name their partition by offset and length);
                                             // 5: INIT's `overlap` (refused with BSP backup workers);
                                             // 6: elastic membership (INIT's `elastic` and `join`, `samples`,
                                             // replies' `data`); 7: FINISH's `data` = kFinishStillReading;
                                             // 8: INIT's `moments` and `adam_steps` (a switch into ps mode);
-                                            // 9: replies' `round` (BSP: where the job's clocks stand)
+                                            // 9: replies' `round` (BSP: where the job's clocks stand);
+                                            // 10: `pushed` (a joiner's grant replaced only where it was used)
 constexpr int64_t kMaxPartitionsPerServer = 4096;  // a server holds at most this many partitions (INIT `partition`)
 constexpr size_t kMaxHeaderBytes = 4096;          // requests (what a server decodes: tight)
 constexpr size_t kMaxReplyHeaderBytes = 1 << 20;  // replies
@@ -92,13 +93,18 @@ struct MsgHeader {
   int64_t data = -1;           // replies of an elastic job's first part (offset 0): the first sample of the worker's
                                // next step in the job's data order (each sample granted once); -1 = none
   int64_t round = -1;          // replies to PUSH_PULL and INIT under BSP (version 9): the job's frontier, the clock after
-                               // the newest any worker pushed (the one being collected while a round waits), every clock
-                               // below it applied or closed; -1 under SSP and ASP. A BSP job's clocks are its steps: a
-                               // node behind them learns where the job is
+                               // the newest closed one (its push applied or dropped, of any worker, finished and dead
+                               // ones included; held pushes and held joiners do not move it), so every clock below it
+                               // was applied or closed (ParameterShard::round()); -1 under SSP and ASP. A BSP job's
+                               // clocks are its steps: a node behind them learns where the job is
+  int64_t pushed = -1;         // (version 10) reply to INIT join = 1: the newest clock this part received a push of from
+                               // the worker (-1: none); INIT join = 2: the largest of those over the worker's parts. The
+                               // first part replaces a returning worker's data grant with fresh samples where some part
+                               // received a push of the grant's clock (the grant was used), else it keeps it
   std::string text;            // errors, stats JSON
   MSGPACK_DEFINE_MAP(type, version, token, worker, workers, clock, param_version, offset, length, partition, dtype, wire, lr, beta1,
                      beta2, eps, weight_decay, update, outer_lr, outer_momentum, outer_delay, staleness, overlap, layout,
-                     elastic, join, samples, moments, adam_steps, data, round, text)
+                     elastic, join, samples, moments, adam_steps, data, round, pushed, text)
 };
 
 // The header's `token` field: a 64-bit digest of the job token. It is sent in every request, so

@@ -191,12 +191,13 @@ struct PsServer::Impl {
             r.length = shard.length();
             r.join = 1;
             r.clock = shard.join_clock(h.worker);
+            r.pushed = shard.pushed_clock(h.worker);  // the joiner tells the first part (join = 2): a used grant
             send(id, r, nullptr, 0);
             return true;
           }
           if (h.join == 2) {  // it joins at the largest of those clocks
             std::vector<int> released;  // a restarted member left the round, which may have completed it
-            const bool now_member = shard.join(h.worker, h.clock, h.samples, now(), &released);
+            const bool now_member = shard.join(h.worker, h.clock, h.samples, now(), &released, h.pushed);
             remember(h.worker, id);
             // Durable before acknowledged: the membership it joins (or waits to join) and its grant.
             parts.checkpoint(shard, true);

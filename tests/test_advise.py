@@ -219,7 +219,7 @@ class Calibration(unittest.TestCase):
             d = os.path.join(run, f"node{i}")
             os.makedirs(d)
             with open(os.path.join(d, "config.toml"), "w") as f:
-                f.write(f"[dist]\nnode_rank = {i}\n")
+                f.write(f"[dist]\nnode_rank = {i}\n[train]\nsteps = 120\n")
             own = 0.9 if i == 2 else 0.31
             with open(os.path.join(d, "metrics.jsonl"), "w") as f:
                 for k in range(60):
@@ -235,6 +235,8 @@ class Calibration(unittest.TestCase):
         self.assertIn("stragglers 2 at 2.90x", text)
         self.assertIn("target loss 3.1, 100 steps at most, 2 seed(s)", text)
         self.assertIn("links and job as probed in " + probe, text)
+        # Where the run stands (its newest whole step, 60, of its train.steps, 120), and how to rank its rest.
+        self.assertIn("the run stands at step 60 of 120: whole runs are ranked; --from-fraction 0.5 ranks the rest", text)
         # The calibration of the same probe as probed: no straggler.
         rc, text, err = main_in_process([probe, "--dry-run", "--out", out])
         self.assertIn("no straggler", text)
@@ -246,6 +248,46 @@ class Calibration(unittest.TestCase):
         rc, text, err = main_in_process(["--dry-run"])
         self.assertEqual(rc, 2)
         self.assertIn("give a probe.json, or --from-run RUN", err)
+
+    def test_the_rest_of_a_run_counts_from_each_candidates_own_step(self):
+        """--from-fraction: a simulated run's time to target and end, less the time it stood at the
+        step (its slowest worker's end of it); a run that reached the target by then is named (there
+        is no rest to rank); a miss counts at the time it ran past the step, or at its whole run's time
+        where it never stood at the step."""
+        out = mkdtemp()
+
+        def write(name, seed, per_node):
+            for i, times in enumerate(per_node):
+                d = os.path.join(advise.run_dir(out, name, seed), f"node{i}")
+                os.makedirs(d)
+                with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+                    for k, t in enumerate(times):
+                        f.write(json.dumps({"step": k + 1, "step_s": 1.0, "time_s": t}) + "\n")
+                        f.write(json.dumps({"step": k + 1, "val_loss": 3.0, "time_s": t + 0.01}) + "\n")
+        write("ring", 0, [[1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0]])
+        write("asp_lr_scale", 0, [[0.5, 1.0, 1.5, 2.0], [1.5, 3.0]])  # worker 1 three times slower
+        write("ssp4", 0, [[0.5, 1.0], [0.5, 1.0]])  # stopped at its time limit after step 2
+        results = {"ring": [{"seed": 0, "time_to_target_s": 3.5, "simulated_s": 4.0}],
+                   "asp_lr_scale": [{"seed": 0, "time_to_target_s": 3.2, "simulated_s": 3.2}],
+                   "ssp4": [{"seed": 0, "time_to_target_s": None, "simulated_s": 1.0}]}
+        rest, early = advise.rest_of_run(results, out, 2)
+        self.assertEqual(early, [])
+        self.assertEqual((rest["ring"][0]["time_to_target_s"], rest["ring"][0]["simulated_s"]), (1.5, 2.0))
+        self.assertEqual(rest["asp_lr_scale"][0]["at_step_s"], 3.0)  # the slow worker's step 2, not node 0's
+        self.assertAlmostEqual(rest["asp_lr_scale"][0]["time_to_target_s"], 0.2)
+        # a miss, counted at the time it ran past the step (a lower bound of its rest)
+        self.assertEqual((rest["ssp4"][0]["time_to_target_s"], rest["ssp4"][0]["simulated_s"]), (None, 0.0))
+        rest, early = advise.rest_of_run(results, out, 3)
+        self.assertEqual(rest["ring"][0]["time_to_target_s"], 0.5)
+        self.assertEqual((rest["ssp4"][0]["time_to_target_s"], rest["ssp4"][0]["simulated_s"]), (None, 1.0))
+        self.assertEqual(early, [("asp_lr_scale", 0)])  # its worker 1 never stood at step 3; it reached the target
+        self.assertEqual(results["ring"][0]["time_to_target_s"], 3.5)  # the whole run's results are untouched
+        # The fraction is that of the job's steps, mapped onto the proxy's; a run that has ended is refused.
+        rc, text, err = main_in_process([write_probe(make_probe()), "--dry-run", "--from-fraction", "1"])
+        self.assertEqual(rc, 2)
+        self.assertIn("the run has done all its steps", err)
+        a = advise.parse_args([write_probe(make_probe()), "--from-fraction", "0.25", "--steps", "100"])
+        self.assertEqual(a.from_step, 25)
 
     def test_steps_must_be_a_multiple_of_every_interval(self):
         rc, out, err = main_in_process([write_probe(make_probe()), "--dry-run", "--steps", "80"])
@@ -387,6 +429,42 @@ class KnownAnswers(unittest.TestCase):
             again = json.load(f)
         self.assertEqual(again["recommended"], d["advice"]["recommended"])
         self.assertEqual(again["candidates"], d["advice"]["candidates"])
+
+
+    def test_the_rest_of_a_run_is_ranked_on_the_same_runs(self):
+        """A re-advice mid-run (--from-fraction 0.1: step 10 of 100, before any candidate passes 3.0)
+        takes the cached whole runs and ranks their rest: every candidate's predicted time is its whole
+        time less the time its run stood at step 10, and the advice says so. A target some candidate
+        reached by the step is refused by name."""
+        d = self.done["fast"]
+        out = d["out"]  # its runs' commands name it: they are the cache
+        rc, text, err = main_in_process([d["path"], "--out", out, "--from-fraction", "0.1"] + E2E)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("0 to run", text)
+        self.assertIn("the rest of the run: times from the step 10 of 100", text)
+        with open(os.path.join(out, "advice.json")) as f:
+            adv = json.load(f)
+        self.assertEqual(adv["from_step"], 10)
+        self.assertTrue(any("the rest of a run: from step 10" in x for x in adv["assumptions"]))
+        self.assertIn("from step 10 of 100 to target", adv["recommended"]["why"])
+        whole = {c["name"]: c for c in d["advice"]["candidates"]}
+        checked = 0
+        for c in adv["candidates"]:
+            if whole[c["name"]]["reached"] != whole[c["name"]]["seeds"]:
+                continue
+            rest = []
+            for sd in range(2):
+                r = advise.cached(out, c["name"], sd)
+                rest.append(r["time_to_target_s"] - advise.step_time(advise.run_dir(out, c["name"], sd), 10))
+            self.assertAlmostEqual(c["proxy_s"]["mean"], sum(rest) / 2, places=6)
+            self.assertLess(c["proxy_s"]["mean"], whole[c["name"]]["proxy_s"]["mean"])
+            checked += 1
+        self.assertGreaterEqual(checked, 3)
+        # Step 90 of 100: the per-step candidates passed 3.0 long before; nothing left to rank.
+        rc, text, err = main_in_process([d["path"], "--out", out, "--from-fraction", "0.9"] + E2E)
+        self.assertEqual(rc, 2)
+        self.assertIn("cannot be ranked at the target loss 3", err)
+        self.assertIn("ring seed 0", err)
 
 
 class Terminated(unittest.TestCase):

@@ -294,6 +294,43 @@ TEST(ElasticShard, ARestartedBspMemberLeavesItsRoundAndJoinsTheNext) {
   EXPECT_EQ(one.join_clock(0), 1);
 }
 
+// helper-28's first gap (protocol 10): a worker whose push of clock 1 reached another part but not
+// the first, then died, had used its grant for clock 1. Back, its join says so (`pushed`, the newest
+// clock any part received from it): the first part gives it fresh samples, or those would be
+// trained on twice. A worker whose newest push anywhere is older than its grant's clock never used
+// the grant: it keeps it, and no window is skipped.
+TEST(ElasticShard, AReturningWorkersGrantIsReplacedOnlyWhereAPartReceivedItsClock) {
+  std::vector<float> init(2, 0.0f), g(2, 1.0f);
+  for (const bool used : {true, false}) {
+    SCOPED_TRACE(used ? "its push of clock 1 reached another part" : "it pushed nothing of clock 1");
+    ParameterShard s(config("bsp"));
+    s.init(elastic_init(2, 2), init.data(), nullptr, 0);
+    EXPECT_TRUE(s.join(0, 0, 4, 0.0));
+    EXPECT_TRUE(s.join(1, 0, 4, 0.0));
+    EXPECT_TRUE(s.push(elastic_push(0, 0, 0, 2), g.data()).empty());
+    EXPECT_EQ(s.push(elastic_push(1, 0, 0, 2), g.data()), (std::vector<int>{0, 1}));
+    const int64_t grant = s.grant(1);  // worker 1's data for clock 1
+    EXPECT_TRUE(s.push(elastic_push(0, 1, 1, 2), g.data()).empty());  // round 1 waits for worker 1
+    EXPECT_EQ(s.pushed_clock(1), 0);  // this part's own answer to a join = 1
+    EXPECT_EQ(s.pushed_clock(9), -1);  // a worker it never had
+    const int64_t cursor = s.data_cursor();
+    EXPECT_EQ(s.join_clock(1), 2);  // restarted: the round after the one being collected
+    std::vector<int> released;
+    EXPECT_TRUE(s.join(1, 2, 4, 0.0, &released, used ? 1 : 0));
+    EXPECT_EQ(released, (std::vector<int>{0}));
+    if (used) {
+      EXPECT_EQ(s.grant(1), cursor);  // the next samples not granted yet
+      EXPECT_EQ(s.data_cursor(), cursor + 4);
+    } else {
+      EXPECT_EQ(s.grant(1), grant);  // kept: nothing skipped
+      EXPECT_EQ(s.data_cursor(), cursor);
+    }
+    const int64_t now = s.grant(1);
+    s.join(1, 2, 4, 0.0, nullptr, used ? 1 : 0);  // a resent join: the same grant
+    EXPECT_EQ(s.grant(1), now);
+  }
+}
+
 // Under ASP a worker back in the job is never told a clock behind its own pushes (they would be
 // answered as duplicates: its rounds recomputed for nothing), though the slowest member is behind.
 TEST(ElasticShard, AnAspWorkerBackIsNeverBehindItsOwnPushes) {

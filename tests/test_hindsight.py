@@ -135,6 +135,15 @@ class Flags(unittest.TestCase):
         self.assertIn("--limit", cmd)
         self.assertEqual(cmd[cmd.index("--target-loss") + 1], "2.75")
 
+    def test_another_advice_is_kept_apart_from_the_measurements(self):
+        a = hindsight.parse_args(["--out", "/m"])
+        self.assertEqual(a.advice_out, "/m")  # by default the advice lives with the runs
+        a = hindsight.parse_args(["--out", "/m", "--advice-out", "/a", "--advice-seeds", "8"])
+        self.assertEqual(hindsight.advise_dir(a.advice_out, "fast4", 3.0), "/a/fast4/advise/t3")
+        cmd = hindsight.advise_command("p.json", hindsight.advise_dir(a.advice_out, "fast4", 3.0), 3.0, a)
+        self.assertEqual(cmd[cmd.index("--seeds") + 1], "8")
+        self.assertEqual(cmd[cmd.index("--out") + 1], "/a/fast4/advise/t3")
+
     def test_refusals_name_the_problem(self):
         for argv, words in ((["--scenarios", "nope"], "unknown scenario"), (["--first-seed", "1"], "overlaps"),
                             (["--seeds", "1"], "2 or more"), (["--targets", "3,x"], "comma-separated"),

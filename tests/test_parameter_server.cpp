@@ -586,6 +586,18 @@ std::string start_servers(const test::TempDir& d, int k, const std::string& cons
   }
   return eps;
 }
+// Node `rank` of an `nnodes`-node parameter-server job (token "t", batch 2) against the servers at
+// `eps`, with extra worker flags: writes to d/<name>/, logs to d/<name>.log.
+std::unique_ptr<test::Process> start_ps_node(const test::TempDir& d, const std::string& corpus, const std::string& eps,
+                                             const std::string& name, int rank, int nnodes,
+                                             const std::vector<std::string>& flags) {
+  auto a = train_args(d, corpus, d.str(name), 2);
+  a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + eps});
+  a.insert(a.end(), flags.begin(), flags.end());
+  return std::make_unique<test::Process>(
+      a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", "NNODES=" + std::to_string(nnodes), "NODE_RANK=" + std::to_string(rank)},
+      d.str(name + ".log"));
+}
 }  // namespace
 
 namespace {
@@ -826,11 +838,8 @@ TEST_P(PsPushModes, BspOverServersEqualsRing) {
   const std::vector<std::string> rendezvous = test::rendezvous_args(d);
   std::vector<std::unique_ptr<test::Process>> ps;
   for (int r = 0; r < 2; ++r) {
-    auto a = train_args(d, corpus, d.str(fmt::format("ps{}", r)), 2);
-    a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + eps, fmt::format("--dist.ps_push_in_backward={}", GetParam())});
-    ps.push_back(std::make_unique<test::Process>(a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", "NNODES=2",
-                                                                             "NODE_RANK=" + std::to_string(r)},
-                                                 d.str(fmt::format("ps{}.log", r))));
+    ps.push_back(start_ps_node(d, corpus, eps, fmt::format("ps{}", r), r, 2,
+                               {fmt::format("--dist.ps_push_in_backward={}", GetParam())}));
     auto b = train_args(d, corpus, d.str(fmt::format("ring{}", r)), 2);
     b.push_back("--dist.mode=ring");
     b.insert(b.end(), rendezvous.begin(), rendezvous.end());
@@ -855,13 +864,9 @@ TEST_P(PsPushModes, PartitionedBspEqualsWholeShards) {
   std::vector<std::unique_ptr<test::Process>> ps;
   for (const std::string kind : {"whole", "part"})
     for (int r = 0; r < 2; ++r) {
-      auto a = train_args(d, corpus, d.str(fmt::format("{}{}", kind, r)), 2);
-      a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + (kind == "part" ? part_eps : whole_eps),
-                         fmt::format("--dist.ps_push_in_backward={}", GetParam()),
-                         fmt::format("--dist.ps_partition_mb={}", kind == "part" ? 0.01 : 0.0)});
-      ps.push_back(std::make_unique<test::Process>(
-          a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", "NNODES=2", "NODE_RANK=" + std::to_string(r)},
-          d.str(fmt::format("{}{}.log", kind, r))));
+      ps.push_back(start_ps_node(d, corpus, kind == "part" ? part_eps : whole_eps, fmt::format("{}{}", kind, r), r, 2,
+                                 {fmt::format("--dist.ps_push_in_backward={}", GetParam()),
+                                  fmt::format("--dist.ps_partition_mb={}", kind == "part" ? 0.01 : 0.0)}));
     }
   for (auto& p : ps) ASSERT_EQ(p->wait(120), 0) << test::slurp(d.str("part0.log")) << test::slurp(d.str("whole0.log"));
   const at::Tensor whole = weights(d.str("whole0")), part = weights(d.str("part0"));
@@ -937,13 +942,8 @@ TEST(PsTraining, KilledBspWorkerDoesNotHangTheOthers) {
   std::string ep;
   auto server = start_server(d, {"--ps.consistency=bsp", "--ps.worker_timeout_s=5"}, d.str("server.log"), &ep);
   std::vector<std::unique_ptr<test::Process>> ws;
-  for (int r = 0; r < 2; ++r) {
-    auto a = train_args(d, corpus, d.str(fmt::format("w{}", r)), 2);
-    a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + ep, "--train.steps=300", "--dist.timeout_s=30"});
-    ws.push_back(std::make_unique<test::Process>(a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", "NNODES=2",
-                                                                             "NODE_RANK=" + std::to_string(r)},
-                                                 d.str(fmt::format("w{}.log", r))));
-  }
+  for (int r = 0; r < 2; ++r)
+    ws.push_back(start_ps_node(d, corpus, ep, fmt::format("w{}", r), r, 2, {"--train.steps=300", "--dist.timeout_s=30"}));
   ASSERT_TRUE(test::wait_for_step(d.str("w1"), 3, 120)) << test::slurp(d.str("w1.log"));  // under way
   ws[1]->kill_hard();
   EXPECT_EQ(ws[0]->wait(90), 0) << test::slurp(d.str("w0.log")) << test::slurp(d.str("server.log"));
@@ -960,15 +960,11 @@ TEST(PsTraining, NodeZeroEvaluatesTheServersWhileItWaitsForAStraggler) {
   std::string ep;
   auto server = start_server(d, {"--ps.consistency=asp"}, d.str("server.log"), &ep);
   std::vector<std::unique_ptr<test::Process>> ws;
-  for (int r = 0; r < 2; ++r) {
-    auto a = train_args(d, corpus, d.str(fmt::format("w{}", r)), 2);  // 64 tokens per node step
-    a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + ep, "--train.steps=8", "--eval.every_tokens=128",
-                       "--eval.defer=true", "--eval.val_windows=300", "--emulate.step_time_s=0.05",
-                       fmt::format("--emulate.slowdown={}", r == 1 ? 8 : 1)});
-    ws.push_back(std::make_unique<test::Process>(
-        a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", "NNODES=2", "NODE_RANK=" + std::to_string(r)},
-        d.str(fmt::format("w{}.log", r))));
-  }
+  for (int r = 0; r < 2; ++r)  // 64 tokens per node step
+    ws.push_back(start_ps_node(d, corpus, ep, fmt::format("w{}", r), r, 2,
+                               {"--train.steps=8", "--eval.every_tokens=128", "--eval.defer=true",
+                                "--eval.val_windows=300", "--emulate.step_time_s=0.05",
+                                fmt::format("--emulate.slowdown={}", r == 1 ? 8 : 1)}));
   for (int r = 0; r < 2; ++r) ASSERT_EQ(ws[static_cast<size_t>(r)]->wait(120), 0) << test::slurp(d.str(fmt::format("w{}.log", r)));
   std::vector<nlohmann::json> evals, waiting, slow_steps;
   for (auto& m : test::read_jsonl(d.str("w0/metrics.jsonl")))
@@ -1019,14 +1015,10 @@ TEST(PsTraining, ANodeBehindTheBspRoundsEndsWhenTheyReachTheBudget) {
   std::string ep;
   auto server = start_server(d, {"--ps.consistency=bsp", "--ps.backup_workers=1"}, d.str("server.log"), &ep);
   std::vector<std::unique_ptr<test::Process>> ws;
-  for (int r = 0; r < 3; ++r) {
-    auto a = train_args(d, corpus, d.str(fmt::format("w{}", r)), 2);
-    a.insert(a.end(), {"--dist.mode=ps", "--dist.servers=" + ep, "--train.steps=12", "--emulate.step_time_s=0.05",
-                       fmt::format("--emulate.slowdown={}", r == 2 ? 8 : 1)});
-    ws.push_back(std::make_unique<test::Process>(
-        a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", "NNODES=3", "NODE_RANK=" + std::to_string(r)},
-        d.str(fmt::format("w{}.log", r))));
-  }
+  for (int r = 0; r < 3; ++r)
+    ws.push_back(start_ps_node(d, corpus, ep, fmt::format("w{}", r), r, 3,
+                               {"--train.steps=12", "--emulate.step_time_s=0.05",
+                                fmt::format("--emulate.slowdown={}", r == 2 ? 8 : 1)}));
   for (int r = 0; r < 3; ++r) ASSERT_EQ(ws[static_cast<size_t>(r)]->wait(120), 0) << test::slurp(d.str(fmt::format("w{}.log", r)));
   int64_t slow_last = 0;
   for (auto& m : test::read_jsonl(d.str("w2/metrics.jsonl")))
