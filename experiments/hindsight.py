@@ -622,7 +622,8 @@ def parse_args(argv):
     ap.add_argument("--steps", type=int, default=150, help="the advisor's --steps, and every run's")
     ap.add_argument("--lanes", type=int, default=1,
                     help="emulated runs at once (each in its own namespaces). Measured on 2 cores: 3 lanes made BSP runs "
-                         "10-40%% slower without tripping the CPU or overrun checks (docs/STUDY.md); keep 1 for figures")
+                         "slower (2-11 points of the simulator's error in the one-lane re-run) without tripping the "
+                         "CPU or overrun checks (docs/STUDY.md); keep 1 for figures")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "hindsight"))
     ap.add_argument("--advice-out", metavar="DIR",
                     help="the advice (and the report) under DIR instead of OUT; the probes and the emulated runs "
