@@ -57,17 +57,22 @@ def node_rank(d):
     return int(m.group(1))
 
 
-def progress(d):
-    """(the newest step of node directory d's metrics.jsonl, its config.toml's train.steps or None)."""
-    newest = 0
+def records(d):
+    """The records of node directory d's metrics.jsonl (objects only; a line cut by a crash is
+    skipped: the others stand)."""
     with open(os.path.join(d, "metrics.jsonl")) as f:
         for line in f:
             try:
                 r = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if isinstance(r, dict) and type(r.get("step")) is int and "step_s" in r:
-                newest = max(newest, r["step"])
+            if isinstance(r, dict):
+                yield r
+
+
+def progress(d):
+    """(the newest step of node directory d's metrics.jsonl, its config.toml's train.steps or None)."""
+    newest = max((r["step"] for r in records(d) if type(r.get("step")) is int and "step_s" in r), default=0)
     try:
         with open(os.path.join(d, "config.toml"), "rb") as f:
             steps = int(tomllib.load(f)["train"]["steps"])
@@ -79,17 +84,10 @@ def progress(d):
 def own_steps(d, window):
     """The last `window` steps' own times (step_s - wait_s) of node directory d."""
     rows = []
-    with open(os.path.join(d, "metrics.jsonl")) as f:
-        for line in f:
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash: the others stand
-            if not isinstance(r, dict):
-                continue
-            s, w = r.get("step_s"), r.get("wait_s")
-            if isinstance(s, (int, float)) and isinstance(w, (int, float)) and s == s and w == w:  # (NaN is written null)
-                rows.append(max(0.0, s - w))
+    for r in records(d):
+        s, w = r.get("step_s"), r.get("wait_s")
+        if isinstance(s, (int, float)) and isinstance(w, (int, float)) and s == s and w == w:  # (NaN is written null)
+            rows.append(max(0.0, s - w))
     if not rows:
         raise RunError(f"{d}/metrics.jsonl holds no step with step_s and wait_s")
     return rows[-window:]

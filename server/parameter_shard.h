@@ -86,7 +86,9 @@ class ParameterShard {
   // data grant it never used, unless a part received a push of the grant's clock: it computed on it.
   bool join(int worker, int64_t clock, int64_t samples, double now_s, std::vector<int>* released = nullptr,
             int64_t pushed = -1);
-  // The newest clock this part received a push of from `worker` (-1: none, or a worker it never had).
+  // The newest clock this part counts as done for `worker` (-1: none, or a worker it never had): a push
+  // it received, or the clock before the one a join counted it from. The latter can only make a
+  // later rejoin skip an unused grant, never reuse a used one.
   int64_t pushed_clock(int worker) const;
   bool elastic() const { return elastic_; }
   // Changes of the live set so far (joins, leaves, expiries, returns); saved.

@@ -11,14 +11,14 @@
 namespace syncopate {
 
 constexpr uint32_t kPsProtocolVersion = 10;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format;
-                                            // 3: INIT's job layout, FINISH; 4: partitions (INIT's `partition`,
-                                            // requests and replies name their partition by offset and length);
-                                            // 5: INIT's `overlap` (refused with BSP backup workers);
-                                            // 6: elastic membership (INIT's `elastic` and `join`, `samples`,
-                                            // replies' `data`); 7: FINISH's `data` = kFinishStillReading;
-                                            // 8: INIT's `moments` and `adam_steps` (a switch into ps mode);
-                                            // 9: replies' `round` (BSP: where the job's clocks stand);
-                                            // 10: `pushed` (a joiner's grant replaced only where it was used)
+                                             // 3: INIT's job layout, FINISH; 4: partitions (INIT's `partition`,
+                                             // requests and replies name their partition by offset and length);
+                                             // 5: INIT's `overlap` (refused with BSP backup workers);
+                                             // 6: elastic membership (INIT's `elastic` and `join`, `samples`,
+                                             // replies' `data`); 7: FINISH's `data` = kFinishStillReading;
+                                             // 8: INIT's `moments` and `adam_steps` (a switch into ps mode);
+                                             // 9: replies' `round` (BSP: where the job's clocks stand);
+                                             // 10: `pushed` (a joiner's grant replaced only where it was used)
 constexpr int64_t kMaxPartitionsPerServer = 4096;  // a server holds at most this many partitions (INIT `partition`)
 constexpr size_t kMaxHeaderBytes = 4096;          // requests (what a server decodes: tight)
 constexpr size_t kMaxReplyHeaderBytes = 1 << 20;  // replies
@@ -97,8 +97,9 @@ struct MsgHeader {
                                // ones included; held pushes and held joiners do not move it), so every clock below it
                                // was applied or closed (ParameterShard::round()); -1 under SSP and ASP. A BSP job's
                                // clocks are its steps: a node behind them learns where the job is
-  int64_t pushed = -1;         // (version 10) reply to INIT join = 1: the newest clock this part received a push of from
-                               // the worker (-1: none); INIT join = 2: the largest of those over the worker's parts. The
+  int64_t pushed = -1;         // (version 10) reply to INIT join = 1: the newest clock this part counts as done for the
+                               // worker (a push received, or clocks a join skipped it past; -1: none); INIT join = 2: the
+                               // largest of those over the worker's parts. The
                                // first part replaces a returning worker's data grant with fresh samples where some part
                                // received a push of the grant's clock (the grant was used), else it keeps it
   std::string text;            // errors, stats JSON
