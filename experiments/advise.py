@@ -13,7 +13,9 @@ Reads the probe.json that syncopate-probe measured on the user's cluster and:
    The ratio r = (time to move the model's bytes twice over B) / T, as crossover.py defines it.
 2. Replays the cluster in syncopate-sim as crossover.py does: the micro model, a modelled 0.1 s
    step, the link rate that keeps r, the latency dilated by 0.1 / T, the stragglers and jitter as
-   measured, K = min(N, 16) servers whose links together carry the workers' (K x B_server = N x B).
+   measured, K = min(N, 16) servers whose links together carry the workers' (K x B_server = N x B);
+   with --server-placement nodes, the K servers on nodes 0..K-1 sharing those nodes' links instead
+   (as scripts/local_cluster.sh --netns and launch_node.sh start them; sim.colocate_servers).
    Candidates: ring, bsp_backup, ssp4, asp_lr_scale, diloco10 (crossover.CONFIGS, same learning
    rates), diloco50 (ring, H = 50, Nesterov) and async_local_sgd (ps, ASP, H = 10, delayed
    Nesterov); seeds 0..S-1; each run stops at the target loss or at --limit x the ring's time
@@ -278,7 +280,7 @@ def proxy(cl, a):
     return {"preset": PRESET, "step_s": STEP_S, "batch": BATCH, "link_gbit": link, "servers": k,
             "server_link_gbit": link * n / k, "latency_us": cl["latency_ms"] * 1e3 * STEP_S / cl["step_s"],
             "slow_workers": slow, "slowdown": cl["slowdown"] if slow else 1.0, "jitter": cl["jitter"],
-            "target_loss": a.target_loss, "seeds": a.seeds, "steps": a.steps, "eval_every": a.eval_every,
+            "server_placement": getattr(a, "server_placement", "dedicated"), "target_loss": a.target_loss, "seeds": a.seeds, "steps": a.steps, "eval_every": a.eval_every,
             "eval_batches": EVAL_BATCHES, "limit": a.limit, "time_scale": cl["step_s"] / STEP_S}
 
 
@@ -313,8 +315,10 @@ def is_ps(name):
 def sim_command(name, seed, px, cl, out, limit_s):
     flags, lr = CANDIDATES[name]
     n = cl["nodes"]
+    on_nodes = px.get("server_placement", "dedicated") == "nodes"
+    servers = ["--sim.colocate_servers=true"] if on_nodes else [f"--sim.server_link_gbit={px['server_link_gbit']:.6g}"]
     cmd = [sim_binary(), "--out", out, "--quiet", f"--sim.workers={n}", f"--sim.servers={px['servers']}",
-           f"--sim.link_gbit={px['link_gbit']:.6g}", f"--sim.server_link_gbit={px['server_link_gbit']:.6g}",
+           f"--sim.link_gbit={px['link_gbit']:.6g}", *servers,
            f"--sim.latency_us={px['latency_us']:.6g}", f"--sim.target_loss={px['target_loss']:g}",
            f"--model.preset={PRESET}", f"--train.batch_size={BATCH}", f"--train.steps={px['steps']}",
            "--train.threads=1", f"--train.seed={seed}", f"--optim.lr={lr:g}", f"--schedule.min_lr={lr / 10:g}",
@@ -564,7 +568,7 @@ def advise(cl, px, names, results, a, probe_path):
                                            "measured_nodes", "measured_links", "complete")},
             "proxy": {k: px[k] for k in ("preset", "step_s", "link_gbit", "latency_us", "target_loss", "seeds", "steps",
                                          "batch", "servers", "server_link_gbit", "slow_workers", "slowdown", "jitter",
-                                         "eval_every", "eval_batches", "limit", "time_scale")},
+                                         "eval_every", "eval_batches", "limit", "time_scale", "server_placement")},
             "assumptions": assumptions(cl, px, names) + ([
                 f"the rest of a run: from step {a.from_step} of the proxy's {px['steps']} (fraction "
                 f"{a.from_fraction:.3g} of the job's steps done); each candidate's predicted time is from the time "
@@ -657,7 +661,9 @@ def describe(cl, px):
             f"{cl['latency_ms'] * 1e3:.3g} us one way, ratio r = {cl['ratio']:.3g}" if cl["link_gbit"] else "")
          + f", {cl['params']} parameters x {cl['wire_bytes']} wire bytes",
          f"proxy: {px['preset']} model, modelled step {px['step_s']:g} s, link {px['link_gbit']:.4g} Gbit/s, "
-         f"{px['servers']} servers at {px['server_link_gbit']:.4g} Gbit/s, latency {px['latency_us']:.3g} us"
+         + (f"{px['servers']} servers on nodes 0..{px['servers'] - 1} sharing their links"
+            if px.get("server_placement") == "nodes" else f"{px['servers']} servers at {px['server_link_gbit']:.4g} Gbit/s")
+         + f", latency {px['latency_us']:.3g} us"
          + (f", workers {','.join(map(str, px['slow_workers']))} at {px['slowdown']:.2f}x" if px["slow_workers"] else "")
          + f", jitter {px['jitter']:.3g}; target loss {px['target_loss']:g}, {px['steps']} steps at most, "
          f"{px['seeds']} seed(s), limit {px['limit']:g} x the ring's time; proxy s x {px['time_scale']:.4g} = cluster s"]
@@ -713,11 +719,16 @@ def parse_args(argv):
     ap.add_argument("--no-servers", action="store_true",
                     help="the job has no parameter servers to start (scripts/launch_node.sh without SYNCOPATE_SERVERS): "
                          "leave the parameter-server candidates out of --configs")
+    ap.add_argument("--server-placement", choices=("dedicated", "nodes"), default="dedicated",
+                    help="where the parameter servers run: dedicated hosts whose links together carry the workers' "
+                         "(default), or nodes 0..K-1 sharing their links (scripts/local_cluster.sh --netns, "
+                         "launch_node.sh)")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "advise"),
                     help="writes advice.json, advice.toml and runs/<config>/seed<k>/ here")
     ap.add_argument("--dry-run", action="store_true",
                     help="print the calibrated cluster, the proxy and the runs it would make; start nothing, write nothing")
     a = ap.parse_args(argv)
+    a.out = os.path.abspath(a.out)  # cached runs are keyed by their command line, which names their directory
     if a.window < 1:
         ap.exit(2, "advise: --window must be >= 1\n")
     if bool(a.probe) == bool(a.from_run):

@@ -160,7 +160,8 @@ def advise_dir(out, name, target):
 def advise_command(probe_path, d, target, a):
     return [sys.executable, os.path.join(ROOT, "experiments", "advise.py"), probe_path, "--out", d,
             "--seeds", str(a.advice_seeds), "--steps", str(a.steps), "--target-loss", tkey(target),
-            "--limit", str(ADVISE_LIMIT)]
+            "--limit", str(ADVISE_LIMIT)] + (["--server-placement", a.server_placement]
+                                             if getattr(a, "server_placement", "dedicated") != "dedicated" else [])
 
 
 def run_advisor(name, probe_path, target, out, a):
@@ -629,11 +630,18 @@ def parse_args(argv):
                     help="the advice (and the report) under DIR instead of OUT; the probes and the emulated runs "
                          "stay OUT's: the same measurements judged against another advice, e.g. with more "
                          "--advice-seeds (default: OUT)")
+    ap.add_argument("--server-placement", choices=("dedicated", "nodes"), default="dedicated",
+                    help="the advisor's model of where the servers run (advise.py --server-placement): dedicated "
+                         "hosts (default: the published advice), or the nodes' own links, where this study's emulated "
+                         "cluster starts them (shard k on node k mod N); use another --advice-out for it")
     ap.add_argument("--dry-run", action="store_true", help="print the scenarios and runs; start nothing")
     ap.add_argument("--report-only", action="store_true", help="analyse what is cached; run nothing")
     ap.add_argument("--publish", help="copy the study's record under this directory")
     a = ap.parse_args(argv)
-    a.advice_out = a.advice_out or a.out
+    # Absolute: a cached run is keyed by its command line, which names its directory; the same OUT
+    # written another way (relative, ./) must find its runs, not make them again.
+    a.out = os.path.abspath(a.out)
+    a.advice_out = os.path.abspath(a.advice_out or a.out)
     unknown = [n for n in a.scenarios.split(",") if n not in SCENARIOS]
     if unknown:
         ap.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")

@@ -80,6 +80,7 @@ def parse_args(argv):
     ap.add_argument("--report-only", action="store_true", help="analyse the cached runs; run nothing")
     ap.add_argument("--publish", metavar="DIR", help="copy switch.json and report.md here")
     a = ap.parse_args(argv)
+    a.out = os.path.abspath(a.out)  # cached runs are keyed by their command line, which names their directory
     a.names = [c for c in a.configs.split(",") if c]
     bad = [c for c in a.names if c not in advise.CANDIDATES]
     if bad or "ring" not in a.names:

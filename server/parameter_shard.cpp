@@ -293,6 +293,28 @@ bool ParameterShard::join(int worker, int64_t clock, int64_t samples, double now
             "a worker of this Syncopate build sends it: run the same build everywhere");
   grow(worker + 1);
   const size_t w = static_cast<size_t>(worker);
+  // A returning worker keeps the grant it never used, for its next push (a stale resent join never
+  // lowers its clock). Where a part received a push of the grant's clock, the worker computed on it
+  // before it died (its push reached other parts, not this one): fresh samples, or those would be
+  // trained on twice (helper-28's first gap; protocol 10).
+  if (grant_[w] < 0 || pushed >= grant_clock_[w]) grant_next(worker, samples, clock);
+  grant_clock_[w] = std::max(grant_clock_[w], clock);
+  // A restarted member whose last push is held here in the round being collected, while another part
+  // completed that round and the join names a later clock: the join waits for the round's release
+  // (apply_rejoins), or its clock would move inside the round (helper-28's second gap; protocol 11).
+  if (member(worker) && waiting_.count(worker) && clock > clock_[w] + 1) {
+    rejoin_[worker] = clock;
+    last_seen_[w] = now_s;
+    return false;
+  }
+  rejoin_.erase(worker);
+  const bool now_member = enter(worker, clock, released);
+  last_seen_[w] = now_s;
+  return now_member;
+}
+
+bool ParameterShard::enter(int worker, int64_t clock, std::vector<int>* released) {
+  const size_t w = static_cast<size_t>(worker);
   // A member (restarted: see join_clock) joining past its own next clock, its push not held here: it
   // leaves the round being collected first (as FINISH would), which may complete that round. Also
   // where this part still counted a worker that another part had already expired.
@@ -307,13 +329,6 @@ bool ParameterShard::join(int worker, int64_t clock, int64_t samples, double now
   c = std::max(c, clock - 1);  // its next push is `clock`; a clock this part applied for it never goes back
   finished_[w] = false;
   reading_[w] = false;
-  last_seen_[w] = now_s;
-  // A returning worker keeps the grant it never used, for its next push (a stale resent join never
-  // lowers its clock). Where a part received a push of the grant's clock, the worker computed on it
-  // before it died (its push reached other parts, not this one): fresh samples, or those would be
-  // trained on twice (helper-28's first gap; protocol 10).
-  if (grant_[w] < 0 || pushed >= grant_clock_[w]) grant_next(worker, samples, clock);
-  grant_clock_[w] = std::max(grant_clock_[w], clock);
   if (member(worker)) return !waiting_.count(worker);  // a member held in the round gets its reply with the round
   if (rule_->sums_clock() && live_workers() > 0) {
     const int64_t round = bsp_round();
@@ -332,6 +347,27 @@ bool ParameterShard::join(int worker, int64_t clock, int64_t samples, double now
   live_[w] = true;
   ++membership_epoch_;
   return true;
+}
+
+// Workers whose held push was just released and whose join waited for it (join()): the join takes
+// effect now. One counted at once stays in `released` (its reply answers the join); one held as a
+// joiner of a later round leaves it (its reply comes with that round). Others it releases are added.
+void ParameterShard::apply_rejoins(std::vector<int>& released) {
+  if (rejoin_.empty()) return;
+  std::vector<int> out, more;
+  for (int w : released) {
+    auto it = rejoin_.find(w);
+    if (it == rejoin_.end() || waiting_.count(w)) {
+      out.push_back(w);
+      continue;
+    }
+    const int64_t clock = it->second;
+    rejoin_.erase(it);
+    if (enter(w, clock, &more)) out.push_back(w);
+  }
+  for (int w : more)
+    if (std::find(out.begin(), out.end(), w) == out.end()) out.push_back(w);
+  released = std::move(out);
 }
 
 std::vector<int> ParameterShard::admit_joiners() {
@@ -509,6 +545,7 @@ std::vector<int> ParameterShard::release_bsp() {
   std::vector<int> ready(waiting_.begin(), waiting_.end());
   waiting_.clear();
   leave_if_reading(ready);
+  apply_rejoins(ready);  // a restarted member's join that waited for this round
   for (int w : admit_joiners()) ready.push_back(w);  // the next round counts them
   return ready;
 }
@@ -596,6 +633,7 @@ std::vector<int> ParameterShard::finish(int worker, bool still_reading) {
   reading_[static_cast<size_t>(worker)] = still_reading;
   if (!still_reading) finished_[static_cast<size_t>(worker)] = true;
   joining_.erase(worker);
+  rejoin_.erase(worker);
   backup_[static_cast<size_t>(worker)].clear();  // DC-ASGD: memory bounded by the workers still training
   if (!live_[static_cast<size_t>(worker)] || waiting_.count(worker)) return {};
   live_[static_cast<size_t>(worker)] = false;
@@ -621,6 +659,7 @@ std::vector<int> ParameterShard::release_held() {
   std::vector<int> ready = rule_->releasable(waiting_, clocks());
   for (int w : ready) waiting_.erase(w);
   leave_if_reading(ready);
+  apply_rejoins(ready);
   return ready;
 }
 
@@ -633,7 +672,7 @@ void ParameterShard::save(const std::string& path) const {
                          {"waiting", std::vector<int>(waiting_.begin(), waiting_.end())}, {"bsp_lr", bsp_lr_},
                          {"finished", std::vector<bool>(finished_)}, {"epoch", epoch_}, {"elastic", elastic_},
                          {"membership_epoch", membership_epoch_}, {"data_cursor", data_reserved_},
-                         {"joining", joining_}, {"live", std::vector<bool>(live_)},
+                         {"joining", joining_}, {"rejoining", rejoin_}, {"live", std::vector<bool>(live_)},
                          {"reading", std::vector<bool>(reading_)}};
   std::vector<std::pair<std::string, at::Tensor>> t = {{"params", params_}, {"exp_avg", opt_->exp_avg()}, {"exp_avg_sq", opt_->exp_avg_sq()}};
   if (outer_) t.emplace_back("outer_momentum", outer_->momentum());
@@ -745,6 +784,12 @@ bool ParameterShard::load(const std::string& path, double now_s) {
               "the checkpoint is corrupt: delete it or restore a good copy");
     joining_[w] = c, live_[static_cast<size_t>(w)] = false;
   }
+  for (auto& [w, c] : m.value("rejoining", std::map<int, int64_t>{})) {  // (a join waiting for its held push)
+    SYN_CHECK(w >= 0 && w < workers_ && c >= 0 && waiting_.count(w),
+              fmt::format("'{}' holds worker {} rejoining at clock {} without a held push", path, w, c),
+              "the checkpoint is corrupt: delete it or restore a good copy");
+    rejoin_[w] = c;
+  }
   return true;
 }
 
@@ -770,7 +815,7 @@ std::string ParameterShard::stats_json(int64_t errors, double now_s, int64_t uni
                         {"staleness_histogram", hist}, {"live", live}, {"last_staleness", last_stale_},
                         {"last_seen_s", last_seen_}, {"finished", std::vector<bool>(finished_)},
                         {"reading", std::vector<bool>(reading_)}, {"dc_backup_values", dc_backup_values()}, {"epoch", epoch_}, {"wire_version", wire_version()},
-                        {"elastic", elastic_}, {"membership_epoch", membership_epoch_}, {"joining", joining_}};
+                        {"elastic", elastic_}, {"membership_epoch", membership_epoch_}, {"joining", joining_}, {"rejoining", rejoin_}};
   if (grants_data()) j["data_cursor"] = data_cursor_, j["data_reserved"] = data_reserved_;
   if (now_s >= 0) j["now_s"] = now_s;
   if (unix_us >= 0) j["unix_us"] = unix_us;

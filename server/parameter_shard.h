@@ -84,12 +84,20 @@ class ParameterShard {
   // `pushed`: the newest clock any part received a push of from the worker (INIT join = 2's, the
   // largest of the parts' join = 1 answers, pushed_clock()); -1 = none. A returning worker keeps the
   // data grant it never used, unless a part received a push of the grant's clock: it computed on it.
+  // A restarted member whose last push is still held here (in the round being collected) while its
+  // join names a later clock (another part completed that round meanwhile): its join waits for the
+  // round (false) and takes effect when the held push is released, as if it arrived then: it leaves
+  // the round after and counts from `clock` like the other parts say (helper-28's second gap,
+  // protocol 11; before, its clock was raised inside the round and this part's later rounds mixed
+  // its clock t + 1 with the others' t). rejoining() lists such workers.
   bool join(int worker, int64_t clock, int64_t samples, double now_s, std::vector<int>* released = nullptr,
             int64_t pushed = -1);
   // The newest clock this part counts as done for `worker` (-1: none, or a worker it never had): a push
   // it received, or the clock before the one a join counted it from. The latter can only make a
   // later rejoin skip an unused grant, never reuse a used one.
   int64_t pushed_clock(int worker) const;
+  // Workers whose join waits for their held push's release (above), with the clock it names.
+  const std::map<int, int64_t>& rejoining() const { return rejoin_; }
   bool elastic() const { return elastic_; }
   // Changes of the live set so far (joins, leaves, expiries, returns); saved.
   int64_t membership_epoch() const { return membership_epoch_; }
@@ -222,6 +230,10 @@ class ParameterShard {
   void grow(int workers);                         // slots for worker ids below `workers`
   int64_t bsp_round() const;                      // the clock being collected
   std::vector<int> admit_joiners();               // BSP: joiners whose round has come (or nobody is left to wait for)
+  // join()'s change of membership (a member leaving the round, a joiner held or counted at once).
+  bool enter(int worker, int64_t clock, std::vector<int>* released);
+  std::map<int, int64_t> rejoin_;                 // worker -> its join's clock, applied when its held push is released
+  void apply_rejoins(std::vector<int>& released);  // of the workers just released, those with a deferred join
   int bsp_count_ = 0;
   double bsp_lr_ = 0;
 };

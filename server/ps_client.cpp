@@ -211,7 +211,7 @@ struct PsClient::Impl {
   // answers (same part, same clock), or dropped (an answer to a copy of a request already answered).
   void keep_reply(int k, const MsgHeader& h, std::vector<zmq::message_t>& frames) {
     const int p = part_named(k, h);
-    if (p < 0) return;
+    if (p < 0 || h.join != 0) return;  // a late reply to an INIT's join (resent) answers no push
     for (auto& [id, pend] : parts[p].pending)
       if (!pend.replied && pend.header.clock == h.clock) {
         pend.replied = true;
@@ -408,9 +408,11 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
           if (hs[p].join == 2) I.send(k, hs[p], nullptr, 0);
           else I.send(k, hs[p], body(p).first, body(p).second);
       };
-      // A reply to this exchange's question (join = 1) or with values, of a part not answered yet.
+      // The reply to this exchange's request (it names the same join: 1 a question, 2 a join, 0 a
+      // registration) of a part not answered yet.
       auto accept = [&](const MsgHeader& h, std::vector<zmq::message_t>&) {
-        return unanswered.count(I.part_named(k, h)) > 0 && (values ? h.join == 0 : h.join == 1);
+        const int p = I.part_named(k, h);
+        return unanswered.count(p) > 0 && h.join == hs[static_cast<size_t>(p)].join;
       };
       while (!unanswered.empty()) {
         auto [h, frames] = I.recv(k, accept, resend);
@@ -516,7 +518,7 @@ PsReply PsClient::wait(const PsTicket& t, at::Tensor& into) {
       I.resend_unanswered(k);
     };
     auto accept = [&](const MsgHeader& h, std::vector<zmq::message_t>& frames) {
-      if (h.clock == clock && I.part_named(k, h) == p) return true;
+      if (h.join == 0 && h.clock == clock && I.part_named(k, h) == p) return true;  // (join: a late reply to an INIT)
       I.keep_reply(k, h, frames);
       return false;
     };
@@ -607,7 +609,7 @@ void PsClient::pull(at::Tensor& params) {
       for (int p : unanswered) I.send(k, I.part_header(MsgType::kPull, p), nullptr, 0);
     };
     auto accept = [&](const MsgHeader& h, std::vector<zmq::message_t>& frames) {
-      return h.type == static_cast<int>(MsgType::kOk) && frames.size() == 2 && unanswered.count(I.part_named(k, h)) > 0;
+      return h.type == static_cast<int>(MsgType::kOk) && h.join == 0 && frames.size() == 2 && unanswered.count(I.part_named(k, h)) > 0;
     };
     ask();
     while (!unanswered.empty()) {
@@ -629,7 +631,7 @@ void PsClient::skip_data() {
   h.samples = I.opt.samples_per_step;
   auto ask = [&] { I.send(k, h, nullptr, 0); };
   auto accept = [&](const MsgHeader& r, std::vector<zmq::message_t>& frames) {
-    return r.type == static_cast<int>(MsgType::kOk) && frames.size() == 2 && I.part_named(k, r) == 0;
+    return r.type == static_cast<int>(MsgType::kOk) && r.join == 0 && frames.size() == 2 && I.part_named(k, r) == 0;
   };
   ask();
   const auto reply = I.recv(k, accept, ask).first;
@@ -672,7 +674,9 @@ void PsClient::finish(int64_t clock, bool still_reading) {
     MsgHeader h = impl_->header(MsgType::kFinish);
     h.clock = clock;
     if (still_reading) h.data = kFinishStillReading;
-    impl_->control(k, h, [&](const MsgHeader& r) { return r.clock == clock && r.type == static_cast<int>(MsgType::kOk) && r.length == 0; });  // a refusal throws in recv
+    impl_->control(k, h, [&](const MsgHeader& r) {
+      return r.join == 0 && r.clock == clock && r.type == static_cast<int>(MsgType::kOk) && r.length == 0;
+    });  // a refusal throws in recv
   }
 }
 

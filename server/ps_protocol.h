@@ -10,7 +10,7 @@
 
 namespace syncopate {
 
-constexpr uint32_t kPsProtocolVersion = 10;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format;
+constexpr uint32_t kPsProtocolVersion = 11;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format;
                                              // 3: INIT's job layout, FINISH; 4: partitions (INIT's `partition`,
                                              // requests and replies name their partition by offset and length);
                                              // 5: INIT's `overlap` (refused with BSP backup workers);
@@ -18,7 +18,9 @@ constexpr uint32_t kPsProtocolVersion = 10;  // 2: INIT's update rule (local SGD
                                              // replies' `data`); 7: FINISH's `data` = kFinishStillReading;
                                              // 8: INIT's `moments` and `adam_steps` (a switch into ps mode);
                                              // 9: replies' `round` (BSP: where the job's clocks stand);
-                                             // 10: `pushed` (a joiner's grant replaced only where it was used)
+                                             // 10: `pushed` (a joiner's grant replaced only where it was used);
+                                             // 11: replies to INIT join = 2 carry join = 2 (a late one is never
+                                             // taken for a push's), a restarted member's held push defers its join
 constexpr int64_t kMaxPartitionsPerServer = 4096;  // a server holds at most this many partitions (INIT `partition`)
 constexpr size_t kMaxHeaderBytes = 4096;          // requests (what a server decodes: tight)
 constexpr size_t kMaxReplyHeaderBytes = 1 << 20;  // replies
@@ -83,7 +85,8 @@ struct MsgHeader {
   int join = 0;                // INIT: 0 = register at `clock` (a job's start, a resume); 1 = ask which clock a joiner
                                // would start at (the reply's `clock`; registers nothing); 2 = join at `clock` (the
                                // largest answer over every part): under BSP the reply is held until the part's round
-                               // reaches it
+                               // reaches it. A reply says which request it answers: join = 1 or 2 for those (version
+                               // 11: a late reply to a resent join = 2 is never taken for a push's or a pull's), 0 else
   int64_t samples = 0;         // elastic INIT and PUSH_PULL: training samples one step of this worker takes (the grant's size)
   // A switch into ps mode from a mode whose nodes held AdamW's state (worker/train/mode_switch.h):
   bool moments = false;        // INIT: after the values, the range's AdamW first and then second moments (float32,

@@ -44,6 +44,10 @@ struct PsServer::Impl {
   std::vector<float> decoded;  // a compressed push, decoded (reused)
   // Tracing: pushes the consistency rule holds ((worker, partition offset) -> arrival), and the workers' named tracks.
   std::map<std::pair<int, int64_t>, int64_t> held_since;
+  // (worker, partition offset): the worker's next reply from that partition answers its INIT join = 2
+  // (sent at once, or held until its round); it carries join = 2 so that a late reply to a resent join
+  // is never taken for a push's (protocol 11). Not saved: after a restart the worker resends its join.
+  std::set<std::pair<int, int64_t>> join_owed;
   std::set<int> traced_workers;
   static constexpr int kWorkerTrack = 1000;  // worker w's track: kWorkerTrack + w
 
@@ -65,11 +69,15 @@ struct PsServer::Impl {
 
   // Partition `shard`'s values to `worker`. clock: the request this answers (a push answered at
   // once); -1 = the worker's last clock (an INIT, a PULL, a held reply released).
-  void reply_params(ParameterShard& shard, int worker, int64_t clock = -1) {
+  // own: the reply answers the worker's own request being handled (its push, pull or registration),
+  // never its join: it neither carries nor uses up a join = 2 tag (a late push of a worker's previous
+  // process, arriving after its join, must not take the join's tag).
+  void reply_params(ParameterShard& shard, int worker, int64_t clock = -1, bool own = false) {
     const auto to = identity.find(worker);
     // A worker this process has not heard from (a held push restored from a checkpoint, released
     // before the worker resent): nowhere to send; its resend is answered (the shard knows the clock).
     if (to == identity.end()) return;
+    const bool answers_join = !own && join_owed.erase({worker, shard.offset()}) > 0;
     if (auto held = held_since.find({worker, shard.offset()}); held != held_since.end()) {  // (tracing) the wait in the rule ends
       Tracer::global().complete(parts.consistency() == "bsp" ? "held: waiting for the clock's other workers"
                                                              : "held: too far ahead of the slowest (ssp)",
@@ -86,6 +94,7 @@ struct PsServer::Impl {
     r.clock = clock >= 0 ? clock : shard.clock(worker);  // lets the worker match replies to (possibly resent) requests
     r.data = shard.grant(worker);                         // an elastic job's first part: the data of its next step
     r.round = shard.round();                              // BSP: where the job's clocks stand
+    r.join = answers_join ? 2 : 0;                        // which request it answers
     shard.pulled(worker);
     send_params(to->second, r, shard.params());
   }
@@ -202,6 +211,7 @@ struct PsServer::Impl {
             // Durable before acknowledged: the membership it joins (or waits to join) and its grant.
             parts.checkpoint(shard, true);
             shard.take_durable_due();
+            join_owed.insert({h.worker, shard.offset()});  // its next reply here (not to a request of its own) answers this join
             for (int w : released) reply_params(shard, w);
             if (now_member) reply_params(shard, h.worker);  // else with the round it counts from
             log::info("[server {}] worker {} joins part [{}, +{}) at clock {}{}", scfg.shard, h.worker, shard.offset(),
@@ -214,7 +224,7 @@ struct PsServer::Impl {
           parts.seen(h.worker, now());
           remember(h.worker, id);
           if (shard.take_durable_due()) parts.checkpoint(shard, true);
-          reply_params(shard, h.worker);
+          reply_params(shard, h.worker, -1, /*own=*/true);
           return true;
         }
         case MsgType::kPushPull: {
@@ -246,7 +256,7 @@ struct PsServer::Impl {
           const bool membership_changed = shard.membership_epoch() != epoch;
           parts.checkpoint(shard, shard.take_durable_due() || membership_changed);
           crash_point("ps_server", "checkpointed", n);
-          for (int w : ready) reply_params(shard, w, w == h.worker ? h.clock : -1);
+          for (int w : ready) reply_params(shard, w, w == h.worker ? h.clock : -1, /*own=*/w == h.worker);
           crash_point("ps_server", "replied", n);
           return true;
         }
@@ -259,7 +269,7 @@ struct PsServer::Impl {
           // next step's data with `samples`: the skipped step's samples are not taken again.
           if (h.samples > 0 && shard.elastic()) shard.skip_grant(h.worker, h.samples);
           if (shard.take_durable_due()) parts.checkpoint(shard, true);
-          reply_params(shard, h.worker);
+          reply_params(shard, h.worker, -1, /*own=*/true);
           return true;
         }
         case MsgType::kStats: {

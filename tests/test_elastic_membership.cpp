@@ -16,9 +16,17 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <future>
+
+#include <torch/torch.h>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
 #include "common/check.h"
 #include "server/parameter_shard.h"
+#include "server/ps_client.h"
 #include "test_helpers.h"
+#include "ps_in_process_server.h"
 #include "ps_test_messages.h"
 
 namespace syncopate {
@@ -329,6 +337,203 @@ TEST(ElasticShard, AReturningWorkersGrantIsReplacedOnlyWhereAPartReceivedItsCloc
     s.join(1, 2, 4, 0.0, nullptr, used ? 1 : 0);  // a resent join: the same grant
     EXPECT_EQ(s.grant(1), now);
   }
+}
+
+// helper-28's second gap (protocol 11). Worker 0's push of round 0 reached parts A and B; B completed
+// round 0, A still waits for worker 1's push (A restarted and worker 1's resend is slow); worker 0
+// dies, and B, silent from it past its timeout, expires it. Worker 0 restarted: A says clock 1 (its
+// push is held there), B round 2 (a joiner: the round after the one being collected). On A the held
+// push must be released with round 0 before the join takes effect there: A then counts worker 0 from
+// round 2 as B does, and both apply the same gradients in the same rounds. Before, A raised its clock
+// to 1 inside round 0, and A's round 1 waited for worker 0 and took its gradient of round 2.
+TEST(ElasticShard, ARestartedMembersJoinWaitsForItsPushHeldOnAPartBehind) {
+  test::TempDir d;
+  std::vector<float> init(2, 0.0f);
+  auto grad = [](int w, int64_t c) { return std::vector<float>{1.0f + static_cast<float>(w), 0.5f * static_cast<float>(c)}; };
+  auto push = [&](ParameterShard& s, int w, int64_t c) {
+    const std::vector<float> g = grad(w, c);
+    return s.push(elastic_push(w, c, 0, 2), g.data());
+  };
+  ParameterShard a(config("bsp")), b(config("bsp"));
+  for (ParameterShard* s : {&a, &b}) {
+    s->init(elastic_init(2, 2), init.data(), nullptr, 0);
+    EXPECT_TRUE(s->join(0, 0, 4, 0.0));
+    EXPECT_TRUE(s->join(1, 0, 4, 0.0));
+  }
+  EXPECT_TRUE(push(b, 0, 0).empty());
+  EXPECT_EQ(push(b, 1, 0), (std::vector<int>{0, 1}));
+  EXPECT_TRUE(push(a, 0, 0).empty());  // A's round 0 waits for worker 1; worker 0 dies here
+  b.seen(1, 1050.0);
+  EXPECT_TRUE(b.expire(1100.0).empty());  // worker 0 silent for 1100 s > the 1000 s timeout
+  EXPECT_FALSE(b.member(0));
+  // Worker 0 restarted asks both parts (join = 1) and joins at the largest answer (join = 2).
+  EXPECT_EQ(a.join_clock(0), 1);  // its push is held here
+  EXPECT_EQ(b.join_clock(0), 2);
+  EXPECT_FALSE(a.join(0, 2, 4, 1100.0, nullptr, 0));  // waits for its held push's round
+  EXPECT_EQ(a.rejoining(), (std::map<int, int64_t>{{0, 2}}));
+  EXPECT_EQ(a.clock(0), 0) << "its clock moved inside the round being collected";
+  a.save(d.str("a.safetensors"));
+  ParameterShard restored(config("bsp"));  // A restored from that checkpoint must go on the same way
+  ASSERT_TRUE(restored.load(d.str("a.safetensors"), 1100.0));
+  EXPECT_EQ(restored.rejoining(), a.rejoining());
+  EXPECT_FALSE(b.join(0, 2, 4, 1100.0, nullptr, 0));  // B: a joiner counted from round 2
+  // A: round 0 completes with both; worker 0's join takes effect: out of round 1, counted from 2.
+  for (ParameterShard* s : {&a, &restored}) {
+    EXPECT_EQ(push(*s, 1, 0), (std::vector<int>{1})) << "worker 0's reply comes when it is counted, not now";
+    EXPECT_TRUE(s->rejoining().empty());
+    EXPECT_FALSE(s->member(0));
+  }
+  for (ParameterShard* s : {&a, &restored, &b}) {
+    EXPECT_EQ(push(*s, 1, 1), (std::vector<int>{1, 0})) << "round 1 must not wait for worker 0";
+    EXPECT_TRUE(s->member(0));
+    EXPECT_EQ(s->version(), 2);
+  }
+  EXPECT_TRUE(a.params().equal(b.params())) << "the parts applied different gradients in rounds 0 and 1";
+  EXPECT_TRUE(restored.params().equal(a.params()));
+  for (ParameterShard* s : {&a, &restored, &b}) {  // round 2 with both
+    EXPECT_TRUE(push(*s, 0, 2).empty());
+    EXPECT_EQ(push(*s, 1, 2), (std::vector<int>{0, 1}));
+    EXPECT_EQ(s->version(), 3);
+  }
+  EXPECT_TRUE(a.params().equal(b.params()));
+  EXPECT_TRUE(restored.params().equal(a.params()));
+  // A join that names the round right after the held one is not deferred (its clock is the held
+  // push's next): its reply comes with the round, as before.
+  ParameterShard c(config("bsp"));
+  c.init(elastic_init(2, 2), init.data(), nullptr, 0);
+  c.join(0, 0, 4, 0.0), c.join(1, 0, 4, 0.0);
+  EXPECT_TRUE(push(c, 0, 0).empty());
+  EXPECT_FALSE(c.join(0, 1, 4, 0.0, nullptr, 0));
+  EXPECT_TRUE(c.rejoining().empty());
+  EXPECT_EQ(push(c, 1, 0), (std::vector<int>{0, 1}));
+}
+
+// helper-28's third gap (protocol 11). A join = 2 resent while the server was slow to answer gets two
+// replies; the second, late one must never be taken for the reply of the worker's first push (its
+// clock can be the push's: a part whose rounds passed the join clock counts the worker from its own).
+// The server tags replies to a join with join = 2 (a real server, raw requests), and the client takes
+// a push's reply only where join = 0 (a real client against a scripted peer on a real socket, which
+// sends the late join reply with the push's clock and other values first).
+TEST(PsElastic, ALateReplyToAResentJoinIsNeverTakenForAPushs) {
+  ServerConfig sc;
+  sc.encrypt = "off";
+  PsConfig pc;
+  pc.consistency = "asp";
+  {
+    test::InProcessServer server(sc, pc, "job");
+    zmq::context_t ctx;
+    zmq::socket_t s = server.dealer(ctx);
+    auto request = [&](MsgHeader h, const std::vector<float>& data) {
+      h.token = token_digest("job");
+      const std::string hdr = encode_header(h);
+      s.send(zmq::buffer(hdr), data.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+      if (!data.empty()) s.send(zmq::buffer(data), zmq::send_flags::none);
+    };
+    auto reply = [&] {
+      std::vector<zmq::message_t> frames;
+      EXPECT_TRUE(zmq::recv_multipart(s, std::back_inserter(frames)));
+      return frames.empty() ? MsgHeader{} : decode_reply(frames[0].data(), frames[0].size());
+    };
+    MsgHeader ask = elastic_init(1, 2);
+    ask.join = 1;
+    request(ask, {1.0f, 1.0f});
+    const MsgHeader asked = reply();
+    EXPECT_EQ(asked.join, 1);
+    MsgHeader join = elastic_init(1, 2);
+    join.join = 2;
+    join.clock = asked.clock;
+    request(join, {});
+    request(join, {});  // the resend
+    for (int i = 0; i < 2; ++i) {
+      const MsgHeader r = reply();
+      EXPECT_EQ(r.type, static_cast<int>(MsgType::kOk)) << r.text;
+      EXPECT_EQ(r.join, 2) << "reply " << i << " to a join does not say so";
+    }
+    request(elastic_push(0, asked.clock, 0, 2), {0.5f, 0.5f});
+    const MsgHeader pushed = reply();
+    EXPECT_EQ(pushed.join, 0);
+    EXPECT_EQ(pushed.clock, asked.clock);
+  }
+  // The client, two parts on one server (one value each): a scripted peer answers its joins only after
+  // the resends, then sends late replies to the resends with the pushes' clock and values 7, part 1's
+  // first, before the pushes' own (3 and 5). Part 1's must not be kept as its push's reply while the
+  // client waits for part 0's.
+  zmq::context_t ctx;
+  zmq::socket_t peer(ctx, zmq::socket_type::router);
+  peer.set(zmq::sockopt::linger, 0);
+  peer.set(zmq::sockopt::rcvtimeo, 10000);
+  peer.bind("tcp://127.0.0.1:*");
+  const std::string ep = peer.get(zmq::sockopt::last_endpoint);
+  PsClientOptions o;
+  o.timeout_s = 10;
+  o.first_resend_s = 0.3;
+  o.elastic = true;
+  o.samples_per_step = 4;
+  o.partition_elems = 1;
+  auto run = std::async(std::launch::async, [&] {
+    PsClient c({ep}, "job", 0, 1, o);
+    at::Tensor params = torch::ones({2});
+    c.init(params, {}, AdamWConfig{});
+    std::vector<PsTicket> t;
+    for (int p = 0; p < 2; ++p) t.push_back(c.push(p, torch::full({1}, 0.5f), 4, 0.1));
+    for (int p = 0; p < 2; ++p) {
+      at::Tensor part = params.narrow(0, p, 1);
+      c.wait(t[static_cast<size_t>(p)], part);
+    }
+    return params;
+  });
+  // The client's next request of `type` (heartbeats, once a second, and resent INITs skipped).
+  auto take = [&](MsgType type) {
+    for (;;) {
+      std::vector<zmq::message_t> frames;
+      EXPECT_TRUE(zmq::recv_multipart(peer, std::back_inserter(frames)));
+      if (frames.size() < 2) return std::pair<zmq::message_t, MsgHeader>{};
+      const MsgHeader h = decode_header(frames[1].data(), frames[1].size());
+      if (h.type != static_cast<int>(type)) continue;
+      return std::make_pair(std::move(frames[0]), h);
+    }
+  };
+  auto answer = [&](const zmq::message_t& id, const MsgHeader& req, int join, int64_t clock, float value) {
+    MsgHeader r;
+    r.type = static_cast<int>(MsgType::kOk);
+    r.worker = 0;
+    r.offset = req.offset;
+    r.length = req.length;
+    r.join = join;
+    r.clock = clock;
+    const std::string hdr = encode_header(r);
+    const std::vector<float> values(static_cast<size_t>(req.length), value);
+    peer.send(zmq::buffer(id.data(), id.size()), zmq::send_flags::sndmore);
+    peer.send(zmq::buffer(hdr), join == 1 ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    if (join != 1) peer.send(zmq::buffer(values), zmq::send_flags::none);
+  };
+  std::map<int64_t, std::pair<zmq::message_t, MsgHeader>> asks, joins, pushes;  // by part offset
+  while (asks.size() < 2) {
+    auto m = take(MsgType::kInit);
+    EXPECT_EQ(m.second.join, 1);
+    asks[m.second.offset] = std::move(m);
+  }
+  for (auto& [off, m] : asks) answer(m.first, m.second, 1, 4, 0.0f);  // "start at clock 4"
+  for (int seen = 0; seen < 4; ++seen) {  // each part's join, then its resend after first_resend_s
+    auto m = take(MsgType::kInit);
+    EXPECT_EQ(m.second.join, 2);
+    EXPECT_EQ(m.second.clock, 4);
+    joins[m.second.offset] = std::move(m);
+  }
+  ASSERT_EQ(joins.size(), 2u);
+  for (auto& [off, m] : joins) answer(m.first, m.second, 2, 3, 1.0f);  // the replies to the joins
+  while (pushes.size() < 2) {
+    auto m = take(MsgType::kPushPull);
+    EXPECT_EQ(m.second.clock, 4);
+    pushes[m.second.offset] = std::move(m);
+  }
+  answer(joins[1].first, joins[1].second, 2, 4, 7.0f);  // late replies to the resends, with the pushes' clock
+  answer(joins[0].first, joins[0].second, 2, 4, 7.0f);
+  answer(pushes[0].first, pushes[0].second, 0, 4, 3.0f);
+  answer(pushes[1].first, pushes[1].second, 0, 4, 5.0f);
+  ASSERT_EQ(run.wait_for(std::chrono::seconds(15)), std::future_status::ready);
+  const at::Tensor got = run.get();
+  EXPECT_TRUE(got.equal(torch::tensor({3.0f, 5.0f}))) << "the pushes took values " << got;
 }
 
 // Under ASP a worker back in the job is never told a clock behind its own pushes (they would be

@@ -144,6 +144,24 @@ class Flags(unittest.TestCase):
         self.assertEqual(cmd[cmd.index("--seeds") + 1], "8")
         self.assertEqual(cmd[cmd.index("--out") + 1], "/a/fast4/advise/t3")
 
+    def test_out_written_another_way_finds_the_same_cached_runs(self):
+        # A run is cached by its command line, which names its directory: a relative OUT once made every
+        # run of a study again (session 25).
+        here = os.getcwd()
+        with tempfile.TemporaryDirectory() as d:
+            os.chdir(d)
+            try:
+                rel = hindsight.parse_args(["--out", "runs/h", "--advice-out", "./a"])
+            finally:
+                os.chdir(here)
+            ab = hindsight.parse_args(["--out", os.path.join(d, "runs", "h"), "--advice-out", os.path.join(d, "a")])
+        self.assertEqual(rel.out, ab.out)
+        self.assertEqual(rel.advice_out, ab.advice_out)
+        s = hindsight.SCENARIOS["fast4"]
+        px = {"servers": 4, "preset": "micro", "batch": 2, "steps": 150, "eval_every": 5, "eval_batches": 32}
+        self.assertEqual(hindsight.run_spec(rel.out, "fast4", s, px, "ring", 100)[-1],
+                         hindsight.run_spec(ab.out, "fast4", s, px, "ring", 100)[-1])
+
     def test_refusals_name_the_problem(self):
         for argv, words in ((["--scenarios", "nope"], "unknown scenario"), (["--first-seed", "1"], "overlaps"),
                             (["--seeds", "1"], "2 or more"), (["--targets", "3,x"], "comma-separated"),

@@ -129,6 +129,31 @@ TEST(NetworkModel, FlowsShareTheUplinkAndSendTheirMessagesInOrder) {
   EXPECT_NEAR(b[2], 2.5, 1e-9);
 }
 
+// Shared links (sim.colocate_servers): two workers (endpoints 0, 1) and two shards (2, 3) on their
+// nodes' links (link_of = {0, 1, 0, 1}). A push to the shard on the worker's own node crosses no link;
+// one to the other node's shard queues on that node's downlink behind the other worker's push there,
+// and a shard's reply leaves on its node's uplink behind that node's worker's own push.
+TEST(NetworkModel, EndpointsSharingALinkQueueOnItAndTalkAcrossNoLink) {
+  const double S = 1e6, B = 1e6, lat = 0.01;
+  NetworkModel net({B, B}, lat, false, {0, 1, 0, 1});
+  // Worker 0 pushes to both shards at once: the local one arrives when handed over, the remote one
+  // uses the uplink alone (the local bytes do not share it).
+  const std::vector<double> a = net.send_batch(0, {2, 3}, {S, S}, 0.0);
+  EXPECT_DOUBLE_EQ(a[0], 0.0);
+  EXPECT_NEAR(a[1], 1.0 + lat, 1e-9);
+  EXPECT_DOUBLE_EQ(net.sent(0), S) << "a message within one link counts on none";
+  // Worker 1 pushes to shard 2 (on node 0) now: node 0's downlink is free, node 1's uplink too.
+  EXPECT_NEAR(net.send(1, 2, S, 0.0), 1.0 + lat, 1e-9);
+  // Shard 2 replies to worker 1 at 0.5 s: node 0's uplink is busy with worker 0's push until 1 s.
+  EXPECT_NEAR(net.send(2, 1, S, 0.5), 2.0 + lat, 1e-9);
+  EXPECT_DOUBLE_EQ(net.rate(2), B);
+  // Without shared links the shard's reply would have left at once on a link of its own.
+  NetworkModel own({B, B, B, B}, lat);
+  own.send_batch(0, {2, 3}, {S, S}, 0.0);
+  EXPECT_NEAR(own.send(2, 1, S, 0.5), 1.5 + lat, 1e-9);
+  EXPECT_THROW(NetworkModel({B}, lat, false, {0, 1}), Error);  // an endpoint on a link that does not exist
+}
+
 TEST(NetworkModel, RingAllreduceIsAlphaBeta) {
   EXPECT_EQ(ring_allreduce_s(1, 1e6, 1e9, 1e-4), 0.0);
   // 2(n-1) phases of bytes/n: the bandwidth term is 2(n-1)/n x S / B.
@@ -217,6 +242,15 @@ TEST(Simulator, StepTimesFollowTheComputeAndLinkModels) {
   double slowest = 0;
   for (int r = 0; r < 4; ++r) slowest = std::max(slowest, steps_of(d.str("bsp/node" + std::to_string(r) + "/metrics.jsonl"))[0]["step_s"].get<double>());
   EXPECT_NEAR(slowest, expected, 1e-9);
+
+  // The shard on node 0, sharing its link (sim.colocate_servers): worker 0's push and reply cross no
+  // link, so 3 transfers each way instead of 4.
+  bsp.sim.colocate_servers = true;
+  run_simulation(bsp.run, bsp.ps, bsp.sim, d.str("bsp_colocated"), false);
+  slowest = 0;
+  for (int r = 0; r < 4; ++r)
+    slowest = std::max(slowest, steps_of(d.str("bsp_colocated/node" + std::to_string(r) + "/metrics.jsonl"))[0]["step_s"].get<double>());
+  EXPECT_NEAR(slowest, 0.1 + (lat + 3 * msg / B) + (lat + 3 * msg / B), 1e-9);
 }
 
 // emulate.overlap with the ring (dist.overlap, the job's clipping scope): the buckets the trainer
@@ -488,6 +522,10 @@ TEST(Simulator, RefusesBadInputByName) {
   j = ok;
   j.run.dist.wire = "bf16";
   EXPECT_NE(err(j).find("dist.wire=bf16"), std::string::npos);
+  j = ok;
+  j.sim.colocate_servers = true;
+  j.sim.server_link_gbit = 10;
+  EXPECT_NE(err(j).find("sim.colocate_servers"), std::string::npos);
   j = ok;  // more partitions per server than syncopate-server holds (one value each)
   j.run.dist.ps_partition_mb = 1e-7;
   EXPECT_NE(err(j).find("dist.ps_partition_mb"), std::string::npos);

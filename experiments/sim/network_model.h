@@ -17,6 +17,10 @@
 // the flows share the uplink equally (processor sharing: when one flow has sent c bytes, every other
 // has sent min(its total, c)), so the first partition of every shard lands long before the batch's
 // last byte has left and the shard can answer it while the rest arrive.
+// Shared links (sim.colocate_servers): endpoints may share one link, as a parameter-server shard
+// started on a worker's node shares that node's NIC (scripts/local_cluster.sh --netns puts shard k
+// on node k mod N). Their messages then queue on the same uplink and downlink, and a message between
+// two endpoints of one link crosses no link at all: it arrives when it is handed over.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -28,7 +32,9 @@ class NetworkModel {
  public:
   // bytes_per_s[e]: endpoint e's link rate (each direction); latency_s: one way, per message.
   // fifo: messages handed over together are served one after the other instead of sharing the uplink.
-  NetworkModel(std::vector<double> bytes_per_s, double latency_s, bool fifo = false);
+  // link_of (optional): endpoint e's link is link_of[e], an index into bytes_per_s (the links'
+  // rates); without it every endpoint has a link of its own (link_of[e] = e).
+  NetworkModel(std::vector<double> bytes_per_s, double latency_s, bool fifo = false, std::vector<int> link_of = {});
   // Arrival time of a message of `bytes` handed to the network at time t (seconds).
   double send(int from, int to, double bytes, double t);
   // Arrival times of messages handed over together at time t, sharing the sender's uplink:
@@ -38,15 +44,19 @@ class NetworkModel {
   std::vector<double> send_batch(int from, const std::vector<int>& to, const std::vector<double>& bytes, double t,
                                  const std::vector<int>* flow = nullptr);
   double latency_s() const { return latency_; }
-  double rate(int e) const { return rate_.at(static_cast<size_t>(e)); }
-  // Bytes each endpoint sent and received so far.
-  double sent(int e) const { return sent_.at(static_cast<size_t>(e)); }
-  double received(int e) const { return received_.at(static_cast<size_t>(e)); }
+  double rate(int e) const { return rate_.at(link(e)); }
+  // Bytes each link sent and received so far (endpoint e's link; a message within one link counts nowhere).
+  double sent(int e) const { return sent_.at(link(e)); }
+  double received(int e) const { return received_.at(link(e)); }
 
  private:
+  size_t link(int e) const;  // endpoint e's link (checked)
+  std::vector<double> send_remote(size_t a, const std::vector<int>& to, const std::vector<double>& bytes, double t,
+                                  const std::vector<int>* flow);
   std::vector<double> send_flows(size_t from, const std::vector<int>& to, const std::vector<double>& bytes,
                                  const std::vector<int>& flow, double tx, double total);
-  std::vector<double> rate_, up_free_, down_free_, sent_, received_;
+  std::vector<double> rate_, up_free_, down_free_, sent_, received_;  // per link
+  std::vector<int> link_of_;                                         // per endpoint
   double latency_;
   bool fifo_;
 };

@@ -15,6 +15,10 @@ struct SimConfig {
                                  // worker, capped at 16 (see docs/STUDY.md: K x B_server >= W x B decides)
   double link_gbit = 10;         // every worker's link rate, Gbit/s, each direction (full duplex)
   double server_link_gbit = 0;   // every server's link rate, Gbit/s; 0 = link_gbit
+  bool colocate_servers = false; // ps: shard k runs on worker k mod N's node and shares its link (scripts/local_cluster.sh
+                                 // --netns and launch_node.sh place them so): their messages queue on one uplink and one
+                                 // downlink, and a worker's push to the shard on its own node crosses no link. false =
+                                 // every shard on a host of its own with a server_link_gbit link
   double latency_us = 50;        // one-way latency of every message (and of every ring hop), microseconds
   std::string sharing = "fair";  // messages a sender hands over together (a worker's pushes to its shards, a shard's
                                  // released replies): "fair" = they share its uplink and all leave when the last byte
@@ -42,6 +46,7 @@ struct SimConfig {
     v("servers", servers, "ps: parameter-server shards (0 = one per worker, at most 16)", int64_t{0}, int64_t{4096});
     v("link_gbit", link_gbit, "each worker's link, Gbit/s per direction", 1e-6, 1e5);
     v("server_link_gbit", server_link_gbit, "each server's link, Gbit/s per direction (0 = link_gbit)", 0.0, 1e6);
+    v("colocate_servers", colocate_servers, "ps: shard k on worker k mod N's node, sharing its link");
     v("latency_us", latency_us, "one-way message latency, microseconds", 0.0, 1e7);
     v("sharing", sharing, "messages sent together share the uplink (fair) or go in order (fifo)",
       std::vector<std::string>{"fair", "fifo"});

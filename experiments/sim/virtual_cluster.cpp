@@ -135,7 +135,7 @@ class Simulation {
   Simulation(const RunConfig& run, const PsConfig& ps, const SimConfig& sim, const std::string& out, bool verbose)
       : run_(run), ps_(ps), sim_(sim), out_(out), verbose_(verbose), mode_(mode_of(run)),
         n_(static_cast<int>(sim.workers)), k_(mode_.ring ? 0 : static_cast<int>(sim.shard_count())),
-        net_(link_rates(), sim.latency_us * 1e-6, sim.sharing == "fifo") {
+        net_(link_rates(), sim.latency_us * 1e-6, sim.sharing == "fifo", link_of()) {
     if (run_.train.threads > 0) torch::set_num_threads(static_cast<int>(run_.train.threads));
     at::globalContext().setFlushDenormal(sim.flush_denormal);
     tokenizer_ = make_tokenizer(run_.data.tokenizer_config());
@@ -244,10 +244,18 @@ class Simulation {
   }
 
  private:
+  // The links: one per worker, then (unless the shards share their nodes' links) one per shard.
   std::vector<double> link_rates() const {
-    std::vector<double> r(static_cast<size_t>(n_ + k_), sim_.link_gbit * 1e9 / 8);
-    for (int k = 0; k < k_; ++k) r[static_cast<size_t>(n_ + k)] = sim_.server_gbit() * 1e9 / 8;
+    const int links = sim_.colocate_servers ? n_ : n_ + k_;
+    std::vector<double> r(static_cast<size_t>(links), sim_.link_gbit * 1e9 / 8);
+    for (int k = n_; k < links; ++k) r[static_cast<size_t>(k)] = sim_.server_gbit() * 1e9 / 8;
     return r;
+  }
+  // Endpoint -> link: workers 0..N-1 their own; shard k (endpoint N + k) its own, or node k mod N's.
+  std::vector<int> link_of() const {
+    std::vector<int> l(static_cast<size_t>(n_ + k_));
+    for (int e = 0; e < n_ + k_; ++e) l[static_cast<size_t>(e)] = e < n_ || !sim_.colocate_servers ? e : (e - n_) % n_;
+    return l;
   }
   int64_t length(int k) const { return bounds_[static_cast<size_t>(k) + 1] - bounds_[static_cast<size_t>(k)]; }
   at::Tensor slice(const at::Tensor& t, int k) const {
@@ -645,7 +653,7 @@ class Simulation {
     for (int k = 0; k < k_; ++k) {
       write_file_atomic((fs::path(out_) / "logs" / fmt::format("server{}.log", k)).string(),
                         fmt::format("[server {}] stats {}\n", k, servers_[static_cast<size_t>(k)]->stats_json(0, queue_.now(), -1)));
-      server_bytes += net_.sent(n_ + k);
+      if (!sim_.colocate_servers) server_bytes += net_.sent(n_ + k);  // (colocated: counted on its node's link below)
     }
     for (int r = 0; r < n_; ++r) worker_bytes += net_.sent(r);
     if (mode_.ring) worker_bytes = ring_wire_bytes() * static_cast<double>(result_.worker_steps) /
@@ -741,6 +749,9 @@ void SimConfig::validate() const {
             "evaluate on at most every worker (1 = worker 0 only, what the studies read)");
   SYN_CHECK(servers <= workers * 64, fmt::format("sim.servers={} for {} workers", servers, workers),
             "at most 64 shards per worker");
+  SYN_CHECK(!colocate_servers || server_link_gbit == 0,
+            fmt::format("sim.colocate_servers=true with sim.server_link_gbit={}", server_link_gbit),
+            "shards on the workers' nodes use the nodes' links (sim.link_gbit): drop sim.server_link_gbit");
 }
 
 double sim_memory_estimate(const RunConfig& run, const PsConfig& ps, const SimConfig& sim) {
