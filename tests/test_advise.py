@@ -112,6 +112,14 @@ class Calibration(unittest.TestCase):
                      "--train.seed=1", "--ps.backup_workers=1", "--model.preset=micro"]:
             self.assertIn(flag, cmd)
         self.assertEqual(cl["assumptions"], [])  # a complete, regular probe assumes nothing beyond the rules
+        self.assertIn(f"--sim.server_link_gbit={px['server_link_gbit']:.6g}", cmd)
+        self.assertNotIn("--sim.colocate_servers=true", cmd)
+        # Servers on the nodes (--server-placement nodes): they share the nodes' links, none of their own.
+        on = advise.proxy(cl, advise.parse_args(["x.json", "--server-placement", "nodes"]))
+        cmd = advise.sim_command("bsp_backup", 1, on, cl, "/tmp/x", 7.5)
+        self.assertIn("--sim.colocate_servers=true", cmd)
+        self.assertFalse([f for f in cmd if f.startswith("--sim.server_link_gbit")])
+        self.assertIn("sharing their links", " ".join(advise.describe(cl, on)))
 
     def test_stragglers_take_the_largest_factor_and_the_highest_proxy_ranks(self):
         p = make_probe(n=8)

@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.join(ROOT, "experiments"))
 import check_study  # noqa: E402
 import cluster_runs  # noqa: E402
 import hindsight  # noqa: E402
+import hindsight_compare  # noqa: E402
 from stats import kendall_tau_b  # noqa: E402
 
 END = 100.0  # every run's end (where a missed target counts)
@@ -170,6 +171,35 @@ class Flags(unittest.TestCase):
             with self.assertRaises(SystemExit), contextlib.redirect_stderr(err):
                 hindsight.parse_args(argv)
             self.assertIn(words, err.getvalue())
+
+
+class Compare(unittest.TestCase):
+    @staticmethod
+    def record(advised, same, measured=None):
+        cell = {"advised": advised, "best": "ring", "within": True, "valid": True,
+                "measured": measured or {"ring": {"100": [1.0, 2.0]}},
+                "same_seed_error": same, "relative_error": {k: 2 * v for k, v in same.items()}}
+        return {"format": "syncopate-hindsight/1", "scenarios": [{"name": "s", "targets": {"3": cell}}]}
+
+    def test_two_advice_records_side_by_side_on_the_same_pairs(self):
+        a = self.record("ring", {"ring": 0.10, "bsp_backup": -0.20})
+        b = self.record("bsp_backup", {"ring": 0.05, "bsp_backup": -0.30, "ssp4": 0.9})  # ssp4: only in B
+        r = hindsight_compare.compare(a, b)["3"]
+        self.assertEqual(r["rows"][0]["advised"], ("ring", "bsp_backup"))
+        self.assertEqual(set(r["rows"][0]["errors"]), {"ring", "bsp_backup"})
+        for got, want in zip(r["same_seed"], (0.15, 0.175, 2)):
+            self.assertAlmostEqual(got, want)
+        self.assertAlmostEqual(r["predicted"][0], 0.30)
+        only = hindsight_compare.compare(a, b, {"bsp_backup"})["3"]
+        for got, want in zip(only["same_seed"], (0.20, 0.30, 1)):
+            self.assertAlmostEqual(got, want)
+
+    def test_records_of_other_measurements_are_refused(self):
+        a = self.record("ring", {"ring": 0.1})
+        b = self.record("ring", {"ring": 0.1}, measured={"ring": {"100": [1.5, 2.0]}})
+        with self.assertRaises(SystemExit) as e:
+            hindsight_compare.compare(a, b)
+        self.assertIn("measured differently", str(e.exception))
 
 
 class Stopping(unittest.TestCase):
