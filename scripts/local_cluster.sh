@@ -37,6 +37,8 @@
 #
 # --netns gives every node its own network namespace (10.77.0.<i+1>/24) and a G Gbit/s
 # rate-limited link (tbf qdisc on both ends of its veth) through a bridge namespace; needs root.
+# At the end OUT/logs/netstats.txt holds each link's tbf counters (bytes, drops) and each node's TCP
+# retransmissions: what the emulated links did beyond bytes over rate.
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -93,6 +95,8 @@ NS_PREFIX="sc$$"
 cleanup() {
   trap - EXIT INT TERM
   end_spawned
+  # The links' counters and TCP's retransmissions, before the namespaces (and they) go.
+  [ "$NETNS" = 1 ] && [ -d "$OUT/logs" ] && netns_stats "$NS_PREFIX" "$NODES" > "$OUT/logs/netstats.txt" 2>&1
   [ "$NETNS" = 1 ] && netns_down "$NS_PREFIX" "$NODES"
   if [ "$TRACE" = 1 ] && compgen -G "$OUT/logs/trace_*.json" > /dev/null; then
     python3 "$ROOT/scripts/merge_traces.py" "$OUT/trace.json" "$OUT"/logs/trace_*.json > "$OUT/logs/trace_merge.log" 2>&1 ||

@@ -3,6 +3,7 @@
 #                            namespace PREFIXbr by a veth pair rate-limited to GBIT Gbit/s (tbf qdisc
 #                            on both ends, so each host's link is GBIT in each direction)
 #   netns_run PREFIX I CMD.. runs CMD inside host I
+#   netns_stats PREFIX N     prints each node's tbf counters and TCP retransmissions (before netns_down)
 #   netns_down PREFIX N      removes them (veths go with their namespaces)
 # netem is not available on these machines: latency/slowness is modelled elsewhere.
 netns_up() {
@@ -38,6 +39,18 @@ netns_run() {
   local p=$1 i=$2
   shift 2
   ip netns exec "${p}n$i" "$@"
+}
+# Per node, its links' tbf counters (bytes sent, packets dropped, overlimits, both directions) and
+# its TCP retransmissions and timeouts, one line each: what the kernel did to the traffic (a drop is
+# a retransmission, and an RTO of 200 ms or more, that no link model of bytes over rate has).
+netns_stats() {
+  local p=$1 n=$2 i
+  for i in $(seq 0 $((n - 1))); do
+    echo "node $i uplink: $(ip netns exec "${p}n$i" tc -s qdisc show dev "${p}v$i" 2>&1 | tr -s ' \n' ' ')"
+    echo "node $i downlink: $(ip netns exec "${p}br" tc -s qdisc show dev "${p}b$i" 2>&1 | tr -s ' \n' ' ')"
+    echo "node $i tcp: $(ip netns exec "${p}n$i" nstat -az TcpOutSegs TcpRetransSegs TcpExtTCPTimeouts TcpExtTCPLossProbes 2>&1 |
+      awk 'NR > 1 {printf "%s=%s ", $1, $2}')"
+  done
 }
 netns_down() {
   local p=$1 n=$2 i

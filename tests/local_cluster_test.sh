@@ -102,6 +102,11 @@ if [ "$(id -u)" = 0 ] && ip netns add "sctest$$" 2>/dev/null; then
   interrupt netns TERM script --netns --link-gbit 1
   after=$(ip netns list | wc -l)
   [ "$before" = "$after" ] || { echo "FAIL: namespaces left: $(ip netns list)"; fail=1; }
+  # Before the namespaces went, the links' counters and TCP's retransmissions were written (netns_stats).
+  for w in "node 0 uplink: qdisc tbf" "node 1 downlink: qdisc tbf" "node 0 tcp: TcpOutSegs="; do
+    grep -q "$w" "$TMP/netns/logs/netstats.txt" 2>/dev/null ||
+      { echo "FAIL: netstats.txt lacks '$w':"; cat "$TMP/netns/logs/netstats.txt" 2>&1; fail=1; }
+  done
 else
   echo "NOTE: not root or no network namespaces here: the netns interrupt check did not run"
 fi
