@@ -3,6 +3,8 @@
 #                            namespace PREFIXbr by a veth pair rate-limited to GBIT Gbit/s (tbf qdisc
 #                            on both ends, so each host's link is GBIT in each direction)
 #   netns_run PREFIX I CMD.. runs CMD inside host I
+# SYNCOPATE_TBF_QUEUE_MS (default 50): how long a packet may wait in a link's tbf queue before it is
+# dropped (the queue's size is this x the rate); a diagnostic knob, the studies use the default.
 #   netns_stats PREFIX N     prints each node's tbf counters and TCP retransmissions (before netns_down)
 #   netns_down PREFIX N      removes them (veths go with their namespaces)
 # netem is not available on these machines: latency/slowness is modelled elsewhere.
@@ -31,8 +33,8 @@ netns_up() {
     ip -n "${p}n$i" link set lo up
     ip -n "${p}br" link set "${p}b$i" master br0
     ip -n "${p}br" link set "${p}b$i" up
-    ip netns exec "${p}n$i" tc qdisc add dev "${p}v$i" root tbf rate "$rate" burst "$burst" latency 50ms
-    ip netns exec "${p}br" tc qdisc add dev "${p}b$i" root tbf rate "$rate" burst "$burst" latency 50ms
+    ip netns exec "${p}n$i" tc qdisc add dev "${p}v$i" root tbf rate "$rate" burst "$burst" latency "${SYNCOPATE_TBF_QUEUE_MS:-50}ms"
+    ip netns exec "${p}br" tc qdisc add dev "${p}b$i" root tbf rate "$rate" burst "$burst" latency "${SYNCOPATE_TBF_QUEUE_MS:-50}ms"
   done
 }
 netns_run() {
