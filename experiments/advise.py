@@ -280,8 +280,8 @@ def proxy(cl, a):
     return {"preset": PRESET, "step_s": STEP_S, "batch": BATCH, "link_gbit": link, "servers": k,
             "server_link_gbit": link * n / k, "latency_us": cl["latency_ms"] * 1e3 * STEP_S / cl["step_s"],
             "slow_workers": slow, "slowdown": cl["slowdown"] if slow else 1.0, "jitter": cl["jitter"],
-            "server_placement": getattr(a, "server_placement", "dedicated"), "target_loss": a.target_loss, "seeds": a.seeds, "steps": a.steps, "eval_every": a.eval_every,
-            "eval_batches": EVAL_BATCHES, "limit": a.limit, "time_scale": cl["step_s"] / STEP_S}
+            "server_placement": a.server_placement, "target_loss": a.target_loss, "seeds": a.seeds, "steps": a.steps,
+            "eval_every": a.eval_every, "eval_batches": EVAL_BATCHES, "limit": a.limit, "time_scale": cl["step_s"] / STEP_S}
 
 
 # --------------------------------------------------------------------------------------------

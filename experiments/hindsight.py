@@ -160,8 +160,7 @@ def advise_dir(out, name, target):
 def advise_command(probe_path, d, target, a):
     return [sys.executable, os.path.join(ROOT, "experiments", "advise.py"), probe_path, "--out", d,
             "--seeds", str(a.advice_seeds), "--steps", str(a.steps), "--target-loss", tkey(target),
-            "--limit", str(ADVISE_LIMIT)] + (["--server-placement", a.server_placement]
-                                             if getattr(a, "server_placement", "dedicated") != "dedicated" else [])
+            "--limit", str(ADVISE_LIMIT), "--server-placement", a.server_placement]
 
 
 def run_advisor(name, probe_path, target, out, a):

@@ -302,15 +302,13 @@ bool ParameterShard::join(int worker, int64_t clock, int64_t samples, double now
   // A restarted member whose last push is held here in the round being collected, while another part
   // completed that round and the join names a later clock: the join waits for the round's release
   // (apply_rejoins), or its clock would move inside the round (helper-28's second gap; protocol 11).
+  last_seen_[w] = now_s;
   if (member(worker) && waiting_.count(worker) && clock > clock_[w] + 1) {
     rejoin_[worker] = clock;
-    last_seen_[w] = now_s;
     return false;
   }
   rejoin_.erase(worker);
-  const bool now_member = enter(worker, clock, released);
-  last_seen_[w] = now_s;
-  return now_member;
+  return enter(worker, clock, released);
 }
 
 bool ParameterShard::enter(int worker, int64_t clock, std::vector<int>* released) {

@@ -164,9 +164,11 @@ struct PsClient::Impl {
   // frames. A refused request throws. When the server is silent (it may have died and been
   // restarted from its checkpoint; ZeroMQ reconnects by itself) `resend` runs with exponential
   // backoff, up to timeout_s in all; the server drops duplicate pushes by clock, so nothing is
-  // applied twice. The caller holds servers[k]->mu.
+  // applied twice. The caller holds servers[k]->mu. A reply that answers an INIT's join (join != 0)
+  // reaches `accept` only where the caller asked (joins: init()); elsewhere it is a late reply to a
+  // resent join and is dropped, never taken for a push's, pull's or FINISH's (protocol 11).
   std::pair<MsgHeader, std::vector<zmq::message_t>> recv(int k, const std::function<bool(const MsgHeader&, std::vector<zmq::message_t>&)>& accept,
-                                                          const std::function<void()>& resend) {
+                                                          const std::function<void()>& resend, bool joins = false) {
     zmq::socket_t& sock = servers[k]->sock;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opt.timeout_s);
     double attempt_s = std::min(opt.timeout_s, opt.first_resend_s);
@@ -186,7 +188,7 @@ struct PsClient::Impl {
       MsgHeader h = decode_reply(frames[0].data(), frames[0].size());
       SYN_CHECK(h.type != static_cast<int>(MsgType::kError), fmt::format("parameter server {} refused: {}", k, h.text),
                 "workers and servers must share token, model, worker count and dist.ps_partition_mb");
-      if (accept(h, frames)) return {h, std::move(frames)};
+      if ((joins || h.join == 0) && accept(h, frames)) return {h, std::move(frames)};
     }
   }
   // A control request without data (STATS, FINISH, SHUTDOWN) to server k, resent while the server
@@ -211,7 +213,7 @@ struct PsClient::Impl {
   // answers (same part, same clock), or dropped (an answer to a copy of a request already answered).
   void keep_reply(int k, const MsgHeader& h, std::vector<zmq::message_t>& frames) {
     const int p = part_named(k, h);
-    if (p < 0 || h.join != 0) return;  // a late reply to an INIT's join (resent) answers no push
+    if (p < 0) return;
     for (auto& [id, pend] : parts[p].pending)
       if (!pend.replied && pend.header.clock == h.clock) {
         pend.replied = true;
@@ -415,7 +417,7 @@ void PsClient::init(at::Tensor& params, const std::vector<std::pair<int64_t, int
         return unanswered.count(p) > 0 && h.join == hs[static_cast<size_t>(p)].join;
       };
       while (!unanswered.empty()) {
-        auto [h, frames] = I.recv(k, accept, resend);
+        auto [h, frames] = I.recv(k, accept, resend, /*joins=*/true);
         const int p = I.part_named(k, h);
         replies[static_cast<size_t>(p)] = h;
         if (values) {
@@ -518,7 +520,7 @@ PsReply PsClient::wait(const PsTicket& t, at::Tensor& into) {
       I.resend_unanswered(k);
     };
     auto accept = [&](const MsgHeader& h, std::vector<zmq::message_t>& frames) {
-      if (h.join == 0 && h.clock == clock && I.part_named(k, h) == p) return true;  // (join: a late reply to an INIT)
+      if (h.clock == clock && I.part_named(k, h) == p) return true;
       I.keep_reply(k, h, frames);
       return false;
     };
@@ -609,7 +611,7 @@ void PsClient::pull(at::Tensor& params) {
       for (int p : unanswered) I.send(k, I.part_header(MsgType::kPull, p), nullptr, 0);
     };
     auto accept = [&](const MsgHeader& h, std::vector<zmq::message_t>& frames) {
-      return h.type == static_cast<int>(MsgType::kOk) && h.join == 0 && frames.size() == 2 && unanswered.count(I.part_named(k, h)) > 0;
+      return h.type == static_cast<int>(MsgType::kOk) && frames.size() == 2 && unanswered.count(I.part_named(k, h)) > 0;
     };
     ask();
     while (!unanswered.empty()) {
@@ -631,7 +633,7 @@ void PsClient::skip_data() {
   h.samples = I.opt.samples_per_step;
   auto ask = [&] { I.send(k, h, nullptr, 0); };
   auto accept = [&](const MsgHeader& r, std::vector<zmq::message_t>& frames) {
-    return r.type == static_cast<int>(MsgType::kOk) && r.join == 0 && frames.size() == 2 && I.part_named(k, r) == 0;
+    return r.type == static_cast<int>(MsgType::kOk) && frames.size() == 2 && I.part_named(k, r) == 0;
   };
   ask();
   const auto reply = I.recv(k, accept, ask).first;
@@ -674,9 +676,7 @@ void PsClient::finish(int64_t clock, bool still_reading) {
     MsgHeader h = impl_->header(MsgType::kFinish);
     h.clock = clock;
     if (still_reading) h.data = kFinishStillReading;
-    impl_->control(k, h, [&](const MsgHeader& r) {
-      return r.join == 0 && r.clock == clock && r.type == static_cast<int>(MsgType::kOk) && r.length == 0;
-    });  // a refusal throws in recv
+    impl_->control(k, h, [&](const MsgHeader& r) { return r.clock == clock && r.type == static_cast<int>(MsgType::kOk) && r.length == 0; });  // a refusal throws in recv
   }
 }
 

@@ -37,10 +37,11 @@ std::vector<double> NetworkModel::send_batch(int from, const std::vector<int>& t
             "a simulator bug: one size (and flow) per message");
   const size_t a = link(from);
   // Messages to an endpoint of the sender's own link arrive when handed over; the rest cross links.
+  // (Without shared links every message crosses one: no copy of the batch.)
+  if (std::none_of(to.begin(), to.end(), [&](int e) { return link(e) == a; })) return send_remote(a, to, bytes, t, flow);
   std::vector<size_t> remote;
   for (size_t i = 0; i < to.size(); ++i)
     if (link(to[i]) != a) remote.push_back(i);
-  if (remote.size() == to.size()) return send_remote(a, to, bytes, t, flow);
   std::vector<double> arrive(to.size(), t);
   if (remote.empty()) return arrive;
   std::vector<int> rto, rflow;
