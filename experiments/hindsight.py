@@ -107,10 +107,19 @@ def emulation(s):
             "slowdown": s["slowdown"] if slow else 1.0, "link_gbit": s["link_gbit"], "latency_ms": s["latency_ms"]}
 
 
-def probe_command(s, out):
+def probe_dir(out, name, servers=True):
+    """OUT/<scenario>/probe_ps (the probe with the job's servers) or OUT/<scenario>/probe (without)."""
+    return os.path.join(out, name, "probe_ps" if servers else "probe")
+
+
+def probe_command(s, out, servers=True):
+    """The scenario's probe. servers: with the K shards the parameter-server runs use (K = min(N, 16),
+    the advisor's, unencrypted like the runs' links), so that it times their BSP round trips too."""
     em = emulation(s)
     cmd = [os.path.join(ROOT, "scripts", "local_cluster.sh"), "--probe", "--nodes", str(s["nodes"]), "--out", out,
            "--step-time", repr(s["step_s"]), "--jitter", repr(s["jitter"]), "--netns", "--link-gbit", f"{s['link_gbit']:g}"]
+    if servers:
+        cmd += ["--servers", str(min(s["nodes"], advise.MAX_SERVERS)), "--consistency", "bsp", "--encrypt", "off"]
     if em["slow_node"] >= 0:
         cmd += ["--slow-node", str(em["slow_node"]), "--slowdown", repr(s["slowdown"])]
     if s["latency_ms"]:
@@ -124,10 +133,10 @@ def _logged(cmd, log):
         return run_group(cmd, f)
 
 
-def probe(name, s, out):
-    """OUT/<scenario>/probe/probe.json, measured again only when the probe's command changed."""
-    d = os.path.join(out, name, "probe")
-    cmd = probe_command(s, d)
+def probe(name, s, out, servers=True):
+    """probe_dir(...)/probe.json, measured again only when the probe's command changed."""
+    d = probe_dir(out, name, servers)
+    cmd = probe_command(s, d, servers)
     line = " ".join(cmd)
     path = os.path.join(d, "probe.json")
     try:
@@ -160,7 +169,8 @@ def advise_dir(out, name, target):
 def advise_command(probe_path, d, target, a):
     return [sys.executable, os.path.join(ROOT, "experiments", "advise.py"), probe_path, "--out", d,
             "--seeds", str(a.advice_seeds), "--steps", str(a.steps), "--target-loss", tkey(target),
-            "--limit", str(ADVISE_LIMIT), "--server-placement", a.server_placement]
+            "--limit", str(ADVISE_LIMIT), "--server-placement", a.server_placement] + \
+        (["--no-ps-calibration"] if a.no_ps_calibration else [])
 
 
 def run_advisor(name, probe_path, target, out, a):
@@ -468,16 +478,42 @@ def analyse(doc):
 
 # --------------------------------------------------------------------------------------------
 
-def scenario_record(name, s, advs, out, a, same=None):
-    """A scenario's raw data: per target the advice, the per-seed predictions and measurements
-    (times to target read from each run's stored curve)."""
-    first = advs[a.targets[0]]
-    names = [c["name"] for c in first["candidates"]]
+def measured_record(path, name, a, names, steps):
+    """The measurements of scenario `name` in an earlier record (--measured-from): its per-target
+    {candidate: {seed: [time or None, end]}}, invalid and failed runs and stalls, refused by name
+    unless that record judged the same candidates on the same seeds, targets and steps."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"hindsight: --measured-from {path}: cannot read it: {e}")
+    if doc.get("format") != FORMAT:
+        raise SystemExit(f"hindsight: --measured-from {path} is not a hindsight record (format {doc.get('format')!r})")
+    scen = {sc["name"]: sc for sc in doc["scenarios"]}.get(name)
+    if scen is None:
+        raise SystemExit(f"hindsight: --measured-from {path} has no scenario {name}: give --scenarios of those it has")
     seeds = list(range(a.first_seed, a.first_seed + a.seeds))
+    why = [w for w, bad in [(f"seeds {scen['hindsight_seeds']} (here {seeds})", scen["hindsight_seeds"] != seeds),
+                            (f"steps {doc.get('steps')} (here {steps})", doc.get("steps") != steps),
+                            (f"targets {sorted(scen['targets'])} (here {sorted(map(tkey, a.targets))})",
+                             not set(map(tkey, a.targets)) <= set(scen["targets"]))] if bad]
+    if not why:
+        have = set(scen["targets"][tkey(a.targets[0])]["measured"])
+        if have != set(names):
+            why.append(f"candidates {sorted(have)} (here {sorted(names)})")
+    if why:
+        raise SystemExit(f"hindsight: --measured-from {path}: {name} was measured with other " + "; ".join(why)
+                         + ": judge an advice against runs made as it would make them")
+    return scen
+
+
+def measured_runs(name, s, first, out, a, names):
+    """The scenario's emulated runs, read from their result.json: per target {candidate: {seed:
+    [time to target from the stored curve or None, the run's end]}}, invalid and failed runs, stalls."""
     runs, invalid, failed, stalls = {}, {}, {}, []
     for k in names:
         runs[k] = {}
-        for sd in seeds:
+        for sd in range(a.first_seed, a.first_seed + a.seeds):
             try:
                 with open(result_path(out, name, k, sd)) as f:
                     r = json.load(f)
@@ -498,20 +534,37 @@ def scenario_record(name, s, advs, out, a, same=None):
             if r.get("longest_wait_s", 0.0) > bound:
                 stalls.append(f"{k} seed {sd}: a step waited {r['longest_wait_s']:.1f} s (more than {bound:.1f} s)")
             runs[k][str(sd)] = r
+    meas = {tkey(t): {k: {sd: [time_to_target([{"t": x, "val_loss": v} for x, v in r["curve"]], t), r["end_s"]]
+                          for sd, r in runs[k].items()} for k in names} for t in a.targets}
+    return meas, invalid, failed, stalls
+
+
+def scenario_record(name, s, advs, out, a, same=None):
+    """A scenario's raw data: per target the advice, the per-seed predictions and measurements
+    (times to target read from each run's stored curve, or taken from --measured-from's record)."""
+    first = advs[a.targets[0]]
+    names = [c["name"] for c in first["candidates"]]
+    extra = {}
+    if a.measured_from:
+        m = measured_record(a.measured_from, name, a, names, a.steps)
+        meas = {tkey(t): m["targets"][tkey(t)]["measured"] for t in a.targets}
+        invalid, failed, stalls = m["invalid_runs"], m["failed_runs"], m["stalls"]
+        extra = {"measured_from": os.path.relpath(os.path.abspath(a.measured_from), ROOT)}
+    else:
+        meas, invalid, failed, stalls = measured_runs(name, s, first, out, a, names)
     targets = {}
     for t, adv in advs.items():
-        meas = {k: {sd: [time_to_target([{"t": x, "val_loss": v} for x, v in r["curve"]], t), r["end_s"]]
-                    for sd, r in runs[k].items()} for k in names}
         targets[tkey(t)] = {"advised": adv["recommended"]["name"], "advice_resolved": adv["recommended"]["resolved"],
-                            "predicted": predicted_per_seed(advise_dir(a.advice_out, name, t), adv), "measured": meas}
+                            "predicted": predicted_per_seed(advise_dir(a.advice_out, name, t), adv),
+                            "measured": meas[tkey(t)]}
         if same is not None:
             targets[tkey(t)]["simulated_same_seeds"] = {
                 k: {sd: [time_to_target(cv, t), cv[-1]["t"] if cv else None] for sd, cv in v.items()}
                 for k, v in same.items()}
     return {"name": name, "scenario": s, "describe": describe(s), "calibrated": first["cluster"],
             "validated_inside": bool(first["validated"].get("inside")), "invalid_runs": invalid,
-            "failed_runs": failed, "stalls": stalls, "hindsight_seeds": seeds,
-            "advice_seeds": list(range(first["proxy"]["seeds"])), "targets": targets}
+            "failed_runs": failed, "stalls": stalls, "hindsight_seeds": list(range(a.first_seed, a.first_seed + a.seeds)),
+            "advice_seeds": list(range(first["proxy"]["seeds"])), "targets": targets, **extra}
 
 
 def report(doc, out):
@@ -599,14 +652,14 @@ def write(doc, out):
     plot(doc, out)
 
 
-def publish(out, dest, names, targets, advice_out=None):
+def publish(out, dest, names, targets, advice_out=None, servers=True):
     advice_out = advice_out or out
     os.makedirs(dest, exist_ok=True)
     for f in ("hindsight.json", "report.md", "hindsight.png"):
         shutil.copy(os.path.join(advice_out, f), os.path.join(dest, f))
     for n in names:
         os.makedirs(os.path.join(dest, n), exist_ok=True)
-        shutil.copy(os.path.join(out, n, "probe", "probe.json"), os.path.join(dest, n, "probe.json"))
+        shutil.copy(os.path.join(probe_dir(out, n, servers), "probe.json"), os.path.join(dest, n, "probe.json"))
         for t in targets:
             shutil.copy(os.path.join(advise_dir(advice_out, n, t), "advice.json"),
                         os.path.join(dest, n, f"advice_t{tkey(t)}.json"))
@@ -633,6 +686,17 @@ def parse_args(argv):
                     help="the advisor's model of where the servers run (advise.py --server-placement): dedicated "
                          "hosts (default: the published advice), or the nodes' own links, where this study's emulated "
                          "cluster starts them (shard k on node k mod N); use another --advice-out for it")
+    ap.add_argument("--probe-servers", action=argparse.BooleanOptionalAction, default=True,
+                    help="probe with the runs' parameter servers, timing their BSP round trips (OUT/<scenario>/probe_ps; "
+                         "default); --no-probe-servers: the probe without them (OUT/<scenario>/probe, the records "
+                         "published before session 26)")
+    ap.add_argument("--no-ps-calibration", action="store_true",
+                    help="pass --no-ps-calibration to the advisor: parameter-server messages at the link rate even "
+                         "where the probe timed their round trips (the ablation)")
+    ap.add_argument("--measured-from", metavar="RECORD",
+                    help="judge the advice against the measurements of an earlier hindsight.json (the same "
+                         "candidates, seeds, targets and steps; refused otherwise) instead of emulated runs: no "
+                         "run is started; the record says where its measurements came from")
     ap.add_argument("--dry-run", action="store_true", help="print the scenarios and runs; start nothing")
     ap.add_argument("--report-only", action="store_true", help="analyse what is cached; run nothing")
     ap.add_argument("--publish", help="copy the study's record under this directory")
@@ -710,7 +774,7 @@ def main(argv=None):
     if a.dry_run:
         for n in names:
             s = SCENARIOS[n]
-            print(f"{n}: {describe(s)}\n  probe: {' '.join(probe_command(s, os.path.join(a.out, n, 'probe')))}")
+            print(f"{n}: {describe(s)}\n  probe: {' '.join(probe_command(s, probe_dir(a.out, n, a.probe_servers), a.probe_servers))}")
             print(f"  advise at {', '.join(map(tkey, a.targets))}: seeds 0..{a.advice_seeds - 1}, {a.steps} steps; then "
                   f"{len(advise.CANDIDATES)} candidates x seeds {a.first_seed}..{a.first_seed + a.seeds - 1} emulated")
         return 0
@@ -732,12 +796,14 @@ def main(argv=None):
                 continue
             else:
                 # The probe and the advice alone (no lane running): the probe's timings are what it measures.
-                path = probe(n, s, a.out)
+                path = probe(n, s, a.out, a.probe_servers)
                 advs = {t: run_advisor(n, path, t, a.advice_out, a) for t in a.targets}
                 for t, adv in advs.items():
                     print(f"[hindsight] {n}: advised {adv['recommended']['name']} for {tkey(t)}", flush=True)
                 px = advs[a.targets[0]]["proxy"]
-                jobs = [(lambda k=k, sd=sd: measure(n, s, px, k, sd, a))
+                if a.measured_from:  # refused before anything is simulated where the record does not match
+                    measured_record(a.measured_from, n, a, [c["name"] for c in advs[a.targets[0]]["candidates"]], a.steps)
+                jobs = [] if a.measured_from else [(lambda k=k, sd=sd: measure(n, s, px, k, sd, a))
                         for sd in range(a.first_seed, a.first_seed + a.seeds)
                         for k in (c["name"] for c in advs[a.targets[0]]["candidates"])]
                 run_lanes(jobs, a.lanes)
@@ -756,7 +822,7 @@ def main(argv=None):
         print(c)
     print(f"wrote {a.advice_out}/hindsight.json, report.md, hindsight.png")
     if a.publish:
-        publish(a.out, a.publish, [r["name"] for r in records], a.targets, a.advice_out)
+        publish(a.out, a.publish, [r["name"] for r in records], a.targets, a.advice_out, a.probe_servers)
         print(f"published under {a.publish}")
     return 0
 

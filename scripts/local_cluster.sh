@@ -33,7 +33,9 @@
 # each take L ms more.
 #
 # --probe starts syncopate-probe instead of the worker on every node (same emulation, links and
-# arguments; no servers): node 0 writes OUT/probe.json for scripts/syncopate-advise.
+# arguments): node 0 writes OUT/probe.json for scripts/syncopate-advise. With --servers K
+# --consistency bsp the K shards start as for a job and the probe also times the parameter-server
+# round trip of the model's size, every node at once.
 #
 # --netns gives every node its own network namespace (10.77.0.<i+1>/24) and a G Gbit/s
 # rate-limited link (tbf qdisc on both ends of its veth) through a bridge namespace; needs root.
@@ -76,8 +78,8 @@ done
 if [ "$SLOW" -ge 0 ] && [ "$STEP_TIME" = 0 ]; then
   echo "local_cluster.sh: --slow-node needs --step-time S (the modelled step time that --slowdown multiplies)" >&2; exit 2
 fi
-if [ "$PROBE" = 1 ] && [ "$SERVERS" != 0 ]; then
-  echo "local_cluster.sh: --probe measures the nodes and the links between them: drop --servers" >&2; exit 2
+if [ "$PROBE" = 1 ] && [ "$SERVERS" != 0 ] && { [ "$CONSISTENCY" != bsp ] || [ "$BACKUP" != 0 ]; }; then
+  echo "local_cluster.sh: --probe with --servers times BSP round trips (every node at once): give --consistency bsp and no --backup-workers" >&2; exit 2
 fi
 export SYNCOPATE_WORKER=$WORKER
 mkdir -p "$OUT/logs"

@@ -6,7 +6,10 @@
 #  2. a node that dies after the rendezvous (SYNCOPATE_CRASH_AT=probe:links:2): node 0 still writes
 #     probe.json, "complete": false, naming the links it lacks; the others exit non-zero, not hang;
 #  3. a node that never comes: the rendezvous times out and node 0's partial probe.json names it;
-#  4. as root, in network namespaces with 0.2 Gbit/s tbf links: every link's goodput within 10% of it
+#  5. with the job's shards under BSP: every node's parameter-server round trips of the model's size
+#     (run after 1); --probe --servers under another consistency is refused by name;
+#  4. as root, in network namespaces with 0.2 Gbit/s tbf links: every link's goodput within 10% of it,
+#     and a parameter-server round trip (2 shards on nodes 0 and 1) no faster than node 2's link allows
 #     (TCP/IP's framing alone takes 4.4%: 1448 B of payload per 1514 B frame; the probe takes the
 #     fastest of 3 transfers, as one that a descheduled receiver stalled read 0.179 under CI's load).
 # Everything started is ended on exit (local_cluster.sh's process groups, spawn/end_spawned).
@@ -58,6 +61,28 @@ for l in p["links"]:
     assert l["goodput_gbit"] > 0 and l["bytes"] >= 1 << 20
 '
 
+# 5. With the job's shards (--servers 2 --consistency bsp): every node's parameter-server round trips.
+SYNCOPATE_WORKER=$BIN/syncopate-worker "$ROOT/scripts/local_cluster.sh" --probe --nodes 3 --out "$TMP/ps" \
+  --servers 2 --consistency bsp --encrypt off --step-time 0.05 -- "${ARGS[@]}" --probe.ps_rounds=5 > "$TMP/ps.log" 2>&1 ||
+  { echo "FAIL: local_cluster.sh --probe --servers exited non-zero"; tail -n 30 "$TMP/ps.log"; exit 1; }
+grep -q "parameter-server round trips" "$TMP/ps.log" || { echo "FAIL: no round-trip table printed"; fail=1; }
+check "loopback with servers: every node's BSP round trips of the model's size" "$TMP/ps/probe.json" '
+assert p["complete"] is True and p["missing"] == [], p["missing"]
+ps = p["ps"]
+assert ps["servers"] == 2 and ps["rounds"] == 5 and len(ps["endpoints"]) == 2, ps
+assert 0.05 <= ps["gap_s"] < 0.08, ps["gap_s"]              # a base step apart: the modelled 0.05 s
+assert sorted(n["node"] for n in ps["nodes"]) == [0, 1, 2]
+P = p["job"]["params"]
+for n in ps["nodes"]:
+    assert len(n["round_s"]["samples"]) == 5 and 0 < n["round_s"]["min"] <= n["round_s"]["median"] < 5, n
+    assert n["bytes_pushed"] >= 4 * P and n["bytes_received"] >= 4 * P, (n, P)   # f32 both ways, headers on top
+    assert n["bytes_pushed"] < 4 * P + 65536, (n, P)
+'
+SYNCOPATE_WORKER=$BIN/syncopate-worker "$ROOT/scripts/local_cluster.sh" --probe --nodes 2 --out "$TMP/psasp" \
+  --servers 1 -- "${ARGS[@]}" > "$TMP/psasp.log" 2>&1 && { echo "FAIL: --probe --servers under asp accepted"; fail=1; } ||
+  { grep -q "consistency bsp" "$TMP/psasp.log" && echo "ok: --probe --servers without bsp refused by name" ||
+    { echo "FAIL: no named refusal"; cat "$TMP/psasp.log"; fail=1; }; }
+
 # 2. A node dies after the rendezvous: partial, named.
 export SYNCOPATE_TOKEN=probetest MASTER_ADDR=127.0.0.1 NNODES=3
 export MASTER_PORT=$(free_port)
@@ -96,7 +121,8 @@ unset SYNCOPATE_TOKEN MASTER_ADDR NNODES MASTER_PORT
 # 4. Network namespaces with rate-limited links.
 if [ "$(id -u)" = 0 ] && command -v ip > /dev/null; then
   SYNCOPATE_WORKER=$BIN/syncopate-worker "$ROOT/scripts/local_cluster.sh" --probe --nodes 3 --out "$TMP/ns" --netns \
-    --link-gbit 0.2 -- "${ARGS[@]}" --probe.seconds=1 --probe.max_mb=64 > "$TMP/ns.log" 2>&1 ||
+    --link-gbit 0.2 --servers 2 --consistency bsp --encrypt off -- "${ARGS[@]}" --probe.seconds=1 --probe.max_mb=64 \
+    --probe.ps_rounds=5 > "$TMP/ns.log" 2>&1 ||
     { echo "FAIL: local_cluster.sh --probe --netns exited non-zero"; tail -n 30 "$TMP/ns.log"; exit 1; }
   check "netns: every link's goodput within 10% of the 0.2 Gbit/s tbf rate" "$TMP/ns/probe.json" '
 assert p["complete"] is True
@@ -104,6 +130,19 @@ for l in p["links"]:
     assert abs(l["goodput_gbit"] / 0.2 - 1) <= 0.10, l
     assert len(l["repeats_gbit"]) == 3 and l["goodput_gbit"] == max(l["repeats_gbit"]), l
 print("  goodput Gbit/s:", [round(l["goodput_gbit"], 4) for l in p["links"]])
+# The parameter-server rounds cannot beat the links. Shard k runs on node k (local_cluster.sh --netns), so
+# node 2 hosts none: its round pushes the whole gradient (4 P bytes) up its own link and, after the BSP
+# release, takes the whole model back down it, each at 0.2 Gbit/s less what its tbf lets through at once
+# after the gap between rounds (its burst: 8 ms of the rate, netns.sh). (Nodes 0 and 1 have no such
+# floor of their own: the replies of a shard to the others overlap their next gap.)
+P = p["job"]["params"]
+rate = 0.2e9 / 8
+burst = max(16384, rate * 0.008)
+floor = 2 * max(0.0, 4 * P - burst) / rate
+rounds = {n["node"]: n["round_s"] for n in p["ps"]["nodes"]}
+assert rounds[2]["min"] >= 0.9 * floor, (rounds[2], floor)
+print("  ps round s (min, median):", [(round(r["min"], 4), round(r["median"], 4)) for _, r in sorted(rounds.items())],
+      "node 2 floor", round(floor, 4))
 '
 else
   echo "network namespaces: not root, skipped"

@@ -163,6 +163,48 @@ class Flags(unittest.TestCase):
         self.assertEqual(hindsight.run_spec(rel.out, "fast4", s, px, "ring", 100)[-1],
                          hindsight.run_spec(ab.out, "fast4", s, px, "ring", 100)[-1])
 
+    def test_the_probe_times_the_runs_servers_unless_told_not_to(self):
+        s = hindsight.SCENARIOS["mixed6"]
+        cmd = hindsight.probe_command(s, "/o/mixed6/probe_ps")
+        i = cmd.index("--servers")
+        self.assertEqual(cmd[i:i + 6], ["--servers", str(min(s["nodes"], hindsight.advise.MAX_SERVERS)),
+                                        "--consistency", "bsp", "--encrypt", "off"])
+        self.assertNotIn("--servers", hindsight.probe_command(s, "/o/mixed6/probe", servers=False))
+        self.assertEqual(hindsight.probe_dir("/o", "mixed6"), "/o/mixed6/probe_ps")
+        self.assertEqual(hindsight.probe_dir("/o", "mixed6", False), "/o/mixed6/probe")
+        self.assertFalse(hindsight.parse_args(["--no-probe-servers"]).probe_servers)
+        cmd = hindsight.advise_command("p.json", "d", 3.0, hindsight.parse_args(["--no-ps-calibration"]))
+        self.assertIn("--no-ps-calibration", cmd)
+        self.assertNotIn("--no-ps-calibration", hindsight.advise_command("p.json", "d", 3.0, hindsight.parse_args([])))
+
+    def test_measurements_taken_from_an_earlier_record_must_match_its_runs(self):
+        names = ["ring", "bsp_backup"]
+        meas = {"3": {"ring": {"100": [5.0, 9.0], "101": [6.0, 9.5]}, "bsp_backup": {"100": [4.0, 8.0], "101": [None, 8.5]}},
+                "2.75": {"ring": {"100": [7.0, 9.0], "101": [8.0, 9.5]}, "bsp_backup": {"100": [None, 8.0], "101": [None, 8.5]}}}
+        rec = {"format": hindsight.FORMAT, "steps": 150, "targets": ["3", "2.75"],
+               "scenarios": [{"name": "fast4", "hindsight_seeds": [100, 101], "invalid_runs": {"ring": ["101"]},
+                              "failed_runs": {}, "stalls": ["x"],
+                              "targets": {t: {"measured": m} for t, m in meas.items()}}]}
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "hindsight.json")
+            with open(path, "w") as f:
+                json.dump(rec, f)
+            a = hindsight.parse_args(["--seeds", "2", "--measured-from", path, "--targets", "3,2.75"])
+            got = hindsight.measured_record(path, "fast4", a, names, 150)
+            self.assertEqual(got["targets"]["2.75"]["measured"], meas["2.75"])
+            self.assertEqual(got["invalid_runs"], {"ring": ["101"]})   # an invalid run stays invalid
+            for argv, names_, steps, words in (
+                    (["--seeds", "3"], names, 150, "seeds [100, 101] (here [100, 101, 102])"),
+                    (["--seeds", "2"], names, 100, "steps 150 (here 100)"),
+                    (["--seeds", "2", "--targets", "2.5"], names, 150, "targets"),
+                    (["--seeds", "2"], ["ring"], 150, "candidates ['bsp_backup', 'ring'] (here ['ring'])")):
+                with self.assertRaises(SystemExit) as e:
+                    hindsight.measured_record(path, "fast4", hindsight.parse_args(argv), names_, steps)
+                self.assertIn(words, str(e.exception))
+            with self.assertRaises(SystemExit) as e:
+                hindsight.measured_record(path, "wan8", a, names, 150)
+            self.assertIn("has no scenario wan8", str(e.exception))
+
     def test_refusals_name_the_problem(self):
         for argv, words in ((["--scenarios", "nope"], "unknown scenario"), (["--first-seed", "1"], "overlaps"),
                             (["--seeds", "1"], "2 or more"), (["--targets", "3,x"], "comma-separated"),

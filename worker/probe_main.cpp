@@ -6,7 +6,11 @@
 //   2. the nodes meet at the rendezvous (token, rank, the probe's settings) and form the ring;
 //   3. every node times round trips and a bulk transfer on its link to the next node while answering
 //      the previous node's (common/comm/link_probe.h), so every ring link is measured at once;
-//   4. node 0 gathers every node's record and writes probe.json (atomically) and a table.
+//   4. with dist.servers (the job's shards, started under BSP): every node pushes a gradient of the
+//      model's size to the shards and takes their reply, all nodes at once, rounds one base step
+//      apart (server/ps_client.h; learning rate 0, so nothing changes): the parameter-server round trip
+//      as BSP and synchronous local SGD see it, incast and TCP losses included (ps_exchange.h);
+//   5. node 0 gathers every node's record and writes probe.json (atomically) and a table.
 // A node that never joins or dies: node 0 writes what it has, with "complete": false and "missing"
 // naming each node and link it lacks and why, and exits 1.
 //
@@ -33,7 +37,10 @@
 #include "common/crash_point.h"
 #include "common/log.h"
 #include "model/gpt_config.h"
+#include "server/ps_keys.h"
 #include "worker/sync/dist_config.h"
+#include "worker/sync/gradient_sync.h"
+#include "worker/sync/ps_round_probe.h"
 #include "worker/train/run_config.h"
 #include "worker/train/step_probe.h"
 
@@ -49,6 +56,8 @@ struct ProbeConfig {
   double seconds = 0.5;   // a link's bulk transfer doubles from 1 MiB until it takes at least this long, seconds
   double max_mb = 256;    // the largest bulk transfer, MiB (a fast link stops here)
   int64_t repeats = 3;    // transfers of the final size per link; the fastest is its goodput
+  int64_t ps_rounds = 10; // with dist.servers: timed BSP round trips of the model's size to the servers, every
+                          // node at once, one base step apart (2 more untimed first)
 
   template <class V>
   void fields(V& v) {
@@ -58,6 +67,8 @@ struct ProbeConfig {
     v("seconds", seconds, "a link's bulk transfer grows until it takes this long, seconds", 0.001, 600.0);
     v("max_mb", max_mb, "the largest bulk transfer per link, MiB", 1.0, 65536.0);
     v("repeats", repeats, "transfers of the final size per link (the fastest is its goodput)", int64_t{1}, int64_t{100});
+    v("ps_rounds", ps_rounds, "with dist.servers: timed parameter-server round trips of the model's size, every node "
+      "at once", int64_t{1}, int64_t{100000});
   }
 };
 
@@ -90,7 +101,7 @@ std::string host_name() {
 
 std::string fmt_bytes(double b) {
   if (b < 0) return "-";
-  return b >= 1e9 ? fmt::format("{:.1f} GB", b / 1e9) : fmt::format("{:.0f} MB", b / 1e6);
+  return b >= 1e9 ? fmt::format("{:.1f} GB", b / 1e9) : b >= 1e7 ? fmt::format("{:.0f} MB", b / 1e6) : fmt::format("{:.2f} MB", b / 1e6);
 }
 
 void print_table(const json& p) {
@@ -115,6 +126,14 @@ void print_table(const json& p) {
                              l["rtt_us"]["median"].get<double>(), l["rtt_us"]["p10"].get<double>(),
                              l["rtt_us"]["p90"].get<double>(), l["goodput_gbit"].get<double>(),
                              fmt_bytes(l["bytes"].get<double>()));
+  if (p.contains("ps") && !p["ps"]["nodes"].empty()) {
+    std::cout << fmt::format("{:>5} {:>14} {:>21} {:>12}   (parameter-server round trips, {} shard(s), every node at once)\n",
+                             "node", "round s", "p10 .. p90", "pushed", p["ps"]["servers"].get<int64_t>());
+    for (const auto& n : p["ps"]["nodes"])
+      std::cout << fmt::format("{:>5} {:>14.4f} {:>10.4f} .. {:<8.4f} {:>12}\n", n["node"].get<int64_t>(),
+                               n["round_s"]["median"].get<double>(), n["round_s"]["p10"].get<double>(),
+                               n["round_s"]["p90"].get<double>(), fmt_bytes(n["bytes_pushed"].get<double>()));
+  }
   for (const auto& m : p["missing"])
     std::cout << fmt::format("missing: {}: {}\n", m["what"].get<std::string>(), m["why"].get<std::string>());
 }
@@ -163,7 +182,8 @@ int main(int argc, char** argv) {
   auto write = [&] {
     if (rank != 0) return;
     // Complete means every node's record and every ring link's, whatever the bookkeeping said.
-    if (doc["nodes"].size() != static_cast<size_t>(world) || doc["links"].size() != static_cast<size_t>(world > 1 ? world : 0))
+    if (doc["nodes"].size() != static_cast<size_t>(world) || doc["links"].size() != static_cast<size_t>(world > 1 ? world : 0) ||
+        (doc.contains("ps") && doc["ps"]["nodes"].size() != static_cast<size_t>(world)))
       doc["complete"] = false;
     write_file_atomic(out, doc.dump(1) + "\n");
     print_table(doc);
@@ -271,6 +291,35 @@ int main(int argc, char** argv) {
           missing(fmt::format("link {}->{}", r, (r + 1) % world),
                   r == rank ? e.what() : fmt::format("not gathered: node {} lost the ring ({})", rank, e.what()));
       throw;
+    }
+    // 4. The parameter-server round trip, every node at once (with the job's shards).
+    if (!cfg.dist.servers.empty()) {
+      const std::vector<std::string> endpoints = PsClient::parse_endpoints(cfg.dist.servers);
+      // Rounds a base step apart (the median over nodes of each one's fastest step, as the advisor's
+      // calibration takes it), the same on every node: a step's compute between a job's exchanges.
+      std::vector<double> mins;
+      for (const auto& n : doc["nodes"]) mins.push_back(n["step_s"]["min"].get<double>());
+      const double gap = quantile(mins, 0.5);
+      doc["ps"] = {{"servers", endpoints.size()}, {"endpoints", endpoints}, {"rounds", probe.ps_rounds},
+                   {"gap_s", gap}, {"nodes", json::array()}};
+      json round;
+      try {
+        PsClientOptions o;
+        o.timeout_s = d.timeout_s;
+        o.curve_server_key = ps_client_server_key(ro.token, d.ps_encrypt, d.curve_server_key);
+        o.wire = parse_wire_format(d.wire);
+        o.partition_elems = partition_elems(d);
+        o.model_digest = "probe " + cfg.model_fingerprint();  // never taken for a training job's shards
+        const PsRoundProbe r = probe_ps_rounds(endpoints, ro.token, rank, world, o, s.params, static_cast<int>(probe.ps_rounds), 2, gap);
+        round = {{"node", rank}, {"round_s", summary(r.round_s)}, {"parts", r.parts}, {"bytes_pushed", r.bytes_pushed},
+                 {"bytes_received", r.bytes_received}, {"measured_unix_s", unix_s()}};
+        for (const auto& g : ring_all_gather(rank, world, *ring.next, *ring.prev, round.dump()))
+          doc["ps"]["nodes"].push_back(json::parse(g));
+      } catch (const std::exception& e) {
+        if (!round.is_null()) doc["ps"]["nodes"].push_back(round);
+        missing("the parameter-server round trips", e.what());
+        throw;
+      }
     }
     write();
   } catch (const std::exception& e) {
