@@ -261,8 +261,8 @@ def calibrate(probe, src="probe.json"):
         if age_h > 24:
             warnings.append(f"the probe is {age_h / 24:.1f} days old; a cluster's load and links change: probe again "
                             "if in doubt")
-    ps = ps_rounds(probe, n, src, warnings)
-    return {"nodes": n, "step_s": T, "node_slowdowns": {str(k): slowdowns[k] for k in sorted(ids)}, "ps": ps,
+    ex = {pat: exchange_rounds(probe, pat, n, src, warnings) for pat in EXCHANGES}
+    return {"nodes": n, "step_s": T, "node_slowdowns": {str(k): slowdowns[k] for k in sorted(ids)}, "exchanges": ex,
             "slow_workers": slow, "slowdown": factor, "jitter": jitter, "link_gbit": link,
             "latency_ms": latency_us / 1e3, "ratio": ratio, "params": params, "wire_bytes": wire,
             "measured_nodes": len(nodes), "measured_links": len(links), "complete": complete,
@@ -270,34 +270,40 @@ def calibrate(probe, src="probe.json"):
             "assumptions": assumptions, "warnings": warnings}
 
 
-def ps_rounds(probe, n, src, warnings):
-    """The probe's parameter-server round trips (syncopate-probe with dist.servers: every node's BSP
-    exchange of the model's size, all nodes at once), or None when it measured none: {"round_s": the
-    median over nodes of each node's median round, "servers": K, "nodes": nodes measured}."""
-    ps = probe.get("ps")
-    if ps is None:
+EXCHANGES = {"ring": "ring_exchange", "ps": "ps"}  # pattern -> the probe's section of its rounds
+
+
+def exchange_rounds(probe, pattern, n, src, warnings):
+    """The probe's rounds of one exchange pattern at the model's size, every node at once (syncopate-probe:
+    "ring_exchange", the ring's all-reduce; "ps", the parameter servers' BSP round trip), or None when it
+    timed none or not on every node (a partial exchange is not the job's): {"round_s": the median over
+    nodes of each node's median round, "gap_s": the pause between rounds, "nodes": nodes measured,
+    "servers": shards (ps)}."""
+    key = EXCHANGES[pattern]
+    sec = probe.get(key)
+    if sec is None:
         return None
-    ps = _object(ps, "ps", src)
-    recs = ps.get("nodes")
+    sec = _object(sec, key, src)
+    recs = sec.get("nodes")
     if not isinstance(recs, list):
-        raise ProbeError(f"{src}: ps.nodes must be a list of the nodes' round trips")
-    if not recs:
-        warnings.append("the probe measured no parameter-server round trip (ps.nodes is empty): parameter-server "
-                        "messages are modelled at the link rate")
-        return None
+        raise ProbeError(f"{src}: {key}.nodes must be a list of the nodes' rounds")
     medians = []
     for i, r in enumerate(recs):
-        where = f"ps.nodes[{i}]"
+        where = f"{key}.nodes[{i}]"
         r = _object(r, where, src)
         rs = _object(r.get("round_s", {}), f"{where}.round_s", src)
         if "median" not in rs:
             raise ProbeError(f"{src}: {where}.round_s.median is missing; run syncopate-probe again")
         medians.append(_number(rs["median"], f"{where}.round_s.median", src))
-    servers = _number(ps.get("servers", 0), "ps.servers", src, integer=True)
     if len(recs) < n:
-        warnings.append(f"ps.nodes lists {len(recs)} of {n} nodes: the parameter-server round trip is the median of those")
-    gap = _number(ps.get("gap_s", 0), "ps.gap_s", src, positive=False)
-    return {"round_s": statistics.median(medians), "servers": servers, "nodes": len(recs), "gap_s": gap}
+        warnings.append(f"{key}.nodes lists {len(recs)} of {n} nodes: the probe's {pattern} rounds are not used "
+                        "(an exchange without every node is not the job's); probe again")
+        return None
+    out = {"round_s": statistics.median(medians), "nodes": len(recs),
+           "gap_s": _number(sec.get("gap_s", 0), f"{key}.gap_s", src, positive=False)}
+    if pattern == "ps":
+        out["servers"] = _number(sec.get("servers", 0), f"{key}.servers", src, integer=True)
+    return out
 
 
 def proxy(cl, a):
@@ -315,58 +321,77 @@ def proxy(cl, a):
             "eval_every": a.eval_every, "eval_batches": EVAL_BATCHES, "limit": a.limit, "time_scale": cl["step_s"] / STEP_S}
 
 
-PS_EXCHANGE_ROUNDS = 10  # BSP rounds of the simulated exchange the probe's round trips are held against
+EXCHANGE_ROUNDS = 10  # rounds of the simulated exchange the probe's rounds are held against
+GOODPUT_RANGE = (1e-3, 4.0)  # syncopate-sim's bounds of sim.ps_goodput and sim.ring_goodput
 
 
-def exchange_gap(cl, px):
+def exchange_gap(cl, px, pattern):
     """The simulated exchange's modelled compute per round, proxy seconds: the probe's pause between
-    rounds (ps.gap_s), or back to back (1e-4 s) for a probe that made none."""
-    return max(1e-4, cl["ps"].get("gap_s", 0.0) / px["time_scale"])
+    rounds, or back to back (1e-4 s) for a probe that made none."""
+    return max(1e-4, cl["exchanges"][pattern]["gap_s"] / px["time_scale"])
 
 
-def exchange_command(px, cl, out):
-    """syncopate-sim of the probe's exchange on the proxy: BSP rounds of the model a modelled step
-    apart as the probe's (no jitter, no straggler), every worker at once, on the links and servers
-    every parameter-server candidate gets."""
-    on_nodes = px.get("server_placement", "dedicated") == "nodes"
-    servers = ["--sim.colocate_servers=true"] if on_nodes else [f"--sim.server_link_gbit={px['server_link_gbit']:.6g}"]
-    return [sim_binary(), "--out", out, "--quiet", f"--sim.workers={cl['nodes']}", f"--sim.servers={px['servers']}",
-            f"--sim.link_gbit={px['link_gbit']:.6g}", *servers, f"--sim.latency_us={px['latency_us']:.6g}",
-            f"--model.preset={PRESET}", f"--train.batch_size={BATCH}", f"--train.steps={PS_EXCHANGE_ROUNDS}",
-            "--train.threads=1", "--train.seed=0", f"--eval.every={PS_EXCHANGE_ROUNDS}", "--eval.batches=1",
-            f"--emulate.step_time_s={exchange_gap(cl, px):.6g}", "--emulate.jitter=0", "--dist.mode=ps",
-            "--ps.consistency=bsp", f"--data.cache_dir={ROOT}/data/cache"]
+def exchange_command(px, cl, out, pattern, goodput=1.0):
+    """syncopate-sim of the probe's exchange on the proxy: EXCHANGE_ROUNDS rounds of the model a
+    modelled step apart as the probe's (no jitter, no straggler), every worker at once: the ring's
+    all-reduce, or BSP rounds on the links and servers every parameter-server candidate gets; every
+    transfer at `goodput` x the rate."""
+    if pattern == "ps":
+        on_nodes = px.get("server_placement", "dedicated") == "nodes"
+        mode = ["--dist.mode=ps", "--ps.consistency=bsp", f"--sim.servers={px['servers']}",
+                "--sim.colocate_servers=true" if on_nodes else f"--sim.server_link_gbit={px['server_link_gbit']:.6g}",
+                f"--sim.ps_goodput={goodput:.6g}"]
+    else:
+        mode = ["--dist.mode=ring", f"--sim.ring_goodput={goodput:.6g}"]
+    return [sim_binary(), "--out", out, "--quiet", f"--sim.workers={cl['nodes']}", f"--sim.link_gbit={px['link_gbit']:.6g}",
+            f"--sim.latency_us={px['latency_us']:.6g}", f"--model.preset={PRESET}", f"--train.batch_size={BATCH}",
+            f"--train.steps={EXCHANGE_ROUNDS}", "--train.threads=1", "--train.seed=0", f"--eval.every={EXCHANGE_ROUNDS}",
+            "--eval.batches=1", f"--emulate.step_time_s={exchange_gap(cl, px, pattern):.6g}", "--emulate.jitter=0",
+            f"--data.cache_dir={ROOT}/data/cache"] + mode
 
 
-def ps_goodput(cl, px, out):
-    """The share of the link rate the probe's parameter-server round trips achieved against the
-    simulator's model of the same exchange (exchange_command): modelled / measured seconds, both in
-    the proxy's time. None when the probe timed no round trip. The simulated exchange is cached under
-    OUT/calibration/ps_exchange (made again when its command changes)."""
-    if not cl.get("ps"):
-        return None
-    d = os.path.join(out, "calibration", "ps_exchange")
-    cmd = exchange_command(px, cl, d)
+def simulated_round(cl, px, out, pattern, goodput):
+    """The simulated exchange's round at `goodput`, proxy seconds: its time per round less the modelled
+    step. Cached under OUT/calibration/<pattern>_g<goodput>/ (made again when its command changes)."""
+    d = os.path.join(out, "calibration", f"{pattern}_g{goodput:g}")
+    cmd = exchange_command(px, cl, d, pattern, goodput)
     line = " ".join(cmd)
     try:
         with open(os.path.join(d, "result.json")) as f:
             r = json.load(f)
-        if r.get("command") != line:
-            r = None
-    except (OSError, ValueError):
-        r = None
-    if r is None:
-        if os.path.isdir(d):
-            shutil.rmtree(d)
-        os.makedirs(d)
-        sim, _, _ = run_simulator(cmd, d, "advise: the simulated parameter-server exchange")
-        steps = sim["worker_steps"] / cl["nodes"]
-        r = {"modelled_round_s": max(sim["simulated_s"] / steps - exchange_gap(cl, px), 1e-9), "command": line}
-        with open(os.path.join(d, "result.json"), "w") as f:
-            json.dump(r, f)
-    measured = cl["ps"]["round_s"] / px["time_scale"]
-    return {"modelled_round_s": r["modelled_round_s"], "measured_round_s": measured,
-            "goodput": min(4.0, max(1e-3, r["modelled_round_s"] / measured))}
+        if r.get("command") == line:
+            return r["round_s"]
+    except (OSError, ValueError, KeyError):
+        pass
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.makedirs(d)
+    sim, _, _ = run_simulator(cmd, d, f"advise: the simulated {pattern} exchange")
+    rounds = sim["worker_steps"] / cl["nodes"]
+    r = {"round_s": sim["simulated_s"] / rounds - exchange_gap(cl, px, pattern), "command": line}
+    with open(os.path.join(d, "result.json"), "w") as f:
+        json.dump(r, f)
+    return r["round_s"]
+
+
+def exchange_goodput(cl, px, out, pattern):
+    """The share of the link rate the probe's rounds of `pattern` achieved, solved so that the simulated
+    exchange takes the measured round: a simulated round is fixed + transfer / goodput (latency hops
+    and the FINISH's tail do not scale with the rate, every transfer does), so two simulated exchanges,
+    at goodput 1 and 1/2, give both parts. None when the probe timed no such rounds. "clamped" where
+    the measured round lies outside what GOODPUT_RANGE can reproduce (at or below the fixed part: the
+    emulation's or the network's own latency is shorter than the model's)."""
+    if not cl["exchanges"].get(pattern):
+        return None
+    m1 = simulated_round(cl, px, out, pattern, 1.0)
+    m2 = simulated_round(cl, px, out, pattern, 0.5)
+    transfer = max(m2 - m1, 1e-12)
+    fixed = m1 - transfer
+    measured = cl["exchanges"][pattern]["round_s"] / px["time_scale"]
+    g = transfer / (measured - fixed) if measured > fixed else math.inf
+    lo, hi = GOODPUT_RANGE
+    return {"pattern": pattern, "modelled_round_s": m1, "fixed_s": fixed, "measured_round_s": measured,
+            "goodput": min(hi, max(lo, g)), "clamped": not lo <= g <= hi}
 
 
 # --------------------------------------------------------------------------------------------
@@ -414,8 +439,9 @@ def sim_command(name, seed, px, cl, out, limit_s):
         cmd += ["--sim.slow_workers=" + ",".join(map(str, px["slow_workers"])), f"--emulate.slowdown={px['slowdown']:.6g}"]
     if limit_s:
         cmd += [f"--sim.time_limit_s={limit_s:.6g}"]
-    if is_ps(name) and px.get("ps_goodput") is not None:
-        cmd += [f"--sim.ps_goodput={px['ps_goodput']['goodput']:.4g}"]
+    g = (px.get("goodput") or {}).get("ps" if is_ps(name) else "ring")
+    if g is not None:
+        cmd += [f"--sim.{'ps' if is_ps(name) else 'ring'}_goodput={g['goodput']:.4g}"]
     return cmd + sim_flags(name, n)
 
 
@@ -652,11 +678,11 @@ def advise(cl, px, names, results, a, probe_path):
             "command": "python experiments/advise.py " + " ".join(shlex.quote(x) for x in a.argv),
             "cluster": {k: cl[k] for k in ("nodes", "step_s", "slow_workers", "slowdown", "jitter", "link_gbit",
                                            "latency_ms", "ratio", "params", "wire_bytes", "node_slowdowns",
-                                           "measured_nodes", "measured_links", "complete", "ps")},
+                                           "measured_nodes", "measured_links", "complete", "exchanges")},
             "proxy": {k: px[k] for k in ("preset", "step_s", "link_gbit", "latency_us", "target_loss", "seeds", "steps",
                                          "batch", "servers", "server_link_gbit", "slow_workers", "slowdown", "jitter",
                                          "eval_every", "eval_batches", "limit", "time_scale", "server_placement",
-                                         "ps_goodput")},
+                                         "goodput", "calibration")},
             "assumptions": assumptions(cl, px, names) + ([
                 f"the rest of a run: from step {a.from_step} of the proxy's {px['steps']} (fraction "
                 f"{a.from_fraction:.3g} of the job's steps done); each candidate's predicted time is from the time "
@@ -688,6 +714,52 @@ def interval_stats(s, scale):
     return out
 
 
+EXCHANGE_WHAT = {"ring": ("the ring's all-reduce", "ring all-reduces"),
+                 "ps": ("parameter-server messages", "BSP round trips to the servers")}
+
+
+def calibration_assumptions(cl, px, names):
+    """What the advice takes of the probe's exchange rounds, per pattern its candidates use."""
+    A = []
+    patterns = [p for p in EXCHANGES if any(is_ps(x) == (p == "ps") for x in names)]
+    if px.get("calibration") == "off":
+        return [f"the probe's exchange rounds are not used (--no-exchange-calibration): "
+                f"{' and '.join(EXCHANGE_WHAT[p][0] for p in patterns)} at the links' measured bulk goodput"]
+    for p in patterns:
+        what, rounds = EXCHANGE_WHAT[p]
+        ex, g = cl["exchanges"].get(p), (px.get("goodput") or {}).get(p)
+        if g is None:
+            if ex is None:
+                how = ("scripts/local_cluster.sh --probe --servers K --consistency bsp" if p == "ps" else
+                       "syncopate-probe --probe.ring_rounds=10")
+                A.append(f"the probe timed no {rounds} ({how} does): {what} at the links' measured bulk goodput")
+            else:
+                A.append(f"the probe's {rounds} are not applied ({px.get('calibration', 'not run')}): {what} at the "
+                         "links' measured bulk goodput")
+            continue
+        t = px["time_scale"]
+        text = (f"{what} get {g['goodput']:.3g} x the link rate: the probe's {rounds} of the model's size, every node "
+                f"at once, {ex['gap_s']:.3g} s apart, took {ex['round_s']:.4g} s (the median over {ex['nodes']} nodes), "
+                f"against the simulator's {g['modelled_round_s'] * t:.4g} s at the links' rate ({g['fixed_s'] * t:.3g} s "
+                "of it latency and other costs that do not scale with the rate)")
+        if g["clamped"]:
+            text += (f"; clamped to [{GOODPUT_RANGE[0]:g}, {GOODPUT_RANGE[1]:g}]: no goodput in that range reproduces "
+                     "the measured round")
+        if g["goodput"] > 1:
+            text += ("; above 1: the links passed more than their measured bulk rate in exchanges this short (a rate "
+                     "limiter's burst after the pause, or a link faster than its bulk transfer showed)")
+        elif g["goodput"] < 1:
+            text += "; below 1: losses, retransmissions, incast or the servers' own time slowed the exchange"
+        if p == "ps":
+            text += (" (BSP's pattern, every node at once; SSP's and ASP's pushes spread out and were not timed: "
+                     "they get the same share)")
+            if ex["servers"] != px["servers"]:
+                text += (f"; the probe's round trips went to {ex['servers']} shard(s), the candidates use "
+                         f"{px['servers']}")
+        A.append(text)
+    return A
+
+
 def assumptions(cl, px, names):
     A = list(cl["assumptions"])
     A.append(f"the proxy keeps the cluster's ratios, not its model's loss curve: the micro model ({crossover.PARAMS} "
@@ -717,26 +789,11 @@ def assumptions(cl, px, names):
     A.append(f"time to target: validation loss {px['target_loss']:g} on {EVAL_BATCHES * BATCH} held-out sequences "
              f"every {px['eval_every']} steps of worker 0, the crossing placed linearly; a run stops there or at "
              f"{px['limit']:g} x the ring's time; a seed that missed counts at the limit in the paired test")
-    g = px.get("ps_goodput")
-    if g:
-        A.append(f"parameter-server messages get {g['goodput']:.3g} x the link rate: the probe's BSP round trips of the "
-                 f"model's size, every node at once, {cl['ps']['gap_s']:.3g} s apart ({cl['ps']['round_s']:.4g} s, "
-                 f"the median over {cl['ps']['nodes']} nodes), against the simulator's "
-                 f"{g['modelled_round_s'] * px['time_scale']:.4g} s for the same exchange; it stands for incast "
-                 "losses, retransmissions and the shards' update time, measured when every node pushes at once "
-                 "(BSP's pattern: asynchronous pushes spread out, so for SSP and ASP it may be pessimistic)")
-        if cl["ps"]["servers"] != px["servers"]:
-            A.append(f"the probe's round trips went to {cl['ps']['servers']} shard(s), the candidates use "
-                     f"{px['servers']}: the measured goodput is taken for the latter")
-    elif cl.get("ps"):
-        A.append("the probe's parameter-server round trips are not used (--no-ps-calibration): parameter-server "
-                 "messages at the link rate")
-    else:
-        A.append("the probe timed no parameter-server round trip (start it with the job's servers, "
-                 "scripts/local_cluster.sh --probe --servers K --consistency bsp): parameter-server messages are "
-                 "modelled at the ring links' goodput, with no loss")
-    A.append("the simulator models no packet loss (beyond the measured parameter-server goodput), no per-message "
-             "CPU cost, no hierarchy inside a node, and no overlap of communication with compute (docs/STUDY.md)")
+    A += calibration_assumptions(cl, px, names)
+    used = any((px.get("goodput") or {}).values())
+    A.append("the simulator models no packet loss" + (" (beyond what the measured goodput absorbs)" if used else "")
+             + ", no per-message CPU cost, no hierarchy inside a node, and no overlap of communication with compute "
+             "(docs/STUDY.md)")
     return A
 
 
@@ -829,9 +886,10 @@ def parse_args(argv):
                     help="where the parameter servers run: dedicated hosts whose links together carry the workers' "
                          "(default), or nodes 0..K-1 sharing their links (scripts/local_cluster.sh --netns, "
                          "launch_node.sh)")
-    ap.add_argument("--no-ps-calibration", action="store_true",
-                    help="model parameter-server messages at the ring links' goodput even where the probe timed "
-                         "parameter-server round trips (the ablation of that calibration)")
+    ap.add_argument("--no-exchange-calibration", action="store_true",
+                    help="every message at the links' measured bulk goodput, even where the probe timed the ring's "
+                         "all-reduce or the parameter servers' round trips at the model's size (the ablation of that "
+                         "calibration)")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "advise"),
                     help="writes advice.json, advice.toml and runs/<config>/seed<k>/ here")
     ap.add_argument("--dry-run", action="store_true",
@@ -934,21 +992,28 @@ def main(argv=None):
         else:
             print(f"advise: {sim_binary()} is missing; build it first (scripts/build.sh)", file=sys.stderr)
             return 2
-    px["ps_goodput"] = None
-    if cl["ps"] and a.no_ps_calibration:
-        print("[advise] --no-ps-calibration: parameter-server messages at the link rate (the probe's round trips "
-              "are not used)", flush=True)
-    elif cl["ps"] and any(is_ps(x) for x in order):
-        if a.dry_run:
-            print(f"[advise] the probe timed parameter-server round trips ({cl['ps']['round_s']:.4g} s): a run "
-                  "would hold them against the simulator's exchange (one short simulated run)", flush=True)
-        else:
-            os.makedirs(a.out, exist_ok=True)
-            px["ps_goodput"] = ps_goodput(cl, px, a.out)
-            g = px["ps_goodput"]
-            print(f"[advise] parameter-server round trip: measured {cl['ps']['round_s']:.4g} s, the simulator's "
-                  f"{g['modelled_round_s'] * px['time_scale']:.4g} s: parameter-server messages get "
-                  f"{g['goodput']:.3g} x the link rate (--sim.ps_goodput)", flush=True)
+    px["goodput"] = {p: None for p in EXCHANGES}
+    measured = [p for p in EXCHANGES if cl["exchanges"].get(p) and any(is_ps(x) == (p == "ps") for x in order)]
+    if a.no_exchange_calibration:
+        px["calibration"] = "off"
+        print("[advise] --no-exchange-calibration: every message at the links' measured bulk goodput", flush=True)
+    elif a.dry_run:
+        px["calibration"] = "dry run"
+        for p in measured:
+            print(f"[advise] the probe timed {EXCHANGE_WHAT[p][1]} ({cl['exchanges'][p]['round_s']:.4g} s): a run "
+                  "would hold them against the simulator's exchange (two short simulated runs)", flush=True)
+    else:
+        px["calibration"] = "applied"
+        os.makedirs(a.out, exist_ok=True)
+        for p in measured:
+            g = px["goodput"][p] = exchange_goodput(cl, px, a.out, p)
+            print(f"[advise] {EXCHANGE_WHAT[p][1]}: measured {cl['exchanges'][p]['round_s']:.4g} s, the simulator's "
+                  f"{g['modelled_round_s'] * px['time_scale']:.4g} s at the links' rate: {EXCHANGE_WHAT[p][0]} get "
+                  f"{g['goodput']:.3g} x the link rate (--sim.{p}_goodput)" + (" (clamped)" if g["clamped"] else ""),
+                  flush=True)
+            if g["clamped"]:
+                print(f"[advise] warning: the measured {EXCHANGE_WHAT[p][1]} lie outside what a goodput in "
+                      f"{list(GOODPUT_RANGE)} reproduces: the advice's times for them are the clamp's", file=sys.stderr)
     rows, m = plan(order, px, cl, a.out)
     todo = [r for r in rows if not r[2]]
     est = None if any(r[3] is None for r in todo) else sum(r[3] for r in todo)

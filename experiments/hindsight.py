@@ -170,7 +170,7 @@ def advise_command(probe_path, d, target, a):
     return [sys.executable, os.path.join(ROOT, "experiments", "advise.py"), probe_path, "--out", d,
             "--seeds", str(a.advice_seeds), "--steps", str(a.steps), "--target-loss", tkey(target),
             "--limit", str(ADVISE_LIMIT), "--server-placement", a.server_placement] + \
-        (["--no-ps-calibration"] if a.no_ps_calibration else [])
+        (["--no-exchange-calibration"] if a.no_exchange_calibration else [])
 
 
 def run_advisor(name, probe_path, target, out, a):
@@ -478,10 +478,16 @@ def analyse(doc):
 
 # --------------------------------------------------------------------------------------------
 
-def measured_record(path, name, a, names, steps):
+JOB_KEYS = ("preset", "batch", "steps", "servers", "eval_every", "eval_batches")
+
+
+def measured_record(path, name, a, names, px):
     """The measurements of scenario `name` in an earlier record (--measured-from): its per-target
     {candidate: {seed: [time or None, end]}}, invalid and failed runs and stalls, refused by name
-    unless that record judged the same candidates on the same seeds, targets and steps."""
+    unless that record judged the same candidates on the same seeds, targets, steps and scenario, with
+    the job (model, batch, servers, evaluation) that the advice `px` would run: the published advice
+    beside the record (DIR/<scenario>/advice_t<target>.json) says what its runs were."""
+    steps = px["steps"]
     try:
         with open(path) as f:
             doc = json.load(f)
@@ -497,10 +503,21 @@ def measured_record(path, name, a, names, steps):
                             (f"steps {doc.get('steps')} (here {steps})", doc.get("steps") != steps),
                             (f"targets {sorted(scen['targets'])} (here {sorted(map(tkey, a.targets))})",
                              not set(map(tkey, a.targets)) <= set(scen["targets"]))] if bad]
+    if scen.get("scenario") != SCENARIOS[name]:
+        why.append(f"a scenario {scen.get('scenario')} (here {SCENARIOS[name]})")
     if not why:
         have = set(scen["targets"][tkey(a.targets[0])]["measured"])
         if have != set(names):
             why.append(f"candidates {sorted(have)} (here {sorted(names)})")
+    if not why:
+        beside = os.path.join(os.path.dirname(os.path.abspath(path)), name, f"advice_t{tkey(a.targets[0])}.json")
+        try:
+            with open(beside) as f:
+                was = json.load(f)["proxy"]
+        except (OSError, ValueError, KeyError) as e:
+            raise SystemExit(f"hindsight: --measured-from {path}: cannot read the record's advice {beside} ({e}), "
+                             "which says what job its runs were: give a published record (hindsight.py --publish)")
+        why += [f"{k} {was.get(k)} (here {px.get(k)})" for k in JOB_KEYS if was.get(k) != px.get(k)]
     if why:
         raise SystemExit(f"hindsight: --measured-from {path}: {name} was measured with other " + "; ".join(why)
                          + ": judge an advice against runs made as it would make them")
@@ -546,7 +563,7 @@ def scenario_record(name, s, advs, out, a, same=None):
     names = [c["name"] for c in first["candidates"]]
     extra = {}
     if a.measured_from:
-        m = measured_record(a.measured_from, name, a, names, a.steps)
+        m = measured_record(a.measured_from, name, a, names, first["proxy"])
         meas = {tkey(t): m["targets"][tkey(t)]["measured"] for t in a.targets}
         invalid, failed, stalls = m["invalid_runs"], m["failed_runs"], m["stalls"]
         extra = {"measured_from": os.path.relpath(os.path.abspath(a.measured_from), ROOT)}
@@ -690,9 +707,9 @@ def parse_args(argv):
                     help="probe with the runs' parameter servers, timing their BSP round trips (OUT/<scenario>/probe_ps; "
                          "default); --no-probe-servers: the probe without them (OUT/<scenario>/probe, the records "
                          "published before session 26)")
-    ap.add_argument("--no-ps-calibration", action="store_true",
-                    help="pass --no-ps-calibration to the advisor: parameter-server messages at the link rate even "
-                         "where the probe timed their round trips (the ablation)")
+    ap.add_argument("--no-exchange-calibration", action="store_true",
+                    help="pass --no-exchange-calibration to the advisor: every message at the links' bulk goodput "
+                         "even where the probe timed the exchanges at the model's size (the ablation)")
     ap.add_argument("--measured-from", metavar="RECORD",
                     help="judge the advice against the measurements of an earlier hindsight.json (the same "
                          "candidates, seeds, targets and steps; refused otherwise) instead of emulated runs: no "
@@ -802,7 +819,7 @@ def main(argv=None):
                     print(f"[hindsight] {n}: advised {adv['recommended']['name']} for {tkey(t)}", flush=True)
                 px = advs[a.targets[0]]["proxy"]
                 if a.measured_from:  # refused before anything is simulated where the record does not match
-                    measured_record(a.measured_from, n, a, [c["name"] for c in advs[a.targets[0]]["candidates"]], a.steps)
+                    measured_record(a.measured_from, n, a, [c["name"] for c in advs[a.targets[0]]["candidates"]], px)
                 jobs = [] if a.measured_from else [(lambda k=k, sd=sd: measure(n, s, px, k, sd, a))
                         for sd in range(a.first_seed, a.first_seed + a.seeds)
                         for k in (c["name"] for c in advs[a.targets[0]]["candidates"])]

@@ -153,7 +153,8 @@ if [ "$SERVERS" -gt 0 ]; then
   MODE_ARGS=(--dist.mode=ps --dist.servers="$EPS" --dist.ps_encrypt="$ENCRYPT")
 fi
 
-[ "$SERVERS" = 0 ] && [ "$LATENCY" != 0 ] && MODE_ARGS+=(--emulate.latency_ms="$LATENCY")  # ps: the servers hold it
+# ps: the servers hold the latency; the probe's own ring (and its round trips) always needs it.
+{ [ "$SERVERS" = 0 ] || [ "$PROBE" = 1 ]; } && [ "$LATENCY" != 0 ] && MODE_ARGS+=(--emulate.latency_ms="$LATENCY")
 WORKER_PIDS=()
 for i in $(seq 0 $((NODES - 1))); do
   NODE_ARGS=("${MODE_ARGS[@]}")

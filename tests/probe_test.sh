@@ -2,14 +2,17 @@
 # syncopate-probe end to end, as a user runs it (scripts/local_cluster.sh --probe, real processes):
 #  1. three nodes on loopback with modelled compute (node 2 3x slower) and 20 ms of emulated latency:
 #     probe.json is complete, every node and ring link is there, the step times are the modelled
-#     ones (the straggler's 3x included), each round trip holds the latency both ways;
+#     ones (the straggler's 3x included), each round trip holds the latency both ways, every node's
+#     ring all-reduce rounds of the model's size are there and hold its 4 latency hops;
 #  2. a node that dies after the rendezvous (SYNCOPATE_CRASH_AT=probe:links:2): node 0 still writes
 #     probe.json, "complete": false, naming the links it lacks; the others exit non-zero, not hang;
 #  3. a node that never comes: the rendezvous times out and node 0's partial probe.json names it;
-#  5. with the job's shards under BSP: every node's parameter-server round trips of the model's size
-#     (run after 1); --probe --servers under another consistency is refused by name;
+#  5. with the job's shards under BSP and 10 ms of emulated latency: every node's parameter-server round
+#     trips of the model's size, the latency kept on the ring's links too (run after 1); --probe
+#     --servers under another consistency is refused by name;
 #  4. as root, in network namespaces with 0.2 Gbit/s tbf links: every link's goodput within 10% of it,
-#     and a parameter-server round trip (2 shards on nodes 0 and 1) no faster than node 2's link allows
+#     a parameter-server round trip (2 shards on nodes 0 and 1) no faster than node 2's link allows,
+#     and every node's ring all-reduce no faster than its link brings it its share
 #     (TCP/IP's framing alone takes 4.4%: 1448 B of payload per 1514 B frame; the probe takes the
 #     fastest of 3 transfers, as one that a descheduled receiver stalled read 0.179 under CI's load).
 # Everything started is ended on exit (local_cluster.sh's process groups, spawn/end_spawned).
@@ -55,6 +58,15 @@ for n in p["nodes"]:
     assert len(n["step_s"]["samples"]) == 6
     assert want <= n["step_s"]["min"] < want + 0.03, (n["node"], n["step_s"])   # paced to the modelled time
     assert n["memory"]["rss_peak_bytes"] > 10 << 20 and n["memory"]["host_available_bytes"] > 0, n["memory"]
+assert "ps" not in p                                       # no servers, no parameter-server rounds
+rx = p["ring_exchange"]
+assert rx["rounds"] == 10 and 0.05 <= rx["gap_s"] < 0.08 and sorted(n["node"] for n in rx["nodes"]) == [0, 1, 2], rx
+for n in rx["nodes"]:
+    assert len(n["round_s"]["samples"]) == 10, n
+    # 2 (n - 1) = 4 hops of 20 ms one way; a node that starts its round late finds its first message
+    # waiting, but its own contribution still goes 3 hops before the all-reduce brings it back
+    assert n["round_s"]["min"] >= 3 * 0.02, n["round_s"]
+    assert n["bytes_sent"] >= 2 * 2 / 3 * 4 * p["job"]["params"] - 64, n   # 2 (n - 1) / n of the model, float32
 for l in p["links"]:
     assert l["rtt_us"]["min"] >= 40000, l["rtt_us"]          # 20 ms each way
     assert l["rtt_us"]["median"] < 40000 + 200000, l["rtt_us"]
@@ -63,11 +75,16 @@ for l in p["links"]:
 
 # 5. With the job's shards (--servers 2 --consistency bsp): every node's parameter-server round trips.
 SYNCOPATE_WORKER=$BIN/syncopate-worker "$ROOT/scripts/local_cluster.sh" --probe --nodes 3 --out "$TMP/ps" \
-  --servers 2 --consistency bsp --encrypt off --step-time 0.05 -- "${ARGS[@]}" --probe.ps_rounds=5 > "$TMP/ps.log" 2>&1 ||
+  --servers 2 --consistency bsp --encrypt off --step-time 0.05 --latency-ms 10 -- "${ARGS[@]}" --probe.ps_rounds=5 \
+  > "$TMP/ps.log" 2>&1 ||
   { echo "FAIL: local_cluster.sh --probe --servers exited non-zero"; tail -n 30 "$TMP/ps.log"; exit 1; }
 grep -q "parameter-server round trips" "$TMP/ps.log" || { echo "FAIL: no round-trip table printed"; fail=1; }
 check "loopback with servers: every node's BSP round trips of the model's size" "$TMP/ps/probe.json" '
 assert p["complete"] is True and p["missing"] == [], p["missing"]
+for l in p["links"]:
+    assert l["rtt_us"]["min"] >= 20000, l["rtt_us"]          # the emulated 10 ms each way, servers or not
+for n in p["ps"]["nodes"]:
+    assert n["round_s"]["min"] >= 0.02, n["round_s"]         # the servers hold every message 10 ms too
 ps = p["ps"]
 assert ps["servers"] == 2 and ps["rounds"] == 5 and len(ps["endpoints"]) == 2, ps
 assert 0.05 <= ps["gap_s"] < 0.08, ps["gap_s"]              # a base step apart: the modelled 0.05 s
@@ -141,6 +158,12 @@ burst = max(16384, rate * 0.008)
 floor = 2 * max(0.0, 4 * P - burst) / rate
 rounds = {n["node"]: n["round_s"] for n in p["ps"]["nodes"]}
 assert rounds[2]["min"] >= 0.9 * floor, (rounds[2], floor)
+# A ring all-reduce brings every node 2 (n - 1) / n of the model down its own link before it ends.
+ring_floor = max(0.0, 2 * 2 / 3 * 4 * P - burst) / rate
+for n in p["ring_exchange"]["nodes"]:
+    assert n["round_s"]["min"] >= 0.9 * ring_floor, (n["round_s"], ring_floor)
+print("  ring round s (min):", [round(n["round_s"]["min"], 4) for n in p["ring_exchange"]["nodes"]],
+      "floor", round(ring_floor, 4))
 print("  ps round s (min, median):", [(round(r["min"], 4), round(r["median"], 4)) for _, r in sorted(rounds.items())],
       "node 2 floor", round(floor, 4))
 '

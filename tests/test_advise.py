@@ -475,96 +475,120 @@ class KnownAnswers(unittest.TestCase):
         self.assertIn("ring seed 0", err)
 
 
-def with_ps(p, round_s, servers=4, gap_s=None):
-    """The probe p with a parameter-server section: every node's median BSP round trip `round_s`
-    (a list, one per node), rounds gap_s apart (default: the probe's fastest step)."""
+def with_rounds(p, key, round_s, servers=4, gap_s=None):
+    """The probe p with an exchange section ("ring_exchange" or "ps"): every node's median round
+    `round_s` (a list, one per node), rounds gap_s apart (default: the probe's fastest step)."""
     gap = p["nodes"][0]["step_s"]["min"] if gap_s is None else gap_s
-    p["ps"] = {"servers": servers, "endpoints": [f"tcp://h{k}:1" for k in range(servers)], "rounds": 10, "gap_s": gap,
-               "nodes": [{"node": i, "round_s": {"samples": [r], "min": r, "p10": r, "median": r, "p90": r, "max": r,
-                                                 "mean": r}, "parts": 1, "bytes_pushed": 4 * p["job"]["params"],
-                          "bytes_received": 4 * p["job"]["params"], "measured_unix_s": time.time()}
-                         for i, r in enumerate(round_s)]}
+    p[key] = {"rounds": 10, "gap_s": gap,
+              "nodes": [{"node": i, "round_s": {"samples": [r], "min": r, "p10": r, "median": r, "p90": r, "max": r,
+                                                "mean": r}, "measured_unix_s": time.time()}
+                        for i, r in enumerate(round_s)]}
+    if key == "ps":
+        p[key].update(servers=servers, endpoints=[f"tcp://h{k}:1" for k in range(servers)])
     return p
 
 
-class PsCalibration(unittest.TestCase):
-    """The probe's parameter-server round trips (syncopate-probe with the job's shards) held against the
-    simulator's model of the same exchange: parameter-server messages get the measured share of the link
-    rate (--sim.ps_goodput), stated in the advice's assumptions; --no-ps-calibration is the ablation."""
+class ExchangeCalibration(unittest.TestCase):
+    """The probe's exchange rounds at the model's size (syncopate-probe: the ring's all-reduce, and with
+    the job's shards the BSP round trip) held against the simulator's model of the same exchange: each
+    pattern's messages get the share of the link rate that reproduces the measured round
+    (--sim.ring_goodput, --sim.ps_goodput), stated in the advice's assumptions;
+    --no-exchange-calibration is the ablation."""
 
-    def test_the_round_trip_is_the_median_over_nodes_and_bad_sections_are_refused(self):
-        cl = advise.calibrate(with_ps(make_probe(n=4), [0.5, 0.7, 0.6, 9.0]))
-        self.assertAlmostEqual(cl["ps"].pop("round_s"), 0.65)
-        self.assertEqual(cl["ps"], {"servers": 4, "nodes": 4, "gap_s": 0.3})
-        self.assertIsNone(advise.calibrate(make_probe(n=4))["ps"])  # no section: none measured
-        p = with_ps(make_probe(n=4), [0.5, 0.6])
-        self.assertTrue(any("ps.nodes lists 2 of 4 nodes" in w for w in advise.calibrate(p)["warnings"]))
-        p = with_ps(make_probe(), [0.5] * 4)
-        p["ps"]["nodes"] = {}
-        with self.assertRaises(advise.ProbeError) as cm:
-            advise.calibrate(p)
-        self.assertIn("ps.nodes must be a list", str(cm.exception))
-        p = with_ps(make_probe(), [0.5] * 4)
-        del p["ps"]["nodes"][2]["round_s"]["median"]
-        with self.assertRaises(advise.ProbeError) as cm:
-            advise.calibrate(p)
-        self.assertIn("ps.nodes[2].round_s.median is missing", str(cm.exception))
-        p = with_ps(make_probe(), [0.5, -1, 0.5, 0.5])
-        with self.assertRaises(advise.ProbeError) as cm:
-            advise.calibrate(p)
-        self.assertIn("ps.nodes[1].round_s.median", str(cm.exception))
+    def test_the_round_is_the_median_over_nodes_and_bad_sections_are_refused(self):
+        p = with_rounds(with_rounds(make_probe(n=4), "ps", [0.5, 0.7, 0.6, 9.0]), "ring_exchange", [0.2, 0.1, 0.3, 0.4])
+        ex = advise.calibrate(p)["exchanges"]
+        self.assertAlmostEqual(ex["ps"].pop("round_s"), 0.65)
+        self.assertEqual(ex["ps"], {"servers": 4, "nodes": 4, "gap_s": 0.3})
+        self.assertAlmostEqual(ex["ring"]["round_s"], 0.25)
+        self.assertEqual(advise.calibrate(make_probe(n=4))["exchanges"], {"ring": None, "ps": None})  # none timed
+        p = with_rounds(make_probe(n=4), "ps", [0.5, 0.6])        # two nodes of four: not the job's exchange
+        cl = advise.calibrate(p)
+        self.assertIsNone(cl["exchanges"]["ps"])
+        self.assertTrue(any("ps.nodes lists 2 of 4 nodes" in w and "not used" in w for w in cl["warnings"]))
+        for key in ("ps", "ring_exchange"):
+            p = with_rounds(make_probe(), key, [0.5] * 4)
+            p[key]["nodes"] = {}
+            with self.assertRaises(advise.ProbeError) as cm:
+                advise.calibrate(p)
+            self.assertIn(f"{key}.nodes must be a list", str(cm.exception))
+            p = with_rounds(make_probe(), key, [0.5] * 4)
+            del p[key]["nodes"][2]["round_s"]["median"]
+            with self.assertRaises(advise.ProbeError) as cm:
+                advise.calibrate(p)
+            self.assertIn(f"{key}.nodes[2].round_s.median is missing", str(cm.exception))
+            p = with_rounds(make_probe(), key, [0.5, -1, 0.5, 0.5])
+            with self.assertRaises(advise.ProbeError) as cm:
+                advise.calibrate(p)
+            self.assertIn(f"{key}.nodes[1].round_s.median", str(cm.exception))
 
     @unittest.skipUnless(os.path.exists(os.path.join(BIN, "syncopate-sim")), f"syncopate-sim is not built under {BIN}")
-    def test_the_measured_round_sets_the_goodput_and_reproduces_itself(self):
-        """Measured twice the modelled round: goodput 1/2 (latency aside); the exchange simulated at that
-        goodput takes the measured round again; only parameter-server candidates carry it; a second
-        call reuses the cached exchange."""
+    def test_the_goodput_reproduces_the_measured_round(self):
+        """A simulated round is fixed + transfer / goodput: a measured round of fixed + 4 x transfer solves
+        to goodput 1/4, and the exchange simulated at 1/4 takes that round (within 1%); only each
+        pattern's candidates carry its goodput; a round below the fixed part is clamped and said so."""
         out = mkdtemp()
-        cl = advise.calibrate(with_ps(make_probe(n=4), [1.0] * 4))
+        probe = with_rounds(with_rounds(make_probe(n=4), "ps", [1.0] * 4), "ring_exchange", [1.0] * 4)
+        cl = advise.calibrate(probe)
         px = advise.proxy(cl, advise.parse_args(["x.json"]))
-        first = advise.ps_goodput(cl, px, out)
-        modelled = first["modelled_round_s"]
-        self.assertGreater(modelled, 0)
-        # The measured round, twice the simulator's own: probe again with that number.
-        cl = advise.calibrate(with_ps(make_probe(n=4), [2 * modelled * px["time_scale"]] * 4))
-        g = advise.ps_goodput(cl, px, out)
-        self.assertAlmostEqual(g["modelled_round_s"], modelled)   # the same simulated exchange, cached
-        self.assertAlmostEqual(g["goodput"], 0.5)
-        self.assertAlmostEqual(g["measured_round_s"], 2 * modelled)
-        px["ps_goodput"] = g
-        self.assertIn("--sim.ps_goodput=0.5", advise.sim_command("bsp_backup", 0, px, cl, "/tmp/x", 0))
-        self.assertIn("--sim.ps_goodput=0.5", advise.sim_command("asp_lr_scale", 0, px, cl, "/tmp/x", 0))
-        self.assertFalse([f for f in advise.sim_command("ring", 0, px, cl, "/tmp/x", 0) if "ps_goodput" in f])
-        self.assertFalse([f for f in advise.sim_command("diloco10", 0, px, cl, "/tmp/x", 0) if "ps_goodput" in f])
-        # The exchange at that goodput takes the measured round: within the latency the rate does not scale.
-        d = mkdtemp()
-        cmd = advise.exchange_command(px, cl, d) + ["--sim.ps_goodput=0.5"]
-        sim, _, _ = advise.run_simulator(cmd, d, "the exchange at the measured goodput")
-        again = sim["simulated_s"] / (sim["worker_steps"] / 4) - advise.exchange_gap(cl, px)
-        self.assertAlmostEqual(again / (2 * modelled), 1.0, delta=0.05)
+        t = px["time_scale"]
+        for pattern, key in (("ps", "ps"), ("ring", "ring_exchange")):
+            g1 = advise.exchange_goodput(cl, px, out, pattern)
+            transfer = g1["modelled_round_s"] - g1["fixed_s"]
+            self.assertGreater(transfer, 0)
+            self.assertGreater(g1["fixed_s"], 0)                  # latency hops at least
+            want = g1["fixed_s"] + 4 * transfer
+            cl = advise.calibrate(with_rounds(probe, key, [want * t] * 4))
+            g = advise.exchange_goodput(cl, px, out, pattern)
+            self.assertAlmostEqual(g["goodput"], 0.25, places=6)
+            self.assertFalse(g["clamped"])
+            again = advise.simulated_round(cl, px, mkdtemp(), pattern, 0.25)
+            self.assertAlmostEqual(again / want, 1.0, delta=0.01)
+            # Faster than the fixed part alone: no goodput reproduces it.
+            low = advise.exchange_goodput(advise.calibrate(with_rounds(probe, key, [0.5 * g1["fixed_s"] * t] * 4)),
+                                          px, out, pattern)
+            self.assertEqual((low["goodput"], low["clamped"]), (advise.GOODPUT_RANGE[1], True))
+            px.setdefault("goodput", {})[pattern] = g
+            probe = with_rounds(probe, key, [want * t] * 4)
+        cl = advise.calibrate(probe)
+        px["calibration"] = "applied"
+        for name in ("bsp_backup", "asp_lr_scale", "ssp4", "async_local_sgd"):
+            cmd = advise.sim_command(name, 0, px, cl, "/tmp/x", 0)
+            self.assertIn("--sim.ps_goodput=0.25", cmd)
+            self.assertFalse([f for f in cmd if "ring_goodput" in f])
+        for name in ("ring", "diloco10", "diloco50"):
+            cmd = advise.sim_command(name, 0, px, cl, "/tmp/x", 0)
+            self.assertIn("--sim.ring_goodput=0.25", cmd)
+            self.assertFalse([f for f in cmd if "ps_goodput" in f])
         text = " ".join(advise.assumptions(cl, px, advise.CANDIDATES))
-        self.assertIn("parameter-server messages get 0.5 x the link rate", text)
-        # A cached exchange whose command changed is made again, not reused.
-        with open(os.path.join(out, "calibration", "ps_exchange", "result.json")) as f:
-            kept = json.load(f)
-        self.assertEqual(kept["command"], " ".join(advise.exchange_command(px, cl, os.path.join(out, "calibration",
-                                                                                                "ps_exchange"))))
+        self.assertIn("parameter-server messages get 0.25 x the link rate", text)
+        self.assertIn("the ring's all-reduce get 0.25 x the link rate", text)
+        self.assertIn("below 1", text)
+        self.assertIn("beyond what the measured goodput absorbs", text)
 
     def test_dry_run_and_the_ablation_say_what_they_do(self):
-        path = write_probe(with_ps(make_probe(n=4), [1.0] * 4))
+        path = write_probe(with_rounds(make_probe(n=4), "ps", [1.0] * 4))
         rc, out, err = main_in_process([path, "--dry-run", "--out", os.path.join(mkdtemp(), "o")])
         self.assertEqual(rc, 0, err)
-        self.assertIn("the probe timed parameter-server round trips (1 s)", out)
-        rc, out, err = main_in_process([path, "--dry-run", "--no-ps-calibration", "--out", os.path.join(mkdtemp(), "o")])
+        self.assertIn("the probe timed BSP round trips to the servers (1 s)", out)
+        rc, out, err = main_in_process([path, "--dry-run", "--no-exchange-calibration", "--out",
+                                        os.path.join(mkdtemp(), "o")])
         self.assertEqual(rc, 0, err)
-        self.assertIn("--no-ps-calibration: parameter-server messages at the link rate", out)
-        cl = advise.calibrate(with_ps(make_probe(n=4), [1.0] * 4))
+        self.assertIn("--no-exchange-calibration: every message at the links' measured bulk goodput", out)
+        cl = advise.calibrate(with_rounds(make_probe(n=4), "ps", [1.0] * 4))
         px = advise.proxy(cl, advise.parse_args(["x.json"]))
-        px["ps_goodput"] = None
-        self.assertIn("are not used (--no-ps-calibration)", " ".join(advise.assumptions(cl, px, advise.CANDIDATES)))
-        cl = advise.calibrate(make_probe(n=4))
-        self.assertIn("the probe timed no parameter-server round trip",
-                      " ".join(advise.assumptions(cl, px, advise.CANDIDATES)))
+        px.update(calibration="off", goodput={"ring": None, "ps": None})
+        text = " ".join(advise.assumptions(cl, px, advise.CANDIDATES))
+        self.assertIn("are not used (--no-exchange-calibration)", text)
+        self.assertIn("the simulator models no packet loss,", text)
+        px["calibration"] = "applied"
+        text = " ".join(advise.assumptions(advise.calibrate(make_probe(n=4)), px, advise.CANDIDATES))
+        self.assertIn("the probe timed no BSP round trips to the servers", text)
+        self.assertIn("the probe timed no ring all-reduces", text)
+        # Only the patterns the candidates use are stated.
+        text = " ".join(advise.assumptions(cl, px, ["ring"]))
+        self.assertNotIn("servers", text.split("the probe timed no ring")[0][-200:])
+        self.assertNotIn("BSP round trips", text)
 
 
 class Terminated(unittest.TestCase):

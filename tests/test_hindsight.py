@@ -173,37 +173,54 @@ class Flags(unittest.TestCase):
         self.assertEqual(hindsight.probe_dir("/o", "mixed6"), "/o/mixed6/probe_ps")
         self.assertEqual(hindsight.probe_dir("/o", "mixed6", False), "/o/mixed6/probe")
         self.assertFalse(hindsight.parse_args(["--no-probe-servers"]).probe_servers)
-        cmd = hindsight.advise_command("p.json", "d", 3.0, hindsight.parse_args(["--no-ps-calibration"]))
-        self.assertIn("--no-ps-calibration", cmd)
-        self.assertNotIn("--no-ps-calibration", hindsight.advise_command("p.json", "d", 3.0, hindsight.parse_args([])))
+        cmd = hindsight.advise_command("p.json", "d", 3.0, hindsight.parse_args(["--no-exchange-calibration"]))
+        self.assertIn("--no-exchange-calibration", cmd)
+        self.assertNotIn("--no-exchange-calibration", hindsight.advise_command("p.json", "d", 3.0,
+                                                                               hindsight.parse_args([])))
 
     def test_measurements_taken_from_an_earlier_record_must_match_its_runs(self):
         names = ["ring", "bsp_backup"]
         meas = {"3": {"ring": {"100": [5.0, 9.0], "101": [6.0, 9.5]}, "bsp_backup": {"100": [4.0, 8.0], "101": [None, 8.5]}},
                 "2.75": {"ring": {"100": [7.0, 9.0], "101": [8.0, 9.5]}, "bsp_backup": {"100": [None, 8.0], "101": [None, 8.5]}}}
         rec = {"format": hindsight.FORMAT, "steps": 150, "targets": ["3", "2.75"],
-               "scenarios": [{"name": "fast4", "hindsight_seeds": [100, 101], "invalid_runs": {"ring": ["101"]},
-                              "failed_runs": {}, "stalls": ["x"],
+               "scenarios": [{"name": "fast4", "scenario": hindsight.SCENARIOS["fast4"], "hindsight_seeds": [100, 101],
+                              "invalid_runs": {"ring": ["101"]}, "failed_runs": {}, "stalls": ["x"],
                               "targets": {t: {"measured": m} for t, m in meas.items()}}]}
+        px = {"preset": "micro", "batch": 2, "steps": 150, "servers": 4, "eval_every": 5, "eval_batches": 32}
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "hindsight.json")
-            with open(path, "w") as f:
-                json.dump(rec, f)
+
+            def write(r):
+                with open(path, "w") as f:
+                    json.dump(r, f)
+            write(rec)
             a = hindsight.parse_args(["--seeds", "2", "--measured-from", path, "--targets", "3,2.75"])
-            got = hindsight.measured_record(path, "fast4", a, names, 150)
+            with self.assertRaises(SystemExit) as e:   # no published advice beside it: its job is unknown
+                hindsight.measured_record(path, "fast4", a, names, px)
+            self.assertIn("cannot read the record's advice", str(e.exception))
+            os.makedirs(os.path.join(d, "fast4"))
+            with open(os.path.join(d, "fast4", "advice_t3.json"), "w") as f:
+                json.dump({"proxy": px}, f)
+            got = hindsight.measured_record(path, "fast4", a, names, px)
             self.assertEqual(got["targets"]["2.75"]["measured"], meas["2.75"])
             self.assertEqual(got["invalid_runs"], {"ring": ["101"]})   # an invalid run stays invalid
-            for argv, names_, steps, words in (
-                    (["--seeds", "3"], names, 150, "seeds [100, 101] (here [100, 101, 102])"),
-                    (["--seeds", "2"], names, 100, "steps 150 (here 100)"),
-                    (["--seeds", "2", "--targets", "2.5"], names, 150, "targets"),
-                    (["--seeds", "2"], ["ring"], 150, "candidates ['bsp_backup', 'ring'] (here ['ring'])")):
+            for argv, names_, job, words in (
+                    (["--seeds", "3"], names, px, "seeds [100, 101] (here [100, 101, 102])"),
+                    (["--seeds", "2"], names, dict(px, steps=100), "steps 150 (here 100)"),
+                    (["--seeds", "2", "--targets", "2.5"], names, px, "targets"),
+                    (["--seeds", "2"], ["ring"], px, "candidates ['bsp_backup', 'ring'] (here ['ring'])"),
+                    (["--seeds", "2"], names, dict(px, servers=2), "servers 4 (here 2)"),
+                    (["--seeds", "2"], names, dict(px, batch=4), "batch 2 (here 4)")):
                 with self.assertRaises(SystemExit) as e:
-                    hindsight.measured_record(path, "fast4", hindsight.parse_args(argv), names_, steps)
+                    hindsight.measured_record(path, "fast4", hindsight.parse_args(argv), names_, job)
                 self.assertIn(words, str(e.exception))
             with self.assertRaises(SystemExit) as e:
-                hindsight.measured_record(path, "wan8", a, names, 150)
+                hindsight.measured_record(path, "wan8", a, names, px)
             self.assertIn("has no scenario wan8", str(e.exception))
+            write(dict(rec, scenarios=[dict(rec["scenarios"][0], scenario=dict(hindsight.SCENARIOS["fast4"], link_gbit=2.0))]))
+            with self.assertRaises(SystemExit) as e:   # the scenario itself changed since
+                hindsight.measured_record(path, "fast4", a, names, px)
+            self.assertIn("a scenario", str(e.exception))
 
     def test_refusals_name_the_problem(self):
         for argv, words in ((["--scenarios", "nope"], "unknown scenario"), (["--first-seed", "1"], "overlaps"),

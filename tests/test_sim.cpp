@@ -252,9 +252,9 @@ TEST(Simulator, StepTimesFollowTheComputeAndLinkModels) {
     slowest = std::max(slowest, steps_of(d.str("bsp_colocated/node" + std::to_string(r) + "/metrics.jsonl"))[0]["step_s"].get<double>());
   EXPECT_NEAR(slowest, 0.1 + (lat + 3 * msg / B) + (lat + 3 * msg / B), 1e-9);
 
-  // A measured parameter-server goodput (sim.ps_goodput, what syncopate-advise takes from a probe's
-  // round trips): every ps transfer at that share of the rate, the latency unchanged; the ring's
-  // all-reduce is not a ps message and keeps the link's rate.
+  // A measured goodput (sim.ps_goodput and sim.ring_goodput, what experiments/advise.py takes from a
+  // probe's rounds): every transfer of that mode's exchange at that share of the rate, the latency
+  // unchanged; the other mode's goodput changes nothing.
   bsp.sim.colocate_servers = false;
   bsp.sim.ps_goodput = 0.5;
   run_simulation(bsp.run, bsp.ps, bsp.sim, d.str("bsp_goodput"), false);
@@ -262,10 +262,18 @@ TEST(Simulator, StepTimesFollowTheComputeAndLinkModels) {
   for (int r = 0; r < 4; ++r)
     slowest = std::max(slowest, steps_of(d.str("bsp_goodput/node" + std::to_string(r) + "/metrics.jsonl"))[0]["step_s"].get<double>());
   EXPECT_NEAR(slowest, 0.1 + 2 * (lat + 4 * msg / (0.5 * B)), 1e-9);
+  bsp.sim.ring_goodput = 4;
+  run_simulation(bsp.run, bsp.ps, bsp.sim, d.str("bsp_goodput_ring"), false);
+  EXPECT_NEAR(steps_of(d.str("bsp_goodput_ring/node3/metrics.jsonl"))[0]["step_s"].get<double>(),
+              steps_of(d.str("bsp_goodput/node3/metrics.jsonl"))[0]["step_s"].get<double>(), 1e-12);
   ring.sim.ps_goodput = 0.5;
+  run_simulation(ring.run, ring.ps, ring.sim, d.str("ring_ps_goodput"), false);
+  for (const auto& m : steps_of(d.str("ring_ps_goodput/node2/metrics.jsonl")))
+    EXPECT_NEAR(m["step_s"].get<double>(), 0.1 + ring_s, 1e-9);
+  ring.sim.ring_goodput = 2;
   run_simulation(ring.run, ring.ps, ring.sim, d.str("ring_goodput"), false);
   for (const auto& m : steps_of(d.str("ring_goodput/node2/metrics.jsonl")))
-    EXPECT_NEAR(m["step_s"].get<double>(), 0.1 + ring_s, 1e-9);
+    EXPECT_NEAR(m["step_s"].get<double>(), 0.1 + ring_allreduce_s(4, 4 * p, 2 * B, lat), 1e-9);
 }
 
 // emulate.overlap with the ring (dist.overlap, the job's clipping scope): the buckets the trainer

@@ -6,10 +6,10 @@
 //   2. the nodes meet at the rendezvous (token, rank, the probe's settings) and form the ring;
 //   3. every node times round trips and a bulk transfer on its link to the next node while answering
 //      the previous node's (common/comm/link_probe.h), so every ring link is measured at once;
-//   4. with dist.servers (the job's shards, started under BSP): every node pushes a gradient of the
-//      model's size to the shards and takes their reply, all nodes at once, rounds one base step
-//      apart (server/ps_client.h; learning rate 0, so nothing changes): the parameter-server round trip
-//      as BSP and synchronous local SGD see it, incast and TCP losses included (ps_exchange.h);
+//   4. the job's exchange at the model's size, every node at once, rounds one base step apart
+//      (worker/sync/exchange_probe.h): a ring all-reduce (probe.ring_rounds), and with dist.servers
+//      (the job's shards, started under BSP) a push to the shards and their reply (probe.ps_rounds):
+//      what the ring and BSP pay per step, burst, incast and TCP's losses included;
 //   5. node 0 gathers every node's record and writes probe.json (atomically) and a table.
 // A node that never joins or dies: node 0 writes what it has, with "complete": false and "missing"
 // naming each node and link it lacks and why, and exits 1.
@@ -18,8 +18,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <iostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -40,7 +42,7 @@
 #include "server/ps_keys.h"
 #include "worker/sync/dist_config.h"
 #include "worker/sync/gradient_sync.h"
-#include "worker/sync/ps_round_probe.h"
+#include "worker/sync/exchange_probe.h"
 #include "worker/train/run_config.h"
 #include "worker/train/step_probe.h"
 
@@ -56,8 +58,10 @@ struct ProbeConfig {
   double seconds = 0.5;   // a link's bulk transfer doubles from 1 MiB until it takes at least this long, seconds
   double max_mb = 256;    // the largest bulk transfer, MiB (a fast link stops here)
   int64_t repeats = 3;    // transfers of the final size per link; the fastest is its goodput
-  int64_t ps_rounds = 10; // with dist.servers: timed BSP round trips of the model's size to the servers, every
-                          // node at once, one base step apart (2 more untimed first)
+  int64_t ring_rounds = 10; // timed ring all-reduces of the model's size (float32), every node at once, one base
+                            // step apart (2 more untimed first); 0 = none
+  int64_t ps_rounds = 10;   // with dist.servers: timed BSP round trips of the model's size to the servers, every
+                            // node at once, one base step apart (2 more untimed first)
 
   template <class V>
   void fields(V& v) {
@@ -67,6 +71,8 @@ struct ProbeConfig {
     v("seconds", seconds, "a link's bulk transfer grows until it takes this long, seconds", 0.001, 600.0);
     v("max_mb", max_mb, "the largest bulk transfer per link, MiB", 1.0, 65536.0);
     v("repeats", repeats, "transfers of the final size per link (the fastest is its goodput)", int64_t{1}, int64_t{100});
+    v("ring_rounds", ring_rounds, "timed ring all-reduces of the model's size, every node at once (0 = none)", int64_t{0},
+      int64_t{100000});
     v("ps_rounds", ps_rounds, "with dist.servers: timed parameter-server round trips of the model's size, every node "
       "at once", int64_t{1}, int64_t{100000});
   }
@@ -126,13 +132,19 @@ void print_table(const json& p) {
                              l["rtt_us"]["median"].get<double>(), l["rtt_us"]["p10"].get<double>(),
                              l["rtt_us"]["p90"].get<double>(), l["goodput_gbit"].get<double>(),
                              fmt_bytes(l["bytes"].get<double>()));
-  if (p.contains("ps") && !p["ps"]["nodes"].empty()) {
-    std::cout << fmt::format("{:>5} {:>14} {:>21} {:>12}   (parameter-server round trips, {} shard(s), every node at once)\n",
-                             "node", "round s", "p10 .. p90", "pushed", p["ps"]["servers"].get<int64_t>());
-    for (const auto& n : p["ps"]["nodes"])
+  // Each node's exchange rounds: the ring's all-reduce, the parameter servers' round trip.
+  for (const auto& [key, title, bytes] : {std::tuple{"ring_exchange", std::string("ring all-reduce rounds"), "bytes_sent"},
+                                          std::tuple{"ps", std::string("parameter-server round trips"), "bytes_pushed"}}) {
+    if (!p.contains(key) || p[key]["nodes"].empty()) continue;
+    const std::string what = p[key].contains("servers")
+                                 ? fmt::format("{}, {} shard(s)", title, p[key]["servers"].get<int64_t>())
+                                 : title;
+    std::cout << fmt::format("{:>5} {:>14} {:>21} {:>12}   ({}, every node at once)\n", "node", "round s",
+                             "p10 .. p90", "sent", what);
+    for (const auto& n : p[key]["nodes"])
       std::cout << fmt::format("{:>5} {:>14.4f} {:>10.4f} .. {:<8.4f} {:>12}\n", n["node"].get<int64_t>(),
                                n["round_s"]["median"].get<double>(), n["round_s"]["p10"].get<double>(),
-                               n["round_s"]["p90"].get<double>(), fmt_bytes(n["bytes_pushed"].get<double>()));
+                               n["round_s"]["p90"].get<double>(), fmt_bytes(n[bytes].get<double>()));
   }
   for (const auto& m : p["missing"])
     std::cout << fmt::format("missing: {}: {}\n", m["what"].get<std::string>(), m["why"].get<std::string>());
@@ -183,7 +195,8 @@ int main(int argc, char** argv) {
     if (rank != 0) return;
     // Complete means every node's record and every ring link's, whatever the bookkeeping said.
     if (doc["nodes"].size() != static_cast<size_t>(world) || doc["links"].size() != static_cast<size_t>(world > 1 ? world : 0) ||
-        (doc.contains("ps") && doc["ps"]["nodes"].size() != static_cast<size_t>(world)))
+        (doc.contains("ps") && doc["ps"]["nodes"].size() != static_cast<size_t>(world)) ||
+        (doc.contains("ring_exchange") && doc["ring_exchange"]["nodes"].size() != static_cast<size_t>(world)))
       doc["complete"] = false;
     write_file_atomic(out, doc.dump(1) + "\n");
     print_table(doc);
@@ -292,34 +305,51 @@ int main(int argc, char** argv) {
                   r == rank ? e.what() : fmt::format("not gathered: node {} lost the ring ({})", rank, e.what()));
       throw;
     }
-    // 4. The parameter-server round trip, every node at once (with the job's shards).
-    if (!cfg.dist.servers.empty()) {
-      const std::vector<std::string> endpoints = PsClient::parse_endpoints(cfg.dist.servers);
-      // Rounds a base step apart (the median over nodes of each one's fastest step, as the advisor's
-      // calibration takes it), the same on every node: a step's compute between a job's exchanges.
-      std::vector<double> mins;
-      for (const auto& n : doc["nodes"]) mins.push_back(n["step_s"]["min"].get<double>());
-      const double gap = quantile(mins, 0.5);
-      doc["ps"] = {{"servers", endpoints.size()}, {"endpoints", endpoints}, {"rounds", probe.ps_rounds},
-                   {"gap_s", gap}, {"nodes", json::array()}};
-      json round;
+    // 4. The job's exchange at the model's size, every node at once, rounds a base step apart (the
+    // median over nodes of each one's fastest step, as the advisor's calibration takes it; the same on
+    // every node): the ring's all-reduce, and with dist.servers the parameter servers' BSP round trip.
+    std::vector<double> mins;
+    for (const auto& n : doc["nodes"]) mins.push_back(n["step_s"]["min"].get<double>());
+    const double gap = quantile(mins, 0.5);
+    // Each node's rounds under doc[key]["nodes"], gathered over the ring; what failed is named under `what`.
+    auto exchange = [&](const std::string& key, const std::string& what, json section,
+                        const std::function<json()>& measure) {
+      section["gap_s"] = gap;
+      section["nodes"] = json::array();
+      doc[key] = section;
+      json mine_rounds;
       try {
-        PsClientOptions o;
-        o.timeout_s = d.timeout_s;
-        o.curve_server_key = ps_client_server_key(ro.token, d.ps_encrypt, d.curve_server_key);
-        o.wire = parse_wire_format(d.wire);
-        o.partition_elems = partition_elems(d);
-        o.model_digest = "probe " + cfg.model_fingerprint();  // never taken for a training job's shards
-        const PsRoundProbe r = probe_ps_rounds(endpoints, ro.token, rank, world, o, s.params, static_cast<int>(probe.ps_rounds), 2, gap);
-        round = {{"node", rank}, {"round_s", summary(r.round_s)}, {"parts", r.parts}, {"bytes_pushed", r.bytes_pushed},
-                 {"bytes_received", r.bytes_received}, {"measured_unix_s", unix_s()}};
-        for (const auto& g : ring_all_gather(rank, world, *ring.next, *ring.prev, round.dump()))
-          doc["ps"]["nodes"].push_back(json::parse(g));
+        mine_rounds = measure();
+        mine_rounds["node"] = rank;
+        mine_rounds["measured_unix_s"] = unix_s();
+        for (const auto& g : ring_all_gather(rank, world, *ring.next, *ring.prev, mine_rounds.dump()))
+          doc[key]["nodes"].push_back(json::parse(g));
       } catch (const std::exception& e) {
-        if (!round.is_null()) doc["ps"]["nodes"].push_back(round);
-        missing("the parameter-server round trips", e.what());
+        if (!mine_rounds.is_null()) doc[key]["nodes"].push_back(mine_rounds);
+        missing(what, e.what());
         throw;
       }
+    };
+    if (probe.ring_rounds > 0)
+      exchange("ring_exchange", "the ring all-reduce rounds", {{"rounds", probe.ring_rounds}}, [&] {
+        const ExchangeProbe r = probe_ring_rounds(rank, world, *ring.next, *ring.prev, s.params,
+                                                  static_cast<int>(probe.ring_rounds), 2, gap);
+        return json{{"round_s", summary(r.round_s)}, {"bytes_sent", r.bytes_sent}, {"bytes_received", r.bytes_received}};
+      });
+    if (!cfg.dist.servers.empty()) {
+      const std::vector<std::string> endpoints = PsClient::parse_endpoints(cfg.dist.servers);
+      exchange("ps", "the parameter-server round trips",
+               {{"servers", endpoints.size()}, {"endpoints", endpoints}, {"rounds", probe.ps_rounds}}, [&] {
+                 PsClientOptions o;
+                 o.timeout_s = d.timeout_s;
+                 o.curve_server_key = ps_client_server_key(ro.token, d.ps_encrypt, d.curve_server_key);
+                 o.partition_elems = partition_elems(d);
+                 o.model_digest = "probe " + cfg.model_fingerprint();  // never taken for a training job's shards
+                 const ExchangeProbe r = probe_ps_rounds(endpoints, ro.token, rank, world, o, s.params,
+                                                         static_cast<int>(probe.ps_rounds), 2, gap);
+                 return json{{"round_s", summary(r.round_s)}, {"parts", r.parts}, {"bytes_pushed", r.bytes_sent},
+                             {"bytes_received", r.bytes_received}};
+               });
     }
     write();
   } catch (const std::exception& e) {

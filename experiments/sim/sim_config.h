@@ -20,9 +20,11 @@ struct SimConfig {
                                  // downlink, and a worker's push to the shard on its own node crosses no link. false =
                                  // every shard on a host of its own with a server_link_gbit link
   double ps_goodput = 1;         // ps: the share of the link rate that parameter-server messages get, e.g. what a probe's
-                                 // BSP round trips of the model's size achieved (scripts/syncopate-advise measures it:
-                                 // incast losses and TCP retransmissions under shallow switch buffers make it < 1). Every
-                                 // link serves ps messages at ps_goodput x its rate; bytes are counted as sent. 1 = the rate
+                                 // BSP round trips of the model's size achieved (experiments/advise.py measures it: incast
+                                 // losses and TCP retransmissions make it < 1, a rate limiter's burst after a step's
+                                 // compute > 1). Every link serves ps messages at ps_goodput x its rate; bytes are
+                                 // counted as sent. 1 = the rate
+  double ring_goodput = 1;       // ring: the same for the ring's all-reduce (a probe's ring rounds of the model's size)
   double latency_us = 50;        // one-way latency of every message (and of every ring hop), microseconds
   std::string sharing = "fair";  // messages a sender hands over together (a worker's pushes to its shards, a shard's
                                  // released replies): "fair" = they share its uplink and all leave when the last byte
@@ -52,6 +54,7 @@ struct SimConfig {
     v("server_link_gbit", server_link_gbit, "each server's link, Gbit/s per direction (0 = link_gbit)", 0.0, 1e6);
     v("colocate_servers", colocate_servers, "ps: shard k on worker k mod N's node, sharing its link");
     v("ps_goodput", ps_goodput, "ps: share of the link rate parameter-server messages get (a probe's measured one)", 1e-3, 4.0);
+    v("ring_goodput", ring_goodput, "ring: share of the link rate the ring's all-reduce gets (a probe's measured one)", 1e-3, 4.0);
     v("latency_us", latency_us, "one-way message latency, microseconds", 0.0, 1e7);
     v("sharing", sharing, "messages sent together share the uplink (fair) or go in order (fifo)",
       std::vector<std::string>{"fair", "fifo"});

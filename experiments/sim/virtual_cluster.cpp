@@ -246,9 +246,9 @@ class Simulation {
  private:
   // The links: one per worker, then (unless the shards share their nodes' links) one per shard.
   std::vector<double> link_rates() const {
-    // Only parameter-server messages travel through the model (the ring's all-reduce is ring_s's
-    // formula on rate(0)), so their goodput scales the rates in ps mode alone.
-    const double g = mode_.ring ? 1.0 : sim_.ps_goodput;
+    // A measured goodput scales the rates of the mode's exchange: parameter-server messages travel
+    // through the model, the ring's all-reduce is ring_s's formula on rate(0).
+    const double g = mode_.ring ? sim_.ring_goodput : sim_.ps_goodput;
     const int links = sim_.colocate_servers ? n_ : n_ + k_;
     std::vector<double> r(static_cast<size_t>(links), g * sim_.link_gbit * 1e9 / 8);
     for (int k = n_; k < links; ++k) r[static_cast<size_t>(k)] = g * sim_.server_gbit() * 1e9 / 8;
