@@ -379,8 +379,10 @@ def exchange_goodput(cl, px, out, pattern):
     exchange takes the measured round: a simulated round is fixed + transfer / goodput (latency hops
     and the FINISH's tail do not scale with the rate, every transfer does), so two simulated exchanges,
     at goodput 1 and 1/2, give both parts. None when the probe timed no such rounds. "clamped" where
-    the measured round lies outside what GOODPUT_RANGE can reproduce (at or below the fixed part: the
-    emulation's or the network's own latency is shorter than the model's)."""
+    the measured round lies outside what GOODPUT_RANGE can reproduce (a round at or near the fixed part:
+    the nodes' rounds overlap one another's pauses, as a node that ends its round first starts the
+    next one first and finds its peers' messages already there, which the simulated exchange, every
+    node starting together, does not model; or the latency the probe measured is not the exchange's)."""
     if not cl["exchanges"].get(pattern):
         return None
     m1 = simulated_round(cl, px, out, pattern, 1.0)
@@ -744,7 +746,8 @@ def calibration_assumptions(cl, px, names):
                 "of it latency and other costs that do not scale with the rate)")
         if g["clamped"]:
             text += (f"; clamped to [{GOODPUT_RANGE[0]:g}, {GOODPUT_RANGE[1]:g}]: no goodput in that range reproduces "
-                     "the measured round")
+                     "the measured round (the nodes' rounds overlapped one another's pauses, or the exchange's latency "
+                     "is not the one the links' round trips showed): the simulator stays pessimistic for it")
         if g["goodput"] > 1:
             text += ("; above 1: the links passed more than their measured bulk rate in exchanges this short (a rate "
                      "limiter's burst after the pause, or a link faster than its bulk transfer showed)")
