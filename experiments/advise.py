@@ -755,7 +755,8 @@ def calibration_assumptions(cl, px, names):
             text += "; below 1: losses, retransmissions, incast or the servers' own time slowed the exchange"
         if p == "ps":
             text += (" (BSP's pattern, every node at once; SSP's and ASP's pushes spread out and were not timed: "
-                     "they get the same share)")
+                     "they get the same share, which made their times pessimistic by up to 2x on slow links in "
+                     "the advice-against-hindsight check, docs/STUDY.md)")
             if ex["servers"] != px["servers"]:
                 text += (f"; the probe's round trips went to {ex['servers']} shard(s), the candidates use "
                          f"{px['servers']}")
