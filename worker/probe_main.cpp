@@ -258,7 +258,8 @@ int main(int argc, char** argv) {
     // 2. The ring (the probe's settings are part of the fingerprint: every node runs the same probe).
     RendezvousOptions ro = rendezvous_options(
         d, job_token_or_insecure_default("[probe]"),
-        fmt::format("probe {} {} {} {} {}", cfg.model_fingerprint(), probe.pings, probe.seconds, probe.max_mb, probe.repeats));
+        fmt::format("probe {} {} {} {} {} rounds {} {} servers {}", cfg.model_fingerprint(), probe.pings, probe.seconds,
+                    probe.max_mb, probe.repeats, probe.ring_rounds, probe.ps_rounds, cfg.dist.servers));
     ro.latency_s = cfg.emulate.latency_ms / 1e3;
     Ring ring;
     try {
