@@ -6,6 +6,7 @@
 #
 #   MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 NNODES=4 NODE_RANK=<i> SYNCOPATE_TOKEN_FILE=~/.syncopate_token \
 # Usage: scripts/launch_node.sh [--max-restarts K] [--server-arg ARG ...] -- --out runs/job [worker args...]
+#        scripts/launch_node.sh --role probe [--server-arg ARG ...] -- --out probe.json [probe args...]
 #
 # Ring mode: nothing more (the worker meets the others at MASTER_ADDR:MASTER_PORT).
 # Parameter-server mode: set SYNCOPATE_SERVERS, the same on every node; the launcher adds
@@ -21,6 +22,8 @@
 #     SYNCOPATE_SERVER_LAYOUT=dedicated: workers' nodes start none; on each server host run
 #                    scripts/launch_node.sh --role server --shard k [--max-restarts K] [--server-arg ARG ...]
 # --server-arg ARG (repeatable) passes ARG to every shard, e.g. --server-arg --ps.consistency=bsp.
+# --role probe runs syncopate-probe instead of the worker (and this node's shards under BSP, with
+# SYNCOPATE_SERVERS), for scripts/syncopate-advise: the same command on every node.
 # The worker's --config FILE goes to the co-located shards too (they read its [ps] and [server]
 # sections); dedicated shards take it as --server-arg --config=FILE.
 # A shard binds only its own address, keeps its checkpoint in OUT/server<k>/ (SYNCOPATE_SERVER_DIR
@@ -153,7 +156,34 @@ fi
 if [ "$ROLE" = rendezvous ]; then
   exec "$RENDEZVOUS" --host "${MASTER_ADDR:-127.0.0.1}" --port "${MASTER_PORT:-29500}" --exit-when-done --idle-exit-s 600
 fi
-[ "$ROLE" = node ] || die "--role is node (default), server or rendezvous"
+# --role probe: syncopate-probe in place of the worker (README "Which synchronization for this
+# cluster"), with the arguments after --. With SYNCOPATE_SERVERS (colocated) this node's shards start
+# first under BSP, without checkpoints, so that the probe times the parameter servers' round trip
+# too; they are the probe's (its layout), end when every node's probe has left them, and the job
+# starts its own afterwards. Dedicated shard hosts run --role server --server-arg --ps.consistency=bsp.
+if [ "$ROLE" = probe ]; then
+  PROBE_BIN=${SYNCOPATE_PROBE_BIN:-$(dirname "$WORKER")/syncopate-probe}
+  SHARD_PIDS=()
+  trap 'for p in "${SHARD_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done; wait; exit 143' TERM INT
+  if [ -n "$SERVERS_LIST" ] && [ "${SYNCOPATE_SERVER_LAYOUT:-colocated}" = colocated ]; then
+    for k in "${!EPS[@]}"; do
+      [ $((k % NNODES)) = "$NODE" ] || continue
+      ep=${EPS[$k]#tcp://}
+      echo "[launch] probe: shard $k on tcp://$ep (bsp)"
+      "$SERVER" --server.host="${ep%:*}" --server.port="${ep##*:}" --server.shard="$k" --server.exit_when_done=true \
+        "${SERVER_ARGS[@]}" --ps.consistency=bsp --ps.backup_workers=0 &
+      SHARD_PIDS+=($!)
+    done
+  fi
+  DIST_SERVERS=()
+  [ -n "$SERVERS_LIST" ] && DIST_SERVERS=(--dist.servers="$SERVERS_LIST")
+  "$PROBE_BIN" "$@" "${DIST_SERVERS[@]}"
+  rc=$?
+  # The shards end by themselves once every node's probe has left (or died past their timeout).
+  for p in "${SHARD_PIDS[@]}"; do wait "$p"; done
+  exit $rc
+fi
+[ "$ROLE" = node ] || die "--role is node (default), server, rendezvous or probe"
 
 OUT="" CONFIG="" prev=""
 for a in "$@"; do

@@ -7,6 +7,8 @@
 #  2. a node that dies after the rendezvous (SYNCOPATE_CRASH_AT=probe:links:2): node 0 still writes
 #     probe.json, "complete": false, naming the links it lacks; the others exit non-zero, not hang;
 #  3. a node that never comes: the rendezvous times out and node 0's partial probe.json names it;
+#  6. scripts/launch_node.sh --role probe on two nodes with SYNCOPATE_SERVERS=per-node: the launchers
+#     start each node's shard under BSP, every node's round trips are there, no shard is left;
 #  5. with the job's shards under BSP and 10 ms of emulated latency: every node's parameter-server round
 #     trips of the model's size, the latency kept on the ring's links too (run after 1); --probe
 #     --servers under another consistency is refused by name;
@@ -99,6 +101,40 @@ SYNCOPATE_WORKER=$BIN/syncopate-worker "$ROOT/scripts/local_cluster.sh" --probe 
   --servers 1 -- "${ARGS[@]}" > "$TMP/psasp.log" 2>&1 && { echo "FAIL: --probe --servers under asp accepted"; fail=1; } ||
   { grep -q "consistency bsp" "$TMP/psasp.log" && echo "ok: --probe --servers without bsp refused by name" ||
     { echo "FAIL: no named refusal"; cat "$TMP/psasp.log"; fail=1; }; }
+
+# 6. As on real machines: scripts/launch_node.sh --role probe on each of two nodes, SYNCOPATE_SERVERS=per-node
+#    (each node's launcher starts its shard under BSP): every node's round trips, and every shard gone after.
+base=$("$PY" - <<'PY'
+import socket
+for _ in range(200):
+    held = []
+    try:
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); base = s.getsockname()[1]; held.append(s)
+        t = socket.socket(); t.bind(("127.0.0.1", base + 1)); held.append(t)
+        print(base); break
+    except OSError:
+        pass
+    finally:
+        for x in held: x.close()
+PY
+)
+port=$(free_port)
+for i in 0 1; do
+  MASTER_ADDR=127.0.0.1 MASTER_PORT=$port NNODES=2 NODE_RANK=$i SYNCOPATE_TOKEN=probe-launch SYNCOPATE_SERVERS=per-node \
+    SYNCOPATE_NODE_HOSTS=127.0.0.1,127.0.0.1 SYNCOPATE_PS_PORT=$base \
+    spawn "$ROOT/scripts/launch_node.sh" --role probe -- --out "$TMP/launch.json" "${ARGS[@]}" --probe.ps_rounds=3 \
+    > "$TMP/launch$i.log" 2>&1
+done
+wait_spawned
+if [ "${codes[*]}" = "0 0" ]; then echo "ok: launch_node.sh --role probe exits 0 on every node"
+else echo "FAIL: launch_node.sh --role probe exit codes ${codes[*]}"; tail -n 20 "$TMP"/launch*.log; fail=1; fi
+check "launch_node.sh --role probe: the shards of SYNCOPATE_SERVERS timed, every node" "$TMP/launch.json" '
+assert p["complete"] is True, p["missing"]
+assert p["ps"]["servers"] == 2 and len(p["ps"]["nodes"]) == 2 and len(p["ring_exchange"]["nodes"]) == 2, p["ps"]
+'
+if pgrep -f "syncopate-server.*--server.port=$base" > /dev/null || pgrep -f "syncopate-server.*--server.port=$((base + 1))" > /dev/null; then
+  echo "FAIL: a probe shard outlived its launcher"; fail=1
+else echo "ok: no probe shard left running"; fi
 
 # 2. A node dies after the rendezvous: partial, named.
 export SYNCOPATE_TOKEN=probetest MASTER_ADDR=127.0.0.1 NNODES=3
