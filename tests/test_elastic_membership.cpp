@@ -536,6 +536,113 @@ TEST(PsElastic, ALateReplyToAResentJoinIsNeverTakenForAPushs) {
   EXPECT_TRUE(got.equal(torch::tensor({3.0f, 5.0f}))) << "the pushes took values " << got;
 }
 
+// helper-28's second gap (protocol 11) on real servers over real sockets, as the shard test above
+// plays it on two ParameterShards: two BSP servers, each one part of the same layout, B expiring a
+// silent worker after 1 s and A after 600 s. Worker 0's push of round 0 is applied on B and held on
+// A (which waits for worker 1); worker 0 dies, B expires it, and worker 0 comes back (new sockets):
+// A answers its ask with its held push's next clock, B with its own; A defers the join = 2 until its
+// round 0 is released. Both servers must then apply the same gradients in the same rounds (equal
+// values after every round, the parts having started equal), round 1 must not wait for worker 0,
+// and worker 0's join replies, tagged join = 2, come with the round it is counted from.
+TEST(PsElastic, ARestartedMembersJoinWaitsForItsPushHeldOnAnotherServerBehind) {
+  ServerConfig sc;
+  sc.encrypt = "off";
+  PsConfig slow = config("bsp"), fast = config("bsp");
+  slow.worker_timeout_s = 600;
+  fast.worker_timeout_s = 1;
+  test::InProcessServer a(sc, slow, "job"), b(sc, fast, "job");
+  zmq::context_t ctx;
+  auto request = [](zmq::socket_t& s, MsgHeader h, const std::vector<float>& data) {
+    h.token = token_digest("job");
+    const std::string hdr = encode_header(h);
+    s.send(zmq::buffer(hdr), data.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    if (!data.empty()) s.send(zmq::buffer(data), zmq::send_flags::none);
+  };
+  // One reply: its header and its values (empty when it carries none).
+  auto reply = [](zmq::socket_t& s) {
+    std::vector<zmq::message_t> frames;
+    EXPECT_TRUE(zmq::recv_multipart(s, std::back_inserter(frames))) << "no reply within 5 s";
+    std::pair<MsgHeader, std::vector<float>> r;
+    if (frames.empty()) return r;
+    r.first = decode_reply(frames[0].data(), frames[0].size());
+    if (frames.size() > 1)
+      r.second.assign(frames[1].data<float>(), frames[1].data<float>() + frames[1].size() / sizeof(float));
+    return r;
+  };
+  auto nothing_within = [](zmq::socket_t& s, int ms) {
+    return !(zmq::poll(std::vector<zmq::pollitem_t>{{s.handle(), 0, ZMQ_POLLIN, 0}}, std::chrono::milliseconds(ms)) > 0);
+  };
+  auto grad = [](int w, int64_t c) { return std::vector<float>{1.0f + static_cast<float>(w) + 0.5f * static_cast<float>(c)}; };
+  auto push = [&](zmq::socket_t& s, int w, int64_t c) { request(s, elastic_push(w, c, 0, 1), grad(w, c)); };
+  // Joins worker w at both servers (ask, then join = 2 at the largest answer); returns the answers.
+  auto join_both = [&](zmq::socket_t& sa, zmq::socket_t& sb, int w, bool expect_replies) {
+    MsgHeader ask = elastic_init(2, 1);
+    ask.worker = w;
+    ask.join = 1;
+    request(sa, ask, {0.0f});
+    request(sb, ask, {0.0f});
+    const int64_t ca = reply(sa).first.clock, cb = reply(sb).first.clock;
+    MsgHeader join = elastic_init(2, 1);
+    join.worker = w;
+    join.join = 2;
+    join.clock = std::max(ca, cb);
+    request(sa, join, {});
+    request(sb, join, {});
+    if (expect_replies) {
+      EXPECT_EQ(reply(sa).first.join, 2);
+      EXPECT_EQ(reply(sb).first.join, 2);
+    }
+    return std::make_pair(ca, cb);
+  };
+  zmq::socket_t a0 = a.dealer(ctx), b0 = b.dealer(ctx), a1 = a.dealer(ctx), b1 = b.dealer(ctx);
+  join_both(a0, b0, 0, true);
+  join_both(a1, b1, 1, true);
+  push(b0, 0, 0);
+  push(b1, 1, 0);
+  const auto b_round0_w0 = reply(b0), b_round0_w1 = reply(b1);  // B's round 0: both
+  EXPECT_EQ(b_round0_w0.first.join, 0);
+  push(a0, 0, 0);  // held on A: its round 0 waits for worker 1. Worker 0 dies here.
+  // Worker 1 stays alive on B (heartbeats) until B has expired worker 0 (silent past 1 s).
+  MsgHeader hb;
+  hb.type = static_cast<int>(MsgType::kHeartbeat);
+  hb.worker = 1;
+  for (int i = 0; i < 12; ++i) {
+    request(b1, hb, {});
+    request(a1, hb, {});
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  zmq::socket_t ra0 = a.dealer(ctx), rb0 = b.dealer(ctx);  // worker 0 restarted: new sockets
+  const auto [ca, cb] = join_both(ra0, rb0, 0, false);
+  EXPECT_EQ(ca, 1) << "A holds worker 0's push of round 0: it counts it from round 1";
+  EXPECT_EQ(cb, 2) << "B expired worker 0 inside its round 1";
+  EXPECT_TRUE(nothing_within(ra0, 300) && nothing_within(rb0, 300)) << "a join reply before its round";
+  // A's round 0 completes with worker 1; worker 0's join takes effect: out of round 1, counted from 2.
+  push(a1, 1, 0);
+  const auto a_round0 = reply(a1);
+  EXPECT_EQ(a_round0.first.join, 0);
+  EXPECT_EQ(a_round0.second, b_round0_w1.second) << "A's round 0 applied other gradients than B's";
+  EXPECT_TRUE(nothing_within(a0, 200)) << "the dead process's held push was answered";
+  // Round 1 must not wait for worker 0 on either server; both release it with worker 0's join reply.
+  push(a1, 1, 1);
+  push(b1, 1, 1);
+  const auto a_round1 = reply(a1), b_round1 = reply(b1);
+  EXPECT_EQ(a_round1.second, b_round1.second) << "the servers applied different gradients in round 1";
+  const auto ja = reply(ra0), jb = reply(rb0);
+  EXPECT_EQ(ja.first.join, 2);
+  EXPECT_EQ(jb.first.join, 2);
+  EXPECT_EQ(ja.second, a_round1.second) << "the joiner's reply is not the round it is counted from";
+  // Round 2 with both.
+  push(ra0, 0, 2);
+  push(rb0, 0, 2);
+  push(a1, 1, 2);
+  push(b1, 1, 2);
+  const auto a_round2 = reply(a1), b_round2 = reply(b1);
+  EXPECT_EQ(a_round2.first.join, 0);
+  EXPECT_EQ(a_round2.second, b_round2.second) << "the servers applied different gradients in round 2";
+  EXPECT_EQ(reply(ra0).second, a_round2.second);
+  EXPECT_EQ(reply(rb0).second, b_round2.second);
+}
+
 // Under ASP a worker back in the job is never told a clock behind its own pushes (they would be
 // answered as duplicates: its rounds recomputed for nothing), though the slowest member is behind.
 TEST(ElasticShard, AnAspWorkerBackIsNeverBehindItsOwnPushes) {
