@@ -116,7 +116,7 @@ def probe_from_run(paths, window=50):
             raise RunError(f"{d} and {by_rank[r][0]} are both node {r}: give one run")
         by_rank[r] = (d, own_steps(d, window))
     notes = [f"node step times from the run (the last {window} steps' step_s - wait_s of each node's metrics.jsonl); "
-             f"links and job as probed in {src} (a run measures no link rate)"]
+             f"links, exchange rounds and job as probed in {src} (a run measures no link rate)"]
     nodes = []
     for old in probe.get("nodes", []):
         r = old.get("node")

@@ -242,7 +242,7 @@ class Calibration(unittest.TestCase):
         self.assertFalse(os.path.exists(out))
         self.assertIn("stragglers 2 at 2.90x", text)
         self.assertIn("target loss 3.1, 100 steps at most, 2 seed(s)", text)
-        self.assertIn("links and job as probed in " + probe, text)
+        self.assertIn("links, exchange rounds and job as probed in " + probe, text)
         # Where the run stands (its newest whole step, 60, of its train.steps, 120), and how to rank its rest.
         self.assertIn("the run stands at step 60 of 120: whole runs are ranked; --from-fraction 0.5 ranks the rest", text)
         # The calibration of the same probe as probed: no straggler.
