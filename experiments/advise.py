@@ -898,6 +898,10 @@ def parse_args(argv):
                     help="writes advice.json, advice.toml and runs/<config>/seed<k>/ here")
     ap.add_argument("--dry-run", action="store_true",
                     help="print the calibrated cluster, the proxy and the runs it would make; start nothing, write nothing")
+    ap.add_argument("--calibration-only", action="store_true",
+                    help="calibrate from the probe (the cluster, the proxy, each exchange's goodput: two short "
+                         "simulated exchanges per pattern), write OUT/calibration.json and stop: what the simulator "
+                         "takes from a probe, e.g. to compare probes of one cluster")
     a = ap.parse_args(argv)
     a.out = os.path.abspath(a.out)  # cached runs are keyed by their command line, which names their directory
     if a.window < 1:
@@ -1018,6 +1022,18 @@ def main(argv=None):
             if g["clamped"]:
                 print(f"[advise] warning: the measured {EXCHANGE_WHAT[p][1]} lie outside what a goodput in "
                       f"{list(GOODPUT_RANGE)} reproduces: the advice's times for them are the clamp's", file=sys.stderr)
+    if a.calibration_only and not a.dry_run:
+        path = os.path.join(a.out, "calibration.json")
+        doc = {"format": "syncopate-calibration/1", "probe": os.path.abspath(a.probe) if a.probe else a.from_run,
+               "command": "python experiments/advise.py " + " ".join(shlex.quote(x) for x in a.argv),
+               "cluster": {k: v for k, v in cl.items() if k not in ("assumptions", "warnings")},
+               "proxy": px, "assumptions": calibration_assumptions(cl, px, order)}
+        os.makedirs(a.out, exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            json.dump(doc, f, indent=1)
+        os.replace(path + ".tmp", path)
+        print(f"[advise] wrote {path} (--calibration-only: no candidate run)", flush=True)
+        return 0
     rows, m = plan(order, px, cl, a.out)
     todo = [r for r in rows if not r[2]]
     est = None if any(r[3] is None for r in todo) else sum(r[3] for r in todo)

@@ -565,6 +565,18 @@ class ExchangeCalibration(unittest.TestCase):
         self.assertIn("the ring's all-reduce get 0.25 x the link rate", text)
         self.assertIn("below 1", text)
         self.assertIn("beyond what the measured goodput absorbs", text)
+        # --calibration-only: the same calibration written down, no candidate run.
+        out2 = mkdtemp()
+        rc, text, err = main_in_process([write_probe(probe), "--calibration-only", "--out", out2])
+        self.assertEqual(rc, 0, err)
+        with open(os.path.join(out2, "calibration.json")) as f:
+            doc = json.load(f)
+        self.assertEqual(doc["format"], "syncopate-calibration/1")
+        for pattern in ("ps", "ring"):
+            self.assertAlmostEqual(doc["proxy"]["goodput"][pattern]["goodput"], 0.25, places=6)
+        self.assertTrue(any("x the link rate" in x for x in doc["assumptions"]))
+        self.assertFalse(os.path.exists(os.path.join(out2, "runs")))
+        self.assertFalse(os.path.exists(os.path.join(out2, "advice.json")))
 
     def test_dry_run_and_the_ablation_say_what_they_do(self):
         path = write_probe(with_rounds(make_probe(n=4), "ps", [1.0] * 4))
