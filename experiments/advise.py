@@ -21,6 +21,13 @@ Reads the probe.json that syncopate-probe measured on the user's cluster and:
    Nesterov); seeds 0..S-1; each run stops at the target loss or at --limit x the ring's time
    (the ring always runs: it sets the limit). Runs are cached under OUT/runs/<config>/seed<k>/
    (result.json; a cached run made with another command is run again).
+   Where the probe timed the job's exchanges at the model's size (ring_exchange: the ring's
+   all-reduce; ps: the BSP round trip to the job's shards), each pattern's messages get the share of
+   the link rate that makes the simulated exchange take the measured round (--sim.ring_goodput for
+   ring and DiLoCo, --sim.ps_goodput for the parameter-server candidates; solved from two simulated
+   exchanges cached under OUT/calibration/, clamped to [0.001, 4] and said so);
+   --no-exchange-calibration models every message at the bulk goodput B instead, and
+   --calibration-only writes OUT/calibration.json and stops there.
 3. Ranks them by mean time to target (95% interval over seeds) and names the winner; another is
    resolved behind it by the paired, Holm-corrected test of crossover.judge, else "not resolved".
    Proxy seconds map to the cluster's as x T / 0.1 (the proxy keeps the ratios, not the loss curve).
@@ -1024,7 +1031,7 @@ def main(argv=None):
                       f"{list(GOODPUT_RANGE)} reproduces: the advice's times for them are the clamp's", file=sys.stderr)
     if a.calibration_only and not a.dry_run:
         path = os.path.join(a.out, "calibration.json")
-        doc = {"format": "syncopate-calibration/1", "probe": os.path.abspath(a.probe) if a.probe else a.from_run,
+        doc = {"format": "syncopate-calibration/1", "probe": os.path.abspath(a.probe),
                "command": "python experiments/advise.py " + " ".join(shlex.quote(x) for x in a.argv),
                "cluster": {k: v for k, v in cl.items() if k not in ("assumptions", "warnings")},
                "proxy": px, "assumptions": calibration_assumptions(cl, px, order)}

@@ -4,6 +4,7 @@ have picked, and how close are its predicted times to the measured ones?
   python experiments/hindsight.py [--scenarios fast4,slowlink4,...] [--targets 3.0,2.75] [--seeds 3]
         [--first-seed 100] [--advice-seeds 3] [--steps 150] [--lanes 1] [--out runs/hindsight]
         [--dry-run] [--report-only] [--publish docs/study/hindsight] [--advice-out DIR]
+        [--no-probe-servers] [--no-exchange-calibration] [--measured-from RECORD]
 
 For every scenario (an emulated cluster: N nodes in network namespaces, a tbf-limited link per
 node, a modelled step with jitter, optionally one slow node and a one-way latency), in order:
@@ -43,7 +44,7 @@ simulator's validated range, the median absolute relative error (target: 15% or 
 tau (target: 0.8 or more). A scenario with an emulated run that did not hold (steps over their
 modelled time, saturated host CPU) is reported invalid and left out of the overall figures.
 
-Runs are cached under OUT/<scenario>/ (probe/, advise/t<target>/, runs/<config>/seed<k>/result.json
+Runs are cached under OUT/<scenario>/ (probe_ps/ (or probe/ with --no-probe-servers), advise/t<target>/, runs/<config>/seed<k>/result.json
 with the run's curve: times to target are recomputed from it), each made again when its command
 changed; a run that failed is made again, an interrupted one is never kept. Ctrl-C or SIGTERM stops
 every running cluster through its own cleanup. Writes OUT/hindsight.json, OUT/report.md and
@@ -818,7 +819,7 @@ def main(argv=None):
                 for t, adv in advs.items():
                     print(f"[hindsight] {n}: advised {adv['recommended']['name']} for {tkey(t)}", flush=True)
                 px = advs[a.targets[0]]["proxy"]
-                if a.measured_from:  # refused before anything is simulated where the record does not match
+                if a.measured_from:  # refused before the same-seed simulations where the record does not match
                     measured_record(a.measured_from, n, a, [c["name"] for c in advs[a.targets[0]]["candidates"]], px)
                 jobs = [] if a.measured_from else [(lambda k=k, sd=sd: measure(n, s, px, k, sd, a))
                         for sd in range(a.first_seed, a.first_seed + a.seeds)

@@ -163,8 +163,9 @@ fi
 # starts its own afterwards. Dedicated shard hosts run --role server --server-arg --ps.consistency=bsp.
 if [ "$ROLE" = probe ]; then
   PROBE_BIN=${SYNCOPATE_PROBE_BIN:-$(dirname "$WORKER")/syncopate-probe}
-  SHARD_PIDS=()
-  trap 'for p in "${SHARD_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done; wait; exit 143' TERM INT
+  SHARD_PIDS=() PROBE_PID=""
+  stop_probe() { for p in $PROBE_PID "${SHARD_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done; wait; }
+  trap 'stop_probe; exit 143' TERM INT
   if [ -n "$SERVERS_LIST" ] && [ "${SYNCOPATE_SERVER_LAYOUT:-colocated}" = colocated ]; then
     for k in "${!EPS[@]}"; do
       [ $((k % NNODES)) = "$NODE" ] || continue
@@ -177,10 +178,18 @@ if [ "$ROLE" = probe ]; then
   fi
   DIST_SERVERS=()
   [ -n "$SERVERS_LIST" ] && DIST_SERVERS=(--dist.servers="$SERVERS_LIST")
-  "$PROBE_BIN" "$@" "${DIST_SERVERS[@]}"
+  "$PROBE_BIN" "$@" "${DIST_SERVERS[@]}" &
+  PROBE_PID=$!
+  wait "$PROBE_PID"
   rc=$?
-  # The shards end by themselves once every node's probe has left (or died past their timeout).
-  for p in "${SHARD_PIDS[@]}"; do wait "$p"; done
+  PROBE_PID=""
+  if [ $rc -eq 0 ]; then
+    # Every node's probe registered with the shards and leaves them: they end by themselves once the
+    # last node has (a node that died past their worker timeout counts as left).
+    for p in "${SHARD_PIDS[@]}"; do wait "$p"; done
+  else
+    stop_probe  # a probe that failed may never have reached the shards, which would then wait forever
+  fi
   exit $rc
 fi
 [ "$ROLE" = node ] || die "--role is node (default), server, rendezvous or probe"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# syncopate-probe end to end, as a user runs it (scripts/local_cluster.sh --probe, real processes):
+# syncopate-probe end to end, as a user runs it (scripts/local_cluster.sh --probe, real processes; the
+# sections run in the order 1, 5, 6, 2, 3, 4):
 #  1. three nodes on loopback with modelled compute (node 2 3x slower) and 20 ms of emulated latency:
 #     probe.json is complete, every node and ring link is there, the step times are the modelled
 #     ones (the straggler's 3x included), each round trip holds the latency both ways, every node's
@@ -7,8 +8,6 @@
 #  2. a node that dies after the rendezvous (SYNCOPATE_CRASH_AT=probe:links:2): node 0 still writes
 #     probe.json, "complete": false, naming the links it lacks; the others exit non-zero, not hang;
 #  3. a node that never comes: the rendezvous times out and node 0's partial probe.json names it;
-#  6. scripts/launch_node.sh --role probe on two nodes with SYNCOPATE_SERVERS=per-node: the launchers
-#     start each node's shard under BSP, every node's round trips are there, no shard is left;
 #  5. with the job's shards under BSP and 10 ms of emulated latency: every node's parameter-server round
 #     trips of the model's size, the latency kept on the ring's links too (run after 1); --probe
 #     --servers under another consistency is refused by name;
@@ -17,6 +16,9 @@
 #     and every node's ring all-reduce no faster than its link brings it its share
 #     (TCP/IP's framing alone takes 4.4%: 1448 B of payload per 1514 B frame; the probe takes the
 #     fastest of 3 transfers, as one that a descheduled receiver stalled read 0.179 under CI's load).
+#  6. scripts/launch_node.sh --role probe on two nodes with SYNCOPATE_SERVERS=per-node: the launchers
+#     start each node's shard under BSP, every node's round trips are there, no shard is left;
+#     a failed probe's launcher ends its shard and exits non-zero.
 # Everything started is ended on exit (local_cluster.sh's process groups, spawn/end_spawned).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -132,9 +134,22 @@ check "launch_node.sh --role probe: the shards of SYNCOPATE_SERVERS timed, every
 assert p["complete"] is True, p["missing"]
 assert p["ps"]["servers"] == 2 and len(p["ps"]["nodes"]) == 2 and len(p["ring_exchange"]["nodes"]) == 2, p["ps"]
 '
-if pgrep -f "syncopate-server.*--server.port=$base" > /dev/null || pgrep -f "syncopate-server.*--server.port=$((base + 1))" > /dev/null; then
+[ -n "$base" ] || { echo "FAIL: no two consecutive free ports"; exit 1; }
+if pgrep -f "syncopate-server.*--server.port=$base( |$)" > /dev/null || pgrep -f "syncopate-server.*--server.port=$((base + 1))( |$)" > /dev/null; then
   echo "FAIL: a probe shard outlived its launcher"; fail=1
 else echo "ok: no probe shard left running"; fi
+# A probe that fails (its peer never comes: the rendezvous times out) never reached the shards, which
+# would wait for it forever: its launcher ends them and exits non-zero.
+port=$(free_port)
+t0=$SECONDS
+MASTER_ADDR=127.0.0.1 MASTER_PORT=$port NNODES=2 NODE_RANK=0 SYNCOPATE_TOKEN=probe-launch SYNCOPATE_SERVERS=per-node \
+  SYNCOPATE_NODE_HOSTS=127.0.0.1,127.0.0.1 SYNCOPATE_PS_PORT=$base \
+  spawn "$ROOT/scripts/launch_node.sh" --role probe -- --out "$TMP/launch_fail.json" "${ARGS[@]}" --dist.timeout_s=3 \
+  > "$TMP/launch_fail.log" 2>&1
+wait_spawned
+if [ "${codes[0]}" != 0 ] && [ $((SECONDS - t0)) -lt 60 ] && ! pgrep -f "syncopate-server.*--server.port=$base( |$)" > /dev/null; then
+  echo "ok: a failed probe's launcher exits ${codes[0]} in $((SECONDS - t0)) s and ends its shard"
+else echo "FAIL: a failed probe's launcher: exit ${codes[0]} after $((SECONDS - t0)) s"; tail -n 10 "$TMP/launch_fail.log"; fail=1; fi
 
 # 2. A node dies after the rendezvous: partial, named.
 export SYNCOPATE_TOKEN=probetest MASTER_ADDR=127.0.0.1 NNODES=3

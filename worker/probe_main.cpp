@@ -82,8 +82,10 @@ const char* kUsage =
     "usage: syncopate-probe [--config FILE.toml] [--out probe.json] [--probe.field=value] [--section.field=value ...]\n"
     "Measures the cluster for scripts/syncopate-advise: each node's step time for the job's model, batch and\n"
     "precision (paced by emulate.* as training is), the ring's links (round trips and goodput, all links at\n"
-    "once) and memory headroom. Start it on every node as you start syncopate-worker (same config, same\n"
-    "NNODES/NODE_RANK/MASTER_ADDR/MASTER_PORT/SYNCOPATE_TOKEN); node 0 writes --out (default probe.json).\n"
+    "once), the ring's all-reduce and, with dist.servers (the job's shards started under BSP), their round trip\n"
+    "at the model's size (every node at once), and memory headroom. Start it on every node as you start\n"
+    "syncopate-worker (same config, same NNODES/NODE_RANK/MASTER_ADDR/MASTER_PORT/SYNCOPATE_TOKEN); node 0\n"
+    "writes --out (default probe.json).\n"
     "dist.timeout_s must cover the slowest node's steps (the others wait for it at the rendezvous).\n"
     "Fields (current value, doc, allowed values):\n";
 
@@ -333,8 +335,10 @@ int main(int argc, char** argv) {
     };
     if (probe.ring_rounds > 0)
       exchange("ring_exchange", "the ring all-reduce rounds", {{"rounds", probe.ring_rounds}}, [&] {
+        const WireFormat wire = parse_wire_format(d.wire);  // the ring carries no int8: float32 there
         const ExchangeProbe r = probe_ring_rounds(rank, world, *ring.next, *ring.prev, s.params,
-                                                  static_cast<int>(probe.ring_rounds), 2, gap);
+                                                  static_cast<int>(probe.ring_rounds), 2, gap,
+                                                  wire == WireFormat::kInt8 ? WireFormat::kF32 : wire);
         return json{{"round_s", summary(r.round_s)}, {"bytes_sent", r.bytes_sent}, {"bytes_received", r.bytes_received}};
       });
     if (!cfg.dist.servers.empty()) {
@@ -344,6 +348,7 @@ int main(int argc, char** argv) {
                  PsClientOptions o;
                  o.timeout_s = d.timeout_s;
                  o.curve_server_key = ps_client_server_key(ro.token, d.ps_encrypt, d.curve_server_key);
+                 o.wire = parse_wire_format(d.wire);
                  o.partition_elems = partition_elems(d);
                  o.model_digest = "probe " + cfg.model_fingerprint();  // never taken for a training job's shards
                  const ExchangeProbe r = probe_ps_rounds(endpoints, ro.token, rank, world, o, s.params,

@@ -29,15 +29,17 @@ std::vector<double> time_rounds(int rounds, int warmup, double gap_s, const std:
 }  // namespace
 
 ExchangeProbe probe_ring_rounds(int rank, int world, Connection& next, Connection& prev, int64_t params, int rounds,
-                                int warmup, double gap_s) {
+                                int warmup, double gap_s, WireFormat wire) {
   SYN_CHECK(params > 0, "probe_ring_rounds: no parameters", "a caller bug");
   std::vector<float> buf(static_cast<size_t>(params), 0.0f);
   RingAllreducer ring(rank, world, next, prev);
+  RingAllreduceOptions opt;
+  opt.wire = wire;
   int64_t sent = 0, received = 0;
   ExchangeProbe r;
   r.round_s = time_rounds(rounds, warmup, gap_s, [&](int i) {
     if (i == warmup) sent = ring.bytes_sent(), received = ring.bytes_received();
-    ring.sum(buf.data(), buf.size());
+    ring.sum(buf.data(), buf.size(), opt);
   });
   r.bytes_sent = (ring.bytes_sent() - sent) / rounds;
   r.bytes_received = (ring.bytes_received() - received) / rounds;
@@ -47,13 +49,11 @@ ExchangeProbe probe_ring_rounds(int rank, int world, Connection& next, Connectio
 ExchangeProbe probe_ps_rounds(const std::vector<std::string>& endpoints, const std::string& token, int rank, int world,
                               PsClientOptions options, int64_t params, int rounds, int warmup, double gap_s) {
   SYN_CHECK(params > 0, "probe_ps_rounds: no parameters", "a caller bug");
-  options.wire = WireFormat::kF32;  // the simulator's parameter-server messages are float32
   PsClient client(endpoints, token, rank, world, options);
   at::Tensor values = torch::zeros({params}, torch::kFloat32);
   const at::Tensor grads = torch::zeros({params}, torch::kFloat32);
   client.init(values, {}, AdamWConfig{}, 0);
   ExchangeProbe r;
-  r.servers = client.shards();
   r.parts = client.parts();
   int64_t clock = 0;
   PsClientCounters before = client.counters();

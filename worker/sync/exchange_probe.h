@@ -12,13 +12,16 @@
 //    BSP with backup workers and synchronous local SGD on the servers pay per step. The gradient is
 //    zero and so are the values: the shards' state never changes. The shards are the probe's after
 //    it (their layout is registered under the probe's digest): start the job's servers afresh.
-// Both move float32 (4 bytes per value), what the advisor's simulator models.
+// Both move the job's wire format (dist.wire; the ring's all-reduce in float32 where it is int8, which
+// the ring does not carry; the servers' replies in float32, as in a job), as the advisor's ratio counts
+// the job's bytes.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "common/comm/transport/connection.h"
+#include "common/comm/wire_format.h"
 #include "server/ps_client.h"
 
 namespace syncopate {
@@ -27,7 +30,6 @@ struct ExchangeProbe {
   std::vector<double> round_s;  // each timed round: the exchange's start to its end on this node, seconds (gap excluded)
   int64_t bytes_sent = 0;       // bytes this node sent per round
   int64_t bytes_received = 0;   // bytes it received per round
-  int servers = 0;              // parameter servers: shards
   int parts = 0;                // parameter servers: parts pushed per round (dist.ps_partition_mb)
 };
 
@@ -35,7 +37,7 @@ struct ExchangeProbe {
 // `warmup` untimed then `rounds` timed rounds, each after a pause of gap_s seconds. Throws
 // syncopate::Error naming the peer that failed.
 ExchangeProbe probe_ring_rounds(int rank, int world, Connection& next, Connection& prev, int64_t params, int rounds,
-                                int warmup, double gap_s);
+                                int warmup, double gap_s, WireFormat wire = WireFormat::kF32);
 
 // Registers `rank` of `world` with the shards at `endpoints` (INIT of `params` zeros, clock 0), runs
 // `warmup` untimed then `rounds` timed BSP rounds, each after a pause of gap_s seconds, and leaves
