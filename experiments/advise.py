@@ -361,23 +361,9 @@ def simulated_round(cl, px, out, pattern, goodput):
     """The simulated exchange's round at `goodput`, proxy seconds: its time per round less the modelled
     step. Cached under OUT/calibration/<pattern>_g<goodput>/ (made again when its command changes)."""
     d = os.path.join(out, "calibration", f"{pattern}_g{goodput:g}")
-    cmd = exchange_command(px, cl, d, pattern, goodput)
-    line = " ".join(cmd)
-    try:
-        with open(os.path.join(d, "result.json")) as f:
-            r = json.load(f)
-        if r.get("command") == line:
-            return r["round_s"]
-    except (OSError, ValueError, KeyError):
-        pass
-    if os.path.isdir(d):
-        shutil.rmtree(d)
-    os.makedirs(d)
-    sim, _, _ = run_simulator(cmd, d, f"advise: the simulated {pattern} exchange")
-    rounds = sim["worker_steps"] / cl["nodes"]
-    r = {"round_s": sim["simulated_s"] / rounds - exchange_gap(cl, px, pattern), "command": line}
-    with open(os.path.join(d, "result.json"), "w") as f:
-        json.dump(r, f)
+    r, _ = simulated(d, exchange_command(px, cl, d, pattern, goodput), f"advise: the simulated {pattern} exchange",
+                     lambda sim, _e, _s: {"round_s": sim["simulated_s"] / (sim["worker_steps"] / cl["nodes"])
+                                          - exchange_gap(cl, px, pattern)})
     return r["round_s"]
 
 
@@ -467,29 +453,45 @@ def cached(out, name, seed):
         return None
 
 
+def simulated(d, cmd, what, summarise):
+    """(result, made now): the result.json in d where cmd made it; else cmd run afresh in d (the
+    simulator; `what` names it in a failure) and summarise(sim.json, node 0's evaluations, real
+    seconds) stored there with the command, so that a run made with another probe or other settings
+    is never taken for this one."""
+    line = " ".join(cmd)
+    try:
+        with open(os.path.join(d, "result.json")) as f:
+            r = json.load(f)
+        if r.get("command") == line:
+            return r, False
+    except (OSError, ValueError):
+        pass
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.makedirs(d)
+    r = dict(summarise(*run_simulator(cmd, d, what)), command=line)
+    with open(os.path.join(d, "result.json"), "w") as f:
+        json.dump(r, f)
+    return r, True
+
+
 def run(name, seed, px, cl, out, limit_s=0.0):
     """One simulated run (or its cached result when made with the same command)."""
     d = run_dir(out, name, seed)
-    cmd = sim_command(name, seed, px, cl, d, limit_s)
-    line = " ".join(cmd)
-    r = cached(out, name, seed)
-    if r is not None and r.get("command") == line:
-        return r
-    if os.path.isdir(d):
-        shutil.rmtree(d)  # made with another probe or other settings: not this advice's run
-    os.makedirs(d)
-    sim, evals, real_s = run_simulator(cmd, d, f"advise: the simulated run {name} seed {seed}")
-    curve = [{"t": m["time_s"], "val_loss": m["val_loss"]} for m in evals]
-    r = {"config": name, "n": cl["nodes"], "seed": seed,
-         "time_to_target_s": time_to_target(curve, px["target_loss"]) if sim["target_reached_s"] >= 0 else None,
-         "simulated_s": sim["simulated_s"], "worker_steps": sim["worker_steps"], "real_s": real_s,
-         "limit_s": limit_s, "final_val_loss": evals[-1]["val_loss"] if evals else None, "command": line}
-    with open(os.path.join(d, "result.json"), "w") as f:
-        json.dump(r, f)
-    got = f"target at {r['time_to_target_s']:.2f} s" if r["time_to_target_s"] is not None else \
-        f"not reached by {r['simulated_s']:.2f} s"
-    print(f"[advise] {name} seed {seed}: {got} simulated ({r['worker_steps']} worker-steps, {r['real_s']:.1f} s real)",
-          flush=True)
+
+    def summarise(sim, evals, real_s):
+        curve = [{"t": m["time_s"], "val_loss": m["val_loss"]} for m in evals]
+        return {"config": name, "n": cl["nodes"], "seed": seed,
+                "time_to_target_s": time_to_target(curve, px["target_loss"]) if sim["target_reached_s"] >= 0 else None,
+                "simulated_s": sim["simulated_s"], "worker_steps": sim["worker_steps"], "real_s": real_s,
+                "limit_s": limit_s, "final_val_loss": evals[-1]["val_loss"] if evals else None}
+    r, fresh = simulated(d, sim_command(name, seed, px, cl, d, limit_s), f"advise: the simulated run {name} seed {seed}",
+                         summarise)
+    if fresh:
+        got = f"target at {r['time_to_target_s']:.2f} s" if r["time_to_target_s"] is not None else \
+            f"not reached by {r['simulated_s']:.2f} s"
+        print(f"[advise] {name} seed {seed}: {got} simulated ({r['worker_steps']} worker-steps, {r['real_s']:.1f} s "
+              "real)", flush=True)
     return r
 
 
