@@ -408,6 +408,14 @@ TEST(ElasticShard, ARestartedMembersJoinWaitsForItsPushHeldOnAPartBehind) {
   EXPECT_EQ(push(c, 1, 0), (std::vector<int>{0, 1}));
 }
 
+// A hand-made request of job "job" on a raw DEALER: the header frame, then the values if any.
+void send_request(zmq::socket_t& s, MsgHeader h, const std::vector<float>& data) {
+  h.token = token_digest("job");
+  const std::string hdr = encode_header(h);
+  s.send(zmq::buffer(hdr), data.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+  if (!data.empty()) s.send(zmq::buffer(data), zmq::send_flags::none);
+}
+
 // helper-28's third gap (protocol 11). A join = 2 resent while the server was slow to answer gets two
 // replies; the second, late one must never be taken for the reply of the worker's first push (its
 // clock can be the push's: a part whose rounds passed the join clock counts the worker from its own).
@@ -423,12 +431,7 @@ TEST(PsElastic, ALateReplyToAResentJoinIsNeverTakenForAPushs) {
     test::InProcessServer server(sc, pc, "job");
     zmq::context_t ctx;
     zmq::socket_t s = server.dealer(ctx);
-    auto request = [&](MsgHeader h, const std::vector<float>& data) {
-      h.token = token_digest("job");
-      const std::string hdr = encode_header(h);
-      s.send(zmq::buffer(hdr), data.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
-      if (!data.empty()) s.send(zmq::buffer(data), zmq::send_flags::none);
-    };
+    auto request = [&](const MsgHeader& h, const std::vector<float>& data) { send_request(s, h, data); };
     auto reply = [&] {
       std::vector<zmq::message_t> frames;
       EXPECT_TRUE(zmq::recv_multipart(s, std::back_inserter(frames)));
@@ -552,12 +555,7 @@ TEST(PsElastic, ARestartedMembersJoinWaitsForItsPushHeldOnAnotherServerBehind) {
   fast.worker_timeout_s = 1;
   test::InProcessServer a(sc, slow, "job"), b(sc, fast, "job");
   zmq::context_t ctx;
-  auto request = [](zmq::socket_t& s, MsgHeader h, const std::vector<float>& data) {
-    h.token = token_digest("job");
-    const std::string hdr = encode_header(h);
-    s.send(zmq::buffer(hdr), data.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
-    if (!data.empty()) s.send(zmq::buffer(data), zmq::send_flags::none);
-  };
+  auto request = send_request;
   // One reply: its header and its values (empty when it carries none).
   auto reply = [](zmq::socket_t& s) {
     std::vector<zmq::message_t> frames;
