@@ -220,20 +220,22 @@ section_env() {
 # and an erratic run amplifies rounding differences between layouts).
 case "${GC_PRESET:-}" in gpt2*) LR=0.0006;; *) LR=0.002;; esac
 
-keep_run() {  # NAME: a run's small files into the report (its checkpoints stay in the scratch directory)
+keep_run() {  # NAME: a run's small files into the report (its checkpoints stay in the scratch directory;
+  # their optimizer state is deleted unless KEEP_OPTIMIZER=1: a run that another run resumes)
   local d="$RUNS/$1" k="$SEC/runs/$1"
   mkdir -p "$k"
   for f in metrics.jsonl sync.json config.toml; do [ -f "$d/$f" ] && cp "$d/$f" "$k/"; done
-  rm -f "$d"/checkpoints/*/optimizer.safetensors 2>/dev/null || true
+  [ "${KEEP_OPTIMIZER:-0}" = 1 ] || rm -f "$d"/checkpoints/*/optimizer.safetensors 2>/dev/null || true
   return 0
 }
 
 train() {  # NAME [VAR=value ...] -- WORKER ARGS: one node; exit status returned, a failed run recorded
+  # (RESUMING=1: the run's directory is kept, as a resumed run needs its checkpoint)
   local name=$1; shift
   local envs=()
   while [ "$1" != -- ]; do envs+=("$1"); shift; done
   shift
-  rm -rf "${RUNS:?}/$name"
+  [ "${RESUMING:-0}" = 1 ] || rm -rf "${RUNS:?}/$name"
   local rc=0
   say "  run $name: syncopate-worker ${*}"
   env "${envs[@]}" "$BIN/syncopate-worker" --out "$RUNS/$name" "${BASE[@]}" "$@" > "$SEC/runs/$name.log" 2>&1 || rc=$?
@@ -254,7 +256,10 @@ train_nodes() {  # NAME NODES -- WORKER ARGS: NODES processes joined by the ring
     local all per
     IFS=, read -r -a all <<< "${CUDA_VISIBLE_DEVICES:-$(seq -s, 0 $((G - 1)))}"
     per=$((G / nodes))
-    for i in $(seq 0 $((nodes - 1))); do cvd+=("$(IFS=,; echo "${all[*]:$((i * per)):$per}")"); done
+    for i in $(seq 0 $((nodes - 1))); do
+      if [ "$per" -ge 1 ]; then cvd+=("$(IFS=,; echo "${all[*]:$((i * per)):$per}")")
+      else cvd+=("${all[$((i % G))]}"); fi  # fewer GPUs than nodes: nodes share them (one GPU: all on it)
+    done
   fi
   say "  run $name: $nodes nodes, syncopate-worker --dist.mode=ring ${*}"
   for i in $(seq 0 $((nodes - 1))); do
@@ -312,9 +317,11 @@ sec_gpu_tests() {
   section_env gpu_tests
   need_bin syncopate_tests
   local log="$SEC/gtest.log" t
-  "$BIN/syncopate_tests" --gtest_filter='LocalGroup.Nccl*:GPT.Cuda*' > "$log" 2>&1 || true
+  "$BIN/syncopate_tests" --gtest_filter='LocalGroup.Nccl*:GPT.Cuda*:AutocastGuard.Cuda*' > "$log" 2>&1 || true
   cat "$log"
-  for t in LocalGroup.NcclGroupMatchesTheThreadGroup GPT.CudaCheckpointRecomputeReplaysMasksAndAutocast; do
+  for t in LocalGroup.NcclGroupMatchesTheThreadGroup GPT.CudaCheckpointRecomputeReplaysMasksAndAutocast \
+           AutocastGuard.CudaControlLibTorchsCacheServesAStaleCastWithoutTheGuard AutocastGuard.CudaCastsFollowAnInPlaceUpdate \
+           AutocastGuard.CudaCheckpointingMatchesAcrossAnInPlaceUpdate; do
     if grep -q "^\[       OK \] $t" "$log"; then
       rep record --sec "$SEC" --name "$t" --status pass
     elif grep -q "^\[  SKIPPED \] $t" "$log"; then
@@ -374,15 +381,57 @@ sec_correctness() {
         --reason "the run's log does not say that buckets were reduced during backward"
     fi
   else
-    rep record --sec "$SEC" --name "layouts, controls, overlap" --status skipped --reason "one GPU: these compare 1 and $G >= 2 GPUs"
+    # One GPU: the noise floors and the controls on 1 x 1, and the inter-node path (2 nodes of one
+    # replica, both on the one GPU: host staging, the comm stream, the TCP ring) against 1 replica x
+    # grad_accum 2, which takes the same 2 b samples per step.
+    fp32_floor="noise floor fp32: two identical runs of 1 x 1" bf16_floor="noise floor bf16: two identical runs of 1 x 1"
+    local n16=""
+    [ "$DRY" = 1 ] && n16="dry: fp32 CPU runs under the bf16 row (code path only; the worker's bf16 needs CUDA)"
+    train one32 -- "${PREC32[@]}" --dist.local_replicas=1 || true
+    train one32b -- "${PREC32[@]}" --dist.local_replicas=1 || true
+    train ctl32 -- "${PREC32[@]}" --dist.local_replicas=1 --optim.lr="$(pyval "$LR * 1.001")" || true
+    compare "$fp32_floor" one32 one32b fp32 --note "$dryn"
+    compare "control fp32: learning rate x 1.001 must be caught" one32 ctl32 fp32 --floor "$fp32_floor" --expect differ --note "$dryn"
+    train one16 -- "${PREC16[@]}" --dist.local_replicas=1 || true
+    train one16b -- "${PREC16[@]}" --dist.local_replicas=1 || true
+    train ctl16 -- "${PREC16[@]}" --dist.local_replicas=1 --optim.lr="$(pyval "$LR * 1.02")" || true
+    compare "$bf16_floor" one16 one16b bf16 --note "$n16"
+    compare "control bf16: learning rate x 1.02 must be caught" one16 ctl16 bf16 --floor "$bf16_floor" --expect differ --note "$n16"
+    train acc2 -- "${PREC32[@]}" --dist.local_replicas=1 --train.grad_accum=2 || true
+    train_nodes ring2 2 -- "${PREC32[@]}" --dist.local_replicas=1 || true
+    compare "2 nodes x 1 (ring; one GPU: both nodes on it) vs 1 x grad_accum 2" ring2/node0,ring2/node1 acc2 fp32 \
+      --floor "$fp32_floor" --note "$dryn"
+    rep record --sec "$SEC" --name "layouts and overlap across GPUs of one node" --status skipped \
+      --reason "one GPU: these compare 1 and G >= 2 GPUs of one node (NCCL)"
   fi
   # Activation checkpointing: dropout 0.1 in both runs (the recompute must replay the forward's masks).
   local rows=("${PREC16[@]}") row=bf16 nck="" reps=$((G >= 2 ? G : 1))
   [ "$DRY" = 1 ] && { row=fp32; nck="dry: CPU fp32"; }
-  train ckpt_off -- "${rows[@]}" --dist.local_replicas="$reps" --model.dropout=0.1 || true
+  local half=$((STEPS / 2)) ck
+  ck=$(printf 'step_%06d' "$half")
+  KEEP_OPTIMIZER=1 train ckpt_off -- "${rows[@]}" --dist.local_replicas="$reps" --model.dropout=0.1 \
+    --checkpoint.every="$half" --checkpoint.keep=100 || true
   train ckpt_on -- "${rows[@]}" --dist.local_replicas="$reps" --model.dropout=0.1 --model.activation_checkpointing=true || true
   compare "activation checkpointing on vs off ($reps x 1, dropout 0.1, $STEPS steps)" ckpt_off ckpt_on "$row" \
     --floor "$([ $row = bf16 ] && echo "$bf16_floor" || echo "$fp32_floor")" --note "$nck"
+  # Resume: ckpt_off's checkpoint of step STEPS/2 (weights, AdamW, RNG) resumed in a directory of its
+  # own (its metrics up to that step copied), against ckpt_off's uninterrupted run.
+  rm -rf "${RUNS:?}/resumed"; mkdir -p "$RUNS/resumed/checkpoints"
+  if [ -d "$RUNS/ckpt_off/checkpoints/$ck" ]; then
+    cp -r "$RUNS/ckpt_off/checkpoints/$ck" "$RUNS/resumed/checkpoints/"
+    echo "$ck" > "$RUNS/resumed/checkpoints/latest"
+    "$PY" -c "import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if 'step' not in r or r['step'] <= int(sys.argv[2]): print(l, end='')" "$RUNS/ckpt_off/metrics.jsonl" "$half" \
+      > "$RUNS/resumed/metrics.jsonl"
+    RESUMING=1 train resumed -- "${rows[@]}" --dist.local_replicas="$reps" --model.dropout=0.1 --resume || true
+    compare "resumed at step $half vs uninterrupted ($reps x 1, dropout 0.1, $STEPS steps)" ckpt_off resumed "$row" \
+      --floor "$([ $row = bf16 ] && echo "$bf16_floor" || echo "$fp32_floor")" --note "$nck"
+  else
+    rep record --sec "$SEC" --name "resumed at step $half vs uninterrupted" --status fail \
+      --reason "ckpt_off wrote no checkpoint $ck (--checkpoint.every=$half)"
+  fi
   # Hierarchy: 2 nodes of G/2 replicas each, joined by the ring: the same G b samples per step.
   if [ "$G" -ge 4 ] && [ $((G % 2)) = 0 ]; then
     train_nodes ring_sliced 2 -- "${PREC32[@]}" --dist.local_replicas=$((G / 2)) --dist.hierarchy=sliced || true
