@@ -560,8 +560,7 @@ sec_throughput() {
   local data
   data=$(ls "$ROOT"/data/cache/byte-*/*_text_document.bin 2>/dev/null | head -n 1)
   local n
-  for n in 1 "$G"; do
-    [ "$n" = "$G" ] && [ "$G" -lt 2 ] && continue
+  for n in $(printf '%s\n' 1 "$G" | sort -nu); do  # 1, and G when G > 1
     say "  torchrun --standalone --nproc-per-node=$n scripts/ref_gpt_train.py ${ddp_dev[*]} --preset $PRESET"
     env -u NNODES -u NODE_RANK -u MASTER_ADDR -u MASTER_PORT "$PY" -m torch.distributed.run --standalone --nproc-per-node="$n" \
       "$ROOT/scripts/ref_gpt_train.py" "${ddp_dev[@]}" --preset "$PRESET" --batch "$BATCH" --steps "$TSTEPS" --data "$data" \

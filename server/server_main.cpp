@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <zmq.h>
 
+#include "common/crash_report.h"
 #include "common/check.h"
 #include "common/comm/job_token.h"
 #include "common/command_line.h"
@@ -82,6 +83,7 @@ int status(const std::vector<std::string>& args, const ServerConfig& sc) {
 }
 
 int main(int argc, char** argv) {
+  install_crash_report("syncopate-server");  // a fatal signal prints the native stack (common/crash_report.h)
   ServerConfig sc;
   PsConfig pc;
   TraceConfig tc;

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "common/crash_report.h"
 #include "common/stop_signal.h"
 #include "worker/train/readvise.h"
 #include "common/atomic_file.h"
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
   // SIGTERM as a preemption notice: stop at the next step boundary (common/stop_signal.h). First,
   // before any thread starts, so that every thread inherits the blocked signal.
   install_stop_signal(TrainConfig{}.preempt_grace_s);
+  install_crash_report("syncopate-worker");  // a fatal signal prints the native stack (common/crash_report.h)
   std::vector<std::string> args(argv + 1, argv + argc);
   RunConfig cfg;
   ConfigSchema schema;
