@@ -350,13 +350,13 @@ sec_correctness() {
     train rep32 -- "${PREC32[@]}" --dist.local_replicas="$G" || true
     train rep32b -- "${PREC32[@]}" --dist.local_replicas="$G" || true
     train ctl32 -- "${PREC32[@]}" --dist.local_replicas="$G" --optim.lr="$(pyval "$LR * 1.001")" || true
-    compare "$fp32_floor" rep32 rep32b fp32 --note "$dryn"
+    compare "$fp32_floor" rep32 rep32b fp32 --expect floor --note "$dryn"
     compare "layouts fp32: 1 x grad_accum $G vs $G x 1" acc32 rep32 fp32 --floor "$fp32_floor" --note "$dryn"
     compare "control fp32: learning rate x 1.001 must be caught" rep32 ctl32 fp32 --floor "$fp32_floor" --expect differ --note "$dryn"
     if [ "$DRY" = 1 ]; then  # the worker's bf16 needs CUDA: the bf16 rows judge the fp32 runs (their code path only)
       train ctl16 -- "${PREC32[@]}" --dist.local_replicas="$G" --optim.lr="$(pyval "$LR * 1.02")" || true
       local n16="dry: fp32 CPU runs under the bf16 row (code path only; the worker's bf16 needs CUDA)"
-      compare "$bf16_floor" rep32 rep32b bf16 --note "$n16"
+      compare "$bf16_floor" rep32 rep32b bf16 --expect floor --note "$n16"
       compare "layouts bf16: 1 x grad_accum $G vs $G x 1" acc32 rep32 bf16 --floor "$bf16_floor" --note "$n16"
       compare "control bf16: learning rate x 1.02 must be caught" rep32 ctl16 bf16 --floor "$bf16_floor" --expect differ --note "$n16"
     else
@@ -364,7 +364,7 @@ sec_correctness() {
       train rep16 -- "${PREC16[@]}" --dist.local_replicas="$G" || true
       train rep16b -- "${PREC16[@]}" --dist.local_replicas="$G" || true
       train ctl16 -- "${PREC16[@]}" --dist.local_replicas="$G" --optim.lr="$(pyval "$LR * 1.02")" || true
-      compare "$bf16_floor" rep16 rep16b bf16
+      compare "$bf16_floor" rep16 rep16b bf16 --expect floor
       compare "layouts bf16: 1 x grad_accum $G vs $G x 1" acc16 rep16 bf16 --floor "$bf16_floor"
       compare "control bf16: learning rate x 1.02 must be caught" rep16 ctl16 bf16 --floor "$bf16_floor" --expect differ
     fi
@@ -390,12 +390,12 @@ sec_correctness() {
     train one32 -- "${PREC32[@]}" --dist.local_replicas=1 || true
     train one32b -- "${PREC32[@]}" --dist.local_replicas=1 || true
     train ctl32 -- "${PREC32[@]}" --dist.local_replicas=1 --optim.lr="$(pyval "$LR * 1.001")" || true
-    compare "$fp32_floor" one32 one32b fp32 --note "$dryn"
+    compare "$fp32_floor" one32 one32b fp32 --expect floor --note "$dryn"
     compare "control fp32: learning rate x 1.001 must be caught" one32 ctl32 fp32 --floor "$fp32_floor" --expect differ --note "$dryn"
     train one16 -- "${PREC16[@]}" --dist.local_replicas=1 || true
     train one16b -- "${PREC16[@]}" --dist.local_replicas=1 || true
     train ctl16 -- "${PREC16[@]}" --dist.local_replicas=1 --optim.lr="$(pyval "$LR * 1.02")" || true
-    compare "$bf16_floor" one16 one16b bf16 --note "$n16"
+    compare "$bf16_floor" one16 one16b bf16 --expect floor --note "$n16"
     compare "control bf16: learning rate x 1.02 must be caught" one16 ctl16 bf16 --floor "$bf16_floor" --expect differ --note "$n16"
     train acc2 -- "${PREC32[@]}" --dist.local_replicas=1 --train.grad_accum=2 || true
     train_nodes ring2 2 -- "${PREC32[@]}" --dist.local_replicas=1 || true

@@ -200,6 +200,48 @@ class Comparisons(unittest.TestCase):
         short = (steps([5.0, 4.0]), weights())
         self.assertEqual(g.compare_run_data(a, short, tol, expect="differ")["status"], "fail")
 
+    def test_a_noise_floor_beyond_the_row_raises_the_limits_and_is_info(self):
+        tol = g.TOLERANCES["fp32"]
+        a = (steps([5.0, 4.0, 3.5]), weights())
+        off = (steps([5.0, 4.0, 3.5 * (1 + 3 * tol["loss_rtol"])]), weights())  # 3x the row's loss limit
+        # the floor (two identical runs) that far apart is information, not a failure
+        fl = g.compare_run_data(a, off, tol, expect="floor")
+        self.assertEqual((fl["status"], fl["exceeded"], fl["raised_by_floor"]), ("info", ["loss"], []))
+        floor = {"name": "f", "metrics": fl["metrics"]}
+        # a comparison within 2x that floor passes, with the raised limit named; beyond it, fails
+        within = g.compare_run_data(a, off, tol, floor=floor)
+        self.assertEqual((within["status"], within["raised_by_floor"]), ("pass", ["loss_rtol"]))
+        self.assertAlmostEqual(within["tolerance"]["loss_rtol"], g.FLOOR_FACTOR * fl["metrics"]["loss_max_rel"])
+        far = (steps([5.0, 4.0, 3.5 * (1 + 7 * tol["loss_rtol"])]), weights())
+        self.assertEqual(g.compare_run_data(a, far, tol, floor=floor)["exceeded"], ["loss"])
+        # a control hidden by the floor fails: the floor is too large to tell the change apart
+        self.assertEqual(g.compare_run_data(a, off, tol, floor=floor, expect="differ")["status"], "fail")
+        # a floor below the row leaves the row as it is
+        small = {"name": "f", "metrics": {"loss_max_rel": tol["loss_rtol"] / 10}}
+        self.assertEqual(g.compare_run_data(a, off, tol, floor=small)["status"], "fail")
+
+    def test_rejudge_applies_todays_rule_to_recorded_metrics(self):
+        tol = g.TOLERANCES["bf16"]
+        with tempfile.TemporaryDirectory() as out:
+            sec = os.path.join(out, "sections", "correctness")
+            floor_m = {"loss_max_rel": 7e-3, "grad_norm_max_rel": 0.047, "param_rel_l2": 4e-4, "param_ulps_p99": 4.3e5}
+            near = {"loss_max_rel": 2e-4, "grad_norm_max_rel": 2e-3, "param_rel_l2": 2e-4, "param_ulps_p99": 1.2e5}
+            recorded = [  # as an older report wrote them: floors as plain comparisons, no raised limits
+                dict(kind="compare", name="noise floor bf16: two identical runs of 1 x 1", tol_row="bf16", expect="match",
+                     status="fail", metrics=floor_m, exceeded=["loss"], tolerance=dict(tol)),
+                dict(kind="compare", name="checkpointing on vs off", tol_row="bf16", expect="match", status="fail",
+                     metrics=near, exceeded=["param_ulps_p99"], tolerance=dict(tol),
+                     floor={"name": "noise floor bf16: two identical runs of 1 x 1", "metrics": floor_m}),
+                dict(kind="record", name="run x", status="fail", reason="exited 139")]
+            for c in recorded:
+                g.append_check(sec, c)
+            self.assertEqual(g.rejudge_sections(out), 2)
+            got = {c["name"]: c for c in g.read_checks(sec)}
+            self.assertEqual(got["noise floor bf16: two identical runs of 1 x 1"]["status"], "info")
+            self.assertEqual(got["checkpointing on vs off"]["status"], "pass")
+            self.assertIn("param_ulps_p99", got["checkpointing on vs off"]["raised_by_floor"])
+            self.assertEqual(got["run x"]["status"], "fail")  # records are left as they are
+
 
 class Checkpoints(unittest.TestCase):
     def test_reader_round_trip_and_refusals(self):
