@@ -2,6 +2,8 @@
 
 #include <execinfo.h>
 #include <signal.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -20,8 +22,25 @@ void write_str(const char* s) {
   (void)w;
 }
 
-void on_fatal(int sig) {
-  if (!g_reporting.exchange(true)) {  // one report, even if the report itself faults
+// An unsigned number in hex, into buf (async-signal-safe; no printf).
+const char* hex(uintptr_t v, char (&buf)[24]) {
+  char* p = buf + sizeof buf;
+  *--p = 0;
+  do {
+    *--p = "0123456789abcdef"[v & 15];
+    v >>= 4;
+  } while (v);
+  *--p = 'x';
+  *--p = '0';
+  return p;
+}
+
+void on_fatal(int sig, siginfo_t* info, void* uc) {
+  // One report: a second thread faulting meanwhile waits here for the first to end the process.
+  if (g_reporting.exchange(true)) {
+    for (;;) ::pause();
+  }
+  {
     std::fflush(stdout);  // not async-signal-safe, but the process is dying and its log is worth it
     write_str("\n");
     write_str(g_program);
@@ -31,6 +50,19 @@ void on_fatal(int sig) {
               : sig == SIGILL ? "SIGILL (illegal instruction)"
               : sig == SIGFPE ? "SIGFPE (arithmetic error)"
               : sig == SIGABRT ? "SIGABRT (abort)" : "(other)");
+    char buf[24];
+    write_str(" at address ");
+    write_str(hex(reinterpret_cast<uintptr_t>(info ? info->si_addr : nullptr), buf));
+#if defined(__x86_64__) && defined(REG_RIP)
+    // The faulting instruction: where the unwinder cannot go past the signal frame (a call through
+    // a bad pointer), it still names the code that faulted (addr2line, or the loaded libraries' map).
+    if (uc) {
+      write_str(", instruction ");
+      write_str(hex(static_cast<uintptr_t>(static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_RIP]), buf));
+    }
+#endif
+    write_str(", thread ");
+    write_str(hex(static_cast<uintptr_t>(::syscall(SYS_gettid)), buf));
     write_str("; native stack (addr2line -f -e BINARY +OFFSET names our frames):\n");
     void* frames[128];
     const int n = ::backtrace(frames, 128);
@@ -49,14 +81,14 @@ void install_crash_report(const char* program) {
   g_program = program;
   void* warm[1];
   ::backtrace(warm, 1);  // loads libgcc's unwinder now, not inside the handler
-  static char alt[64 * 1024];
+  static char alt[64 * 1024];  // the installing (main) thread's; other threads run the handler on their own stacks
   stack_t ss{};
   ss.ss_sp = alt;
   ss.ss_size = sizeof alt;
   ::sigaltstack(&ss, nullptr);
   struct sigaction sa{};
-  sa.sa_handler = on_fatal;
-  sa.sa_flags = SA_ONSTACK | SA_RESETHAND;
+  sa.sa_sigaction = on_fatal;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;  // (not RESETHAND: a second faulting thread must wait, not kill the report)
   sigemptyset(&sa.sa_mask);
   for (int s : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) ::sigaction(s, &sa, nullptr);
 }

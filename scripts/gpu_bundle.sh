@@ -4,16 +4,16 @@
 # torch 2.11.0+cu130): the binaries are built here, against the LibTorch that machine's Python
 # carries, and travel with the shared libraries it lacks.
 #
-# Usage (here):  scripts/gpu_bundle.sh build [--torch VERSION] [--work DIR]
-#   Downloads torch==VERSION's wheel (default 2.11.0) and NCCL's wheel at the version that torch
+# Usage: scripts/gpu_bundle.sh build [--torch VERSION] [--work DIR]    (here)
+#        scripts/gpu_bundle.sh run [gpu_check.sh options]                (on the GPU machine)
+# build: downloads torch==VERSION's wheel (default 2.11.0) and NCCL's wheel at the version that torch
 #   pins from PyPI into WORK (default .gpubundle/work), configures WORK/build against them (CUDA from
 #   /usr/local/cuda, the rest as scripts/build.sh) and builds the binaries gpu_check.sh needs
 #   (2 jobs; ccache), then gathers them, stripped, into .gpubundle/dist/bin and every shared library
 #   they load that the GPU machine may lack (ZeroMQ, libsodium, pgm, norm, Kerberos...: not glibc,
 #   libstdc++/libgcc, CUDA, NCCL or LibTorch, which come from that machine's torch) into
 #   .gpubundle/dist/lib. Idempotent: a second call rebuilds what changed.
-# Usage (there): scripts/gpu_bundle.sh run [gpu_check.sh options]
-#   Puts the machine's torch/lib, its nvidia/*/lib and .gpubundle/dist/lib on LD_LIBRARY_PATH, says
+# run: puts the machine's torch/lib, its nvidia/*/lib and .gpubundle/dist/lib on LD_LIBRARY_PATH, says
 #   which library any binary still misses (and stops), then runs scripts/gpu_check.sh with
 #   SYNCOPATE_BIN=.gpubundle/dist/bin and SYNCOPATE_PYTHON=python3 (or $SYNCOPATE_PYTHON).
 # The device tool carries .gpubundle/dist (ignored by git) with `carry: [".gpubundle/dist"]`.

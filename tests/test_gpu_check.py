@@ -216,6 +216,11 @@ class Comparisons(unittest.TestCase):
         self.assertEqual(g.compare_run_data(a, far, tol, floor=floor)["exceeded"], ["loss"])
         # a control hidden by the floor fails: the floor is too large to tell the change apart
         self.assertEqual(g.compare_run_data(a, off, tol, floor=floor, expect="differ")["status"], "fail")
+        # identical runs beyond FLOOR_CAP x the row are a fault
+        wild = (steps([5.0, 4.0, 3.5 * (1 + 1.5 * g.FLOOR_CAP * tol["loss_rtol"])]), weights())
+        bad = g.compare_run_data(a, wild, tol, expect="floor")
+        self.assertEqual(bad["status"], "fail")
+        self.assertIn("fault", bad["error"])
         # a floor below the row leaves the row as it is
         small = {"name": "f", "metrics": {"loss_max_rel": tol["loss_rtol"] / 10}}
         self.assertEqual(g.compare_run_data(a, off, tol, floor=small)["status"], "fail")
