@@ -317,11 +317,11 @@ sec_gpu_tests() {
   section_env gpu_tests
   need_bin syncopate_tests
   local log="$SEC/gtest.log" t
-  "$BIN/syncopate_tests" --gtest_filter='LocalGroup.Nccl*:GPT.Cuda*:AutocastGuard.Cuda*' > "$log" 2>&1 || true
+  "$BIN/syncopate_tests" --gtest_filter='LocalGroup.Nccl*:GPT.Cuda*:AutocastGuard.Cuda*:Determinism.Cuda*' > "$log" 2>&1 || true
   cat "$log"
   for t in LocalGroup.NcclGroupMatchesTheThreadGroup GPT.CudaCheckpointRecomputeReplaysMasksAndAutocast \
            AutocastGuard.CudaControlLibTorchsCacheServesAStaleCastWithoutTheGuard AutocastGuard.CudaCastsFollowAnInPlaceUpdate \
-           AutocastGuard.CudaCheckpointingMatchesAcrossAnInPlaceUpdate; do
+           AutocastGuard.CudaCheckpointingMatchesAcrossAnInPlaceUpdate Determinism.CudaTwoIdenticalBf16PassesGiveTheSameGradientsBitForBit; do
     if grep -q "^\[       OK \] $t" "$log"; then
       rep record --sec "$SEC" --name "$t" --status pass
     elif grep -q "^\[  SKIPPED \] $t" "$log"; then
@@ -353,6 +353,11 @@ sec_correctness() {
   train one16 -- "${PREC16[@]}" --dist.local_replicas=1 || true
   train one16b -- "${PREC16[@]}" --dist.local_replicas=1 || true
   compare "$bf16_floor" one16 one16b bf16 --expect floor --note "$n16"
+  # The same with train.deterministic=true: is the floor the kernels' run-to-run order (then it is 0
+  # here), or something of ours? Information, and the floor of a future exact check.
+  train det16 -- "${PREC16[@]}" --dist.local_replicas=1 --train.deterministic=true || true
+  train det16b -- "${PREC16[@]}" --dist.local_replicas=1 --train.deterministic=true || true
+  compare "noise floor bf16 with train.deterministic=true: two identical runs of 1 x 1" det16 det16b bf16 --expect floor --note "$n16"
   # Samples: both layouts take samples [p, p + G b) at every step (see the header); dropout 0.
   if [ "$G" -ge 2 ]; then
     train acc32 -- "${PREC32[@]}" --dist.local_replicas=1 --train.grad_accum="$G" || true

@@ -30,6 +30,9 @@ struct TrainConfig {
   double skip_grad_norm = 0;     // a step whose averaged gradient has a larger L2 norm (before clipping) is skipped,
                                  // like one with a non-finite gradient (always skipped); 0 = no bound
   int64_t max_skipped_steps = 5; // this many skipped steps in a row end the run with an error
+  bool deterministic = false;    // LibTorch's deterministic kernels (warn-only where it has none), cuDNN deterministic,
+                                 // cuBLAS's fixed workspace: runs repeat bit for bit on one GPU, somewhat slower
+                                 // (worker/train/determinism.h)
   double preempt_grace_s = 60;    // after a SIGTERM (a preemption notice) the run stops at the next step boundary,
                                   // writes a checkpoint and leaves the job; a process not gone this many seconds
                                   // later (a step stuck waiting) exits at once with status 143, as does a second SIGTERM
@@ -48,6 +51,7 @@ struct TrainConfig {
     v("skip_grad_norm", skip_grad_norm, "skip a step whose gradient norm exceeds this (non-finite: always); 0 = off",
       0.0, 1e30);
     v("max_skipped_steps", max_skipped_steps, "consecutive skipped steps that end the run", int64_t{1}, int64_t{1} << 40);
+    v("deterministic", deterministic, "deterministic GPU kernels where LibTorch has them (runs repeat bit for bit)");
     v("preempt_grace_s", preempt_grace_s, "after SIGTERM: seconds to stop at a step boundary before exiting at once (143)",
       0.1, 86400.0);
   }

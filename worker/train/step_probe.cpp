@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "common/comm/cuda_device.h"
 #include "model/gpt.h"
+#include "worker/train/determinism.h"
 #include "worker/train/autocast.h"
 #include "worker/train/precision.h"
 #include "worker/train/step_pacer.h"
@@ -44,6 +45,7 @@ StepProbeResult probe_steps(const RunConfig& cfg, int64_t node, int device, int 
             "use precision auto or fp32 on CPU");
   r.bf16 = choose_precision(cfg.train.precision, dev.is_cuda(), dev.is_cuda() ? cuda_compute_capability(device) : -1).bf16;
   if (cfg.train.threads > 0) torch::set_num_threads(static_cast<int>(cfg.train.threads));
+  apply_determinism(cfg.train.deterministic);  // the job's kernels, timed as the job will run them
   torch::manual_seed(static_cast<uint64_t>(cfg.train.seed));
   GPT model(cfg.model);
   model->to(dev);

@@ -25,6 +25,7 @@
 #include "common/comm/cuda_device.h"
 #include "common/crash_point.h"
 #include "common/stop_signal.h"
+#include "worker/train/determinism.h"
 #include "worker/train/precision.h"
 #include "common/flat_adamw.h"
 #include "common/log.h"
@@ -690,6 +691,7 @@ JobMembership join_job(RunConfig& cfg, const std::string& out_dir, bool resume, 
   cfg.validate();
   JobMembership job;
   if (cfg.train.threads > 0) torch::set_num_threads(static_cast<int>(cfg.train.threads));
+  apply_determinism(cfg.train.deterministic);  // before any model or cuBLAS handle exists
   const bool cuda = torch::cuda::is_available();
   SYN_CHECK(cfg.train.device != "cuda" || cuda, "train.device=cuda but no CUDA device is visible",
             "use train.device=auto or cpu, or check CUDA_VISIBLE_DEVICES and the driver");
