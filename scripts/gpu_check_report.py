@@ -357,8 +357,7 @@ def compare_run_data(a, b, tol, floor=None, expect="match"):
     value where larger. expect="differ" (a sensitivity control) passes only when some limit is
     exceeded: a comparison that cannot fail proves nothing; expect="floor" (the floor itself) is
     "info" when it exceeds the row."""
-    tol0 = tol
-    tol, _ = floor_raised(tol, (floor or {}).get("metrics") if expect != "floor" else None)
+    # (the limits, raised by the floor or not, are judge's: these only measure)
     loss = compare_losses(a[0], b[0], tol)
     gn = compare_grad_norms(a[0], b[0], tol)
     params = compare_params(a[1], b[1], tol)
@@ -367,7 +366,7 @@ def compare_run_data(a, b, tol, floor=None, expect="match"):
                "grad_norm_max_rel": gn["max_rel"],
                **{f"param_{k}": v for k, v in params.items() if k not in ("ok", "error") and not k.startswith("limit")}}
     check = {"kind": "compare", "expect": expect, "metrics": metrics, "steps": loss["steps"]}
-    check.update(judge(metrics, tol0, (floor or {}).get("metrics"), expect, bool(errors)))
+    check.update(judge(metrics, tol, (floor or {}).get("metrics"), expect, bool(errors)))
     if errors:
         check["error"] = "; ".join(errors)
     if floor is not None:
