@@ -1,0 +1,585 @@
+#!/usr/bin/env python3
+"""Churn at the issue's scale: a timeline model of goodput per synchronization, whose mechanism costs
+are measured on the emulated cluster, checked against the emulated runs it did not measure, and
+then played at one membership event per 10 modelled minutes with 30 s checkpoints (issue 30).
+
+    experiments/churn_model.py measure RUN_DIR [RUN_DIR ...] [--seeds A-B] [--out costs.json]
+    experiments/churn_model.py validate RUN_DIR [RUN_DIR ...] [--out DIR]
+    experiments/churn_model.py scenario --out DIR [--nodes 8] [--hours 4] [--seeds 40] [assumptions ...]
+
+Why a model and not the emulated cluster: the emulation runs in wall time, so an event every 10
+minutes needs hours per run; runs/churn_scenario read the scenario at a time scale of 10, which makes
+every process start-up 10 times too expensive against the events. The model plays the same seeded
+schedules (experiments/churn.py's draw_schedule, unchanged) on a timeline of job steps, with each
+mechanism a measured or stated cost. What it models, per configuration (churn.py's names):
+
+  start-up     a process from launch to its first step: U0 (the job's first nodes), U_back (a crashed or
+               preempted node relaunched), U_join (a new node); ring_restart: its relaunch is in R below
+  tail         last step to exit (final evaluation, FINISH), every node
+  checkpoint   every K job steps each node holds C (emulate.checkpoint_s); a preempted node writes one as
+               it leaves (C, present time)
+  kill -9      the node's step in flight is lost; sync modes stall the job for stall_kill (the elastic
+               ring: the abandoned step and the re-formation; BSP: the servers' worker timeout; BSP with a
+               backup worker: the round completes without it); local SGD drops the node's partial round
+  SIGTERM      the node finishes its step, writes its checkpoint and leaves; local SGD drops its partial
+               round; sync modes stall the job for stall_term (a re-formation)
+  join         a new node, or a node back after its delay, is admitted at the next step boundary (local
+               SGD: round boundary); the elastic rings pause the members for stall_join (the state broadcast)
+  ring_restart a kill -9 or SIGTERM fails every node: every launcher restarts its worker, the job waits for
+               the lost node's launcher (its delay), then resumes after R seconds from the newest
+               checkpoint, recomputing the steps since it; a join is not possible
+  useful       node-steps applied once: per step the members present (BSP + b backup workers: members - b,
+               the late gradients are dropped), local SGD the rounds a node completed
+  goodput      useful node-steps x T / the sum of every process's lifetime (as experiments/churn.py)
+
+measure reads churn.py's own records (churn.json and the nodes' metrics.jsonl) and writes each
+configuration's costs (medians over the runs it reads); validate measures on half the seeds and
+predicts the other half's goodput (and the reverse), per run, with the error; scenario plays the
+issue's scenario with stated costs at scale and reports goodput per configuration against the targets
+(>= 0.90 asynchronous, >= 0.80 elastic ring), with the restarting ring measured in the same study.
+"""
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from churn import CONFIGS, draw_schedule  # noqa: E402
+
+ASYNC = ("ps_asp", "ps_async_local_sgd")
+ELASTIC_RING = ("ring_elastic", "ring_diloco_elastic")
+COST_KEYS = ("U0", "U_back", "U_join", "tail", "stall_kill", "stall_term", "stall_join", "R", "period", "C", "late_share")
+
+
+# ---------------------------------------------------------------------------------------------
+# The timeline
+
+def simulate(config, events, p, costs):
+    """Goodput of one run of `config` under `events` (draw_schedule's list; t_s counted from the moment the
+    first nodes have stepped once). p: nodes, steps, step_time, checkpoint_every, checkpoint_s, sync_every,
+    backup_workers. costs: COST_KEYS in seconds. Returns a dict (goodput, useful node-steps, present node-s,
+    time to end, lost node-steps by cause)."""
+    cfg = CONFIGS[config]
+    n0, S, T = p["nodes"], p["steps"], p["step_time"]
+    K = p["checkpoint_every"]
+    # A held checkpoint (emulate.checkpoint_s > 0) is a pause; 0 (its real duration, milliseconds here) is in the
+    # measured period, which is a mean over every step shorter than 2T.
+    C = p["checkpoint_s"]
+    local = bool(cfg.get("local_sgd"))
+    H = p.get("sync_every", 10) if local else 1
+    backup = cfg.get("backup_workers", 0)
+    ring_restart = config == "ring_restart"
+    sync = not (config in ASYNC)
+    c = costs
+    P = c.get("period") or T  # a step's wall time (the modelled compute plus the exchange's share)
+    launch = {r: 0.0 for r in range(n0)}      # node -> launch of its current incarnation
+    ready = {r: c["U0"] for r in range(n0)}   # node -> when it can take its first step
+    lifetimes = []                            # present seconds of every ended incarnation
+    members = set()
+    lost = {"in_flight": 0.0, "partial_rounds": 0.0, "recomputed": 0.0, "backup_dropped": 0.0}
+    train0 = c["U0"] + T
+    pending = sorted(({**e, "abs": train0 + e["t_s"]} for e in events), key=lambda e: e["abs"])
+    relaunch = []  # (time, node): crashed or preempted nodes that come back
+    t = c["U0"]
+    step = 0
+    useful = 0.0
+    round_steps = {}  # local SGD: node -> steps done in the current round (dropped if it leaves mid-round)
+    last_ckpt = 0
+    ghosts = []  # BSP + backup: until when each crashed node still counts as a member
+
+    def end_incarnation(r, when):
+        lifetimes.append(when - launch.pop(r))
+        ready.pop(r, None)
+        members.discard(r)
+
+    while step < S:
+        # Relaunches that are due become incarnations (present from their launch).
+        for when, r in [x for x in relaunch if x[0] <= t]:
+            relaunch.remove((when, r))
+            launch[r] = when
+            ready[r] = when + (c["U_back"] if not ring_restart else 0.0)
+        # Admission at a boundary (local SGD: a round boundary; the fixed ring only at the start).
+        boundary = step % H == 0
+        joiners = [r for r, rt in ready.items() if r not in members and rt <= t and (boundary or not sync or
+                                                                                     config == "ps_bsp")]
+        if ring_restart and step > 0:
+            joiners = []
+        if joiners:
+            if members and config in ELASTIC_RING:
+                t += c["stall_join"]
+            members.update(joiners)
+            for r in joiners:
+                round_steps[r] = 0
+        if not members:  # everyone is down or starting: wait for the next arrival
+            nxt = min([rt for r, rt in ready.items()] + [w for w, _ in relaunch] + [e["abs"] for e in pending]
+                      + [t + T])
+            t = max(t + 1e-9, nxt)
+            continue
+        if K > 0 and step > 0 and step % K == 0 and step != last_ckpt:
+            t += C
+            last_ckpt = step
+            ckpt_step = step
+        # One job step [t, t + T): the events that fall in it.
+        end = t + c.get(f"period@{len(launch)}", P)
+        lost_step = False
+        leaving = []
+        stall = 0.0
+        while pending and pending[0]["abs"] < end:
+            e = pending.pop(0)
+            te = max(e["abs"], t)
+            r = e["node"]
+            if e["kind"] == "join":
+                if ring_restart:
+                    continue  # not possible on the fixed ring
+                launch[r] = te
+                ready[r] = te + c["U_join"]
+                continue
+            if r not in launch:
+                continue  # the node is down: churn.py does not apply it either
+            if r not in members:  # starting up: it just ends (kill) or leaves before stepping
+                end_incarnation(r, te)
+                relaunch.append((te + e["delay_s"], r))
+                continue
+            if ring_restart:
+                # Every node fails; the job resumes from the newest checkpoint once the lost node's launcher is back.
+                back = te + e["delay_s"]
+                if e["kind"] == "sigterm":
+                    back = end + C + e["delay_s"]
+                lifetimes.append((te if e["kind"] == "kill9" else end + C) - launch[r])
+                launch[r] = back
+                resume = max(te, back) + c["R"]
+                done = step - last_ckpt
+                lost["recomputed"] += done * len(members)
+                lost["in_flight"] += len(members)
+                useful -= done * len(members)
+                step = last_ckpt
+                t = resume
+                end = None
+                break
+            if e["kind"] == "kill9":
+                end_incarnation(r, te)
+                relaunch.append((te + e["delay_s"], r))
+                lost["in_flight"] += 1
+                if local:
+                    lost["partial_rounds"] += round_steps.pop(r, 0)
+                    useful -= 0  # its round's steps were never counted (counted at the round's end)
+                if backup:
+                    # BSP with backup workers: the dead node stays a member until the servers' timeout (stall_kill,
+                    # measured as BSP's stall) and is the round's missing push: nothing waits, nothing is late.
+                    ghosts.append(te + c["stall_kill"])
+                elif sync:
+                    stall = max(stall, c["stall_kill"])
+                    if config in ELASTIC_RING and not local:
+                        lost_step = True
+            else:  # sigterm: finishes this step, writes its checkpoint and leaves
+                leaving.append((r, e))
+        if end is None:
+            continue
+        # The step completes: count it.
+        if not lost_step:
+            if local:
+                for r in members:
+                    round_steps[r] = round_steps.get(r, 0) + 1
+            else:
+                applied = len(members)
+                ghosts[:] = [g for g in ghosts if g > t]
+                if backup and applied > backup and not ghosts:
+                    # The late gradients of a round are dropped: b of the members' by definition; on the emulated
+                    # cluster's shards a late push sometimes arrives before its round closes (late_share: the
+                    # measured dropped node-steps per round per backup worker).
+                    drop = backup * (c["late_share"] if c.get("late_share") else 1.0)
+                    lost["backup_dropped"] += drop
+                    applied -= drop
+                useful += applied
+            step += 1
+        else:
+            lost["in_flight"] += len(members)
+        t = end + stall
+        for r, e in leaving:
+            if r not in members:
+                continue
+            if local and not lost_step:
+                lost["partial_rounds"] += round_steps.get(r, 0) if step % H else 0
+                if step % H == 0:
+                    useful += round_steps.get(r, 0)
+                round_steps.pop(r, None)
+            end_incarnation(r, end + C)
+            relaunch.append((end + C + e["delay_s"], r))
+            if sync:
+                t += c["stall_term"]
+        if local and step % H == 0:
+            for r in members:
+                useful += round_steps.get(r, 0)
+                round_steps[r] = 0
+    t_end = t + c["tail"]
+    for r in list(launch):
+        lifetimes.append(t_end - launch[r])
+    present = sum(lifetimes)
+    return {"goodput": useful * T / present if present > 0 else None, "useful_node_steps": useful,
+            "present_node_s": present, "time_to_end_s": t_end, "lost_node_steps": lost}
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring the costs on churn.py's records
+
+def _steps(run_dir, node):
+    path = os.path.join(run_dir, f"node{node}", "metrics.jsonl")
+    out = []
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    m = json.loads(line)
+                except ValueError:
+                    continue
+                if "loss" in m and "step" in m and "unix_s" in m:
+                    out.append(m)
+    return out
+
+
+def _gap_after(times, t0, t1):
+    """The longest gap between consecutive job-step completions that ends in [t0, t1] (0 if none)."""
+    best = 0.0
+    for a, b in zip(times, times[1:]):
+        if t0 <= b <= t1:
+            best = max(best, b - a)
+    return best
+
+
+def measure_run(rec, st):
+    """One run's mechanism costs (lists of observations) from churn.py's record and its files."""
+    T = st["step_time"]
+    n0 = st["nodes"]
+    obs = {k: [] for k in COST_KEYS}
+    steps = {}
+    for inc in rec["incarnations"]:
+        steps.setdefault(inc["node"], _steps(rec["dir"], inc["node"]))
+    completion = {}
+    for node, ms in steps.items():
+        for m in ms:
+            completion[m["step"]] = max(completion.get(m["step"], 0.0), m["unix_s"])
+    times = sorted(completion.values())
+    for inc in rec["incarnations"]:
+        lo, hi = inc["start_unix"], inc["end_unix"] or float("inf")
+        mine = [m["unix_s"] for m in steps.get(inc["node"], []) if lo <= m["unix_s"] <= hi + 0.5]
+        if not mine:
+            continue
+        mine.sort()
+        obs["period"] += [b - a for a, b in zip(mine, mine[1:]) if b - a < 2 * T]
+        for a_, b_ in zip(mine, mine[1:]):  # this machine's cores are shared: the period by processes alive
+            if b_ - a_ < 2 * T:
+                live = sum(1 for i in rec["incarnations"]
+                           if i["start_unix"] <= b_ and (i["end_unix"] is None or i["end_unix"] >= b_))
+                obs.setdefault(f"period@{live}", []).append(b_ - a_)
+        K = st["checkpoint_every"]
+        if K > 0:  # the step after a checkpoint takes the write too
+            ms = sorted((m for m in steps.get(inc["node"], []) if lo <= m["unix_s"] <= hi + 0.5), key=lambda m: m["unix_s"])
+            obs["C"] += [b["unix_s"] - a["unix_s"] - T for a, b in zip(ms, ms[1:])
+                         if b["step"] == a["step"] + 1 and a["step"] % K == 0 and b["unix_s"] - a["unix_s"] < 10 * T]
+        if rec["config"] != "ring_restart" or (inc["inc"] == 0):
+            u = min(mine) - T - lo
+            key = "U0" if inc["inc"] == 0 and inc["node"] < n0 else ("U_join" if inc["inc"] == 0 else "U_back")
+            obs[key].append(u)
+        if inc["ended_by"] == "exit" and inc["end_unix"]:
+            obs["tail"].append(inc["end_unix"] - max(mine))
+    if CONFIGS[rec["config"]].get("backup_workers") and rec["metrics"].get("steps_logged"):
+        obs["late_share"].append(rec["metrics"]["lost_steps"]["dropped"]
+                                 / (CONFIGS[rec["config"]]["backup_workers"] * st["steps"]))
+    for e in rec["events"]:
+        if not e.get("applied") or e.get("t_applied_unix") is None:
+            continue
+        ta = e["t_applied_unix"]
+        if rec["config"] == "ring_restart" and e["kind"] in ("kill9", "sigterm"):
+            back = e.get("back_unix") or ta
+            after = [x for x in times if x > max(ta, back)]
+            if after:
+                obs["R"].append(after[0] - T - max(ta, back))
+            continue
+        if e["kind"] == "kill9":
+            obs["stall_kill"].append(max(0.0, _gap_after(times, ta, ta + 8.0) - T))
+        elif e["kind"] == "sigterm":
+            obs["stall_term"].append(max(0.0, _gap_after(times, ta, ta + 2.0) - T))
+        if e["kind"] == "join" or e.get("back_unix"):
+            node = e["node"]
+            t_join = e.get("back_unix") or ta
+            first = [m["unix_s"] for m in steps.get(node, []) if m["unix_s"] > t_join]
+            if first:
+                obs["stall_join"].append(max(0.0, _gap_after(times, first[0] - 0.5, first[0] + 0.5) - T))
+    return obs
+
+
+def load_runs(dirs, seeds=None, churn_only=False):
+    out = []
+    for d in dirs:
+        with open(os.path.join(d, "churn.json")) as f:
+            s = json.load(f)
+        for rec in s["runs"]:
+            if rec.get("status") != "complete":
+                continue
+            if seeds is not None and rec["seed"] not in seeds:
+                continue
+            if churn_only and not rec["churn"]:
+                continue
+            out.append((rec, s["settings"]))
+    return out
+
+
+def measure(runs):
+    """Per configuration: the median of each cost over the runs (0 where never observed), and the counts."""
+    acc = {}
+    for rec, st in runs:
+        obs = measure_run(rec, st)
+        a = acc.setdefault(rec["config"], {k: [] for k in COST_KEYS})
+        for k, v in obs.items():
+            a.setdefault(k, []).extend(v)
+    costs = {}
+    for cfg, a in acc.items():
+        costs[cfg] = {k: ((statistics.mean if k.startswith("period") else statistics.median)(v) if v else 0.0)
+                      for k, v in a.items()}
+        costs[cfg]["observations"] = {k: len(v) for k, v in a.items()}
+    return costs
+
+
+def params_of(st, rec=None):
+    return {"nodes": st["nodes"], "steps": st["steps"], "step_time": st["step_time"],
+            "checkpoint_every": st["checkpoint_every"], "checkpoint_s": st["checkpoint_s"],
+            "sync_every": st.get("sync_every", 10)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Subcommands
+
+def cmd_measure(a):
+    seeds = parse_seeds(a.seeds)
+    costs = measure(load_runs(a.dirs, seeds))
+    text = json.dumps(costs, indent=1, sort_keys=True)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text + "\n")
+    print(text)
+
+
+def parse_seeds(spec):
+    if not spec:
+        return None
+    lo, _, hi = spec.partition("-")
+    return set(range(int(lo), int(hi or lo) + 1))
+
+
+def validate(dirs, predict=None):
+    """Costs measured on dirs' runs predict predict's runs; without predict, two folds by seed parity (costs
+    from one fold predict the other's runs). Returns rows and a summary per configuration."""
+    runs = load_runs(dirs)
+    folds = [(runs, load_runs(predict))] if predict else [
+        ([(r, s) for r, s in runs if r["seed"] % 2 == f], [(r, s) for r, s in runs if r["seed"] % 2 != f]) for f in (0, 1)]
+    rows = []
+    for train, test in folds:
+        costs = measure(train)
+        for rec, st in test:
+            if rec["config"] not in costs:
+                continue
+            pred = simulate(rec["config"], rec["events"] if rec["churn"] else [], params_of(st), costs[rec["config"]])
+            meas = rec["metrics"]["goodput"]
+            rows.append({"config": rec["config"], "seed": rec["seed"], "churn": rec["churn"],
+                         "events": [e["kind"] for e in rec["events"]], "measured": meas,
+                         "predicted": pred["goodput"], "error": pred["goodput"] - meas})
+    summary = {}
+    for cfg in sorted({r["config"] for r in rows}):
+        errs = [r["error"] for r in rows if r["config"] == cfg]
+        summary[cfg] = {"runs": len(errs), "mean_error": statistics.mean(errs),
+                        "mean_abs_error": statistics.mean(abs(x) for x in errs),
+                        "max_abs_error": max(abs(x) for x in errs)}
+    return rows, summary
+
+
+def cmd_validate(a):
+    rows, summary = validate(a.dirs, a.predict)
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "validation.json"), "w") as f:
+        json.dump({"format": "syncopate-churn-model-validation/1", "dirs": a.dirs, "rows": rows, "summary": summary,
+                   "command": " ".join(sys.argv)}, f, indent=1)
+    L = ["# The churn goodput model against the emulated cluster", "",
+         f"Command: `experiments/churn_model.py {' '.join(sys.argv[1:])}`", "",
+         ("Costs measured on the runs of " + ", ".join(f"`{d}`" for d in a.dirs) + " predict the runs of "
+          + ", ".join(f"`{d}`" for d in a.predict) + ".") if a.predict else
+         ("Two folds by seed parity over the runs of " + ", ".join(f"`{d}`" for d in a.dirs)
+          + ": the costs measured on the even seeds predict the odd seeds' runs, and the reverse."),
+         "", "Error = predicted - measured goodput, per run (churn.py's own goodput from its records).", "",
+         "| configuration | runs | mean error | mean absolute error | largest absolute error |", "|---|---|---|---|---|"]
+    for cfg, v in summary.items():
+        L.append(f"| {cfg} | {v['runs']} | {v['mean_error']:+.3f} | {v['mean_abs_error']:.3f} | {v['max_abs_error']:.3f} |")
+    L += ["", "| configuration | seed | events | measured | predicted | error |", "|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["config"], r["seed"], not r["churn"])):
+        L.append(f"| {r['config']} | {r['seed']} | {', '.join(r['events']) or 'none'} | {r['measured']:.3f} | "
+                 f"{r['predicted']:.3f} | {r['error']:+.3f} |")
+    with open(os.path.join(a.out, "validation.md"), "w") as f:
+        f.write("\n".join(L) + "\n")
+    for cfg, v in summary.items():
+        print(f"{cfg:22s} runs {v['runs']:3d}  error mean {v['mean_error']:+.3f}  |error| mean "
+              f"{v['mean_abs_error']:.3f}  max {v['max_abs_error']:.3f}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The issue's scenario at scale
+
+SCENARIO_CONFIGS = ("ring_restart", "ring_elastic", "ring_diloco_elastic", "ps_bsp", "ps_bsp_backup", "ps_diloco_elastic",
+                    "ps_asp", "ps_async_local_sgd")
+TARGETS = {"ps_asp": 0.90, "ps_async_local_sgd": 0.90, "ring_elastic": 0.80}
+
+
+def scenario_costs(a, config):
+    """The stated costs at scale (seconds), per configuration; every one is an argument of `scenario`."""
+    transfer_state = a.state_gb * 8 / a.link_gbit      # a member's weights and AdamW moments over one link
+    transfer_params = a.state_gb / 3 * 8 / a.link_gbit  # the servers' parameters (a third of that state)
+    ring = config.startswith("ring")
+    c = {"U0": a.startup_s + (transfer_params if not ring else 0.0), "tail": a.tail_s, "stall_term": a.reform_s if ring else 0.0,
+         "stall_join": transfer_state if ring else 0.0, "period": a.step_s, "R": a.startup_s + a.restore_s}
+    c["U_back"] = c["U_join"] = a.startup_s + (transfer_state if ring else transfer_params)
+    if config == "ring_restart":
+        c["U0"] = a.startup_s
+    if config in ELASTIC_RING:
+        c["stall_kill"] = a.detect_s + a.reform_s  # + the abandoned step (redone), which the timeline adds
+    elif config in ("ps_bsp", "ps_diloco_elastic", "ps_bsp_backup"):
+        c["stall_kill"] = a.worker_timeout_s   # BSP rounds wait for the servers to count the dead node out
+    else:
+        c["stall_kill"] = 0.0
+    return c
+
+
+def checkpoint_every(a, config, policy):
+    """Steps between checkpoints. 'own': the restarting ring at Young/Daly's optimum for its failures
+    (sqrt(2 x C x MTBF), MTBF = the mean time between kills and preemptions), every elastic mode only for a
+    whole-job disaster (--disaster-min); 'same': every configuration at the restarting ring's interval."""
+    mtbf = 60.0 / a.events_per_min / (2.0 / 3.0)  # two kinds of three break the fixed ring
+    young = max(1, round(math.sqrt(2 * a.checkpoint_s * mtbf) / a.step_s))
+    if policy == "same" or config == "ring_restart":
+        return young
+    return max(1, round(a.disaster_min * 60 / a.step_s))
+
+
+def run_scenario(a, policy, delay):
+    steps = round(a.hours * 3600 / a.step_s)
+    rows = []
+    for seed in range(a.first_seed, a.first_seed + a.seeds):
+        ev = draw_schedule(seed, a.events_per_min, steps, a.step_s, a.nodes, max_events=10 ** 6, start_s=a.start_s,
+                           horizon_frac=1.0, delay=delay, recover_s=a.recover_s)
+        for cfg in a.configs:
+            p = {"nodes": a.nodes, "steps": steps, "step_time": a.step_s, "checkpoint_every": checkpoint_every(a, cfg, policy),
+                 "checkpoint_s": a.checkpoint_s, "sync_every": a.sync_every}
+            r = simulate(cfg, ev, p, scenario_costs(a, cfg))
+            rows.append({"config": cfg, "seed": seed, "events": len(ev),
+                         "kinds": {k: sum(1 for e in ev if e["kind"] == k) for k in ("kill9", "sigterm", "join")},
+                         "checkpoint_every": p["checkpoint_every"], **r})
+    return rows
+
+
+def summarize(rows, configs):
+    out = {}
+    for cfg in configs:
+        g = [r["goodput"] for r in rows if r["config"] == cfg]
+        out[cfg] = {"seeds": len(g), "mean": statistics.mean(g), "min": min(g), "max": max(g),
+                    "target": TARGETS.get(cfg), "met_in": sum(1 for x in g if cfg in TARGETS and x >= TARGETS[cfg])}
+    return out
+
+
+def cmd_scenario(a):
+    delay = tuple(float(x) for x in a.delay.split(","))
+    studies = []
+    for policy in ("own", "same"):
+        for d in (delay, tuple(float(x) for x in a.slow_delay.split(","))):
+            rows = run_scenario(a, policy, d)
+            studies.append({"checkpoint_policy": policy, "delay_s": list(d), "rows": rows,
+                            "summary": summarize(rows, a.configs),
+                            "checkpoint_every": {c: checkpoint_every(a, c, policy) for c in a.configs}})
+    os.makedirs(a.out, exist_ok=True)
+    doc = {"format": "syncopate-churn-model-scenario/1", "command": " ".join(["experiments/churn_model.py"] + sys.argv[1:]),
+           "assumptions": {k: v for k, v in vars(a).items() if k not in ("func", "cmd", "out")},
+           "costs": {c: scenario_costs(a, c) for c in a.configs}, "studies": studies}
+    with open(os.path.join(a.out, "scenario.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    steps = round(a.hours * 3600 / a.step_s)
+    L = ["# Goodput under churn at the issue's scenario (the timeline model)", "",
+         f"Command: `{doc['command']}`", "",
+         f"Scenario: {a.nodes} nodes at the start, a {a.hours:g} h job ({steps} steps of {a.step_s:g} s), membership "
+         f"events at {a.events_per_min:g} per minute (Poisson from {a.start_s:g} s to the end; churn.py's draw_schedule: "
+         "kill -9, SIGTERM and join in turn, a crashed or preempted node back after the delay, a joiner stays), "
+         f"checkpoints of {a.checkpoint_s:g} s held by every node, {a.seeds} seeds ({a.first_seed}-{a.first_seed + a.seeds - 1}), "
+         "the same schedules for every configuration.", "",
+         "Stated costs at scale (seconds; arguments of `scenario`):", "",
+         "| configuration | U0 | U_back = U_join | stall at a kill | stall at a SIGTERM | pause at an admission | R (restart) | tail |",
+         "|---|---|---|---|---|---|---|---|"]
+    for c, v in doc["costs"].items():
+        def cell(key, used=True):
+            return f"{v[key]:.1f}" if used else "-"
+        restart = c == "ring_restart"
+        L.append(f"| {c} | {cell('U0')} | {cell('U_back', not restart)} | {cell('stall_kill', not restart)} | "
+                 f"{cell('stall_term', not restart)} | {cell('stall_join', not restart)} | {cell('R', restart)} | "
+                 f"{cell('tail')} |")
+    L += ["", "Goodput = useful node-steps x step time / the sum of every process's lifetime (experiments/churn.py's "
+          "definition; a node that is down is not present, so the delay costs the elastic modes nothing by it, and "
+          "the restarting ring its survivors' waiting).", ""]
+    for st in studies:
+        L += [f"## Checkpoints: {st['checkpoint_policy']}; a lost node back after {st['delay_s'][0]:g}-{st['delay_s'][1]:g} s", "",
+              "| configuration | checkpoint every, steps | goodput mean | min | max | target | seeds at or above it |",
+              "|---|---|---|---|---|---|---|"]
+        for cfg, v in st["summary"].items():
+            tgt = f"{v['target']:.2f} | {v['met_in']}/{v['seeds']}" if v["target"] else "- | -"
+            L.append(f"| {cfg} | {st['checkpoint_every'][cfg]} | {v['mean']:.3f} | {v['min']:.3f} | {v['max']:.3f} | {tgt} |")
+        L.append("")
+    with open(os.path.join(a.out, "scenario.md"), "w") as f:
+        f.write("\n".join(L) + "\n")
+    for s in studies:
+        print(f"checkpoints: {s['checkpoint_policy']}, a lost node back after {s['delay_s'][0]:g}-{s['delay_s'][1]:g} s")
+        for cfg, v in s["summary"].items():
+            tgt = f"  target {v['target']:.2f}: met in {v['met_in']}/{v['seeds']}" if v["target"] else ""
+            print(f"  {cfg:22s} goodput mean {v['mean']:.3f} (min {v['min']:.3f}, max {v['max']:.3f}), checkpoint every "
+                  f"{s['checkpoint_every'][cfg]} steps{tgt}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure", help="each configuration's mechanism costs from churn.py runs")
+    m.add_argument("dirs", nargs="+")
+    m.add_argument("--seeds", help="A-B: only these seeds")
+    m.add_argument("--out")
+    v = sub.add_parser("validate", help="predict half the runs from the other half's costs")
+    v.add_argument("dirs", nargs="+")
+    v.add_argument("--out", required=True)
+    v.add_argument("--predict", nargs="+", help="runs to predict with the costs of all of dirs' runs "
+                   "(default: each half of dirs' seeds from the other half's costs)")
+    sc = sub.add_parser("scenario", help="the issue's scenario at scale, with stated costs")
+    sc.add_argument("--out", required=True)
+    sc.add_argument("--configs", type=lambda x: x.split(","), default=list(SCENARIO_CONFIGS))
+    sc.add_argument("--nodes", type=int, default=8, help="the job's nodes at its start")
+    sc.add_argument("--hours", type=float, default=4.0, help="the job's length without churn, hours")
+    sc.add_argument("--step-s", type=float, default=1.0, help="a step's time, s (compute and exchange)")
+    sc.add_argument("--events-per-min", type=float, default=0.1, help="membership events per minute (0.1: one per 10 min)")
+    sc.add_argument("--start-s", type=float, default=60.0, help="the first event no earlier than this, s")
+    sc.add_argument("--delay", default="10,30", help="a crashed or preempted node is back after this, s (uniform)")
+    sc.add_argument("--slow-delay", default="60,300", help="the same, for the second reading (a replacement machine)")
+    sc.add_argument("--recover-s", type=float, default=60.0, help="a node is not targeted again for this long after it is back")
+    sc.add_argument("--checkpoint-s", type=float, default=30.0, help="a checkpoint's write, s (every node holds it)")
+    sc.add_argument("--restore-s", type=float, default=30.0, help="reading a checkpoint back, s (the restarting ring)")
+    sc.add_argument("--disaster-min", type=float, default=30.0, help="elastic modes' checkpoint interval, min")
+    sc.add_argument("--startup-s", type=float, default=20.0, help="a process from launch to ready, before its state, s")
+    sc.add_argument("--tail-s", type=float, default=5.0, help="last step to exit, s")
+    sc.add_argument("--state-gb", type=float, default=1.5, help="a node's weights and AdamW moments, GB (GPT-2 124M fp32)")
+    sc.add_argument("--link-gbit", type=float, default=10.0, help="a node's link, Gbit/s")
+    sc.add_argument("--detect-s", type=float, default=0.0, help="the elastic ring finds a crashed process, s (kill -9: "
+                    "its sockets are reset at once; a lost machine takes dist.timeout_s)")
+    sc.add_argument("--reform-s", type=float, default=1.0, help="the elastic ring re-forms, s")
+    sc.add_argument("--worker-timeout-s", type=float, default=30.0, help="ps.worker_timeout_s: BSP's wait for a dead node")
+    sc.add_argument("--sync-every", type=int, default=50, help="local SGD's H, steps")
+    sc.add_argument("--seeds", type=int, default=40)
+    sc.add_argument("--first-seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    {"measure": cmd_measure, "validate": cmd_validate, "scenario": cmd_scenario}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()

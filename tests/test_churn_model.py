@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""experiments/churn_model.py (issue 30): the goodput timeline against answers worked out by hand, the cost
+measurement on a synthetic churn.py record, and the scenario's checkpoint policy."""
+import json
+import math
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "experiments"))
+
+import churn_model as cm  # noqa: E402
+
+COSTS = {"U0": 2.0, "U_back": 3.0, "U_join": 4.0, "tail": 1.0, "stall_kill": 5.0, "stall_term": 0.5,
+         "stall_join": 0.25, "R": 10.0, "period": 1.0}
+P = {"nodes": 2, "steps": 100, "step_time": 1.0, "checkpoint_every": 0, "checkpoint_s": 0.0, "sync_every": 10}
+
+
+def ev(kind, t, node, delay=7.0):
+    return {"i": 0, "t_s": t, "kind": kind, "node": node, "delay_s": delay}
+
+
+class Timeline(unittest.TestCase):
+    def test_no_event_counts_start_up_and_tail(self):
+        for cfg in ("ps_asp", "ring_elastic", "ps_bsp", "ring_restart"):
+            r = cm.simulate(cfg, [], P, COSTS)
+            # 2 nodes x 100 steps of 1 s, each present 2 + 100 + 1 s
+            self.assertAlmostEqual(r["goodput"], 200 / (2 * 103), places=9, msg=cfg)
+            self.assertAlmostEqual(r["time_to_end_s"], 103, places=9)
+
+    def test_checkpoints_hold_every_node(self):
+        p = dict(P, checkpoint_every=25, checkpoint_s=2.0)
+        r = cm.simulate("ps_asp", [], p, COSTS)
+        self.assertAlmostEqual(r["time_to_end_s"], 103 + 3 * 2.0, places=9)  # at steps 25, 50, 75
+
+    def test_asp_crash_costs_the_node_only(self):
+        # t_s counts from the first step's end (U0 + T = 3): the kill is at 23.5, inside step 22 (21.5 of
+        # steps done at 23.5 - 2): node 1 is gone from 23.5 to 30.5, ready at 33.5, steps again from step 32.
+        r = cm.simulate("ps_asp", [ev("kill9", 20.5, 1)], P, COSTS)
+        self.assertAlmostEqual(r["time_to_end_s"], 103, places=9)  # the job does not wait for it
+        self.assertEqual(r["lost_node_steps"]["in_flight"], 1)
+        self.assertEqual(r["useful_node_steps"], 100 + 21 + (100 - 32 + 1) - 1)
+        self.assertAlmostEqual(r["present_node_s"], 103 + 23.5 + (103 - 30.5), places=9)
+
+    def test_bsp_waits_for_the_timeout_and_backup_workers_do_not(self):
+        bsp = cm.simulate("ps_bsp", [ev("kill9", 20.5, 1, delay=500)], P, COSTS)
+        self.assertAlmostEqual(bsp["time_to_end_s"], 103 + COSTS["stall_kill"], places=9)
+        backup = cm.simulate("ps_bsp_backup", [ev("kill9", 20.5, 1, delay=500)], dict(P, nodes=3), COSTS)
+        self.assertAlmostEqual(backup["time_to_end_s"], 103, places=9)
+        # Until the timeout (23.5 + 5) the dead node is the round's missing push: the 6 rounds that start before
+        # it (at 23, 24, ..., 28) drop no late gradient; every other round drops one.
+        self.assertAlmostEqual(backup["lost_node_steps"]["backup_dropped"], 100 - 6, places=9)
+
+    def test_the_restarting_ring_waits_and_recomputes_since_its_checkpoint(self):
+        p = dict(P, checkpoint_every=10, checkpoint_s=0.0)
+        r = cm.simulate("ring_restart", [ev("kill9", 20.5, 1, delay=7.0)], p, COSTS)
+        # Killed at 23.5 in step 22 (21 done, last checkpoint at 20): back at 30.5, resumes at 40.5 from step 20.
+        self.assertEqual(r["lost_node_steps"]["recomputed"], 2 * 1)
+        self.assertAlmostEqual(r["time_to_end_s"], 40.5 + 80 + 1, places=9)
+        self.assertAlmostEqual(r["useful_node_steps"], 200, places=9)  # every step once, some twice
+        self.assertAlmostEqual(r["present_node_s"], 121.5 + 23.5 + (121.5 - 30.5), places=9)
+
+    def test_the_restarting_ring_cannot_take_a_join(self):
+        self.assertEqual(cm.simulate("ring_restart", [ev("join", 10, 2)], P, COSTS)["goodput"],
+                         cm.simulate("ring_restart", [], P, COSTS)["goodput"])
+
+    def test_the_elastic_ring_abandons_the_step_and_admits_at_a_boundary(self):
+        r = cm.simulate("ring_elastic", [ev("kill9", 20.5, 1, delay=7.0)], P, COSTS)
+        # The step in flight is redone (1 s) after the re-formation (stall_kill); the node is admitted later with
+        # a pause for the state broadcast.
+        self.assertAlmostEqual(r["time_to_end_s"], 103 + 1 + COSTS["stall_kill"] + COSTS["stall_join"], places=9)
+        self.assertGreater(r["lost_node_steps"]["in_flight"], 0)
+
+    def test_local_sgd_drops_the_lost_nodes_partial_round(self):
+        r = cm.simulate("ps_async_local_sgd", [ev("kill9", 24.5, 1, delay=500)], P, COSTS)
+        # Killed in step 26: its steps 21-25 of the round 21-30 were never pushed.
+        self.assertEqual(r["lost_node_steps"]["partial_rounds"], 5)
+        self.assertEqual(r["useful_node_steps"], 100 + 20)
+
+
+class Measure(unittest.TestCase):
+    def test_costs_come_from_the_record_and_the_metrics(self):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "node0"))
+            t0 = 1000.0
+            with open(os.path.join(d, "node0", "metrics.jsonl"), "w") as f:
+                for s in range(1, 11):
+                    f.write(json.dumps({"step": s, "loss": 1.0, "unix_s": t0 + 0.5 + 0.1 * s}) + "\n")
+            rec = {"config": "ps_asp", "dir": d, "events": [], "metrics": {},
+                   "incarnations": [{"node": 0, "inc": 0, "start_unix": t0, "end_unix": t0 + 1.5 + 0.2,
+                                     "ended_by": "exit"}]}
+            st = {"step_time": 0.1, "nodes": 1, "checkpoint_every": 0, "steps": 10}
+            obs = cm.measure_run(rec, st)
+            self.assertAlmostEqual(obs["U0"][0], 0.5, places=6)   # first step at 0.6, minus its 0.1
+            self.assertAlmostEqual(obs["tail"][0], 0.2, places=6)
+            self.assertEqual(len(obs["period"]), 9)
+            self.assertAlmostEqual(sum(obs["period"]) / 9, 0.1, places=6)
+
+
+class Scenario(unittest.TestCase):
+    def test_young_daly_for_the_restarting_ring_and_a_disaster_interval_for_the_rest(self):
+        a = type("A", (), {"events_per_min": 0.1, "checkpoint_s": 30.0, "step_s": 1.0, "disaster_min": 30.0})()
+        self.assertEqual(cm.checkpoint_every(a, "ring_restart", "own"), round(math.sqrt(2 * 30 * 900)))
+        self.assertEqual(cm.checkpoint_every(a, "ps_asp", "own"), 1800)
+        self.assertEqual(cm.checkpoint_every(a, "ps_asp", "same"), round(math.sqrt(2 * 30 * 900)))
+
+
+if __name__ == "__main__":
+    unittest.main()
