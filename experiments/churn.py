@@ -79,6 +79,10 @@ Per run (every definition is repeated in churn.md):
   every run), paired by seed with the same configuration without events: stats.paired, Holm over
   every comparison of the report; "resolved" only where the Holm p < 0.05, else "not resolved".
 
+At the issue's scale (an event per 10 minutes of a job of hours) wall-time emulation cannot go:
+experiments/churn_model.py plays the same schedules on a timeline model whose costs it measures from
+this tool's records, and checks it against them.
+
 Defaults: 3 nodes, 120 steps of 0.1 s, 3 seeds, 30 events per minute, at most 3 per run, delays 1-3 s.
 Measured on this 2-core machine: `churn.py run --out runs/churn` with the defaults took 6 min 26 s when
 they were the 4 configurations before ring_elastic (24 runs of 13-21 s each); `--configs

@@ -61,35 +61,45 @@ COST_KEYS = ("U0", "U_back", "U_join", "tail", "stall_kill", "stall_term", "stal
 def simulate(config, events, p, costs):
     """Goodput of one run of `config` under `events` (draw_schedule's list; t_s counted from the moment the
     first nodes have stepped once). p: nodes, steps, step_time, checkpoint_every, checkpoint_s, sync_every,
-    backup_workers. costs: COST_KEYS in seconds. Returns a dict (goodput, useful node-steps, present node-s,
-    time to end, lost node-steps by cause)."""
+    and optionally worker_timeout_s (BSP's wait for a dead node) and server_machines (present for the whole
+    run). costs: COST_KEYS in seconds. Returns a dict (goodput, useful node-steps, present node-s, time to
+    end, lost node-steps by cause)."""
+    r = (_simulate_async if config in ASYNC else _simulate_sync)(config, events, p, costs)
+    servers = p.get("server_machines", 0) * r["time_to_end_s"]
+    r["present_node_s"] += servers
+    r["server_machine_s"] = servers
+    r["goodput"] = r["useful_node_steps"] * p["step_time"] / r["present_node_s"] if r["present_node_s"] > 0 else None
+    return r
+
+
+def _schedule(events, t0):
+    return sorted(({**e, "abs": t0 + e["t_s"]} for e in events), key=lambda e: e["abs"])
+
+
+def _simulate_sync(config, events, p, c):
+    """The modes whose members step together: the rings and BSP (per step or per local SGD round)."""
     cfg = CONFIGS[config]
     n0, S, T = p["nodes"], p["steps"], p["step_time"]
-    K = p["checkpoint_every"]
-    # A held checkpoint (emulate.checkpoint_s > 0) is a pause; 0 (its real duration, milliseconds here) is in the
-    # measured period, which is a mean over every step shorter than 2T.
-    C = p["checkpoint_s"]
+    K, C = p["checkpoint_every"], p["checkpoint_s"]
     local = bool(cfg.get("local_sgd"))
     H = p.get("sync_every", 10) if local else 1
     backup = cfg.get("backup_workers", 0)
     ring_restart = config == "ring_restart"
-    sync = not (config in ASYNC)
-    c = costs
+    bsp = cfg.get("kind") == "ps"
+    W = p.get("worker_timeout_s", c.get("stall_kill", 0.0))
     P = c.get("period") or T  # a step's wall time (the modelled compute plus the exchange's share)
     launch = {r: 0.0 for r in range(n0)}      # node -> launch of its current incarnation
     ready = {r: c["U0"] for r in range(n0)}   # node -> when it can take its first step
-    lifetimes = []                            # present seconds of every ended incarnation
+    lifetimes = []
     members = set()
     lost = {"in_flight": 0.0, "partial_rounds": 0.0, "recomputed": 0.0, "backup_dropped": 0.0}
-    train0 = c["U0"] + T
-    pending = sorted(({**e, "abs": train0 + e["t_s"]} for e in events), key=lambda e: e["abs"])
-    relaunch = []  # (time, node): crashed or preempted nodes that come back
-    t = c["U0"]
-    step = 0
-    useful = 0.0
-    round_steps = {}  # local SGD: node -> steps done in the current round (dropped if it leaves mid-round)
-    last_ckpt = 0
-    ghosts = []  # BSP + backup: until when each crashed node still counts as a member
+    pending = _schedule(events, c["U0"] + T)
+    relaunch = []     # (time, node): crashed or preempted nodes that come back
+    ghosts = []       # BSP + backup: until when each crashed node still counts as a member (its missing push)
+    waits = []        # BSP: until when a round waits for a dead member (the timeout, or its return)
+    round_steps = {}  # local SGD: node -> its steps in the current round (dropped if it leaves mid-round)
+    t, step, useful = c["U0"], 0, 0.0
+    ckpt, prev_ckpt = 0, 0
 
     def end_incarnation(r, when):
         lifetimes.append(when - launch.pop(r))
@@ -97,68 +107,56 @@ def simulate(config, events, p, costs):
         members.discard(r)
 
     while step < S:
-        # Relaunches that are due become incarnations (present from their launch).
         for when, r in [x for x in relaunch if x[0] <= t]:
             relaunch.remove((when, r))
             launch[r] = when
-            ready[r] = when + (c["U_back"] if not ring_restart else 0.0)
-        # Admission at a boundary (local SGD: a round boundary; the fixed ring only at the start).
-        boundary = step % H == 0
-        joiners = [r for r, rt in ready.items() if r not in members and rt <= t and (boundary or not sync or
-                                                                                     config == "ps_bsp")]
-        if ring_restart and step > 0:
-            joiners = []
+            ready[r] = when + (0.0 if ring_restart else c["U_back"])
+        # Admission at a boundary (local SGD: a round's); the fixed ring only at the job's start.
+        joiners = [] if ring_restart and step > 0 else [
+            r for r, rt in ready.items() if r not in members and rt <= t and step % H == 0]
         if joiners:
             if members and config in ELASTIC_RING:
-                t += c["stall_join"]
+                t += c["stall_join"]  # the state broadcast (BSP's servers admit a joiner a round ahead: no wait)
             members.update(joiners)
             for r in joiners:
                 round_steps[r] = 0
-        if not members:  # everyone is down or starting: wait for the next arrival
-            nxt = min([rt for r, rt in ready.items()] + [w for w, _ in relaunch] + [e["abs"] for e in pending]
-                      + [t + T])
-            t = max(t + 1e-9, nxt)
+        if not members:  # everyone down or starting: wait for the next arrival
+            t = max(t + 1e-9, min(list(ready.values()) + [w for w, _ in relaunch] + [e["abs"] for e in pending] + [t + T]))
             continue
-        if K > 0 and step > 0 and step % K == 0 and step != last_ckpt:
-            t += C
-            last_ckpt = step
-            ckpt_step = step
-        # One job step [t, t + T): the events that fall in it.
+        write_end = t
+        if K > 0 and step > 0 and step % K == 0 and step != ckpt:
+            t += C  # every member holds the write; an event in it sees the previous checkpoint as the newest
+            prev_ckpt, ckpt = ckpt, step
+            write_end = t
         end = t + c.get(f"period@{len(launch)}", P)
-        lost_step = False
-        leaving = []
-        stall = 0.0
+        lost_step, leaving, stall, restarted = False, [], 0.0, False
         while pending and pending[0]["abs"] < end:
             e = pending.pop(0)
-            te = max(e["abs"], t)
-            r = e["node"]
+            te, r = e["abs"], e["node"]
             if e["kind"] == "join":
-                if ring_restart:
-                    continue  # not possible on the fixed ring
-                launch[r] = te
-                ready[r] = te + c["U_join"]
+                if not ring_restart:  # the fixed ring cannot take it
+                    launch[r], ready[r] = te, te + c["U_join"]
                 continue
             if r not in launch:
                 continue  # the node is down: churn.py does not apply it either
-            if r not in members:  # starting up: it just ends (kill) or leaves before stepping
+            if r not in members:  # starting up: it ends (kill) or leaves before stepping
                 end_incarnation(r, te)
                 relaunch.append((te + e["delay_s"], r))
                 continue
             if ring_restart:
-                # Every node fails; the job resumes from the newest checkpoint once the lost node's launcher is back.
-                back = te + e["delay_s"]
-                if e["kind"] == "sigterm":
-                    back = end + C + e["delay_s"]
-                lifetimes.append((te if e["kind"] == "kill9" else end + C) - launch[r])
+                # Every node fails; the job resumes from the newest complete checkpoint once the lost node's
+                # launcher is back (a SIGTERM: after its step and its own checkpoint).
+                gone = te if e["kind"] == "kill9" else end + C
+                back = gone + e["delay_s"]
+                lifetimes.append(gone - launch[r])
                 launch[r] = back
-                resume = max(te, back) + c["R"]
-                done = step - last_ckpt
-                lost["recomputed"] += done * len(members)
+                newest = prev_ckpt if te < write_end else ckpt
+                lost["recomputed"] += (step - newest) * len(members)
                 lost["in_flight"] += len(members)
-                useful -= done * len(members)
-                step = last_ckpt
-                t = resume
-                end = None
+                useful -= (step - newest) * len(members)
+                step, ckpt = newest, newest
+                t = max(te, back) + c["R"]
+                restarted = True
                 break
             if e["kind"] == "kill9":
                 end_incarnation(r, te)
@@ -166,51 +164,51 @@ def simulate(config, events, p, costs):
                 lost["in_flight"] += 1
                 if local:
                     lost["partial_rounds"] += round_steps.pop(r, 0)
-                    useful -= 0  # its round's steps were never counted (counted at the round's end)
                 if backup:
-                    # BSP with backup workers: the dead node stays a member until the servers' timeout (stall_kill,
-                    # measured as BSP's stall) and is the round's missing push: nothing waits, nothing is late.
-                    ghosts.append(te + c["stall_kill"])
-                elif sync:
+                    ghosts.append(te + W)
+                elif bsp:
+                    # The round waits for the dead member until the servers count it out (the timeout) or it
+                    # is back and joins (a restarted member is counted out of the round it left).
+                    waits.append(te + min(W, e["delay_s"] + c["U_back"]))
+                elif config in ELASTIC_RING:
                     stall = max(stall, c["stall_kill"])
-                    if config in ELASTIC_RING and not local:
-                        lost_step = True
-            else:  # sigterm: finishes this step, writes its checkpoint and leaves
+                    lost_step = not local  # the step in flight is abandoned everywhere and redone
+            else:
                 leaving.append((r, e))
-        if end is None:
+        if restarted:
             continue
-        # The step completes: count it.
         if not lost_step:
+            ghosts[:] = [g for g in ghosts if g > t]
             if local:
                 for r in members:
                     round_steps[r] = round_steps.get(r, 0) + 1
             else:
                 applied = len(members)
-                ghosts[:] = [g for g in ghosts if g > t]
-                if backup and applied > backup and not ghosts:
-                    # The late gradients of a round are dropped: b of the members' by definition; on the emulated
-                    # cluster's shards a late push sometimes arrives before its round closes (late_share: the
-                    # measured dropped node-steps per round per backup worker).
-                    drop = backup * (c["late_share"] if c.get("late_share") else 1.0)
+                if backup and applied > backup:
+                    # The late gradients of a round are dropped: b of the members' by definition (late_share of
+                    # them where the emulated cluster's shards measured fewer); a dead member is the missing one.
+                    drop = max(0.0, backup - len(ghosts)) * (c.get("late_share") or 1.0)
                     lost["backup_dropped"] += drop
                     applied -= drop
                 useful += applied
             step += 1
         else:
             lost["in_flight"] += len(members)
-        t = end + stall
+        waits[:] = [w for w in waits if w > end]
+        t = max([end + stall] + waits)
         for r, e in leaving:
             if r not in members:
                 continue
-            if local and not lost_step:
-                lost["partial_rounds"] += round_steps.get(r, 0) if step % H else 0
-                if step % H == 0:
+            if local:
+                if step % H:
+                    lost["partial_rounds"] += round_steps.get(r, 0)
+                else:
                     useful += round_steps.get(r, 0)
                 round_steps.pop(r, None)
             end_incarnation(r, end + C)
             relaunch.append((end + C + e["delay_s"], r))
-            if sync:
-                t += c["stall_term"]
+            if config in ELASTIC_RING:
+                t += c["stall_term"]  # the re-formation (BSP's servers count a FINISHed node out at once)
         if local and step % H == 0:
             for r in members:
                 useful += round_steps.get(r, 0)
@@ -218,9 +216,101 @@ def simulate(config, events, p, costs):
     t_end = t + c["tail"]
     for r in list(launch):
         lifetimes.append(t_end - launch[r])
-    present = sum(lifetimes)
-    return {"goodput": useful * T / present if present > 0 else None, "useful_node_steps": useful,
-            "present_node_s": present, "time_to_end_s": t_end, "lost_node_steps": lost}
+    return {"useful_node_steps": useful, "present_node_s": sum(lifetimes), "time_to_end_s": t_end, "lost_node_steps": lost}
+
+
+def _simulate_async(config, events, p, c):
+    """ASP and asynchronous local SGD: every node steps on its own clock (the servers' join_clock: a node back
+    from a crash or a preemption goes on from its own next clock, a joiner starts at the slowest live node's),
+    a node that has taken its steps leaves, and node 0 waits for the last one (the job's final evaluation)."""
+    cfg = CONFIGS[config]
+    n0, S, T = p["nodes"], p["steps"], p["step_time"]
+    K, C = p["checkpoint_every"], p["checkpoint_s"]
+    H = p.get("sync_every", 10) if cfg.get("local_sgd") else 1
+    P = c.get("period") or T
+    lost = {"in_flight": 0.0, "partial_rounds": 0.0, "recomputed": 0.0, "backup_dropped": 0.0}
+    # node -> {launch, at (when its next step starts), count (steps done), up (an incarnation is running)}
+    nodes = {r: {"launch": 0.0, "at": c["U0"], "count": 0, "up": True} for r in range(n0)}
+    lifetimes, relaunch, finish = [], [], {}
+    useful = 0.0
+
+    def advance(r, until):
+        """Node r takes the steps that end by `until` (with its checkpoint holds)."""
+        nonlocal useful
+        n = nodes[r]
+        while n["up"] and n["count"] < S:
+            hold = C if K > 0 and n["count"] > 0 and n["count"] % K == 0 and n.get("held") != n["count"] else 0.0
+            step_end = n["at"] + hold + P
+            if step_end > until:
+                return
+            n["held"] = n["count"] if hold else n.get("held")
+            n["count"] += 1
+            n["at"] = step_end
+            if n["count"] % H == 0:
+                useful += H  # a step counts when its round is pushed (ASP: H = 1, every step)
+            if n["count"] == S:
+                finish[r] = step_end
+
+    def slowest():
+        live = [n["count"] for n in nodes.values() if n["up"] and n["count"] < S]
+        return min(live) if live else S
+
+    for e in _schedule(events, c["U0"] + T):
+        te = e["abs"]
+        for r in nodes:
+            advance(r, te)
+        for when, r in sorted(x for x in relaunch if x[0] <= te):
+            relaunch.remove((when, r))
+            n = nodes[r]
+            n.update(launch=when, at=when + c["U_back"], up=True)
+            advance(r, te)
+        if all(not n["up"] or n["count"] >= S for n in nodes.values()) and not relaunch:
+            break  # the job is over: later events do not happen
+        r = e["node"]
+        if e["kind"] == "join":
+            nodes[r] = {"launch": te, "at": te + c["U_join"], "count": (slowest() // H) * H, "up": True}
+            if nodes[r]["count"] >= S:  # every live node is done (one is still away): it finds the end and leaves
+                finish[r] = te + c["U_join"]
+            continue
+        n = nodes.get(r)
+        if n is None or not n["up"] or n["count"] >= S:
+            continue
+        if e["kind"] == "kill9":
+            started = n["at"] <= te  # in a step (or a hold before one), not starting up
+            lost["in_flight"] += 1 if started else 0
+            partial = n["count"] % H
+            lost["partial_rounds"] += partial
+            n["count"] -= partial  # a partial local SGD round is never pushed: it is redone
+            n["up"] = False
+            lifetimes.append(te - n["launch"])
+            relaunch.append((te + e["delay_s"], r))
+        else:  # SIGTERM: it finishes its step, writes its checkpoint and leaves
+            gone = max(te, n["at"]) + (P if n["at"] <= te else 0.0)
+            if n["at"] <= te:
+                n["count"] += 1
+                if n["count"] % H == 0:
+                    useful += H
+                if n["count"] >= S:  # that was its last step: it has finished, and leaves as it would have
+                    finish[r] = gone
+                    continue
+            partial = n["count"] % H
+            lost["partial_rounds"] += partial
+            n["count"] -= partial
+            n["up"] = False
+            lifetimes.append(gone + C - n["launch"])
+            relaunch.append((gone + C + e["delay_s"], r))
+    while relaunch:  # the nodes still away come back and take their steps
+        when, r = min(relaunch)
+        relaunch.remove((when, r))
+        nodes[r].update(launch=when, at=when + c["U_back"], up=True)
+    for r in nodes:
+        advance(r, float("inf"))
+    t_last = max(finish.values())
+    for r, n in nodes.items():
+        if n["up"]:
+            lifetimes.append((t_last if r == 0 else finish[r]) + c["tail"] - n["launch"])
+    return {"useful_node_steps": useful, "present_node_s": sum(lifetimes), "time_to_end_s": t_last + c["tail"],
+            "lost_node_steps": lost}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,26 +379,43 @@ def measure_run(rec, st):
     if CONFIGS[rec["config"]].get("backup_workers") and rec["metrics"].get("steps_logged"):
         obs["late_share"].append(rec["metrics"]["lost_steps"]["dropped"]
                                  / (CONFIGS[rec["config"]]["backup_workers"] * st["steps"]))
-    for e in rec["events"]:
-        if not e.get("applied") or e.get("t_applied_unix") is None:
-            continue
+    applied = [e for e in rec["events"] if e.get("applied") and e.get("t_applied_unix") is not None]
+
+    def survivors_gap(target, lo, hi):
+        """The median over the nodes alive through [lo, hi] (not the target) of each one's longest gap between
+        two of its own steps that ends in the window, less a step: what the event cost the others."""
+        gaps = []
+        for inc in rec["incarnations"]:
+            if inc["node"] == target or inc["start_unix"] > lo or (inc["end_unix"] or float("inf")) < hi:
+                continue
+            mine = sorted(m["unix_s"] for m in steps.get(inc["node"], []) if inc["start_unix"] <= m["unix_s"])
+            gaps.append(max(0.0, _gap_after(mine, lo, hi) - T))
+        return statistics.median(gaps) if gaps else None
+
+    def alone(e, lo, hi):  # no other event in the window
+        return not any(o is not e and lo - 1.0 <= o["t_applied_unix"] <= hi for o in applied)
+
+    for e in applied:
         ta = e["t_applied_unix"]
-        if rec["config"] == "ring_restart" and e["kind"] in ("kill9", "sigterm"):
-            back = e.get("back_unix") or ta
-            after = [x for x in times if x > max(ta, back)]
-            if after:
-                obs["R"].append(after[0] - T - max(ta, back))
+        if rec["config"] == "ring_restart":
+            if e["kind"] in ("kill9", "sigterm"):
+                back = e.get("back_unix") or ta
+                after = [x for x in times if x > max(ta, back)]
+                if after:
+                    obs["R"].append(after[0] - T - max(ta, back))
             continue
-        if e["kind"] == "kill9":
-            obs["stall_kill"].append(max(0.0, _gap_after(times, ta, ta + 8.0) - T))
-        elif e["kind"] == "sigterm":
-            obs["stall_term"].append(max(0.0, _gap_after(times, ta, ta + 2.0) - T))
+        span = {"kill9": 2.0, "sigterm": 2.0}.get(e["kind"])
+        if span and alone(e, ta, ta + span):
+            g = survivors_gap(e["node"], ta, ta + span)
+            if g is not None:
+                obs["stall_kill" if e["kind"] == "kill9" else "stall_term"].append(g)
         if e["kind"] == "join" or e.get("back_unix"):
-            node = e["node"]
             t_join = e.get("back_unix") or ta
-            first = [m["unix_s"] for m in steps.get(node, []) if m["unix_s"] > t_join]
-            if first:
-                obs["stall_join"].append(max(0.0, _gap_after(times, first[0] - 0.5, first[0] + 0.5) - T))
+            first = [m["unix_s"] for m in steps.get(e["node"], []) if m["unix_s"] > t_join]
+            if first and alone(e, first[0] - 0.5, first[0] + 0.5):
+                g = survivors_gap(e["node"], first[0] - 0.5, first[0] + 0.5)
+                if g is not None:
+                    obs["stall_join"].append(g)
     return obs
 
 
@@ -347,7 +454,7 @@ def measure(runs):
 def params_of(st, rec=None):
     return {"nodes": st["nodes"], "steps": st["steps"], "step_time": st["step_time"],
             "checkpoint_every": st["checkpoint_every"], "checkpoint_s": st["checkpoint_s"],
-            "sync_every": st.get("sync_every", 10)}
+            "sync_every": st.get("sync_every", 10), "worker_timeout_s": st.get("worker_timeout_s", 30.0)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,9 +497,19 @@ def validate(dirs, predict=None):
     summary = {}
     for cfg in sorted({r["config"] for r in rows}):
         errs = [r["error"] for r in rows if r["config"] == cfg]
+        churn = [r for r in rows if r["config"] == cfg and r["churn"]]
+        calm = [r for r in rows if r["config"] == cfg and not r["churn"]]
         summary[cfg] = {"runs": len(errs), "mean_error": statistics.mean(errs),
                         "mean_abs_error": statistics.mean(abs(x) for x in errs),
-                        "max_abs_error": max(abs(x) for x in errs)}
+                        "max_abs_error": max(abs(x) for x in errs),
+                        "churn_runs": len(churn),
+                        "churn_mean_abs_error": statistics.mean(abs(r["error"]) for r in churn) if churn else None,
+                        "churn_mean_error": statistics.mean(r["error"] for r in churn) if churn else None}
+        if churn and calm:  # what the events cost: the runs without events' mean less the churn runs' mean
+            summary[cfg]["event_cost_measured"] = (statistics.mean(r["measured"] for r in calm)
+                                                   - statistics.mean(r["measured"] for r in churn))
+            summary[cfg]["event_cost_predicted"] = (statistics.mean(r["predicted"] for r in calm)
+                                                    - statistics.mean(r["predicted"] for r in churn))
     return rows, summary
 
 
@@ -409,9 +526,16 @@ def cmd_validate(a):
          ("Two folds by seed parity over the runs of " + ", ".join(f"`{d}`" for d in a.dirs)
           + ": the costs measured on the even seeds predict the odd seeds' runs, and the reverse."),
          "", "Error = predicted - measured goodput, per run (churn.py's own goodput from its records).", "",
-         "| configuration | runs | mean error | mean absolute error | largest absolute error |", "|---|---|---|---|---|"]
+         "| configuration | runs | mean error | mean absolute error | largest | churn runs | their mean error | "
+         "their mean absolute error | event cost measured | event cost predicted |", "|---|---|---|---|---|---|---|---|---|---|"]
+    def f(x, sign=False):
+        return "-" if x is None else (f"{x:+.3f}" if sign else f"{x:.3f}")
     for cfg, v in summary.items():
-        L.append(f"| {cfg} | {v['runs']} | {v['mean_error']:+.3f} | {v['mean_abs_error']:.3f} | {v['max_abs_error']:.3f} |")
+        L.append(f"| {cfg} | {v['runs']} | {f(v['mean_error'], True)} | {f(v['mean_abs_error'])} | {f(v['max_abs_error'])} | "
+                 f"{v['churn_runs']} | {f(v['churn_mean_error'], True)} | {f(v['churn_mean_abs_error'])} | "
+                 f"{f(v.get('event_cost_measured'))} | {f(v.get('event_cost_predicted'))} |")
+    L += ["", "Event cost = the mean goodput of the runs without events less that of the churn runs (they are not "
+          "paired seed by seed here: the seeds' schedules differ)."]
     L += ["", "| configuration | seed | events | measured | predicted | error |", "|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["config"], r["seed"], not r["churn"])):
         L.append(f"| {r['config']} | {r['seed']} | {', '.join(r['events']) or 'none'} | {r['measured']:.3f} | "
@@ -419,8 +543,12 @@ def cmd_validate(a):
     with open(os.path.join(a.out, "validation.md"), "w") as f:
         f.write("\n".join(L) + "\n")
     for cfg, v in summary.items():
-        print(f"{cfg:22s} runs {v['runs']:3d}  error mean {v['mean_error']:+.3f}  |error| mean "
-              f"{v['mean_abs_error']:.3f}  max {v['max_abs_error']:.3f}")
+        ch = (f"  churn runs {v['churn_runs']}: error mean {v['churn_mean_error']:+.3f} |error| {v['churn_mean_abs_error']:.3f}"
+              if v["churn_runs"] else "")
+        ec = (f"  event cost {v['event_cost_measured']:.3f} measured, {v['event_cost_predicted']:.3f} predicted"
+              if "event_cost_measured" in v else "")
+        print(f"{cfg:20s} runs {v['runs']:3d}  error mean {v['mean_error']:+.3f}  |error| mean "
+              f"{v['mean_abs_error']:.3f}  max {v['max_abs_error']:.3f}{ch}{ec}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -461,19 +589,28 @@ def checkpoint_every(a, config, policy):
     return max(1, round(a.disaster_min * 60 / a.step_s))
 
 
-def run_scenario(a, policy, delay):
+def run_scenario(a):
+    """Every configuration on the same seeded schedules. Events are drawn over twice the job's length (a
+    configuration that takes longer meets the events of its own extra time; those past its end do not
+    happen)."""
     steps = round(a.hours * 3600 / a.step_s)
+    delay = tuple(float(x) for x in a.delay.split(","))
     rows = []
     for seed in range(a.first_seed, a.first_seed + a.seeds):
         ev = draw_schedule(seed, a.events_per_min, steps, a.step_s, a.nodes, max_events=10 ** 6, start_s=a.start_s,
-                           horizon_frac=1.0, delay=delay, recover_s=a.recover_s)
+                           horizon_frac=2.0, delay=delay, recover_s=a.recover_s)
         for cfg in a.configs:
-            p = {"nodes": a.nodes, "steps": steps, "step_time": a.step_s, "checkpoint_every": checkpoint_every(a, cfg, policy),
-                 "checkpoint_s": a.checkpoint_s, "sync_every": a.sync_every}
+            ps = CONFIGS[cfg]["kind"] == "ps"
+            p = {"nodes": a.nodes, "steps": steps, "step_time": a.step_s, "checkpoint_every": checkpoint_every(a, cfg, a.policy),
+                 "checkpoint_s": a.checkpoint_s, "sync_every": a.sync_every, "worker_timeout_s": a.worker_timeout_s,
+                 "server_machines": a.server_machines if ps else 0}
             r = simulate(cfg, ev, p, scenario_costs(a, cfg))
-            rows.append({"config": cfg, "seed": seed, "events": len(ev),
-                         "kinds": {k: sum(1 for e in ev if e["kind"] == k) for k in ("kill9", "sigterm", "join")},
-                         "checkpoint_every": p["checkpoint_every"], **r})
+            writes = (steps // p["checkpoint_every"]) if p["checkpoint_every"] else 0
+            happened = [e for e in ev if a.start_s <= e["t_s"] <= r["time_to_end_s"]]
+            rows.append({"config": cfg, "seed": seed, "events": len(happened),
+                         "kinds": {k: sum(1 for e in happened if e["kind"] == k) for k in ("kill9", "sigterm", "join")},
+                         "checkpoint_every": p["checkpoint_every"],
+                         "checkpoint_share": writes * a.checkpoint_s / r["time_to_end_s"], **r})
     return rows
 
 
@@ -482,34 +619,52 @@ def summarize(rows, configs):
     for cfg in configs:
         g = [r["goodput"] for r in rows if r["config"] == cfg]
         out[cfg] = {"seeds": len(g), "mean": statistics.mean(g), "min": min(g), "max": max(g),
+                    "checkpoint_share": statistics.mean(r["checkpoint_share"] for r in rows if r["config"] == cfg),
+                    "events": statistics.mean(r["events"] for r in rows if r["config"] == cfg),
                     "target": TARGETS.get(cfg), "met_in": sum(1 for x in g if cfg in TARGETS and x >= TARGETS[cfg])}
     return out
 
 
+# The readings beside the base one: one assumption changed at a time (an argument and its value).
+VARIANTS = [
+    ("base", {}),
+    ("same checkpoints", {"policy": "same"}),
+    ("disaster every 10 min", {"disaster_min": 10.0}),
+    ("back after 60-300 s", {"delay": "60,300"}),
+    ("start-up 60 s", {"startup_s": 60.0}),
+    ("start-up 5 s, restore 5 s", {"startup_s": 5.0, "restore_s": 5.0}),
+    ("checkpoint 5 s", {"checkpoint_s": 5.0}),
+    ("a lost machine (detect 60 s)", {"detect_s": 60.0}),
+    ("2 server machines", {"server_machines": 2}),
+]
+
+
 def cmd_scenario(a):
-    delay = tuple(float(x) for x in a.delay.split(","))
     studies = []
-    for policy in ("own", "same"):
-        for d in (delay, tuple(float(x) for x in a.slow_delay.split(","))):
-            rows = run_scenario(a, policy, d)
-            studies.append({"checkpoint_policy": policy, "delay_s": list(d), "rows": rows,
-                            "summary": summarize(rows, a.configs),
-                            "checkpoint_every": {c: checkpoint_every(a, c, policy) for c in a.configs}})
+    for name, change in VARIANTS:
+        v = argparse.Namespace(**{**vars(a), **change})
+        rows = run_scenario(v)
+        studies.append({"reading": name, "changed": change, "rows": rows, "summary": summarize(rows, a.configs),
+                        "checkpoint_every": {c: checkpoint_every(v, c, v.policy) for c in a.configs}})
     os.makedirs(a.out, exist_ok=True)
     doc = {"format": "syncopate-churn-model-scenario/1", "command": " ".join(["experiments/churn_model.py"] + sys.argv[1:]),
            "assumptions": {k: v for k, v in vars(a).items() if k not in ("func", "cmd", "out")},
            "costs": {c: scenario_costs(a, c) for c in a.configs}, "studies": studies}
     with open(os.path.join(a.out, "scenario.json"), "w") as f:
         json.dump(doc, f, indent=1)
+    base = studies[0]
     steps = round(a.hours * 3600 / a.step_s)
     L = ["# Goodput under churn at the issue's scenario (the timeline model)", "",
          f"Command: `{doc['command']}`", "",
          f"Scenario: {a.nodes} nodes at the start, a {a.hours:g} h job ({steps} steps of {a.step_s:g} s), membership "
-         f"events at {a.events_per_min:g} per minute (Poisson from {a.start_s:g} s to the end; churn.py's draw_schedule: "
-         "kill -9, SIGTERM and join in turn, a crashed or preempted node back after the delay, a joiner stays), "
-         f"checkpoints of {a.checkpoint_s:g} s held by every node, {a.seeds} seeds ({a.first_seed}-{a.first_seed + a.seeds - 1}), "
-         "the same schedules for every configuration.", "",
-         "Stated costs at scale (seconds; arguments of `scenario`):", "",
+         f"events at {a.events_per_min:g} per minute (Poisson from {a.start_s:g} s over twice the job's length; "
+         "experiments/churn.py's draw_schedule: kill -9, SIGTERM and join in turn, a crashed or preempted node back "
+         f"after {a.delay.replace(',', '-')} s, a joiner stays), checkpoints of {a.checkpoint_s:g} s held by every node "
+         f"(the restarting ring at Young/Daly's interval for its failures, every elastic mode every {a.disaster_min:g} "
+         f"min for a whole-job disaster), {a.seeds} seeds ({a.first_seed}-{a.first_seed + a.seeds - 1}), the same "
+         "schedules for every configuration. Parameter servers run on the nodes (no machine of their own) unless a "
+         "reading says otherwise.", "",
+         "Stated costs at scale (seconds; arguments of `scenario`, none measured at this scale):", "",
          "| configuration | U0 | U_back = U_join | stall at a kill | stall at a SIGTERM | pause at an admission | R (restart) | tail |",
          "|---|---|---|---|---|---|---|---|"]
     for c, v in doc["costs"].items():
@@ -520,24 +675,32 @@ def cmd_scenario(a):
                  f"{cell('stall_term', not restart)} | {cell('stall_join', not restart)} | {cell('R', restart)} | "
                  f"{cell('tail')} |")
     L += ["", "Goodput = useful node-steps x step time / the sum of every process's lifetime (experiments/churn.py's "
-          "definition; a node that is down is not present, so the delay costs the elastic modes nothing by it, and "
-          "the restarting ring its survivors' waiting).", ""]
+          "definition: a node that is down is not present, so its absence costs the elastic modes nothing, and the "
+          "restarting ring its survivors' waiting; server machines, where a reading has them, are present for the "
+          "whole run).", "",
+          "## The base reading", "",
+          "| configuration | checkpoint every, steps | checkpoint share of the time | events met | goodput mean | min | max | "
+          "target | seeds at or above it |", "|---|---|---|---|---|---|---|---|---|"]
+    for cfg, v in base["summary"].items():
+        tgt = f"{v['target']:.2f} | {v['met_in']}/{v['seeds']}" if v["target"] else "- | -"
+        L.append(f"| {cfg} | {base['checkpoint_every'][cfg]} | {v['checkpoint_share']:.1%} | {v['events']:.1f} | "
+                 f"{v['mean']:.3f} | {v['min']:.3f} | {v['max']:.3f} | {tgt} |")
+    L += ["", "## One assumption at a time (mean goodput over the seeds; min in brackets where a target applies)", "",
+          "| reading | changed | " + " | ".join(a.configs) + " |", "|---|---|" + "---|" * len(a.configs)]
     for st in studies:
-        L += [f"## Checkpoints: {st['checkpoint_policy']}; a lost node back after {st['delay_s'][0]:g}-{st['delay_s'][1]:g} s", "",
-              "| configuration | checkpoint every, steps | goodput mean | min | max | target | seeds at or above it |",
-              "|---|---|---|---|---|---|---|"]
-        for cfg, v in st["summary"].items():
-            tgt = f"{v['target']:.2f} | {v['met_in']}/{v['seeds']}" if v["target"] else "- | -"
-            L.append(f"| {cfg} | {st['checkpoint_every'][cfg]} | {v['mean']:.3f} | {v['min']:.3f} | {v['max']:.3f} | {tgt} |")
-        L.append("")
+        cells = []
+        for cfg in a.configs:
+            v = st["summary"][cfg]
+            mark = ""
+            if v["target"]:
+                mark = f" ({v['min']:.3f}){'' if v['met_in'] == v['seeds'] else ' below ' + format(v['target'], '.2f')}"
+            cells.append(f"{v['mean']:.3f}{mark}")
+        ch = ", ".join(f"{k}={val}" for k, val in st["changed"].items()) or "-"
+        L.append(f"| {st['reading']} | {ch} | " + " | ".join(cells) + " |")
     with open(os.path.join(a.out, "scenario.md"), "w") as f:
         f.write("\n".join(L) + "\n")
-    for s in studies:
-        print(f"checkpoints: {s['checkpoint_policy']}, a lost node back after {s['delay_s'][0]:g}-{s['delay_s'][1]:g} s")
-        for cfg, v in s["summary"].items():
-            tgt = f"  target {v['target']:.2f}: met in {v['met_in']}/{v['seeds']}" if v["target"] else ""
-            print(f"  {cfg:22s} goodput mean {v['mean']:.3f} (min {v['min']:.3f}, max {v['max']:.3f}), checkpoint every "
-                  f"{s['checkpoint_every'][cfg]} steps{tgt}")
+    for st in studies:
+        print(st["reading"] + ": " + ", ".join(f"{c} {v['mean']:.3f}" for c, v in st["summary"].items()))
 
 
 def main(argv=None):
@@ -561,7 +724,10 @@ def main(argv=None):
     sc.add_argument("--events-per-min", type=float, default=0.1, help="membership events per minute (0.1: one per 10 min)")
     sc.add_argument("--start-s", type=float, default=60.0, help="the first event no earlier than this, s")
     sc.add_argument("--delay", default="10,30", help="a crashed or preempted node is back after this, s (uniform)")
-    sc.add_argument("--slow-delay", default="60,300", help="the same, for the second reading (a replacement machine)")
+    sc.add_argument("--policy", choices=("own", "same"), default="own", help="checkpoints: each mode's own "
+                    "interval, or every mode at the restarting ring's (see checkpoint_every)")
+    sc.add_argument("--server-machines", type=int, default=0, help="ps configurations: machines of their own that the "
+                    "servers run on, present for the whole run (0: on the nodes)")
     sc.add_argument("--recover-s", type=float, default=60.0, help="a node is not targeted again for this long after it is back")
     sc.add_argument("--checkpoint-s", type=float, default=30.0, help="a checkpoint's write, s (every node holds it)")
     sc.add_argument("--restore-s", type=float, default=30.0, help="reading a checkpoint back, s (the restarting ring)")

@@ -557,14 +557,15 @@ def measured_runs(name, s, first, out, a, names):
     return meas, invalid, failed, stalls
 
 
-def scenario_record(name, s, advs, out, a, same=None):
+def scenario_record(name, s, advs, out, a, same=None, measured=None):
     """A scenario's raw data: per target the advice, the per-seed predictions and measurements
-    (times to target read from each run's stored curve, or taken from --measured-from's record)."""
+    (times to target read from each run's stored curve, or taken from --measured-from's record;
+    `measured`: that record's part, already read and checked by measured_record)."""
     first = advs[a.targets[0]]
     names = [c["name"] for c in first["candidates"]]
     extra = {}
     if a.measured_from:
-        m = measured_record(a.measured_from, name, a, names, first["proxy"])
+        m = measured if measured is not None else measured_record(a.measured_from, name, a, names, first["proxy"])
         meas = {tkey(t): m["targets"][tkey(t)]["measured"] for t in a.targets}
         invalid, failed, stalls = m["invalid_runs"], m["failed_runs"], m["stalls"]
         extra = {"measured_from": os.path.relpath(os.path.abspath(a.measured_from), ROOT)}
@@ -819,14 +820,16 @@ def main(argv=None):
                 for t, adv in advs.items():
                     print(f"[hindsight] {n}: advised {adv['recommended']['name']} for {tkey(t)}", flush=True)
                 px = advs[a.targets[0]]["proxy"]
+                measured = None
                 if a.measured_from:  # refused before the same-seed simulations where the record does not match
-                    measured_record(a.measured_from, n, a, [c["name"] for c in advs[a.targets[0]]["candidates"]], px)
+                    measured = measured_record(a.measured_from, n, a, [c["name"] for c in advs[a.targets[0]]["candidates"]],
+                                               px)
                 jobs = [] if a.measured_from else [(lambda k=k, sd=sd: measure(n, s, px, k, sd, a))
                         for sd in range(a.first_seed, a.first_seed + a.seeds)
                         for k in (c["name"] for c in advs[a.targets[0]]["candidates"])]
                 run_lanes(jobs, a.lanes)
             same = simulate_same_seeds(n, advs[a.targets[0]], a.targets, a)  # alone again: the simulator is CPU-bound
-            records.append(scenario_record(n, s, advs, a.out, a, same))
+            records.append(scenario_record(n, s, advs, a.out, a, same, measured))
     except KeyboardInterrupt:
         print("[hindsight] interrupted: every running cluster stopped; finished runs are kept", file=sys.stderr)
         return 130

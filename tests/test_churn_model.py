@@ -34,19 +34,32 @@ class Timeline(unittest.TestCase):
         r = cm.simulate("ps_asp", [], p, COSTS)
         self.assertAlmostEqual(r["time_to_end_s"], 103 + 3 * 2.0, places=9)  # at steps 25, 50, 75
 
-    def test_asp_crash_costs_the_node_only(self):
-        # t_s counts from the first step's end (U0 + T = 3): the kill is at 23.5, inside step 22 (21.5 of
-        # steps done at 23.5 - 2): node 1 is gone from 23.5 to 30.5, ready at 33.5, steps again from step 32.
+    def test_asp_crash_costs_the_node_its_step_and_node_0_waits_for_it(self):
+        # t_s counts from the first step's end (U0 + T = 3): the kill is at 23.5, in node 1's 22nd step (21
+        # done). It is back at 30.5, ready at 33.5, and goes on from its own clock (the servers' join_clock):
+        # its 79 steps end at 112.5. Node 0 waits for it (the job's final evaluation); the others leave.
         r = cm.simulate("ps_asp", [ev("kill9", 20.5, 1)], P, COSTS)
-        self.assertAlmostEqual(r["time_to_end_s"], 103, places=9)  # the job does not wait for it
+        self.assertAlmostEqual(r["time_to_end_s"], 113.5, places=9)
         self.assertEqual(r["lost_node_steps"]["in_flight"], 1)
-        self.assertEqual(r["useful_node_steps"], 100 + 21 + (100 - 32 + 1) - 1)
-        self.assertAlmostEqual(r["present_node_s"], 103 + 23.5 + (103 - 30.5), places=9)
+        self.assertEqual(r["useful_node_steps"], 200)
+        self.assertAlmostEqual(r["present_node_s"], 113.5 + 23.5 + (113.5 - 30.5), places=9)
+        three = cm.simulate("ps_asp", [ev("kill9", 20.5, 1)], dict(P, nodes=3), COSTS)
+        self.assertAlmostEqual(three["present_node_s"], 113.5 + 23.5 + (113.5 - 30.5) + 103, places=9)
 
-    def test_bsp_waits_for_the_timeout_and_backup_workers_do_not(self):
-        bsp = cm.simulate("ps_bsp", [ev("kill9", 20.5, 1, delay=500)], P, COSTS)
-        self.assertAlmostEqual(bsp["time_to_end_s"], 103 + COSTS["stall_kill"], places=9)
-        backup = cm.simulate("ps_bsp_backup", [ev("kill9", 20.5, 1, delay=500)], dict(P, nodes=3), COSTS)
+    def test_an_asp_joiner_starts_at_the_slowest_live_clock_and_late_events_do_not_happen(self):
+        r = cm.simulate("ps_asp", [ev("join", 47.0, 2), ev("kill9", 500.0, 0)], P, COSTS)
+        # Joins at 50 (every node has done 48 steps), ready at 54, takes steps 49-100 by 106: 52 steps.
+        self.assertEqual(r["useful_node_steps"], 200 + 52)
+        self.assertAlmostEqual(r["time_to_end_s"], 107, places=9)
+        self.assertEqual(r["lost_node_steps"]["in_flight"], 0)
+
+    def test_bsp_waits_for_the_timeout_or_the_return_and_backup_workers_do_not(self):
+        p = dict(P, worker_timeout_s=5.0)
+        bsp = cm.simulate("ps_bsp", [ev("kill9", 20.5, 1, delay=500)], p, COSTS)
+        self.assertAlmostEqual(bsp["time_to_end_s"], 103 + 5 - 0.5, places=9)  # the timeout runs from the death
+        back = cm.simulate("ps_bsp", [ev("kill9", 20.5, 1, delay=0.5)], p, COSTS)  # back and joined at 27
+        self.assertAlmostEqual(back["time_to_end_s"], 103 + 0.5 + 3 - 0.5, places=9)
+        backup = cm.simulate("ps_bsp_backup", [ev("kill9", 20.5, 1, delay=500)], dict(p, nodes=3), COSTS)
         self.assertAlmostEqual(backup["time_to_end_s"], 103, places=9)
         # Until the timeout (23.5 + 5) the dead node is the round's missing push: the 6 rounds that start before
         # it (at 23, 24, ..., 28) drop no late gradient; every other round drops one.
@@ -73,10 +86,28 @@ class Timeline(unittest.TestCase):
         self.assertGreater(r["lost_node_steps"]["in_flight"], 0)
 
     def test_local_sgd_drops_the_lost_nodes_partial_round(self):
-        r = cm.simulate("ps_async_local_sgd", [ev("kill9", 24.5, 1, delay=500)], P, COSTS)
-        # Killed in step 26: its steps 21-25 of the round 21-30 were never pushed.
+        r = cm.simulate("ps_async_local_sgd", [ev("kill9", 24.5, 1, delay=10)], P, COSTS)
+        # Killed at 27.5, in its 26th step: steps 21-25 of the round 21-30 were never pushed; it redoes them.
         self.assertEqual(r["lost_node_steps"]["partial_rounds"], 5)
-        self.assertEqual(r["useful_node_steps"], 100 + 20)
+        self.assertEqual(r["useful_node_steps"], 200)
+        # Back at 37.5, ready at 40.5, 80 steps: done at 120.5; node 0 waits.
+        self.assertAlmostEqual(r["time_to_end_s"], 121.5, places=9)
+        d = cm.simulate("ps_diloco_elastic", [ev("kill9", 24.5, 1, delay=10)], dict(P, worker_timeout_s=5.0), COSTS)
+        self.assertEqual(d["lost_node_steps"]["partial_rounds"], 5)
+
+    def test_a_kill_during_a_checkpoint_write_falls_back_to_the_previous_checkpoint(self):
+        p = dict(P, checkpoint_every=10, checkpoint_s=5.0)
+        # The write at step 20 holds [27, 32) (2 + 20 steps + 1 earlier write of 5 s).
+        during = cm.simulate("ring_restart", [ev("kill9", 25.5, 1, delay=1.0)], p, COSTS)
+        after = cm.simulate("ring_restart", [ev("kill9", 30.5, 1, delay=1.0)], p, COSTS)
+        self.assertEqual(during["lost_node_steps"]["recomputed"], 2 * 10)  # 20 -> 10
+        self.assertEqual(after["lost_node_steps"]["recomputed"], 2 * 1)    # step 20's write was complete
+
+    def test_server_machines_count_as_present(self):
+        base = cm.simulate("ps_asp", [], P, COSTS)
+        two = cm.simulate("ps_asp", [], dict(P, server_machines=2), COSTS)
+        self.assertAlmostEqual(two["present_node_s"], base["present_node_s"] + 2 * 103, places=9)
+        self.assertLess(two["goodput"], base["goodput"])
 
 
 class Measure(unittest.TestCase):

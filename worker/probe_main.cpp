@@ -345,12 +345,9 @@ int main(int argc, char** argv) {
       const std::vector<std::string> endpoints = PsClient::parse_endpoints(cfg.dist.servers);
       exchange("ps", "the parameter-server round trips",
                {{"servers", endpoints.size()}, {"endpoints", endpoints}, {"rounds", probe.ps_rounds}}, [&] {
-                 PsClientOptions o;
-                 o.timeout_s = d.timeout_s;
-                 o.curve_server_key = ps_client_server_key(ro.token, d.ps_encrypt, d.curve_server_key);
-                 o.wire = parse_wire_format(d.wire);
-                 o.partition_elems = partition_elems(d);
-                 o.model_digest = "probe " + cfg.model_fingerprint();  // never taken for a training job's shards
+                 // The job's connection options, not its membership: the probe is no member of a training job
+                 // (its digest is never taken for a training job's shards).
+                 const PsClientOptions o = ps_connection_options(d, ro.token, "probe " + cfg.model_fingerprint());
                  const ExchangeProbe r = probe_ps_rounds(endpoints, ro.token, rank, world, o, s.params,
                                                          static_cast<int>(probe.ps_rounds), 2, gap);
                  return json{{"round_s", summary(r.round_s)}, {"parts", r.parts}, {"bytes_pushed", r.bytes_sent},

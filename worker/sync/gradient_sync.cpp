@@ -124,13 +124,18 @@ int64_t partition_elems(const DistConfig& d) {
   return d.ps_partition_mb > 0 ? std::max<int64_t>(1, static_cast<int64_t>(d.ps_partition_mb * (1 << 20) / 4)) : 0;
 }
 
-PsClientOptions ps_client_options(const SyncSetup& s) {
+PsClientOptions ps_connection_options(const DistConfig& d, const std::string& token, const std::string& model_digest) {
   PsClientOptions o;
-  o.timeout_s = s.dist.timeout_s;
-  o.curve_server_key = ps_client_server_key(s.token, s.dist.ps_encrypt, s.dist.curve_server_key);
-  o.wire = parse_wire_format(s.dist.wire);
-  o.model_digest = s.model_digest;
-  o.partition_elems = partition_elems(s.dist);
+  o.timeout_s = d.timeout_s;
+  o.curve_server_key = ps_client_server_key(token, d.ps_encrypt, d.curve_server_key);
+  o.wire = parse_wire_format(d.wire);
+  o.model_digest = model_digest;
+  o.partition_elems = partition_elems(d);
+  return o;
+}
+
+PsClientOptions ps_client_options(const SyncSetup& s) {
+  PsClientOptions o = ps_connection_options(s.dist, s.token, s.model_digest);
   o.overlap = s.dist.ps_overlap;
   o.elastic = s.dist.elastic;
   o.samples_per_step = s.samples_per_step;

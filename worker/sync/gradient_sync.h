@@ -264,6 +264,10 @@ SyncSetup node_only(const SyncSetup& s);
 struct PsClientOptions;
 class PsClient;
 PsClientOptions ps_client_options(const SyncSetup& s);
+// The connection's part of them alone (timeout, encryption key, wire format, layout, the model digest the
+// shards check): what a client that is not the job's training (syncopate-probe's round trips) shares with it,
+// without the job's elastic membership, overlap or data grants.
+PsClientOptions ps_connection_options(const DistConfig& d, const std::string& token, const std::string& model_digest);
 // Node pushes one shard version stands for, from shard 0's STATS: its live nodes but the backup
 // workers under BSP (one version per clock), 1 under SSP/ASP (one per push); 0 if STATS says neither.
 int64_t pushes_per_version(PsClient& client, int nodes);
