@@ -123,7 +123,7 @@ def _simulate_sync(config, events, p, c):
         if not members:  # everyone down or starting: wait for the next arrival
             t = max(t + 1e-9, min(list(ready.values()) + [w for w, _ in relaunch] + [e["abs"] for e in pending] + [t + T]))
             continue
-        write_end = t
+        write_start = write_end = t
         if K > 0 and step > 0 and step % K == 0 and step != ckpt:
             t += C  # every member holds the write; an event in it sees the previous checkpoint as the newest
             prev_ckpt, ckpt = ckpt, step
@@ -144,18 +144,21 @@ def _simulate_sync(config, events, p, c):
                 relaunch.append((te + e["delay_s"], r))
                 continue
             if ring_restart:
+                if e["kind"] == "sigterm" and step == S - 1:
+                    continue  # preempted in the job's last step: the job is done when it stops
                 # Every node fails; the job resumes from the newest complete checkpoint once the lost node's
-                # launcher is back (a SIGTERM: after its step and its own checkpoint).
+                # launcher is back (a SIGTERM: after its step and its own checkpoint). An event that came while
+                # the job was restarting (te before this step's start) delays the resumption, never earlier.
                 gone = te if e["kind"] == "kill9" else end + C
                 back = gone + e["delay_s"]
                 lifetimes.append(gone - launch[r])
                 launch[r] = back
-                newest = prev_ckpt if te < write_end else ckpt
+                newest = prev_ckpt if write_start <= te < write_end else ckpt
                 lost["recomputed"] += (step - newest) * len(members)
                 lost["in_flight"] += len(members)
                 useful -= (step - newest) * len(members)
                 step, ckpt = newest, newest
-                t = max(te, back) + c["R"]
+                t = max(write_start, max(te, back) + c["R"])
                 restarted = True
                 break
             if e["kind"] == "kill9":
@@ -220,17 +223,21 @@ def _simulate_sync(config, events, p, c):
 
 
 def _simulate_async(config, events, p, c):
-    """ASP and asynchronous local SGD: every node steps on its own clock (the servers' join_clock: a node back
-    from a crash or a preemption goes on from its own next clock, a joiner starts at the slowest live node's),
-    a node that has taken its steps leaves, and node 0 waits for the last one (the job's final evaluation)."""
+    """ASP and asynchronous local SGD: every node steps on its own clock. Where a node starts is the servers'
+    join_clock (server/parameter_shard.h), taken when it is ready: a node still a live member (back from a
+    crash within ps.worker_timeout_s) goes on from its own next clock; a new node, one preempted (it
+    FINISHed), or one back after the timeout, from the slowest live node's clock, never below its own (local
+    SGD: from the start of that round). A node that has taken its steps leaves; node 0 waits for the last
+    one (the job's final evaluation)."""
     cfg = CONFIGS[config]
     n0, S, T = p["nodes"], p["steps"], p["step_time"]
     K, C = p["checkpoint_every"], p["checkpoint_s"]
     H = p.get("sync_every", 10) if cfg.get("local_sgd") else 1
+    W = p.get("worker_timeout_s", 30.0)
     P = c.get("period") or T
     lost = {"in_flight": 0.0, "partial_rounds": 0.0, "recomputed": 0.0, "backup_dropped": 0.0}
-    # node -> {launch, at (when its next step starts), count (steps done), up (an incarnation is running)}
-    nodes = {r: {"launch": 0.0, "at": c["U0"], "count": 0, "up": True} for r in range(n0)}
+    # node -> {launch, at (when its next step starts), count (steps done), up (running), ready (None: stepping)}
+    nodes = {r: {"launch": 0.0, "at": c["U0"], "count": 0, "up": True, "ready": None} for r in range(n0)}
     lifetimes, relaunch, finish = [], [], {}
     useful = 0.0
 
@@ -238,7 +245,7 @@ def _simulate_async(config, events, p, c):
         """Node r takes the steps that end by `until` (with its checkpoint holds)."""
         nonlocal useful
         n = nodes[r]
-        while n["up"] and n["count"] < S:
+        while n["up"] and n["ready"] is None and n["count"] < S:
             hold = C if K > 0 and n["count"] > 0 and n["count"] % K == 0 and n.get("held") != n["count"] else 0.0
             step_end = n["at"] + hold + P
             if step_end > until:
@@ -252,40 +259,65 @@ def _simulate_async(config, events, p, c):
                 finish[r] = step_end
 
     def slowest():
-        live = [n["count"] for n in nodes.values() if n["up"] and n["count"] < S]
+        live = [n["count"] for n in nodes.values() if n["up"] and n["ready"] is None and n["count"] < S]
         return min(live) if live else S
+
+    def settle(until):
+        """Every node steps up to `until`; the nodes that become ready before it take their clock then."""
+        while True:
+            starting = sorted((n["ready"], r) for r, n in nodes.items() if n["up"] and n["ready"] is not None
+                              and n["ready"] <= until)
+            if not starting:
+                break
+            when, r = starting[0]
+            for q in nodes:
+                advance(q, when)
+            n = nodes[r]
+            member = n.get("died") is not None and when - n["died"] < W
+            if not member:
+                n["count"] = max(n["count"], (slowest() // H) * H)
+            n.update(ready=None, at=when, died=None)
+            if n["count"] >= S:  # the job is at its end: it finds nothing to do and leaves
+                finish[r] = when
+        for q in nodes:
+            advance(q, until)
+
+    def start(r, when, startup, count, died=None):
+        old = nodes.get(r, {})
+        nodes[r] = {"launch": when, "at": when + startup, "count": count, "up": True, "ready": when + startup,
+                    "died": died, "held": old.get("held")}
 
     for e in _schedule(events, c["U0"] + T):
         te = e["abs"]
-        for r in nodes:
-            advance(r, te)
         for when, r in sorted(x for x in relaunch if x[0] <= te):
             relaunch.remove((when, r))
-            n = nodes[r]
-            n.update(launch=when, at=when + c["U_back"], up=True)
-            advance(r, te)
-        if all(not n["up"] or n["count"] >= S for n in nodes.values()) and not relaunch:
+            settle(when)
+            start(r, when, c["U_back"], nodes[r]["count"], nodes[r].get("died"))
+        settle(te)
+        if all(not n["up"] or (n["ready"] is None and n["count"] >= S) for n in nodes.values()) and not relaunch:
             break  # the job is over: later events do not happen
         r = e["node"]
         if e["kind"] == "join":
-            nodes[r] = {"launch": te, "at": te + c["U_join"], "count": (slowest() // H) * H, "up": True}
-            if nodes[r]["count"] >= S:  # every live node is done (one is still away): it finds the end and leaves
-                finish[r] = te + c["U_join"]
+            start(r, te, c["U_join"], 0)
             continue
         n = nodes.get(r)
         if n is None or not n["up"] or n["count"] >= S:
             continue
-        if e["kind"] == "kill9":
-            started = n["at"] <= te  # in a step (or a hold before one), not starting up
-            lost["in_flight"] += 1 if started else 0
-            partial = n["count"] % H
-            lost["partial_rounds"] += partial
-            n["count"] -= partial  # a partial local SGD round is never pushed: it is redone
+        if n["ready"] is not None:  # starting up: it ends (kill) or leaves before stepping
             n["up"] = False
             lifetimes.append(te - n["launch"])
             relaunch.append((te + e["delay_s"], r))
-        else:  # SIGTERM: it finishes its step, writes its checkpoint and leaves
-            gone = max(te, n["at"]) + (P if n["at"] <= te else 0.0)
+            continue
+        if e["kind"] == "kill9":
+            lost["in_flight"] += 1
+            partial = n["count"] % H
+            lost["partial_rounds"] += partial
+            n["count"] -= partial  # a partial local SGD round is never pushed: it is redone
+            n["up"], n["died"] = False, te
+            lifetimes.append(te - n["launch"])
+            relaunch.append((te + e["delay_s"], r))
+        else:  # SIGTERM: it finishes the step it is in, writes its checkpoint and leaves (FINISH)
+            gone = n["at"] + P if n["at"] <= te else te
             if n["at"] <= te:
                 n["count"] += 1
                 if n["count"] % H == 0:
@@ -296,15 +328,13 @@ def _simulate_async(config, events, p, c):
             partial = n["count"] % H
             lost["partial_rounds"] += partial
             n["count"] -= partial
-            n["up"] = False
+            n["up"], n["died"] = False, None
             lifetimes.append(gone + C - n["launch"])
             relaunch.append((gone + C + e["delay_s"], r))
-    while relaunch:  # the nodes still away come back and take their steps
-        when, r = min(relaunch)
-        relaunch.remove((when, r))
-        nodes[r].update(launch=when, at=when + c["U_back"], up=True)
-    for r in nodes:
-        advance(r, float("inf"))
+    for when, r in sorted(relaunch):  # the nodes still away come back and take their steps
+        settle(when)
+        start(r, when, c["U_back"], nodes[r]["count"], nodes[r].get("died"))
+    settle(float("inf"))
     t_last = max(finish.values())
     for r, n in nodes.items():
         if n["up"]:
@@ -582,6 +612,8 @@ def checkpoint_every(a, config, policy):
     """Steps between checkpoints. 'own': the restarting ring at Young/Daly's optimum for its failures
     (sqrt(2 x C x MTBF), MTBF = the mean time between kills and preemptions), every elastic mode only for a
     whole-job disaster (--disaster-min); 'same': every configuration at the restarting ring's interval."""
+    if a.events_per_min <= 0:  # no failures: checkpoints only for a disaster
+        return max(1, round(a.disaster_min * 60 / a.step_s))
     mtbf = 60.0 / a.events_per_min / (2.0 / 3.0)  # two kinds of three break the fixed ring
     young = max(1, round(math.sqrt(2 * a.checkpoint_s * mtbf) / a.step_s))
     if policy == "same" or config == "ring_restart":
@@ -597,7 +629,8 @@ def run_scenario(a):
     delay = tuple(float(x) for x in a.delay.split(","))
     rows = []
     for seed in range(a.first_seed, a.first_seed + a.seeds):
-        ev = draw_schedule(seed, a.events_per_min, steps, a.step_s, a.nodes, max_events=10 ** 6, start_s=a.start_s,
+        rate = 0.0 if getattr(a, "no_events", False) else a.events_per_min
+        ev = draw_schedule(seed, rate, steps, a.step_s, a.nodes, max_events=10 ** 6, start_s=a.start_s,
                            horizon_frac=2.0, delay=delay, recover_s=a.recover_s)
         for cfg in a.configs:
             ps = CONFIGS[cfg]["kind"] == "ps"
@@ -606,7 +639,8 @@ def run_scenario(a):
                  "server_machines": a.server_machines if ps else 0}
             r = simulate(cfg, ev, p, scenario_costs(a, cfg))
             writes = (steps // p["checkpoint_every"]) if p["checkpoint_every"] else 0
-            happened = [e for e in ev if a.start_s <= e["t_s"] <= r["time_to_end_s"]]
+            t0 = scenario_costs(a, cfg)["U0"] + a.step_s  # events count from the first step's end
+            happened = [e for e in ev if t0 + e["t_s"] <= r["time_to_end_s"]]
             rows.append({"config": cfg, "seed": seed, "events": len(happened),
                          "kinds": {k: sum(1 for e in happened if e["kind"] == k) for k in ("kill9", "sigterm", "join")},
                          "checkpoint_every": p["checkpoint_every"],
@@ -628,6 +662,7 @@ def summarize(rows, configs):
 # The readings beside the base one: one assumption changed at a time (an argument and its value).
 VARIANTS = [
     ("base", {}),
+    ("no events (the same checkpoints)", {"no_events": True}),
     ("same checkpoints", {"policy": "same"}),
     ("disaster every 10 min", {"disaster_min": 10.0}),
     ("back after 60-300 s", {"delay": "60,300"}),

@@ -48,10 +48,17 @@ class Timeline(unittest.TestCase):
 
     def test_an_asp_joiner_starts_at_the_slowest_live_clock_and_late_events_do_not_happen(self):
         r = cm.simulate("ps_asp", [ev("join", 47.0, 2), ev("kill9", 500.0, 0)], P, COSTS)
-        # Joins at 50 (every node has done 48 steps), ready at 54, takes steps 49-100 by 106: 52 steps.
-        self.assertEqual(r["useful_node_steps"], 200 + 52)
-        self.assertAlmostEqual(r["time_to_end_s"], 107, places=9)
+        # Launched at 50, ready at 54, when every node has done 52 steps: it takes steps 53-100 by 102.
+        self.assertEqual(r["useful_node_steps"], 200 + 48)
+        self.assertAlmostEqual(r["time_to_end_s"], 103, places=9)
         self.assertEqual(r["lost_node_steps"]["in_flight"], 0)
+
+    def test_an_asp_node_back_after_the_servers_timeout_starts_at_the_slowest_live_clock(self):
+        # As above, but the servers counted node 1 out 5 s after its death: ready at 33.5, it joins at the
+        # others' clock (31 steps done) and takes steps 32-100 by 102.5; its steps 22-31 are never taken.
+        r = cm.simulate("ps_asp", [ev("kill9", 20.5, 1)], dict(P, worker_timeout_s=5.0), COSTS)
+        self.assertEqual(r["useful_node_steps"], 100 + 21 + 69)
+        self.assertAlmostEqual(r["time_to_end_s"], 103.5, places=9)
 
     def test_bsp_waits_for_the_timeout_or_the_return_and_backup_workers_do_not(self):
         p = dict(P, worker_timeout_s=5.0)
@@ -73,6 +80,14 @@ class Timeline(unittest.TestCase):
         self.assertAlmostEqual(r["time_to_end_s"], 40.5 + 80 + 1, places=9)
         self.assertAlmostEqual(r["useful_node_steps"], 200, places=9)  # every step once, some twice
         self.assertAlmostEqual(r["present_node_s"], 121.5 + 23.5 + (121.5 - 30.5), places=9)
+
+    def test_a_second_failure_during_a_restart_delays_it_and_falls_back_no_further(self):
+        p = dict(P, nodes=3, checkpoint_every=10)
+        one = cm.simulate("ring_restart", [ev("kill9", 30.5, 1, delay=20.0)], p, COSTS)
+        two = cm.simulate("ring_restart", [ev("kill9", 30.5, 1, delay=20.0), ev("kill9", 32.5, 2, delay=1.0)], p, COSTS)
+        self.assertEqual(two["lost_node_steps"]["recomputed"], one["lost_node_steps"]["recomputed"])
+        self.assertGreaterEqual(two["time_to_end_s"], one["time_to_end_s"])
+        self.assertEqual(one["useful_node_steps"], 300)
 
     def test_the_restarting_ring_cannot_take_a_join(self):
         self.assertEqual(cm.simulate("ring_restart", [ev("join", 10, 2)], P, COSTS)["goodput"],
