@@ -198,7 +198,9 @@ def _simulate_sync(config, events, p, c):
         else:
             lost["in_flight"] += len(members)
         waits[:] = [w for w in waits if w > end]
-        t = max([end + stall] + waits)
+        # Per-step BSP waits at the step; local SGD's members go on with their inner steps and wait at the
+        # round's sum (the round's end), for what is left of the timeout or the return.
+        t = max([end + stall] + (waits if not local or step % H == 0 else []))
         for r, e in leaving:
             if r not in members:
                 continue

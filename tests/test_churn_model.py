@@ -109,6 +109,9 @@ class Timeline(unittest.TestCase):
         self.assertAlmostEqual(r["time_to_end_s"], 121.5, places=9)
         d = cm.simulate("ps_diloco_elastic", [ev("kill9", 24.5, 1, delay=10)], dict(P, worker_timeout_s=5.0), COSTS)
         self.assertEqual(d["lost_node_steps"]["partial_rounds"], 5)
+        # DiLoCo on BSP servers: node 0 goes on with its inner steps and waits at the round's sum (step 30, at
+        # 32) only for what is left of the timeout (killed at 27.5: until 32.5).
+        self.assertAlmostEqual(d["time_to_end_s"], 103 + 0.5, places=9)
 
     def test_a_kill_during_a_checkpoint_write_falls_back_to_the_previous_checkpoint(self):
         p = dict(P, checkpoint_every=10, checkpoint_s=5.0)
