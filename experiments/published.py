@@ -18,7 +18,9 @@ the target in every seed (the budget then understates its lead, never overstates
   3. DiLoCo (Douillard et al. 2023; Charles et al. 2025): with long enough runs, DiLoCo matches data
      parallel training at equal tokens: experiments/horizon.py's studies at several lengths (not atlas
      cells); reproduced where at the longest length some H is equivalent to the ring (TOST) or better,
-     contradicted where every H is resolved worse there.
+     contradicted where, measured at two lengths or more, every H is resolved worse at each and no H's
+     gap is smaller at the longest length than at the shortest (horizon_verdict; a point-estimate
+     comparison, not a test of narrowing); otherwise not resolved.
   4. Zhang et al. 2016 (lr_scale) and Zheng et al. 2017 (DC-ASGD) against plain ASP at ASP's own
      tuned learning rate: in every cell that ran asp with the mitigation.
 Verdict per claim (1, 3, 4): "reproduced" where at least one comparison of the family is resolved for the
