@@ -52,7 +52,7 @@ from churn import CONFIGS, draw_schedule  # noqa: E402
 
 ASYNC = ("ps_asp", "ps_async_local_sgd")
 ELASTIC_RING = ("ring_elastic", "ring_diloco_elastic")
-COST_KEYS = ("U0", "U_back", "U_join", "tail", "stall_kill", "stall_term", "stall_join", "R", "period", "C", "late_share")
+COST_KEYS = ("U0", "U_back", "U_join", "tail", "stall_kill", "stall_term", "stall_join", "R", "period", "late_share")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -128,7 +128,7 @@ def _simulate_sync(config, events, p, c):
             t += C  # every member holds the write; an event in it sees the previous checkpoint as the newest
             prev_ckpt, ckpt = ckpt, step
             write_end = t
-        end = t + c.get(f"period@{len(launch)}", P)
+        end = t + P
         lost_step, leaving, stall, restarted = False, [], 0.0, False
         while pending and pending[0]["abs"] < end:
             e = pending.pop(0)
@@ -392,16 +392,6 @@ def measure_run(rec, st):
             continue
         mine.sort()
         obs["period"] += [b - a for a, b in zip(mine, mine[1:]) if b - a < 2 * T]
-        for a_, b_ in zip(mine, mine[1:]):  # this machine's cores are shared: the period by processes alive
-            if b_ - a_ < 2 * T:
-                live = sum(1 for i in rec["incarnations"]
-                           if i["start_unix"] <= b_ and (i["end_unix"] is None or i["end_unix"] >= b_))
-                obs.setdefault(f"period@{live}", []).append(b_ - a_)
-        K = st["checkpoint_every"]
-        if K > 0:  # the step after a checkpoint takes the write too
-            ms = sorted((m for m in steps.get(inc["node"], []) if lo <= m["unix_s"] <= hi + 0.5), key=lambda m: m["unix_s"])
-            obs["C"] += [b["unix_s"] - a["unix_s"] - T for a, b in zip(ms, ms[1:])
-                         if b["step"] == a["step"] + 1 and a["step"] % K == 0 and b["unix_s"] - a["unix_s"] < 10 * T]
         if rec["config"] != "ring_restart" or (inc["inc"] == 0):
             u = min(mine) - T - lo
             key = "U0" if inc["inc"] == 0 and inc["node"] < n0 else ("U_join" if inc["inc"] == 0 else "U_back")
@@ -474,10 +464,10 @@ def measure(runs):
         obs = measure_run(rec, st)
         a = acc.setdefault(rec["config"], {k: [] for k in COST_KEYS})
         for k, v in obs.items():
-            a.setdefault(k, []).extend(v)
+            a[k] += v
     costs = {}
     for cfg, a in acc.items():
-        costs[cfg] = {k: ((statistics.mean if k.startswith("period") else statistics.median)(v) if v else 0.0)
+        costs[cfg] = {k: ((statistics.mean if k == "period" else statistics.median)(v) if v else 0.0)
                       for k, v in a.items()}
         costs[cfg]["observations"] = {k: len(v) for k, v in a.items()}
     return costs
