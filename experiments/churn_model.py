@@ -168,7 +168,12 @@ def _simulate_sync(config, events, p, c):
                 if local:
                     lost["partial_rounds"] += round_steps.pop(r, 0)
                 if backup:
-                    ghosts.append(te + W)
+                    # BSP with backup workers: the dead node stays a member until the servers' timeout and is the
+                    # round's missing push: nothing waits, nothing is late. More dead members than backup workers
+                    # inside the timeout: the round waits until the servers have counted enough of them out.
+                    ghosts[:] = sorted(g for g in ghosts + [te + W] if g > te)
+                    if len(ghosts) > backup:
+                        waits.append(ghosts[len(ghosts) - backup - 1])
                 elif bsp:
                     # The round waits for the dead member until the servers count it out (the timeout) or it
                     # is back and joins (a restarted member is counted out of the round it left).

@@ -71,6 +71,11 @@ class Timeline(unittest.TestCase):
         # Until the timeout (23.5 + 5) the dead node is the round's missing push: the 6 rounds that start before
         # it (at 23, 24, ..., 28) drop no late gradient; every other round drops one.
         self.assertAlmostEqual(backup["lost_node_steps"]["backup_dropped"], 100 - 6, places=9)
+        # Two dead members inside the timeout with one backup worker: the rounds wait until the first is counted
+        # out (23.5 + 5), as plain BSP does.
+        two = cm.simulate("ps_bsp_backup", [ev("kill9", 20.5, 1, delay=500), ev("kill9", 20.7, 2, delay=500)],
+                          dict(p, nodes=4), COSTS)
+        self.assertAlmostEqual(two["time_to_end_s"], 103 + 5 - 0.5, places=9)
 
     def test_the_restarting_ring_waits_and_recomputes_since_its_checkpoint(self):
         p = dict(P, checkpoint_every=10, checkpoint_s=0.0)
