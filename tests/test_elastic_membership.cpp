@@ -552,7 +552,7 @@ TEST(PsElastic, ARestartedMembersJoinWaitsForItsPushHeldOnAnotherServerBehind) {
   sc.encrypt = "off";
   PsConfig slow = config("bsp"), fast = config("bsp");
   slow.worker_timeout_s = 600;
-  fast.worker_timeout_s = 1;
+  fast.worker_timeout_s = 2;  // worker 1's heartbeats come every 100 ms: only a stall of 2 s would expire it too
   test::InProcessServer a(sc, slow, "job"), b(sc, fast, "job");
   zmq::context_t ctx;
   auto request = send_request;
@@ -600,14 +600,14 @@ TEST(PsElastic, ARestartedMembersJoinWaitsForItsPushHeldOnAnotherServerBehind) {
   const auto b_round0_w0 = reply(b0), b_round0_w1 = reply(b1);  // B's round 0: both
   EXPECT_EQ(b_round0_w0.first.join, 0);
   push(a0, 0, 0);  // held on A: its round 0 waits for worker 1. Worker 0 dies here.
-  // Worker 1 stays alive on B (heartbeats) until B has expired worker 0 (silent past 1 s).
+  // Worker 1 stays alive on B (heartbeats) until B has expired worker 0 (silent past 2 s; 5 s of heartbeats).
   MsgHeader hb;
   hb.type = static_cast<int>(MsgType::kHeartbeat);
   hb.worker = 1;
-  for (int i = 0; i < 12; ++i) {
+  for (int i = 0; i < 50; ++i) {
     request(b1, hb, {});
     request(a1, hb, {});
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   zmq::socket_t ra0 = a.dealer(ctx), rb0 = b.dealer(ctx);  // worker 0 restarted: new sockets
   const auto [ca, cb] = join_both(ra0, rb0, 0, false);
