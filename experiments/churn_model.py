@@ -42,7 +42,6 @@ import argparse
 import json
 import math
 import os
-import random
 import statistics
 import sys
 
@@ -386,7 +385,7 @@ def measure_run(rec, st):
     for inc in rec["incarnations"]:
         steps.setdefault(inc["node"], _steps(rec["dir"], inc["node"]))
     completion = {}
-    for node, ms in steps.items():
+    for ms in steps.values():
         for m in ms:
             completion[m["step"]] = max(completion.get(m["step"], 0.0), m["unix_s"])
     times = sorted(completion.values())
@@ -478,7 +477,7 @@ def measure(runs):
     return costs
 
 
-def params_of(st, rec=None):
+def params_of(st):
     return {"nodes": st["nodes"], "steps": st["steps"], "step_time": st["step_time"],
             "checkpoint_every": st["checkpoint_every"], "checkpoint_s": st["checkpoint_s"],
             "sync_every": st.get("sync_every", 10), "worker_timeout_s": st.get("worker_timeout_s", 30.0)}
