@@ -125,7 +125,11 @@ CONFIGS = {
 # ps_diloco_elastic, whose BSP shards average the round's deltas), or asynchronous local SGD (ps_async_local_sgd:
 # ASP shards apply each node's delta on arrival with delayed Nesterov, experiments/ab_sync_async.py's outer step).
 DILOCO_FLAGS = ["--dist.outer=nesterov", "--dist.outer_lr=0.7", "--dist.outer_momentum=0.9"]
-ASYNC_LOCAL_SGD_FLAGS = ["--dist.outer=delayed_nesterov", "--dist.outer_lr=0.35", "--dist.outer_momentum=0.9"]
+ASYNC_LOCAL_SGD_FLAGS = ["--dist.outer=delayed_nesterov", "--dist.outer_momentum=0.9"]  # + --dist.outer_lr=--async-outer-lr
+
+
+def async_local_sgd_flags(outer_lr):
+    return ASYNC_LOCAL_SGD_FLAGS + [f"--dist.outer_lr={outer_lr:g}"]
 # A round that the survivors of a lost node applied themselves (worker/sync/elastic_local_sgd_sync.cpp).
 ROUND_APPLIED = re.compile(r"the round ending at step (\d+) applied by the (\d+) member")
 # Not built: the worker refuses them (the refusal is quoted in the report, asked of the binary).
@@ -412,7 +416,7 @@ class Run:
     def local_sgd_flags(self):
         if not self.cfg.get("local_sgd"):
             return []
-        outer = ASYNC_LOCAL_SGD_FLAGS if self.cfg.get("outer") == "async" else DILOCO_FLAGS
+        outer = async_local_sgd_flags(self.a.async_outer_lr) if self.cfg.get("outer") == "async" else DILOCO_FLAGS
         return [f"--dist.sync_every={self.a.sync_every}"] + outer
 
     def alive(self, rank):
@@ -1029,7 +1033,7 @@ def write_report(s, out):
          f"{st.get('checkpoint_s', 0):g} s, emulate.checkpoint_s; 0: its real duration) for every configuration; ring_restart through "
          f"scripts/launch_node.sh --max-restarts {st['max_restarts']}; ring_elastic with a syncopate-rendezvous process; ring_diloco_elastic too, with "
          f"--dist.sync_every={st.get('sync_every', 10)} {' '.join(DILOCO_FLAGS)} (ps_diloco_elastic: the same flags; "
-         f"ps_async_local_sgd: {' '.join(ASYNC_LOCAL_SGD_FLAGS)}). Events: Poisson, {st['events_per_min']:g} per "
+         f"ps_async_local_sgd: {' '.join(async_local_sgd_flags(st.get('async_outer_lr', 0.35)))}). Events: Poisson, {st['events_per_min']:g} per "
          f"minute of wall time, from {st['events_start_s']:g} s to {st['horizon_frac']:g} x the modelled length, at most "
          f"{st['max_events']} per run, delays {st['delay'][0]:g}-{st['delay'][1]:g} s; seeds "
          f"{', '.join(map(str, s['seeds']))}.", "", "## Definitions", ""] + definitions(s)
@@ -1180,6 +1184,8 @@ def parse_args(argv):
     r.add_argument("--step-time", type=float, default=0.1, help="modelled compute seconds per step")
     r.add_argument("--batch", type=int, default=2)
     r.add_argument("--sync-every", type=int, default=10, help="local SGD configurations (ring_diloco_elastic, ps_diloco_elastic, ps_async_local_sgd): inner steps per round")
+    r.add_argument("--async-outer-lr", type=float, default=0.35,
+                   help="ps_async_local_sgd's --dist.outer_lr (delayed Nesterov, momentum 0.9); tune it on seeds of its own")
     r.add_argument("--checkpoint-every", type=int, default=10)
     r.add_argument("--checkpoint-s", type=float, default=0.0,
                    help="emulate.checkpoint_s: the modelled duration of one checkpoint write, s (0: the real one)")
@@ -1269,7 +1275,8 @@ def main(argv=None):
                       "worker_timeout_s": a.worker_timeout_s, "timeout_s": a.timeout_s, "max_restarts": a.max_restarts,
                       "hang_s": a.hang_s, "events_per_min": a.events_per_min, "max_events": a.max_events,
                       "events_start_s": a.events_start_s, "horizon_frac": a.horizon_frac, "delay": list(a.delay),
-                      "recover_s": a.recover_s, "corpus": a.corpus, "servers": SERVERS, "sync_every": a.sync_every},
+                      "recover_s": a.recover_s, "corpus": a.corpus, "servers": SERVERS, "sync_every": a.sync_every,
+                      "async_outer_lr": a.async_outer_lr},
          "seeds": seeds, "configs": runnable, "schedules": schedules}
     try:
         for name, sd, churn in plan:
