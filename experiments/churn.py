@@ -130,6 +130,8 @@ ASYNC_LOCAL_SGD_FLAGS = ["--dist.outer=delayed_nesterov", "--dist.outer_momentum
 
 def async_local_sgd_flags(outer_lr):
     return ASYNC_LOCAL_SGD_FLAGS + [f"--dist.outer_lr={outer_lr:g}"]
+
+
 # A round that the survivors of a lost node applied themselves (worker/sync/elastic_local_sgd_sync.cpp).
 ROUND_APPLIED = re.compile(r"the round ending at step (\d+) applied by the (\d+) member")
 # Not built: the worker refuses them (the refusal is quoted in the report, asked of the binary).
@@ -810,10 +812,12 @@ def not_built():
     return out
 
 
-def compare(runs, configs, equal_runs=()):
+def compare(runs, configs, equal_runs=(), batch_runs=()):
     """Churn against the reference, paired by seed, per configuration: final_val_loss and goodput;
     Holm over every comparison. equal_runs: the references at the churn runs' applied samples
-    (--equal-samples), whose final-loss gap is tested too."""
+    (--equal-samples), whose final-loss gap is tested too. batch_runs: runs without events at the
+    reference's steps and a larger batch (report --batch-references): with the reference, a line in
+    samples at equal steps, read at the churn run's samples (equal steps and equal samples at once)."""
     comps = []
     for name in configs:
         for metric in ("final_val_loss", "goodput"):
@@ -841,7 +845,14 @@ def compare(runs, configs, equal_runs=()):
             c["within_1pct"] = loss_gap_within(runs, c["config"])
             if any(r["config"] == c["config"] for r in equal_runs):
                 c["within_1pct_equal_samples"] = loss_gap_within(runs, c["config"], equal_runs)
-    for key in ("within_1pct", "within_1pct_equal_samples"):  # each family: Holm over its configurations
+                inter = interpolated_references(runs, equal_runs, c["config"])
+                c["within_1pct_interpolated"] = loss_gap_within(runs, c["config"], inter)
+                c["within_1pct_interpolated"]["outside_max"] = max((r["outside"] for r in inter), default=None)
+        if c["metric"] == "final_val_loss" and any(r["config"] == c["config"] for r in batch_runs):
+            inter = interpolated_references(runs, batch_runs, c["config"])
+            c["within_1pct_batch"] = loss_gap_within(runs, c["config"], inter)
+            c["within_1pct_batch"]["outside_max"] = max((r["outside"] for r in inter), default=None)
+    for key in ("within_1pct", "within_1pct_equal_samples", "within_1pct_interpolated", "within_1pct_batch"):
         holm_beyond([c[key] for c in comps if c.get(key)])
     return comps
 
@@ -872,6 +883,29 @@ def equal_budget(a, cfg, churn_metrics, ref_metrics):
         return None
     unit = a.sync_every if cfg.get("local_sgd") else 1
     return max(unit, int(round(a.steps * cu / ru / unit)) * unit)
+
+
+def interpolated_references(runs, equal_runs, name):
+    """Per seed, a reference at exactly the churn run's applied samples: the final loss of the two runs
+    without events (at equal steps, and at the --equal-samples budget, whose rounding to whole steps or
+    rounds leaves it off the churn run's samples by up to a round) joined by a line in useful samples and
+    read at the churn run's samples. Where both references applied the same samples, the equal-samples one.
+    Each entry records how far outside the two references' samples it reads (0: between them)."""
+    def by_seed(rs, churn):
+        return {r["seed"]: r for r in rs if r["config"] == name and bool(r["churn"]) == churn and r["status"] == "complete"}
+    ch, ref, eq = by_seed(runs, True), by_seed(runs, False), by_seed(equal_runs, False)
+    out = []
+    for sd in sorted(set(ch) & set(ref) & set(eq)):
+        m1, m2 = ref[sd]["metrics"], eq[sd]["metrics"]
+        sc, s1, s2 = ch[sd]["metrics"].get("useful_samples"), m1.get("useful_samples"), m2.get("useful_samples")
+        l1, l2 = m1.get("final_val_loss"), m2.get("final_val_loss")
+        if None in (sc, s1, s2, l1, l2):
+            continue
+        loss = l2 if s2 == s1 else l1 + (l2 - l1) * (sc - s1) / (s2 - s1)
+        outside = 0.0 if s2 == s1 else max(0.0, min(s1, s2) - sc, sc - max(s1, s2)) / abs(s2 - s1)
+        out.append({"config": name, "seed": sd, "churn": False, "status": "complete",
+                    "metrics": {"final_val_loss": loss, "useful_samples": sc}, "outside": outside})
+    return out
 
 
 LOSS_GAP = 0.01  # issue 30: the final-loss gap against the run without events, as a share of that run's loss
@@ -1110,6 +1144,20 @@ def write_report(s, out):
               "over the equal-steps one (its final loss relative to it).", "",
               "| configuration | seed | reference steps | gap at equal steps | gap at equal samples | reference's gain |",
               "|---|---|---|---|---|---|"]
+        inter = [c for c in gaps if c.get("within_1pct_interpolated")]
+        if inter:
+            L += ["", "The same gap against a reference read at exactly the churn run's applied samples (`interpolated_"
+                  "references`): the final losses of the two references, at equal steps and at the rounded budget above, "
+                  "joined by a line in useful samples; it removes the rounding to whole rounds that leaves local SGD's "
+                  "references up to a round off.", "",
+                  "| configuration | mean gap | 90% interval | n | verdict | read beyond the two references' samples, "
+                  "at most (share of the span between them) |", "|---|---|---|---|---|---|"]
+            for c in inter:
+                g = c["within_1pct_interpolated"]
+                ci, o = g["ci90"], g.get("outside_max")
+                L.append(f"| {c['config']} | {'-' if g['mean'] is None else format(g['mean'], '+.2%')} | "
+                         f"{'-' if ci[0] is None else f'[{ci[0]:+.2%}, {ci[1]:+.2%}]'} | {g['n']} | {g['verdict']} | "
+                         f"{'-' if o is None else format(o, '.2f')} |")
         for c in gaps:
             g, g0 = c["within_1pct_equal_samples"], c["within_1pct"]
             for sd, x in g["gaps"].items():
@@ -1120,6 +1168,27 @@ def write_report(s, out):
             if g["missing_seeds"]:
                 L.append(f"| {c['config']} | {', '.join(g['missing_seeds'])} | no paired reference at equal samples "
                          "(a run failed) | | | |")
+    batch = [c for c in s["comparisons"] if c.get("within_1pct_batch")]
+    if batch:
+        src = sorted({(r["batch"], r["source"]) for r in s.get("batch_runs", [])})
+        L += ["", "## Final-loss gap at equal steps and equal applied samples (report --batch-references)", "",
+              f"References at this study's {s['settings']['steps']} steps applying the churn run's samples: per seed, the "
+              f"reference above (batch {s['settings']['batch']}) and a run without events at batch "
+              f"{', '.join(str(b) for b, _ in src)} (`{'`, `'.join(c for _, c in src)}`) joined by a line in useful samples, read "
+              "at the churn run's samples. Where the churn run's extra samples came as larger rounds (a joiner), this "
+              "reference takes them as larger rounds too, so the gap leaves out what more steps would have gained.", "",
+              "| configuration | mean gap | 90% interval | n | verdict | read beyond the two references' samples, at most "
+              "(share of the span between them) |", "|---|---|---|---|---|---|"]
+        for c in batch:
+            g = c["within_1pct_batch"]
+            ci, o = g["ci90"], g.get("outside_max")
+            L.append(f"| {c['config']} | {'-' if g['mean'] is None else format(g['mean'], '+.2%')} | "
+                     f"{'-' if ci[0] is None else f'[{ci[0]:+.2%}, {ci[1]:+.2%}]'} | {g['n']} | {g['verdict']} | "
+                     f"{'-' if o is None else format(o, '.2f')} |")
+        L += ["", "| configuration | seed | gap at equal steps and samples |", "|---|---|---|"]
+        for c in batch:
+            for sd, x in c["within_1pct_batch"]["gaps"].items():
+                L.append(f"| {c['config']} | {sd} | {x:+.2%} |")
     L += ["", "## Not built", ""]
     for name, nb in s["not_built"].items():
         L.append(f"- {name} (`{' '.join(nb['flags'])}`): not built; the worker "
@@ -1184,8 +1253,10 @@ def parse_args(argv):
     r.add_argument("--step-time", type=float, default=0.1, help="modelled compute seconds per step")
     r.add_argument("--batch", type=int, default=2)
     r.add_argument("--sync-every", type=int, default=10, help="local SGD configurations (ring_diloco_elastic, ps_diloco_elastic, ps_async_local_sgd): inner steps per round")
-    r.add_argument("--async-outer-lr", type=float, default=0.35,
-                   help="ps_async_local_sgd's --dist.outer_lr (delayed Nesterov, momentum 0.9); tune it on seeds of its own")
+    r.add_argument("--async-outer-lr", type=float, default=0.1,
+                   help="ps_async_local_sgd's --dist.outer_lr (delayed Nesterov, momentum 0.9): 0.1 was tuned on seeds "
+                   "1000-1002 of the default setup (docs/study/churn_lossgap10_als/tuning.md; 0.35 diverged); tune it "
+                   "on seeds of its own for another setup")
     r.add_argument("--checkpoint-every", type=int, default=10)
     r.add_argument("--checkpoint-s", type=float, default=0.0,
                    help="emulate.checkpoint_s: the modelled duration of one checkpoint write, s (0: the real one)")
@@ -1203,6 +1274,10 @@ def parse_args(argv):
     r.add_argument("--cache-dir", default=os.path.join(ROOT, "data", "cache"))
     p = sub.add_parser("report", help="rewrite DIR/churn.md (and the plot) from DIR/churn.json")
     p.add_argument("dir")
+    p.add_argument("--batch-references", metavar="DIR2",
+                   help="a churn.py run directory of the same setup and seeds without events (--events-per-min 0 "
+                        "--no-reference) at a larger --batch: the final-loss gap at equal steps and equal applied samples "
+                        "at once (each seed's reference and DIR2's run joined by a line in samples); kept in churn.json")
     a = ap.parse_args(argv)
     if a.cmd == "run":
         # Absolute: every process runs in its own log directory.
@@ -1218,6 +1293,36 @@ def parse_args(argv):
         if a.equal_samples and a.no_reference:
             ap.error("--equal-samples needs the references (it scales their budget): drop --no-reference")
     return a
+
+
+BATCH_CONTROL_KEYS = ("nodes", "steps", "step_time", "sync_every", "checkpoint_every", "val_windows", "corpus",
+                      "worker_timeout_s")
+
+
+def batch_references(s, d):
+    """report --batch-references: DIR2's runs, checked to be the same setup as s but a larger batch and
+    no event, as references (their own batch and command recorded)."""
+    try:
+        with open(os.path.join(d, "churn.json")) as f:
+            b = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"churn: --batch-references {d}: no readable churn.json ({e}); give a churn.py run directory")
+    st, bt = s["settings"], b["settings"]
+    differ = [k for k in BATCH_CONTROL_KEYS if st.get(k) != bt.get(k)]
+    if any(r["config"] == "ps_async_local_sgd" for r in b["runs"]) and \
+            st.get("async_outer_lr", 0.35) != bt.get("async_outer_lr", 0.35):  # (records before the option: 0.35)
+        differ.append("async_outer_lr")
+    if differ:
+        raise SystemExit(f"churn: --batch-references {d} differs from {s['command']} in {', '.join(differ)}: it must be the "
+                         "same setup, only --batch larger")
+    if bt.get("batch", 0) <= st.get("batch", 0):
+        raise SystemExit(f"churn: --batch-references {d} ran batch {bt.get('batch')}, not above this study's "
+                         f"{st.get('batch')}: run it with a larger --batch")
+    evented = [f"{r['config']} seed {r['seed']}" for r in b["runs"] if r.get("events")]
+    if evented:
+        raise SystemExit(f"churn: --batch-references {d} has runs with events ({', '.join(evented[:3])}): run it with "
+                         "--events-per-min 0 --no-reference")
+    return [dict(r, churn=False, batch=bt["batch"], source=b["command"]) for r in b["runs"]]
 
 
 def run_fresh(a, name, seed, events, kind):
@@ -1243,7 +1348,9 @@ def main(argv=None):
                 if acked is not None:
                     r["metrics"]["exactly_once"] = exactly_once(cfg, r["server_stats"], acked, crashes,
                                                                 s["settings"]["steps"] // every)
-        s["comparisons"] = compare(s["runs"], s["configs"], s.get("equal_runs", []))
+        if a.batch_references:
+            s["batch_runs"] = batch_references(s, a.batch_references)
+        s["comparisons"] = compare(s["runs"], s["configs"], s.get("equal_runs", []), s.get("batch_runs", []))
         s["plot"] = plot(s, a.dir)
         with open(os.path.join(a.dir, "churn.json"), "w") as f:
             json.dump(s, f, indent=1, default=str)

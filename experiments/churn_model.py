@@ -60,8 +60,10 @@ COST_KEYS = ("U0", "U_back", "U_join", "tail", "stall_kill", "stall_term", "stal
 def simulate(config, events, p, costs):
     """Goodput of one run of `config` under `events` (draw_schedule's list; t_s counted from the moment the
     first nodes have stepped once). p: nodes, steps, step_time, checkpoint_every, checkpoint_s, sync_every,
-    and optionally worker_timeout_s (BSP's wait for a dead node) and server_machines (present for the whole
-    run). costs: COST_KEYS in seconds. Returns a dict (goodput, useful node-steps, present node-s, time to
+    and optionally worker_timeout_s (BSP's wait for a dead node), server_machines (present for the whole
+    run) and shard_hosts (the nodes whose parameter-server shards run beside them and die with them: every
+    push waits from the host's kill or departure until its shard is back, costs["shard_up"] after the host's
+    relaunch). costs: COST_KEYS in seconds. Returns a dict (goodput, useful node-steps, present node-s, time to
     end, lost node-steps by cause)."""
     r = (_simulate_async if config in ASYNC else _simulate_sync)(config, events, p, costs)
     servers = p.get("server_machines", 0) * r["time_to_end_s"]
@@ -97,6 +99,7 @@ def _simulate_sync(config, events, p, c):
     ghosts = []       # BSP + backup: until when each crashed node still counts as a member (its missing push)
     waits = []        # BSP: until when a round waits for a dead member (the timeout, or its return)
     round_steps = {}  # local SGD: node -> its steps in the current round (dropped if it leaves mid-round)
+    hosts = set(p.get("shard_hosts") or ()) if bsp else set()  # a host's event takes its shard down with it
     t, step, useful = c["U0"], 0, 0.0
     ckpt, prev_ckpt = 0, 0
 
@@ -141,6 +144,8 @@ def _simulate_sync(config, events, p, c):
             if r not in members:  # starting up: it ends (kill) or leaves before stepping
                 end_incarnation(r, te)
                 relaunch.append((te + e["delay_s"], r))
+                if r in hosts:  # its shard with it: every round waits until the shard is back
+                    waits.append(te + e["delay_s"] + c.get("shard_up", 0.0))
                 continue
             if ring_restart:
                 if e["kind"] == "sigterm" and step == S - 1:
@@ -177,6 +182,8 @@ def _simulate_sync(config, events, p, c):
                     # The round waits for the dead member until the servers count it out (the timeout) or it
                     # is back and joins (a restarted member is counted out of the round it left).
                     waits.append(te + min(W, e["delay_s"] + c["U_back"]))
+                if r in hosts:  # its shard died with it: the rounds wait until the shard is back
+                    waits.append(te + e["delay_s"] + c.get("shard_up", 0.0))
                 elif config in ELASTIC_RING:
                     stall = max(stall, c["stall_kill"])
                     lost_step = not local  # the step in flight is abandoned everywhere and redone
@@ -216,6 +223,10 @@ def _simulate_sync(config, events, p, c):
                 round_steps.pop(r, None)
             end_incarnation(r, end + C)
             relaunch.append((end + C + e["delay_s"], r))
+            if r in hosts:  # its shard leaves with it (after the same checkpoint) until the host is back
+                waits.append(end + C + e["delay_s"] + c.get("shard_up", 0.0))
+                if not local or step % H == 0:
+                    t = max(t, waits[-1])
             if config in ELASTIC_RING:
                 t += c["stall_term"]  # the re-formation (BSP's servers count a FINISHed node out at once)
         if local and step % H == 0:
@@ -246,6 +257,22 @@ def _simulate_async(config, events, p, c):
     nodes = {r: {"launch": 0.0, "at": c["U0"], "count": 0, "up": True, "ready": None} for r in range(n0)}
     lifetimes, relaunch, finish = [], [], {}
     useful = 0.0
+    hosts = set(p.get("shard_hosts") or ())
+    outages = []  # (from, to): a shard is down with its host; a push due inside waits until `to`
+
+    def pushed(step_end):
+        """When a push due at step_end is answered: after every shard outage it falls in."""
+        moved = True
+        while moved:
+            moved = False
+            for a, b in outages:
+                if a <= step_end < b:
+                    step_end, moved = b, True
+        return step_end
+
+    def shard_down(r, when, back):
+        if r in hosts:
+            outages.append((when, back + c.get("shard_up", 0.0)))
 
     def advance(r, until):
         """Node r takes the steps that end by `until` (with its checkpoint holds)."""
@@ -254,6 +281,8 @@ def _simulate_async(config, events, p, c):
         while n["up"] and n["ready"] is None and n["count"] < S:
             hold = C if K > 0 and n["count"] > 0 and n["count"] % K == 0 and n.get("held") != n["count"] else 0.0
             step_end = n["at"] + hold + P
+            if (n["count"] + 1) % H == 0:  # this step pushes (local SGD: its round's last)
+                step_end = pushed(step_end)
             if step_end > until:
                 return
             n["held"] = n["count"] if hold else n.get("held")
@@ -313,6 +342,7 @@ def _simulate_async(config, events, p, c):
             n["up"] = False
             lifetimes.append(te - n["launch"])
             relaunch.append((te + e["delay_s"], r))
+            shard_down(r, te, te + e["delay_s"])
             continue
         if e["kind"] == "kill9":
             lost["in_flight"] += 1
@@ -322,6 +352,7 @@ def _simulate_async(config, events, p, c):
             n["up"], n["died"] = False, te
             lifetimes.append(te - n["launch"])
             relaunch.append((te + e["delay_s"], r))
+            shard_down(r, te, te + e["delay_s"])
         else:  # SIGTERM: it finishes the step it is in, writes its checkpoint and leaves (FINISH)
             gone = n["at"] + P if n["at"] <= te else te
             if n["at"] <= te:
@@ -337,6 +368,7 @@ def _simulate_async(config, events, p, c):
             n["up"], n["died"] = False, None
             lifetimes.append(gone + C - n["launch"])
             relaunch.append((gone + C + e["delay_s"], r))
+            shard_down(r, gone + C, gone + C + e["delay_s"])
     for when, r in sorted(relaunch):  # the nodes still away come back and take their steps
         settle(when)
         start(r, when, c["U_back"], nodes[r]["count"], nodes[r].get("died"))
@@ -591,7 +623,8 @@ def scenario_costs(a, config):
     transfer_params = a.state_gb / 3 * 8 / a.link_gbit  # the servers' parameters (a third of that state)
     ring = config.startswith("ring")
     c = {"U0": a.startup_s + (transfer_params if not ring else 0.0), "tail": a.tail_s, "stall_term": a.reform_s if ring else 0.0,
-         "stall_join": transfer_state if ring else 0.0, "period": a.step_s, "R": a.startup_s + a.restore_s}
+         "stall_join": transfer_state if ring else 0.0, "period": a.step_s, "R": a.startup_s + a.restore_s,
+         "shard_up": 0.0 if ring else a.shard_up_s}
     c["U_back"] = c["U_join"] = a.startup_s + (transfer_state if ring else transfer_params)
     if config == "ring_restart":
         c["U0"] = a.startup_s
@@ -617,6 +650,16 @@ def checkpoint_every(a, config, policy):
     return max(1, round(a.disaster_min * 60 / a.step_s))
 
 
+def shard_hosts(a):
+    """The nodes whose shards die with them: one shard per node of the job's start (launch_node.sh's
+    SYNCOPATE_SERVERS=per-node), unless the servers have machines of their own or a reading lets them
+    survive their nodes' events (--shards-survive: as on the emulated cluster, whose shards are processes no
+    event touches)."""
+    if a.server_machines > 0 or getattr(a, "shards_survive", False):
+        return []
+    return list(range(a.nodes))
+
+
 def run_scenario(a):
     """Every configuration on the same seeded schedules. Events are drawn over twice the job's length (a
     configuration that takes longer meets the events of its own extra time; those past its end do not
@@ -632,7 +675,8 @@ def run_scenario(a):
             ps = CONFIGS[cfg]["kind"] == "ps"
             p = {"nodes": a.nodes, "steps": steps, "step_time": a.step_s, "checkpoint_every": checkpoint_every(a, cfg, a.policy),
                  "checkpoint_s": a.checkpoint_s, "sync_every": a.sync_every, "worker_timeout_s": a.worker_timeout_s,
-                 "server_machines": a.server_machines if ps else 0}
+                 "server_machines": a.server_machines if ps else 0,
+                 "shard_hosts": shard_hosts(a) if ps else []}
             r = simulate(cfg, ev, p, scenario_costs(a, cfg))
             writes = (steps // p["checkpoint_every"]) if p["checkpoint_every"] else 0
             t0 = scenario_costs(a, cfg)["U0"] + a.step_s  # events count from the first step's end
@@ -667,6 +711,8 @@ VARIANTS = [
     ("checkpoint 5 s", {"checkpoint_s": 5.0}),
     ("a lost machine (detect 60 s)", {"detect_s": 60.0}),
     ("2 server machines", {"server_machines": 2}),
+    ("shards survive their nodes' events", {"shards_survive": True}),
+    ("shard up 30 s after its host", {"shard_up_s": 30.0}),
 ]
 
 
@@ -693,8 +739,9 @@ def cmd_scenario(a):
          f"after {a.delay.replace(',', '-')} s, a joiner stays), checkpoints of {a.checkpoint_s:g} s held by every node "
          f"(the restarting ring at Young/Daly's interval for its failures, every elastic mode every {a.disaster_min:g} "
          f"min for a whole-job disaster), {a.seeds} seeds ({a.first_seed}-{a.first_seed + a.seeds - 1}), the same "
-         "schedules for every configuration. Parameter servers run on the nodes (no machine of their own) unless a "
-         "reading says otherwise.", "",
+         "schedules for every configuration. Parameter servers run on the nodes (no machine of their own), one shard "
+         "per node of the job's start, which goes down with its node (kill -9 or SIGTERM) and serves again "
+         f"{a.shard_up_s:g} s after the node is back: every push in between waits, unless a reading says otherwise.", "",
          "Stated costs at scale (seconds; arguments of `scenario`, none measured at this scale):", "",
          "| configuration | U0 | U_back = U_join | stall at a kill | stall at a SIGTERM | pause at an admission | R (restart) | tail |",
          "|---|---|---|---|---|---|---|---|"]
@@ -758,7 +805,12 @@ def main(argv=None):
     sc.add_argument("--policy", choices=("own", "same"), default="own", help="checkpoints: each mode's own "
                     "interval, or every mode at the restarting ring's (see checkpoint_every)")
     sc.add_argument("--server-machines", type=int, default=0, help="ps configurations: machines of their own that the "
-                    "servers run on, present for the whole run (0: on the nodes)")
+                    "servers run on, present for the whole run (0: on the nodes, one shard per node of the job's start, "
+                    "down with its node until it is back)")
+    sc.add_argument("--shards-survive", action="store_true", help="shards on the nodes that no event takes down (the "
+                    "emulated cluster's setting)")
+    sc.add_argument("--shard-up-s", type=float, default=5.0, help="a shard from its host's relaunch to serving again "
+                    "(process start and its checkpoint read back), s")
     sc.add_argument("--recover-s", type=float, default=60.0, help="a node is not targeted again for this long after it is back")
     sc.add_argument("--checkpoint-s", type=float, default=30.0, help="a checkpoint's write, s (every node holds it)")
     sc.add_argument("--restore-s", type=float, default=30.0, help="reading a checkpoint back, s (the restarting ring)")

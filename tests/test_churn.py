@@ -188,6 +188,66 @@ class EqualSamples(unittest.TestCase):
         self.assertTrue(loss["within_1pct_equal_samples"]["verdict"].startswith("within 1%"))
         self.assertNotIn("within_1pct_equal_samples", churn.compare(runs, ["x"])[0])
 
+    def test_the_interpolated_reference_reads_the_line_between_the_two_at_the_churn_runs_samples(self):
+        ref = lambda sd, loss, samples, **k: {"config": "x", "seed": sd, "churn": False, "status": "complete",
+                                              "metrics": {"final_val_loss": loss, "useful_samples": samples}, **k}
+        runs = [{"config": "x", "seed": 0, "churn": True, "status": "complete",
+                 "metrics": {"final_val_loss": 3.0, "useful_samples": 110.0}}, ref(0, 3.2, 100.0)]
+        # the rounded budget overshot: 120 samples at 3.0; at 110 the line reads 3.1
+        got = churn.interpolated_references(runs, [ref(0, 3.0, 120.0, equal_samples={"steps": 12})], "x")
+        self.assertEqual(len(got), 1)
+        self.assertAlmostEqual(got[0]["metrics"]["final_val_loss"], 3.1)
+        self.assertEqual(got[0]["outside"], 0.0)
+        # past both (130 samples, the references at 100 and 120): extrapolated, and said so (half the span)
+        runs[0]["metrics"]["useful_samples"] = 130.0
+        got = churn.interpolated_references(runs, [ref(0, 3.0, 120.0)], "x")
+        self.assertAlmostEqual(got[0]["metrics"]["final_val_loss"], 2.9)
+        self.assertAlmostEqual(got[0]["outside"], 0.5)
+        # both references at the same samples: the equal-samples one; a failed one: no reference for the seed
+        self.assertEqual(churn.interpolated_references(runs, [ref(0, 3.05, 100.0)], "x")[0]["metrics"]["final_val_loss"], 3.05)
+        self.assertEqual(churn.interpolated_references(runs, [ref(0, 3.0, 120.0, status="failed")], "x"), [])
+
+
+    def test_batch_references_must_be_the_same_setup_at_a_larger_batch_without_events(self):
+        st = {"nodes": 3, "steps": 120, "step_time": 0.1, "sync_every": 10, "checkpoint_every": 10, "val_windows": 64,
+              "corpus": "system", "worker_timeout_s": 4.0, "batch": 2}
+        study = {"settings": st, "command": "study"}
+        run = {"config": "x", "seed": 0, "churn": True, "status": "complete", "events": [],
+               "metrics": {"final_val_loss": 3.0, "useful_samples": 1080.0}}
+        d = tempfile.mkdtemp(prefix="syncopate-churn-test-")
+        try:
+            def control(**changes):
+                with open(os.path.join(d, "churn.json"), "w") as f:
+                    json.dump({"settings": {**st, "batch": 3, **changes}, "command": "control", "runs": [run]}, f)
+                return churn.batch_references(study, d)
+            got = control()
+            self.assertEqual((got[0]["churn"], got[0]["batch"], got[0]["source"]), (False, 3, "control"))
+            with self.assertRaisesRegex(SystemExit, "differs .* in steps"):
+                control(steps=100)
+            with self.assertRaisesRegex(SystemExit, "not above this study's 2"):
+                control(batch=2)
+            run["events"] = [{"kind": "kill9"}]
+            with self.assertRaisesRegex(SystemExit, "has runs with events"):
+                control()
+            with self.assertRaisesRegex(SystemExit, "no readable churn.json"):
+                churn.batch_references(study, os.path.join(d, "missing"))
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def test_the_batch_family_reads_the_churn_runs_samples_on_the_line_to_the_larger_batch(self):
+        # Churn applied 1.25x the reference's samples (100) at its steps; the run at a larger batch applied 150 and
+        # ended 0.4% lower: the line reads 2.994 at 125, and churn's 3.0 is within 1% of it.
+        runs = LossGap.runs([0.0, 0.001, -0.001, 0.0005, 0.0], samples=(100.0, 125.0))
+        big = [{"config": "x", "seed": sd, "churn": False, "status": "complete",
+                "metrics": {"final_val_loss": 3.0 * (1 - 0.004), "useful_samples": 150.0}} for sd in range(5)]
+        for r in runs + big:
+            r["metrics"].setdefault("goodput", 0.9)
+        loss = next(c for c in churn.compare(runs, ["x"], (), big) if c["metric"] == "final_val_loss")
+        g = loss["within_1pct_batch"]
+        self.assertTrue(g["equivalent"], g)
+        self.assertAlmostEqual(g["outside_max"], 0.0)
+        self.assertNotIn("within_1pct_batch", churn.compare(runs, ["x"])[0])
+
 
 class HangDetector(unittest.TestCase):
     def test_a_process_that_never_steps_is_a_hang_and_is_ended(self):

@@ -126,6 +126,36 @@ class Timeline(unittest.TestCase):
         self.assertEqual(during["lost_node_steps"]["recomputed"], 2 * 10)  # 20 -> 10
         self.assertEqual(after["lost_node_steps"]["recomputed"], 2 * 1)    # step 20's write was complete
 
+    def test_a_shard_that_dies_with_its_node_holds_every_push_until_it_is_back(self):
+        costs = dict(COSTS, shard_up=2.0)
+        # ASP, 3 nodes: node 1 is killed at 23.5 in its 22nd step, back at 30.5, its shard serving at 32.5.
+        # Where node 1 hosts a shard, the 22nd pushes of nodes 0 and 2 (due at 24) wait until 32.5: their 78
+        # more steps end at 110.5, not 102. Node 1 is the laggard either way (112.5), and node 0 waits for it.
+        p = dict(P, nodes=3)
+        free = cm.simulate("ps_asp", [ev("kill9", 20.5, 1)], dict(p, shard_hosts=[0]), costs)  # node 0's shard
+        down = cm.simulate("ps_asp", [ev("kill9", 20.5, 1)], dict(p, shard_hosts=[1]), costs)
+        self.assertAlmostEqual(free["time_to_end_s"], 113.5, places=9)
+        self.assertAlmostEqual(down["time_to_end_s"], 113.5, places=9)
+        self.assertAlmostEqual(down["present_node_s"], free["present_node_s"] + 8.5, places=9)  # node 2
+        self.assertEqual(down["useful_node_steps"], 300)
+        # Asynchronous local SGD: only a round's last step pushes. Killed at 27.5 (back 37.5, shard at 39.5):
+        # node 2's push at step 30 (due at 32) waits until 39.5, and its 70 more steps end at 109.5, not 102.
+        f = cm.simulate("ps_async_local_sgd", [ev("kill9", 24.5, 1, delay=10)], dict(p, shard_hosts=[0]), costs)
+        d = cm.simulate("ps_async_local_sgd", [ev("kill9", 24.5, 1, delay=10)], dict(p, shard_hosts=[1]), costs)
+        self.assertAlmostEqual(d["present_node_s"], f["present_node_s"] + 7.5, places=9)
+        # BSP (timeout 5 s): the rounds wait for the shard (32.5), past the dead member's timeout (28.5).
+        q = dict(P, worker_timeout_s=5.0)
+        bsp = cm.simulate("ps_bsp", [ev("kill9", 20.5, 1)], dict(q, shard_hosts=[1]), costs)
+        self.assertAlmostEqual(bsp["time_to_end_s"], 32.5 + 78 + 1, places=9)
+        self.assertAlmostEqual(cm.simulate("ps_bsp", [ev("kill9", 20.5, 1)], q, costs)["time_to_end_s"], 107.5, places=9)
+        # A SIGTERM: the node leaves after its step (24) and takes its shard; back at 31, the shard at 33.
+        term = cm.simulate("ps_bsp", [ev("sigterm", 20.5, 1)], dict(q, shard_hosts=[1]), costs)
+        self.assertAlmostEqual(term["time_to_end_s"], 33 + 78 + 1, places=9)
+        self.assertAlmostEqual(cm.simulate("ps_bsp", [ev("sigterm", 20.5, 1)], q, costs)["time_to_end_s"], 103, places=9)
+        # The rings have no shards: the argument changes nothing.
+        self.assertEqual(cm.simulate("ring_elastic", [ev("kill9", 20.5, 1)], dict(P, shard_hosts=[1]), costs),
+                         cm.simulate("ring_elastic", [ev("kill9", 20.5, 1)], P, costs))
+
     def test_server_machines_count_as_present(self):
         base = cm.simulate("ps_asp", [], P, COSTS)
         two = cm.simulate("ps_asp", [], dict(P, server_machines=2), COSTS)
