@@ -100,6 +100,7 @@ def _simulate_sync(config, events, p, c):
     waits = []        # BSP: until when a round waits for a dead member (the timeout, or its return)
     round_steps = {}  # local SGD: node -> its steps in the current round (dropped if it leaves mid-round)
     hosts = set(p.get("shard_hosts") or ()) if bsp else set()  # a host's event takes its shard down with it
+    outage_s = []  # each shard outage's length
     t, step, useful = c["U0"], 0, 0.0
     ckpt, prev_ckpt = 0, 0
 
@@ -146,6 +147,7 @@ def _simulate_sync(config, events, p, c):
                 relaunch.append((te + e["delay_s"], r))
                 if r in hosts:  # its shard with it: every round waits until the shard is back
                     waits.append(te + e["delay_s"] + c.get("shard_up", 0.0))
+                    outage_s.append(waits[-1] - te)
                 continue
             if ring_restart:
                 if e["kind"] == "sigterm" and step == S - 1:
@@ -184,6 +186,7 @@ def _simulate_sync(config, events, p, c):
                     waits.append(te + min(W, e["delay_s"] + c["U_back"]))
                 if r in hosts:  # its shard died with it: the rounds wait until the shard is back
                     waits.append(te + e["delay_s"] + c.get("shard_up", 0.0))
+                    outage_s.append(waits[-1] - te)
                 elif config in ELASTIC_RING:
                     stall = max(stall, c["stall_kill"])
                     lost_step = not local  # the step in flight is abandoned everywhere and redone
@@ -223,8 +226,9 @@ def _simulate_sync(config, events, p, c):
                 round_steps.pop(r, None)
             end_incarnation(r, end + C)
             relaunch.append((end + C + e["delay_s"], r))
-            if r in hosts:  # its shard leaves with it (after the same checkpoint) until the host is back
+            if r in hosts and step < S:  # its shard, TERMed with it, is away until the host is back
                 waits.append(end + C + e["delay_s"] + c.get("shard_up", 0.0))
+                outage_s.append(waits[-1] - e["abs"])
                 if not local or step % H == 0:
                     t = max(t, waits[-1])
             if config in ELASTIC_RING:
@@ -236,7 +240,8 @@ def _simulate_sync(config, events, p, c):
     t_end = t + c["tail"]
     for r in list(launch):
         lifetimes.append(t_end - launch[r])
-    return {"useful_node_steps": useful, "present_node_s": sum(lifetimes), "time_to_end_s": t_end, "lost_node_steps": lost}
+    return {"useful_node_steps": useful, "present_node_s": sum(lifetimes), "time_to_end_s": t_end, "lost_node_steps": lost,
+            "shard_outages_s": outage_s}
 
 
 def _simulate_async(config, events, p, c):
@@ -259,6 +264,7 @@ def _simulate_async(config, events, p, c):
     useful = 0.0
     hosts = set(p.get("shard_hosts") or ())
     outages = []  # (from, to): a shard is down with its host; a push due inside waits until `to`
+    outage_s = []  # each outage's length
 
     def pushed(step_end):
         """When a push due at step_end is answered: after every shard outage it falls in."""
@@ -273,6 +279,7 @@ def _simulate_async(config, events, p, c):
     def shard_down(r, when, back):
         if r in hosts:
             outages.append((when, back + c.get("shard_up", 0.0)))
+            outage_s.append(back + c.get("shard_up", 0.0) - when)
 
     def advance(r, until):
         """Node r takes the steps that end by `until` (with its checkpoint holds)."""
@@ -368,7 +375,7 @@ def _simulate_async(config, events, p, c):
             n["up"], n["died"] = False, None
             lifetimes.append(gone + C - n["launch"])
             relaunch.append((gone + C + e["delay_s"], r))
-            shard_down(r, gone + C, gone + C + e["delay_s"])
+            shard_down(r, te, gone + C + e["delay_s"])  # launch_node.sh TERMs its shards with the worker
     for when, r in sorted(relaunch):  # the nodes still away come back and take their steps
         settle(when)
         start(r, when, c["U_back"], nodes[r]["count"], nodes[r].get("died"))
@@ -378,7 +385,7 @@ def _simulate_async(config, events, p, c):
         if n["up"]:
             lifetimes.append((t_last if r == 0 else finish[r]) + c["tail"] - n["launch"])
     return {"useful_node_steps": useful, "present_node_s": sum(lifetimes), "time_to_end_s": t_last + c["tail"],
-            "lost_node_steps": lost}
+            "lost_node_steps": lost, "shard_outages_s": outage_s}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -684,7 +691,9 @@ def run_scenario(a):
             rows.append({"config": cfg, "seed": seed, "events": len(happened),
                          "kinds": {k: sum(1 for e in happened if e["kind"] == k) for k in ("kill9", "sigterm", "join")},
                          "checkpoint_every": p["checkpoint_every"],
-                         "checkpoint_share": writes * a.checkpoint_s / r["time_to_end_s"], **r})
+                         "checkpoint_share": writes * a.checkpoint_s / r["time_to_end_s"],
+                         # a worker waits for a shard at most dist.timeout_s, then fails (the model lets it wait)
+                         "outages_past_timeout": sum(1 for x in r.get("shard_outages_s", []) if x > a.dist_timeout_s), **r})
     return rows
 
 
@@ -695,6 +704,8 @@ def summarize(rows, configs):
         out[cfg] = {"seeds": len(g), "mean": statistics.mean(g), "min": min(g), "max": max(g),
                     "checkpoint_share": statistics.mean(r["checkpoint_share"] for r in rows if r["config"] == cfg),
                     "events": statistics.mean(r["events"] for r in rows if r["config"] == cfg),
+                    "shard_outages": statistics.mean(len(r.get("shard_outages_s", [])) for r in rows if r["config"] == cfg),
+                    "outages_past_timeout": sum(r["outages_past_timeout"] for r in rows if r["config"] == cfg),
                     "target": TARGETS.get(cfg), "met_in": sum(1 for x in g if cfg in TARGETS and x >= TARGETS[cfg])}
     return out
 
@@ -741,7 +752,12 @@ def cmd_scenario(a):
          f"min for a whole-job disaster), {a.seeds} seeds ({a.first_seed}-{a.first_seed + a.seeds - 1}), the same "
          "schedules for every configuration. Parameter servers run on the nodes (no machine of their own), one shard "
          "per node of the job's start, which goes down with its node (kill -9 or SIGTERM) and serves again "
-         f"{a.shard_up_s:g} s after the node is back: every push in between waits, unless a reading says otherwise.", "",
+         f"{a.shard_up_s:g} s after the node is back: every push in between waits, unless a reading says otherwise. A "
+         "kill -9 stands for the node's processes lost together (its worker and its shards), the node back at the same "
+         "address with its disk; a SIGTERM TERMs them together (launch_node.sh's stop_all). Not modelled: the updates a "
+         "killed shard applied after its last checkpoint (server.checkpoint_every, 500 updates by default; 1 makes every "
+         "update durable before its reply, at a write per update), which it rolls back; and a waiting worker's "
+         "dist.timeout_s, past which it fails instead of waiting (counted below).", "",
          "Stated costs at scale (seconds; arguments of `scenario`, none measured at this scale):", "",
          "| configuration | U0 | U_back = U_join | stall at a kill | stall at a SIGTERM | pause at an admission | R (restart) | tail |",
          "|---|---|---|---|---|---|---|---|"]
@@ -757,14 +773,16 @@ def cmd_scenario(a):
           "restarting ring its survivors' waiting; server machines, where a reading has them, are present for the "
           "whole run).", "",
           "## The base reading", "",
-          "| configuration | checkpoint every, steps | checkpoint share of the time | events met | goodput mean | min | max | "
-          "target | seeds at or above it |", "|---|---|---|---|---|---|---|---|---|"]
+          "| configuration | checkpoint every, steps | checkpoint share of the time | events met | shard outages per run | "
+          f"outages past dist.timeout_s = {a.dist_timeout_s:g} s, all seeds | goodput mean | min | max | "
+          "target | seeds at or above it |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for cfg, v in base["summary"].items():
         tgt = f"{v['target']:.2f} | {v['met_in']}/{v['seeds']}" if v["target"] else "- | -"
         L.append(f"| {cfg} | {base['checkpoint_every'][cfg]} | {v['checkpoint_share']:.1%} | {v['events']:.1f} | "
-                 f"{v['mean']:.3f} | {v['min']:.3f} | {v['max']:.3f} | {tgt} |")
+                 f"{v['shard_outages']:.1f} | {v['outages_past_timeout']} | {v['mean']:.3f} | {v['min']:.3f} | {v['max']:.3f} | {tgt} |")
     L += ["", "## One assumption at a time (mean goodput over the seeds; min in brackets where a target applies)", "",
-          "| reading | changed | " + " | ".join(a.configs) + " |", "|---|---|" + "---|" * len(a.configs)]
+          "| reading | changed | " + " | ".join(a.configs) + " | shard outages past dist.timeout_s, all seeds and ps modes |",
+          "|---|---|" + "---|" * len(a.configs) + "---|"]
     for st in studies:
         cells = []
         for cfg in a.configs:
@@ -774,7 +792,8 @@ def cmd_scenario(a):
                 mark = f" ({v['min']:.3f}){'' if v['met_in'] == v['seeds'] else ' below ' + format(v['target'], '.2f')}"
             cells.append(f"{v['mean']:.3f}{mark}")
         ch = ", ".join(f"{k}={val}" for k, val in st["changed"].items()) or "-"
-        L.append(f"| {st['reading']} | {ch} | " + " | ".join(cells) + " |")
+        past = sum(v["outages_past_timeout"] for v in st["summary"].values())
+        L.append(f"| {st['reading']} | {ch} | " + " | ".join(cells) + f" | {past} |")
     with open(os.path.join(a.out, "scenario.md"), "w") as f:
         f.write("\n".join(L) + "\n")
     for st in studies:
@@ -809,6 +828,8 @@ def main(argv=None):
                     "down with its node until it is back)")
     sc.add_argument("--shards-survive", action="store_true", help="shards on the nodes that no event takes down (the "
                     "emulated cluster's setting)")
+    sc.add_argument("--dist-timeout-s", type=float, default=60.0, help="the workers' dist.timeout_s: a shard outage longer "
+                    "than this fails the waiting workers on a real job (the model lets them wait; the report counts them)")
     sc.add_argument("--shard-up-s", type=float, default=5.0, help="a shard from its host's relaunch to serving again "
                     "(process start and its checkpoint read back), s")
     sc.add_argument("--recover-s", type=float, default=60.0, help="a node is not targeted again for this long after it is back")

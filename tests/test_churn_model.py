@@ -152,6 +152,16 @@ class Timeline(unittest.TestCase):
         term = cm.simulate("ps_bsp", [ev("sigterm", 20.5, 1)], dict(q, shard_hosts=[1]), costs)
         self.assertAlmostEqual(term["time_to_end_s"], 33 + 78 + 1, places=9)
         self.assertAlmostEqual(cm.simulate("ps_bsp", [ev("sigterm", 20.5, 1)], q, costs)["time_to_end_s"], 103, places=9)
+        self.assertEqual(term["shard_outages_s"], [33 - 23.5])
+        # ... but not when that step was the job's last (in [101, 102)): the job is done.
+        last = cm.simulate("ps_bsp", [ev("sigterm", 98.5, 1)], dict(q, shard_hosts=[1]), costs)
+        self.assertAlmostEqual(last["time_to_end_s"], 103, places=9)
+        # ASP: the SIGTERM (23.7) takes the shard down with the worker (launch_node.sh TERMs both); node 1 ends its
+        # step at 24 and leaves, back at 31, its shard at 33. Node 2's push due at 24 waits until 33; node 1 comes
+        # back at 34 at the others' clock (23 steps; it FINISHed); all end at 111, node 0's final evaluation at 112.
+        asp = cm.simulate("ps_asp", [ev("sigterm", 20.7, 1)], dict(p, shard_hosts=[1]), costs)
+        self.assertAlmostEqual(asp["time_to_end_s"], 112, places=9)
+        self.assertAlmostEqual(asp["shard_outages_s"][0], 33 - 23.7, places=9)
         # The rings have no shards: the argument changes nothing.
         self.assertEqual(cm.simulate("ring_elastic", [ev("kill9", 20.5, 1)], dict(P, shard_hosts=[1]), costs),
                          cm.simulate("ring_elastic", [ev("kill9", 20.5, 1)], P, costs))
