@@ -1055,6 +1055,19 @@ def reliability(runs):
     return L
 
 
+def read_gap_table(comps, key):
+    """The Markdown table of a final-loss gap read on a line between two references (comps' `key`)."""
+    L = ["| configuration | mean gap | 90% interval | n | verdict | read beyond the two references' samples, at most "
+         "(share of the span between them) |", "|---|---|---|---|---|---|"]
+    for c in comps:
+        g = c[key]
+        ci, o = g["ci90"], g.get("outside_max")
+        L.append(f"| {c['config']} | {'-' if g['mean'] is None else format(g['mean'], '+.2%')} | "
+                 f"{'-' if ci[0] is None else f'[{ci[0]:+.2%}, {ci[1]:+.2%}]'} | {g['n']} | {g['verdict']} | "
+                 f"{'-' if o is None else format(o, '.2f')} |")
+    return L
+
+
 def write_report(s, out):
     st = s["settings"]
     runs = s["runs"]
@@ -1140,24 +1153,16 @@ def write_report(s, out):
             L.append(f"| {c['config']} | {'-' if g['mean'] is None else format(g['mean'], '+.2%')} | "
                      f"{'-' if ci[0] is None else f'[{ci[0]:+.2%}, {ci[1]:+.2%}]'} | {g['n']} | {g['verdict']} | "
                      f"{'-' if sr is None else f'{sr[0]:.3f}-{sr[1]:.3f}'} | {'-' if rs is None else f'{rs[0]}-{rs[1]}'} |")
-        L += ["", "Per seed: the gap at equal steps, at equal applied samples, and what the longer reference gained "
-              "over the equal-steps one (its final loss relative to it).", "",
-              "| configuration | seed | reference steps | gap at equal steps | gap at equal samples | reference's gain |",
-              "|---|---|---|---|---|---|"]
         inter = [c for c in gaps if c.get("within_1pct_interpolated")]
         if inter:
             L += ["", "The same gap against a reference read at exactly the churn run's applied samples (`interpolated_"
                   "references`): the final losses of the two references, at equal steps and at the rounded budget above, "
                   "joined by a line in useful samples; it removes the rounding to whole rounds that leaves local SGD's "
-                  "references up to a round off.", "",
-                  "| configuration | mean gap | 90% interval | n | verdict | read beyond the two references' samples, "
-                  "at most (share of the span between them) |", "|---|---|---|---|---|---|"]
-            for c in inter:
-                g = c["within_1pct_interpolated"]
-                ci, o = g["ci90"], g.get("outside_max")
-                L.append(f"| {c['config']} | {'-' if g['mean'] is None else format(g['mean'], '+.2%')} | "
-                         f"{'-' if ci[0] is None else f'[{ci[0]:+.2%}, {ci[1]:+.2%}]'} | {g['n']} | {g['verdict']} | "
-                         f"{'-' if o is None else format(o, '.2f')} |")
+                  "references up to a round off.", ""] + read_gap_table(inter, "within_1pct_interpolated")
+        L += ["", "Per seed: the gap at equal steps, at equal applied samples, and what the longer reference gained "
+              "over the equal-steps one (its final loss relative to it).", "",
+              "| configuration | seed | reference steps | gap at equal steps | gap at equal samples | reference's gain |",
+              "|---|---|---|---|---|---|"]
         for c in gaps:
             g, g0 = c["within_1pct_equal_samples"], c["within_1pct"]
             for sd, x in g["gaps"].items():
@@ -1176,15 +1181,8 @@ def write_report(s, out):
               f"reference above (batch {s['settings']['batch']}) and a run without events at batch "
               f"{', '.join(str(b) for b, _ in src)} (`{'`, `'.join(c for _, c in src)}`) joined by a line in useful samples, read "
               "at the churn run's samples. Where the churn run's extra samples came as larger rounds (a joiner), this "
-              "reference takes them as larger rounds too, so the gap leaves out what more steps would have gained.", "",
-              "| configuration | mean gap | 90% interval | n | verdict | read beyond the two references' samples, at most "
-              "(share of the span between them) |", "|---|---|---|---|---|---|"]
-        for c in batch:
-            g = c["within_1pct_batch"]
-            ci, o = g["ci90"], g.get("outside_max")
-            L.append(f"| {c['config']} | {'-' if g['mean'] is None else format(g['mean'], '+.2%')} | "
-                     f"{'-' if ci[0] is None else f'[{ci[0]:+.2%}, {ci[1]:+.2%}]'} | {g['n']} | {g['verdict']} | "
-                     f"{'-' if o is None else format(o, '.2f')} |")
+              "reference takes them as larger rounds too, so the gap leaves out what more steps would have gained.", ""]
+        L += read_gap_table(batch, "within_1pct_batch")
         L += ["", "| configuration | seed | gap at equal steps and samples |", "|---|---|---|"]
         for c in batch:
             for sd, x in c["within_1pct_batch"]["gaps"].items():
