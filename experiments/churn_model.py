@@ -693,7 +693,9 @@ def run_scenario(a):
                          "checkpoint_every": p["checkpoint_every"],
                          "checkpoint_share": writes * a.checkpoint_s / r["time_to_end_s"],
                          # a worker waits for a shard at most dist.timeout_s, then fails (the model lets it wait)
-                         "outages_past_timeout": sum(1 for x in r.get("shard_outages_s", []) if x > a.dist_timeout_s), **r})
+                         "outages_past_timeout": sum(1 for x in r.get("shard_outages_s", []) if x > a.dist_timeout_s),
+                         "shard_outages": len(r.get("shard_outages_s", [])),
+                         **{k: v for k, v in r.items() if k != "shard_outages_s"}})  # (the counts, not every length)
     return rows
 
 
@@ -704,7 +706,7 @@ def summarize(rows, configs):
         out[cfg] = {"seeds": len(g), "mean": statistics.mean(g), "min": min(g), "max": max(g),
                     "checkpoint_share": statistics.mean(r["checkpoint_share"] for r in rows if r["config"] == cfg),
                     "events": statistics.mean(r["events"] for r in rows if r["config"] == cfg),
-                    "shard_outages": statistics.mean(len(r.get("shard_outages_s", [])) for r in rows if r["config"] == cfg),
+                    "shard_outages": statistics.mean(r["shard_outages"] for r in rows if r["config"] == cfg),
                     "outages_past_timeout": sum(r["outages_past_timeout"] for r in rows if r["config"] == cfg),
                     "target": TARGETS.get(cfg), "met_in": sum(1 for x in g if cfg in TARGETS and x >= TARGETS[cfg])}
     return out
