@@ -840,18 +840,19 @@ def compare(runs, configs, equal_runs=(), batch_runs=()):
             c["verdict"] = "resolved"
         else:
             c["verdict"] = "not resolved"
+    def on_line(name, second):  # the gap against each seed's reference and `second` joined by a line in samples
+        line = interpolated_references(runs, second, name)
+        return dict(loss_gap_within(runs, name, line), outside_max=max((r["outside"] for r in line), default=None))
+
     for c in comps:
-        if c["metric"] == "final_val_loss":
-            c["within_1pct"] = loss_gap_within(runs, c["config"])
-            if any(r["config"] == c["config"] for r in equal_runs):
-                c["within_1pct_equal_samples"] = loss_gap_within(runs, c["config"], equal_runs)
-                inter = interpolated_references(runs, equal_runs, c["config"])
-                c["within_1pct_interpolated"] = loss_gap_within(runs, c["config"], inter)
-                c["within_1pct_interpolated"]["outside_max"] = max((r["outside"] for r in inter), default=None)
-        if c["metric"] == "final_val_loss" and any(r["config"] == c["config"] for r in batch_runs):
-            inter = interpolated_references(runs, batch_runs, c["config"])
-            c["within_1pct_batch"] = loss_gap_within(runs, c["config"], inter)
-            c["within_1pct_batch"]["outside_max"] = max((r["outside"] for r in inter), default=None)
+        if c["metric"] != "final_val_loss":
+            continue
+        c["within_1pct"] = loss_gap_within(runs, c["config"])
+        if any(r["config"] == c["config"] for r in equal_runs):
+            c["within_1pct_equal_samples"] = loss_gap_within(runs, c["config"], equal_runs)
+            c["within_1pct_interpolated"] = on_line(c["config"], equal_runs)
+        if any(r["config"] == c["config"] for r in batch_runs):
+            c["within_1pct_batch"] = on_line(c["config"], batch_runs)
     for key in ("within_1pct", "within_1pct_equal_samples", "within_1pct_interpolated", "within_1pct_batch"):
         holm_beyond([c[key] for c in comps if c.get(key)])
     return comps

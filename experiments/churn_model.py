@@ -100,6 +100,7 @@ def _simulate_sync(config, events, p, c):
     waits = []        # BSP: until when a round waits for a dead member (the timeout, or its return)
     round_steps = {}  # local SGD: node -> its steps in the current round (dropped if it leaves mid-round)
     hosts = set(p.get("shard_hosts") or ()) if bsp else set()  # a host's event takes its shard down with it
+    up = c.get("shard_up", 0.0)  # a shard serves this long after its host is back
     outage_s = []  # each shard outage's length
     t, step, useful = c["U0"], 0, 0.0
     ckpt, prev_ckpt = 0, 0
@@ -146,7 +147,7 @@ def _simulate_sync(config, events, p, c):
                 end_incarnation(r, te)
                 relaunch.append((te + e["delay_s"], r))
                 if r in hosts:  # its shard with it: every round waits until the shard is back
-                    waits.append(te + e["delay_s"] + c.get("shard_up", 0.0))
+                    waits.append(te + e["delay_s"] + up)
                     outage_s.append(waits[-1] - te)
                 continue
             if ring_restart:
@@ -184,12 +185,12 @@ def _simulate_sync(config, events, p, c):
                     # The round waits for the dead member until the servers count it out (the timeout) or it
                     # is back and joins (a restarted member is counted out of the round it left).
                     waits.append(te + min(W, e["delay_s"] + c["U_back"]))
-                if r in hosts:  # its shard died with it: the rounds wait until the shard is back
-                    waits.append(te + e["delay_s"] + c.get("shard_up", 0.0))
-                    outage_s.append(waits[-1] - te)
                 elif config in ELASTIC_RING:
                     stall = max(stall, c["stall_kill"])
                     lost_step = not local  # the step in flight is abandoned everywhere and redone
+                if r in hosts:  # its shard died with it: the rounds wait until the shard is back
+                    waits.append(te + e["delay_s"] + up)
+                    outage_s.append(waits[-1] - te)
             else:
                 leaving.append((r, e))
         if restarted:
@@ -227,7 +228,7 @@ def _simulate_sync(config, events, p, c):
             end_incarnation(r, end + C)
             relaunch.append((end + C + e["delay_s"], r))
             if r in hosts and step < S:  # its shard, TERMed with it, is away until the host is back
-                waits.append(end + C + e["delay_s"] + c.get("shard_up", 0.0))
+                waits.append(end + C + e["delay_s"] + up)
                 outage_s.append(waits[-1] - e["abs"])
                 if not local or step % H == 0:
                     t = max(t, waits[-1])
@@ -279,7 +280,7 @@ def _simulate_async(config, events, p, c):
     def shard_down(r, when, back):
         if r in hosts:
             outages.append((when, back + c.get("shard_up", 0.0)))
-            outage_s.append(back + c.get("shard_up", 0.0) - when)
+            outage_s.append(outages[-1][1] - when)
 
     def advance(r, until):
         """Node r takes the steps that end by `until` (with its checkpoint holds)."""
