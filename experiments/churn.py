@@ -816,7 +816,7 @@ def compare(runs, configs, equal_runs=(), batch_runs=()):
     """Churn against the reference, paired by seed, per configuration: final_val_loss and goodput;
     Holm over every comparison. equal_runs: the references at the churn runs' applied samples
     (--equal-samples), whose final-loss gap is tested too. batch_runs: runs without events at the
-    reference's steps and a larger batch (report --batch-references): with the reference, a line in
+    reference's steps, wider (report --batch-references): with the reference, a line in
     samples at equal steps, read at the churn run's samples (equal steps and equal samples at once)."""
     comps = []
     for name in configs:
@@ -1176,11 +1176,11 @@ def write_report(s, out):
                          "(a run failed) | | | |")
     batch = [c for c in s["comparisons"] if c.get("within_1pct_batch")]
     if batch:
-        src = sorted({(r["batch"], r["source"]) for r in s.get("batch_runs", [])})
+        src = sorted({(r.get("width", f"batch {r['batch']}"), r["source"]) for r in s.get("batch_runs", [])})
         L += ["", "## Final-loss gap at equal steps and equal applied samples (report --batch-references)", "",
               f"References at this study's {s['settings']['steps']} steps applying the churn run's samples: per seed, the "
-              f"reference above (batch {s['settings']['batch']}) and a run without events at batch "
-              f"{', '.join(str(b) for b, _ in src)} (`{'`, `'.join(c for _, c in src)}`) joined by a line in useful samples, read "
+              f"reference above ({s['settings']['nodes']} nodes, batch {s['settings']['batch']}) and a run without events at "
+              f"{', '.join(w for w, _ in src)} (`{'`, `'.join(c for _, c in src)}`) joined by a line in useful samples, read "
               "at the churn run's samples. Where the churn run's extra samples came as larger rounds (a joiner), this "
               "reference takes them as larger rounds too, so the gap leaves out what more steps would have gained.", ""]
         L += read_gap_table(batch, "within_1pct_batch")
@@ -1275,7 +1275,7 @@ def parse_args(argv):
     p.add_argument("dir")
     p.add_argument("--batch-references", metavar="DIR2",
                    help="a churn.py run directory of the same setup and seeds without events (--events-per-min 0 "
-                        "--no-reference) at a larger --batch: the final-loss gap at equal steps and equal applied samples "
+                        "--no-reference) at a larger --batch, or on more --nodes at the same batch: the final-loss gap at equal steps and equal applied samples "
                         "at once (each seed's reference and DIR2's run joined by a line in samples); kept in churn.json")
     a = ap.parse_args(argv)
     if a.cmd == "run":
@@ -1294,13 +1294,14 @@ def parse_args(argv):
     return a
 
 
-BATCH_CONTROL_KEYS = ("nodes", "steps", "step_time", "sync_every", "checkpoint_every", "val_windows", "corpus",
+BATCH_CONTROL_KEYS = ("steps", "step_time", "sync_every", "checkpoint_every", "val_windows", "corpus",
                       "worker_timeout_s")
 
 
 def batch_references(s, d):
-    """report --batch-references: DIR2's runs, checked to be the same setup as s but a larger batch and
-    no event, as references (their own batch and command recorded)."""
+    """report --batch-references: DIR2's runs, checked to be the same setup as s but wider -- a larger batch
+    on the same nodes, or more nodes at the same batch (local SGD: a joiner's samples come as one more node's
+    delta) -- and no event, as references (their own width and command recorded)."""
     try:
         with open(os.path.join(d, "churn.json")) as f:
             b = json.load(f)
@@ -1313,15 +1314,19 @@ def batch_references(s, d):
         differ.append("async_outer_lr")
     if differ:
         raise SystemExit(f"churn: --batch-references {d} differs from {s['command']} in {', '.join(differ)}: it must be the "
-                         "same setup, only --batch larger")
-    if bt.get("batch", 0) <= st.get("batch", 0):
-        raise SystemExit(f"churn: --batch-references {d} ran batch {bt.get('batch')}, not above this study's "
-                         f"{st.get('batch')}: run it with a larger --batch")
+                         "same setup, only --batch or --nodes larger")
+    wider_batch = bt.get("batch", 0) > st.get("batch", 0) and bt.get("nodes") == st.get("nodes")
+    wider_nodes = bt.get("nodes", 0) > st.get("nodes", 0) and bt.get("batch") == st.get("batch")
+    if not (wider_batch or wider_nodes):
+        raise SystemExit(f"churn: --batch-references {d} ran {bt.get('nodes')} nodes at batch {bt.get('batch')}, this study "
+                         f"{st.get('nodes')} at batch {st.get('batch')}: run it with a larger --batch on the same nodes, or "
+                         "more --nodes at the same batch (one of the two)")
     evented = [f"{r['config']} seed {r['seed']}" for r in b["runs"] if r.get("events")]
     if evented:
         raise SystemExit(f"churn: --batch-references {d} has runs with events ({', '.join(evented[:3])}): run it with "
                          "--events-per-min 0 --no-reference")
-    return [dict(r, churn=False, batch=bt["batch"], source=b["command"]) for r in b["runs"]]
+    width = f"batch {bt['batch']}" if wider_batch else f"{bt['nodes']} nodes"
+    return [dict(r, churn=False, batch=bt["batch"], width=width, source=b["command"]) for r in b["runs"]]
 
 
 def run_fresh(a, name, seed, events, kind):

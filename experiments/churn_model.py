@@ -63,7 +63,8 @@ def simulate(config, events, p, costs):
     and optionally worker_timeout_s (BSP's wait for a dead node), server_machines (present for the whole
     run) and shard_hosts (the nodes whose parameter-server shards run beside them and die with them: every
     push waits from the host's kill or departure until its shard is back, costs["shard_up"] after the host's
-    relaunch). costs: COST_KEYS in seconds. Returns a dict (goodput, useful node-steps, present node-s, time to
+    relaunch), and shard_checkpoint_every (server.checkpoint_every: a killed host's shard rolls back to its last
+    checkpoint, ShardLedger; 0 or absent: not modelled). costs: COST_KEYS in seconds. Returns a dict (goodput, useful node-steps, present node-s, time to
     end, lost node-steps by cause)."""
     r = (_simulate_async if config in ASYNC else _simulate_sync)(config, events, p, costs)
     servers = p.get("server_machines", 0) * r["time_to_end_s"]
@@ -71,6 +72,55 @@ def simulate(config, events, p, costs):
     r["server_machine_s"] = servers
     r["goodput"] = r["useful_node_steps"] * p["step_time"] / r["present_node_s"] if r["present_node_s"] > 0 else None
     return r
+
+
+class ShardLedger:
+    """What each parameter-server shard on a node would roll back if its host were killed: the work of the
+    updates it applied since its last checkpoint, which a killed shard reloads. A shard writes one when
+    server.checkpoint_every of its updates have passed (`every`), and every shard is forced to write at each
+    membership change of an elastic job (an admission, a FINISH or SIGTERM, a BSP round released by the
+    workers' timeout: ps_server.cpp) -- `durable()`; shard 0, which holds the data grants, also writes when
+    its reserve of grants runs out (every `grant_every` grants: 257 per-step, 5 for local SGD rounds;
+    parameter_shard.cpp's grant_next). Every push or round updates every shard, so each holds the same
+    updates; a shard holds 1/len(hosts) of the parameters, so its rollback costs that share of the work of its
+    lost updates (an assumption: the loss of a slice's progress, not measured against the final loss).
+    every = 0: not modelled (nothing is lost). The writes themselves are not costed."""
+
+    def __init__(self, hosts, every, grant_every=0):
+        self.n, self.every, self.grant_every = len(hosts), every, grant_every
+        self.since = {s: 0 for s in hosts}    # updates since the shard's last checkpoint
+        self.work = {s: 0.0 for s in hosts}   # the node-steps of those updates
+        self.grants = 0                       # shard 0's data grants since its last checkpoint
+        self.lost = 0.0
+
+    def update(self, node_steps, grants):
+        """One update of every shard, carrying `node_steps` of work and `grants` data grants."""
+        for s in self.since:
+            self.since[s] += 1
+            self.work[s] += node_steps
+            if self.every and self.since[s] >= self.every:
+                self.since[s], self.work[s] = 0, 0.0
+        if 0 in self.since and self.grant_every:
+            self.grants += grants
+            if self.grants >= self.grant_every:
+                self.grants, self.since[0], self.work[0] = 0, 0, 0.0
+
+    def durable(self):
+        """A forced checkpoint of every shard (a membership change)."""
+        for s in self.since:
+            self.since[s], self.work[s] = 0, 0.0
+        self.grants = 0
+
+    def killed(self, s):
+        """Node-steps lost with host s's kill -9 (its shard reloads its last checkpoint)."""
+        if s not in self.since or not self.every:
+            return 0.0
+        lost = self.work[s] / self.n
+        self.since[s], self.work[s] = 0, 0.0
+        if s == 0:
+            self.grants = 0
+        self.lost += lost
+        return lost
 
 
 def _schedule(events, t0):
@@ -93,7 +143,7 @@ def _simulate_sync(config, events, p, c):
     ready = {r: c["U0"] for r in range(n0)}   # node -> when it can take its first step
     lifetimes = []
     members = set()
-    lost = {"in_flight": 0.0, "partial_rounds": 0.0, "recomputed": 0.0, "backup_dropped": 0.0}
+    lost = {"in_flight": 0.0, "partial_rounds": 0.0, "recomputed": 0.0, "backup_dropped": 0.0, "shard_rollback": 0.0}
     pending = _schedule(events, c["U0"] + T)
     relaunch = []     # (time, node): crashed or preempted nodes that come back
     ghosts = []       # BSP + backup: until when each crashed node still counts as a member (its missing push)
@@ -101,6 +151,8 @@ def _simulate_sync(config, events, p, c):
     round_steps = {}  # local SGD: node -> its steps in the current round (dropped if it leaves mid-round)
     hosts = set(p.get("shard_hosts") or ()) if bsp else set()  # a host's event takes its shard down with it
     up = c.get("shard_up", 0.0)  # a shard serves this long after its host is back
+    ledger = ShardLedger(hosts, p.get("shard_checkpoint_every", 0), 5 if local else 257)  # an update per round
+    durables = []  # BSP: when the servers' timeout (or the node's return) releases a dead member's round
     outage_s = []  # each shard outage's length
     t, step, useful = c["U0"], 0, 0.0
     ckpt, prev_ckpt = 0, 0
@@ -111,6 +163,9 @@ def _simulate_sync(config, events, p, c):
         members.discard(r)
 
     while step < S:
+        for d in [d for d in durables if d <= t]:
+            durables.remove(d)
+            ledger.durable()
         for when, r in [x for x in relaunch if x[0] <= t]:
             relaunch.remove((when, r))
             launch[r] = when
@@ -122,6 +177,8 @@ def _simulate_sync(config, events, p, c):
             if members and config in ELASTIC_RING:
                 t += c["stall_join"]  # the state broadcast (BSP's servers admit a joiner a round ahead: no wait)
             members.update(joiners)
+            if step > 0:
+                ledger.durable()  # an admission is a membership change: every shard writes
             for r in joiners:
                 round_steps[r] = 0
         if not members:  # everyone down or starting: wait for the next arrival
@@ -149,6 +206,10 @@ def _simulate_sync(config, events, p, c):
                 if r in hosts:  # its shard with it: every round waits until the shard is back
                     waits.append(te + e["delay_s"] + up)
                     outage_s.append(waits[-1] - te)
+                    if e["kind"] == "kill9":
+                        useful -= ledger.killed(r)  # and reloads its last checkpoint
+                    else:
+                        ledger.durable()  # a SIGTERM FINISHes: every shard writes
                 continue
             if ring_restart:
                 if e["kind"] == "sigterm" and step == S - 1:
@@ -191,6 +252,9 @@ def _simulate_sync(config, events, p, c):
                 if r in hosts:  # its shard died with it: the rounds wait until the shard is back
                     waits.append(te + e["delay_s"] + up)
                     outage_s.append(waits[-1] - te)
+                    useful -= ledger.killed(r)  # and reloads its last checkpoint
+                if bsp:
+                    durables.append(te + min(W, e["delay_s"] + c["U_back"]))
             else:
                 leaving.append((r, e))
         if restarted:
@@ -209,6 +273,8 @@ def _simulate_sync(config, events, p, c):
                     lost["backup_dropped"] += drop
                     applied -= drop
                 useful += applied
+                if bsp:
+                    ledger.update(applied, len(members))
             step += 1
         else:
             lost["in_flight"] += len(members)
@@ -216,6 +282,7 @@ def _simulate_sync(config, events, p, c):
         # Per-step BSP waits at the step; local SGD's members go on with their inner steps and wait at the
         # round's sum (the round's end), for what is left of the timeout or the return.
         t = max([end + stall] + (waits if not local or step % H == 0 else []))
+        round_work = 0.0  # local SGD: the node-steps of the round that ends here (one update per shard)
         for r, e in leaving:
             if r not in members:
                 continue
@@ -224,9 +291,12 @@ def _simulate_sync(config, events, p, c):
                     lost["partial_rounds"] += round_steps.get(r, 0)
                 else:
                     useful += round_steps.get(r, 0)
+                    round_work += round_steps.get(r, 0)
                 round_steps.pop(r, None)
             end_incarnation(r, end + C)
             relaunch.append((end + C + e["delay_s"], r))
+            if bsp:
+                ledger.durable()  # its FINISH: every shard writes (its own on the way out too)
             if r in hosts and step < S:  # its shard, TERMed with it, is away until the host is back
                 waits.append(end + C + e["delay_s"] + up)
                 outage_s.append(waits[-1] - e["abs"])
@@ -237,7 +307,11 @@ def _simulate_sync(config, events, p, c):
         if local and step % H == 0:
             for r in members:
                 useful += round_steps.get(r, 0)
+                round_work += round_steps.get(r, 0)
                 round_steps[r] = 0
+            if bsp and round_work > 0:
+                ledger.update(round_work, len(members))
+    lost["shard_rollback"] = ledger.lost
     t_end = t + c["tail"]
     for r in list(launch):
         lifetimes.append(t_end - launch[r])
@@ -258,12 +332,13 @@ def _simulate_async(config, events, p, c):
     H = p.get("sync_every", 10) if cfg.get("local_sgd") else 1
     W = p.get("worker_timeout_s", 30.0)
     P = c.get("period") or T
-    lost = {"in_flight": 0.0, "partial_rounds": 0.0, "recomputed": 0.0, "backup_dropped": 0.0}
+    lost = {"in_flight": 0.0, "partial_rounds": 0.0, "recomputed": 0.0, "backup_dropped": 0.0, "shard_rollback": 0.0}
     # node -> {launch, at (when its next step starts), count (steps done), up (running), ready (None: stepping)}
     nodes = {r: {"launch": 0.0, "at": c["U0"], "count": 0, "up": True, "ready": None} for r in range(n0)}
     lifetimes, relaunch, finish = [], [], {}
     useful = 0.0
     hosts = set(p.get("shard_hosts") or ())
+    ledger = ShardLedger(hosts, p.get("shard_checkpoint_every", 0), 257 if H == 1 else 5)  # a push: an update
     outages = []  # (from, to): a shard is down with its host; a push due inside waits until `to`
     outage_s = []  # each outage's length
 
@@ -277,10 +352,14 @@ def _simulate_async(config, events, p, c):
                     step_end, moved = b, True
         return step_end
 
-    def shard_down(r, when, back):
+    def shard_down(r, when, back, killed):
+        """Host r's shard is down from `when` until `back` + shard_up; a killed one reloads its last checkpoint."""
+        nonlocal useful
         if r in hosts:
             outages.append((when, back + c.get("shard_up", 0.0)))
             outage_s.append(outages[-1][1] - when)
+            if killed:
+                useful -= ledger.killed(r)
 
     def advance(r, until):
         """Node r takes the steps that end by `until` (with its checkpoint holds)."""
@@ -298,8 +377,10 @@ def _simulate_async(config, events, p, c):
             n["at"] = step_end
             if n["count"] % H == 0:
                 useful += H  # a step counts when its round is pushed (ASP: H = 1, every step)
+                ledger.update(H, 1)
             if n["count"] == S:
                 finish[r] = step_end
+                ledger.durable()  # its FINISH: every shard writes
 
     def slowest():
         live = [n["count"] for n in nodes.values() if n["up"] and n["ready"] is None and n["count"] < S]
@@ -320,6 +401,7 @@ def _simulate_async(config, events, p, c):
             if not member:
                 n["count"] = max(n["count"], (slowest() // H) * H)
             n.update(ready=None, at=when, died=None)
+            ledger.durable()  # its admission (INIT join) forces every shard's checkpoint
             if n["count"] >= S:  # the job is at its end: it finds nothing to do and leaves
                 finish[r] = when
         for q in nodes:
@@ -350,7 +432,7 @@ def _simulate_async(config, events, p, c):
             n["up"] = False
             lifetimes.append(te - n["launch"])
             relaunch.append((te + e["delay_s"], r))
-            shard_down(r, te, te + e["delay_s"])
+            shard_down(r, te, te + e["delay_s"], e["kind"] == "kill9")
             continue
         if e["kind"] == "kill9":
             lost["in_flight"] += 1
@@ -360,13 +442,14 @@ def _simulate_async(config, events, p, c):
             n["up"], n["died"] = False, te
             lifetimes.append(te - n["launch"])
             relaunch.append((te + e["delay_s"], r))
-            shard_down(r, te, te + e["delay_s"])
+            shard_down(r, te, te + e["delay_s"], True)
         else:  # SIGTERM: it finishes the step it is in, writes its checkpoint and leaves (FINISH)
             gone = n["at"] + P if n["at"] <= te else te
             if n["at"] <= te:
                 n["count"] += 1
                 if n["count"] % H == 0:
                     useful += H
+                    ledger.update(H, 1)
                 if n["count"] >= S:  # that was its last step: it has finished, and leaves as it would have
                     finish[r] = gone
                     continue
@@ -376,11 +459,13 @@ def _simulate_async(config, events, p, c):
             n["up"], n["died"] = False, None
             lifetimes.append(gone + C - n["launch"])
             relaunch.append((gone + C + e["delay_s"], r))
-            shard_down(r, te, gone + C + e["delay_s"])  # launch_node.sh TERMs its shards with the worker
+            shard_down(r, te, gone + C + e["delay_s"], False)  # launch_node.sh TERMs its shards with the worker
+            ledger.durable()  # its FINISH: every shard writes
     for when, r in sorted(relaunch):  # the nodes still away come back and take their steps
         settle(when)
         start(r, when, c["U_back"], nodes[r]["count"], nodes[r].get("died"))
     settle(float("inf"))
+    lost["shard_rollback"] = ledger.lost
     t_last = max(finish.values())
     for r, n in nodes.items():
         if n["up"]:
@@ -684,7 +769,8 @@ def run_scenario(a):
             p = {"nodes": a.nodes, "steps": steps, "step_time": a.step_s, "checkpoint_every": checkpoint_every(a, cfg, a.policy),
                  "checkpoint_s": a.checkpoint_s, "sync_every": a.sync_every, "worker_timeout_s": a.worker_timeout_s,
                  "server_machines": a.server_machines if ps else 0,
-                 "shard_hosts": shard_hosts(a) if ps else []}
+                 "shard_hosts": shard_hosts(a) if ps else [],
+                 "shard_checkpoint_every": a.shard_checkpoint_every}
             r = simulate(cfg, ev, p, scenario_costs(a, cfg))
             writes = (steps // p["checkpoint_every"]) if p["checkpoint_every"] else 0
             t0 = scenario_costs(a, cfg)["U0"] + a.step_s  # events count from the first step's end
@@ -696,6 +782,7 @@ def run_scenario(a):
                          # a worker waits for a shard at most dist.timeout_s, then fails (the model lets it wait)
                          "outages_past_timeout": sum(1 for x in r.get("shard_outages_s", []) if x > a.dist_timeout_s),
                          "shard_outages": len(r.get("shard_outages_s", [])),
+                         "rollback_share": r["lost_node_steps"].get("shard_rollback", 0.0) / (a.nodes * steps),
                          **{k: v for k, v in r.items() if k != "shard_outages_s"}})  # (the counts, not every length)
     return rows
 
@@ -709,6 +796,7 @@ def summarize(rows, configs):
                     "events": statistics.mean(r["events"] for r in rows if r["config"] == cfg),
                     "shard_outages": statistics.mean(r["shard_outages"] for r in rows if r["config"] == cfg),
                     "outages_past_timeout": sum(r["outages_past_timeout"] for r in rows if r["config"] == cfg),
+                    "rollback_share": statistics.mean(r["rollback_share"] for r in rows if r["config"] == cfg),
                     "target": TARGETS.get(cfg), "met_in": sum(1 for x in g if cfg in TARGETS and x >= TARGETS[cfg])}
     return out
 
@@ -727,6 +815,8 @@ VARIANTS = [
     ("2 server machines", {"server_machines": 2}),
     ("shards survive their nodes' events", {"shards_survive": True}),
     ("shard up 30 s after its host", {"shard_up_s": 30.0}),
+    ("shard rollback not modelled (the earlier reading)", {"shard_checkpoint_every": 0}),
+    ("shard checkpoint every 50 updates (its writes not costed)", {"shard_checkpoint_every": 50}),
 ]
 
 
@@ -757,10 +847,14 @@ def cmd_scenario(a):
          "per node of the job's start, which goes down with its node (kill -9 or SIGTERM) and serves again "
          f"{a.shard_up_s:g} s after the node is back: every push in between waits, unless a reading says otherwise. A "
          "kill -9 stands for the node's processes lost together (its worker and its shards), the node back at the same "
-         "address with its disk; a SIGTERM TERMs them together (launch_node.sh's stop_all). Not modelled: the updates a "
-         "killed shard applied after its last checkpoint (server.checkpoint_every, 500 updates by default; 1 makes every "
-         "update durable before its reply, at a write per update), which it rolls back; and a waiting worker's "
-         "dist.timeout_s, past which it fails instead of waiting (counted below).", "",
+         "address with its disk; a SIGTERM TERMs them together (launch_node.sh's stop_all). A killed shard reloads its "
+         f"last checkpoint (server.checkpoint_every = {a.shard_checkpoint_every} updates, and every shard writes one at "
+         "each membership change of the elastic job: an admission, a FINISH or SIGTERM, a BSP round released by the "
+         "timeout; shard 0 also when its reserve of data grants runs out): the work of the updates it applied since is "
+         "lost, its share of the parameters (1 / the shards) of their node-steps, and counts against goodput (the "
+         "rollback column). That share is an assumption (a slice's lost progress, not measured on the loss); the "
+         "writes are not costed. Not "
+         "modelled: a waiting worker's dist.timeout_s, past which it fails instead of waiting (counted below).", "",
          "Stated costs at scale (seconds; arguments of `scenario`, none measured at this scale):", "",
          "| configuration | U0 | U_back = U_join | stall at a kill | stall at a SIGTERM | pause at an admission | R (restart) | tail |",
          "|---|---|---|---|---|---|---|---|"]
@@ -777,12 +871,13 @@ def cmd_scenario(a):
           "whole run).", "",
           "## The base reading", "",
           "| configuration | checkpoint every, steps | checkpoint share of the time | events met | shard outages per run | "
-          f"outages past dist.timeout_s = {a.dist_timeout_s:g} s, all seeds | goodput mean | min | max | "
-          "target | seeds at or above it |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+          f"outages past dist.timeout_s = {a.dist_timeout_s:g} s, all seeds | shard rollback, share of the job's node-steps | "
+          "goodput mean | min | max | target | seeds at or above it |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for cfg, v in base["summary"].items():
         tgt = f"{v['target']:.2f} | {v['met_in']}/{v['seeds']}" if v["target"] else "- | -"
         L.append(f"| {cfg} | {base['checkpoint_every'][cfg]} | {v['checkpoint_share']:.1%} | {v['events']:.1f} | "
-                 f"{v['shard_outages']:.1f} | {v['outages_past_timeout']} | {v['mean']:.3f} | {v['min']:.3f} | {v['max']:.3f} | {tgt} |")
+                 f"{v['shard_outages']:.1f} | {v['outages_past_timeout']} | {v['rollback_share']:.2%} | {v['mean']:.3f} | "
+                 f"{v['min']:.3f} | {v['max']:.3f} | {tgt} |")
     L += ["", "## One assumption at a time (mean goodput over the seeds; min in brackets where a target applies)", "",
           "| reading | changed | " + " | ".join(a.configs) + " | shard outages past dist.timeout_s, all seeds and ps modes |",
           "|---|---|" + "---|" * len(a.configs) + "---|"]
@@ -833,6 +928,8 @@ def main(argv=None):
                     "emulated cluster's setting)")
     sc.add_argument("--dist-timeout-s", type=float, default=60.0, help="the workers' dist.timeout_s: a shard outage longer "
                     "than this fails the waiting workers on a real job (the model lets them wait; the report counts them)")
+    sc.add_argument("--shard-checkpoint-every", type=int, default=500, help="server.checkpoint_every: updates between "
+                    "a shard's checkpoints; a killed shard on a node loses the work of the updates since (0: not modelled)")
     sc.add_argument("--shard-up-s", type=float, default=5.0, help="a shard from its host's relaunch to serving again "
                     "(process start and its checkpoint read back), s")
     sc.add_argument("--recover-s", type=float, default=60.0, help="a node is not targeted again for this long after it is back")

@@ -208,7 +208,7 @@ class EqualSamples(unittest.TestCase):
         self.assertEqual(churn.interpolated_references(runs, [ref(0, 3.0, 120.0, status="failed")], "x"), [])
 
 
-    def test_batch_references_must_be_the_same_setup_at_a_larger_batch_without_events(self):
+    def test_batch_references_must_be_the_same_setup_wider_by_batch_or_nodes_without_events(self):
         st = {"nodes": 3, "steps": 120, "step_time": 0.1, "sync_every": 10, "checkpoint_every": 10, "val_windows": 64,
               "corpus": "system", "worker_timeout_s": 4.0, "batch": 2}
         study = {"settings": st, "command": "study"}
@@ -221,11 +221,18 @@ class EqualSamples(unittest.TestCase):
                     json.dump({"settings": {**st, "batch": 3, **changes}, "command": "control", "runs": [run]}, f)
                 return churn.batch_references(study, d)
             got = control()
-            self.assertEqual((got[0]["churn"], got[0]["batch"], got[0]["source"]), (False, 3, "control"))
+            self.assertEqual((got[0]["churn"], got[0]["batch"], got[0]["width"], got[0]["source"]),
+                             (False, 3, "batch 3", "control"))
+            # wider by nodes at the same batch (a local SGD joiner's samples come as one more node's delta)
+            self.assertEqual(control(batch=2, nodes=4)[0]["width"], "4 nodes")
             with self.assertRaisesRegex(SystemExit, "differs .* in steps"):
                 control(steps=100)
-            with self.assertRaisesRegex(SystemExit, "not above this study's 2"):
+            with self.assertRaisesRegex(SystemExit, "3 nodes at batch 2, this study 3 at batch 2"):
                 control(batch=2)
+            with self.assertRaisesRegex(SystemExit, "one of the two"):
+                control(nodes=4)  # both wider: not one reading
+            with self.assertRaisesRegex(SystemExit, "one of the two"):
+                control(nodes=2)  # a larger batch on fewer nodes
             run["events"] = [{"kind": "kill9"}]
             with self.assertRaisesRegex(SystemExit, "has runs with events"):
                 control()

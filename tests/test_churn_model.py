@@ -166,6 +166,60 @@ class Timeline(unittest.TestCase):
         self.assertEqual(cm.simulate("ring_elastic", [ev("kill9", 20.5, 1)], dict(P, shard_hosts=[1]), costs),
                          cm.simulate("ring_elastic", [ev("kill9", 20.5, 1)], P, costs))
 
+    def test_a_killed_shard_rolls_back_to_its_checkpoint_and_a_sigtermed_one_does_not(self):
+        # ASP, 3 nodes, shards on nodes 1 and 2, a checkpoint every 10 updates. The kill at 23.5 finds 21 steps
+        # of each node pushed (ending 3..23): 63 updates of each shard, 3 since its checkpoint at 60. Node 1's
+        # shard reloads it: the work of those 3 pushes on its half of the parameters, 1.5 node-steps, is lost.
+        p = dict(P, nodes=3, shard_hosts=[1, 2])
+        kill = [ev("kill9", 20.5, 1)]
+        none = cm.simulate("ps_asp", kill, p, COSTS)
+        r = cm.simulate("ps_asp", kill, dict(p, shard_checkpoint_every=10), COSTS)
+        self.assertEqual(none["lost_node_steps"]["shard_rollback"], 0.0)
+        self.assertAlmostEqual(r["lost_node_steps"]["shard_rollback"], 1.5, places=9)
+        self.assertAlmostEqual(r["useful_node_steps"], none["useful_node_steps"] - 1.5, places=9)
+        self.assertEqual(r["time_to_end_s"], none["time_to_end_s"])  # the rollback costs work, not time here
+        # A shard on a node no event touches loses nothing.
+        other = cm.simulate("ps_asp", kill, dict(p, shard_hosts=[0, 2], shard_checkpoint_every=10), COSTS)
+        self.assertEqual(other["lost_node_steps"]["shard_rollback"], 0.0)
+        # Every membership change forces every shard's checkpoint (an elastic job's servers), every 1000 here.
+        # Kill only: all 63 updates since the admissions at 2 are lost on half the parameters, 31.5.
+        q = dict(p, shard_checkpoint_every=1000)
+        self.assertAlmostEqual(cm.simulate("ps_asp", kill, q, COSTS)["lost_node_steps"]["shard_rollback"], 31.5, places=9)
+        # Node 0 (no shard) SIGTERMed at 13.5 FINISHes: the shards write; nodes 1 and 2 then push steps 14..23
+        # (node 0 is back at 24): 20 updates, 10 node-steps lost.
+        term = cm.simulate("ps_asp", [ev("sigterm", 10.5, 0)] + kill, q, COSTS)
+        self.assertAlmostEqual(term["lost_node_steps"]["shard_rollback"], 10.0, places=9)
+        # Node 2 (a host) SIGTERMed: its shard is away 13.5..21 and the pushes due there wait; after the write, the
+        # held pushes at 21 and steps 22 and 23 of nodes 0 and 1: 6 updates, 3 node-steps.
+        term2 = cm.simulate("ps_asp", [ev("sigterm", 10.5, 2)] + kill, q, COSTS)
+        self.assertAlmostEqual(term2["lost_node_steps"]["shard_rollback"], 3.0, places=9)
+        # A joiner (ready at 17.5) forces the write too: steps 18..23 of nodes 0-2 and 18.5..23.5 of node 3 before
+        # the kill at 23.7: 24 updates, 12 node-steps.
+        join = cm.simulate("ps_asp", [ev("join", 10.5, 3), ev("kill9", 20.7, 1)], q, COSTS)
+        self.assertAlmostEqual(join["lost_node_steps"]["shard_rollback"], 12.0, places=9)
+        # Shard 0 holds the data grants and writes when its reserve of 257 grants runs out: at 302 updates it
+        # has 45 since, where shard 1 has all 302 (ASP, 2 nodes, both hosts, killed at 153.5).
+        d = dict(P, steps=300, shard_hosts=[0, 1], shard_checkpoint_every=1000)
+        self.assertAlmostEqual(cm.simulate("ps_asp", [ev("kill9", 150.5, 0)], d, COSTS)["lost_node_steps"]["shard_rollback"],
+                               45 / 2, places=9)
+        self.assertAlmostEqual(cm.simulate("ps_asp", [ev("kill9", 150.5, 1)], d, COSTS)["lost_node_steps"]["shard_rollback"],
+                               302 / 2, places=9)
+        # DiLoCo on servers (rounds, every 1000): 2 rounds of 3 members x 10 steps before the kill at 27.5, 30.
+        dl = cm.simulate("ps_diloco_elastic", [ev("kill9", 24.5, 1)], dict(q, worker_timeout_s=5.0), COSTS)
+        self.assertAlmostEqual(dl["lost_node_steps"]["shard_rollback"], 30.0, places=9)
+        # Asynchronous local SGD (H = 10), every 4 updates: killed at 27.5, each node has pushed rounds 10 and 20
+        # (6 updates, 2 since the checkpoint at 4): 2 rounds x 10 node-steps on half the parameters = 10.
+        a = cm.simulate("ps_async_local_sgd", [ev("kill9", 24.5, 1)], dict(p, shard_checkpoint_every=4), COSTS)
+        self.assertAlmostEqual(a["lost_node_steps"]["shard_rollback"], 10.0, places=9)
+        self.assertEqual(a["lost_node_steps"]["partial_rounds"], 5)
+        # BSP, 2 nodes, one shard on node 1, every 10 rounds: the kill (23.5) falls in round 22; 21 rounds were
+        # applied, the last (round 21, both members: 2 node-steps) after the checkpoint at 20.
+        q = dict(P, worker_timeout_s=5.0, shard_hosts=[1])
+        b0 = cm.simulate("ps_bsp", kill, q, COSTS)
+        b = cm.simulate("ps_bsp", kill, dict(q, shard_checkpoint_every=10), COSTS)
+        self.assertAlmostEqual(b["lost_node_steps"]["shard_rollback"], 2.0, places=9)
+        self.assertAlmostEqual(b["useful_node_steps"], b0["useful_node_steps"] - 2.0, places=9)
+
     def test_server_machines_count_as_present(self):
         base = cm.simulate("ps_asp", [], P, COSTS)
         two = cm.simulate("ps_asp", [], dict(P, server_machines=2), COSTS)
