@@ -21,6 +21,11 @@ OuterOptimizer::OuterOptimizer(OuterRule rule, double lr, double momentum, int64
   if (rule_ == OuterRule::kDelayedNesterov) acc_ = at::zeros({numel}, options);
 }
 
+void OuterOptimizer::set_delay(int64_t delay) {
+  SYN_CHECK(delay >= 1, fmt::format("delayed Nesterov over {} arrivals", delay), "use dist.outer_delay >= 1 (0 = the nodes)");
+  delay_ = delay;
+}
+
 double OuterOptimizer::step(at::Tensor& start, const at::Tensor& delta, at::Tensor& params) {
   double norm;
   if (rule_ == OuterRule::kAverage) {
@@ -29,8 +34,8 @@ double OuterOptimizer::step(at::Tensor& start, const at::Tensor& delta, at::Tens
   } else if (rule_ == OuterRule::kDelayedNesterov) {
     acc_.add_(delta);
     at::Tensor step = delta.mul(lr_ / static_cast<double>(delay_));  // this arrival's share of the gradient term
-    if (++pending_ == delay_) {                                        // the N-th: momentum, once, on the mean
-      m_.mul_(mu_).add_(acc_, 1.0 / static_cast<double>(delay_));
+    if (++pending_ >= delay_) {  // the N-th: momentum, once, on the mean (of more, if N fell meanwhile)
+      m_.mul_(mu_).add_(acc_, 1.0 / static_cast<double>(pending_));
       step.add_(m_, lr_ * mu_);
       acc_.zero_();
       pending_ = 0;

@@ -36,6 +36,10 @@ class OuterOptimizer {
   at::Tensor& accumulated() { return acc_; }
   int64_t pending() const { return pending_; }
   void set_pending(int64_t n) { pending_ = n; }
+  // delayed_nesterov: N from the next arrival on (an elastic job's live members, >= 1). Arrivals already
+  // accumulated count toward it; if they reach it, the next arrival applies the momentum on their mean.
+  void set_delay(int64_t delay);
+  int64_t delay() const { return delay_; }
 
  private:
   OuterRule rule_;

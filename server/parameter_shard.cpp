@@ -53,8 +53,9 @@ void ParameterShard::check_init(const MsgHeader& h, const float* values, const f
   SYN_CHECK(h.update == "adamw" || h.update == "average" || h.update == "nesterov" || h.update == "delayed_nesterov",
             fmt::format("INIT update rule '{}' is not one this server knows", h.update),
             "use adamw, average, nesterov or delayed_nesterov (a worker and server of the same Syncopate build agree)");
-  SYN_CHECK(h.outer_delay >= 1 && h.outer_delay <= (int64_t{1} << 20),
-            fmt::format("INIT outer delay {} invalid", h.outer_delay), "dist.outer_delay in [1, 2^20] (0 = the nodes)");
+  SYN_CHECK(h.outer_delay >= 0 && h.outer_delay <= (int64_t{1} << 20),
+            fmt::format("INIT outer delay {} invalid", h.outer_delay),
+            "dist.outer_delay in [1, 2^20], or 0 (an elastic job: the live members at each arrival)");
   SYN_CHECK(std::isfinite(h.outer_lr) && h.outer_lr >= 0 && h.outer_lr <= 100 && std::isfinite(h.outer_momentum) &&
                 h.outer_momentum >= 0 && h.outer_momentum < 1,
             fmt::format("INIT outer lr {} / momentum {} invalid", h.outer_lr, h.outer_momentum),
@@ -176,7 +177,7 @@ void ParameterShard::init(const MsgHeader& h, const float* values, const int64_t
   outer_delay_ = h.outer_delay;
   if (update_ != "adamw")
     outer_ = std::make_unique<OuterOptimizer>(parse_outer_rule(update_), outer_lr_, outer_mu_, length_, params_.options(),
-                                              outer_delay_);
+                                              outer_delay_ > 0 ? outer_delay_ : std::max<int64_t>(1, workers_));
   clock_.assign(static_cast<size_t>(workers_), -1);
   last_stale_.assign(static_cast<size_t>(workers_), 0);
   backup_.assign(static_cast<size_t>(workers_), {});
@@ -412,6 +413,8 @@ void ParameterShard::apply(const at::Tensor& grad, double lr) {
   // Replies send params_ without copying: ZeroMQ holds a reference until the bytes are on the
   // wire. An update while such a reply is in flight writes into a fresh copy instead.
   if (params_.use_count() > 1) params_ = params_.clone();
+  if (outer_ && outer_delay_ == 0)  // delayed Nesterov over the members present (an elastic job's joins and leaves)
+    outer_->set_delay(std::max(1, live_workers()));
   if (outer_) outer_->step(params_, grad, params_);  // local SGD: the pseudo-gradient, from the current weights
   else opt_->step(params_, grad, lr);
   ++version_;

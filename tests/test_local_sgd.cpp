@@ -69,6 +69,34 @@ TEST(OuterOptimizer, NesterovAndAverageFollowTheirDefinitions) {
 // exactly one Nesterov step on their mean from where the previous N left them, and torch's SGD
 // fed the means agrees; in between, each arrival moved the weights by lr / N of its Delta only.
 // Its state (momentum, what has been accumulated, how many) restores into a fresh optimizer.
+// An elastic job's N follows its members: from 3 to 2 mid-cycle, the arrival that reaches 2 applies the
+// momentum on the mean of the arrivals accumulated; from 2 to 3, the momentum waits for the third.
+TEST(OuterOptimizer, DelayedNesterovFollowsAChangingDelay) {
+  const torch::TensorOptions f(torch::kFloat);
+  const torch::Tensor s0 = torch::tensor({1.0f, -2.0f}), d1 = torch::tensor({0.2f, 0.1f}), d2 = torch::tensor({-0.1f, 0.3f}),
+                      d3 = torch::tensor({0.05f, -0.2f});
+  OuterOptimizer o(OuterRule::kDelayedNesterov, 0.5, 0.9, 2, f, 3);
+  torch::Tensor start = s0.clone(), params = torch::zeros({2});
+  o.step(start, d1, params);
+  o.set_delay(2);  // a member left
+  EXPECT_EQ(o.delay(), 2);
+  o.step(start, d2, params);  // the second of 2: momentum on mean(d1, d2)
+  EXPECT_EQ(o.pending(), 0);
+  const torch::Tensor m1 = (d1 + d2) / 2;
+  EXPECT_TRUE(torch::allclose(o.momentum(), m1, 1e-6, 1e-7)) << o.momentum();
+  const torch::Tensor after2 = s0 - (0.5 / 3) * d1 - (0.5 / 2) * d2 - 0.5 * 0.9 * m1;
+  EXPECT_TRUE(torch::allclose(start, after2, 1e-6, 1e-6)) << start << after2;
+  o.set_delay(3);  // a joiner: the next momentum waits for 3 arrivals
+  o.step(start, d3, params);
+  o.step(start, d3, params);
+  EXPECT_EQ(o.pending(), 2);
+  EXPECT_TRUE(torch::allclose(o.momentum(), m1, 1e-6, 1e-7));  // unchanged
+  o.step(start, d1, params);
+  EXPECT_EQ(o.pending(), 0);
+  EXPECT_TRUE(torch::allclose(o.momentum(), 0.9 * m1 + (d3 + d3 + d1) / 3, 1e-6, 1e-7)) << o.momentum();
+  EXPECT_NE(test::error_of([&] { o.set_delay(0); }).find("outer_delay >= 1"), std::string::npos);
+}
+
 TEST(OuterOptimizer, DelayedNesterovIsOneNesterovStepPerNArrivals) {
   const torch::Tensor s0 = torch::tensor({1.0f, -2.0f, 0.5f, 3.0f});
   std::vector<torch::Tensor> d;

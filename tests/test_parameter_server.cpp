@@ -2016,6 +2016,37 @@ TEST(ParameterShard, DelayedNesterovStateSurvivesACheckpoint) {
   EXPECT_NE(test::error_of([&] { a.init(other, init.data(), nullptr, 0); }).find("delay 3"), std::string::npos);
 }
 
+// Issue 30: in an elastic job with outer_delay 0, delayed Nesterov's N is the live members at each arrival:
+// 3 workers, one FINISHes after the first arrival, and the second arrival applies the momentum on the mean
+// of the two (a fixed N = 3 would wait for a third arrival that the job no longer has).
+TEST(ParameterShard, ElasticDelayedNesterovCountsTheLiveMembers) {
+  PsConfig c;
+  c.consistency = "asp";
+  MsgHeader h = init_header(3, 4);
+  h.update = "delayed_nesterov";
+  h.outer_delay = 0;
+  h.elastic = true;
+  std::vector<float> init(4, 1.0f), d1 = {0.1f, 0.2f, -0.3f, 0.0f}, d2 = {0.3f, 0.0f, 0.1f, -0.2f};
+  ParameterShard a(c);
+  a.init(h, init.data(), nullptr, 0);
+  auto push = [](int worker) {
+    MsgHeader p = push_header(worker, 0, 0, 4);
+    p.samples = 4;  // an elastic job's pushes carry their sample count (the data grants)
+    return p;
+  };
+  a.push(push(0), d1.data());
+  const torch::Tensor t1 = torch::tensor(d1), t2 = torch::tensor(d2);
+  EXPECT_TRUE(torch::allclose(a.params(), torch::ones({4}) - (0.7 / 3) * t1, 1e-6, 1e-6)) << a.params();
+  a.finish(2);
+  a.push(push(1), d2.data());
+  const torch::Tensor want = torch::ones({4}) - (0.7 / 3) * t1 - (0.7 / 2) * t2 - 0.7 * 0.9 * (t1 + t2) / 2;
+  EXPECT_TRUE(torch::allclose(a.params(), want, 1e-6, 1e-6)) << a.params() << want;
+  MsgHeader bad = h;
+  bad.outer_delay = -1;
+  ParameterShard b(c);
+  EXPECT_NE(test::error_of([&] { b.init(bad, init.data(), nullptr, 0); }).find("outer delay -1 invalid"), std::string::npos);
+}
+
 // Issue 26 (7): a first INIT that the server refuses (here lr = -1: check_init took any finite lr,
 // check() wants 0 <= lr < 1e3) must not have created the shard: the job's real INIT, with another
 // range and worker count, defines it afterwards.

@@ -74,6 +74,7 @@ struct DistConfig {
   double outer_lr = 0.7;         // nesterov: outer learning rate (DiLoCo's 0.7)
   double outer_momentum = 0.9;   // nesterov: outer momentum (DiLoCo's 0.9)
   int64_t outer_delay = 0;       // delayed_nesterov: arrivals per momentum update; 0 = the number of nodes
+                                 // (dist.elastic: the servers' live members at each arrival, as they join and leave)
   bool ps_overlap = false;       // ps: push/pull on a communication thread while the next step computes
                                  // (one more step of staleness); false = wait for the own round trip
   bool ps_push_in_backward = false;  // ps: push each shard's gradient range as soon as backward finishes it
