@@ -795,7 +795,7 @@ def assumptions(cl, px, names):
              "the job's clip scope as it is")
     A.append(f"bsp_backup: {max(1, cl['nodes'] // 8)} backup worker(s) (N / 8, at least 1)")
     if "async_local_sgd" in names:
-        A.append("async_local_sgd: ps, ASP, H = 10, outer delayed Nesterov (outer_delay = the nodes), accepted by "
+        A.append("async_local_sgd: ps, ASP, H = 10, outer delayed Nesterov (outer_delay = the nodes; the live members in an elastic job), accepted by "
                  "syncopate-sim")
     A.append("bytes_per_step: what one node sends (and receives) per optimizer step on the cluster: ring "
              "2(N-1)/N x params x wire_bytes, ps params x wire_bytes, local SGD / DiLoCo that divided by H")

@@ -56,6 +56,9 @@ void ParameterShard::check_init(const MsgHeader& h, const float* values, const f
   SYN_CHECK(h.outer_delay >= 0 && h.outer_delay <= (int64_t{1} << 20),
             fmt::format("INIT outer delay {} invalid", h.outer_delay),
             "dist.outer_delay in [1, 2^20], or 0 (an elastic job: the live members at each arrival)");
+  SYN_CHECK(h.outer_delay > 0 || h.elastic || h.update != "delayed_nesterov",
+            "INIT with delayed Nesterov over 0 arrivals in a job that is not elastic",
+            "0 (the live members) is an elastic job's: set dist.outer_delay to the nodes, or dist.elastic=true");
   SYN_CHECK(std::isfinite(h.outer_lr) && h.outer_lr >= 0 && h.outer_lr <= 100 && std::isfinite(h.outer_momentum) &&
                 h.outer_momentum >= 0 && h.outer_momentum < 1,
             fmt::format("INIT outer lr {} / momentum {} invalid", h.outer_lr, h.outer_momentum),
@@ -104,11 +107,11 @@ void ParameterShard::check_init(const MsgHeader& h, const float* values, const f
               "same model: compare the launch environment of this worker with the others'");
     SYN_CHECK(h.wire == wire_, fmt::format("INIT with wire format '{}', but this shard takes '{}'", h.wire, wire_),
               "every worker must run the same --dist.wire (mixed formats are refused)");
-    // (The delay is delayed Nesterov's alone; in an elastic job the first INIT's stands, since a joiner's
-    // default, its own node count, differs from the first nodes'.)
+    // (The delay is delayed Nesterov's alone. An elastic job's workers send 0, the live members, by default;
+    // a shard restored from a checkpoint of a fixed delay, or a joiner given another one, is refused.)
     SYN_CHECK(h.update == update_ && (h.update == "adamw" || h.update == "average" ||
                                       (h.outer_lr == outer_lr_ && h.outer_momentum == outer_mu_ &&
-                                       (h.update != "delayed_nesterov" || elastic_ || h.outer_delay == outer_delay_))),
+                                       (h.update != "delayed_nesterov" || h.outer_delay == outer_delay_))),
               fmt::format("INIT with update '{}' (outer lr {}, momentum {}, delay {}), but this shard applies '{}' ({}, {}, {})",
                           h.update, h.outer_lr, h.outer_momentum, h.outer_delay, update_, outer_lr_, outer_mu_, outer_delay_),
               "every worker must run the same dist.sync_every / dist.outer settings");

@@ -75,7 +75,7 @@ struct PsClientCounters {
 struct ShardUpdate {
   std::string rule = "adamw";
   double outer_lr = 0.7, outer_momentum = 0.9;
-  int64_t outer_delay = 1;  // delayed_nesterov: arrivals per momentum update
+  int64_t outer_delay = 1;  // delayed_nesterov: arrivals per momentum update (0, elastic: the live members)
 };
 
 class PsClient {

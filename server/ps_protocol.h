@@ -10,7 +10,7 @@
 
 namespace syncopate {
 
-constexpr uint32_t kPsProtocolVersion = 11;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format;
+constexpr uint32_t kPsProtocolVersion = 12;  // 2: INIT's update rule (local SGD / DiLoCo) and wire format;
                                              // 3: INIT's job layout, FINISH; 4: partitions (INIT's `partition`,
                                              // requests and replies name their partition by offset and length);
                                              // 5: INIT's `overlap` (refused with BSP backup workers);
@@ -20,7 +20,9 @@ constexpr uint32_t kPsProtocolVersion = 11;  // 2: INIT's update rule (local SGD
                                              // 9: replies' `round` (BSP: where the job's clocks stand);
                                              // 10: `pushed` (a joiner's grant replaced only where it was used);
                                              // 11: replies to INIT join = 2 carry join = 2 (a late one is never
-                                             // taken for a push's), a restarted member's held push defers its join
+                                             // taken for a push's), a restarted member's held push defers its join;
+                                             // 12: INIT's outer_delay 0 (elastic delayed Nesterov: N = the live
+                                             // members at each arrival)
 constexpr int64_t kMaxPartitionsPerServer = 4096;  // a server holds at most this many partitions (INIT `partition`)
 constexpr size_t kMaxHeaderBytes = 4096;          // requests (what a server decodes: tight)
 constexpr size_t kMaxReplyHeaderBytes = 1 << 20;  // replies

@@ -94,6 +94,17 @@ TEST(OuterOptimizer, DelayedNesterovFollowsAChangingDelay) {
   o.step(start, d1, params);
   EXPECT_EQ(o.pending(), 0);
   EXPECT_TRUE(torch::allclose(o.momentum(), 0.9 * m1 + (d3 + d3 + d1) / 3, 1e-6, 1e-7)) << o.momentum();
+  // Two members leave with two arrivals pending (N 3 -> 1): the next arrival applies the momentum on the mean
+  // of the three accumulated (a test of == instead of >= would never fire again).
+  o.step(start, d1, params);
+  o.step(start, d2, params);
+  o.set_delay(1);
+  const torch::Tensor m2 = o.momentum().clone();
+  o.step(start, d3, params);
+  EXPECT_EQ(o.pending(), 0);
+  EXPECT_TRUE(torch::allclose(o.momentum(), 0.9 * m2 + (d1 + d2 + d3) / 3, 1e-6, 1e-7)) << o.momentum();
+  o.step(start, d3, params);  // and every arrival after it, at N = 1
+  EXPECT_EQ(o.pending(), 0);
   EXPECT_NE(test::error_of([&] { o.set_delay(0); }).find("outer_delay >= 1"), std::string::npos);
 }
 

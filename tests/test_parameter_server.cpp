@@ -2045,6 +2045,14 @@ TEST(ParameterShard, ElasticDelayedNesterovCountsTheLiveMembers) {
   bad.outer_delay = -1;
   ParameterShard b(c);
   EXPECT_NE(test::error_of([&] { b.init(bad, init.data(), nullptr, 0); }).find("outer delay -1 invalid"), std::string::npos);
+  // 0 is an elastic job's; a joiner with a fixed delay in a job of 0 (or a checkpoint of a fixed one) is refused.
+  bad.outer_delay = 0;
+  bad.elastic = false;
+  EXPECT_NE(test::error_of([&] { b.init(bad, init.data(), nullptr, 0); }).find("not elastic"), std::string::npos);
+  MsgHeader fixed = h;
+  fixed.worker = 1;
+  fixed.outer_delay = 3;
+  EXPECT_NE(test::error_of([&] { a.init(fixed, init.data(), nullptr, 0); }).find("delay 3"), std::string::npos);
 }
 
 // Issue 26 (7): a first INIT that the server refuses (here lr = -1: check_init took any finite lr,

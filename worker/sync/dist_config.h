@@ -147,7 +147,7 @@ struct DistConfig {
     v("outer", outer, "sync_every > 1: outer update (average = mean weights; nesterov = DiLoCo; delayed_nesterov = "
       "async DiLoCo's momentum once per outer_delay arrivals)",
       std::vector<std::string>{"average", "nesterov", "delayed_nesterov"});
-    v("outer_delay", outer_delay, "delayed_nesterov: arrivals per momentum update (0 = the nodes)", int64_t{0},
+    v("outer_delay", outer_delay, "delayed_nesterov: arrivals per momentum update (0 = the nodes; dist.elastic: the live members)", int64_t{0},
       int64_t{1} << 20);
     v("outer_lr", outer_lr, "nesterov outer learning rate", 0.0, 100.0);
     v("outer_momentum", outer_momentum, "nesterov outer momentum", 0.0, 0.999999);

@@ -38,7 +38,9 @@ class PsLocalSgdSync : public GradientSync {
       : GradientSync(s.local, s.local_size), every_(s.dist.sync_every), group_(s.group), node_(static_cast<int>(s.dist.node_rank)),
         nodes_(static_cast<int>(s.dist.nnodes)), optim_(s.optim), decay_(flat.decay_ranges()),
         update_{s.dist.outer, s.dist.outer_lr, s.dist.outer_momentum,
-                s.dist.outer_delay > 0 ? s.dist.outer_delay : (s.dist.elastic ? 0 : s.dist.nnodes)},
+                s.dist.outer_delay > 0                                      ? s.dist.outer_delay
+                : s.dist.elastic && s.dist.outer == "delayed_nesterov" ? 0  // the live members (the servers count)
+                                                                       : s.dist.nnodes},
         inner_(make_ring_sync(node_only(s), flat, params)),
         start_(flat.params.clone()), delta_(at::empty_like(flat.params)), device_(s.device), elastic_(s.dist.elastic),
         step_samples_(s.samples_per_step) {
