@@ -25,6 +25,7 @@
 #include "common/fnv1a.h"
 #include "common/trace.h"
 #include "common/log.h"
+#include "server/handshake_watch.h"
 #include "server/ps_protocol.h"
 
 namespace syncopate {
@@ -70,6 +71,7 @@ struct PsClient::Impl {
   struct Server {
     std::mutex mu;  // one caller at a time per server: its socket, and its parts' state
     zmq::socket_t sock;
+    std::unique_ptr<HandshakeWatch> watch;  // sock's handshakes (declared after it: stopped first)
     std::vector<int> parts;  // the parts it holds, in order
   };
   struct Part {
@@ -92,6 +94,23 @@ struct PsClient::Impl {
     s.set(zmq::sockopt::curve_publickey, curve[1]);
     s.set(zmq::sockopt::curve_secretkey, curve[2]);
   }
+  // Handshakes with server k that keep failing are another job's server (or this client's token
+  // is another job's): refused by name at once, not after dist.timeout_s of silence.
+  // Two failures in a row, or one while sends are blocked (ZeroMQ gave the connection up after a
+  // protocol error), are not a server restarting: it closes a handshake at most once, and a client
+  // reconnects to it with the connection kept.
+  static constexpr int kSendSlice_ms = 200;
+  void check_handshake(int k, bool blocked = false) {
+    HandshakeWatch& w = *servers[k]->watch;
+    if (w.failing() < (blocked ? 1 : 2)) return;
+    SYN_FAIL(fmt::format("parameter server {} ({}) failed the connection's handshake ({} in a row: {}): it is not a "
+                         "server of this job",
+                         k, endpoints[k], w.failing(), w.last_failure()),
+             curve.empty() ? "this client connects without encryption: give it the job's SYNCOPATE_TOKEN (or "
+                             "dist.curve_server_key), the same the servers were started with"
+                           : "give workers and servers the same SYNCOPATE_TOKEN (and the same dist.encrypt / "
+                             "dist.curve_server_key), and check that the endpoint is this job's server");
+  }
   // A request naming no part (STATS, FINISH, SHUTDOWN); part_header adds part p's range.
   MsgHeader header(MsgType t) const {
     MsgHeader h;
@@ -111,30 +130,37 @@ struct PsClient::Impl {
   // Sends a header and, optionally, a data frame to server k. `hold` defined: the frame is sent
   // without copying and the message keeps a reference to hold's memory until ZeroMQ is done with
   // it; otherwise the bytes are copied into the message.
-  // A DEALER with no connected peer blocks in send: with no server listening, or a CURVE
-  // handshake that fails (another job's key, a plain client), it has none. Sends wait at most
-  // timeout_s (ZMQ_SNDTIMEO) and then fail naming the server, like a reply that never comes.
+  // A DEALER with no connected peer blocks in send: with no server listening, or once a handshake
+  // failed with a protocol error (a plain client, another job's CURVE key: ZeroMQ then ends the
+  // connection for good). Sends wait in slices of kSendSlice_ms (ZMQ_SNDTIMEO), checking the
+  // handshakes between them, at most timeout_s in all, and then fail naming the server.
   void send(int k, const MsgHeader& h, const void* data, size_t bytes, const at::Tensor& hold = {}) {
     const std::string hdr = encode_header(h);
     zmq::socket_t& s = servers[k]->sock;
-    auto sent = [&](const zmq::send_result_t& r) {
-      SYN_CHECK(r.has_value(), fmt::format("parameter server {} ({}) took no message within {} s: no connection to it", k,
-                                           endpoints[k], opt.timeout_s),
-                "check that syncopate-server runs there and that token and encryption match (a failed CURVE "
-                "handshake leaves no connection; the server's log names it)");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opt.timeout_s);
+    auto send_frame = [&](auto&& frame, zmq::send_flags flags) {
+      for (;;) {
+        if (s.send(frame, flags).has_value()) return;
+        check_handshake(k, /*blocked=*/true);
+        SYN_CHECK(std::chrono::steady_clock::now() < deadline,
+                  fmt::format("parameter server {} ({}) took no message within {} s: no connection to it", k,
+                              endpoints[k], opt.timeout_s),
+                  "check that syncopate-server runs there and that token and encryption match (a failed CURVE "
+                  "handshake leaves no connection; the server's log names it)");
+      }
     };
     if (data == nullptr && h.type != static_cast<int>(MsgType::kPushPull)) {
-      sent(s.send(zmq::buffer(hdr), zmq::send_flags::none));
+      send_frame(zmq::buffer(hdr), zmq::send_flags::none);
       return;
     }
-    sent(s.send(zmq::buffer(hdr), zmq::send_flags::sndmore));
+    send_frame(zmq::buffer(hdr), zmq::send_flags::sndmore);
     if (hold.defined()) {
       auto* ref = new at::Tensor(hold);
       zmq::message_t body(const_cast<void*>(data), bytes, [](void*, void* r) { delete static_cast<at::Tensor*>(r); }, ref);
-      sent(s.send(body, zmq::send_flags::none));
+      send_frame(body, zmq::send_flags::none);
     } else {
       zmq::message_t body(data, bytes);
-      sent(s.send(body, zmq::send_flags::none));
+      send_frame(body, zmq::send_flags::none);
     }
   }
   void heartbeat_loop() {
@@ -173,9 +199,22 @@ struct PsClient::Impl {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opt.timeout_s);
     double attempt_s = std::min(opt.timeout_s, opt.first_resend_s);
     for (;;) {
-      sock.set(zmq::sockopt::rcvtimeo, static_cast<int>(attempt_s * 1000));
+      // Waits for a reply, or for the handshake events that say none can come (another job's server).
+      const auto attempt_end = std::chrono::steady_clock::now() + std::chrono::duration<double>(attempt_s);
+      bool readable = false;
+      for (;;) {
+        const double left_s = std::chrono::duration<double>(attempt_end - std::chrono::steady_clock::now()).count();
+        if (left_s <= 0) break;
+        zmq::pollitem_t items[] = {{sock.handle(), 0, ZMQ_POLLIN, 0}, {servers[k]->watch->events().handle(), 0, ZMQ_POLLIN, 0}};
+        zmq::poll(items, 2, std::chrono::milliseconds(static_cast<int64_t>(left_s * 1000) + 1));
+        if (items[1].revents & ZMQ_POLLIN) check_handshake(k);
+        if (items[0].revents & ZMQ_POLLIN) {
+          readable = true;
+          break;
+        }
+      }
       std::vector<zmq::message_t> frames;
-      if (!zmq::recv_multipart(sock, std::back_inserter(frames))) {
+      if (!readable || !zmq::recv_multipart(sock, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
         SYN_CHECK(std::chrono::steady_clock::now() < deadline,
                   fmt::format("parameter server {} ({}) did not reply within {} s", k, endpoints[k], opt.timeout_s),
                   "check that syncopate-server is running there (its log), or raise dist.timeout_s");
@@ -294,8 +333,9 @@ PsClient::PsClient(const std::vector<std::string>& endpoints, const std::string&
     // (one per push, bounded by what this worker sent) must all be kept (the server's ROUTER would
     // drop those past the mark silently). Sends keep the default mark: they wait for the server.
     sv->sock.set(zmq::sockopt::rcvhwm, 0);
-    sv->sock.set(zmq::sockopt::sndtimeo, static_cast<int>(std::min(options.timeout_s, 2e6) * 1000));  // see send()
+    sv->sock.set(zmq::sockopt::sndtimeo, Impl::kSendSlice_ms);  // see send()
     I.secure(sv->sock);
+    sv->watch = std::make_unique<HandshakeWatch>(I.ctx, sv->sock, fmt::format("ps-client-{}", I.servers.size()));
     try {
       sv->sock.connect(ep);
     } catch (const zmq::error_t& e) {

@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "common/trace.h"
 #include "server/ps_keys.h"
+#include "server/handshake_watch.h"
 #include "server/ps_protocol.h"
 #include "server/shard_partitions.h"
 #include "server/zmq_delay_line.h"
@@ -366,6 +367,11 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
     s.set(zmq::sockopt::curve_secretkey, ps_server_keys_from_token(impl_->raw_token).secret_z85);
   }
   s.set(zmq::sockopt::linger, 0);
+  // Connections that fail the handshake (a client of another job, a plain one where this server
+  // encrypts) reach nothing here; they are logged, at most every 10 s, so that an operator sees them.
+  HandshakeWatch watch(impl_->ctx, s, "ps-server");
+  int64_t failures_logged = 0;
+  auto last_log = std::chrono::steady_clock::now() - std::chrono::seconds(10);
   const std::string host = ipv4_of(impl_->scfg.host);  // ZeroMQ binds addresses (or interfaces), not host names
   const std::string ep = fmt::format("tcp://{}:{}", host, impl_->scfg.port == 0 ? std::string("*") : std::to_string(impl_->scfg.port));
   try {
@@ -390,6 +396,14 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
   in.set(zmq::sockopt::rcvtimeo, 200);  // wake up to expire silent workers
   for (;;) {
     if (impl_->delay) impl_->delay->check();
+    watch.failing();  // reads its events
+    if (watch.failures() > failures_logged && std::chrono::steady_clock::now() - last_log >= std::chrono::seconds(10)) {
+      log::warn("[server {}] {} connection(s) failed the handshake ({} in all; the latest: {}): a client of another job "
+                "(another SYNCOPATE_TOKEN or CURVE key) or an unencrypted one; nothing of theirs reaches the shards",
+                impl_->scfg.shard, watch.failures() - failures_logged, watch.failures(), watch.last_failure());
+      failures_logged = watch.failures();
+      last_log = std::chrono::steady_clock::now();
+    }
     if (stop_requested && stop_requested()) {
       impl_->parts.checkpoint_all();  // a stopped server loses no update it has applied
       break;

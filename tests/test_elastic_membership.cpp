@@ -72,7 +72,8 @@ std::string start_bsp_shards(const test::TempDir& d, const std::vector<std::stri
 }
 // An elastic ps node of the tiny model (out w<rank>, log w<rank>.log) with `extra` flags.
 std::unique_ptr<test::Process> elastic_node(const test::TempDir& d, const std::string& corpus, const std::string& eps,
-                                            int rank, int nnodes, int steps, std::vector<std::string> extra) {
+                                            int rank, int nnodes, int steps, std::vector<std::string> extra,
+                                            const std::string& token = "t") {
   std::vector<std::string> a = {test::bin_dir() + "/syncopate-worker", "--out", d.str(fmt::format("w{}", rank)),
                                 "--model.n_embd=32", "--model.n_head=2", "--model.block_size=32", "--train.threads=1",
                                 "--schedule.warmup_steps=2", "--eval.every=0", "--eval.batches=1",
@@ -82,7 +83,7 @@ std::unique_ptr<test::Process> elastic_node(const test::TempDir& d, const std::s
                                 "--train.preempt_grace_s=30"};
   a.insert(a.end(), extra.begin(), extra.end());
   return std::make_unique<test::Process>(
-      a, std::vector<std::string>{"SYNCOPATE_TOKEN=t", fmt::format("NNODES={}", nnodes), fmt::format("NODE_RANK={}", rank)},
+      a, std::vector<std::string>{"SYNCOPATE_TOKEN=" + token, fmt::format("NNODES={}", nnodes), fmt::format("NODE_RANK={}", rank)},
       d.str(fmt::format("w{}.log", rank)));
 }
 // A run's step records, the last of each step (a node back with --resume appends to its file); a
@@ -765,6 +766,10 @@ TEST(PsElastic, ANodeJoinsARunningBspJobAndAPreemptedOneLeaves) {
     if (resume) x.push_back("--resume");
     return elastic_node(d, corpus, eps, rank, nnodes, kSteps, x);
   };
+  auto node_with_token = [&](int rank, int nnodes, const std::string& token) {
+    return elastic_node(d, corpus, eps, rank, nnodes, kSteps,
+                        {"--checkpoint.every=0", "--train.batch_size=2", "--dist.ps_partition_mb=0.01"}, token);
+  };
   auto w0 = node(0, 2), w1 = node(1, 2);
   ASSERT_TRUE(test::wait_for_step(d.str("w0"), 5, 120)) << test::slurp(d.str("w0.log"));
   auto w2 = node(2, 3);
@@ -772,6 +777,18 @@ TEST(PsElastic, ANodeJoinsARunningBspJobAndAPreemptedOneLeaves) {
   auto logged_steps = [&](const std::string& out) { return step_records(out).size(); };
   for (int i = 0; i < 6000 && logged_steps(d.str("w2")) < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ASSERT_GE(logged_steps(d.str("w2")), 3u) << test::slurp(d.str("w2.log")) << test::slurp(d.str("server0.log"));
+  {  // A node of another job (its own token) that tries to join is refused by name within seconds, not
+     // after dist.timeout_s (60 s) of silence, and disturbs nothing: the job below ends with every
+     // sample taken once and one update per round.
+    const auto t0 = std::chrono::steady_clock::now();
+    auto stranger = node_with_token(3, 4, "another-job");
+    EXPECT_NE(stranger->wait(40), 0) << test::slurp(d.str("w3.log"));
+    const double refused_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(refused_s, 30) << "refused only after the timeout";
+    const std::string log3 = test::slurp(d.str("w3.log"));
+    EXPECT_NE(log3.find("not a server of this job"), std::string::npos) << log3;
+    EXPECT_NE(log3.find("SYNCOPATE_TOKEN"), std::string::npos) << log3;
+  }
   const auto t_term = std::chrono::steady_clock::now();
   ::kill(w1->pid(), SIGTERM);
   EXPECT_EQ(w1->wait(30), 0) << test::slurp(d.str("w1.log"));
@@ -833,6 +850,7 @@ TEST(PsElastic, ANodeJoinsARunningBspJobAndAPreemptedOneLeaves) {
   const std::string s0 = test::slurp(d.str("server0.log"));
   EXPECT_NE(s0.find("worker 2 joins"), std::string::npos) << s0;
   EXPECT_NE(s0.find("worker 1 finished"), std::string::npos) << s0;
+  EXPECT_NE(s0.find("failed the handshake"), std::string::npos) << "the stranger, logged by the server: " << s0;
   const auto stats_at = s0.rfind("stats {");
   ASSERT_NE(stats_at, std::string::npos) << s0;
   const auto stats = nlohmann::json::parse(s0.substr(stats_at + 6, s0.find('\n', stats_at) - stats_at - 6));

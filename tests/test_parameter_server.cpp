@@ -1411,21 +1411,30 @@ TEST(PsServer, EmptyRangesAndMissingFramesGetRepliesNotACrash) {
 
 // Issue 11: with a job token, the parameter-server link is CURVE-encrypted with keys derived from
 // it (no key file): a client of the same job gets in; a client of another job, or one speaking
-// plain TCP, never completes the handshake (its requests time out, the server sees nothing).
+// plain TCP, never completes the handshake, and nothing of theirs reaches the server.
+// Issue 30: such a client is refused by name within a few reconnects (the handshake's failures),
+// not after dist.timeout_s of silence: here 30 s, and the refusal must come within 10.
 TEST(PsServer, TokenDerivedEncryptionAdmitsOnlyTheJobsClients) {
   InProcessServer server(ServerConfig{}, PsConfig{}, "job-secret");
   const std::string endpoint = server.endpoint;
   auto params = torch::ones({10});
-  {
-    PsClientOptions o = client_options("job-secret", false);
-    o.timeout_s = 1;
-    PsClient plain({endpoint}, "job-secret", 0, 1, o);
-    EXPECT_THROW(plain.init(params, {}, AdamWConfig{}), Error);
-    PsClientOptions w = client_options("other-job", true);
-    w.timeout_s = 1;
-    PsClient wrong({endpoint}, "other-job", 0, 1, w);
-    EXPECT_THROW(wrong.init(params, {}, AdamWConfig{}), Error);
-  }
+  auto refused_by_name = [&](const std::string& token, bool encrypted, const char* what) {
+    PsClientOptions o = client_options(token, encrypted);
+    o.timeout_s = 30;
+    PsClient c({endpoint}, token, 0, 1, o);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      c.init(params, {}, AdamWConfig{});
+      ADD_FAILURE() << what << ": admitted";
+    } catch (const Error& e) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      EXPECT_LT(s, 10) << what << ": refused only after " << s << " s: " << e.what();
+      EXPECT_NE(std::string(e.what()).find("not a server of this job"), std::string::npos) << what << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("SYNCOPATE_TOKEN"), std::string::npos) << what << ": " << e.what();
+    }
+  };
+  refused_by_name("job-secret", false, "a plain client");
+  refused_by_name("other-job", true, "another job's client");
   PsClient good({endpoint}, "job-secret", 0, 1, client_options("job-secret", true));
   good.init(params, {}, AdamWConfig{});
   auto grads = torch::ones({10});
