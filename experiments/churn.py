@@ -2,7 +2,7 @@
 (processes on loopback, compute modelled by emulate.step_time_s).
 
     experiments/churn.py run --out DIR [--seeds 3] [--events-per-min R] [--steps S] [--nodes N] [--configs ...]
-                             [--equal-samples]
+                             [--equal-samples] [--eval-every K --target-loss L]
     experiments/churn.py report DIR          (rewrites DIR/churn.md and the plot from DIR/churn.json)
 
 For every configuration and seed it starts the servers (ps configurations) and N nodes, injects the
@@ -57,6 +57,10 @@ Per run (every definition is repeated in churn.md):
   samples_per_step = train.batch_size x train.grad_accum. Start-up, waiting and restarts are in the
   denominator: a run without events has goodput < 1 too (its reference row says how much).
 - time to end: first worker launched to the last worker's exit.
+- time to target (with --eval-every K, every node evaluating every K steps on the same held-out set):
+  first worker launched to the first evaluation, by any node, at or below --target-loss; paired by
+  seed with the reference where both reached it. Local SGD configurations need K a multiple of H
+  (an evaluation at a round boundary reads the outer step's result, not a node's inner weights).
 - lost work, steps: dropped (as above; ring_diloco_elastic: node steps computed minus those applied)
   + recomputed (a (node, step) logged more than once: the ring's
   steps past the checkpoint it restarts from, a ps replay answered as a duplicate) + in flight at a
@@ -294,7 +298,8 @@ class Tail:
 
 def worker_flags(a, seed):
     flags = ["--model.n_embd=32", "--model.n_head=2", "--model.block_size=32", "--train.threads=1",
-             "--eval.every=0", "--eval.batches=1", "--eval.sample_tokens=0", f"--eval.val_windows={a.val_windows}",
+             f"--eval.every={getattr(a, 'eval_every', 0)}", "--eval.batches=1", "--eval.sample_tokens=0",
+             f"--eval.val_windows={a.val_windows}",
              f"--train.batch_size={a.batch}", f"--train.steps={a.steps}", f"--train.seed={seed}",
              "--schedule.warmup_steps=5", f"--emulate.step_time_s={a.step_time!r}",
              f"--checkpoint.every={a.checkpoint_every}", f"--emulate.checkpoint_s={a.checkpoint_s!r}",
@@ -750,11 +755,19 @@ class Run:
         overrun = (sum(1 for m in all_step_records if m.get("overrun")) / len(all_step_records)
                    if all_step_records else None)
         window = (t0, max(ends)) if ends and t0 else None
+        evals = [m for r in ranks for m in self.tails[r].lines if "val_loss" in m and "unix_s" in m]
+        target = getattr(a, "target_loss", None) if getattr(a, "eval_every", 0) else None
+        hits = [m["unix_s"] for m in evals if target is not None and m["val_loss"] <= target]
         metrics = {
             "goodput": (useful / ideal) if ideal else None,
             "useful_samples": useful, "present_samples": ideal, "present_node_s": present,
             "samples_per_step": spp,
             "time_to_end_s": wall,
+            # The first evaluation, by any node (job_final included), at or below --target-loss; None: not reached
+            # (or no periodic evaluation, --eval-every 0). Every node evaluates the model it would ship then (see
+            # the report's definitions).
+            "time_to_target_s": (min(hits) - t0) if hits and t0 else None,
+            "evaluations": len(evals), "target_loss": target,
             "lost_steps": {"dropped": dropped, "recomputed": recomputed, "in_flight_at_crash": in_flight,
                            "total": dropped + recomputed + in_flight},
             "events_planned": len(self.events),
@@ -812,7 +825,7 @@ def not_built():
     return out
 
 
-def compare(runs, configs, equal_runs=(), batch_runs=()):
+def compare(runs, configs, equal_runs=(), batch_runs=(), time_to_target=False):
     """Churn against the reference, paired by seed, per configuration: final_val_loss and goodput;
     Holm over every comparison. equal_runs: the references at the churn runs' applied samples
     (--equal-samples), whose final-loss gap is tested too. batch_runs: runs without events at the
@@ -820,11 +833,13 @@ def compare(runs, configs, equal_runs=(), batch_runs=()):
     samples at equal steps, read at the churn run's samples (equal steps and equal samples at once)."""
     comps = []
     for name in configs:
-        for metric in ("final_val_loss", "goodput"):
-            ch = {str(r["seed"]): r["metrics"][metric] for r in runs
-                  if r["config"] == name and r["churn"] and r["status"] == "complete"}
-            ref = {str(r["seed"]): r["metrics"][metric] for r in runs
-                   if r["config"] == name and not r["churn"] and r["status"] == "complete"}
+        for metric in ("final_val_loss", "goodput") + (("time_to_target_s",) if time_to_target else ()):
+            ch = {str(r["seed"]): r["metrics"].get(metric) for r in runs
+                  if r["config"] == name and r["churn"] and r["status"] == "complete"
+                  and r["metrics"].get(metric) is not None}
+            ref = {str(r["seed"]): r["metrics"].get(metric) for r in runs
+                   if r["config"] == name and not r["churn"] and r["status"] == "complete"
+                   and r["metrics"].get(metric) is not None}
             p = paired(ch, ref)
             comps.append({"config": name, "metric": metric, "a": "churn", "b": "reference", **p})
     adj = holm([c["p"] for c in comps])
@@ -959,6 +974,12 @@ def f3(x, digits=3):
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def time_to_target_cell(m):
+    if m.get("time_to_target_s") is not None:
+        return f3(m["time_to_target_s"], 1)
+    return "n/a" if m.get("target_loss") is None else "not reached"
+
+
 def run_cells(r):
     """The Markdown cells of one run (the test reads them back against churn.json)."""
     m = r["metrics"]
@@ -966,7 +987,7 @@ def run_cells(r):
     kind = ("churn" if r["churn"] else f"reference at equal samples ({r['equal_samples']['steps']} steps)"
             if r.get("equal_samples") else "reference")
     return [r["config"], str(r["seed"]), kind, f3(m["goodput"]),
-            f3(m["useful_samples"], 0), f3(m["time_to_end_s"], 1),
+            f3(m["useful_samples"], 0), f3(m["time_to_end_s"], 1), time_to_target_cell(m),
             f"{f3(lost['total'], 1)} ({f3(lost['dropped'], 1)} / {lost['recomputed']} / {lost['in_flight_at_crash']})",
             f"{m['events_applied']}/{m['events_planned']}", f"{m['events_happened']}", f"{m['events_survived']}",
             str(m["hangs"]), "n/a" if m["duplicate_data"] is None else str(m["duplicate_data"]),
@@ -974,7 +995,7 @@ def run_cells(r):
             f3(m["final_val_loss"], 4), f3(m["longest_stall_s"], 2), r["status"]]
 
 
-RUN_HEAD = ["configuration", "seed", "run", "goodput", "useful samples", "time to end, s",
+RUN_HEAD = ["configuration", "seed", "run", "goodput", "useful samples", "time to end, s", "time to target, s",
             "lost steps (dropped / recomputed / in flight)", "events applied/planned", "happened", "survived",
             "hangs", "duplicate data", "updates exactly once", "final val loss", "longest stall, s", "status"]
 
@@ -994,6 +1015,14 @@ def definitions(s):
         f"{st['batch']} x (sum over every worker process, or ring launcher, of launch-to-exit-or-kill seconds) / "
         f"{st['step_time']:g} s. Start-up, waiting and restarts count against it: a run without events is below 1 too.",
         "- **time to end**: the first worker's launch to the last worker's exit.",
+        (f"- **time to target**: the first worker's launch to the first evaluation, by any node, at or below "
+         f"{st['target_loss']:g} (validation loss on the same held-out set, every {st['eval_every']} steps and the "
+         "job's final one). At that moment a ring node holds the job's replica, a ps node the servers' weights of its "
+         "last reply (at most a step old), and a local SGD node (evaluations at round boundaries) the outer step's "
+         "result; taking the first of the nodes favours runs with more nodes evaluating (a joiner) by the spread "
+         "between nodes' copies. 'not reached': within the run; the paired comparison uses the seeds where both runs "
+         "reached it." if st.get("eval_every") else
+         "- **time to target**: n/a (no evaluation during the runs: `--eval-every 0`)."),
         "- **lost steps**: dropped (as above; ring_diloco_elastic: node steps computed, logged or redone, minus "
         "those applied — at least the partial rounds lost, fewer where a resumed node's log was cut back to its "
         "checkpoint) + recomputed ((node, step) pairs logged more than once: the ring's "
@@ -1260,6 +1289,13 @@ def parse_args(argv):
     r.add_argument("--checkpoint-s", type=float, default=0.0,
                    help="emulate.checkpoint_s: the modelled duration of one checkpoint write, s (0: the real one)")
     r.add_argument("--val-windows", type=int, default=64)
+    r.add_argument("--eval-every", type=int, default=0,
+                   help="eval.every of the workers: evaluate every K steps, for the time to target (0: only the job's "
+                        "final evaluation, no time to target); local SGD configurations need a multiple of --sync-every")
+    r.add_argument("--target-loss", type=float, default=3.2,
+                   help="the validation loss whose first crossing is the time to target (with --eval-every). With the "
+                        "defaults (one seed, seen once), ASP crossed 3.2 near step 40 of 120 and the elastic ring near step "
+                        "70; DiLoCo (ps) stayed above it")
     r.add_argument("--worker-timeout-s", type=float, default=4.0, help="ps.worker_timeout_s of the servers")
     r.add_argument("--timeout-s", type=float, default=30.0, help="dist.timeout_s of the workers")
     r.add_argument("--max-restarts", type=int, default=20, help="the ring launchers' --max-restarts")
@@ -1289,6 +1325,12 @@ def parse_args(argv):
         if bad:
             ap.error(f"unknown configuration(s) {', '.join(bad)}; known: {', '.join(list(CONFIGS) + list(NOT_BUILT))}")
         a.config_list = names
+        if a.eval_every < 0:
+            ap.error(f"--eval-every {a.eval_every}: give 0 (no evaluation during the run) or a step count")
+        local = [n for n in names if CONFIGS.get(n, {}).get("local_sgd")]
+        if a.eval_every and local and a.eval_every % a.sync_every:
+            ap.error(f"--eval-every {a.eval_every} is not a multiple of --sync-every {a.sync_every}: {', '.join(local)} "
+                     "would evaluate a node's weights in the middle of a round, not the job's model; give a multiple")
         if a.equal_samples and a.no_reference:
             ap.error("--equal-samples needs the references (it scales their budget): drop --no-reference")
     return a
@@ -1354,7 +1396,8 @@ def main(argv=None):
                                                                 s["settings"]["steps"] // every)
         if a.batch_references:
             s["batch_runs"] = batch_references(s, a.batch_references)
-        s["comparisons"] = compare(s["runs"], s["configs"], s.get("equal_runs", []), s.get("batch_runs", []))
+        s["comparisons"] = compare(s["runs"], s["configs"], s.get("equal_runs", []), s.get("batch_runs", []),
+                                   bool(s["settings"].get("eval_every")))
         s["plot"] = plot(s, a.dir)
         with open(os.path.join(a.dir, "churn.json"), "w") as f:
             json.dump(s, f, indent=1, default=str)
@@ -1387,7 +1430,7 @@ def main(argv=None):
                       "hang_s": a.hang_s, "events_per_min": a.events_per_min, "max_events": a.max_events,
                       "events_start_s": a.events_start_s, "horizon_frac": a.horizon_frac, "delay": list(a.delay),
                       "recover_s": a.recover_s, "corpus": a.corpus, "servers": SERVERS, "sync_every": a.sync_every,
-                      "async_outer_lr": a.async_outer_lr},
+                      "async_outer_lr": a.async_outer_lr, "eval_every": a.eval_every, "target_loss": a.target_loss},
          "seeds": seeds, "configs": runnable, "schedules": schedules}
     try:
         for name, sd, churn in plan:
@@ -1428,7 +1471,7 @@ def main(argv=None):
     if a.equal_samples:
         s["equal_runs"] = equal_runs
     s["machine_time_s"] = time.time() - t0
-    s["comparisons"] = compare(runs, runnable, equal_runs)
+    s["comparisons"] = compare(runs, runnable, equal_runs, time_to_target=bool(a.eval_every))
     s["not_built"] = {n: v for n, v in not_built().items()}
     s["plot"] = plot(s, a.out)
     with open(os.path.join(a.out, "churn.json"), "w") as f:

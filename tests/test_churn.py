@@ -9,6 +9,8 @@ goodput in (0, 1], report files whose Markdown shows the JSON's numbers, and no 
 Everything is written under a temporary directory. About 1.5 minutes on 2 cores.
 Run: .venv/bin/python tests/test_churn.py"""
 import argparse
+import contextlib
+import io
 import json
 import os
 import re
@@ -32,6 +34,7 @@ BIN = os.environ.get("SYNCOPATE_BIN") or os.path.join(ROOT, "build", "bin")
 HAVE_BINARIES = all(os.path.exists(os.path.join(BIN, b)) for b in ("syncopate-worker", "syncopate-server"))
 # The end-to-end run: short, three events inside the first 60% of it.
 STEPS, NODES, RATE, MAX_EVENTS, START_S, HORIZON, DELAY, RECOVER_S = 60, 3, 90.0, 3, 1.0, 0.6, (1.0, 2.0), 3.0
+TARGET = 4.0  # a validation loss the tiny model passes within the test's 60 steps (the time to target)
 PS_CONFIGS = ("ps_bsp_backup", "ps_asp", "ps_bsp", "ps_diloco_elastic", "ps_async_local_sgd")
 PS_LOCAL_SGD = ("ps_diloco_elastic", "ps_async_local_sgd")
 
@@ -279,6 +282,17 @@ class HangDetector(unittest.TestCase):
             shutil.rmtree(d, ignore_errors=True)
 
 
+class Arguments(unittest.TestCase):
+    def test_local_sgd_evaluates_only_at_round_boundaries(self):
+        with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit):
+            churn.parse_args(["run", "--eval-every", "15", "--sync-every", "10", "--configs", "ps_asp,ps_diloco_elastic"])
+        self.assertIn("not a multiple of --sync-every 10: ps_diloco_elastic", err.getvalue())
+        a = churn.parse_args(["run", "--eval-every", "15", "--configs", "ps_asp,ring_elastic"])
+        self.assertEqual(churn.worker_flags(a, 0).count("--eval.every=15"), 1)
+        a = churn.parse_args(["run"])
+        self.assertIn("--eval.every=0", churn.worker_flags(a, 0))
+
+
 @unittest.skipUnless(HAVE_BINARIES, f"the binaries are not built under {BIN} (scripts/build.sh)")
 class EndToEnd(unittest.TestCase):
     @classmethod
@@ -290,7 +304,8 @@ class EndToEnd(unittest.TestCase):
         cls.args = ["--seeds", "1", "--first-seed", str(cls.seed), "--steps", str(STEPS), "--nodes", str(NODES),
                     "--events-per-min", str(RATE), "--max-events", str(MAX_EVENTS), "--events-start-s", str(START_S),
                     "--horizon-frac", str(HORIZON), "--delay", f"{DELAY[0]},{DELAY[1]}", "--recover-s", str(RECOVER_S),
-                    "--corpus", cls.corpus, "--cache-dir", os.path.join(cls.tmp, "cache")]
+                    "--corpus", cls.corpus, "--cache-dir", os.path.join(cls.tmp, "cache"),
+                    "--eval-every", "10", "--target-loss", str(TARGET)]
         t0 = time.time()
         cls.proc = subprocess.run([PY, os.path.join(ROOT, "experiments", "churn.py"), "run", "--out", cls.out] + cls.args,
                                   capture_output=True, text=True, timeout=300, cwd=cls.tmp, env=child_env())
@@ -420,6 +435,28 @@ class EndToEnd(unittest.TestCase):
         ref = next(r for r in self.s["runs"] if r["config"] == "ps_bsp_backup" and not r["churn"])
         self.assertGreater(ref["metrics"]["lost_steps"]["dropped"], 0, "a backup worker's pushes are dropped")
 
+    def test_the_time_to_target_is_the_first_evaluation_at_or_below_it(self):
+        for r in self.s["runs"]:
+            m = r["metrics"]
+            self.assertEqual(m["target_loss"], TARGET)
+            evals = []
+            for node in os.listdir(r["dir"]):
+                path = os.path.join(r["dir"], node, "metrics.jsonl")
+                if os.path.exists(path):
+                    with open(path) as f:
+                        evals += [json.loads(ln) for ln in f if '"val_loss"' in ln]
+            self.assertGreater(len([e for e in evals if not e.get("job_final")]), 1, r["dir"])
+            hits = [e["unix_s"] for e in evals if e["val_loss"] <= TARGET]
+            if not hits:
+                self.assertIsNone(m["time_to_target_s"])
+                continue
+            t = m["time_to_target_s"]
+            self.assertIsNotNone(t, r["dir"])
+            self.assertLessEqual(t, m["time_to_end_s"] + 1e-6)
+            launch = min(i["start_unix"] for i in r["incarnations"])
+            self.assertAlmostEqual(t, min(hits) - launch, delta=1e-6)
+        self.assertTrue(any(c["metric"] == "time_to_target_s" for c in self.s["comparisons"]))
+
     def test_goodput_in_0_1(self):
         for r in self.s["runs"]:
             g = r["metrics"]["goodput"]
@@ -451,7 +488,12 @@ class EndToEnd(unittest.TestCase):
         for c in self.s["comparisons"]:
             self.assertIn(f"| {c['config']} | {c['metric']} |", self.md)
             self.assertIn(c["verdict"], self.md)
-            self.assertEqual(c["n"], 1)
+            if c["metric"] == "time_to_target_s":  # paired only where both runs reached the target
+                both = [r for r in self.s["runs"] if r["config"] == c["config"]
+                        and r["metrics"]["time_to_target_s"] is not None]
+                self.assertEqual(c["n"], 1 if len(both) == 2 else 0, c)
+            else:
+                self.assertEqual(c["n"], 1)
             self.assertTrue(c["verdict"].startswith(("not resolved", "identical")), c)
         self.assertNotIn("≈", self.md)
         churned = [r for r in self.s["runs"] if r["churn"]]
