@@ -25,7 +25,8 @@ from --events-start-s to --horizon-frac x the run's modelled length (steps x ste
 A kill9 or sigterm targets one of the first N nodes that is up at that time by the schedule's own
 plan (its earlier events' delays plus --recover-s); where none is, the event is a join.
 
-Configurations: ps_bsp_backup (BSP, ps.backup_workers=1), ps_asp (ASP), ps_bsp (BSP), every worker with
+Configurations: ps_bsp_backup (BSP, ps.backup_workers=1), ps_asp (ASP), ps_bsp (BSP), ps_ssp (SSP, bound 2
+clocks: a node that joins starts at the slowest live member's next clock), every worker with
 --dist.elastic=true, 2 server shards; ring_restart (--dist.mode=ring through scripts/launch_node.sh
 --max-restarts, checkpoint.every: a lost node fails every node, each launcher restarts its worker and
 the job resumes from the newest checkpoint every node holds; a kill9 or sigterm takes the node's
@@ -118,6 +119,7 @@ CONFIGS = {
     "ps_bsp_backup": {"kind": "ps", "consistency": "bsp", "backup_workers": 1},
     "ps_asp": {"kind": "ps", "consistency": "asp", "backup_workers": 0},
     "ps_bsp": {"kind": "ps", "consistency": "bsp", "backup_workers": 0},
+    "ps_ssp": {"kind": "ps", "consistency": "ssp", "backup_workers": 0, "staleness_bound": 2},
     "ring_restart": {"kind": "ring"},
     "ring_elastic": {"kind": "ring", "elastic": True},
     "ring_diloco_elastic": {"kind": "ring", "elastic": True, "local_sgd": True},
@@ -375,6 +377,8 @@ class Run:
                    "--server.port=-1", f"--server.endpoint_file={ep_file}", "--server.encrypt=off",
                    f"--ps.consistency={self.cfg['consistency']}", f"--ps.backup_workers={self.cfg['backup_workers']}",
                    f"--ps.worker_timeout_s={self.a.worker_timeout_s!r}"]
+            if "staleness_bound" in self.cfg:
+                cmd.append(f"--ps.staleness_bound={self.cfg['staleness_bound']}")
             eps.append(self.start_service(cmd, ep_file, f"server{k}"))
         self.eps = ",".join(eps)
 

@@ -35,7 +35,7 @@ HAVE_BINARIES = all(os.path.exists(os.path.join(BIN, b)) for b in ("syncopate-wo
 # The end-to-end run: short, three events inside the first 60% of it.
 STEPS, NODES, RATE, MAX_EVENTS, START_S, HORIZON, DELAY, RECOVER_S = 60, 3, 90.0, 3, 1.0, 0.6, (1.0, 2.0), 3.0
 TARGET = 4.0  # a validation loss the tiny model passes within the test's 60 steps (the time to target)
-PS_CONFIGS = ("ps_bsp_backup", "ps_asp", "ps_bsp", "ps_diloco_elastic", "ps_async_local_sgd")
+PS_CONFIGS = ("ps_bsp_backup", "ps_asp", "ps_bsp", "ps_ssp", "ps_diloco_elastic", "ps_async_local_sgd")
 PS_LOCAL_SGD = ("ps_diloco_elastic", "ps_async_local_sgd")
 
 
