@@ -7,6 +7,7 @@
 #   MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 NNODES=4 NODE_RANK=<i> SYNCOPATE_TOKEN_FILE=~/.syncopate_token \
 # Usage: scripts/launch_node.sh [--max-restarts K] [--server-arg ARG ...] -- --out runs/job [worker args...]
 #        scripts/launch_node.sh --role probe [--server-arg ARG ...] -- --out probe.json [probe args...]
+#        scripts/launch_node.sh --role servers     (prints the shard list SYNCOPATE_SERVERS resolves to)
 #
 # Ring mode: nothing more (the worker meets the others at MASTER_ADDR:MASTER_PORT).
 # Parameter-server mode: set SYNCOPATE_SERVERS, the same on every node; the launcher adds
@@ -146,6 +147,14 @@ SERVERS_LIST=""
 [ -n "${SYNCOPATE_SERVERS:-}" ] && { SERVERS_LIST=$(shard_list "$SYNCOPATE_SERVERS") || exit 2; }
 IFS=, read -ra EPS <<< "$SERVERS_LIST"
 
+# --role servers: prints the job's shard list (what every node derives from SYNCOPATE_SERVERS) and
+# exits; scripts/slurm/ps.sbatch records it for nodes added to the running job later.
+if [ "$ROLE" = servers ]; then
+  [ -n "$SERVERS_LIST" ] || die "--role servers needs SYNCOPATE_SERVERS (e.g. per-node:2)"
+  echo "$SERVERS_LIST"
+  exit 0
+fi
+
 if [ "$ROLE" = server ]; then
   [ -n "$SERVERS_LIST" ] || die "--role server needs SYNCOPATE_SERVERS (the job's shard list)"
   [ "$SHARD" -ge 0 ] && [ "$SHARD" -lt "${#EPS[@]}" ] || die "--role server needs --shard k in 0..$((${#EPS[@]} - 1))"
@@ -192,7 +201,7 @@ if [ "$ROLE" = probe ]; then
   fi
   exit $rc
 fi
-[ "$ROLE" = node ] || die "--role is node (default), server, rendezvous or probe"
+[ "$ROLE" = node ] || die "--role is node (default), server, servers, rendezvous or probe"
 
 OUT="" CONFIG="" prev=""
 for a in "$@"; do

@@ -143,43 +143,51 @@ restart_job
 # then node 1's launcher gets SIGTERM (a preemption notice): its worker finishes the step, writes a
 # checkpoint and leaves at once (the servers' worker timeout is 600 s: only its FINISH can release
 # the others in time). The others end the job; the shard exits with it, one update per round.
-elastic_job() {
-  local base t0 i pid rc
+elastic_job() {  # [NETNS_PREFIX]: then the shard and node 0 on host 0 (10.77.0.1), node i on host i
+  local ns=${1:-} base t0 i pid rc addr=127.0.0.1 d=elastic
   base=$(free_base)
-  mkdir -p "$TMP/elastic"
+  [ -n "$ns" ] && addr=10.77.0.1 d=elastic_netns base=29600
+  mkdir -p "$TMP/$d"
   SPAWNED=()
   t0=$(date +%s)
-  local env=(env SYNCOPATE_TOKEN=launch-test SYNCOPATE_SERVERS=127.0.0.1:$base SYNCOPATE_SERVER_LAYOUT=dedicated)
-  SYNCOPATE_SERVER_DIR="$TMP/elastic/server0" spawn "${env[@]}" "$ROOT/scripts/launch_node.sh" --role server --shard 0 \
-    --server-arg --ps.consistency=bsp --server-arg --ps.worker_timeout_s=600 > "$TMP/elastic/server.log" 2>&1
+  local env=(env SYNCOPATE_TOKEN=launch-test SYNCOPATE_SERVERS=$addr:$base SYNCOPATE_SERVER_LAYOUT=dedicated)
+  on_host() {  # HOST: the prefix that runs a command in that host's namespace (none on loopback)
+    HOST=()
+    if [ -n "$ns" ]; then HOST=(ip netns exec "${ns}n$1"); fi
+  }
+  on_host 0
+  spawn "${HOST[@]}" "${env[@]}" SYNCOPATE_SERVER_DIR="$TMP/$d/server0" "$ROOT/scripts/launch_node.sh" --role server \
+    --shard 0 --server-arg --ps.consistency=bsp --server-arg --ps.worker_timeout_s=600 > "$TMP/$d/server.log" 2>&1
   node() {  # RANK NNODES
-    spawn "${env[@]}" NNODES=$2 NODE_RANK=$1 "$ROOT/scripts/launch_node.sh" -- --out "$TMP/elastic/node$1" "${ARGS[@]}" \
-      --train.steps=80 --emulate.step_time_s=0.1 --dist.elastic=true > "$TMP/elastic/node$1.log" 2>&1
+    on_host "$1"
+    spawn "${HOST[@]}" "${env[@]}" NNODES=$2 NODE_RANK=$1 "$ROOT/scripts/launch_node.sh" -- --out "$TMP/$d/node$1" "${ARGS[@]}" \
+      --train.steps=80 --emulate.step_time_s=0.1 --dist.elastic=true > "$TMP/$d/node$1.log" 2>&1
   }
   node 0 2; node 1 2
-  for _ in $(seq 1 1200); do grep -q '"step":10,' "$TMP/elastic/node0/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+  for _ in $(seq 1 1200); do grep -q '"step":10,' "$TMP/$d/node0/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
   node 2 3
   local n
   for _ in $(seq 1 1200); do
-    n=$(grep -c '"loss"' "$TMP/elastic/node2/metrics.jsonl" 2>/dev/null || true)
+    n=$(grep -c '"loss"' "$TMP/$d/node2/metrics.jsonl" 2>/dev/null || true)
     [ "${n:-0}" -ge 2 ] && break; sleep 0.1
   done
   kill -TERM "${SPAWNED[2]}"  # node 1's launcher
-  launchers_exit0 elastic "$t0" 240 "$TMP/elastic/*.log" 1 3 0  # node 0, node 2, then the shard's launcher
+  launchers_exit0 "$d" "$t0" 240 "$TMP/$d/*.log" 1 3 0  # node 0, node 2, then the shard's launcher
   wait "${SPAWNED[2]}" 2>/dev/null || true
   end_spawned
-  grep -q "joined the running job at step" "$TMP/elastic/node2.log" || { echo "FAIL: elastic: node 2 did not join"; tail -n 20 "$TMP/elastic/node2.log"; fail=1; }
-  grep -q "SIGTERM: node 1 stopped after step" "$TMP/elastic/node1.log" || { echo "FAIL: elastic: node 1 did not stop on SIGTERM"; tail -n 20 "$TMP/elastic/node1.log"; fail=1; }
-  ls -d "$TMP/elastic/node1/checkpoints/step_"* > /dev/null 2>&1 || { echo "FAIL: elastic: node 1 wrote no checkpoint"; fail=1; }
+  grep -q "joined the running job at step" "$TMP/$d/node2.log" || { echo "FAIL: $d: node 2 did not join"; tail -n 20 "$TMP/$d/node2.log"; fail=1; }
+  grep -q "SIGTERM: node 1 stopped after step" "$TMP/$d/node1.log" || { echo "FAIL: $d: node 1 did not stop on SIGTERM"; tail -n 20 "$TMP/$d/node1.log"; fail=1; }
+  ls -d "$TMP/$d/node1/checkpoints/step_"* > /dev/null 2>&1 || { echo "FAIL: $d: node 1 wrote no checkpoint"; fail=1; }
   for i in 0 2; do
-    grep -q '"step":80,' "$TMP/elastic/node$i/metrics.jsonl" || { echo "FAIL: elastic: node $i did not reach step 80"; fail=1; }
+    grep -q '"step":80,' "$TMP/$d/node$i/metrics.jsonl" || { echo "FAIL: $d: node $i did not reach step 80"; fail=1; }
   done
-  grep -q '\[server 0\] stats {.*"dead_events":0,' "$TMP/elastic/server.log" ||
-    { echo "FAIL: elastic: the shard waited out a worker's timeout"; fail=1; }
-  grep -q '\[server 0\] stats {.*"version":80[,}]' "$TMP/elastic/server.log" ||
-    { echo "FAIL: elastic: the shard did not apply one update per round"; grep stats "$TMP/elastic/server.log" | cut -c1-300; fail=1; }
-  if pgrep -f "$TMP/elastic" > /dev/null; then echo "FAIL: elastic left processes:"; pgrep -af "$TMP/elastic"; fail=1; fi
-  echo "elastic: $(( $(date +%s) - t0 )) s"
+  grep -q "listening on tcp://$addr:$base" "$TMP/$d/server.log" || { echo "FAIL: $d: the shard did not listen on $addr:$base"; fail=1; }
+  grep -q '\[server 0\] stats {.*"dead_events":0,' "$TMP/$d/server.log" ||
+    { echo "FAIL: $d: the shard waited out a worker's timeout"; fail=1; }
+  grep -q '\[server 0\] stats {.*"version":80[,}]' "$TMP/$d/server.log" ||
+    { echo "FAIL: $d: the shard did not apply one update per round"; grep stats "$TMP/$d/server.log" | cut -c1-300; fail=1; }
+  if pgrep -f "$TMP/$d" > /dev/null; then echo "FAIL: $d left processes:"; pgrep -af "$TMP/$d"; fail=1; fi
+  echo "elastic ps ${ns:+(network namespaces)}: $(( $(date +%s) - t0 )) s"
 }
 elastic_job
 
@@ -227,9 +235,10 @@ elastic_ring_job
 if [ "$(id -u)" = 0 ] && ip netns add "lnt$$" 2>/dev/null; then
   ip netns del "lnt$$"
   NS="lnt$$"
-  netns_up "$NS" 2 1
+  netns_up "$NS" 3 1
   elastic_ring_job "$NS"
-  netns_down "$NS" 2
+  elastic_job "$NS"  # the elastic ps job's join and leave, every node a host of its own address
+  netns_down "$NS" 3
   NS=""
 fi
 

@@ -6,8 +6,8 @@
 # server; a 3-node ring job and a 3-node parameter-server job with co-located shards, from the
 # shipped CPU configs with the user's overrides as the script's arguments, both finish; the ps
 # job's shards took the [ps] section of the same file; the job logs land in the submit directory;
-# a missing config is named; a token file others can read is refused; an elastic ring job that a
-# second submission adds a node to. The jobs are submitted from a
+# a missing config is named; a token file others can read is refused; an elastic ring job and an
+# elastic ps job (ELASTIC=1) that a second submission adds a node to. The jobs are submitted from a
 # scratch directory that links to the repository's scripts/, configs/ and build/ (a user's checkout
 # as seen from the submit host), so their logs land there and nothing is written in the repository
 # itself, where tests running beside this one (help_test.sh) watch for stray files.
@@ -81,6 +81,34 @@ for i in 0 1 2; do
 done
 grep -q "the job is over" "$TMP/er-run/node0.rendezvous.log" 2>/dev/null ||
   { echo "FAIL: elastic ring: the rendezvous service did not end with the job"; fail=1; }
+
+# The elastic ps job: 2 nodes with ELASTIC=1, then a second submission adds node 2 (JOIN_RANK=2 and
+# the job's OUT, whose job.env names the shards): the joiner starts no shard, its worker joins the
+# running job at its clock, and all three finish. A join into the fixed ps job above is refused by name.
+port=$(free_port)
+FAKE_JOB_ID=$JOB-eps FAKE_LOG="$TMP/eps" OUT="$TMP/eps-run" CONFIG=configs/ps-cpu.toml MASTER_PORT=$port ELASTIC=1 \
+  SYNCOPATE_PS_PORT=$(free_ports 2) timeout 180 sbatch --nodes=2 scripts/slurm/ps.sbatch "${TINY[@]}" --train.steps=80 \
+  --emulate.step_time_s=0.1 > "$TMP/eps.submit" 2>&1 &
+eps_pid=$!
+for _ in $(seq 1 600); do grep -q '"step":10,' "$TMP/eps-run/node0/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+FAKE_JOB_ID=$JOB-epsjoin FAKE_LOG="$TMP/epsjoin" OUT="$TMP/eps-run" CONFIG=configs/ps-cpu.toml JOIN_RANK=2 \
+  timeout 180 sbatch --nodes=1 scripts/slurm/ps.sbatch "${TINY[@]}" --train.steps=80 --emulate.step_time_s=0.1 \
+  > "$TMP/epsjoin.submit" 2>&1 ||
+  { echo "FAIL: sbatch ps.sbatch (join)"; tail -20 "$TMP/epsjoin.0" "slurm-syncopate-ps-$JOB-epsjoin.out"; fail=1; }
+wait "$eps_pid" || { echo "FAIL: sbatch ps.sbatch (elastic)"; tail -20 "$TMP/eps.0" "$TMP/eps.1"; fail=1; }
+grep -q "node 2 joined the running job at step" "$TMP/epsjoin.0" ||
+  { echo "FAIL: elastic ps: node 2 did not join"; tail -20 "$TMP/epsjoin.0"; fail=1; }
+grep -q "\[launch\] shard" "$TMP/epsjoin.0" && { echo "FAIL: elastic ps: the joining node started a shard"; fail=1; }
+for i in 0 1 2; do
+  grep -q '"step":80,' "$TMP/eps-run/node$i/metrics.jsonl" 2>/dev/null || { echo "FAIL: elastic ps node $i did not reach step 80"; tail -5 "$TMP/eps.$i" "$TMP/epsjoin.0" 2>/dev/null; fail=1; }
+done
+grep -q "worker 2 joins" "$TMP/eps.0" || { echo "FAIL: elastic ps: shard 0 did not see worker 2 join"; fail=1; }
+if FAKE_JOB_ID=$JOB-fixedjoin FAKE_LOG="$TMP/fixedjoin" OUT="$TMP/ps-run" CONFIG=configs/ps-cpu.toml JOIN_RANK=3 \
+   sbatch scripts/slurm/ps.sbatch "${TINY[@]}" > /dev/null 2>&1; then
+  echo "FAIL: a join into a ps job without ELASTIC=1 was accepted"; fail=1
+fi
+grep -q "was not started with ELASTIC=1" "slurm-syncopate-ps-$JOB-fixedjoin.out" ||
+  { echo "FAIL: the refused join does not say why"; cat "slurm-syncopate-ps-$JOB-fixedjoin.out"; fail=1; }
 
 # The old log path (runs/ is git-ignored, so absent on a fresh clone) fails the job silently: the
 # stand-in does what Slurm does.
