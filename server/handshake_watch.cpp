@@ -31,12 +31,17 @@ std::string describe(uint16_t event, uint32_t value) {
 }  // namespace
 
 HandshakeWatch::HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched, const std::string& name)
-    : pair_(ctx, zmq::socket_type::pair) {
+    : watched_(&watched), pair_(ctx, zmq::socket_type::pair) {
   const std::string ep = "inproc://handshake-watch-" + name;
   SYN_CHECK(zmq_socket_monitor(watched.handle(), ep.c_str(), kEvents) == 0,
             fmt::format("cannot monitor a socket ({})", zmq_strerror(zmq_errno())), "check the libzmq installation (4.3 or newer)");
   pair_.set(zmq::sockopt::linger, 0);
   pair_.connect(ep);
+}
+
+void HandshakeWatch::stop() {
+  if (watched_ != nullptr && watched_->handle() != nullptr) zmq_socket_monitor(watched_->handle(), nullptr, 0);
+  watched_ = nullptr;
 }
 
 int64_t HandshakeWatch::failing() {

@@ -9,7 +9,9 @@
 // it (rate-limited) and serves its own job's workers as before.
 //
 // It is libzmq's socket monitor (zmq_socket_monitor, version 1 events) read without blocking from
-// an inproc PAIR socket; one thread at a time calls failing().
+// an inproc PAIR socket; one thread at a time calls failing(), often enough that events do not pile up.
+// The events cannot say why a handshake failed on the client's side (a server that cannot decrypt a
+// HELLO closes the connection like a proxy in front of a stopped server): see zmtp_greeting.h.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -23,8 +25,12 @@ class HandshakeWatch {
   // Starts monitoring `watched` (before it connects or binds, so that no event is missed); `name`
   // makes the inproc endpoint unique within the context.
   HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched, const std::string& name);
-  // (The monitor itself ends with the watched socket: ZeroMQ owns it, and stopping it from here
-  // would touch a socket that another thread may own by then, e.g. the server's delay line.)
+  // Stops the monitor (call it on the thread that owns the watched socket, before this watch goes):
+  // libzmq sends monitor events with a blocking send, so a watch nobody reads any more would stall
+  // ZeroMQ's I/O thread once its queue (about 2000 events) is full. Not done by the destructor, which
+  // may run where another thread owns the socket (the server's delay line); without stop() the
+  // monitor ends with the watched socket.
+  void stop();
   HandshakeWatch(const HandshakeWatch&) = delete;
   HandshakeWatch& operator=(const HandshakeWatch&) = delete;
 
@@ -39,6 +45,7 @@ class HandshakeWatch {
   zmq::socket_t& events() { return pair_; }
 
  private:
+  zmq::socket_t* watched_;
   zmq::socket_t pair_;
   int64_t streak_ = 0;
   int64_t failures_ = 0, successes_ = 0;

@@ -26,6 +26,7 @@
 #include "common/trace.h"
 #include "common/log.h"
 #include "server/handshake_watch.h"
+#include "server/zmtp_greeting.h"
 #include "server/ps_protocol.h"
 
 namespace syncopate {
@@ -72,6 +73,10 @@ struct PsClient::Impl {
     std::mutex mu;  // one caller at a time per server: its socket, and its parts' state
     zmq::socket_t sock;
     std::unique_ptr<HandshakeWatch> watch;  // sock's handshakes (declared after it: stopped first)
+    std::chrono::steady_clock::time_point last_greeting{};  // check_handshake's last greeting probe
+    ~Server() {
+      if (watch) watch->stop();
+    }
     std::vector<int> parts;  // the parts it holds, in order
   };
   struct Part {
@@ -94,22 +99,37 @@ struct PsClient::Impl {
     s.set(zmq::sockopt::curve_publickey, curve[1]);
     s.set(zmq::sockopt::curve_secretkey, curve[2]);
   }
-  // Handshakes with server k that keep failing are another job's server (or this client's token
-  // is another job's): refused by name at once, not after dist.timeout_s of silence.
-  // Two failures in a row, or one while sends are blocked (ZeroMQ gave the connection up after a
-  // protocol error), are not a server restarting: it closes a handshake at most once, and a client
-  // reconnects to it with the connection kept.
+  // Handshakes with server k that fail: another job's server (or this client's token is another
+  // job's), refused by name at once instead of after dist.timeout_s of silence. The client's events
+  // cannot say why a handshake failed (a server dropping a HELLO it cannot decrypt looks like a
+  // proxy in front of a server that is down), so after a failure the server's ZMTP greeting is asked
+  // (at most once a second): a live ZeroMQ server that does not encrypt as this client does, or one
+  // that does while this client's handshakes failed twice in a row, is not of this job. No greeting
+  // (down, restarting, stopped, a proxy) keeps the wait, as for a silent server.
   static constexpr int kSendSlice_ms = 200;
-  void check_handshake(int k, bool blocked = false) {
-    HandshakeWatch& w = *servers[k]->watch;
-    if (w.failing() < (blocked ? 1 : 2)) return;
-    SYN_FAIL(fmt::format("parameter server {} ({}) failed the connection's handshake ({} in a row: {}): it is not a "
-                         "server of this job",
-                         k, endpoints[k], w.failing(), w.last_failure()),
-             curve.empty() ? "this client connects without encryption: give it the job's SYNCOPATE_TOKEN (or "
-                             "dist.curve_server_key), the same the servers were started with"
-                           : "give workers and servers the same SYNCOPATE_TOKEN (and the same dist.encrypt / "
-                             "dist.curve_server_key), and check that the endpoint is this job's server");
+  void check_handshake(int k) {
+    Server& sv = *servers[k];
+    const int64_t streak = sv.watch->failing();
+    const auto now = std::chrono::steady_clock::now();
+    if (streak < 1 || now - sv.last_greeting < std::chrono::seconds(1)) return;
+    sv.last_greeting = now;
+    const auto mechanism = zmtp_mechanism(endpoints[k], 1.0);
+    if (!mechanism) return;
+    const std::string mine = curve.empty() ? "NULL" : "CURVE";
+    const char* hint = curve.empty() ? "give this worker the job's SYNCOPATE_TOKEN (the servers derive their CURVE keys "
+                                       "from it), or start the servers with --server.encrypt=off as this client"
+                                     : "give workers and servers the same SYNCOPATE_TOKEN (and the same dist.encrypt / "
+                                       "dist.curve_server_key), and check that the endpoint is this job's server";
+    SYN_CHECK(*mechanism == mine,
+              fmt::format("parameter server {} ({}) speaks ZeroMQ with {} security, this worker with {}: it is not a "
+                          "server of this job as this worker is set up",
+                          k, endpoints[k], *mechanism == "NULL" ? std::string("no") : *mechanism, mine == "NULL" ? std::string("none") : mine),
+              hint);
+    SYN_CHECK(streak < 2,
+              fmt::format("parameter server {} ({}) is up and encrypts, but this worker's handshakes with it failed {} "
+                          "times in a row ({}): their keys differ, so it is not a server of this job",
+                          k, endpoints[k], streak, sv.watch->last_failure()),
+              hint);
   }
   // A request naming no part (STATS, FINISH, SHUTDOWN); part_header adds part p's range.
   MsgHeader header(MsgType t) const {
@@ -141,7 +161,7 @@ struct PsClient::Impl {
     auto send_frame = [&](auto&& frame, zmq::send_flags flags) {
       for (;;) {
         if (s.send(frame, flags).has_value()) return;
-        check_handshake(k, /*blocked=*/true);
+        check_handshake(k);
         SYN_CHECK(std::chrono::steady_clock::now() < deadline,
                   fmt::format("parameter server {} ({}) took no message within {} s: no connection to it", k,
                               endpoints[k], opt.timeout_s),

@@ -399,7 +399,8 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
     watch.failing();  // reads its events
     if (watch.failures() > failures_logged && std::chrono::steady_clock::now() - last_log >= std::chrono::seconds(10)) {
       log::warn("[server {}] {} connection(s) failed the handshake ({} in all; the latest: {}): a client of another job "
-                "(another SYNCOPATE_TOKEN or CURVE key) or an unencrypted one; nothing of theirs reaches the shards",
+                "(another SYNCOPATE_TOKEN or CURVE key), an unencrypted one, or a connection closed mid-handshake (a "
+                "worker killed, a port probe); nothing of theirs reaches the shards",
                 impl_->scfg.shard, watch.failures() - failures_logged, watch.failures(), watch.last_failure());
       failures_logged = watch.failures();
       last_log = std::chrono::steady_clock::now();
@@ -421,6 +422,7 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
   }
   // The last replies (FINISH's, SHUTDOWN's) are still in the delay line: let them leave first.
   if (impl_->delay) impl_->delay->flush(2 * impl_->scfg.latency_ms / 1e3 + 2.0);
+  watch.stop();  // (the delay line's thread is gone: this thread owns the ROUTER again)
   log::info("[server {}] stats {}", impl_->scfg.shard, impl_->stats());
 }
 

@@ -3,7 +3,11 @@
 // single-process training, BSP over the servers equals the ring.
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -35,6 +39,7 @@
 #include "tests/ps_test_messages.h"
 #include "tests/ps_in_process_server.h"
 #include "server/ps_client.h"
+#include "server/zmtp_greeting.h"
 #include "server/ps_keys.h"
 #include "model/gpt_config.h"
 #include "model/flat_parameters.h"
@@ -1442,6 +1447,78 @@ TEST(PsServer, TokenDerivedEncryptionAdmitsOnlyTheJobsClients) {
   auto stats = nlohmann::json::parse(good.stats(0));
   EXPECT_EQ(stats["version"], 1);
   EXPECT_EQ(stats["bad_messages"], 0);  // nothing of the refused clients reached the dispatcher
+}
+
+// A TCP listener on loopback that accepts every connection and closes it at once, as a proxy in
+// front of a server that is down does (helper-14's case): no ZMTP greeting ever comes from it.
+class ClosingListener {
+ public:
+  ClosingListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    EXPECT_EQ(::listen(fd_, 64), 0);
+    socklen_t len = sizeof(a);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    endpoint = "tcp://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, 50) > 0) {
+          const int c = ::accept(fd_, nullptr, nullptr);
+          if (c >= 0) ::close(c);
+        }
+      }
+    });
+  }
+  ~ClosingListener() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+  std::string endpoint;
+
+ private:
+  int fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Issue 30: the ZMTP greeting says what a live ZeroMQ server speaks, and nothing where none answers.
+TEST(ZmtpGreeting, NamesALiveServersMechanismAndNothingElse) {
+  InProcessServer encrypted(ServerConfig{}, PsConfig{}, "job-secret");
+  EXPECT_EQ(zmtp_mechanism(encrypted.endpoint, 2.0).value_or("none"), "CURVE");
+  ServerConfig off;
+  off.encrypt = "off";
+  InProcessServer plain(off, PsConfig{}, "job-secret");
+  EXPECT_EQ(zmtp_mechanism(plain.endpoint, 2.0).value_or("none"), "NULL");
+  ClosingListener closing;
+  EXPECT_FALSE(zmtp_mechanism(closing.endpoint, 1.0).has_value());
+  EXPECT_FALSE(zmtp_mechanism("tcp://127.0.0.1:1", 1.0).has_value()) << "nothing listens on port 1";
+  EXPECT_FALSE(zmtp_mechanism("not-an-endpoint", 1.0).has_value());
+}
+
+// Issue 30 (helper-14): connections that are accepted and dropped, as by a proxy in front of a
+// server that is down, are not taken for another job's server: the client waits its dist.timeout_s
+// and then says the server did not answer, as for any server that is down.
+TEST(PsServer, AProxyThatDropsEveryConnectionIsWaitedForNotRefused) {
+  ClosingListener proxy;
+  PsClientOptions o = client_options("job-secret", true);
+  o.timeout_s = 3;
+  o.first_resend_s = 1;
+  PsClient c({proxy.endpoint}, "job-secret", 0, 1, o);
+  auto params = torch::ones({10});
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    c.init(params, {}, AdamWConfig{});
+    ADD_FAILURE() << "init through a proxy to nothing succeeded";
+  } catch (const Error& e) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_GE(s, 2.5) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("not a server of this job"), std::string::npos) << e.what();
+  }
 }
 
 // Issue 11: a shard killed (SIGKILL) in the middle of its second checkpoint write, before the
