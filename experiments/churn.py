@@ -437,6 +437,25 @@ class Run:
         return [m for m in self.tails[rank].lines if "loss" in m] if rank in self.tails else []
 
     # -- events --
+    def at_boundary(self, e, now):
+        """--losses-at-round-boundaries (local SGD): whether a due kill9 or sigterm may go now, so that
+        its node drops no partial round: a kill9 just after the node logged a round's last step (it dies
+        in the next round's first step, nothing of that round logged), a sigterm while it computes a
+        round's last step (it finishes the step, pushes the round, and leaves at the boundary). Judged
+        from a step line at most 1.5 polls old; otherwise the event (and those after it) waits, at most
+        a round. Anything else goes at once."""
+        if not getattr(self.a, "losses_at_round_boundaries", False) or e["kind"] not in ("kill9", "sigterm"):
+            return True
+        inc = self.alive(e["node"])
+        steps = self.steps_of(e["node"])
+        if inc is None or not steps:
+            return True  # apply() says why it does not happen
+        last = steps[-1]
+        if now - last["_seen_unix"] > 1.5 * POLL_S:
+            return False
+        H = self.a.sync_every
+        return last["step"] % H == (0 if e["kind"] == "kill9" else H - 1)
+
     def apply(self, e, now):
         e["t_applied_unix"] = now
         if e["kind"] == "join":
@@ -546,7 +565,7 @@ class Run:
             if self.t_train0 is None and all(self.steps_of(r) for r in range(a.nodes)):
                 self.t_train0 = now
             if self.t_train0 is not None:
-                while todo and now >= self.t_train0 + todo[0]["t_s"]:
+                while todo and now >= self.t_train0 + todo[0]["t_s"] and self.at_boundary(todo[0], now):
                     self.apply(todo.pop(0), now)
             for item in [p for p in self.pending if p[0] <= now]:
                 self.pending.remove(item)
@@ -1293,6 +1312,10 @@ def parse_args(argv):
     r.add_argument("--checkpoint-s", type=float, default=0.0,
                    help="emulate.checkpoint_s: the modelled duration of one checkpoint write, s (0: the real one)")
     r.add_argument("--val-windows", type=int, default=64)
+    r.add_argument("--losses-at-round-boundaries", action="store_true",
+                   help="local SGD configurations only: a kill9 waits until its node has just logged a round's last "
+                        "step, a sigterm until it computes one, so that no partial round is dropped (the events keep "
+                        "their order and are late by at most a round); the control for what dropped rounds cost")
     r.add_argument("--eval-every", type=int, default=0,
                    help="eval.every of the workers: evaluate every K steps, for the time to target (0: only the job's "
                         "final evaluation, no time to target); local SGD configurations need a multiple of --sync-every")
@@ -1335,6 +1358,9 @@ def parse_args(argv):
         if a.eval_every and local and a.eval_every % a.sync_every:
             ap.error(f"--eval-every {a.eval_every} is not a multiple of --sync-every {a.sync_every}: {', '.join(local)} "
                      "would evaluate a node's weights in the middle of a round, not the job's model; give a multiple")
+        if a.losses_at_round_boundaries and [n for n in names if not CONFIGS.get(n, {}).get("local_sgd")]:
+            ap.error("--losses-at-round-boundaries applies to local SGD configurations only (ring_diloco_elastic, "
+                     "ps_diloco_elastic, ps_async_local_sgd): drop the others from --configs")
         if a.equal_samples and a.no_reference:
             ap.error("--equal-samples needs the references (it scales their budget): drop --no-reference")
     return a
@@ -1434,7 +1460,8 @@ def main(argv=None):
                       "hang_s": a.hang_s, "events_per_min": a.events_per_min, "max_events": a.max_events,
                       "events_start_s": a.events_start_s, "horizon_frac": a.horizon_frac, "delay": list(a.delay),
                       "recover_s": a.recover_s, "corpus": a.corpus, "servers": SERVERS, "sync_every": a.sync_every,
-                      "async_outer_lr": a.async_outer_lr, "eval_every": a.eval_every, "target_loss": a.target_loss},
+                      "async_outer_lr": a.async_outer_lr, "eval_every": a.eval_every, "target_loss": a.target_loss,
+                      "losses_at_round_boundaries": a.losses_at_round_boundaries},
          "seeds": seeds, "configs": runnable, "schedules": schedules}
     try:
         for name, sd, churn in plan:

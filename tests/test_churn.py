@@ -282,6 +282,27 @@ class HangDetector(unittest.TestCase):
             shutil.rmtree(d, ignore_errors=True)
 
 
+class RoundBoundaries(unittest.TestCase):
+    def test_losses_wait_for_the_step_that_drops_no_partial_round(self):
+        now = 100.0
+        lines = {0: [{"loss": 1, "step": 19, "_seen_unix": now - 0.05}], 1: [{"loss": 1, "step": 20, "_seen_unix": now - 0.05}],
+                 2: [{"loss": 1, "step": 20, "_seen_unix": now - 0.5}]}
+        fake = types.SimpleNamespace(a=types.SimpleNamespace(losses_at_round_boundaries=True, sync_every=10),
+                                     alive=lambda r: {"node": r}, steps_of=lambda r: lines[r])
+        go = lambda kind, node: churn.Run.at_boundary(fake, {"kind": kind, "node": node}, now)
+        self.assertTrue(go("sigterm", 0), "computing the round's last step: it finishes, pushes and leaves")
+        self.assertFalse(go("kill9", 0), "a kill now would drop the 9 steps of the round")
+        self.assertTrue(go("kill9", 1), "just after the round's last step")
+        self.assertFalse(go("sigterm", 1))
+        self.assertFalse(go("kill9", 2), "a step line 0.5 s old says nothing of where the node is now")
+        self.assertTrue(go("join", 2))
+        fake.a.losses_at_round_boundaries = False
+        self.assertTrue(go("kill9", 0))
+        with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit):
+            churn.parse_args(["run", "--losses-at-round-boundaries", "--configs", "ps_asp,ps_diloco_elastic"])
+        self.assertIn("local SGD configurations only", err.getvalue())
+
+
 class Arguments(unittest.TestCase):
     def test_local_sgd_evaluates_only_at_round_boundaries(self):
         with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit):
