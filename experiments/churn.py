@@ -1381,8 +1381,9 @@ def batch_references(s, d):
         raise SystemExit(f"churn: --batch-references {d}: no readable churn.json ({e}); give a churn.py run directory")
     st, bt = s["settings"], b["settings"]
     differ = [k for k in BATCH_CONTROL_KEYS if st.get(k) != bt.get(k)]
-    if any(r["config"] == "ps_async_local_sgd" for r in b["runs"]) and \
-            st.get("async_outer_lr", 0.35) != bt.get("async_outer_lr", 0.35):  # (records before the option: 0.35)
+    if "ps_async_local_sgd" in s.get("configs", []) and any(r["config"] == "ps_async_local_sgd" for r in b["runs"]) and \
+            st.get("async_outer_lr", 0.35) != bt.get("async_outer_lr", 0.35):  # (records before the option: 0.35;
+        # it matters only where both compare asynchronous local SGD)
         differ.append("async_outer_lr")
     if differ:
         raise SystemExit(f"churn: --batch-references {d} differs from {s['command']} in {', '.join(differ)}: it must be the "
