@@ -442,8 +442,9 @@ class Run:
         its node drops no partial round: a kill9 just after the node logged a round's last step (it dies
         in the next round's first step, nothing of that round logged), a sigterm while it computes a
         round's last step (it finishes the step, pushes the round, and leaves at the boundary). Judged
-        from a step line at most 1.5 polls old; otherwise the event (and those after it) waits, at most
-        a round. Anything else goes at once."""
+        from a step line at most 1.5 polls old; otherwise the event (and those after it, joins included)
+        waits, with no bound: usually under a round, but a node that is waiting (for a join, a round)
+        holds it longer (2.2 s seen). Anything else goes at once."""
         if not getattr(self.a, "losses_at_round_boundaries", False) or e["kind"] not in ("kill9", "sigterm"):
             return True
         inc = self.alive(e["node"])
@@ -1315,7 +1316,8 @@ def parse_args(argv):
     r.add_argument("--losses-at-round-boundaries", action="store_true",
                    help="local SGD configurations only: a kill9 waits until its node has just logged a round's last "
                         "step, a sigterm until it computes one, so that no partial round is dropped (the events keep "
-                        "their order and are late by at most a round); the control for what dropped rounds cost")
+                        "their order, later ones wait behind, usually by under a round); the control for what "
+                        "dropped rounds cost")
     r.add_argument("--eval-every", type=int, default=0,
                    help="eval.every of the workers: evaluate every K steps, for the time to target (0: only the job's "
                         "final evaluation, no time to target); local SGD configurations need a multiple of --sync-every")
