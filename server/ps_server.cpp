@@ -371,7 +371,7 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
   // encrypts) reach nothing here; they are logged, at most every 10 s, so that an operator sees them.
   HandshakeWatch watch(impl_->ctx, s, "ps-server");
   int64_t failures_logged = 0;
-  auto last_log = std::chrono::steady_clock::now() - std::chrono::seconds(10);
+  auto last_log = std::chrono::steady_clock::now() - std::chrono::seconds(10), last_read = last_log;
   const std::string host = ipv4_of(impl_->scfg.host);  // ZeroMQ binds addresses (or interfaces), not host names
   const std::string ep = fmt::format("tcp://{}:{}", host, impl_->scfg.port == 0 ? std::string("*") : std::to_string(impl_->scfg.port));
   try {
@@ -396,8 +396,11 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
   in.set(zmq::sockopt::rcvtimeo, 200);  // wake up to expire silent workers
   for (;;) {
     if (impl_->delay) impl_->delay->check();
-    watch.failing();  // reads its events
-    if (watch.failures() > failures_logged && std::chrono::steady_clock::now() - last_log >= std::chrono::seconds(10)) {
+    // Off the per-message path: the events are read at most once a second, far below what fills the
+    // monitor's queue (about 2000 events; a failing client retries every 100 ms).
+    const auto t = std::chrono::steady_clock::now();
+    if (t - last_read >= std::chrono::seconds(1) && (last_read = t, watch.failing(), watch.failures() > failures_logged) &&
+        t - last_log >= std::chrono::seconds(10)) {
       log::warn("[server {}] {} connection(s) failed the handshake ({} in all; the latest: {}): a client of another job "
                 "(another SYNCOPATE_TOKEN or CURVE key), an unencrypted one, or a connection closed mid-handshake (a "
                 "worker killed, a port probe); nothing of theirs reaches the shards",
