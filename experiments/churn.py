@@ -305,6 +305,7 @@ def worker_flags(a, seed):
              f"--train.batch_size={a.batch}", f"--train.steps={a.steps}", f"--train.seed={seed}",
              "--schedule.warmup_steps=5", f"--emulate.step_time_s={a.step_time!r}",
              f"--checkpoint.every={a.checkpoint_every}", f"--emulate.checkpoint_s={a.checkpoint_s!r}",
+             f"--checkpoint.background={'true' if getattr(a, 'checkpoint_background', False) else 'false'}",
              f"--data.corpus={a.corpus}", f"--data.cache_dir={a.cache_dir}",
              "--dist.check_every=0", f"--dist.timeout_s={a.timeout_s!r}", "--train.preempt_grace_s=30"]
     return flags
@@ -1131,7 +1132,8 @@ def write_report(s, out):
          f"(1 sample = {st['block']} tokens), the tiny GPT (n_embd 32, 2 heads, block 32), corpus {st['corpus']}; ps "
          f"configurations with {SERVERS} server shards, ps.worker_timeout_s={st['worker_timeout_s']:g}, every worker "
          f"--dist.elastic=true; checkpoint.every={st['checkpoint_every']} (each write held to "
-         f"{st.get('checkpoint_s', 0):g} s, emulate.checkpoint_s; 0: its real duration) for every configuration; ring_restart through "
+         f"{st.get('checkpoint_s', 0):g} s, emulate.checkpoint_s; 0: its real duration"
+         f"{'; written in the background, checkpoint.background' if st.get('checkpoint_background') else ''}) for every configuration; ring_restart through "
          f"scripts/launch_node.sh --max-restarts {st['max_restarts']}; ring_elastic with a syncopate-rendezvous process; ring_diloco_elastic too, with "
          f"--dist.sync_every={st.get('sync_every', 10)} {' '.join(DILOCO_FLAGS)} (ps_diloco_elastic: the same flags; "
          f"ps_async_local_sgd: {' '.join(async_local_sgd_flags(st.get('async_outer_lr', 0.35)))}). Events: Poisson, {st['events_per_min']:g} per "
@@ -1312,6 +1314,10 @@ def parse_args(argv):
     r.add_argument("--checkpoint-every", type=int, default=10)
     r.add_argument("--checkpoint-s", type=float, default=0.0,
                    help="emulate.checkpoint_s: the modelled duration of one checkpoint write, s (0: the real one)")
+    r.add_argument("--checkpoint-background", action="store_true",
+                   help="--checkpoint.background=true for every configuration: the periodic checkpoints are written "
+                        "from a host-memory snapshot on a background thread (held to --checkpoint-s there), the run's "
+                        "last one (its end, a SIGTERM) on the training thread")
     r.add_argument("--val-windows", type=int, default=64)
     r.add_argument("--losses-at-round-boundaries", action="store_true",
                    help="local SGD configurations only: a kill9 waits until its node has just logged a round's last "
@@ -1458,7 +1464,8 @@ def main(argv=None):
     s = {"format": FORMAT, "command": "experiments/churn.py " + " ".join(shlex.quote(x) for x in argv),
          "host": f"{os.uname().nodename}, {os.cpu_count()} cores", "started_unix_s": t0,
          "settings": {"nodes": a.nodes, "steps": a.steps, "step_time": a.step_time, "batch": a.batch, "block": 32,
-                      "checkpoint_every": a.checkpoint_every, "checkpoint_s": a.checkpoint_s, "val_windows": a.val_windows,
+                      "checkpoint_every": a.checkpoint_every, "checkpoint_s": a.checkpoint_s,
+                      "checkpoint_background": a.checkpoint_background, "val_windows": a.val_windows,
                       "worker_timeout_s": a.worker_timeout_s, "timeout_s": a.timeout_s, "max_restarts": a.max_restarts,
                       "hang_s": a.hang_s, "events_per_min": a.events_per_min, "max_events": a.max_events,
                       "events_start_s": a.events_start_s, "horizon_frac": a.horizon_frac, "delay": list(a.delay),

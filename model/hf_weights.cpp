@@ -82,12 +82,12 @@ GPTConfig infer_gpt_config(const Safetensors& st, GPTConfig c) {
   return c;
 }
 
+std::map<std::string, std::string> hf_file_metadata(const GPTConfig& c) {
+  return {{"format", "pt"}, {"syncopate.n_head", std::to_string(c.n_head)}, {"syncopate.vocab_size", std::to_string(c.vocab_size)}};
+}
+
 void save_model_safetensors(GPTImpl& model, const std::string& path) {
-  const auto& c = model.config();
-  save_safetensors(path, to_hf_tensors(model),
-                   {{"format", "pt"},
-                    {"syncopate.n_head", std::to_string(c.n_head)},
-                    {"syncopate.vocab_size", std::to_string(c.vocab_size)}});
+  save_safetensors(path, to_hf_tensors(model), hf_file_metadata(model.config()));
 }
 
 void load_model_safetensors(GPTImpl& model, const std::string& path) {

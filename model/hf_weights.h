@@ -2,6 +2,7 @@
 // names as in HF (with or without the "transformer." prefix), Conv1D weights ([in, out]) transposed,
 // the padded embedding rows cropped on export and zero-filled on import.
 #pragma once
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,8 @@ void load_hf_tensors(GPTImpl& model, const Safetensors& st, const std::string& s
 // and attention come from `base` (they are not recorded in the weights).
 GPTConfig infer_gpt_config(const Safetensors& st, GPTConfig base);
 
+// The metadata model.safetensors carries (format, and the n_head / vocab_size the weights do not record).
+std::map<std::string, std::string> hf_file_metadata(const GPTConfig& c);
 // Convenience: save / load model.safetensors with metadata.
 void save_model_safetensors(GPTImpl& model, const std::string& path);
 void load_model_safetensors(GPTImpl& model, const std::string& path);

@@ -31,26 +31,42 @@ std::vector<std::pair<std::string, at::Tensor>> rng_states(const at::Device& dev
 
 }  // namespace
 
+CheckpointContents snapshot_checkpoint(int64_t step, GPTImpl& model, FlatAdamW* opt, const nlohmann::json& meta,
+                                       const NamedTensors& sync_state, bool detach) {
+  // to_hf_tensors may return the live parameters themselves (fp32 on the CPU): a detached snapshot copies.
+  auto own = [detach](const at::Tensor& t) { return detach ? t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true) : t; };
+  CheckpointContents c;
+  c.step = step;
+  for (auto& [name, t] : to_hf_tensors(model)) c.model.emplace_back(name, own(t));
+  c.model_info = hf_file_metadata(model.config());
+  c.optimizer = rng_states(model.parameters().front().device());  // fresh tensors already
+  if (opt) {  // null: the parameter servers hold the optimizer (and checkpoint it themselves)
+    c.optimizer.emplace_back("exp_avg", own(opt->exp_avg()));
+    c.optimizer.emplace_back("exp_avg_sq", own(opt->exp_avg_sq()));
+    c.optimizer_info["step"] = std::to_string(opt->steps());
+  }
+  for (const auto& [name, t] : sync_state) c.optimizer.emplace_back("sync." + name, own(t));
+  c.meta = meta;
+  return c;
+}
+
 std::string save_checkpoint(const std::string& root, int64_t step, GPTImpl& model, FlatAdamW* opt,
                             const nlohmann::json& meta, int64_t keep, const NamedTensors& sync_state) {
+  return write_checkpoint(root, snapshot_checkpoint(step, model, opt, meta, sync_state, /*detach=*/false), keep);
+}
+
+std::string write_checkpoint(const std::string& root, const CheckpointContents& c, int64_t keep) {
+  const int64_t step = c.step;
   const fs::path final_dir = checkpoint_dir(root, step), tmp = final_dir.string() + ".tmp";
   fs::create_directories(root);
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   crash_point("checkpoint", "tmp_dir", step);
 
-  save_model_safetensors(model, (tmp / "model.safetensors").string());
+  save_safetensors((tmp / "model.safetensors").string(), c.model, c.model_info);
   crash_point("checkpoint", "files", step);
-  auto tensors = rng_states(model.parameters().front().device());
-  std::map<std::string, std::string> info;
-  if (opt) {  // null: the parameter servers hold the optimizer (and checkpoint it themselves)
-    tensors.emplace_back("exp_avg", opt->exp_avg());
-    tensors.emplace_back("exp_avg_sq", opt->exp_avg_sq());
-    info["step"] = std::to_string(opt->steps());
-  }
-  for (const auto& [name, t] : sync_state) tensors.emplace_back("sync." + name, t);
-  save_safetensors((tmp / "optimizer.safetensors").string(), tensors, info);
-  write_file_atomic((tmp / "meta.json").string(), meta.dump(2));
+  save_safetensors((tmp / "optimizer.safetensors").string(), c.optimizer, c.optimizer_info);
+  write_file_atomic((tmp / "meta.json").string(), c.meta.dump(2));
   fsync_dir(tmp.string());
 
   fs::remove_all(final_dir);

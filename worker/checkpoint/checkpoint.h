@@ -9,6 +9,7 @@
 // then `latest` is replaced atomically: a crash at any point leaves the previous checkpoint whole.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +29,25 @@ class FlatAdamW;
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 std::string save_checkpoint(const std::string& root, int64_t step, GPTImpl& model, FlatAdamW* opt,
                             const nlohmann::json& meta, int64_t keep, const NamedTensors& sync_state = {});
+
+// What one checkpoint writes, taken from the live model, optimizer and synchronization at a step
+// boundary: save_checkpoint() is write_checkpoint(root, snapshot_checkpoint(...), keep).
+struct CheckpointContents {
+  int64_t step = 0;
+  NamedTensors model;                              // model.safetensors (HF GPT-2 layout)
+  std::map<std::string, std::string> model_info;   // its metadata
+  NamedTensors optimizer;                          // optimizer.safetensors: RNG states, moments, "sync.<name>"
+  std::map<std::string, std::string> optimizer_info;
+  nlohmann::json meta;                             // meta.json
+};
+// detach = true: every tensor is a CPU copy of its own, so training may go on changing the live
+// state while the contents are written (a background write, CheckpointWriter); false: the tensors
+// may share the live storage (the write must finish before the next step).
+CheckpointContents snapshot_checkpoint(int64_t step, GPTImpl& model, FlatAdamW* opt, const nlohmann::json& meta,
+                                       const NamedTensors& sync_state, bool detach);
+// Writes the contents as checkpoint contents.step under root atomically (step_N.tmp/, fsync, rename,
+// then `latest`), keeps the newest `keep`; returns its directory.
+std::string write_checkpoint(const std::string& root, const CheckpointContents& contents, int64_t keep);
 
 // Directory of the newest complete checkpoint under root, or "" if there is none.
 std::string latest_checkpoint(const std::string& root);

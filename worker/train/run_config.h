@@ -106,11 +106,19 @@ struct EvalConfig {
 struct CheckpointConfig {
   int64_t every = 500;  // steps between checkpoints (one is always written at the end); 0 = end only
   int64_t keep = 3;     // most recent checkpoints kept; older ones are deleted
+  // false: a checkpoint is written on the training thread (the step waits for the whole write).
+  // true: the periodic checkpoints are snapshotted to host memory (one more copy of the weights,
+  // moments and sync state) and written by a background thread while training goes on; a step
+  // waits only if the previous write has not finished. A kill while a write is in flight resumes
+  // from the checkpoint before it. The run's last checkpoint (end, SIGTERM, a switch) is written on
+  // the training thread (worker/checkpoint/checkpoint_writer.h).
+  bool background = false;
 
   template <class V>
   void fields(V& v) {
     v("every", every, "steps between checkpoints (0 = end only)", int64_t{0}, int64_t{1} << 40);
     v("keep", keep, "checkpoints kept", int64_t{1}, int64_t{1} << 20);
+    v("background", background, "write periodic checkpoints from a host-memory snapshot on a background thread");
   }
 };
 

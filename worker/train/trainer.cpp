@@ -33,6 +33,7 @@
 #include "model/generate.h"
 #include "model/gpt.h"
 #include "worker/checkpoint/checkpoint.h"
+#include "worker/checkpoint/checkpoint_writer.h"
 #include "worker/data/data_config.h"
 #include "worker/data/held_out_set.h"
 #include "worker/data/window_sampler.h"
@@ -135,6 +136,9 @@ struct Trainer::Impl {
     setup.ring_latency_s = cfg.emulate.latency_ms / 1e3;
     sync = make_gradient_sync(setup, *flat, model->parameters());
     writer = sync->local_rank() == 0;
+    if (writer && cfg.checkpoint.background)
+      background_writer = std::make_unique<CheckpointWriter>((fs::path(out) / "checkpoints").string(), cfg.checkpoint.keep,
+                                                             cfg.emulate.checkpoint_s);
     verbose = verbose && sync->rank() == 0;  // rank 0 prints, local replica 0 of every node writes outputs
 
     bool recount_tokens = false;  // (mode_switch.h)
@@ -225,6 +229,7 @@ struct Trainer::Impl {
   // Samples one optimizer step takes from the data order: every replica's micro-batches (see WindowSampler).
   int64_t samples_per_step() const { return cfg.train.batch_size * cfg.train.grad_accum * sync->world(); }
   bool writer = true;  // local replica 0: writes metrics, samples and checkpoints for its node
+  std::unique_ptr<CheckpointWriter> background_writer;  // checkpoint.background (writer only)
   std::unique_ptr<AdviceWatch> advice_watch;  // --dist.mode=auto: the run against its advice (writer only)
   std::unique_ptr<Readvise> readvise;  // dist.readvise_every: the job's decisions to re-advise and switch (every replica)
   std::string switch_to;               // the advice the job stops to switch to (set at a decision step)
@@ -608,13 +613,26 @@ struct Trainer::Impl {
       }
       if (ckpt_due) {
         TraceSpan span("checkpoint", "train");
-        const double t_write = now_seconds();
-        const std::string dir = save_checkpoint((fs::path(out) / "checkpoints").string(), step, *model, sync->optimizer(),
-                                                meta(now_seconds() - t0), cfg.checkpoint.keep, sync->state());
-        if (verbose) progress.line(fmt::format("[checkpoint] {}", dir));
-        // emulate.checkpoint_s: the target's write time, on this node's clock (the job's time).
-        if (const double left = t_write + cfg.emulate.checkpoint_s - now_seconds(); left > 0)
-          std::this_thread::sleep_for(std::chrono::duration<double>(left));
+        // checkpoint.background: a detached snapshot is written while training goes on; the run's
+        // last checkpoint (its end, a SIGTERM, a switch) is written here, after the one in flight,
+        // since the process ends (or restarts from it) right after.
+        const bool last_write = at_end || preempted || switching;
+        if (background_writer && !last_write) {
+          const double waited = background_writer->submit(
+              snapshot_checkpoint(step, *model, sync->optimizer(), meta(now_seconds() - t0), sync->state(), /*detach=*/true));
+          if (verbose)
+            progress.line(fmt::format("[checkpoint] step {} written in the background{}", step,
+                                      waited >= 1e-3 ? fmt::format(" (waited {:.3f} s for the previous write)", waited) : ""));
+        } else {
+          if (background_writer) background_writer->wait();  // the newest checkpoint is this one
+          const double t_write = now_seconds();
+          const std::string dir = save_checkpoint((fs::path(out) / "checkpoints").string(), step, *model, sync->optimizer(),
+                                                  meta(now_seconds() - t0), cfg.checkpoint.keep, sync->state());
+          if (verbose) progress.line(fmt::format("[checkpoint] {}", dir));
+          // emulate.checkpoint_s: the target's write time, on this node's clock (the job's time).
+          if (const double left = t_write + cfg.emulate.checkpoint_s - now_seconds(); left > 0)
+            std::this_thread::sleep_for(std::chrono::duration<double>(left));
+        }
       }
       if (switching) {  // the launcher restarts this node with --resume in the advice's pick
         write_file_atomic((fs::path(out) / kNextAdviceFile).string(), switch_to);

@@ -1,0 +1,145 @@
+// checkpoint.background: the background writer (worker/checkpoint/checkpoint_writer.h) against the
+// synchronous write it replaces: the same files, a snapshot detached from the live state, one write
+// in flight at a time, failures reported with their step.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "common/check.h"
+#include "common/flat_adamw.h"
+#include "common/safetensors.h"
+#include "model/flat_parameters.h"
+#include "model/gpt.h"
+#include "tests/test_helpers.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/checkpoint/checkpoint_writer.h"
+#include "worker/train/trainer.h"
+
+using namespace syncopate;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Every tensor of two safetensors files, equal by name and value.
+void expect_same_tensors(const std::string& a, const std::string& b) {
+  Safetensors x = load_safetensors(a), y = load_safetensors(b);
+  ASSERT_EQ(x.tensors.size(), y.tensors.size()) << a << " vs " << b;
+  for (auto& [name, t] : x.tensors) {
+    ASSERT_TRUE(y.tensors.count(name)) << name << " missing in " << b;
+    EXPECT_TRUE(torch::equal(t, y.tensors[name])) << name << ": " << a << " vs " << b;
+  }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+// The trainer with checkpoint.background writes, at every step, what the synchronous writer does,
+// although training went on while each was written; and a resume from one ends bit for bit as the
+// uninterrupted run.
+TEST(CheckpointWriter, BackgroundCheckpointsHoldWhatTheTrainingThreadWouldHaveWritten) {
+  test::TempDir d;
+  RunConfig c = test::tiny_run_config(d);
+  c.train.steps = 6;
+  c.checkpoint.every = 2;
+  c.checkpoint.keep = 10;
+  torch::Tensor straight;
+  {
+    Trainer t(c, d.str("inline"), false, "", false);
+    t.run();
+    straight = t.flat().params.clone();
+  }
+  c.checkpoint.background = true;
+  {
+    Trainer t(c, d.str("bg"), false, "", false);
+    t.run();
+    EXPECT_TRUE(torch::equal(straight, t.flat().params));  // the writer does not touch training
+  }
+  for (int step : {2, 4, 6}) {
+    const std::string a = checkpoint_dir(d.str("inline/checkpoints"), step), b = checkpoint_dir(d.str("bg/checkpoints"), step);
+    expect_same_tensors(a + "/model.safetensors", b + "/model.safetensors");
+    expect_same_tensors(a + "/optimizer.safetensors", b + "/optimizer.safetensors");
+    const auto ma = nlohmann::json::parse(test::slurp(a + "/meta.json")), mb = nlohmann::json::parse(test::slurp(b + "/meta.json"));
+    EXPECT_EQ(ma["step"], mb["step"]);
+    EXPECT_EQ(ma["data"], mb["data"]);
+  }
+  EXPECT_EQ(latest_checkpoint(d.str("bg/checkpoints")), checkpoint_dir(d.str("bg/checkpoints"), 6));
+  {  // resumed from the background writer's step 4 (the newer ones removed: a kill before they were written)
+    fs::remove_all(checkpoint_dir(d.str("bg/checkpoints"), 6));
+    { std::ofstream(d.str("bg/checkpoints/latest")) << "step_000004\n"; }
+    Trainer t(c, d.str("bg"), true, "", false);
+    EXPECT_EQ(t.step(), 4);
+    t.run();
+    EXPECT_TRUE(torch::equal(straight, t.flat().params)) << (straight - t.flat().params).abs().max().item<double>();
+  }
+}
+
+// A detached snapshot owns its tensors: the live weights and moments changed after it was taken
+// (the next steps) are not what gets written.
+TEST(CheckpointWriter, ADetachedSnapshotIsNotChangedByTraining) {
+  test::TempDir d;
+  RunConfig c = test::tiny_run_config(d);
+  GPT m(c.model);
+  FlatParameters flat(*m);
+  FlatAdamW opt(AdamWConfig{}, flat.numel(), {}, flat.params.options());
+  opt.exp_avg().fill_(0.25);
+  const torch::Tensor before = flat.params.clone();
+  CheckpointContents snap = snapshot_checkpoint(7, *m, &opt, nlohmann::json{{"step", 7}}, {}, /*detach=*/true);
+  torch::NoGradGuard no_grad;
+  flat.params.add_(1.0);  // training goes on
+  opt.exp_avg().fill_(9.0);
+  {
+    CheckpointWriter w(d.str("ck"), 3, 0.0);
+    EXPECT_LT(w.submit(std::move(snap)), 0.5);
+    w.wait();
+    EXPECT_EQ(w.last_written(), checkpoint_dir(d.str("ck"), 7));
+  }
+  flat.params.copy_(torch::zeros_like(flat.params));
+  load_checkpoint(latest_checkpoint(d.str("ck")), *m, &opt);
+  EXPECT_TRUE(torch::equal(flat.params, before));
+  EXPECT_TRUE(torch::equal(opt.exp_avg(), torch::full_like(opt.exp_avg(), 0.25)));
+}
+
+// One write in flight: the next submit waits for it (the held write time), wait() waits for the
+// last, and each checkpoint ends whole.
+TEST(CheckpointWriter, ASubmitWaitsForTheWriteInFlight) {
+  test::TempDir d;
+  RunConfig c = test::tiny_run_config(d);
+  GPT m(c.model);
+  CheckpointWriter w(d.str("ck"), 5, /*hold_s=*/0.4);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_LT(w.submit(snapshot_checkpoint(1, *m, nullptr, {{"step", 1}}, {}, true)), 0.2);  // nothing in flight
+  const double waited = w.submit(snapshot_checkpoint(2, *m, nullptr, {{"step", 2}}, {}, true));
+  EXPECT_GT(waited, 0.25);  // the first write was held 0.4 s
+  w.wait();
+  EXPECT_GT(seconds_since(t0), 0.75);  // two held writes, one after the other
+  EXPECT_EQ(list_checkpoints(d.str("ck")), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(latest_checkpoint(d.str("ck")), checkpoint_dir(d.str("ck"), 2));
+}
+
+// A write that fails in the background (the checkpoint root is a file) is reported by the next
+// wait() with its step and what to do, once.
+TEST(CheckpointWriter, AFailedBackgroundWriteIsReportedWithItsStep) {
+  test::TempDir d;
+  RunConfig c = test::tiny_run_config(d);
+  GPT m(c.model);
+  { std::ofstream(d.str("not_a_dir")) << "x"; }
+  CheckpointWriter w(d.str("not_a_dir"), 3, 0.0);
+  w.submit(snapshot_checkpoint(3, *m, nullptr, {{"step", 3}}, {}, true));
+  try {
+    w.wait();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("checkpoint step 3"), std::string::npos) << what;
+    EXPECT_NE(what.find("--resume"), std::string::npos) << what;
+  }
+  EXPECT_NO_THROW(w.wait());  // reported once
+}
