@@ -30,10 +30,10 @@ const at::Tensor* lookup(const Safetensors& st, const std::string& name) {
 
 }  // namespace
 
-std::vector<std::pair<std::string, at::Tensor>> to_hf_tensors(GPTImpl& model) {
+std::vector<std::pair<std::string, at::Tensor>> to_hf_tensors(GPTImpl& model, bool copy) {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& kv : model.named_parameters()) {
-    at::Tensor t = kv.value().detach().to(at::kCPU, at::kFloat);
+    at::Tensor t = kv.value().detach().to(at::kCPU, at::kFloat, /*non_blocking=*/false, copy);
     if (kv.key() == "wte.weight") t = t.narrow(0, 0, model.config().vocab_size);
     if (is_conv1d_weight(kv.key())) t = t.t();
     out.emplace_back(kv.key(), t.contiguous());

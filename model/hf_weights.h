@@ -13,8 +13,9 @@
 namespace syncopate {
 class GPTImpl;
 
-// Tensors in HF GPT-2 layout (no prefix, fp32, vocab_size rows of wte).
-std::vector<std::pair<std::string, at::Tensor>> to_hf_tensors(GPTImpl& model);
+// Tensors in HF GPT-2 layout (no prefix, fp32, vocab_size rows of wte). copy = false: a tensor may
+// share the live parameter's storage (fp32 on the CPU); true: every tensor is a host copy of its own.
+std::vector<std::pair<std::string, at::Tensor>> to_hf_tensors(GPTImpl& model, bool copy = false);
 // Copies weights from an HF-layout file into the model; throws naming the first missing or
 // mis-shaped tensor (for example a checkpoint of another model shape).
 void load_hf_tensors(GPTImpl& model, const Safetensors& st, const std::string& source);

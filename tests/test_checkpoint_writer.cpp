@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -81,8 +82,8 @@ TEST(CheckpointWriter, BackgroundCheckpointsHoldWhatTheTrainingThreadWouldHaveWr
   }
 }
 
-// A detached snapshot owns its tensors: the live weights and moments changed after it was taken
-// (the next steps) are not what gets written.
+// A detached snapshot owns its tensors: the live weights, moments and synchronization state changed
+// after it was taken (the next steps) are not what gets written.
 TEST(CheckpointWriter, ADetachedSnapshotIsNotChangedByTraining) {
   test::TempDir d;
   RunConfig c = test::tiny_run_config(d);
@@ -90,38 +91,64 @@ TEST(CheckpointWriter, ADetachedSnapshotIsNotChangedByTraining) {
   FlatParameters flat(*m);
   FlatAdamW opt(AdamWConfig{}, flat.numel(), {}, flat.params.options());
   opt.exp_avg().fill_(0.25);
+  torch::Tensor round_start = torch::full({5}, 3.0);
   const torch::Tensor before = flat.params.clone();
-  CheckpointContents snap = snapshot_checkpoint(7, *m, &opt, nlohmann::json{{"step", 7}}, {}, /*detach=*/true);
+  CheckpointContents snap =
+      snapshot_checkpoint(7, *m, &opt, nlohmann::json{{"step", 7}}, {{"round_start", round_start}}, /*detach=*/true);
   torch::NoGradGuard no_grad;
   flat.params.add_(1.0);  // training goes on
   opt.exp_avg().fill_(9.0);
+  round_start.fill_(-1.0);
   {
     CheckpointWriter w(d.str("ck"), 3, 0.0);
-    EXPECT_LT(w.submit(std::move(snap)), 0.5);
-    w.wait();
+    w.submit(std::move(snap));
+    EXPECT_GE(w.wait(), 0.0);
     EXPECT_EQ(w.last_written(), checkpoint_dir(d.str("ck"), 7));
   }
   flat.params.copy_(torch::zeros_like(flat.params));
-  load_checkpoint(latest_checkpoint(d.str("ck")), *m, &opt);
+  torch::Tensor restored = torch::zeros({5});
+  load_checkpoint(latest_checkpoint(d.str("ck")), *m, &opt, {{"round_start", restored}});
   EXPECT_TRUE(torch::equal(flat.params, before));
   EXPECT_TRUE(torch::equal(opt.exp_avg(), torch::full_like(opt.exp_avg(), 0.25)));
+  EXPECT_TRUE(torch::equal(restored, torch::full({5}, 3.0)));
 }
 
-// One write in flight: the next submit waits for it (the held write time), wait() waits for the
-// last, and each checkpoint ends whole.
-TEST(CheckpointWriter, ASubmitWaitsForTheWriteInFlight) {
+// One write in flight: wait() waits for it (its held write time), and a checkpoint is durable only at
+// the end of its modelled write (it is renamed into place and named by `latest` after the hold).
+TEST(CheckpointWriter, AWriteCommitsAtTheEndOfItsHoldAndWaitWaitsForIt) {
   test::TempDir d;
   RunConfig c = test::tiny_run_config(d);
   GPT m(c.model);
-  CheckpointWriter w(d.str("ck"), 5, /*hold_s=*/0.4);
+  CheckpointWriter w(d.str("ck"), 5, /*hold_s=*/0.6);
   const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_LT(w.submit(snapshot_checkpoint(1, *m, nullptr, {{"step", 1}}, {}, true)), 0.2);  // nothing in flight
-  const double waited = w.submit(snapshot_checkpoint(2, *m, nullptr, {{"step", 2}}, {}, true));
-  EXPECT_GT(waited, 0.25);  // the first write was held 0.4 s
+  w.submit(snapshot_checkpoint(1, *m, nullptr, {{"step", 1}}, {}, true));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(list_checkpoints(d.str("ck")).empty());  // written, not committed: a kill now resumes from before it
+  EXPECT_EQ(latest_checkpoint(d.str("ck")), "");
+  EXPECT_GT(w.wait(), 0.2);  // the rest of the 0.6 s hold
+  EXPECT_GT(seconds_since(t0), 0.55);
+  w.submit(snapshot_checkpoint(2, *m, nullptr, {{"step", 2}}, {}, true));
   w.wait();
-  EXPECT_GT(seconds_since(t0), 0.75);  // two held writes, one after the other
   EXPECT_EQ(list_checkpoints(d.str("ck")), (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(latest_checkpoint(d.str("ck")), checkpoint_dir(d.str("ck"), 2));
+}
+
+// The run's last checkpoint supersedes the one in flight: cancel() abandons it before it commits,
+// at once rather than after its hold, and leaves no temporary directory; the newest committed one
+// stays `latest`.
+TEST(CheckpointWriter, ACancelledWriteIsAbandonedBeforeItCommits) {
+  test::TempDir d;
+  RunConfig c = test::tiny_run_config(d);
+  GPT m(c.model);
+  CheckpointWriter w(d.str("ck"), 5, /*hold_s=*/5.0);
+  w.submit(snapshot_checkpoint(1, *m, nullptr, {{"step", 1}}, {}, true));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t0 = std::chrono::steady_clock::now();
+  w.cancel();
+  EXPECT_LT(seconds_since(t0), 2.0);  // not the 5 s hold
+  EXPECT_TRUE(list_checkpoints(d.str("ck")).empty());
+  EXPECT_FALSE(fs::exists(checkpoint_dir(d.str("ck"), 1) + ".tmp"));
+  EXPECT_EQ(w.last_written(), "");
 }
 
 // A write that fails in the background (the checkpoint root is a file) is reported by the next

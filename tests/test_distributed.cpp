@@ -402,9 +402,8 @@ TEST(RingTraining, RestartResumesFromTheNewestCheckpointEveryNodeHolds) {
 // checkpoint write: temp directory made, files half written, renamed but `latest` not updated,
 // `latest` updated. Restarted as launch_node.sh does (--resume where `latest` exists), the job ends
 // bit-identical to an uninterrupted run, and no unfinished write is left on disk.
-class CheckpointCrash : public ::testing::TestWithParam<std::string> {};
-INSTANTIATE_TEST_SUITE_P(EveryPhase, CheckpointCrash, ::testing::Values("tmp_dir", "files", "rename", "latest"));
-TEST_P(CheckpointCrash, RingJobRecoversExactly) {
+// extra: further worker flags for both the reference and the crashed job.
+void checkpoint_crash_recovers_exactly(const std::string& phase, const std::vector<std::string>& extra) {
   test::TempDir d;
   const std::string corpus = test::write_tiny_corpus(d);
   auto job = [&](const std::string& prefix, const std::function<std::vector<std::string>(int)>& env_for) {
@@ -412,6 +411,7 @@ TEST_P(CheckpointCrash, RingJobRecoversExactly) {
       const std::string out = d.str(prefix + std::to_string(r));
       auto a = worker_args(d, corpus, out, 2, 6, 1);
       a.push_back("--checkpoint.every=2");
+      a.insert(a.end(), extra.begin(), extra.end());
       if (fs::exists(out + "/checkpoints/latest")) a.push_back("--resume");
       return a;
     }, env_for);
@@ -419,17 +419,17 @@ TEST_P(CheckpointCrash, RingJobRecoversExactly) {
   for (auto& p : job("ref", {})) ASSERT_EQ(p->wait(120), 0);
   const at::Tensor uninterrupted = final_weights(d.str("ref0"), 6);
   auto crashed = job("node", [&](int r) {
-    return r == 0 ? std::vector<std::string>{"SYNCOPATE_CRASH_AT=checkpoint:" + GetParam() + ":4"} : std::vector<std::string>{};
+    return r == 0 ? std::vector<std::string>{"SYNCOPATE_CRASH_AT=checkpoint:" + phase + ":4"} : std::vector<std::string>{};
   });
   EXPECT_NE(crashed[0]->wait(120), 0) << "node 0 was to be killed while writing checkpoint 4";
   EXPECT_NE(crashed[1]->wait(120), 0) << "node 1 must fail when its neighbour dies";
   {  // the kill came where it was asked to: what node 0's disk holds proves the phase
     const std::string ck = d.str("node0/checkpoints/");
     const std::string latest = test::slurp(ck + "latest");
-    const bool in_tmp = GetParam() == "tmp_dir" || GetParam() == "files";
+    const bool in_tmp = phase == "tmp_dir" || phase == "files";
     EXPECT_EQ(fs::exists(ck + "step_000004.tmp"), in_tmp);
     EXPECT_EQ(fs::exists(ck + "step_000004/meta.json"), !in_tmp);
-    EXPECT_EQ(latest, GetParam() == "latest" ? "step_000004\n" : "step_000002\n");
+    EXPECT_EQ(latest, phase == "latest" ? "step_000004\n" : "step_000002\n");
   }
   for (auto& p : job("node", {})) ASSERT_EQ(p->wait(120), 0) << test::slurp(d.str("node0.log")) << test::slurp(d.str("node1.log"));
   EXPECT_TRUE(torch::equal(final_weights(d.str("node0"), 6), uninterrupted));
@@ -438,6 +438,19 @@ TEST_P(CheckpointCrash, RingJobRecoversExactly) {
     const std::string n = e.path().filename().string();
     EXPECT_EQ(n.find(".tmp"), std::string::npos) << n << " left behind";
   }
+}
+
+class CheckpointCrash : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(EveryPhase, CheckpointCrash, ::testing::Values("tmp_dir", "files", "rename", "latest"));
+TEST_P(CheckpointCrash, RingJobRecoversExactly) { checkpoint_crash_recovers_exactly(GetParam(), {}); }
+
+// The same with checkpoint.background: the kill comes on the writer thread while training goes on
+// (0.3 s modelled steps, so that steps 5 and 6 are still running when it comes, and the run's last
+// checkpoint does not abandon the write first).
+class BackgroundCheckpointCrash : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(EveryPhase, BackgroundCheckpointCrash, ::testing::Values("tmp_dir", "files", "rename", "latest"));
+TEST_P(BackgroundCheckpointCrash, RingJobRecoversExactly) {
+  checkpoint_crash_recovers_exactly(GetParam(), {"--checkpoint.background=true", "--emulate.step_time_s=0.3"});
 }
 
 // Issue 15 (12): the Slurm mapping. Unset fields come from torchrun's variables first, then

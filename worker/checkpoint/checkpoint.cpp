@@ -1,6 +1,8 @@
 #include "worker/checkpoint/checkpoint.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <filesystem>
 #include <map>
 
@@ -33,11 +35,12 @@ std::vector<std::pair<std::string, at::Tensor>> rng_states(const at::Device& dev
 
 CheckpointContents snapshot_checkpoint(int64_t step, GPTImpl& model, FlatAdamW* opt, const nlohmann::json& meta,
                                        const NamedTensors& sync_state, bool detach) {
-  // to_hf_tensors may return the live parameters themselves (fp32 on the CPU): a detached snapshot copies.
+  // A detached snapshot copies every tensor once, into host memory (to_hf_tensors may otherwise return
+  // the live parameters themselves: fp32 on the CPU).
   auto own = [detach](const at::Tensor& t) { return detach ? t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true) : t; };
   CheckpointContents c;
   c.step = step;
-  for (auto& [name, t] : to_hf_tensors(model)) c.model.emplace_back(name, own(t));
+  c.model = to_hf_tensors(model, /*copy=*/detach);
   c.model_info = hf_file_metadata(model.config());
   c.optimizer = rng_states(model.parameters().front().device());  // fresh tensors already
   if (opt) {  // null: the parameter servers hold the optimizer (and checkpoint it themselves)
@@ -50,12 +53,21 @@ CheckpointContents snapshot_checkpoint(int64_t step, GPTImpl& model, FlatAdamW* 
   return c;
 }
 
-std::string save_checkpoint(const std::string& root, int64_t step, GPTImpl& model, FlatAdamW* opt,
-                            const nlohmann::json& meta, int64_t keep, const NamedTensors& sync_state) {
-  return write_checkpoint(root, snapshot_checkpoint(step, model, opt, meta, sync_state, /*detach=*/false), keep);
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string write_checkpoint(const std::string& root, const CheckpointContents& c, int64_t keep) {
+bool hold_checkpoint_write(double t0_s, double hold_s, const std::function<bool()>& stop) {
+  while (true) {
+    if (stop && stop()) return false;
+    const double left = t0_s + hold_s - steady_seconds();
+    if (left <= 0) return true;
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::min(left, 0.05)));
+  }
+}
+
+std::string write_checkpoint(const std::string& root, const CheckpointContents& c, int64_t keep,
+                             const std::function<bool()>& commit) {
   const int64_t step = c.step;
   const fs::path final_dir = checkpoint_dir(root, step), tmp = final_dir.string() + ".tmp";
   fs::create_directories(root);
@@ -68,6 +80,10 @@ std::string write_checkpoint(const std::string& root, const CheckpointContents& 
   save_safetensors((tmp / "optimizer.safetensors").string(), c.optimizer, c.optimizer_info);
   write_file_atomic((tmp / "meta.json").string(), c.meta.dump(2));
   fsync_dir(tmp.string());
+  if (commit && !commit()) {  // abandoned (a newer checkpoint supersedes it): the previous one stays the newest
+    fs::remove_all(tmp);
+    return "";
+  }
 
   fs::remove_all(final_dir);
   const std::string name = final_dir.filename().string();

@@ -9,6 +9,7 @@
 // then `latest` is replaced atomically: a crash at any point leaves the previous checkpoint whole.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -21,17 +22,14 @@ namespace syncopate {
 class GPTImpl;
 class FlatAdamW;
 
-// Writes checkpoint `step`, keeps the newest `keep` and deletes older ones. Returns its directory.
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+// A checkpoint is taken in two parts: snapshot_checkpoint() at a step boundary, then write_checkpoint().
 // opt: the optimizer state this replica holds; null when the parameter servers hold it (ps mode),
 // and then optimizer.safetensors carries only the RNG states.
 // sync_state: further named tensors of the synchronization (GradientSync::state(), e.g. local SGD's
 // round start and outer momentum), kept as "sync.<name>" in optimizer.safetensors.
-using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
-std::string save_checkpoint(const std::string& root, int64_t step, GPTImpl& model, FlatAdamW* opt,
-                            const nlohmann::json& meta, int64_t keep, const NamedTensors& sync_state = {});
-
-// What one checkpoint writes, taken from the live model, optimizer and synchronization at a step
-// boundary: save_checkpoint() is write_checkpoint(root, snapshot_checkpoint(...), keep).
+// What one checkpoint writes, taken from the live model, optimizer and synchronization:
 struct CheckpointContents {
   int64_t step = 0;
   NamedTensors model;                              // model.safetensors (HF GPT-2 layout)
@@ -47,7 +45,17 @@ CheckpointContents snapshot_checkpoint(int64_t step, GPTImpl& model, FlatAdamW* 
                                        const NamedTensors& sync_state, bool detach);
 // Writes the contents as checkpoint contents.step under root atomically (step_N.tmp/, fsync, rename,
 // then `latest`), keeps the newest `keep`; returns its directory.
-std::string write_checkpoint(const std::string& root, const CheckpointContents& contents, int64_t keep);
+// commit (optional): called once the files are written and fsync'ed, before the checkpoint is
+// renamed into place; false abandons it (step_N.tmp/ removed, "" returned). The trainer holds the
+// modelled write time there (emulate.checkpoint_s, hold_checkpoint_write), so that a checkpoint
+// becomes durable at the end of its modelled write, as it would on the modelled storage: a kill
+// during the write resumes from the one before.
+std::string write_checkpoint(const std::string& root, const CheckpointContents& contents, int64_t keep,
+                             const std::function<bool()>& commit = {});
+// Sleeps until hold_s seconds have passed since t0_s (steady clock seconds, as steady_seconds()),
+// waking every 50 ms to ask `stop` (optional); returns false if it stopped early.
+bool hold_checkpoint_write(double t0_s, double hold_s, const std::function<bool()>& stop = {});
+double steady_seconds();
 
 // Directory of the newest complete checkpoint under root, or "" if there is none.
 std::string latest_checkpoint(const std::string& root);

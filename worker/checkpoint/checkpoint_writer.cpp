@@ -1,7 +1,5 @@
 #include "worker/checkpoint/checkpoint_writer.h"
 
-#include <chrono>
-
 #include <fmt/format.h>
 
 #include "common/check.h"
@@ -10,8 +8,14 @@
 namespace syncopate {
 
 namespace {
-double seconds_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
 }
 }  // namespace
 
@@ -26,42 +30,38 @@ CheckpointWriter::~CheckpointWriter() {
   }
   cv_.notify_all();
   thread_.join();
-  if (error_) {
-    try {
-      std::rethrow_exception(error_);
-    } catch (const std::exception& e) {
-      log::error("[checkpoint] the background write of step {} failed: {}", error_step_, e.what());
-    }
-  }
+  if (error_) log::error("[checkpoint] the background write of step {} failed: {}", error_step_, what_of(error_));
 }
 
 void CheckpointWriter::wait_locked(std::unique_lock<std::mutex>& lock) {
   cv_.wait(lock, [this] { return !busy_; });
   if (!error_) return;
-  std::exception_ptr e = std::exchange(error_, nullptr);
-  const int64_t step = error_step_;
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    SYN_FAIL(fmt::format("the background write of checkpoint step {} under '{}' failed: {}", step, root_, x.what()),
-             "free space or fix the directory's permissions and --resume (the newest complete checkpoint is whole); "
-             "checkpoint.background=false writes on the training thread");
-  }
+  const std::string what = what_of(std::exchange(error_, nullptr));
+  SYN_FAIL(fmt::format("the background write of checkpoint step {} under '{}' failed: {}", error_step_, root_, what),
+           "free space or fix the directory's permissions and --resume (the newest complete checkpoint is whole); "
+           "checkpoint.background=false writes on the training thread");
 }
 
-double CheckpointWriter::submit(CheckpointContents contents) {
-  const double t0 = seconds_now();
+double CheckpointWriter::wait() {
+  const double t0 = steady_seconds();
+  std::unique_lock<std::mutex> lock(mu_);
+  wait_locked(lock);
+  return steady_seconds() - t0;
+}
+
+void CheckpointWriter::submit(CheckpointContents contents) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     wait_locked(lock);
     job_ = std::move(contents);
+    cancel_ = false;
     busy_ = true;
   }
   cv_.notify_all();
-  return seconds_now() - t0;
 }
 
-void CheckpointWriter::wait() {
+void CheckpointWriter::cancel() {
+  cancel_ = true;
   std::unique_lock<std::mutex> lock(mu_);
   wait_locked(lock);
 }
@@ -78,21 +78,20 @@ void CheckpointWriter::run() {
     if (!busy_) return;  // stop_ with nothing in flight
     const CheckpointContents& c = *job_;  // submit() does not touch job_ while busy_
     lock.unlock();
-    const double t0 = seconds_now();
+    const double t0 = steady_seconds();
     std::string dir;
     std::exception_ptr error;
     try {
-      dir = write_checkpoint(root_, c, keep_);
+      dir = write_checkpoint(root_, c, keep_, [&] { return hold_checkpoint_write(t0, hold_s_, [&] { return cancel_.load(); }); });
     } catch (...) {
       error = std::current_exception();
     }
-    if (const double left = t0 + hold_s_ - seconds_now(); left > 0)  // the modelled storage's write time
-      std::this_thread::sleep_for(std::chrono::duration<double>(left));
+    if (dir.empty() && !error) log::info("[checkpoint] step {} abandoned before it committed: the run's last checkpoint supersedes it", c.step);
     lock.lock();
     if (error) {
       error_ = error;
       error_step_ = c.step;
-    } else {
+    } else if (!dir.empty()) {
       last_written_ = dir;
     }
     job_.reset();

@@ -1,14 +1,17 @@
 // Checkpoints written in the background (checkpoint.background): at a step boundary the trainer
-// takes a detached snapshot (a CPU copy of the weights, moments and synchronization state, what
+// takes a detached snapshot (a host copy of the weights, moments and synchronization state, what
 // torch.distributed.checkpoint's async_save stages), hands it to this writer and goes on training
 // while one thread writes it atomically (write_checkpoint). What a node resumes from is the newest
 // checkpoint whose write completed: a kill while one is in flight resumes from the one before, as a
-// kill during a synchronous write does.
+// kill during a synchronous write does. The modelled write time (hold_s) is held before the
+// checkpoint is renamed into place, so it becomes durable at the end of its modelled write.
 //
-// At most one write is in flight: submit() waits for the previous one first (a disk slower than
-// the checkpoint interval slows training down to its pace instead of queueing snapshots in
-// memory). A write that failed is reported by the next submit() or wait(), with its step.
+// At most one write is in flight, and the trainer waits for it (wait()) before it takes the next
+// snapshot: a disk slower than the checkpoint interval slows training to its pace, and at most one
+// snapshot is held in memory beside the live state. A write that failed is reported by the next
+// wait() or cancel(), with its step, once.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -23,20 +26,24 @@ namespace syncopate {
 
 class CheckpointWriter {
  public:
-  // root: the checkpoint directory; keep: checkpoints kept (as save_checkpoint's);
-  // hold_s: every write takes at least this long (emulate.checkpoint_s: a large model's write on
-  // the modelled cluster's storage; 0 = as long as it takes).
+  // root: the checkpoint directory; keep: checkpoints kept (as write_checkpoint's);
+  // hold_s: every write takes at least this long before it commits (emulate.checkpoint_s: a large
+  // model's write on the modelled cluster's storage; 0 = as long as it takes).
   CheckpointWriter(std::string root, int64_t keep, double hold_s);
-  ~CheckpointWriter();  // waits for the write in flight (a write that fails then is logged)
+  ~CheckpointWriter();  // waits for the write in flight (a failure then is logged)
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
-  // Waits for the write in flight (rethrowing its error), then starts writing `contents`.
-  // Returns how long it waited, seconds (the time the step lost to the writer).
-  double submit(CheckpointContents contents);
-  // Waits until nothing is in flight; throws syncopate::Error naming the step of a failed write.
-  void wait();
-  // The directory of the newest checkpoint this writer completed ("" = none yet).
+  // Waits until nothing is in flight and returns how long it waited, seconds (the time a step lost
+  // to the writer); throws syncopate::Error naming the step of a write that failed.
+  double wait();
+  // Starts writing `contents` (after waiting for a write still in flight, as wait()).
+  void submit(CheckpointContents contents);
+  // The run's last checkpoint supersedes the one in flight: that write is abandoned before it
+  // commits (its temporary directory removed), and cancel() returns once the thread is idle.
+  // Throws as wait() for an earlier failure.
+  void cancel();
+  // The directory of the newest checkpoint this writer committed ("" = none yet).
   std::string last_written() const;
 
  private:
@@ -48,8 +55,9 @@ class CheckpointWriter {
   const double hold_s_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::optional<CheckpointContents> job_;  // the write in flight (taken by the thread, kept until done)
+  std::optional<CheckpointContents> job_;  // the write in flight (the thread reads it until done)
   bool busy_ = false, stop_ = false;
+  std::atomic<bool> cancel_{false};  // abandon the write in flight before it commits
   std::exception_ptr error_;
   int64_t error_step_ = -1;
   std::string last_written_;

@@ -38,10 +38,12 @@ struct EmulateConfig {
   // the link's own latency. One way, per message; pipelined segments of one hop share it. Ring mode
   // only: in ps mode the servers hold every message in and out (server.latency_ms).
   double latency_ms = 0;      // one-way propagation delay added to each received ring message, milliseconds; 0 = none
-  // The target cluster's checkpoint write: a node that writes one holds until this long has passed
-  // since the write began (a large model on shared storage takes tens of seconds; here the tiny
+  // The target cluster's checkpoint write: a write holds, before it commits, until this long has
+  // passed since it began (a large model on shared storage takes tens of seconds; here the tiny
   // model's takes milliseconds), so that a configuration that checkpoints more, or restarts from
-  // checkpoints, pays what it would. Preemption checkpoints too.
+  // checkpoints, pays what it would, and a kill during the modelled write resumes from the
+  // checkpoint before. On the training thread the node waits for it (preemption checkpoints too);
+  // with checkpoint.background the periodic writes hold on the writer thread instead.
   double checkpoint_s = 0;    // modelled duration of one checkpoint write, seconds; 0 = its real duration
 
   template <class V>
@@ -60,7 +62,7 @@ struct EmulateConfig {
     v("dilation", dilation, "emulated seconds per target second, for the derivation", 1e-6, 1e9);
     v("overlap", overlap, "release gradient regions at their modelled times during the modelled backward");
     v("forward_share", forward_share, "forward's share of the modelled step time (the rest is backward)", 0.0, 0.99);
-    v("checkpoint_s", checkpoint_s, "modelled duration of one checkpoint write, seconds (0 = its real duration)", 0.0,
+    v("checkpoint_s", checkpoint_s, "modelled duration of one checkpoint write, held before it commits, seconds (0 = its real duration)", 0.0,
       86400.0);
     v("latency_ms", latency_ms, "one-way delay added to every ring message this node receives, ms (ring only; ps: server.latency_ms)",
       0.0, 60000.0);

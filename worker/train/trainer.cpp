@@ -613,25 +613,34 @@ struct Trainer::Impl {
       }
       if (ckpt_due) {
         TraceSpan span("checkpoint", "train");
+        const std::string root = (fs::path(out) / "checkpoints").string();
         // checkpoint.background: a detached snapshot is written while training goes on; the run's
-        // last checkpoint (its end, a SIGTERM, a switch) is written here, after the one in flight,
-        // since the process ends (or restarts from it) right after.
+        // last checkpoint (its end, a SIGTERM, a switch) is written here, the one in flight
+        // abandoned, since the process ends (or restarts from it) right after.
         const bool last_write = at_end || preempted || switching;
         if (background_writer && !last_write) {
-          const double waited = background_writer->submit(
+          const double waited = background_writer->wait();  // one snapshot in memory at a time
+          background_writer->submit(
               snapshot_checkpoint(step, *model, sync->optimizer(), meta(now_seconds() - t0), sync->state(), /*detach=*/true));
+          metrics->write({{"step", step}, {"checkpoint_wait_s", waited}, {"unix_s", unix_seconds()}});
           if (verbose)
             progress.line(fmt::format("[checkpoint] step {} written in the background{}", step,
                                       waited >= 1e-3 ? fmt::format(" (waited {:.3f} s for the previous write)", waited) : ""));
         } else {
-          if (background_writer) background_writer->wait();  // the newest checkpoint is this one
-          const double t_write = now_seconds();
-          const std::string dir = save_checkpoint((fs::path(out) / "checkpoints").string(), step, *model, sync->optimizer(),
-                                                  meta(now_seconds() - t0), cfg.checkpoint.keep, sync->state());
+          if (background_writer) {
+            try {
+              background_writer->cancel();
+            } catch (const Error& e) {  // an earlier write failed: this one is still attempted
+              log::error("[checkpoint] {}", e.what());
+            }
+          }
+          // emulate.checkpoint_s: the target's write time, on this node's clock (the job's time),
+          // held before the checkpoint commits.
+          const double t_write = steady_seconds();
+          const std::string dir = write_checkpoint(
+              root, snapshot_checkpoint(step, *model, sync->optimizer(), meta(now_seconds() - t0), sync->state(), /*detach=*/false),
+              cfg.checkpoint.keep, [&] { return hold_checkpoint_write(t_write, cfg.emulate.checkpoint_s); });
           if (verbose) progress.line(fmt::format("[checkpoint] {}", dir));
-          // emulate.checkpoint_s: the target's write time, on this node's clock (the job's time).
-          if (const double left = t_write + cfg.emulate.checkpoint_s - now_seconds(); left > 0)
-            std::this_thread::sleep_for(std::chrono::duration<double>(left));
         }
       }
       if (switching) {  // the launcher restarts this node with --resume in the advice's pick
@@ -666,6 +675,7 @@ struct Trainer::Impl {
       }
     }
     if (verbose) progress.finish();
+    if (background_writer) background_writer->wait();  // (run(stop_at) stops with one in flight)
     if (step >= tc.steps || budget_reached) sync->finish(step);  // the run is complete: the peers are told
     if (writer && !snapshots.empty()) score_snapshots(progress);  // eval.defer: after training, on no node's clock
     if (writer) report_sync_counters();
