@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -133,24 +134,6 @@ TEST(CheckpointWriter, AWriteCommitsAtTheEndOfItsHoldAndWaitWaitsForIt) {
   EXPECT_EQ(latest_checkpoint(d.str("ck")), checkpoint_dir(d.str("ck"), 2));
 }
 
-// The run's last checkpoint supersedes the one in flight: cancel() abandons it before it commits,
-// at once rather than after its hold, and leaves no temporary directory; the newest committed one
-// stays `latest`.
-TEST(CheckpointWriter, ACancelledWriteIsAbandonedBeforeItCommits) {
-  test::TempDir d;
-  RunConfig c = test::tiny_run_config(d);
-  GPT m(c.model);
-  CheckpointWriter w(d.str("ck"), 5, /*hold_s=*/5.0);
-  w.submit(snapshot_checkpoint(1, *m, nullptr, {{"step", 1}}, {}, true));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  const auto t0 = std::chrono::steady_clock::now();
-  w.cancel();
-  EXPECT_LT(seconds_since(t0), 2.0);  // not the 5 s hold
-  EXPECT_TRUE(list_checkpoints(d.str("ck")).empty());
-  EXPECT_FALSE(fs::exists(checkpoint_dir(d.str("ck"), 1) + ".tmp"));
-  EXPECT_EQ(w.last_written(), "");
-}
-
 // A write that fails in the background (the checkpoint root is a file) is reported by the next
 // wait() with its step and what to do, once.
 TEST(CheckpointWriter, AFailedBackgroundWriteIsReportedWithItsStep) {
@@ -169,4 +152,32 @@ TEST(CheckpointWriter, AFailedBackgroundWriteIsReportedWithItsStep) {
     EXPECT_NE(what.find("--resume"), std::string::npos) << what;
   }
   EXPECT_NO_THROW(w.wait());  // reported once
+}
+
+// A SIGTERM while a background write is held: the node lets that write commit, then writes its last
+// checkpoint (a restarting ring resumes from a step every node holds: the others completed the
+// write), exits 0, and `latest` names the step it stopped after, with no temporary directory left.
+TEST(CheckpointWriter, APreemptedNodeCommitsTheWriteInFlightThenWritesItsLast) {
+  test::TempDir d;
+  const std::string corpus = test::write_tiny_corpus(d);
+  const std::string bin = test::bin_dir();
+  std::vector<std::string> a = {bin + "/syncopate-worker", "--out", d.str("w"), "--model.n_embd=32", "--model.n_head=2",
+                                "--model.block_size=32", "--train.threads=1", "--eval.every=0", "--eval.batches=1",
+                                "--eval.sample_tokens=0", "--data.corpus=" + corpus, "--data.cache_dir=" + d.str("cache"),
+                                "--train.steps=2000", "--train.batch_size=2", "--emulate.step_time_s=0.05",
+                                "--checkpoint.every=10", "--checkpoint.background=true", "--emulate.checkpoint_s=2",
+                                "--train.preempt_grace_s=60"};
+  test::Process w(a, {}, d.str("w.log"));
+  ASSERT_TRUE(test::wait_for_step(d.str("w"), 12, 120)) << test::slurp(d.str("w.log"));  // step 10's write is held
+  ::kill(w.pid(), SIGTERM);
+  EXPECT_EQ(w.wait(60), 0) << test::slurp(d.str("w.log"));
+  const std::string log = test::slurp(d.str("w.log"));
+  const std::vector<int64_t> held = list_checkpoints(d.str("w/checkpoints"));
+  ASSERT_EQ(held.size(), 2u) << log;
+  EXPECT_EQ(held[0], 10) << log;  // committed, not abandoned
+  EXPECT_GE(held[1], 12);
+  EXPECT_LT(held[1], 20) << log;  // it stopped at the next step boundary
+  EXPECT_EQ(latest_checkpoint(d.str("w/checkpoints")), checkpoint_dir(d.str("w/checkpoints"), held[1]));
+  for (const auto& e : fs::directory_iterator(d.str("w/checkpoints")))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
 }

@@ -57,17 +57,13 @@ double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-bool hold_checkpoint_write(double t0_s, double hold_s, const std::function<bool()>& stop) {
-  while (true) {
-    if (stop && stop()) return false;
-    const double left = t0_s + hold_s - steady_seconds();
-    if (left <= 0) return true;
-    std::this_thread::sleep_for(std::chrono::duration<double>(std::min(left, 0.05)));
-  }
+void hold_checkpoint_write(double t0_s, double hold_s) {
+  if (const double left = t0_s + hold_s - steady_seconds(); left > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(left));
 }
 
 std::string write_checkpoint(const std::string& root, const CheckpointContents& c, int64_t keep,
-                             const std::function<bool()>& commit) {
+                             const std::function<void()>& before_commit) {
   const int64_t step = c.step;
   const fs::path final_dir = checkpoint_dir(root, step), tmp = final_dir.string() + ".tmp";
   fs::create_directories(root);
@@ -80,10 +76,7 @@ std::string write_checkpoint(const std::string& root, const CheckpointContents& 
   save_safetensors((tmp / "optimizer.safetensors").string(), c.optimizer, c.optimizer_info);
   write_file_atomic((tmp / "meta.json").string(), c.meta.dump(2));
   fsync_dir(tmp.string());
-  if (commit && !commit()) {  // abandoned (a newer checkpoint supersedes it): the previous one stays the newest
-    fs::remove_all(tmp);
-    return "";
-  }
+  if (before_commit) before_commit();
 
   fs::remove_all(final_dir);
   const std::string name = final_dir.filename().string();

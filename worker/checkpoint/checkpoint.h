@@ -45,16 +45,14 @@ CheckpointContents snapshot_checkpoint(int64_t step, GPTImpl& model, FlatAdamW* 
                                        const NamedTensors& sync_state, bool detach);
 // Writes the contents as checkpoint contents.step under root atomically (step_N.tmp/, fsync, rename,
 // then `latest`), keeps the newest `keep`; returns its directory.
-// commit (optional): called once the files are written and fsync'ed, before the checkpoint is
-// renamed into place; false abandons it (step_N.tmp/ removed, "" returned). The trainer holds the
-// modelled write time there (emulate.checkpoint_s, hold_checkpoint_write), so that a checkpoint
-// becomes durable at the end of its modelled write, as it would on the modelled storage: a kill
-// during the write resumes from the one before.
+// before_commit (optional): called once the files are written and fsync'ed, before the checkpoint is
+// renamed into place. The trainer holds the modelled write time there (emulate.checkpoint_s,
+// hold_checkpoint_write), so that a checkpoint becomes durable at the end of its modelled write, as
+// it would on the modelled storage: a kill during the write resumes from the one before.
 std::string write_checkpoint(const std::string& root, const CheckpointContents& contents, int64_t keep,
-                             const std::function<bool()>& commit = {});
-// Sleeps until hold_s seconds have passed since t0_s (steady clock seconds, as steady_seconds()),
-// waking every 50 ms to ask `stop` (optional); returns false if it stopped early.
-bool hold_checkpoint_write(double t0_s, double hold_s, const std::function<bool()>& stop = {});
+                             const std::function<void()>& before_commit = {});
+// Sleeps until hold_s seconds have passed since t0_s (steady clock seconds, as steady_seconds()).
+void hold_checkpoint_write(double t0_s, double hold_s);
 double steady_seconds();
 
 // Directory of the newest complete checkpoint under root, or "" if there is none.

@@ -54,16 +54,9 @@ void CheckpointWriter::submit(CheckpointContents contents) {
     std::unique_lock<std::mutex> lock(mu_);
     wait_locked(lock);
     job_ = std::move(contents);
-    cancel_ = false;
     busy_ = true;
   }
   cv_.notify_all();
-}
-
-void CheckpointWriter::cancel() {
-  cancel_ = true;
-  std::unique_lock<std::mutex> lock(mu_);
-  wait_locked(lock);
 }
 
 std::string CheckpointWriter::last_written() const {
@@ -82,16 +75,15 @@ void CheckpointWriter::run() {
     std::string dir;
     std::exception_ptr error;
     try {
-      dir = write_checkpoint(root_, c, keep_, [&] { return hold_checkpoint_write(t0, hold_s_, [&] { return cancel_.load(); }); });
+      dir = write_checkpoint(root_, c, keep_, [&] { hold_checkpoint_write(t0, hold_s_); });
     } catch (...) {
       error = std::current_exception();
     }
-    if (dir.empty() && !error) log::info("[checkpoint] step {} abandoned before it committed: the run's last checkpoint supersedes it", c.step);
     lock.lock();
     if (error) {
       error_ = error;
       error_step_ = c.step;
-    } else if (!dir.empty()) {
+    } else {
       last_written_ = dir;
     }
     job_.reset();

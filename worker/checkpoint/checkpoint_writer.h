@@ -9,9 +9,8 @@
 // At most one write is in flight, and the trainer waits for it (wait()) before it takes the next
 // snapshot: a disk slower than the checkpoint interval slows training to its pace, and at most one
 // snapshot is held in memory beside the live state. A write that failed is reported by the next
-// wait() or cancel(), with its step, once.
+// wait() or submit(), with its step, once.
 #pragma once
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -39,10 +38,6 @@ class CheckpointWriter {
   double wait();
   // Starts writing `contents` (after waiting for a write still in flight, as wait()).
   void submit(CheckpointContents contents);
-  // The run's last checkpoint supersedes the one in flight: that write is abandoned before it
-  // commits (its temporary directory removed), and cancel() returns once the thread is idle.
-  // Throws as wait() for an earlier failure.
-  void cancel();
   // The directory of the newest checkpoint this writer committed ("" = none yet).
   std::string last_written() const;
 
@@ -57,7 +52,6 @@ class CheckpointWriter {
   std::condition_variable cv_;
   std::optional<CheckpointContents> job_;  // the write in flight (the thread reads it until done)
   bool busy_ = false, stop_ = false;
-  std::atomic<bool> cancel_{false};  // abandon the write in flight before it commits
   std::exception_ptr error_;
   int64_t error_step_ = -1;
   std::string last_written_;

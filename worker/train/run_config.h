@@ -111,7 +111,8 @@ struct CheckpointConfig {
   // moments and sync state) and written by a background thread while training goes on; a step
   // waits only if the previous write has not finished. A kill while a write is in flight resumes
   // from the checkpoint before it. The run's last checkpoint (end, SIGTERM, a switch) is written on
-  // the training thread (worker/checkpoint/checkpoint_writer.h).
+  // the training thread once the one in flight has committed (a SIGTERM can take two writes: give
+  // train.preempt_grace_s room for them) (worker/checkpoint/checkpoint_writer.h).
   bool background = false;
 
   template <class V>

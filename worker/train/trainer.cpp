@@ -615,8 +615,10 @@ struct Trainer::Impl {
         TraceSpan span("checkpoint", "train");
         const std::string root = (fs::path(out) / "checkpoints").string();
         // checkpoint.background: a detached snapshot is written while training goes on; the run's
-        // last checkpoint (its end, a SIGTERM, a switch) is written here, the one in flight
-        // abandoned, since the process ends (or restarts from it) right after.
+        // last checkpoint (its end, a SIGTERM, a switch) is written here, since the process ends (or
+        // restarts from it) right after, once the one in flight has committed: a restarting ring
+        // resumes from a step every node holds, and the others completed that write (a preempted
+        // node that abandoned it left the job none in common: every node restarted from step 0).
         const bool last_write = at_end || preempted || switching;
         if (background_writer && !last_write) {
           const double waited = background_writer->wait();  // one snapshot in memory at a time
@@ -629,7 +631,7 @@ struct Trainer::Impl {
         } else {
           if (background_writer) {
             try {
-              background_writer->cancel();
+              background_writer->wait();
             } catch (const Error& e) {  // an earlier write failed: this one is still attempted
               log::error("[checkpoint] {}", e.what());
             }
@@ -639,7 +641,7 @@ struct Trainer::Impl {
           const double t_write = steady_seconds();
           const std::string dir = write_checkpoint(
               root, snapshot_checkpoint(step, *model, sync->optimizer(), meta(now_seconds() - t0), sync->state(), /*detach=*/false),
-              cfg.checkpoint.keep, [&] { return hold_checkpoint_write(t_write, cfg.emulate.checkpoint_s); });
+              cfg.checkpoint.keep, [&] { hold_checkpoint_write(t_write, cfg.emulate.checkpoint_s); });
           if (verbose) progress.line(fmt::format("[checkpoint] {}", dir));
         }
       }
