@@ -18,6 +18,7 @@
 #include "common/safetensors.h"
 #include "model/gpt.h"
 #include "model/hf_weights.h"
+#include "worker/metrics/metrics_log.h"
 
 namespace fs = std::filesystem;
 
@@ -53,12 +54,8 @@ CheckpointContents snapshot_checkpoint(int64_t step, GPTImpl& model, FlatAdamW* 
   return c;
 }
 
-double steady_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 void hold_checkpoint_write(double t0_s, double hold_s) {
-  if (const double left = t0_s + hold_s - steady_seconds(); left > 0)
+  if (const double left = t0_s + hold_s - now_seconds(); left > 0)
     std::this_thread::sleep_for(std::chrono::duration<double>(left));
 }
 

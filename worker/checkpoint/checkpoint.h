@@ -51,9 +51,8 @@ CheckpointContents snapshot_checkpoint(int64_t step, GPTImpl& model, FlatAdamW* 
 // it would on the modelled storage: a kill during the write resumes from the one before.
 std::string write_checkpoint(const std::string& root, const CheckpointContents& contents, int64_t keep,
                              const std::function<void()>& before_commit = {});
-// Sleeps until hold_s seconds have passed since t0_s (steady clock seconds, as steady_seconds()).
+// Sleeps until hold_s seconds have passed since t0_s (monotonic seconds, as now_seconds()).
 void hold_checkpoint_write(double t0_s, double hold_s);
-double steady_seconds();
 
 // Directory of the newest complete checkpoint under root, or "" if there is none.
 std::string latest_checkpoint(const std::string& root);

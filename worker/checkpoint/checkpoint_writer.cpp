@@ -4,6 +4,7 @@
 
 #include "common/check.h"
 #include "common/log.h"
+#include "worker/metrics/metrics_log.h"
 
 namespace syncopate {
 
@@ -43,10 +44,10 @@ void CheckpointWriter::wait_locked(std::unique_lock<std::mutex>& lock) {
 }
 
 double CheckpointWriter::wait() {
-  const double t0 = steady_seconds();
+  const double t0 = now_seconds();
   std::unique_lock<std::mutex> lock(mu_);
   wait_locked(lock);
-  return steady_seconds() - t0;
+  return now_seconds() - t0;
 }
 
 void CheckpointWriter::submit(CheckpointContents contents) {
@@ -71,7 +72,7 @@ void CheckpointWriter::run() {
     if (!busy_) return;  // stop_ with nothing in flight
     const CheckpointContents& c = *job_;  // submit() does not touch job_ while busy_
     lock.unlock();
-    const double t0 = steady_seconds();
+    const double t0 = now_seconds();
     std::string dir;
     std::exception_ptr error;
     try {

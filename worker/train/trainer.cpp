@@ -638,7 +638,7 @@ struct Trainer::Impl {
           }
           // emulate.checkpoint_s: the target's write time, on this node's clock (the job's time),
           // held before the checkpoint commits.
-          const double t_write = steady_seconds();
+          const double t_write = now_seconds();
           const std::string dir = write_checkpoint(
               root, snapshot_checkpoint(step, *model, sync->optimizer(), meta(now_seconds() - t0), sync->state(), /*detach=*/false),
               cfg.checkpoint.keep, [&] { hold_checkpoint_write(t_write, cfg.emulate.checkpoint_s); });
