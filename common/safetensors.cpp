@@ -88,7 +88,8 @@ Safetensors load_safetensors(const std::string& path) {
 
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+                      const std::map<std::string, std::string>& metadata,
+                      const std::function<void()>& before_commit) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<at::Tensor> cpu;
@@ -111,6 +112,7 @@ void save_safetensors(const std::string& path,
   f.write(len, 8);
   f.write(h);
   for (const auto& c : cpu) f.write(c.data_ptr(), c.numel() * c.element_size());
+  if (before_commit) before_commit();
   f.commit();
 }
 

@@ -667,7 +667,7 @@ std::vector<int> ParameterShard::release_held() {
   return ready;
 }
 
-void ParameterShard::save(const std::string& path) const {
+ParameterShard::Image ParameterShard::image(bool copy) const {
   nlohmann::json meta = {{"offset", offset_}, {"length", length_}, {"workers", workers_}, {"version", version_},
                          {"updates", updates_}, {"opt_steps", opt_->steps()}, {"clocks", clock_},
                          {"beta1", cfg_beta1_}, {"beta2", cfg_beta2_}, {"eps", cfg_eps_}, {"weight_decay", cfg_wd_},
@@ -684,8 +684,22 @@ void ParameterShard::save(const std::string& path) const {
   // BSP: a clock partly collected (its held workers' gradients summed, waiting for the others) is
   // saved with them, so a restored shard still holds those workers and their gradients.
   if (rule_->sums_clock() && !waiting_.empty()) t.emplace_back("bsp_pending_sum", grad_sum_);
-  save_safetensors(path, t, {{"shard", meta.dump()}});
+  if (copy)
+    for (auto& [name, v] : t) v = v.detach().clone();
+  return {std::move(t), {{"shard", meta.dump()}}};
 }
+
+void ParameterShard::save(const std::string& path, const std::function<void()>& before_commit) const {
+  const Image im = image(false);
+  save_safetensors(path, im.tensors, im.metadata, before_commit);
+}
+
+void ParameterShard::resume_cursor_at(int64_t reserved) {
+  SYN_CHECK(reserved >= 0, fmt::format("a reserved data cursor of {}", reserved), "the reserve record is corrupt: delete it");
+  data_cursor_ = data_reserved_ = std::max(data_cursor_, reserved);
+}
+
+
 
 bool ParameterShard::load(const std::string& path, double now_s) {
   if (!std::filesystem::exists(path)) return false;

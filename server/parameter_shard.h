@@ -3,6 +3,7 @@
 // feeds it decoded messages and sends the replies it says are ready.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -106,8 +107,8 @@ class ParameterShard {
   // -1: this part grants no data, or the worker has none yet.
   int64_t grant(int worker) const;
   int64_t data_cursor() const { return data_cursor_; }
-  // A grant moved the cursor past the mark the last checkpoint reserved: the server checkpoints
-  // before it replies (take_durable_due() clears the flag).
+  // A grant moved the cursor past the reserved mark, which moved on: the server makes the new mark
+  // durable (ShardPartitions::make_reserve_durable) before it replies (take_durable_due() clears the flag).
   bool take_durable_due() { return std::exchange(durable_due_, false); }
   static constexpr int64_t kGrantReserve = 256;  // steps of grants one checkpoint reserves (skipped after a restore)
   static constexpr int64_t kRoundGrantReserve = 4;  // local SGD (an outer update): rounds of grants (H steps each)
@@ -137,8 +138,20 @@ class ParameterShard {
   // version, clocks, worker count, range, which workers finished, the held workers and (BSP) the
   // sum of their gradients and the clock's lr, so a clock partly collected is not lost. load()
   // returns false if there is no file; throws on a corrupt one.
-  void save(const std::string& path) const;
+  // image(): what save() writes, as tensors and the file's metadata; copy = detached copies of the
+  // tensors (a snapshot that a background write may read while the shard goes on), else views of
+  // the live state. before_commit: as save_safetensors's (a modelled write time held before the rename).
+  struct Image {
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    std::map<std::string, std::string> metadata;
+  };
+  Image image(bool copy) const;
+  void save(const std::string& path, const std::function<void()>& before_commit = {}) const;
   bool load(const std::string& path, double now_s);
+  // The data cursor a restore resumes at (the reserved mark), and a restore's use of a newer mark
+  // written since its checkpoint (ShardPartitions' reserve record): the cursor moves up to it.
+  int64_t data_reserved() const { return data_reserved_; }
+  void resume_cursor_at(int64_t reserved);
   int64_t clock(int worker) const { return clock_[static_cast<size_t>(worker)]; }
   // BSP: the job's frontier, the clock after the newest closed one (a push applied or dropped; of any
   // worker, finished and dead ones included): every clock below it was applied or closed. Not

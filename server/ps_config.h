@@ -49,6 +49,13 @@ struct ServerConfig {
                                    // not the insecure default) and no curve_key_file; "off": plain TCP
   std::string checkpoint_dir = ""; // where shard_<shard>.safetensors is kept; "" = no checkpoints
   int64_t checkpoint_every = 500;  // updates between checkpoints (one is also written on SHUTDOWN)
+  bool checkpoint_background = false;  // true: a checkpoint is a snapshot (a copy of the state, on the request path)
+                                       // written by a thread of its own while requests go on; the replies that must
+                                       // not leave before what they acknowledge is durable (a join, a FINISH) wait for
+                                       // the write that holds it; updates acknowledged since the newest complete write
+                                       // are what a crash loses. false: written on the request path, replies after it
+  double checkpoint_s = 0;         // emulation: modelled time of one checkpoint of this server's whole range, seconds,
+                                   // held before it is renamed into place (a large model's write; 0 = its real duration)
   bool exit_when_done = false;     // exit (after a checkpoint) once every worker has sent FINISH or died, at least one
                                    // finished: a shard started per node by scripts/launch_node.sh ends with its job
   int64_t threads = 1;             // intra-op threads of the shard's update; 0 = LibTorch's default (all cores).
@@ -69,6 +76,11 @@ struct ServerConfig {
     v("encrypt", encrypt, "CURVE from the job token (auto) or plain TCP (off)", std::vector<std::string>{"auto", "off"});
     v("checkpoint_dir", checkpoint_dir, "directory for shard checkpoints; a restarted server resumes from it");
     v("checkpoint_every", checkpoint_every, "updates between shard checkpoints", int64_t{1}, int64_t{1} << 40);
+    v("checkpoint_background", checkpoint_background,
+      "write checkpoints from a snapshot on a thread of their own, off the request path");
+    v("checkpoint_s", checkpoint_s,
+      "emulation: modelled duration of one checkpoint of the server's range, held before it commits, seconds (0 = real)",
+      0.0, 86400.0);
     v("exit_when_done", exit_when_done, "exit once every worker has finished (FINISH) or died");
     v("threads", threads, "intra-op threads of the shard's update (0 = all cores)", int64_t{0}, int64_t{4096});
     v("latency_ms", latency_ms, "emulation: one-way delay of every message in and out of this server, ms (0 = none)",

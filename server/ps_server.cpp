@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <sstream>
 #include <algorithm>
@@ -57,8 +58,40 @@ struct PsServer::Impl {
   }
 
   Impl(const ServerConfig& s, const PsConfig& p, const std::string& tok)
-      : scfg(s), parts(p, s.shard, s.checkpoint_dir, s.checkpoint_every), token(token_digest(tok)), raw_token(tok) {}
+      : scfg(s),
+        parts(p, s.shard, s.checkpoint_dir, s.checkpoint_every, s.checkpoint_background, s.checkpoint_s),
+        token(token_digest(tok)),
+        raw_token(tok) {}
   std::string raw_token;  // for the token-derived CURVE keys
+
+  // Background checkpoints (server.checkpoint_background): a reply that acknowledges what must be
+  // durable first (a worker's join or INIT of a new partition, a FINISH) waits for the snapshot that
+  // holds it. durable_need: (worker, partition offset) -> that snapshot's number; every reply to the
+  // worker from that partition waits for it (a resent request's too). deferred: replies waiting.
+  std::map<std::pair<int, int64_t>, int64_t> durable_need;
+  struct Deferred {
+    int64_t snapshot;
+    std::function<void()> send;
+  };
+  std::vector<Deferred> deferred;
+
+  // What `worker`'s next reply from `shard` acknowledges is durable before it leaves: written now
+  // (synchronous checkpoints) or held for the snapshot that will hold it (background).
+  void durable_before_reply(ParameterShard& shard, int worker) {
+    if (parts.background()) durable_need[{worker, shard.offset()}] = parts.covering_snapshot();
+    else parts.checkpoint(shard, true);
+  }
+
+  // Takes a wanted snapshot, and sends the replies whose snapshot is now committed (in order).
+  void flush_deferred() {
+    parts.pump();
+    if (deferred.empty()) return;
+    std::vector<Deferred> waiting;
+    std::vector<Deferred> due;
+    for (auto& d : deferred) (d.snapshot <= parts.committed() ? due : waiting).push_back(std::move(d));
+    deferred = std::move(waiting);
+    for (auto& d : due) d.send();  // (a reply that needs a newer snapshot meanwhile is deferred again)
+  }
 
   void send(const zmq::message_t& id, const MsgHeader& h, const void* data, size_t bytes) {
     std::string hdr = encode_header(h);
@@ -74,6 +107,13 @@ struct PsServer::Impl {
   // never its join: it neither carries nor uses up a join = 2 tag (a late push of a worker's previous
   // process, arriving after its join, must not take the join's tag).
   void reply_params(ParameterShard& shard, int worker, int64_t clock = -1, bool own = false) {
+    if (auto need = durable_need.find({worker, shard.offset()}); need != durable_need.end()) {
+      if (need->second > parts.committed()) {  // what it acknowledges is not durable yet (background checkpoints)
+        deferred.push_back({need->second, [this, &shard, worker, clock, own] { reply_params(shard, worker, clock, own); }});
+        return;
+      }
+      durable_need.erase(need);
+    }
     const auto to = identity.find(worker);
     // A worker this process has not heard from (a held push restored from a checkpoint, released
     // before the worker resent): nowhere to send; its resend is answered (the shard knows the clock).
@@ -157,6 +197,7 @@ struct PsServer::Impl {
   bool done() {
     if (!scfg.exit_when_done || !parts.job_done()) return false;
     parts.checkpoint_all();
+    flush_deferred();  // (everything is durable now: the replies that waited for it leave)
     log::info("[server {}] every worker finished or left: exiting (server.exit_when_done)", scfg.shard);
     return true;
   }
@@ -192,7 +233,7 @@ struct PsServer::Impl {
                                              h.moments && d ? values + h.length : nullptr);
           // Durable before acknowledged: a partition the workers were told exists is in the checkpoint
           // directory before the reply (a restart before its first update still knows it).
-          if (created) parts.checkpoint(shard, true);
+          if (created) durable_before_reply(shard, h.worker);
           if (h.join == 1) {  // an elastic worker asks at which clock it would start (changes nothing)
             MsgHeader r;
             r.type = static_cast<int>(MsgType::kOk);
@@ -210,8 +251,8 @@ struct PsServer::Impl {
             const bool now_member = shard.join(h.worker, h.clock, h.samples, now(), &released, h.pushed);
             remember(h.worker, id);
             // Durable before acknowledged: the membership it joins (or waits to join) and its grant.
-            parts.checkpoint(shard, true);
-            shard.take_durable_due();
+            if (shard.take_durable_due()) parts.make_reserve_durable(shard);
+            durable_before_reply(shard, h.worker);
             join_owed.insert({h.worker, shard.offset()});  // its next reply here (not to a request of its own) answers this join
             for (int w : released) reply_params(shard, w);
             if (now_member) reply_params(shard, h.worker);  // else with the round it counts from
@@ -224,7 +265,7 @@ struct PsServer::Impl {
           if (shard.elastic()) shard.register_samples(h.worker, h.samples);
           parts.seen(h.worker, now());
           remember(h.worker, id);
-          if (shard.take_durable_due()) parts.checkpoint(shard, true);
+          if (shard.take_durable_due()) parts.make_reserve_durable(shard);
           reply_params(shard, h.worker, -1, /*own=*/true);
           return true;
         }
@@ -252,10 +293,12 @@ struct PsServer::Impl {
           // Durable before acknowledged: a checkpoint due now is written before the replies go out,
           // so a restarted shard never lacks an update a worker was told about (with
           // server.checkpoint_every=1 a crash loses no acknowledged update at all).
-          // An elastic job's membership change (a joiner admitted with the round, a worker back) and
-          // a grant past the reserved mark are durable before they are acknowledged too.
+          // An elastic job's membership change (a joiner admitted with the round, a worker back) is
+          // checkpointed at once too (background checkpoints: a snapshot is taken for it, and the
+          // replies do not wait), and a grant past the reserved mark moves the mark, made durable first.
           const bool membership_changed = shard.membership_epoch() != epoch;
-          parts.checkpoint(shard, shard.take_durable_due() || membership_changed);
+          if (shard.take_durable_due()) parts.make_reserve_durable(shard);
+          parts.checkpoint(shard, membership_changed);
           crash_point("ps_server", "checkpointed", n);
           for (int w : ready) reply_params(shard, w, w == h.worker ? h.clock : -1, /*own=*/w == h.worker);
           crash_point("ps_server", "replied", n);
@@ -269,7 +312,7 @@ struct PsServer::Impl {
           // An elastic worker that skipped its step (nothing pushed) asks the first part for the
           // next step's data with `samples`: the skipped step's samples are not taken again.
           if (h.samples > 0 && shard.elastic()) shard.skip_grant(h.worker, h.samples);
-          if (shard.take_durable_due()) parts.checkpoint(shard, true);
+          if (shard.take_durable_due()) parts.make_reserve_durable(shard);
           reply_params(shard, h.worker, -1, /*own=*/true);
           return true;
         }
@@ -293,11 +336,20 @@ struct PsServer::Impl {
           const auto released = parts.finish(h.worker, reading);
           // Durable before acknowledged: FINISH is part of the checkpoint (a restarted shard must not
           // wait for a worker that finished), written with the clocks it released before any reply.
-          parts.checkpoint_all();
+          // Background checkpoints: the FINISH's reply waits for the snapshot that holds it; the
+          // replies it released (updates) leave at once.
           MsgHeader r;
           r.type = static_cast<int>(MsgType::kOk);
           r.clock = h.clock;
-          send(id, r, nullptr, 0);
+          if (parts.background()) {
+            const int64_t snapshot = parts.covering_snapshot();
+            deferred.push_back({snapshot, [this, to = std::string(static_cast<const char*>(id.data()), id.size()), r] {
+                                  send(zmq::message_t(to.data(), to.size()), r, nullptr, 0);
+                                }});
+          } else {
+            parts.checkpoint_all();
+            send(id, r, nullptr, 0);
+          }
           for (auto [shard, w] : released) reply_params(*shard, w);  // the others no longer wait for it
           log::info("[server {}] worker {} {} at clock {}", scfg.shard, h.worker,
                     reading ? "left the rounds (still reading)" : "finished", h.clock);
@@ -305,6 +357,7 @@ struct PsServer::Impl {
         }
         case MsgType::kShutdown: {
           parts.checkpoint_all();
+          flush_deferred();
           MsgHeader r;
           r.type = static_cast<int>(MsgType::kOk);
           send(id, r, nullptr, 0);
@@ -393,8 +446,11 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
               impl_->scfg.latency_ms);
   }
   zmq::socket_t& in = *impl_->io;
-  in.set(zmq::sockopt::rcvtimeo, 200);  // wake up to expire silent workers
+  // Wake up to expire silent workers; with background checkpoints, often enough that a reply waiting
+  // for a write leaves within 20 ms of its end.
+  in.set(zmq::sockopt::rcvtimeo, impl_->parts.background() ? 20 : 200);
   for (;;) {
+    impl_->flush_deferred();
     if (impl_->delay) impl_->delay->check();
     // Off the per-message path: the events are read at most once a second, far below what fills the
     // monitor's queue (about 2000 events; a failing client retries every 100 ms).
@@ -410,6 +466,7 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
     }
     if (stop_requested && stop_requested()) {
       impl_->parts.checkpoint_all();  // a stopped server loses no update it has applied
+      impl_->flush_deferred();
       break;
     }
     impl_->release(impl_->parts.expire(Impl::now()));

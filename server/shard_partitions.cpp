@@ -1,7 +1,10 @@
 #include "server/shard_partitions.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <memory>
+#include <thread>
 #include <regex>
 
 #include <fmt/format.h>
@@ -9,12 +12,32 @@
 
 #include "common/atomic_file.h"
 #include "common/check.h"
+#include "common/log.h"
+#include "common/safetensors.h"
 
 namespace syncopate {
 
-ShardPartitions::ShardPartitions(const PsConfig& cfg, int shard, std::string checkpoint_dir, int64_t checkpoint_every)
-    : cfg_(cfg), shard_(shard), dir_(std::move(checkpoint_dir)), every_(checkpoint_every) {}
-ShardPartitions::~ShardPartitions() = default;
+namespace {
+double steady_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+// Holds until t0_s + hold_s (a modelled write time; nothing if the write already took longer).
+void hold_until(double t0_s, double hold_s) {
+  if (const double left = t0_s + hold_s - steady_now(); left > 0) std::this_thread::sleep_for(std::chrono::duration<double>(left));
+}
+}  // namespace
+
+ShardPartitions::ShardPartitions(const PsConfig& cfg, int shard, std::string checkpoint_dir, int64_t checkpoint_every,
+                                 bool background, double hold_s)
+    : cfg_(cfg), shard_(shard), dir_(std::move(checkpoint_dir)), every_(checkpoint_every), background_(background),
+      hold_s_(hold_s) {}
+ShardPartitions::~ShardPartitions() = default;  // (writer_ first: it waits for the write in flight)
+
+double ShardPartitions::hold_of(const Part& p) const {
+  int64_t total = 0;
+  for (const auto& [r, q] : parts_) total += r.second;
+  return total > 0 ? hold_s_ * static_cast<double>(p.shard->length()) / static_cast<double>(total) : hold_s_;
+}
 
 std::string ShardPartitions::path_of(int64_t offset, bool whole) const {
   return whole ? fmt::format("{}/shard_{}.safetensors", dir_, shard_) : fmt::format("{}/shard_{}.at{}.safetensors", dir_, shard_, offset);
@@ -123,13 +146,93 @@ void ShardPartitions::checkpoint(ParameterShard& shard, bool force) {
             "this is a bug");
   Part& p = it->second;
   if (!force && shard.updates() - p.last_checkpoint < every_) return;
+  if (background()) {  // a snapshot is wanted: pump() takes it
+    wanted_ = true;
+    return;
+  }
   std::filesystem::create_directories(dir_);
-  shard.save(path_of(shard.offset(), p.whole));
+  const double t0 = steady_now();
+  shard.save(path_of(shard.offset(), p.whole), [&] { hold_until(t0, hold_of(p)); });
   p.last_checkpoint = shard.updates();
+  ++sync_writes_;
+  sync_write_s_ += steady_now() - t0;
 }
 
 void ShardPartitions::checkpoint_all() {
-  for (auto& [r, p] : parts_) checkpoint(*p.shard, true);
+  if (dir_.empty()) return;
+  if (writer_) {  // the write in flight first (its snapshot is older than what is written now)
+    writer_->wait();
+    collect();
+  }
+  std::filesystem::create_directories(dir_);
+  const double t0 = steady_now();
+  for (auto& [r, p] : parts_) {
+    p.shard->save(path_of(p.shard->offset(), p.whole), [&] { hold_until(t0, hold_s_); });
+    p.last_checkpoint = p.shard->updates();
+    ++sync_writes_;
+  }
+  sync_write_s_ += steady_now() - t0;
+  if (background()) {  // everything is durable now: every snapshot wanted so far counts as committed
+    if (wanted_) ++taken_;
+    wanted_ = false;
+    committed_ = taken_;
+  }
+}
+
+int64_t ShardPartitions::covering_snapshot() {
+  wanted_ = true;
+  return taken_ + 1;
+}
+
+void ShardPartitions::collect() {
+  if (in_flight_ > 0 && writer_->idle()) {
+    BackgroundTask::Failure f;
+    if (writer_->take_failure(&f)) {
+      log::error("[server {}] {} failed: {} (hint: free space or fix the permissions of '{}'; the shard keeps its "
+                 "previous checkpoint, retries within a second, and holds the replies that wait for it)",
+                 shard_, f.label, f.what, dir_);
+      wanted_ = true;
+      retry_after_ = steady_now() + 1.0;
+    } else {
+      committed_ = in_flight_;
+    }
+    in_flight_ = 0;
+  }
+}
+
+void ShardPartitions::pump() {
+  if (!background()) return;
+  collect();
+  if (!wanted_ || in_flight_ > 0 || parts_.empty() || steady_now() < retry_after_) return;
+  struct File {
+    std::string path;
+    ParameterShard::Image image;
+  };
+  auto files = std::make_shared<std::vector<File>>();
+  for (auto& [r, p] : parts_) {
+    files->push_back({path_of(p.shard->offset(), p.whole), p.shard->image(/*copy=*/true)});
+    p.last_checkpoint = p.shard->updates();
+  }
+  wanted_ = false;
+  in_flight_ = ++taken_;
+  ++snapshots_;
+  if (!writer_) writer_ = std::make_unique<BackgroundTask>();
+  std::filesystem::create_directories(dir_);
+  // One modelled write of the whole range, held before the first file is renamed into place.
+  writer_->submit(fmt::format("shard {}'s checkpoint {}", shard_, in_flight_), [files, hold = hold_s_] {
+    const double t0 = steady_now();
+    for (const File& f : *files)
+      save_safetensors(f.path, f.image.tensors, f.image.metadata, [&] { hold_until(t0, hold); });
+  });
+}
+
+void ShardPartitions::make_reserve_durable(ParameterShard& shard) {
+  if (dir_.empty()) return;
+  auto it = parts_.find({shard.offset(), shard.length()});
+  SYN_CHECK(it != parts_.end() && it->second.shard.get() == &shard, "reserve of a partition this server does not hold",
+            "this is a bug");
+  std::filesystem::create_directories(dir_);
+  write_file_atomic(path_of(shard.offset(), it->second.whole) + ".reserve", fmt::format("{}\n", shard.data_reserved()));
 }
 
 int ShardPartitions::load(double now_s) {
@@ -146,8 +249,24 @@ int ShardPartitions::load(double now_s) {
   std::sort(files.begin(), files.end());
   for (const auto& [path, whole] : files) {
     remove_temp_files(path);  // a write that a kill cut short
+    remove_temp_files(path + ".reserve");
     auto shard = std::make_unique<ParameterShard>(cfg_);
     if (!shard->load(path, now_s)) continue;
+    // A reserve record newer than the checkpoint: the cursor resumes past every grant it covered.
+    if (std::filesystem::exists(path + ".reserve", ec)) {
+      const std::string text = read_file(path + ".reserve");
+      size_t used = 0;
+      int64_t mark = -1;
+      try {
+        mark = std::stoll(text, &used);
+      } catch (const std::exception&) {
+      }
+      SYN_CHECK(mark >= 0 && text.find_first_not_of(" \n", used) == std::string::npos,
+                fmt::format("'{}.reserve' does not hold a data cursor (it reads '{}')", path, text.substr(0, 40)),
+                "it is written whole or not at all, so it was damaged outside Syncopate: restore it, or delete it "
+                "if the job's data order may repeat samples granted since the checkpoint");
+      shard->resume_cursor_at(mark);
+    }
     const std::pair<int64_t, int64_t> range{shard->offset(), shard->length()};
     for (const auto& [r, p] : parts_)
       SYN_CHECK(range.first >= r.first + r.second || r.first >= range.first + range.second,
@@ -192,6 +311,11 @@ std::string ShardPartitions::stats_json(int64_t errors, double now_s, int64_t un
   }
   out["length"] = length;
   out["partitions"] = parts_.size();
+  // Checkpoints: files written on the request path and the seconds they held it; background snapshots.
+  out["checkpoint_sync_writes"] = sync_writes_;
+  out["checkpoint_sync_write_s"] = sync_write_s_;
+  out["checkpoint_snapshots"] = snapshots_;
+  out["checkpoint_committed"] = committed_;
   return out.dump();
 }
 

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/background_task.h"
 #include "server/parameter_shard.h"
 #include "server/ps_config.h"
 
@@ -27,7 +28,11 @@ namespace syncopate {
 class ShardPartitions {
  public:
   // shard: this server's index (file names); checkpoint_dir "" = no checkpoints.
-  ShardPartitions(const PsConfig& cfg, int shard, std::string checkpoint_dir, int64_t checkpoint_every);
+  // background (server.checkpoint_background): checkpoints are snapshots written by a thread of
+  // their own (below); hold_s (server.checkpoint_s): the modelled time of writing the server's whole
+  // range, held before the files are renamed into place (a part's write holds its share of it).
+  ShardPartitions(const PsConfig& cfg, int shard, std::string checkpoint_dir, int64_t checkpoint_every,
+                  bool background = false, double hold_s = 0);
   ~ShardPartitions();
 
   // INIT: the partition with exactly h's range, made by the first INIT that names it (it must not
@@ -52,9 +57,27 @@ class ShardPartitions {
   const std::string& consistency() const;
 
   // Writes partition p's checkpoint when checkpoint_every of its updates have passed since its last
-  // one (force: now), atomically. checkpoint_all(): every partition, now.
+  // one (force: now), atomically. checkpoint_all(): every partition, now (after the background write
+  // in flight, if any), on this thread.
+  // In the background mode checkpoint() writes nothing: a checkpoint due (or forced) is a snapshot
+  // wanted, which pump() takes (every partition, detached copies) once no write is in flight and
+  // hands to the writer thread. A reply that must not leave before the state it acknowledges is
+  // durable (a join, a FINISH) waits for covering_snapshot()'s number to be committed().
   void checkpoint(ParameterShard& p, bool force = false);
   void checkpoint_all();
+  bool background() const { return background_ && !dir_.empty(); }
+  // Background mode: the number of the snapshot that will hold the state as of now (one is wanted).
+  int64_t covering_snapshot();
+  // Background mode: a finished write commits its snapshot (a failed one is logged and wanted again,
+  // at most once a second); a wanted snapshot is taken when nothing is in flight. Cheap when idle.
+  void pump();
+  // The newest snapshot whose every file is in place (0: none yet).
+  int64_t committed() const { return committed_; }
+  // The grant reserve moved on (ParameterShard::take_durable_due): the new mark is written, fsync'ed,
+  // to the part's reserve record ("<checkpoint file>.reserve", a number) before the reply: a restore
+  // resumes the cursor at the larger of the checkpoint's mark and the record's, so that no sample is
+  // granted twice without a checkpoint of the whole state per reserve.
+  void make_reserve_durable(ParameterShard& p);
   // Loads every partition file of this shard from the checkpoint directory (removing the temporary
   // files of a write a kill cut short); returns how many. Throws on a corrupt file or on files that
   // overlap (a directory written with another partition size).
@@ -72,7 +95,7 @@ class ShardPartitions {
   struct Part {
     std::unique_ptr<ParameterShard> shard;
     bool whole = true;  // INIT partition = 0: the server's whole range
-    int64_t last_checkpoint = 0;
+    int64_t last_checkpoint = 0;  // the shard's updates() at its last checkpoint (or snapshot)
   };
   std::string path_of(int64_t offset, bool whole) const;
   std::string describe() const;  // the ranges held, for errors
@@ -82,6 +105,22 @@ class ShardPartitions {
   std::string dir_;
   int64_t every_;
   std::map<std::pair<int64_t, int64_t>, Part> parts_;  // by (offset, length)
+  double hold_of(const Part& p) const;  // hold_s_'s share for one part's write
+  void collect();                       // a finished background write: committed, or logged and wanted again
+
+  // Checkpoint accounting (STATS): files written on the request path and the seconds they took
+  // there; snapshots handed to the writer and committed.
+  int64_t sync_writes_ = 0, snapshots_ = 0;
+  double sync_write_s_ = 0;
+  // Background mode.
+  const bool background_;
+  const double hold_s_;
+  bool wanted_ = false;          // a snapshot is wanted (a checkpoint due or forced since the last one taken)
+  int64_t taken_ = 0;            // snapshots taken so far (the last one's number)
+  int64_t in_flight_ = 0;        // the snapshot being written (0: none)
+  int64_t committed_ = 0;        // the newest snapshot written whole
+  double retry_after_ = 0;       // after a failed write, no new snapshot before this (steady seconds)
+  std::unique_ptr<BackgroundTask> writer_;  // made with the first snapshot
 };
 
 }  // namespace syncopate

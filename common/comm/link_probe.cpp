@@ -6,6 +6,7 @@
 #include <future>
 
 #include "common/check.h"
+#include "common/exception_text.h"
 
 namespace syncopate {
 namespace {
@@ -132,17 +133,9 @@ auto both(Connection& fc, F f, Connection& gc, G g) {
     ferr = std::current_exception();
   }
   if (ferr && gerr) {  // both: the first, then the other (which of them caused it cannot always be told)
-    auto what = [](const std::exception_ptr& e) -> std::string {
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& x) {
-        return x.what();
-      } catch (...) {
-        return "unknown error";
-      }
-    };
     const bool f_first = first == 1;
-    throw Error(what(f_first ? ferr : gerr) + "; then, on the other side: " + what(f_first ? gerr : ferr));
+    throw Error(exception_text(f_first ? ferr : gerr) + "; then, on the other side: " +
+                exception_text(f_first ? gerr : ferr));
   }
   if (ferr) std::rethrow_exception(ferr);
   if (gerr) std::rethrow_exception(gerr);

@@ -11,14 +11,11 @@
 // snapshot is held in memory beside the live state. A write that failed is reported by the next
 // wait() or submit(), with its step, once.
 #pragma once
-#include <condition_variable>
 #include <cstdint>
-#include <exception>
 #include <mutex>
-#include <optional>
 #include <string>
-#include <thread>
 
+#include "common/background_task.h"
 #include "worker/checkpoint/checkpoint.h"
 
 namespace syncopate {
@@ -42,20 +39,14 @@ class CheckpointWriter {
   std::string last_written() const;
 
  private:
-  void run();
-  void wait_locked(std::unique_lock<std::mutex>& lock);
+  void rethrow_failure();
 
   const std::string root_;
   const int64_t keep_;
   const double hold_s_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::optional<CheckpointContents> job_;  // the write in flight (the thread reads it until done)
-  bool busy_ = false, stop_ = false;
-  std::exception_ptr error_;
-  int64_t error_step_ = -1;
+  mutable std::mutex mu_;    // last_written_ (the task's thread sets it)
   std::string last_written_;
-  std::thread thread_;  // last: started once every member above exists
+  BackgroundTask task_;      // last: its thread ends (the write in flight done) before the members above go
 };
 
 }  // namespace syncopate
