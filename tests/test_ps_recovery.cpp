@@ -341,3 +341,42 @@ TEST(PsClient, ASwitchIntoPsRefusesShardsRestoredFromAnEarlierPhase) {
             std::string::npos) << e;
   EXPECT_NE(e.find("remove the shards' checkpoints"), std::string::npos) << e;
 }
+
+// server.checkpoint_background with a modelled write (server.checkpoint_s): pushes are answered
+// at once although every one makes a checkpoint due (checkpoint_every=1); what must be durable
+// before it is acknowledged waits for the write that holds it: a new partition before its INIT's
+// reply, a FINISH before its reply. Once FINISH returns, the shard's file says the worker finished.
+TEST(PsServer, WithBackgroundCheckpointsPushesGoOnAndAFinishWaitsForTheWriteThatHoldsIt) {
+  test::TempDir d;
+  ServerConfig sc = durable_server(d);
+  sc.checkpoint_background = true;
+  sc.checkpoint_s = 0.8;
+  PsConfig pc;
+  pc.consistency = "asp";
+  pc.worker_timeout_s = 1000;
+  test::InProcessServer server(sc, pc, "job");
+  auto since = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  auto pa = torch::ones({6}), pb = torch::ones({6}), g = torch::ones({6});
+  PsClient a({server.endpoint}, "job", 0, 2, PsClientOptions{20});
+  auto t0 = std::chrono::steady_clock::now();
+  a.init(pa, {}, AdamWConfig{});
+  EXPECT_GE(since(t0), 0.75) << "the INIT that created the partition was answered before its checkpoint was written";
+  PsClient b({server.endpoint}, "job", 1, 2, PsClientOptions{20});
+  b.init(pb, {}, AdamWConfig{});
+  double slowest = 0;
+  for (int64_t c = 0; c < 6; ++c) {  // a snapshot is wanted at every push; none of them waits for one
+    t0 = std::chrono::steady_clock::now();
+    push_pull(a, g, pa, c, 0.01);
+    slowest = std::max(slowest, since(t0));
+  }
+  EXPECT_LT(slowest, 0.4) << "a push waited for a background checkpoint";
+  t0 = std::chrono::steady_clock::now();
+  b.finish(0);
+  EXPECT_GE(since(t0), 0.75) << "FINISH was acknowledged before a checkpoint held it";
+  ParameterShard saved{pc};
+  ASSERT_TRUE(saved.load(d.str("ck/shard_0.safetensors"), 0.0));
+  EXPECT_EQ(saved.live_workers(), 1) << "the checkpoint in place when FINISH returned does not hold it";
+  EXPECT_GE(saved.version(), 1);
+}

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <random>
 #include <thread>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "common/atomic_file.h"
 #include "common/check.h"
 #include "common/comm/sharding.h"
 #include "server/parameter_shard.h"
@@ -207,4 +209,120 @@ TEST(PsClient, PartsReassembleExactlyUnderReordering) {
   EXPECT_NE(test::error_of([&] { other.init(p, {}, AdamWConfig{}); }).find("ps_partition_mb"), std::string::npos);
   probe.shutdown_servers();
   for (auto& s : servers) EXPECT_EQ(s->wait(20), 0);
+}
+
+namespace {
+// Polls pump() until the partitions' snapshot `n` is committed; false after `limit_s`.
+bool wait_committed(ShardPartitions& parts, int64_t n, double limit_s = 10) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+  while (parts.committed() < n) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    parts.pump();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+// server.checkpoint_background: a checkpoint is a snapshot taken when pump() finds nothing in
+// flight, written by a thread of its own, and in place only at the end of its modelled write
+// (server.checkpoint_s). What it holds is the state when it was taken, whatever the shard applied
+// while it was written; a checkpoint due meanwhile is the next snapshot.
+TEST(ShardPartitions, BackgroundCheckpointsWriteTheirSnapshotAndCommitAtTheEndOfTheHold) {
+  test::TempDir d;
+  PsConfig cfg;
+  cfg.consistency = "asp";
+  const double hold = 0.5;
+  ShardPartitions parts(cfg, 0, d.str("ck"), /*every=*/2, /*background=*/true, hold);
+  ASSERT_TRUE(parts.background());
+  std::vector<float> v(4, 1.0f), g(4, 1.0f);
+  ParameterShard& shard = parts.init(init_of(0, 4, 0), v.data(), nullptr, 0, 0);
+  const std::string file = d.str("ck/shard_0.safetensors");
+  EXPECT_EQ(parts.covering_snapshot(), 1);  // (a created partition is durable before its INIT's reply)
+  const auto t0 = std::chrono::steady_clock::now();
+  parts.pump();  // snapshot 1: version 0
+  EXPECT_EQ(parts.committed(), 0);
+  for (int64_t c = 0; c < 2; ++c) {  // the shard goes on while the write is in flight
+    parts.at(push_of(0, 0, 4, c)).push(push_of(0, 0, 4, c), g.data());
+    parts.checkpoint(shard);  // due after 2 updates: wanted, taken once the write in flight is done
+  }
+  EXPECT_FALSE(std::filesystem::exists(file)) << "a background write is in place before its modelled time";
+  EXPECT_EQ(parts.covering_snapshot(), 2) << "the state now is in the snapshot after the one in flight";
+  ASSERT_TRUE(wait_committed(parts, 1));
+  EXPECT_GE(seconds_since(t0), hold * 0.95);
+  {
+    ParameterShard saved{cfg};
+    ASSERT_TRUE(saved.load(file, 0.0));
+    EXPECT_EQ(saved.version(), 0) << "the snapshot is a copy taken before the pushes, not the live state";
+    EXPECT_TRUE(torch::equal(saved.params(), torch::ones({4})));
+  }
+  ASSERT_TRUE(wait_committed(parts, 2));  // the wanted one, taken by pump() after the first committed
+  {
+    ParameterShard saved{cfg};
+    ASSERT_TRUE(saved.load(file, 0.0));
+    EXPECT_EQ(saved.version(), 2);
+    EXPECT_TRUE(torch::equal(saved.params(), shard.params()));
+  }
+  parts.at(push_of(0, 0, 4, 2)).push(push_of(0, 0, 4, 2), g.data());
+  const int64_t wanted = parts.covering_snapshot();
+  parts.checkpoint_all();  // on this thread, now: every snapshot wanted so far counts as committed
+  EXPECT_GE(parts.committed(), wanted);
+  ParameterShard saved{cfg};
+  ASSERT_TRUE(saved.load(file, 0.0));
+  EXPECT_EQ(saved.version(), 3);
+  const auto stats = nlohmann::json::parse(parts.stats_json(0, 0, 0));
+  EXPECT_EQ(stats["checkpoint_snapshots"], 2);    // taken by pump() and written by the thread
+  EXPECT_EQ(stats["checkpoint_sync_writes"], 1);  // checkpoint_all's, on the request path
+}
+
+// The grant reserve (an elastic job's data order) is made durable by a small record, not a whole
+// checkpoint: a shard restored from an older checkpoint resumes its cursor past every sample it
+// granted, and only because of the record. A damaged record is refused by name.
+TEST(ShardPartitions, TheGrantReserveRecordKeepsARestoreFromGrantingASampleTwice) {
+  test::TempDir d;
+  PsConfig cfg;
+  cfg.consistency = "asp";
+  cfg.worker_timeout_s = 1000;
+  std::vector<float> v(2, 0.0f), g(2, 1.0f);
+  int64_t newest_grant = -1;
+  {
+    ShardPartitions parts(cfg, 0, d.str("ck"), /*every=*/1 << 30);
+    MsgHeader h = init_of(0, 2, 0, 1);
+    h.elastic = true;
+    h.samples = 4;
+    ParameterShard& shard = parts.init(h, v.data(), nullptr, 0, 0);
+    parts.checkpoint(shard, true);  // the partition's first checkpoint (its INIT's); none after it
+    shard.join(0, 0, 4, 0.0);
+    for (int64_t c = 0; c < 3 * ParameterShard::kGrantReserve; ++c) {
+      if (shard.take_durable_due()) parts.make_reserve_durable(shard);
+      newest_grant = std::max(newest_grant, shard.grant(0));
+      MsgHeader p = push_of(0, 0, 2, c);
+      p.samples = 4;
+      shard.push(p, g.data());
+    }
+    if (shard.take_durable_due()) parts.make_reserve_durable(shard);
+    newest_grant = std::max(newest_grant, shard.grant(0));
+  }
+  ASSERT_TRUE(std::filesystem::exists(d.str("ck/shard_0.safetensors.reserve")));
+  {
+    ShardPartitions restored(cfg, 0, d.str("ck"), 1 << 30);
+    ASSERT_EQ(restored.load(0), 1);
+    MsgHeader any = push_of(0, 0, 2, 0);
+    EXPECT_GT(restored.at(any).data_cursor(), newest_grant) << "a restore would grant sample " << newest_grant << " again";
+  }
+  const std::string record = read_file(d.str("ck/shard_0.safetensors.reserve"));
+  std::filesystem::remove(d.str("ck/shard_0.safetensors.reserve"));
+  {  // without it, the checkpoint's own mark is behind: the record is what keeps the order
+    ShardPartitions restored(cfg, 0, d.str("ck"), 1 << 30);
+    ASSERT_EQ(restored.load(0), 1);
+    EXPECT_LE(restored.at(push_of(0, 0, 2, 0)).data_cursor(), newest_grant);
+  }
+  write_file_atomic(d.str("ck/shard_0.safetensors.reserve"), "12x\n");
+  ShardPartitions damaged(cfg, 0, d.str("ck"), 1 << 30);
+  const std::string e = test::error_of([&] { damaged.load(0); });
+  EXPECT_NE(e.find("shard_0.safetensors.reserve' does not hold a data cursor"), std::string::npos) << e;
+  EXPECT_FALSE(record.empty());
 }
