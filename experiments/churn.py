@@ -380,6 +380,7 @@ class Run:
                    f"--ps.worker_timeout_s={self.a.worker_timeout_s!r}"]
             if "staleness_bound" in self.cfg:
                 cmd.append(f"--ps.staleness_bound={self.cfg['staleness_bound']}")
+            cmd += self.server_checkpoint_flags(k)
             eps.append(self.start_service(cmd, ep_file, f"server{k}"))
         self.eps = ",".join(eps)
 
@@ -424,6 +425,19 @@ class Run:
         if rank not in self.tails:
             self.tails[rank] = Tail(os.path.join(node_out, "metrics.jsonl"))
         return rec
+
+    def server_checkpoint_flags(self, k):
+        """--server-checkpoints: each shard checkpoints as often as the nodes do in modelled time (every
+        --checkpoint-every steps of the job: that many steps' updates of every node, each node's push one
+        update per step, or per round of --sync-every steps with local SGD), each write held to
+        --checkpoint-s, in the background with --checkpoint-background."""
+        if not getattr(self.a, "server_checkpoints", False):
+            return []
+        per_step = 1.0 / self.a.sync_every if self.cfg.get("local_sgd") else 1.0
+        every = max(1, round(self.a.nodes * self.a.checkpoint_every * per_step))
+        return [f"--server.checkpoint_dir={os.path.join(self.out, f'server{k}_checkpoints')}",
+                f"--server.checkpoint_every={every}", f"--server.checkpoint_s={self.a.checkpoint_s!r}",
+                f"--server.checkpoint_background={'true' if self.a.checkpoint_background else 'false'}"]
 
     def local_sgd_flags(self):
         if not self.cfg.get("local_sgd"):
@@ -1133,7 +1147,8 @@ def write_report(s, out):
          f"configurations with {SERVERS} server shards, ps.worker_timeout_s={st['worker_timeout_s']:g}, every worker "
          f"--dist.elastic=true; checkpoint.every={st['checkpoint_every']} (each write held to "
          f"{st.get('checkpoint_s', 0):g} s, emulate.checkpoint_s; 0: its real duration"
-         f"{'; written in the background, checkpoint.background' if st.get('checkpoint_background') else ''}) for every configuration; ring_restart through "
+         f"{'; written in the background, checkpoint.background' if st.get('checkpoint_background') else ''}) for every configuration"
+         f"{'; the ps shards checkpoint as often in modelled time, each write held as long' + (' and written in the background (server.checkpoint_background)' if st.get('checkpoint_background') else ' on the request path') if st.get('server_checkpoints') else '; the ps shards write no checkpoints'}; ring_restart through "
          f"scripts/launch_node.sh --max-restarts {st['max_restarts']}; ring_elastic with a syncopate-rendezvous process; ring_diloco_elastic too, with "
          f"--dist.sync_every={st.get('sync_every', 10)} {' '.join(DILOCO_FLAGS)} (ps_diloco_elastic: the same flags; "
          f"ps_async_local_sgd: {' '.join(async_local_sgd_flags(st.get('async_outer_lr', 0.35)))}). Events: Poisson, {st['events_per_min']:g} per "
@@ -1318,6 +1333,11 @@ def parse_args(argv):
                    help="--checkpoint.background=true for every configuration: the periodic checkpoints are written "
                         "from a host-memory snapshot on a background thread (held to --checkpoint-s there), the run's "
                         "last one (its end, a SIGTERM) on the training thread")
+    r.add_argument("--server-checkpoints", action="store_true",
+                   help="ps configurations: the server shards checkpoint too (--server.checkpoint_dir), as often as the "
+                        "nodes in modelled time (nodes x --checkpoint-every steps' updates), each write held to "
+                        "--checkpoint-s (server.checkpoint_s), in the background with --checkpoint-background "
+                        "(server.checkpoint_background); without it the shards write none")
     r.add_argument("--val-windows", type=int, default=64)
     r.add_argument("--losses-at-round-boundaries", action="store_true",
                    help="local SGD configurations only: a kill9 waits until its node has just logged a round's last "
@@ -1465,7 +1485,8 @@ def main(argv=None):
          "host": f"{os.uname().nodename}, {os.cpu_count()} cores", "started_unix_s": t0,
          "settings": {"nodes": a.nodes, "steps": a.steps, "step_time": a.step_time, "batch": a.batch, "block": 32,
                       "checkpoint_every": a.checkpoint_every, "checkpoint_s": a.checkpoint_s,
-                      "checkpoint_background": a.checkpoint_background, "val_windows": a.val_windows,
+                      "checkpoint_background": a.checkpoint_background, "server_checkpoints": a.server_checkpoints,
+                      "val_windows": a.val_windows,
                       "worker_timeout_s": a.worker_timeout_s, "timeout_s": a.timeout_s, "max_restarts": a.max_restarts,
                       "hang_s": a.hang_s, "events_per_min": a.events_per_min, "max_events": a.max_events,
                       "events_start_s": a.events_start_s, "horizon_frac": a.horizon_frac, "delay": list(a.delay),
