@@ -68,7 +68,8 @@ void BackgroundTask::run() {
   while (true) {
     cv_.wait(lock, [this] { return stop_ || busy_; });
     if (!busy_) return;  // stop_ with nothing in flight
-    std::function<void()> task = std::move(task_);
+    std::function<void()> task;
+    task.swap(task_);
     lock.unlock();
     std::exception_ptr error;
     try {

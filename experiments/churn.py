@@ -428,13 +428,14 @@ class Run:
 
     def server_checkpoint_flags(self, k):
         """--server-checkpoints: each shard checkpoints as often as the nodes do in modelled time (every
-        --checkpoint-every steps of the job: that many steps' updates of every node, each node's push one
-        update per step, or per round of --sync-every steps with local SGD), each write held to
+        --checkpoint-every steps of the job: that many steps' updates, each node's push one update per step
+        under SSP/ASP, one per round of the nodes under BSP, per --sync-every steps with local SGD), each write held to
         --checkpoint-s, in the background with --checkpoint-background."""
         if not getattr(self.a, "server_checkpoints", False):
             return []
         per_step = 1.0 / self.a.sync_every if self.cfg.get("local_sgd") else 1.0
-        every = max(1, round(self.a.nodes * self.a.checkpoint_every * per_step))
+        pushers = 1 if self.cfg["consistency"] == "bsp" else self.a.nodes  # BSP: one update per round of the nodes
+        every = max(1, round(pushers * self.a.checkpoint_every * per_step))
         return [f"--server.checkpoint_dir={os.path.join(self.out, f'server{k}_checkpoints')}",
                 f"--server.checkpoint_every={every}", f"--server.checkpoint_s={self.a.checkpoint_s!r}",
                 f"--server.checkpoint_background={'true' if self.a.checkpoint_background else 'false'}"]

@@ -110,6 +110,7 @@ class ParameterShard {
   // A grant moved the cursor past the reserved mark, which moved on: the server makes the new mark
   // durable (ShardPartitions::make_reserve_durable) before it replies (take_durable_due() clears the flag).
   bool take_durable_due() { return std::exchange(durable_due_, false); }
+  bool durable_due() const { return durable_due_; }
   static constexpr int64_t kGrantReserve = 256;  // steps of grants one checkpoint reserves (skipped after a restore)
   static constexpr int64_t kRoundGrantReserve = 4;  // local SGD (an outer update): rounds of grants (H steps each)
 

@@ -66,14 +66,19 @@ struct PsServer::Impl {
 
   // Background checkpoints (server.checkpoint_background): a reply that acknowledges what must be
   // durable first (a worker's join or INIT of a new partition, a FINISH) waits for the snapshot that
-  // holds it. durable_need: (worker, partition offset) -> that snapshot's number; every reply to the
-  // worker from that partition waits for it (a resent request's too). deferred: replies waiting.
+  // holds it. durable_need: (worker, partition offset) -> that snapshot's number (the newest asked
+  // for; kept once committed, one entry per worker and partition); every reply to the worker from
+  // that partition waits for it (a resent request's too). deferred: replies waiting.
   std::map<std::pair<int, int64_t>, int64_t> durable_need;
   struct Deferred {
     int64_t snapshot;
     std::function<void()> send;
   };
   std::vector<Deferred> deferred;
+  // Background checkpoints: partition offset -> the snapshot that holds its creation. A job without
+  // elastic membership answers no INIT of the partition before it is committed (its workers push
+  // right after their INIT); an elastic job's workers push only after their join, which waits longer.
+  std::map<int64_t, int64_t> part_need;
 
   // What `worker`'s next reply from `shard` acknowledges is durable before it leaves: written now
   // (synchronous checkpoints) or held for the snapshot that will hold it (background).
@@ -106,19 +111,24 @@ struct PsServer::Impl {
   // own: the reply answers the worker's own request being handled (its push, pull or registration),
   // never its join: it neither carries nor uses up a join = 2 tag (a late push of a worker's previous
   // process, arriving after its join, must not take the join's tag).
+  // Whether it answers a join is decided here, when the reply is made, also for a reply that then
+  // waits for a background write: each copy of a resent join gets a reply tagged as its answer.
   void reply_params(ParameterShard& shard, int worker, int64_t clock = -1, bool own = false) {
-    if (auto need = durable_need.find({worker, shard.offset()}); need != durable_need.end()) {
-      if (need->second > parts.committed()) {  // what it acknowledges is not durable yet (background checkpoints)
-        deferred.push_back({need->second, [this, &shard, worker, clock, own] { reply_params(shard, worker, clock, own); }});
-        return;
-      }
-      durable_need.erase(need);
+    if (identity.find(worker) == identity.end()) return;  // (see send_reply)
+    const bool answers_join = !own && join_owed.erase({worker, shard.offset()}) > 0;
+    if (auto need = durable_need.find({worker, shard.offset()}); need != durable_need.end() && need->second > parts.committed()) {
+      // What it acknowledges is not durable yet (background checkpoints): it leaves with the write.
+      deferred.push_back({need->second, [this, &shard, worker, clock, answers_join] { send_reply(shard, worker, clock, answers_join); }});
+      return;
     }
+    send_reply(shard, worker, clock, answers_join);
+  }
+
+  void send_reply(ParameterShard& shard, int worker, int64_t clock, bool answers_join) {
     const auto to = identity.find(worker);
     // A worker this process has not heard from (a held push restored from a checkpoint, released
     // before the worker resent): nowhere to send; its resend is answered (the shard knows the clock).
     if (to == identity.end()) return;
-    const bool answers_join = !own && join_owed.erase({worker, shard.offset()}) > 0;
     if (auto held = held_since.find({worker, shard.offset()}); held != held_since.end()) {  // (tracing) the wait in the rule ends
       Tracer::global().complete(parts.consistency() == "bsp" ? "held: waiting for the clock's other workers"
                                                              : "held: too far ahead of the slowest (ssp)",
@@ -185,7 +195,8 @@ struct PsServer::Impl {
 
   // Replies released by something other than a push (a worker expired, or FINISH): each partition
   // that applied a clock is checkpointed (per server.checkpoint_every) before any of them leaves,
-  // as a push's replies are: durable before acknowledged.
+  // as a push's replies are: durable before acknowledged. (Background checkpoints: a snapshot is
+  // wanted, and the replies, acknowledging updates, leave at once.)
   void release(const std::vector<std::pair<ParameterShard*, int>>& ready) {
     std::set<ParameterShard*> saved;
     for (auto [shard, w] : ready)  // (forced in an elastic job: the membership changed, joiners may be admitted)
@@ -233,7 +244,10 @@ struct PsServer::Impl {
                                              h.moments && d ? values + h.length : nullptr);
           // Durable before acknowledged: a partition the workers were told exists is in the checkpoint
           // directory before the reply (a restart before its first update still knows it).
-          if (created) durable_before_reply(shard, h.worker);
+          // (Background checkpoints: every INIT's reply from the partition waits for the snapshot that
+          // holds it, part_need; in an elastic job only the joins do, which wait for a later one.)
+          if (created && parts.background()) part_need[shard.offset()] = parts.covering_snapshot();
+          else if (created) parts.checkpoint(shard, true);
           if (h.join == 1) {  // an elastic worker asks at which clock it would start (changes nothing)
             MsgHeader r;
             r.type = static_cast<int>(MsgType::kOk);
@@ -248,11 +262,15 @@ struct PsServer::Impl {
           }
           if (h.join == 2) {  // it joins at the largest of those clocks
             std::vector<int> released;  // a restarted member left the round, which may have completed it
+            const int64_t epoch = shard.membership_epoch();
             const bool now_member = shard.join(h.worker, h.clock, h.samples, now(), &released, h.pushed);
             remember(h.worker, id);
             // Durable before acknowledged: the membership it joins (or waits to join) and its grant.
-            if (shard.take_durable_due()) parts.make_reserve_durable(shard);
-            durable_before_reply(shard, h.worker);
+            parts.make_reserve_durable(shard);
+            // (Background checkpoints: a resent join that changed nothing waits for the snapshot its
+            // first copy waits for, not a newer one: resends every 5 s must not chase the writes.)
+            if (!parts.background() || shard.membership_epoch() != epoch || !durable_need.count({h.worker, shard.offset()}))
+              durable_before_reply(shard, h.worker);
             join_owed.insert({h.worker, shard.offset()});  // its next reply here (not to a request of its own) answers this join
             for (int w : released) reply_params(shard, w);
             if (now_member) reply_params(shard, h.worker);  // else with the round it counts from
@@ -265,7 +283,11 @@ struct PsServer::Impl {
           if (shard.elastic()) shard.register_samples(h.worker, h.samples);
           parts.seen(h.worker, now());
           remember(h.worker, id);
-          if (shard.take_durable_due()) parts.make_reserve_durable(shard);
+          parts.make_reserve_durable(shard);
+          if (auto p = part_need.find(shard.offset()); p != part_need.end() && !shard.elastic() && p->second > parts.committed()) {
+            int64_t& need = durable_need[{h.worker, shard.offset()}];
+            need = std::max(need, p->second);
+          }
           reply_params(shard, h.worker, -1, /*own=*/true);
           return true;
         }
@@ -297,8 +319,12 @@ struct PsServer::Impl {
           // checkpointed at once too (background checkpoints: a snapshot is taken for it, and the
           // replies do not wait), and a grant past the reserved mark moves the mark, made durable first.
           const bool membership_changed = shard.membership_epoch() != epoch;
-          if (shard.take_durable_due()) parts.make_reserve_durable(shard);
+          parts.make_reserve_durable(shard);
           parts.checkpoint(shard, membership_changed);
+          // Background checkpoints: a membership change a push made (a joiner admitted with the round,
+          // a worker back) is acknowledged once durable: the replies it releases wait for the write.
+          if (membership_changed && parts.background())
+            for (int w : ready) durable_before_reply(shard, w);
           crash_point("ps_server", "checkpointed", n);
           for (int w : ready) reply_params(shard, w, w == h.worker ? h.clock : -1, /*own=*/w == h.worker);
           crash_point("ps_server", "replied", n);
@@ -312,7 +338,7 @@ struct PsServer::Impl {
           // An elastic worker that skipped its step (nothing pushed) asks the first part for the
           // next step's data with `samples`: the skipped step's samples are not taken again.
           if (h.samples > 0 && shard.elastic()) shard.skip_grant(h.worker, h.samples);
-          if (shard.take_durable_due()) parts.make_reserve_durable(shard);
+          parts.make_reserve_durable(shard);
           reply_params(shard, h.worker, -1, /*own=*/true);
           return true;
         }
@@ -450,7 +476,11 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
   // for a write leaves within 20 ms of its end.
   in.set(zmq::sockopt::rcvtimeo, impl_->parts.background() ? 20 : 200);
   for (;;) {
-    impl_->flush_deferred();
+    try {
+      impl_->flush_deferred();  // (a snapshot's copy can fail, bad_alloc: the server goes on, the replies wait)
+    } catch (const std::exception& e) {
+      log::error("[server {}] background checkpoint: {}", impl_->scfg.shard, e.what());
+    }
     if (impl_->delay) impl_->delay->check();
     // Off the per-message path: the events are read at most once a second, far below what fills the
     // monitor's queue (about 2000 events; a failing client retries every 100 ms).

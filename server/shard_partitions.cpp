@@ -84,6 +84,10 @@ ParameterShard& ShardPartitions::init(const MsgHeader& h, const float* values, c
             "raise dist.ps_partition_mb (fewer, larger partitions) or add servers");
   auto shard = std::make_unique<ParameterShard>(cfg_);
   shard->init(h, values, decay, pairs, now_s, moments);  // throws before anything is kept
+  if (!dir_.empty()) {  // a reserve record left by another run (its checkpoint deleted) is not this partition's
+    std::error_code ec;
+    std::filesystem::remove(path_of(h.offset, whole) + ".reserve", ec);
+  }
   Part& p = parts_[{h.offset, h.length}];
   p.shard = std::move(shard);
   p.whole = whole;
@@ -147,7 +151,7 @@ void ShardPartitions::checkpoint(ParameterShard& shard, bool force) {
   Part& p = it->second;
   if (!force && shard.updates() - p.last_checkpoint < every_) return;
   if (background()) {  // a snapshot is wanted: pump() takes it
-    wanted_ = true;
+    want();
     return;
   }
   std::filesystem::create_directories(dir_);
@@ -179,8 +183,13 @@ void ShardPartitions::checkpoint_all() {
   }
 }
 
-int64_t ShardPartitions::covering_snapshot() {
+void ShardPartitions::want() {
+  if (!wanted_) wanted_since_ = steady_now();
   wanted_ = true;
+}
+
+int64_t ShardPartitions::covering_snapshot() {
+  want();
   return taken_ + 1;
 }
 
@@ -191,7 +200,7 @@ void ShardPartitions::collect() {
       log::error("[server {}] {} failed: {} (hint: free space or fix the permissions of '{}'; the shard keeps its "
                  "previous checkpoint, retries within a second, and holds the replies that wait for it)",
                  shard_, f.label, f.what, dir_);
-      wanted_ = true;
+      want();
       retry_after_ = steady_now() + 1.0;
     } else {
       committed_ = in_flight_;
@@ -203,36 +212,40 @@ void ShardPartitions::collect() {
 void ShardPartitions::pump() {
   if (!background()) return;
   collect();
-  if (!wanted_ || in_flight_ > 0 || parts_.empty() || steady_now() < retry_after_) return;
+  const double now = steady_now();
+  if (!wanted_ || in_flight_ > 0 || parts_.empty() || now < retry_after_ || now < wanted_since_ + kGroupCommitS) return;
   struct File {
     std::string path;
     ParameterShard::Image image;
   };
-  auto files = std::make_shared<std::vector<File>>();
-  for (auto& [r, p] : parts_) {
-    files->push_back({path_of(p.shard->offset(), p.whole), p.shard->image(/*copy=*/true)});
-    p.last_checkpoint = p.shard->updates();
-  }
-  wanted_ = false;
-  in_flight_ = ++taken_;
-  ++snapshots_;
-  if (!writer_) writer_ = std::make_unique<BackgroundTask>();
   std::filesystem::create_directories(dir_);
+  auto files = std::make_shared<std::vector<File>>();
+  for (auto& [r, p] : parts_) files->push_back({path_of(p.shard->offset(), p.whole), p.shard->image(/*copy=*/true)});
+  if (!writer_) writer_ = std::make_unique<BackgroundTask>();
   // One modelled write of the whole range, held before the first file is renamed into place.
-  writer_->submit(fmt::format("shard {}'s checkpoint {}", shard_, in_flight_), [files, hold = hold_s_] {
+  writer_->submit(fmt::format("shard {}'s checkpoint {}", shard_, taken_ + 1), [files, hold = hold_s_] {
     const double t0 = steady_now();
     for (const File& f : *files)
       save_safetensors(f.path, f.image.tensors, f.image.metadata, [&] { hold_until(t0, hold); });
   });
+  for (auto& [r, p] : parts_) p.last_checkpoint = p.shard->updates();  // (accounted once handed over)
+  wanted_ = false;
+  in_flight_ = ++taken_;
+  ++snapshots_;
 }
 
 void ShardPartitions::make_reserve_durable(ParameterShard& shard) {
-  if (dir_.empty()) return;
+  if (!shard.durable_due()) return;
+  if (dir_.empty()) {
+    shard.take_durable_due();
+    return;
+  }
   auto it = parts_.find({shard.offset(), shard.length()});
   SYN_CHECK(it != parts_.end() && it->second.shard.get() == &shard, "reserve of a partition this server does not hold",
             "this is a bug");
   std::filesystem::create_directories(dir_);
   write_file_atomic(path_of(shard.offset(), it->second.whole) + ".reserve", fmt::format("{}\n", shard.data_reserved()));
+  shard.take_durable_due();
 }
 
 int ShardPartitions::load(double now_s) {
