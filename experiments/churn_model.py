@@ -719,6 +719,10 @@ def scenario_costs(a, config):
          "stall_join": transfer_state if ring else 0.0, "period": a.step_s, "R": a.startup_s + a.restore_s,
          "shard_up": 0.0 if ring else a.shard_up_s}
     c["U_back"] = c["U_join"] = a.startup_s + (transfer_state if ring else transfer_params)
+    if not ring:  # server.checkpoint_background: a join and a FINISH wait for the shards' writes that hold them
+        for k in ("U0", "U_back", "U_join"):
+            c[k] += getattr(a, "ps_join_writes", 0.0) * a.checkpoint_s
+        c["tail"] += getattr(a, "ps_exit_writes", 0.0) * a.checkpoint_s
     if config == "ring_restart":
         c["U0"] = a.startup_s
     if config in ELASTIC_RING:
@@ -930,6 +934,11 @@ def main(argv=None):
                     "than this fails the waiting workers on a real job (the model lets them wait; the report counts them)")
     sc.add_argument("--shard-checkpoint-every", type=int, default=500, help="server.checkpoint_every: updates between "
                     "a shard's checkpoints; a killed shard on a node loses the work of the updates since (0: not modelled)")
+    sc.add_argument("--ps-join-writes", type=float, default=0.0, help="ps configurations: a node's start (its join) waits "
+                    "for this many shard checkpoint writes of --checkpoint-s (server.checkpoint_background makes a join "
+                    "durable before its reply; measured on the emulated cluster: docs/PERFORMANCE.md)")
+    sc.add_argument("--ps-exit-writes", type=float, default=0.0, help="ps configurations: a node's exit (its FINISH to "
+                    "every shard) waits for this many shard checkpoint writes of --checkpoint-s")
     sc.add_argument("--shard-up-s", type=float, default=5.0, help="a shard from its host's relaunch to serving again "
                     "(process start and its checkpoint read back), s")
     sc.add_argument("--recover-s", type=float, default=60.0, help="a node is not targeted again for this long after it is back")
