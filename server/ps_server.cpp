@@ -79,6 +79,10 @@ struct PsServer::Impl {
   // elastic membership answers no INIT of the partition before it is committed (its workers push
   // right after their INIT); an elastic job's workers push only after their join, which waits longer.
   std::map<int64_t, int64_t> part_need;
+  // Background checkpoints: (worker, still reading) -> the snapshot its FINISH's reply waits for. A
+  // resent FINISH waits for the same one, not a newer one (a FINISH resent every 5 s must not chase
+  // the writes); the worker's next INIT forgets it.
+  std::map<std::pair<int, bool>, int64_t> finish_need;
 
   // What `worker`'s next reply from `shard` acknowledges is durable before it leaves: written now
   // (synchronous checkpoints) or held for the snapshot that will hold it (background).
@@ -225,6 +229,8 @@ struct PsServer::Impl {
       // Every request is checked whole before it changes anything (liveness included).
       switch (static_cast<MsgType>(h.type)) {
         case MsgType::kInit: {
+          finish_need.erase({h.worker, false});  // (a worker that registers again finishes anew)
+          finish_need.erase({h.worker, true});
           SYN_CHECK(h.length >= 0 && h.length <= ParameterShard::kMaxShardLength,
                     fmt::format("INIT length {} is not a length", h.length), "send 0..2^36 values");
           // (A join at a clock, join = 2, names a part that exists and carries no values.) The values, with
@@ -368,7 +374,10 @@ struct PsServer::Impl {
           r.type = static_cast<int>(MsgType::kOk);
           r.clock = h.clock;
           if (parts.background()) {
-            const int64_t snapshot = parts.covering_snapshot();
+            const auto asked = finish_need.find({h.worker, reading});
+            const int64_t snapshot = asked != finish_need.end() && released.empty()
+                                         ? asked->second
+                                         : (finish_need[{h.worker, reading}] = parts.covering_snapshot());
             deferred.push_back({snapshot, [this, to = std::string(static_cast<const char*>(id.data()), id.size()), r] {
                                   send(zmq::message_t(to.data(), to.size()), r, nullptr, 0);
                                 }});
