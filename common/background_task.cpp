@@ -1,17 +1,10 @@
 #include "common/background_task.h"
 
-#include <chrono>
-
 #include "common/exception_text.h"
 #include "common/log.h"
+#include "common/monotonic_clock.h"
 
 namespace syncopate {
-
-namespace {
-double seconds_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
 
 BackgroundTask::BackgroundTask() : thread_([this] { run(); }) {}
 
@@ -38,10 +31,10 @@ void BackgroundTask::submit(std::string label, std::function<void()> task) {
 }
 
 double BackgroundTask::wait() {
-  const double t0 = seconds_now();
+  const double t0 = monotonic_seconds();
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [this] { return !busy_; });
-  return seconds_now() - t0;
+  return monotonic_seconds() - t0;
 }
 
 bool BackgroundTask::idle() const {

@@ -1,10 +1,8 @@
 #include "server/shard_partitions.h"
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 #include <memory>
-#include <thread>
 #include <regex>
 
 #include <fmt/format.h>
@@ -13,18 +11,14 @@
 #include "common/atomic_file.h"
 #include "common/check.h"
 #include "common/log.h"
+#include "common/monotonic_clock.h"
 #include "common/safetensors.h"
 
 namespace syncopate {
 
 namespace {
-double steady_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 // Holds until t0_s + hold_s (a modelled write time; nothing if the write already took longer).
-void hold_until(double t0_s, double hold_s) {
-  if (const double left = t0_s + hold_s - steady_now(); left > 0) std::this_thread::sleep_for(std::chrono::duration<double>(left));
-}
+void hold_until(double t0_s, double hold_s) { sleep_until_seconds(t0_s + hold_s); }
 }  // namespace
 
 ShardPartitions::ShardPartitions(const PsConfig& cfg, int shard, std::string checkpoint_dir, int64_t checkpoint_every,
@@ -155,11 +149,11 @@ void ShardPartitions::checkpoint(ParameterShard& shard, bool force) {
     return;
   }
   std::filesystem::create_directories(dir_);
-  const double t0 = steady_now();
+  const double t0 = monotonic_seconds();
   shard.save(path_of(shard.offset(), p.whole), [&] { hold_until(t0, hold_of(p)); });
   p.last_checkpoint = shard.updates();
   ++sync_writes_;
-  sync_write_s_ += steady_now() - t0;
+  sync_write_s_ += monotonic_seconds() - t0;
 }
 
 void ShardPartitions::checkpoint_all() {
@@ -169,13 +163,13 @@ void ShardPartitions::checkpoint_all() {
     collect();
   }
   std::filesystem::create_directories(dir_);
-  const double t0 = steady_now();
+  const double t0 = monotonic_seconds();
   for (auto& [r, p] : parts_) {
     p.shard->save(path_of(p.shard->offset(), p.whole), [&] { hold_until(t0, hold_s_); });
     p.last_checkpoint = p.shard->updates();
     ++sync_writes_;
   }
-  sync_write_s_ += steady_now() - t0;
+  sync_write_s_ += monotonic_seconds() - t0;
   if (background()) {  // everything is durable now: every snapshot wanted so far counts as committed
     if (wanted_) ++taken_;
     wanted_ = false;
@@ -184,7 +178,7 @@ void ShardPartitions::checkpoint_all() {
 }
 
 void ShardPartitions::want() {
-  if (!wanted_) wanted_since_ = steady_now();
+  if (!wanted_) wanted_since_ = monotonic_seconds();
   wanted_ = true;
 }
 
@@ -201,7 +195,7 @@ void ShardPartitions::collect() {
                  "previous checkpoint, retries within a second, and holds the replies that wait for it)",
                  shard_, f.label, f.what, dir_);
       want();
-      retry_after_ = steady_now() + 1.0;
+      retry_after_ = monotonic_seconds() + 1.0;
     } else {
       committed_ = in_flight_;
     }
@@ -212,7 +206,7 @@ void ShardPartitions::collect() {
 void ShardPartitions::pump() {
   if (!background()) return;
   collect();
-  const double now = steady_now();
+  const double now = monotonic_seconds();
   if (!wanted_ || in_flight_ > 0 || parts_.empty() || now < retry_after_ || now < wanted_since_ + kGroupCommitS) return;
   struct File {
     std::string path;
@@ -224,7 +218,7 @@ void ShardPartitions::pump() {
   if (!writer_) writer_ = std::make_unique<BackgroundTask>();
   // One modelled write of the whole range, held before the first file is renamed into place.
   writer_->submit(fmt::format("shard {}'s checkpoint {}", shard_, taken_ + 1), [files, hold = hold_s_] {
-    const double t0 = steady_now();
+    const double t0 = monotonic_seconds();
     for (const File& f : *files)
       save_safetensors(f.path, f.image.tensors, f.image.metadata, [&] { hold_until(t0, hold); });
   });
