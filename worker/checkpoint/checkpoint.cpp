@@ -12,6 +12,7 @@
 
 #include "common/atomic_file.h"
 #include "common/check.h"
+#include "common/monotonic_clock.h"
 #include "common/crash_point.h"
 #include "common/log.h"
 #include "common/flat_adamw.h"
@@ -54,10 +55,7 @@ CheckpointContents snapshot_checkpoint(int64_t step, GPTImpl& model, FlatAdamW* 
   return c;
 }
 
-void hold_checkpoint_write(double t0_s, double hold_s) {
-  if (const double left = t0_s + hold_s - now_seconds(); left > 0)
-    std::this_thread::sleep_for(std::chrono::duration<double>(left));
-}
+void hold_checkpoint_write(double t0_s, double hold_s) { sleep_until_seconds(t0_s + hold_s); }
 
 std::string write_checkpoint(const std::string& root, const CheckpointContents& c, int64_t keep,
                              const std::function<void()>& before_commit) {
