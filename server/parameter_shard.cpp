@@ -701,9 +701,10 @@ void ParameterShard::resume_cursor_at(int64_t reserved) {
 
 
 
-bool ParameterShard::load(const std::string& path, double now_s) {
+bool ParameterShard::load(const std::string& path, double now_s, std::map<std::string, std::string>* metadata) {
   if (!std::filesystem::exists(path)) return false;
   Safetensors st = load_safetensors(path);
+  if (metadata) *metadata = st.metadata;
   SYN_CHECK(st.metadata.count("shard") && st.tensors.count("params") && st.tensors.count("exp_avg") &&
                 st.tensors.count("exp_avg_sq"),
             fmt::format("'{}' is not a shard checkpoint", path), "delete it to start the shard from the workers' INIT");

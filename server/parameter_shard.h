@@ -148,7 +148,8 @@ class ParameterShard {
   };
   Image image(bool copy) const;
   void save(const std::string& path, const std::function<void()>& before_commit = {}) const;
-  bool load(const std::string& path, double now_s);
+  // metadata (optional): the file's metadata, for what its writer added (ShardPartitions' snapshot number).
+  bool load(const std::string& path, double now_s, std::map<std::string, std::string>* metadata = nullptr);
   // The data cursor a restore resumes at (the reserved mark), and a restore's use of a newer mark
   // written since its checkpoint (ShardPartitions' reserve record): the cursor moves up to it.
   int64_t data_reserved() const { return data_reserved_; }

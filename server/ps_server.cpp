@@ -65,8 +65,8 @@ struct PsServer::Impl {
   std::string raw_token;  // for the token-derived CURVE keys
 
   // Background checkpoints (server.checkpoint_background): a reply that acknowledges what must be
-  // durable first (a worker's join or INIT of a new partition, a FINISH) waits for the snapshot that
-  // holds it. durable_need: (worker, partition offset) -> that snapshot's number (the newest asked
+  // durable first and that no record of the membership journal holds (a new partition's creation, a
+  // membership change a push made) waits for the snapshot that holds it. durable_need: (worker, partition offset) -> that snapshot's number (the newest asked
   // for; kept once committed, one entry per worker and partition); every reply to the worker from
   // that partition waits for it (a resent request's too). deferred: replies waiting.
   std::map<std::pair<int, int64_t>, int64_t> durable_need;
@@ -77,12 +77,8 @@ struct PsServer::Impl {
   std::vector<Deferred> deferred;
   // Background checkpoints: partition offset -> the snapshot that holds its creation. A job without
   // elastic membership answers no INIT of the partition before it is committed (its workers push
-  // right after their INIT); an elastic job's workers push only after their join, which waits longer.
+  // right after their INIT); an elastic job's joins wait for it.
   std::map<int64_t, int64_t> part_need;
-  // Background checkpoints: (worker, still reading) -> the snapshot its FINISH's reply waits for. A
-  // resent FINISH waits for the same one, not a newer one (a FINISH resent every 5 s must not chase
-  // the writes); the worker's next INIT forgets it.
-  std::map<std::pair<int, bool>, int64_t> finish_need;
 
   // What `worker`'s next reply from `shard` acknowledges is durable before it leaves: written now
   // (synchronous checkpoints) or held for the snapshot that will hold it (background).
@@ -229,8 +225,6 @@ struct PsServer::Impl {
       // Every request is checked whole before it changes anything (liveness included).
       switch (static_cast<MsgType>(h.type)) {
         case MsgType::kInit: {
-          finish_need.erase({h.worker, false});  // (a worker that registers again finishes anew)
-          finish_need.erase({h.worker, true});
           SYN_CHECK(h.length >= 0 && h.length <= ParameterShard::kMaxShardLength,
                     fmt::format("INIT length {} is not a length", h.length), "send 0..2^36 values");
           // (A join at a clock, join = 2, names a part that exists and carries no values.) The values, with
@@ -268,15 +262,22 @@ struct PsServer::Impl {
           }
           if (h.join == 2) {  // it joins at the largest of those clocks
             std::vector<int> released;  // a restarted member left the round, which may have completed it
-            const int64_t epoch = shard.membership_epoch();
             const bool now_member = shard.join(h.worker, h.clock, h.samples, now(), &released, h.pushed);
             remember(h.worker, id);
             // Durable before acknowledged: the membership it joins (or waits to join) and its grant.
             parts.make_reserve_durable(shard);
-            // (Background checkpoints: a resent join that changed nothing waits for the snapshot its
-            // first copy waits for, not a newer one: resends every 5 s must not chase the writes.)
-            if (!parts.background() || shard.membership_epoch() != epoch || !durable_need.count({h.worker, shard.offset()}))
+            // (Background checkpoints: the join is a record of the membership journal, fsync'ed now, so
+            // its reply waits for no write of the state, only, at the job's start, for the one that
+            // holds the partition's creation.)
+            if (parts.background()) {
+              parts.record_join(shard, h.worker, h.clock, h.samples, h.pushed);
+              if (auto p = part_need.find(shard.offset()); p != part_need.end() && p->second > parts.committed()) {
+                int64_t& need = durable_need[{h.worker, shard.offset()}];
+                need = std::max(need, p->second);
+              }
+            } else {
               durable_before_reply(shard, h.worker);
+            }
             join_owed.insert({h.worker, shard.offset()});  // its next reply here (not to a request of its own) answers this join
             for (int w : released) reply_params(shard, w);
             if (now_member) reply_params(shard, h.worker);  // else with the round it counts from
@@ -368,23 +369,14 @@ struct PsServer::Impl {
           const auto released = parts.finish(h.worker, reading);
           // Durable before acknowledged: FINISH is part of the checkpoint (a restarted shard must not
           // wait for a worker that finished), written with the clocks it released before any reply.
-          // Background checkpoints: the FINISH's reply waits for the snapshot that holds it; the
-          // replies it released (updates) leave at once.
+          // Background checkpoints: it is a record of the membership journal, fsync'ed now (a resend
+          // is one more record, re-delivered the same); the replies it released (updates) leave at once.
+          if (parts.background()) parts.record_finish(h.worker, reading);
+          else parts.checkpoint_all();
           MsgHeader r;
           r.type = static_cast<int>(MsgType::kOk);
           r.clock = h.clock;
-          if (parts.background()) {
-            const auto asked = finish_need.find({h.worker, reading});
-            const int64_t snapshot = asked != finish_need.end() && released.empty()
-                                         ? asked->second
-                                         : (finish_need[{h.worker, reading}] = parts.covering_snapshot());
-            deferred.push_back({snapshot, [this, to = std::string(static_cast<const char*>(id.data()), id.size()), r] {
-                                  send(zmq::message_t(to.data(), to.size()), r, nullptr, 0);
-                                }});
-          } else {
-            parts.checkpoint_all();
-            send(id, r, nullptr, 0);
-          }
+          send(id, r, nullptr, 0);
           for (auto [shard, w] : released) reply_params(*shard, w);  // the others no longer wait for it
           log::info("[server {}] worker {} {} at clock {}", scfg.shard, h.worker,
                     reading ? "left the rounds (still reading)" : "finished", h.clock);

@@ -150,7 +150,7 @@ void ShardPartitions::checkpoint(ParameterShard& shard, bool force) {
   }
   std::filesystem::create_directories(dir_);
   const double t0 = monotonic_seconds();
-  shard.save(path_of(shard.offset(), p.whole), [&] { hold_until(t0, hold_of(p)); });
+  save_part(p, stamp_for_write(), [&] { hold_until(t0, hold_of(p)); });
   p.last_checkpoint = shard.updates();
   ++sync_writes_;
   sync_write_s_ += monotonic_seconds() - t0;
@@ -164,17 +164,27 @@ void ShardPartitions::checkpoint_all() {
   }
   std::filesystem::create_directories(dir_);
   const double t0 = monotonic_seconds();
+  const int64_t stamp = stamp_for_write();
   for (auto& [r, p] : parts_) {
-    p.shard->save(path_of(p.shard->offset(), p.whole), [&] { hold_until(t0, hold_s_); });
+    save_part(p, stamp, [&] { hold_until(t0, hold_s_); });
     p.last_checkpoint = p.shard->updates();
     ++sync_writes_;
   }
   sync_write_s_ += monotonic_seconds() - t0;
-  if (background()) {  // everything is durable now: every snapshot wanted so far counts as committed
-    if (wanted_) ++taken_;
-    wanted_ = false;
-    committed_ = taken_;
-  }
+  // Everything is durable now: every snapshot wanted so far counts as committed, and the journal's
+  // records are all covered.
+  taken_ = committed_ = stamp;
+  wanted_ = false;
+  trim_journal();
+}
+
+int64_t ShardPartitions::stamp_for_write() const { return background() && wanted_ ? taken_ + 1 : taken_; }
+
+void ShardPartitions::save_part(Part& p, int64_t stamp, const std::function<void()>& before_commit) {
+  ParameterShard::Image im = p.shard->image(/*copy=*/false);
+  im.metadata["snapshot"] = std::to_string(stamp);
+  save_safetensors(path_of(p.shard->offset(), p.whole), im.tensors, im.metadata, before_commit);
+  p.snapshot = stamp;
 }
 
 void ShardPartitions::want() {
@@ -198,6 +208,12 @@ void ShardPartitions::collect() {
       retry_after_ = monotonic_seconds() + 1.0;
     } else {
       committed_ = in_flight_;
+      for (auto& [r, p] : parts_) p.snapshot = std::max(p.snapshot, committed_);
+      try {
+        trim_journal();
+      } catch (const std::exception& e) {  // (harmless: a record a file holds is never re-delivered)
+        log::warn("[server {}] could not drop the membership records snapshot {} covers: {}", shard_, committed_, e.what());
+      }
     }
     in_flight_ = 0;
   }
@@ -214,7 +230,10 @@ void ShardPartitions::pump() {
   };
   std::filesystem::create_directories(dir_);
   auto files = std::make_shared<std::vector<File>>();
-  for (auto& [r, p] : parts_) files->push_back({path_of(p.shard->offset(), p.whole), p.shard->image(/*copy=*/true)});
+  for (auto& [r, p] : parts_) {
+    files->push_back({path_of(p.shard->offset(), p.whole), p.shard->image(/*copy=*/true)});
+    files->back().image.metadata["snapshot"] = std::to_string(taken_ + 1);  // (what the journal's records are against)
+  }
   if (!writer_) writer_ = std::make_unique<BackgroundTask>();
   // One modelled write of the whole range, held before the first file is renamed into place.
   writer_->submit(fmt::format("shard {}'s checkpoint {}", shard_, taken_ + 1), [files, hold = hold_s_] {
@@ -242,6 +261,111 @@ void ShardPartitions::make_reserve_durable(ParameterShard& shard) {
   shard.take_durable_due();
 }
 
+std::string ShardPartitions::journal_path() const { return fmt::format("{}/shard_{}.members", dir_, shard_); }
+
+void ShardPartitions::record_join(const ParameterShard& p, int worker, int64_t clock, int64_t samples, int64_t pushed) {
+  MemberEvent e;
+  e.offset = p.offset();
+  e.join = true;
+  e.worker = worker;
+  e.clock = clock;
+  e.samples = samples;
+  e.pushed = pushed;
+  record(e);
+}
+
+void ShardPartitions::record_finish(int worker, bool still_reading) {
+  MemberEvent e;
+  e.worker = worker;
+  e.reading = still_reading;
+  record(e);
+}
+
+void ShardPartitions::record(MemberEvent e) {
+  SYN_CHECK(background(), "a membership record without background checkpoints", "this is a bug");
+  e.snapshot = covering_snapshot();  // (asks for it: a commit keeps the journal short)
+  journal_.push_back(e);
+  try {
+    write_journal();
+  } catch (...) {
+    journal_.pop_back();
+    throw;
+  }
+}
+
+void ShardPartitions::write_journal() const {
+  if (journal_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(journal_path(), ec);
+    return;
+  }
+  nlohmann::json records = nlohmann::json::array();
+  for (const MemberEvent& e : journal_)
+    records.push_back({{"snapshot", e.snapshot}, {"offset", e.offset}, {"op", e.join ? "join" : "finish"}, {"worker", e.worker},
+                       {"clock", e.clock}, {"samples", e.samples}, {"pushed", e.pushed}, {"reading", e.reading}});
+  std::filesystem::create_directories(dir_);
+  write_file_atomic(journal_path(), nlohmann::json{{"shard", shard_}, {"records", records}}.dump() + "\n");
+}
+
+void ShardPartitions::trim_journal() {
+  const size_t before = journal_.size();
+  journal_.erase(std::remove_if(journal_.begin(), journal_.end(), [&](const MemberEvent& e) { return e.snapshot <= committed_; }),
+                 journal_.end());
+  if (journal_.size() != before) write_journal();
+}
+
+void ShardPartitions::replay_journal(double now_s) {
+  const std::string path = journal_path();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return;
+  const std::string text = read_file(path);
+  const std::string hint =
+      "it is written whole or not at all, so it was damaged outside Syncopate: restore it, or delete it (the joins "
+      "and FINISHes since the newest checkpoint are then forgotten: joiners are told to join again, finished workers "
+      "time out)";
+  std::vector<MemberEvent> records;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    SYN_CHECK(j.at("shard").get<int>() == shard_, fmt::format("'{}' is shard {}'s", path, j.at("shard").get<int>()), hint);
+    for (const auto& r : j.at("records")) {
+      MemberEvent e;
+      e.snapshot = r.at("snapshot");
+      e.offset = r.at("offset");
+      const std::string op = r.at("op");
+      SYN_CHECK(op == "join" || op == "finish", fmt::format("'{}' holds a record of '{}'", path, op), hint);
+      e.join = op == "join";
+      e.worker = r.at("worker");
+      e.clock = r.at("clock");
+      e.samples = r.at("samples");
+      e.pushed = r.at("pushed");
+      e.reading = r.at("reading");
+      SYN_CHECK(e.snapshot >= 1 && e.worker >= 0 && e.worker < ParameterShard::kMaxWorkers && e.clock >= 0,
+                fmt::format("'{}' holds a record of worker {} at clock {} for snapshot {}", path, e.worker, e.clock, e.snapshot),
+                hint);
+      records.push_back(e);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    SYN_FAIL(fmt::format("'{}' is not a membership journal: {}", path, e.what()), hint);
+  }
+  int64_t newest = taken_;
+  int64_t redelivered = 0;
+  for (const MemberEvent& e : records) {
+    newest = std::max(newest, e.snapshot);
+    for (auto& [r, p] : parts_) {
+      if (p.snapshot >= e.snapshot || (e.join && r.first != e.offset)) continue;  // the file holds it, or another part's
+      if (e.join) p.shard->join(e.worker, e.clock, e.samples, now_s, nullptr, e.pushed);
+      else p.shard->finish(e.worker, e.reading);
+      ++redelivered;
+    }
+  }
+  journal_ = std::move(records);  // (dropped once a snapshot after the restore covers them)
+  taken_ = committed_ = newest;
+  for (auto& [r, p] : parts_) make_reserve_durable(*p.shard);  // (a join re-delivered may have granted)
+  if (redelivered > 0)
+    log::info("[server {}] re-delivered {} join(s) and FINISH(es) of the membership journal over the checkpoint", shard_,
+              redelivered);
+}
+
 int ShardPartitions::load(double now_s) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -258,7 +382,8 @@ int ShardPartitions::load(double now_s) {
     remove_temp_files(path);  // a write that a kill cut short
     remove_temp_files(path + ".reserve");
     auto shard = std::make_unique<ParameterShard>(cfg_);
-    if (!shard->load(path, now_s)) continue;
+    std::map<std::string, std::string> metadata;
+    if (!shard->load(path, now_s, &metadata)) continue;
     // A reserve record newer than the checkpoint: the cursor resumes past every grant it covered.
     if (std::filesystem::exists(path + ".reserve", ec)) {
       const std::string text = read_file(path + ".reserve");
@@ -284,7 +409,19 @@ int ShardPartitions::load(double now_s) {
     p.last_checkpoint = shard->updates();
     p.shard = std::move(shard);
     p.whole = whole;
+    try {
+      p.snapshot = metadata.count("snapshot") ? std::stoll(metadata.at("snapshot")) : 0;
+    } catch (const std::exception&) {
+      SYN_FAIL(fmt::format("'{}' names snapshot '{}'", path, metadata.at("snapshot")), "the file is damaged: restore it");
+    }
+    taken_ = committed_ = std::max(taken_, p.snapshot);
   }
+  remove_temp_files(journal_path());
+  if (parts_.empty()) {  // a journal beside no checkpoint is another run's
+    std::filesystem::remove(journal_path(), ec);
+    return 0;
+  }
+  replay_journal(now_s);
   return static_cast<int>(parts_.size());
 }
 
@@ -323,6 +460,7 @@ std::string ShardPartitions::stats_json(int64_t errors, double now_s, int64_t un
   out["checkpoint_sync_write_s"] = sync_write_s_;
   out["checkpoint_snapshots"] = snapshots_;
   out["checkpoint_committed"] = committed_;
+  out["membership_records"] = journal_.size();
   return out.dump();
 }
 

@@ -13,6 +13,7 @@
 // exactly what an unpartitioned one does; only ps.max_grad_norm then bounds each partition's norm.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -82,9 +83,24 @@ class ShardPartitions {
   // resumes the cursor at the larger of the checkpoint's mark and the record's, so that no sample is
   // granted twice without a checkpoint of the whole state per reserve.
   void make_reserve_durable(ParameterShard& p);
+  // The membership journal (background mode): a join or a FINISH is made durable before its reply
+  // by a small fsync'ed record of the request in "<dir>/shard_<k>.members", not by a write of the
+  // whole state. Every checkpoint file carries the number of the snapshot it holds (metadata
+  // "snapshot"), every record the number of the snapshot that will hold it (covering_snapshot(),
+  // which it asks for); a restore re-delivers, over each partition's file, the requests recorded
+  // after the snapshot that file holds, in order (a join or a FINISH arriving again, which the
+  // protocol answers anyway: a worker resends both), and a commit drops the records it covers.
+  // The changes a push makes (a BSP joiner admitted with its round, a worker back) are not recorded:
+  // their replies still wait for the write (ps_server). Throws syncopate::Error, naming the file, if
+  // the record cannot be written: the reply must not leave then.
+  void record_join(const ParameterShard& p, int worker, int64_t clock, int64_t samples, int64_t pushed);
+  void record_finish(int worker, bool still_reading);
+  size_t journal_size() const { return journal_.size(); }  // records not yet covered by a committed snapshot
   // Loads every partition file of this shard from the checkpoint directory (removing the temporary
-  // files of a write a kill cut short); returns how many. Throws on a corrupt file or on files that
-  // overlap (a directory written with another partition size).
+  // files of a write a kill cut short), then re-delivers the membership journal's requests that a
+  // file does not hold; returns how many partitions. Throws on a corrupt file, a damaged journal, or
+  // on files that overlap (a directory written with another partition size). A journal beside no
+  // checkpoint is another run's: removed.
   int load(double now_s);
   int64_t min_version() const;
   // The checkpoint files held, for logs: "DIR/shard_K.safetensors", or "DIR/shard_K.at*.safetensors (N files)".
@@ -100,7 +116,26 @@ class ShardPartitions {
     std::unique_ptr<ParameterShard> shard;
     bool whole = true;  // INIT partition = 0: the server's whole range
     int64_t last_checkpoint = 0;  // the shard's updates() at its last checkpoint (or snapshot)
+    int64_t snapshot = 0;         // loaded: the snapshot number its file holds
   };
+  // One record of the membership journal: a join (INIT join = 2 of the part at `offset`) or a FINISH
+  // (every part: offset -1), and the snapshot that will hold it.
+  struct MemberEvent {
+    int64_t snapshot = 0;
+    int64_t offset = -1;
+    bool join = false;
+    int worker = 0;
+    int64_t clock = 0, samples = 0, pushed = -1;  // join()'s arguments
+    bool reading = false;                         // FINISH still reading
+  };
+  std::vector<MemberEvent> journal_;
+  std::string journal_path() const;
+  void record(MemberEvent e);
+  void write_journal() const;  // the records held, whole or not at all, fsync'ed (none: the file removed)
+  void trim_journal();         // after a commit: the records it covers are dropped
+  void replay_journal(double now_s);
+  int64_t stamp_for_write() const;
+  void save_part(Part& p, int64_t stamp, const std::function<void()>& before_commit);  // on this thread, stamped  // the snapshot number a write of the state as of now holds
   std::string path_of(int64_t offset, bool whole) const;
   std::string describe() const;  // the ranges held, for errors
 

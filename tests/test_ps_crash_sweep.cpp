@@ -210,3 +210,73 @@ TEST(PsCrashBackground, AServerKilledDuringABackgroundWriteResumesFromTheNewestC
     server->wait(10);
   }
 }
+
+// server.checkpoint_background in an elastic job: a join and a FINISH are answered without waiting
+// for a write of the state (a record of the membership journal, fsync'ed, holds each). A real server
+// process, its writes held 1.5 s, is killed (SIGKILL) right after both were acknowledged, with the
+// write that would hold them still in flight, and restarted on its port: it re-delivers them over the
+// older snapshot. The joiner is a member counted from its join clock and its pushes are applied; the
+// finished worker is out.
+TEST(PsCrashBackground, AJoinAndAFinishAcknowledgedBeforeTheWriteSurviveAKill) {
+  test::TempDir d;
+  const std::string bin = test::bin_dir() + "/syncopate-server";
+  const std::vector<std::string> common = {bin, "--ps.consistency=asp", "--ps.worker_timeout_s=1000",
+                                           "--server.checkpoint_dir=" + d.str("ck"), "--server.checkpoint_every=1000000",
+                                           "--server.checkpoint_background=true", "--server.checkpoint_s=1.5",
+                                           "--server.encrypt=off"};
+  const test::ServerPort port = test::any_server_port(d);
+  std::vector<std::string> args = common;
+  args.insert(args.end(), port.args.begin(), port.args.end());
+  const std::vector<std::string> env = {"SYNCOPATE_TOKEN=t", "SYNCOPATE_LOG=info"};
+  auto server = std::make_unique<test::Process>(args, env, d.str("server1.log"));
+  const std::string ep = test::wait_for_line(port.endpoint_file, 60, server.get());
+  auto since = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  PsClientOptions o{30};
+  o.first_resend_s = 0.3;
+  o.elastic = true;
+  o.samples_per_step = 4;
+  at::Tensor pa = torch::arange(kValues, torch::kFloat) * 0.01, pb = pa.clone(), pc = pa.clone();
+  PsClient a({ep}, "t", 0, 2, o), b({ep}, "t", 1, 2, o);
+  a.init(pa, {}, AdamWConfig{});  // (the job's start waits for the write that holds the new partition)
+  b.init(pb, {}, AdamWConfig{});
+  int64_t ca = a.start_clock(), cb = b.start_clock();
+  for (int i = 0; i < 3; ++i, ++ca, ++cb) {
+    push_pull(a, gradient(0, static_cast<int>(ca)), pa, ca, 0.01);
+    push_pull(b, gradient(1, static_cast<int>(cb)), pb, cb, 0.01);
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (nlohmann::json::parse(a.stats(0))["membership_records"].get<int64_t>() > 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a write holds the first joins: the journal is empty
+  ASSERT_EQ(nlohmann::json::parse(a.stats(0))["membership_records"].get<int64_t>(), 0);
+  auto t0 = std::chrono::steady_clock::now();
+  PsClient c({ep}, "t", 2, 3, o);  // a node that joins the running job
+  c.init(pc, {}, AdamWConfig{});
+  const double join_s = since(t0);
+  t0 = std::chrono::steady_clock::now();
+  b.finish(cb - 1);
+  const double finish_s = since(t0);
+  const nlohmann::json before = nlohmann::json::parse(a.stats(0));
+  server->kill_hard();  // the write that would hold the join and the FINISH takes 1.5 s: it is in flight
+  server->wait(10);
+  EXPECT_LT(join_s, 1.0) << "the join waited for a write of the state";
+  EXPECT_LT(finish_s, 1.0) << "the FINISH waited for a write of the state";
+  EXPECT_EQ(before["membership_records"].get<int64_t>(), 2) << before.dump();
+  std::vector<std::string> again = common;
+  again.push_back("--server.port=" + ep.substr(ep.rfind(':') + 1));
+  server = std::make_unique<test::Process>(again, env, d.str("server2.log"));
+  const int64_t cc = c.start_clock();
+  push_pull(c, gradient(2, static_cast<int>(cc)), pc, cc, 0.01);  // (resent until the server is back)
+  push_pull(a, gradient(0, static_cast<int>(ca)), pa, ca, 0.01);
+  const nlohmann::json after = nlohmann::json::parse(a.stats(0));
+  const std::string log2 = test::slurp(d.str("server2.log"));
+  EXPECT_NE(log2.find("re-delivered 2 join(s) and FINISH(es)"), std::string::npos) << log2;
+  EXPECT_TRUE(after["finished"][1].get<bool>()) << after.dump();
+  EXPECT_FALSE(after["live"][1].get<bool>()) << after.dump();
+  EXPECT_TRUE(after["live"][2].get<bool>()) << after.dump();
+  EXPECT_EQ(after["clocks"][2].get<int64_t>(), cc) << "the joiner's push at its join clock was not applied";
+  EXPECT_EQ(after["clocks"][0].get<int64_t>(), ca);
+  a.shutdown_servers();
+  server->wait(10);
+}

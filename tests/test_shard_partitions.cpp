@@ -283,6 +283,89 @@ TEST(ShardPartitions, BackgroundCheckpointsWriteTheirSnapshotAndCommitAtTheEndOf
   EXPECT_EQ(stats["checkpoint_sync_writes"], 1);  // checkpoint_all's, on the request path
 }
 
+// Background checkpoints make a join or a FINISH durable by a record of the membership journal, not
+// by a write of the whole state: a shard restored from a snapshot taken before them (the pushes after
+// it lost, as the mode says) gets them re-delivered, so the joiner is a member at its clock and the
+// finished worker is out. A record the file already holds is not re-delivered (by snapshot number); a
+// commit drops the records it covers; a damaged journal is refused by name; one beside no checkpoint
+// (another run's) is removed.
+TEST(ShardPartitions, TheMembershipJournalRedeliversTheJoinsAndFinishesAWriteDidNotHold) {
+  test::TempDir d;
+  PsConfig cfg;
+  cfg.consistency = "asp";
+  cfg.worker_timeout_s = 1000;
+  std::vector<float> v(2, 0.0f), g(2, 1.0f);
+  MsgHeader h = init_of(0, 2, 0, 2);
+  h.elastic = true;
+  h.samples = 4;
+  auto push = [&](ParameterShard& s, int w, int64_t c) {
+    MsgHeader p = push_of(w, 0, 2, c);
+    p.samples = 4;
+    s.push(p, g.data());
+  };
+  int64_t join_clock = -1;
+  {
+    ShardPartitions parts(cfg, 0, d.str("ck"), /*every=*/1 << 30, /*background=*/true, /*hold_s=*/0);
+    ParameterShard& shard = parts.init(h, v.data(), nullptr, 0, 0);
+    for (int w : {0, 1}) {
+      shard.join(w, 0, 4, 0.0);
+      parts.record_join(shard, w, 0, 4, -1);
+    }
+    EXPECT_EQ(parts.journal_size(), 2u);
+    for (int64_t c = 0; c < 3; ++c) push(shard, 0, c), push(shard, 1, c);
+    ASSERT_TRUE(wait_committed(parts, parts.covering_snapshot()));
+    EXPECT_EQ(parts.journal_size(), 0u) << "a commit keeps the records it covers";
+    EXPECT_FALSE(std::filesystem::exists(d.str("ck/shard_0.members")));
+    // After the snapshot: worker 2 joins, worker 1 finishes, worker 0 pushes once more. No write holds
+    // them when the process ends (nothing pumps: a kill before the write).
+    join_clock = shard.join_clock(2);
+    EXPECT_EQ(join_clock, 3);
+    shard.join(2, join_clock, 4, 0.0);
+    parts.record_join(shard, 2, join_clock, 4, -1);
+    shard.finish(1);
+    parts.record_finish(1, false);
+    push(shard, 0, 3);
+    EXPECT_EQ(parts.journal_size(), 2u);
+  }
+  ASSERT_TRUE(std::filesystem::exists(d.str("ck/shard_0.members")));
+  const std::string journal = test::slurp(d.str("ck/shard_0.members"));
+  auto restore_and_check = [&](bool with_journal) {
+    ShardPartitions restored(cfg, 0, d.str("ck"), 1 << 30, true, 0);
+    ASSERT_EQ(restored.load(0), 1);
+    ParameterShard& s = restored.at(push_of(0, 0, 2, 0));
+    EXPECT_EQ(s.version(), 6) << "the snapshot's state: the push after it is lost (background mode)";
+    EXPECT_EQ(s.member(2), with_journal) << "the join acknowledged after the snapshot";
+    EXPECT_EQ(s.member(1), !with_journal) << "the FINISH acknowledged after the snapshot";
+    EXPECT_TRUE(s.member(0));
+    if (with_journal) EXPECT_EQ(s.clock(2), join_clock - 1) << "the joiner's next push is its join clock";
+    const auto stats = nlohmann::json::parse(restored.stats_json(0, 0, 0));
+    EXPECT_EQ(stats["finished"][1].get<bool>(), with_journal);
+  };
+  restore_and_check(true);
+  std::filesystem::remove(d.str("ck/shard_0.members"));
+  restore_and_check(false);  // (without it, both are gone: the journal is what holds them)
+  // A record the file holds (its snapshot number is not above the file's) is not re-delivered: a
+  // FINISH of worker 0 for snapshot 1 leaves worker 0 a member of the restored part.
+  write_file_atomic(d.str("ck/shard_0.members"),
+                    R"({"shard":0,"records":[{"snapshot":1,"offset":-1,"op":"finish","worker":0,"clock":0,"samples":0,"pushed":-1,"reading":false}]})");
+  {
+    ShardPartitions restored(cfg, 0, d.str("ck"), 1 << 30, true, 0);
+    ASSERT_EQ(restored.load(0), 1);
+    EXPECT_TRUE(restored.at(push_of(0, 0, 2, 0)).member(0));
+  }
+  write_file_atomic(d.str("ck/shard_0.members"), journal.substr(0, journal.size() / 2));
+  {
+    ShardPartitions damaged(cfg, 0, d.str("ck"), 1 << 30, true, 0);
+    const std::string e = test::error_of([&] { damaged.load(0); });
+    EXPECT_NE(e.find("shard_0.members' is not a membership journal"), std::string::npos) << e;
+    EXPECT_NE(e.find("restore it, or delete it"), std::string::npos) << e;
+  }
+  std::filesystem::remove(d.str("ck/shard_0.safetensors"));
+  ShardPartitions fresh(cfg, 0, d.str("ck"), 1 << 30, true, 0);
+  EXPECT_EQ(fresh.load(0), 0);
+  EXPECT_FALSE(std::filesystem::exists(d.str("ck/shard_0.members"))) << "another run's journal was kept";
+}
+
 // The grant reserve (an elastic job's data order) is made durable by a small record, not a whole
 // checkpoint: a shard restored from an older checkpoint resumes its cursor past every sample it
 // granted, and only because of the record. A damaged record is refused by name.
