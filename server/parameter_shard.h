@@ -75,6 +75,11 @@ class ParameterShard {
   //   joiner never slows the others), never below the worker's own next clock.
   int64_t join_clock(int worker) const;
   bool member(int worker) const;  // live, not finished, not waiting to join
+  // Whether a join is always answered at once, whatever the state (ASP: no rule holds a reply, so
+  // join() never makes a joiner wait for a round or a held push). Only then is a join that arrives
+  // again over an older state (a restore's re-delivery, ShardPartitions' membership journal) the same
+  // as its first arrival; under BSP and SSP the outcome depends on the rounds (helper-20).
+  bool joins_at_once() const { return initialized_ && !rule_->holds_replies(); }
   // `worker` (a new id adds a slot) takes part from `clock` on: its next push is that clock. Under
   // BSP a clock past the round being collected makes it a joiner counted from that round on: false
   // = its reply waits until then (push() or expire() releases it); true = reply now. A part whose

@@ -262,6 +262,7 @@ struct PsServer::Impl {
           }
           if (h.join == 2) {  // it joins at the largest of those clocks
             std::vector<int> released;  // a restarted member left the round, which may have completed it
+            const int64_t epoch = shard.membership_epoch();
             const bool now_member = shard.join(h.worker, h.clock, h.samples, now(), &released, h.pushed);
             remember(h.worker, id);
             // Durable before acknowledged: the membership it joins (or waits to join) and its grant.
@@ -269,13 +270,18 @@ struct PsServer::Impl {
             // (Background checkpoints: the join is a record of the membership journal, fsync'ed now, so
             // its reply waits for no write of the state, only, at the job's start, for the one that
             // holds the partition's creation.)
-            if (parts.background()) {
-              parts.record_join(shard, h.worker, h.clock, h.samples, h.pushed);
+            // Under BSP and SSP (a join that a round may hold: its re-delivery over an older state
+            // could differ, helper-20), or where the record cannot be written, the reply waits for the
+            // write of the state that holds the join, as without the journal.
+            if (parts.background() && shard.joins_at_once() &&
+                parts.record_join(shard, h.worker, h.clock, h.samples, h.pushed)) {
               if (auto p = part_need.find(shard.offset()); p != part_need.end() && p->second > parts.committed()) {
                 int64_t& need = durable_need[{h.worker, shard.offset()}];
                 need = std::max(need, p->second);
               }
-            } else {
+            } else if (!parts.background() || shard.membership_epoch() != epoch || !durable_need.count({h.worker, shard.offset()})) {
+              // (Background: a resent join that changed nothing waits for the write its first copy waits
+              // for, not a newer one: resends every 5 s must not chase the writes.)
               durable_before_reply(shard, h.worker);
             }
             join_owed.insert({h.worker, shard.offset()});  // its next reply here (not to a request of its own) answers this join
@@ -371,12 +377,17 @@ struct PsServer::Impl {
           // wait for a worker that finished), written with the clocks it released before any reply.
           // Background checkpoints: it is a record of the membership journal, fsync'ed now (a resend
           // is one more record, re-delivered the same); the replies it released (updates) leave at once.
-          if (parts.background()) parts.record_finish(h.worker, reading);
-          else parts.checkpoint_all();
+          // (Where the record cannot be written, the reply waits for the write of the state that holds it.)
           MsgHeader r;
           r.type = static_cast<int>(MsgType::kOk);
           r.clock = h.clock;
-          send(id, r, nullptr, 0);
+          if (!parts.background()) parts.checkpoint_all();
+          if (!parts.background() || parts.record_finish(h.worker, reading))
+            send(id, r, nullptr, 0);
+          else
+            deferred.push_back({parts.covering_snapshot(), [this, to = std::string(static_cast<const char*>(id.data()), id.size()), r] {
+                                  send(zmq::message_t(to.data(), to.size()), r, nullptr, 0);
+                                }});
           for (auto [shard, w] : released) reply_params(*shard, w);  // the others no longer wait for it
           log::info("[server {}] worker {} {} at clock {}", scfg.shard, h.worker,
                     reading ? "left the rounds (still reading)" : "finished", h.clock);

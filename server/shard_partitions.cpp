@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <regex>
 
 #include <fmt/format.h>
@@ -82,6 +83,7 @@ ParameterShard& ShardPartitions::init(const MsgHeader& h, const float* values, c
     std::error_code ec;
     std::filesystem::remove(path_of(h.offset, whole) + ".reserve", ec);
   }
+  if (parts_.empty() && run_.empty()) run_ = fmt::format("{:016x}", std::random_device{}() * 0x100000000ull + std::random_device{}());
   Part& p = parts_[{h.offset, h.length}];
   p.shard = std::move(shard);
   p.whole = whole;
@@ -183,6 +185,7 @@ int64_t ShardPartitions::stamp_for_write() const { return background() && wanted
 void ShardPartitions::save_part(Part& p, int64_t stamp, const std::function<void()>& before_commit) {
   ParameterShard::Image im = p.shard->image(/*copy=*/false);
   im.metadata["snapshot"] = std::to_string(stamp);
+  im.metadata["run"] = run_;
   save_safetensors(path_of(p.shard->offset(), p.whole), im.tensors, im.metadata, before_commit);
   p.snapshot = stamp;
 }
@@ -233,6 +236,7 @@ void ShardPartitions::pump() {
   for (auto& [r, p] : parts_) {
     files->push_back({path_of(p.shard->offset(), p.whole), p.shard->image(/*copy=*/true)});
     files->back().image.metadata["snapshot"] = std::to_string(taken_ + 1);  // (what the journal's records are against)
+    files->back().image.metadata["run"] = run_;
   }
   if (!writer_) writer_ = std::make_unique<BackgroundTask>();
   // One modelled write of the whole range, held before the first file is renamed into place.
@@ -263,7 +267,8 @@ void ShardPartitions::make_reserve_durable(ParameterShard& shard) {
 
 std::string ShardPartitions::journal_path() const { return fmt::format("{}/shard_{}.members", dir_, shard_); }
 
-void ShardPartitions::record_join(const ParameterShard& p, int worker, int64_t clock, int64_t samples, int64_t pushed) {
+bool ShardPartitions::record_join(const ParameterShard& p, int worker, int64_t clock, int64_t samples, int64_t pushed) {
+  SYN_CHECK(p.joins_at_once(), "a membership record of a join that a rule may hold", "this is a bug");
   MemberEvent e;
   e.offset = p.offset();
   e.join = true;
@@ -271,26 +276,38 @@ void ShardPartitions::record_join(const ParameterShard& p, int worker, int64_t c
   e.clock = clock;
   e.samples = samples;
   e.pushed = pushed;
-  record(e);
+  return record(e);
 }
 
-void ShardPartitions::record_finish(int worker, bool still_reading) {
+bool ShardPartitions::record_finish(int worker, bool still_reading) {
   MemberEvent e;
   e.worker = worker;
   e.reading = still_reading;
-  record(e);
+  return record(e);
 }
 
-void ShardPartitions::record(MemberEvent e) {
+bool ShardPartitions::record(MemberEvent e) {
   SYN_CHECK(background(), "a membership record without background checkpoints", "this is a bug");
+  // A resent request, recorded and not yet covered by a commit, is not recorded again (no fsync, no
+  // snapshot asked for): its re-delivery would be the same. (The latest of the worker's records only:
+  // a FINISH between two equal joins must stay between them.)
+  for (auto it = journal_.rbegin(); it != journal_.rend(); ++it)
+    if (it->worker == e.worker) {
+      if (it->same_request(e)) return true;
+      break;
+    }
   e.snapshot = covering_snapshot();  // (asks for it: a commit keeps the journal short)
   journal_.push_back(e);
   try {
     write_journal();
-  } catch (...) {
+  } catch (const std::exception& x) {
     journal_.pop_back();
-    throw;
+    log::error("[server {}] membership journal '{}': {} (hint: free space or fix the permissions of '{}'; the reply "
+               "waits for a write of the state instead)",
+               shard_, journal_path(), x.what(), dir_);
+    return false;
   }
+  return true;
 }
 
 void ShardPartitions::write_journal() const {
@@ -304,7 +321,7 @@ void ShardPartitions::write_journal() const {
     records.push_back({{"snapshot", e.snapshot}, {"offset", e.offset}, {"op", e.join ? "join" : "finish"}, {"worker", e.worker},
                        {"clock", e.clock}, {"samples", e.samples}, {"pushed", e.pushed}, {"reading", e.reading}});
   std::filesystem::create_directories(dir_);
-  write_file_atomic(journal_path(), nlohmann::json{{"shard", shard_}, {"records", records}}.dump() + "\n");
+  write_file_atomic(journal_path(), nlohmann::json{{"shard", shard_}, {"run", run_}, {"records", records}}.dump() + "\n");
 }
 
 void ShardPartitions::trim_journal() {
@@ -327,6 +344,12 @@ void ShardPartitions::replay_journal(double now_s) {
   try {
     const nlohmann::json j = nlohmann::json::parse(text);
     SYN_CHECK(j.at("shard").get<int>() == shard_, fmt::format("'{}' is shard {}'s", path, j.at("shard").get<int>()), hint);
+    if (j.value("run", std::string()) != run_) {  // another run's (the checkpoint files came from elsewhere)
+      log::warn("[server {}] '{}' belongs to run '{}', the checkpoint files to run '{}': not re-delivered, removed", shard_,
+                path, j.value("run", std::string()), run_);
+      std::filesystem::remove(path, ec);
+      return;
+    }
     for (const auto& r : j.at("records")) {
       MemberEvent e;
       e.snapshot = r.at("snapshot");
@@ -359,7 +382,7 @@ void ShardPartitions::replay_journal(double now_s) {
     }
   }
   journal_ = std::move(records);  // (dropped once a snapshot after the restore covers them)
-  taken_ = committed_ = newest;
+  taken_ = newest;  // (new snapshots are numbered above every record; committed_ stays the newest file's)
   for (auto& [r, p] : parts_) make_reserve_durable(*p.shard);  // (a join re-delivered may have granted)
   if (redelivered > 0)
     log::info("[server {}] re-delivered {} join(s) and FINISH(es) of the membership journal over the checkpoint", shard_,
@@ -409,6 +432,7 @@ int ShardPartitions::load(double now_s) {
     p.last_checkpoint = shard->updates();
     p.shard = std::move(shard);
     p.whole = whole;
+    if (run_.empty() && metadata.count("run")) run_ = metadata.at("run");
     try {
       p.snapshot = metadata.count("snapshot") ? std::stoll(metadata.at("snapshot")) : 0;
     } catch (const std::exception&) {

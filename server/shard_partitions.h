@@ -90,11 +90,13 @@ class ShardPartitions {
   // which it asks for); a restore re-delivers, over each partition's file, the requests recorded
   // after the snapshot that file holds, in order (a join or a FINISH arriving again, which the
   // protocol answers anyway: a worker resends both), and a commit drops the records it covers.
-  // The changes a push makes (a BSP joiner admitted with its round, a worker back) are not recorded:
-  // their replies still wait for the write (ps_server). Throws syncopate::Error, naming the file, if
-  // the record cannot be written: the reply must not leave then.
-  void record_join(const ParameterShard& p, int worker, int64_t clock, int64_t samples, int64_t pushed);
-  void record_finish(int worker, bool still_reading);
+  // Joins are recorded only where they are answered at once (ParameterShard::joins_at_once: ASP); a
+  // BSP or SSP join's reply still waits for the write, as do the changes a push makes (a BSP joiner
+  // admitted with its round, a worker back) (ps_server). A record identical to one not yet covered
+  // (a resent request) is not written again. Returns false, logging the file and the error, if the
+  // record cannot be written: the reply must then wait for a write of the state instead.
+  bool record_join(const ParameterShard& p, int worker, int64_t clock, int64_t samples, int64_t pushed);
+  bool record_finish(int worker, bool still_reading);
   size_t journal_size() const { return journal_.size(); }  // records not yet covered by a committed snapshot
   // Loads every partition file of this shard from the checkpoint directory (removing the temporary
   // files of a write a kill cut short), then re-delivers the membership journal's requests that a
@@ -121,6 +123,10 @@ class ShardPartitions {
   // One record of the membership journal: a join (INIT join = 2 of the part at `offset`) or a FINISH
   // (every part: offset -1), and the snapshot that will hold it.
   struct MemberEvent {
+    bool same_request(const MemberEvent& o) const {
+      return offset == o.offset && join == o.join && worker == o.worker && clock == o.clock && samples == o.samples &&
+             pushed == o.pushed && reading == o.reading;
+    }
     int64_t snapshot = 0;
     int64_t offset = -1;
     bool join = false;
@@ -129,8 +135,12 @@ class ShardPartitions {
     bool reading = false;                         // FINISH still reading
   };
   std::vector<MemberEvent> journal_;
+  // The run these files belong to (made with the first partition, saved in every file and in the
+  // journal): a journal of another run (a directory restored from elsewhere beside a leftover one) is
+  // not re-delivered (helper-20).
+  std::string run_;
   std::string journal_path() const;
-  void record(MemberEvent e);
+  bool record(MemberEvent e);
   void write_journal() const;  // the records held, whole or not at all, fsync'ed (none: the file removed)
   void trim_journal();         // after a commit: the records it covers are dropped
   void replay_journal(double now_s);

@@ -546,6 +546,59 @@ TEST(PsElastic, ALateReplyToAResentJoinIsNeverTakenForAPushs) {
   EXPECT_TRUE(got.equal(torch::tensor({3.0f, 5.0f}))) << "the pushes took values " << got;
 }
 
+// Background checkpoints: the membership journal answers an ASP join at once, but under BSP a join's
+// outcome depends on the rounds (a joiner counted at once when the rounds passed its clock would be a
+// joiner waiting for its round if re-delivered over an older snapshot, and its pushes refused:
+// helper-20), so a BSP join's reply still waits for the write of the state that holds it, and nothing
+// is recorded.
+TEST(PsElastic, UnderBspAJoinStillWaitsForTheWriteOfTheState) {
+  for (const std::string consistency : {"asp", "bsp"}) {
+    SCOPED_TRACE(consistency);
+    PsConfig pc;
+    pc.consistency = consistency;
+    test::TempDir d;
+    ServerConfig sc;
+    sc.encrypt = "off";
+    sc.checkpoint_dir = d.str("ck"), sc.checkpoint_background = true, sc.checkpoint_s = 0.6;
+    test::InProcessServer server(sc, pc, "job");
+    zmq::context_t ctx;
+    zmq::socket_t s = server.dealer(ctx);
+    auto reply = [&] {
+      std::vector<zmq::message_t> frames;
+      EXPECT_TRUE(zmq::recv_multipart(s, std::back_inserter(frames)));
+      return frames.empty() ? MsgHeader{} : decode_reply(frames[0].data(), frames[0].size());
+    };
+    MsgHeader ask = elastic_init(1, 2);
+    ask.join = 1;
+    send_request(s, ask, {1.0f, 1.0f});
+    const MsgHeader asked = reply();
+    // The partition's creation is written first (once, at the job's start): wait for it.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+    MsgHeader join = elastic_init(1, 2);
+    join.join = 2;
+    join.clock = asked.clock;
+    const auto t0 = std::chrono::steady_clock::now();
+    send_request(s, join, {});
+    const MsgHeader joined = reply();
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(joined.type, static_cast<int>(MsgType::kOk)) << joined.text;
+    EXPECT_EQ(joined.join, 2);
+    const auto stats = [&] {
+      MsgHeader q;
+      q.type = static_cast<int>(MsgType::kStats);
+      send_request(s, q, {});
+      return nlohmann::json::parse(reply().text);
+    }();
+    if (consistency == "asp") {
+      EXPECT_LT(waited, 0.4) << "an ASP join waited for a write of the state";
+      EXPECT_EQ(stats["membership_records"].get<int64_t>(), 1) << stats.dump();
+    } else {
+      EXPECT_GE(waited, 0.5) << "a BSP join was answered before a write of the state held it";
+      EXPECT_EQ(stats["membership_records"].get<int64_t>(), 0) << stats.dump();
+    }
+  }
+}
+
 // helper-28's second gap (protocol 11) on real servers over real sockets, as the shard test above
 // plays it on two ParameterShards: two BSP servers, each one part of the same layout, B expiring a
 // silent worker after 1 s and A after 600 s. Worker 0's push of round 0 is applied on B and held on

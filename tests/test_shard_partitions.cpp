@@ -312,6 +312,8 @@ TEST(ShardPartitions, TheMembershipJournalRedeliversTheJoinsAndFinishesAWriteDid
       parts.record_join(shard, w, 0, 4, -1);
     }
     EXPECT_EQ(parts.journal_size(), 2u);
+    EXPECT_TRUE(parts.record_join(shard, 1, 0, 4, -1));  // a resent join, not covered yet: not recorded again
+    EXPECT_EQ(parts.journal_size(), 2u);
     for (int64_t c = 0; c < 3; ++c) push(shard, 0, c), push(shard, 1, c);
     ASSERT_TRUE(wait_committed(parts, parts.covering_snapshot()));
     EXPECT_EQ(parts.journal_size(), 0u) << "a commit keeps the records it covers";
@@ -346,12 +348,26 @@ TEST(ShardPartitions, TheMembershipJournalRedeliversTheJoinsAndFinishesAWriteDid
   restore_and_check(false);  // (without it, both are gone: the journal is what holds them)
   // A record the file holds (its snapshot number is not above the file's) is not re-delivered: a
   // FINISH of worker 0 for snapshot 1 leaves worker 0 a member of the restored part.
-  write_file_atomic(d.str("ck/shard_0.members"),
-                    R"({"shard":0,"records":[{"snapshot":1,"offset":-1,"op":"finish","worker":0,"clock":0,"samples":0,"pushed":-1,"reading":false}]})");
+  nlohmann::json covered = nlohmann::json::parse(journal);
+  covered["records"] = nlohmann::json::parse(
+      R"([{"snapshot":1,"offset":-1,"op":"finish","worker":0,"clock":0,"samples":0,"pushed":-1,"reading":false},
+          {"snapshot":99,"offset":-1,"op":"finish","worker":1,"clock":0,"samples":0,"pushed":-1,"reading":false}])");
+  write_file_atomic(d.str("ck/shard_0.members"), covered.dump());
   {
     ShardPartitions restored(cfg, 0, d.str("ck"), 1 << 30, true, 0);
     ASSERT_EQ(restored.load(0), 1);
     EXPECT_TRUE(restored.at(push_of(0, 0, 2, 0)).member(0));
+    EXPECT_FALSE(restored.at(push_of(0, 0, 2, 0)).member(1)) << "(the record after the file's snapshot)";
+  }
+  // A journal of another run (checkpoint files brought from elsewhere beside it) is not re-delivered.
+  nlohmann::json other = nlohmann::json::parse(journal);
+  other["run"] = "another run";
+  write_file_atomic(d.str("ck/shard_0.members"), other.dump());
+  {
+    ShardPartitions restored(cfg, 0, d.str("ck"), 1 << 30, true, 0);
+    ASSERT_EQ(restored.load(0), 1);
+    EXPECT_FALSE(restored.at(push_of(0, 0, 2, 0)).member(2));
+    EXPECT_FALSE(std::filesystem::exists(d.str("ck/shard_0.members")));
   }
   write_file_atomic(d.str("ck/shard_0.members"), journal.substr(0, journal.size() / 2));
   {
