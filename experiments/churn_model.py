@@ -720,8 +720,11 @@ def scenario_costs(a, config):
          "shard_up": 0.0 if ring else a.shard_up_s}
     c["U_back"] = c["U_join"] = a.startup_s + (transfer_state if ring else transfer_params)
     if not ring:  # server.checkpoint_background: a join and a FINISH wait for the shards' writes that hold them
-        for k in ("U0", "U_back", "U_join"):
-            c[k] += getattr(a, "ps_join_writes", 0.0) * a.checkpoint_s
+        joins = getattr(a, "ps_join_writes", 0.0)
+        start = getattr(a, "ps_start_writes", None)
+        c["U0"] += (joins if start is None else start) * a.checkpoint_s
+        for k in ("U_back", "U_join"):
+            c[k] += joins * a.checkpoint_s
         c["tail"] += getattr(a, "ps_exit_writes", 0.0) * a.checkpoint_s
     if config == "ring_restart":
         c["U0"] = a.startup_s
@@ -937,6 +940,9 @@ def main(argv=None):
     sc.add_argument("--ps-join-writes", type=float, default=0.0, help="ps configurations: a node's start (its join) waits "
                     "for this many shard checkpoint writes of --checkpoint-s (server.checkpoint_background makes a join "
                     "durable before its reply; measured on the emulated cluster: docs/PERFORMANCE.md)")
+    sc.add_argument("--ps-start-writes", type=float, default=None, help="ps configurations: the job's first nodes' "
+                    "start waits for this many shard writes (default: --ps-join-writes; with the membership journal only "
+                    "the write of the shards' creation, once per job)")
     sc.add_argument("--ps-exit-writes", type=float, default=0.0, help="ps configurations: a node's exit (its FINISH to "
                     "every shard) waits for this many shard checkpoint writes of --checkpoint-s")
     sc.add_argument("--shard-up-s", type=float, default=5.0, help="a shard from its host's relaunch to serving again "
