@@ -31,7 +31,7 @@ for arm in ARMS:
                 snaps=[s.get("checkpoint_snapshots", 0) for s in srv], syncw=[s.get("checkpoint_sync_writes", 0) for s in srv],
                 recs=[s.get("membership_records", "-") for s in srv])
 configs = ["ps_asp", "ps_async_local_sgd"]
-print("| configuration | seed | J | C | J - C | previous A | J - previous A | events J / C | end, s J / C | final loss J / C | shard writes J: background (request path) |")
+print("| configuration | seed | J | C | J - C | previous A | J - previous A | events J / C | end, s J / C | final loss J / C | shard writes J: background (final write at the job's end) |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 summ = {}
 for c in configs:
