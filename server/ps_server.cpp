@@ -18,6 +18,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "common/monotonic_clock.h"
 #include "common/atomic_file.h"
 #include "common/check.h"
 #include "common/crash_point.h"
@@ -53,9 +54,7 @@ struct PsServer::Impl {
   std::set<int> traced_workers;
   static constexpr int kWorkerTrack = 1000;  // worker w's track: kWorkerTrack + w
 
-  static double now() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  }
+  static double now() { return monotonic_seconds(); }
 
   Impl(const ServerConfig& s, const PsConfig& p, const std::string& tok)
       : scfg(s),

@@ -7,6 +7,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "common/monotonic_clock.h"
 #include "common/check.h"
 #include "server/ps_keys.h"
 #include "server/ps_protocol.h"
@@ -14,9 +15,7 @@
 namespace syncopate {
 namespace {
 
-double wall_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double wall_seconds() { return monotonic_seconds(); }
 
 // STATS of one shard over a DEALER of its own; throws syncopate::Error naming what went wrong.
 nlohmann::json shard_stats(zmq::context_t& ctx, const std::string& endpoint, const StatusOptions& o) {

@@ -15,12 +15,11 @@
 #include "common/comm/ring_membership.h"
 #include "common/comm/transport/tcp_connection.h"
 #include "common/log.h"
+#include "common/monotonic_clock.h"
 
 namespace syncopate {
 namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return monotonic_seconds(); }
 constexpr double kHandshake_s = 10;  // a connection that does not prove the token and say hello within this is dropped
 constexpr int kMaxNodes = 1 << 16;   // a hello past this (nnodes, min_nodes) is dropped: no job is that large
 }  // namespace
