@@ -523,7 +523,10 @@ void PsServer::run(const std::function<void(const std::string&)>& on_listening,
   }
   // The last replies (FINISH's, SHUTDOWN's) are still in the delay line: let them leave first.
   if (impl_->delay) impl_->delay->flush(2 * impl_->scfg.latency_ms / 1e3 + 2.0);
-  watch.stop();  // (the delay line's thread is gone: this thread owns the ROUTER again)
+  watch.failing();  // (the events so far, for the count below)
+  watch.stop();     // (the delay line's thread is gone: this thread owns the ROUTER again)
+  log::info("[server {}] connections: {} handshake(s) completed, {} failed", impl_->scfg.shard, watch.successes(),
+            watch.failures());
   log::info("[server {}] stats {}", impl_->scfg.shard, impl_->stats());
 }
 

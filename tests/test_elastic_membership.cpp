@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <map>
 #include <set>
@@ -910,6 +911,13 @@ TEST(PsElastic, ANodeJoinsARunningBspJobAndAPreemptedOneLeaves) {
   EXPECT_NE(s0.find("worker 2 joins"), std::string::npos) << s0;
   EXPECT_NE(s0.find("worker 1 finished"), std::string::npos) << s0;
   EXPECT_NE(s0.find("failed the handshake"), std::string::npos) << "the stranger, logged by the server: " << s0;
+  // The exit's count of connections: the nodes' completed, the stranger's failed.
+  const auto conn = s0.rfind("connections: ");
+  ASSERT_NE(conn, std::string::npos) << s0;
+  int completed = 0, failed = 0;
+  ASSERT_EQ(std::sscanf(s0.c_str() + conn, "connections: %d handshake(s) completed, %d failed", &completed, &failed), 2) << s0;
+  EXPECT_GE(completed, 3);
+  EXPECT_GE(failed, 1);
   const auto stats_at = s0.rfind("stats {");
   ASSERT_NE(stats_at, std::string::npos) << s0;
   const auto stats = nlohmann::json::parse(s0.substr(stats_at + 6, s0.find('\n', stats_at) - stats_at - 6));
