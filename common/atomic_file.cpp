@@ -46,8 +46,12 @@ void AtomicFile::write(const void* data, size_t n) {
 }
 
 void AtomicFile::commit() {
+  // Recovery tests: a kill before the rename of the process's n-th commit. Counted over all of its
+  // threads: where background writers commit beside the request or training thread (a shard's journal
+  // and reserve records beside its snapshots), n depends on their interleaving, so a test that names a
+  // commit runs one writer (helper-18).
   static std::atomic<int64_t> commits{0};
-  crash_point("atomic_file", "commit", ++commits);  // recovery tests: a kill before the rename
+  crash_point("atomic_file", "commit", ++commits);
   SYN_CHECK(::fsync(fd_) == 0, fmt::format("fsync '{}' failed: {}", tmp_, std::strerror(errno)), "check the disk");
   ::close(fd_);
   fd_ = -1;
