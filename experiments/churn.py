@@ -1097,6 +1097,25 @@ def definitions(s):
     ]
 
 
+def node_phases(r):
+    """Where a run's present time went at its edges (the study tables' start-up and tail): each node's start-up,
+    its launch to its first step (the nodes that started the job, logged step 1 and ran to the end), and each
+    node's tail, its last step to its exit (every incarnation that exited), seconds, from a churn.json run."""
+    starts, tails = [], []
+    for i in r["incarnations"]:
+        f = os.path.join(r["dir"], f"node{i['node']}", "metrics.jsonl")
+        if not os.path.exists(f):
+            continue
+        steps = [json.loads(line) for line in open(f) if '"loss"' in line]
+        if not steps:
+            continue
+        if i["inc"] == 0 and steps[0]["step"] == 1 and i["ended_by"] == "exit":
+            starts.append(steps[0]["unix_s"] - i["start_unix"])
+        if i["end_unix"] and i["ended_by"] == "exit":
+            tails.append(i["end_unix"] - steps[-1]["unix_s"])
+    return starts, tails
+
+
 def reliability(runs):
     """The events of every churn run together (issue 30's "200 consecutive events"): what happened, what
     survived, hangs, and the exactly-once checks; each failure by name."""

@@ -418,6 +418,13 @@ void send_request(zmq::socket_t& s, MsgHeader h, const std::vector<float>& data)
   if (!data.empty()) s.send(zmq::buffer(data), zmq::send_flags::none);
 }
 
+// The next reply on a raw DEALER, decoded (an empty header if none came).
+MsgHeader receive_reply(zmq::socket_t& s) {
+  std::vector<zmq::message_t> frames;
+  EXPECT_TRUE(zmq::recv_multipart(s, std::back_inserter(frames)));
+  return frames.empty() ? MsgHeader{} : decode_reply(frames[0].data(), frames[0].size());
+}
+
 // helper-28's third gap (protocol 11). A join = 2 resent while the server was slow to answer gets two
 // replies; the second, late one must never be taken for the reply of the worker's first push (its
 // clock can be the push's: a part whose rounds passed the join clock counts the worker from its own).
@@ -440,11 +447,7 @@ TEST(PsElastic, ALateReplyToAResentJoinIsNeverTakenForAPushs) {
     zmq::context_t ctx;
     zmq::socket_t s = server.dealer(ctx);
     auto request = [&](const MsgHeader& h, const std::vector<float>& data) { send_request(s, h, data); };
-    auto reply = [&] {
-      std::vector<zmq::message_t> frames;
-      EXPECT_TRUE(zmq::recv_multipart(s, std::back_inserter(frames)));
-      return frames.empty() ? MsgHeader{} : decode_reply(frames[0].data(), frames[0].size());
-    };
+    auto reply = [&] { return receive_reply(s); };
     MsgHeader ask = elastic_init(1, 2);
     ask.join = 1;
     request(ask, {1.0f, 1.0f});
@@ -564,11 +567,7 @@ TEST(PsElastic, UnderBspAJoinStillWaitsForTheWriteOfTheState) {
     test::InProcessServer server(sc, pc, "job");
     zmq::context_t ctx;
     zmq::socket_t s = server.dealer(ctx);
-    auto reply = [&] {
-      std::vector<zmq::message_t> frames;
-      EXPECT_TRUE(zmq::recv_multipart(s, std::back_inserter(frames)));
-      return frames.empty() ? MsgHeader{} : decode_reply(frames[0].data(), frames[0].size());
-    };
+    auto reply = [&] { return receive_reply(s); };
     MsgHeader ask = elastic_init(1, 2);
     ask.join = 1;
     send_request(s, ask, {1.0f, 1.0f});

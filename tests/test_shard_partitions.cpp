@@ -33,6 +33,13 @@ MsgHeader init_of(int64_t offset, int64_t length, int64_t partition, int workers
 MsgHeader push_of(int worker, int64_t offset, int64_t length, int64_t clock) {
   return test::push_header(worker, clock, clock, length, offset);
 }
+// ASP with workers that never time out during a test.
+PsConfig asp_config() {
+  PsConfig cfg;
+  cfg.consistency = "asp";
+  cfg.worker_timeout_s = 1000;
+  return cfg;
+}
 }  // namespace
 
 TEST(PsClient, PartBoundsCutEachShardIntoTheFewestNearEqualPieces) {
@@ -291,9 +298,7 @@ TEST(ShardPartitions, BackgroundCheckpointsWriteTheirSnapshotAndCommitAtTheEndOf
 // (another run's) is removed.
 TEST(ShardPartitions, TheMembershipJournalRedeliversTheJoinsAndFinishesAWriteDidNotHold) {
   test::TempDir d;
-  PsConfig cfg;
-  cfg.consistency = "asp";
-  cfg.worker_timeout_s = 1000;
+  const PsConfig cfg = asp_config();
   std::vector<float> v(2, 0.0f), g(2, 1.0f);
   MsgHeader h = init_of(0, 2, 0, 2);
   h.elastic = true;
@@ -387,9 +392,7 @@ TEST(ShardPartitions, TheMembershipJournalRedeliversTheJoinsAndFinishesAWriteDid
 // granted, and only because of the record. A damaged record is refused by name.
 TEST(ShardPartitions, TheGrantReserveRecordKeepsARestoreFromGrantingASampleTwice) {
   test::TempDir d;
-  PsConfig cfg;
-  cfg.consistency = "asp";
-  cfg.worker_timeout_s = 1000;
+  const PsConfig cfg = asp_config();
   std::vector<float> v(2, 0.0f), g(2, 1.0f);
   int64_t newest_grant = -1;
   {

@@ -56,22 +56,9 @@ print("problems:", bad)
 print("runs:", len(rows), "max overrun share", max((v["over"] for v in rows.values()), default=None),
       "max cpu", max((v["cpu"] for v in rows.values()), default=None))
 
-# Where the present time went: each node's start-up (its launch to its first step, the nodes that
-# started the job and logged step 1) and tail (its last step to its exit), per arm, mean over runs.
-def phases(r):
-    starts, tails = [], []
-    for i in r["incarnations"]:
-        f = os.path.join(r["dir"], f"node{i['node']}", "metrics.jsonl")
-        if not os.path.exists(f):
-            continue
-        steps = [json.loads(line) for line in open(f) if '"loss"' in line]
-        if not steps:
-            continue
-        if i["inc"] == 0 and steps[0]["step"] == 1 and i["ended_by"] == "exit":
-            starts.append(steps[0]["unix_s"] - i["start_unix"])
-        if i["end_unix"] and i["ended_by"] == "exit":
-            tails.append(i["end_unix"] - steps[-1]["unix_s"])
-    return starts, tails
+# Where the present time went: each node's start-up and tail, per arm, mean over runs (churn.node_phases).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "experiments"))
+from churn import node_phases as phases  # noqa: E402
 
 
 print()
