@@ -376,8 +376,18 @@ void ShardPartitions::replay_journal(double now_s) {
     newest = std::max(newest, e.snapshot);
     for (auto& [r, p] : parts_) {
       if (p.snapshot >= e.snapshot || (e.join && r.first != e.offset)) continue;  // the file holds it, or another part's
-      if (e.join) p.shard->join(e.worker, e.clock, e.samples, now_s, nullptr, e.pushed);
-      else p.shard->finish(e.worker, e.reading);
+      SYN_CHECK(!e.join || p.shard->joins_at_once(),
+                fmt::format("'{}' holds a join of worker {} to a part whose rule may hold it ({})", path, e.worker,
+                            p.shard->consistency()),
+                "only ASP joins are recorded: the journal was written by another build or edited; " + hint);
+      try {
+        if (e.join) p.shard->join(e.worker, e.clock, e.samples, now_s, nullptr, e.pushed);
+        else p.shard->finish(e.worker, e.reading);
+      } catch (const Error& x) {
+        SYN_FAIL(fmt::format("'{}': re-delivering worker {}'s {} refused: {}", path, e.worker, e.join ? "join" : "FINISH",
+                             x.what()),
+                 hint);
+      }
       ++redelivered;
     }
   }
