@@ -1097,6 +1097,12 @@ def definitions(s):
     ]
 
 
+def load_runs(runs_dir, name):
+    """The runs of one invocation (RUNS_DIR/NAME/churn.json), or none where it is absent (the study tables)."""
+    p = os.path.join(runs_dir, name, "churn.json")
+    return json.load(open(p))["runs"] if os.path.exists(p) else []
+
+
 def node_phases(r):
     """Where a run's present time went at its edges (the study tables' start-up and tail): each node's start-up,
     its launch to its first step (the nodes that started the job, logged step 1 and ran to the end), and each

@@ -79,6 +79,15 @@ struct PsServer::Impl {
   // right after their INIT); an elastic job's joins wait for it.
   std::map<int64_t, int64_t> part_need;
 
+  // Background checkpoints: `worker`'s replies from `shard` wait for the write that holds the
+  // partition's creation, while it is not committed (part_need).
+  void wait_for_creation(const ParameterShard& shard, int worker) {
+    const auto p = part_need.find(shard.offset());
+    if (p == part_need.end() || p->second <= parts.committed()) return;
+    int64_t& need = durable_need[{worker, shard.offset()}];
+    need = std::max(need, p->second);
+  }
+
   // What `worker`'s next reply from `shard` acknowledges is durable before it leaves: written now
   // (synchronous checkpoints) or held for the snapshot that will hold it (background).
   void durable_before_reply(ParameterShard& shard, int worker) {
@@ -274,10 +283,7 @@ struct PsServer::Impl {
             // write of the state that holds the join, as without the journal.
             if (parts.background() && shard.joins_at_once() &&
                 parts.record_join(shard, h.worker, h.clock, h.samples, h.pushed)) {
-              if (auto p = part_need.find(shard.offset()); p != part_need.end() && p->second > parts.committed()) {
-                int64_t& need = durable_need[{h.worker, shard.offset()}];
-                need = std::max(need, p->second);
-              }
+              wait_for_creation(shard, h.worker);
             } else if (!parts.background() || shard.membership_epoch() != epoch || !durable_need.count({h.worker, shard.offset()})) {
               // (Background: a resent join that changed nothing waits for the write its first copy waits
               // for, not a newer one: resends every 5 s must not chase the writes.)
@@ -296,10 +302,7 @@ struct PsServer::Impl {
           parts.seen(h.worker, now());
           remember(h.worker, id);
           parts.make_reserve_durable(shard);
-          if (auto p = part_need.find(shard.offset()); p != part_need.end() && !shard.elastic() && p->second > parts.committed()) {
-            int64_t& need = durable_need[{h.worker, shard.offset()}];
-            need = std::max(need, p->second);
-          }
+          if (!shard.elastic()) wait_for_creation(shard, h.worker);
           reply_params(shard, h.worker, -1, /*own=*/true);
           return true;
         }

@@ -12,10 +12,12 @@ R = sys.argv[1] if len(sys.argv) > 1 else "runs"
 ARMS = {"jnl_j": "J: background, shards checkpoint, journal", "jnl_c": "C: background, shards write none",
         "csv_bg": "previous A: background, shards checkpoint, joins and FINISH wait for a write"}
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "experiments"))
+from churn import load_runs, node_phases as phases  # noqa: E402
+
 
 def load(name):
-    p = f"{R}/{name}/churn.json"
-    return json.load(open(p))["runs"] if os.path.exists(p) else []
+    return load_runs(R, name)
 
 
 rows = {}
@@ -59,8 +61,6 @@ print("runs:", len(mine), "max overrun share", max((v["over"] for v in mine), de
 
 
 # Where the present time went: each node's start-up and tail, per arm, mean over runs (churn.node_phases).
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "experiments"))
-from churn import node_phases as phases  # noqa: E402
 
 
 print()

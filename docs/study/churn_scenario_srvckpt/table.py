@@ -10,10 +10,12 @@ R = sys.argv[1] if len(sys.argv) > 1 else "runs"
 ARMS = {"bg": "A: background, shards checkpoint", "ctl": "C: background, shards write none",
         "sync": "B: synchronous, shards checkpoint"}
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "experiments"))
+from churn import load_runs, node_phases as phases  # noqa: E402
+
 
 def load(name):
-    p = f"{R}/{name}/churn.json"
-    return json.load(open(p))["runs"] if os.path.exists(p) else []
+    return load_runs(R, name)
 
 
 rows = {}
@@ -57,8 +59,6 @@ print("runs:", len(rows), "max overrun share", max((v["over"] for v in rows.valu
       "max cpu", max((v["cpu"] for v in rows.values()), default=None))
 
 # Where the present time went: each node's start-up and tail, per arm, mean over runs (churn.node_phases).
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "experiments"))
-from churn import node_phases as phases  # noqa: E402
 
 
 print()
