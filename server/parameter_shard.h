@@ -168,6 +168,7 @@ class ParameterShard {
   int64_t updates() const { return updates_; }
   const std::string& consistency() const { return cfg_.consistency; }
   int64_t dropped() const { return dropped_; }  // BSP with backup workers: late gradients dropped
+  int64_t duplicates() const { return duplicates_; }  // pushes answered as duplicates (a resend, a clock already applied)
   int64_t rejected() const { return rejected_; }  // pushes refused: non-finite, or above ps.max_grad_norm
   static constexpr int64_t kMaxShardLength = int64_t{1} << 36;  // elements (256 GiB of float32)
 

@@ -45,6 +45,13 @@ struct SimConfig {
                                  // the model where softmax tails underflow into denormals, which made gradients ~1.8x
                                  // slower (docs/PERFORMANCE.md); flushing them is faster but no longer bit for bit
                                  // what the workers (which do not flush) compute
+  std::string churn;             // membership events of an elastic parameter-server job (dist.mode=ps, dist.elastic):
+                                 // "kill9@T:W:D,sigterm@T:W:D,join@T:W", T and D seconds, W a worker id
+                                 // (experiments/sim/churn_schedule.h); empty = none
+  double start_s = 0;            // modelled seconds from a worker process's launch to its first step (start-up, INIT and
+                                 // join round trips; experiments/churn.py measures it on the emulated cluster): every
+                                 // worker launches at 0, and a restarted or joining one joins start_s after its launch;
+                                 // 0 = none (the first workers step at once)
 
   template <class V>
   void fields(V& v) {
@@ -65,6 +72,8 @@ struct SimConfig {
     v("memory_gb", memory_gb, "refuse runs estimated above this many GiB (0 = 80% of available)", 0.0, 1e6);
     v("target_loss", target_loss, "> 0: end the run when worker 0's validation loss reaches this", 0.0, 1e6);
     v("time_limit_s", time_limit_s, "> 0: end the run when the simulated clock passes this, seconds", 0.0, 1e9);
+    v("churn", churn, "membership events of an elastic ps job: kill9@T:W:D, sigterm@T:W:D, join@T:W (empty = none)");
+    v("start_s", start_s, "seconds from a worker's launch to its first step (restarts and joiners too)", 0.0, 1e6);
     v("flush_denormal", flush_denormal, "flush denormal floats to zero (faster; not bit for bit the workers' numerics)");
   }
 

@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "common/outer_optimizer.h"
 #include "common/text/tokenizer.h"
+#include "experiments/sim/churn_schedule.h"
 #include "experiments/sim/event_queue.h"
 #include "experiments/sim/network_model.h"
 #include "model/flat_parameters.h"
@@ -100,8 +101,15 @@ Mode mode_of(const RunConfig& run) {
 }
 
 struct Event {
-  enum Kind : uint8_t { kComputeDone, kPushArrive, kReplyArrive, kSyncDone, kFinishArrive, kPushRelease } kind = kComputeDone;
+  enum Kind : uint8_t {
+    kComputeDone, kPushArrive, kReplyArrive, kSyncDone, kFinishArrive, kPushRelease,
+    kChurn,   // sim.churn's event number `worker`
+    kLaunch,  // churn: worker `worker`'s process starts (a restart or a joiner); it joins sim.start_s later
+    kJoin,    // churn: worker `worker` joins the job (INIT join = 1 then 2 on every part)
+    kExpire,  // churn: the shards count out the workers silent for ps.worker_timeout_s
+  } kind = kComputeDone;
   int worker = -1, shard = -1;
+  int incarnation = 0;  // the worker's process it belongs to: an event of a process that is gone is dropped
   int64_t clock = 0, param_version = 0;
   double lr = 0;
   at::Tensor data;  // kPushArrive / kPushRelease: the pushed slice, held while in flight (or until it leaves)
@@ -127,6 +135,20 @@ struct Worker {
   double stale_sum = 0, began = 0, computed = 0, modelled = 0, loss = 0, grad_norm = 0, lr = 0, wire = 0;
   int64_t round = -1;                // ps: the smallest round of this step's replies (BSP; -1 otherwise)
   bool done = false;
+  // Elastic membership (dist.elastic; sim.churn):
+  bool alive = true;                 // its process is up (false: killed, left, or a joiner not launched yet)
+  bool joining = false;              // it waits for its join's replies (INIT join = 2 on every part)
+  bool leaving = false;              // a SIGTERM came: it leaves at its next step boundary
+  double restart_delay_s = 0;        // after it left (SIGTERM), its process is started again this much later
+  std::vector<char> join_owed;       // per part: its join's reply is still to come from there
+  int incarnation = 0;               // its processes so far (events of an earlier one are dropped)
+  int64_t join_clock = 0;            // the clock its join named (local SGD: a round)
+  int64_t grant = -1;                // elastic: the first sample of its next step (local SGD: round), from the first part
+  int64_t step_data = -1;            // elastic: the first sample of its current step (logged as data_position)
+  double launched = 0;               // when its current process was launched
+  double lifetime = 0;               // seconds its ended processes were up
+  at::Tensor saved_m, saved_v;       // local SGD: the inner AdamW state a restart resumes (its checkpoint)
+  int64_t saved_steps = 0;
   std::string path, log;  // metrics.jsonl and the lines not yet written to it
 };
 
@@ -134,7 +156,9 @@ class Simulation {
  public:
   Simulation(const RunConfig& run, const PsConfig& ps, const SimConfig& sim, const std::string& out, bool verbose)
       : run_(run), ps_(ps), sim_(sim), out_(out), verbose_(verbose), mode_(mode_of(run)),
+        churn_(parse_churn_schedule(sim.churn, sim.workers)),
         n_(static_cast<int>(sim.workers)), k_(mode_.ring ? 0 : static_cast<int>(sim.shard_count())),
+        m_(n_ + static_cast<int>(churn_joins(churn_))),
         net_(link_rates(), sim.latency_us * 1e-6, sim.sharing == "fifo", link_of()) {
     if (run_.train.threads > 0) torch::set_num_threads(static_cast<int>(run_.train.threads));
     at::globalContext().setFlushDenormal(sim.flush_denormal);
@@ -171,8 +195,8 @@ class Simulation {
     const auto fp32 = at::TensorOptions().dtype(at::kFloat);
 
     const std::vector<int> slow = sim_.slow_set();
-    workers_.resize(static_cast<size_t>(n_));
-    for (int r = 0; r < n_; ++r) {
+    workers_.resize(static_cast<size_t>(m_));
+    for (int r = 0; r < m_; ++r) {
       Worker& w = workers_[static_cast<size_t>(r)];
       w.id = r;
       const bool is_slow = std::binary_search(slow.begin(), slow.end(), r);
@@ -180,13 +204,16 @@ class Simulation {
       em.slowdown = is_slow ? run_.emulate.slowdown : 1.0;
       w.pacer = std::make_unique<StepPacer>(em, static_cast<uint64_t>(run_.train.seed), r);  // the emulation's draws
       w.steps = is_slow && sim_.slow_steps > 0 ? sim_.slow_steps : run_.train.steps;
-      job_total_tokens_ += w.steps * tokens_per_step_;
+      w.alive = r < n_;  // a joiner's process is launched by its event
+      if (r < n_) job_total_tokens_ += w.steps * tokens_per_step_;
       w.path = (fs::path(out_) / fmt::format("node{}", r) / "metrics.jsonl").string();
       fs::create_directories(fs::path(w.path).parent_path());
       std::ofstream(w.path, std::ios::trunc);
       if (!mode_.ring || mode_.local_sgd) w.params = flat_->params.clone();
       if (mode_.local_sgd) w.inner = std::make_unique<FlatAdamW>(run_.optim, p_, flat_->decay_ranges(), fp32);
       if (mode_.local_sgd && !mode_.ring) w.start = flat_->params.clone();
+      if (mode_.local_sgd && !churn_.empty())  // a restart's checkpoint of the inner state; a new node's zeros
+        w.saved_m = at::zeros({p_}, fp32), w.saved_v = at::zeros({p_}, fp32);
     }
     if (mode_.ring && !mode_.local_sgd) {
       opt_ = std::make_unique<FlatAdamW>(run_.optim, p_, flat_->decay_ranges(), fp32);
@@ -204,7 +231,12 @@ class Simulation {
 
   SimResult run() {
     const auto t0 = std::chrono::steady_clock::now();
-    for (Worker& w : workers_) begin(w, 0.0);
+    for (Worker& w : workers_)
+      if (w.alive) begin(w, sim_.start_s);
+    for (size_t i = 0; i < churn_.size(); ++i) {
+      Event e = event(Event::kChurn, static_cast<int>(i));
+      queue_.push(sim_.start_s + churn_[i].t_s, std::move(e));
+    }
     int64_t total = 0;
     for (const Worker& w : workers_) total += w.steps;
     int64_t next_report = total / 10;
@@ -215,6 +247,11 @@ class Simulation {
         break;
       }
       ++result_.events;
+      // A worker's own events of a process that is gone (killed, or left) are dropped; what it sent
+      // before (a push, a FINISH on the wire) still arrives.
+      const bool own = e.kind == Event::kComputeDone || e.kind == Event::kReplyArrive || e.kind == Event::kPushRelease ||
+                       e.kind == Event::kJoin;
+      if (own && workers_[static_cast<size_t>(e.worker)].incarnation != e.incarnation) continue;
       switch (e.kind) {
         case Event::kComputeDone: compute_done(workers_[static_cast<size_t>(e.worker)], t); break;
         case Event::kPushArrive: push_arrive(e, t); break;
@@ -222,6 +259,10 @@ class Simulation {
         case Event::kSyncDone: sync_done(t); break;
         case Event::kFinishArrive: finish_arrive(e, t); break;
         case Event::kPushRelease: push_release(std::move(e), t); break;
+        case Event::kChurn: churn_event(static_cast<size_t>(e.worker), t); break;
+        case Event::kLaunch: launch(workers_[static_cast<size_t>(e.worker)], t); break;
+        case Event::kJoin: join(workers_[static_cast<size_t>(e.worker)], t); break;
+        case Event::kExpire: expire(t); break;
       }
       if (verbose_ && result_.worker_steps >= next_report) {
         log::info("[sim] {}/{} worker-steps, simulated {:.2f} s, real {:.1f} s", result_.worker_steps, total, t,
@@ -249,17 +290,20 @@ class Simulation {
     // A measured goodput scales the rates of the mode's exchange: parameter-server messages travel
     // through the model, the ring's all-reduce is ring_s's formula on rate(0).
     const double g = mode_.ring ? sim_.ring_goodput : sim_.ps_goodput;
-    const int links = sim_.colocate_servers ? n_ : n_ + k_;
+    const int links = sim_.colocate_servers ? m_ : m_ + k_;
     std::vector<double> r(static_cast<size_t>(links), g * sim_.link_gbit * 1e9 / 8);
-    for (int k = n_; k < links; ++k) r[static_cast<size_t>(k)] = g * sim_.server_gbit() * 1e9 / 8;
+    for (int k = m_; k < links; ++k) r[static_cast<size_t>(k)] = g * sim_.server_gbit() * 1e9 / 8;
     return r;
   }
-  // Endpoint -> link: workers 0..N-1 their own; shard k (endpoint N + k) its own, or node k mod N's.
+  // Endpoint -> link: workers 0..M-1 (M: with sim.churn's joiners) their own; shard k (endpoint M + k)
+  // its own, or node k mod N's (one of the first N).
   std::vector<int> link_of() const {
-    std::vector<int> l(static_cast<size_t>(n_ + k_));
-    for (int e = 0; e < n_ + k_; ++e) l[static_cast<size_t>(e)] = e < n_ || !sim_.colocate_servers ? e : (e - n_) % n_;
+    std::vector<int> l(static_cast<size_t>(m_ + k_));
+    for (int e = 0; e < m_ + k_; ++e) l[static_cast<size_t>(e)] = e < m_ || !sim_.colocate_servers ? e : (e - m_) % n_;
     return l;
   }
+  int server_endpoint(int server) const { return m_ + server; }
+  int part_endpoint(int part) const { return m_ + server_of_[static_cast<size_t>(part)]; }
   int64_t length(int k) const { return bounds_[static_cast<size_t>(k) + 1] - bounds_[static_cast<size_t>(k)]; }
   at::Tensor slice(const at::Tensor& t, int k) const {
     return t.slice(0, bounds_[static_cast<size_t>(k)], bounds_[static_cast<size_t>(k) + 1]);
@@ -287,23 +331,48 @@ class Simulation {
       h.update = mode_.local_sgd ? run_.dist.outer : "adamw";
       h.outer_lr = run_.dist.outer_lr;
       h.outer_momentum = run_.dist.outer_momentum;
-      h.outer_delay = run_.dist.outer_delay > 0 ? run_.dist.outer_delay : n_;
+      // (An elastic job's delayed Nesterov: 0, the live members at each arrival, as PsLocalSgdSync.)
+      h.outer_delay = run_.dist.outer_delay > 0                                         ? run_.dist.outer_delay
+                      : run_.dist.elastic && run_.dist.outer == "delayed_nesterov" ? 0
+                                                                                    : n_;
+      h.elastic = run_.dist.elastic;
+      h.samples = run_.dist.elastic ? samples_per_push() : 0;
       const at::Tensor values = slice(flat_->params, k).contiguous();
       ParameterShard& shard = servers_[static_cast<size_t>(server_of_[static_cast<size_t>(k)])]->init(
           h, values.data_ptr<float>(), pairs.data(), pairs.size() / 2, 0.0);
-      for (int r = 0; r < n_; ++r) {
-        shard.registered(r, 0);
-        shard.seen(r, 0.0);
-      }
+      if (!run_.dist.elastic)
+        for (int r = 0; r < n_; ++r) {
+          shard.registered(r, 0);
+          shard.seen(r, 0.0);
+        }
       shards_.push_back(&shard);
     }
-    for (Worker& w : workers_) w.version.assign(static_cast<size_t>(parts_), 0);
+    for (Worker& w : workers_) w.version.assign(static_cast<size_t>(parts_), 0), w.join_owed.assign(static_cast<size_t>(parts_), 0);
+    // An elastic job's workers join (INIT join = 1, then 2 at the largest clock) in rank order, as
+    // they would one after the other; they start with the initial values, the first part grants
+    // each its first step's samples.
+    if (run_.dist.elastic)
+      for (int r = 0; r < n_; ++r) {
+        std::vector<int> released;
+        for (ParameterShard* s : shards_) s->join(r, 0, samples_per_push(), 0.0, &released, -1);
+        SYN_CHECK(released.empty(), "a first join released a reply", "a simulator bug: report the config");
+        workers_[static_cast<size_t>(r)].grant = shards_[0]->grant(r);
+      }
+  }
+  // Elastic: the samples one push stands for (a grant's size): a step's, local SGD a round's.
+  int64_t samples_per_push() const {
+    return run_.train.batch_size * run_.train.grad_accum * (mode_.local_sgd ? mode_.every : 1);
   }
 
   void begin(Worker& w, double t) {
     w.began = t;
+    // dist.elastic: the step's first sample, from the grant (local SGD: the round's, this inner step's share)
+    if (run_.dist.elastic)
+      w.step_data = w.grant + (mode_.local_sgd ? w.step % mode_.every : 0) * run_.train.batch_size * run_.train.grad_accum;
     w.modelled = w.pacer->modelled_s(w.step);
-    queue_.push(t + w.modelled, event(Event::kComputeDone, w.id));
+    Event e = event(Event::kComputeDone, w.id);
+    e.incarnation = w.incarnation;
+    queue_.push(t + w.modelled, std::move(e));
     if (push_in_backward_) release_in_backward(w, t);
   }
 
@@ -322,6 +391,7 @@ class Simulation {
     w.wire = 0;
     for (int k = parts_ - 1; k >= 0; --k) {
       Event e = event(Event::kPushRelease, w.id, k);
+      e.incarnation = w.incarnation;
       e.clock = w.step;
       e.lr = w.lr;
       e.data = slice(flat_->grads, k).clone();
@@ -344,7 +414,7 @@ class Simulation {
     w.wire += 4.0 * static_cast<double>(length(e.shard));
     e.kind = Event::kPushArrive;
     e.param_version = w.version[static_cast<size_t>(e.shard)];
-    queue_.push(net_.send(w.id, n_ + server_of_[static_cast<size_t>(e.shard)], bytes, t), std::move(e));
+    queue_.push(net_.send(w.id, part_endpoint(e.shard), bytes, t), std::move(e));
   }
 
   // Forward and backward of worker w's batch at its current step on `params` (loaded into the
@@ -358,8 +428,11 @@ class Simulation {
     at::Tensor& y = batch_y_;
     double loss = 0;
     for (int64_t micro = 0; micro < accum; ++micro) {
-      train_->fill(WindowSampler::first_sample(w.step * samples_per_step_, micro, w.id, n_, b), b, x.data_ptr<int64_t>(),
-                   y.data_ptr<int64_t>());
+      // dist.elastic: the shards' grant (local SGD: the round's, this inner step's share of it), taken
+      // whole by the node (one replica); else replica w.id of n_'s share of the job's step.
+      const int64_t first = run_.dist.elastic ? WindowSampler::first_sample(w.step_data, micro, 0, 1, b)
+                                              : WindowSampler::first_sample(w.step * samples_per_step_, micro, w.id, n_, b);
+      train_->fill(first, b, x.data_ptr<int64_t>(), y.data_ptr<int64_t>());
       if (run_.model.dropout > 0) model_->seed_dropout(dropout_seed(run_.train.seed, w.id, w.step, micro));
       torch::Tensor l = model_->loss(x, y) / static_cast<double>(accum);
       l.backward();
@@ -508,7 +581,7 @@ class Simulation {
     std::vector<int> to(static_cast<size_t>(parts_));
     std::vector<double> bytes(static_cast<size_t>(parts_));
     for (int k = 0; k < parts_; ++k) {
-      to[static_cast<size_t>(k)] = n_ + server_of_[static_cast<size_t>(k)];
+      to[static_cast<size_t>(k)] = part_endpoint(k);
       bytes[static_cast<size_t>(k)] = 4.0 * static_cast<double>(length(k)) + kHeaderBytes;
       w.wire += 4.0 * static_cast<double>(length(k));
     }
@@ -517,6 +590,7 @@ class Simulation {
     const std::vector<double> arrive = net_.send_batch(w.id, to, bytes, t, partitioned ? &to : nullptr);
     for (int k = 0; k < parts_; ++k) {
       Event e = event(Event::kPushArrive, w.id, k);
+      e.incarnation = w.incarnation;
       e.clock = clock;
       e.param_version = w.version[static_cast<size_t>(k)];
       e.lr = lr;
@@ -534,12 +608,17 @@ class Simulation {
     h.offset = bounds_[static_cast<size_t>(e.shard)];
     h.length = length(e.shard);
     h.lr = e.lr;
+    h.samples = run_.dist.elastic ? samples_per_push() : 0;
     std::vector<int> ready;
     {
       Stopwatch sw(result_.update_s);
       ready = shards_[static_cast<size_t>(e.shard)]->push(h, e.data.data_ptr<float>(), t);
     }
-    reply(e.shard, ready, t);
+    if (e.shard == 0) ++pushes_to_first_part_;
+    // The pusher's process is gone (killed after the push left): its reply goes nowhere.
+    if (workers_[static_cast<size_t>(e.worker)].incarnation != e.incarnation)
+      ready.erase(std::remove(ready.begin(), ready.end(), e.worker), ready.end());
+    reply(e.shard, ready, t, e.worker);
     if (final_pending_ && e.shard == 0) evaluate_while_waiting(t);
   }
 
@@ -565,7 +644,21 @@ class Simulation {
   // Shard k answers the workers in `ready` (at once: their replies share its uplink): the values
   // of now go into each worker's copy (it waits, so nothing reads them before the reply lands),
   // the replies travel back.
-  void reply(int k, const std::vector<int>& ready, double t) {
+  // pusher: the worker whose push made the replies (-1: a join, FINISH or expiry released them). With
+  // churn, a worker whose process is gone gets nothing, and a joining worker takes only what answers
+  // its join: a reply made by someone else's request where its join is owed (as syncopate-server's
+  // join_owed; a reply to its own earlier push is not its join's).
+  void reply(int k, std::vector<int> ready, double t, int pusher = -1) {
+    ready.erase(std::remove_if(ready.begin(), ready.end(),
+                               [&](int r) {
+                                 Worker& w = workers_[static_cast<size_t>(r)];
+                                 if (!w.alive) return true;
+                                 if (!w.joining) return false;
+                                 if (r == pusher || !w.join_owed[static_cast<size_t>(k)]) return true;
+                                 w.join_owed[static_cast<size_t>(k)] = 0;
+                                 return false;
+                               }),
+                ready.end());
     if (ready.empty()) return;
     ParameterShard& s = *shards_[static_cast<size_t>(k)];
     for (int r : ready) {
@@ -579,8 +672,12 @@ class Simulation {
       s.pulled(r);
     }
     const std::vector<double> bytes(ready.size(), 4.0 * static_cast<double>(length(k)) + kHeaderBytes);
-    const std::vector<double> arrive = net_.send_batch(n_ + server_of_[static_cast<size_t>(k)], ready, bytes, t);
-    for (size_t i = 0; i < ready.size(); ++i) queue_.push(arrive[i], event(Event::kReplyArrive, ready[i], k));
+    const std::vector<double> arrive = net_.send_batch(part_endpoint(k), ready, bytes, t);
+    for (size_t i = 0; i < ready.size(); ++i) {
+      Event e = event(Event::kReplyArrive, ready[i], k);
+      e.incarnation = workers_[static_cast<size_t>(ready[i])].incarnation;
+      queue_.push(arrive[i], std::move(e));
+    }
   }
 
   // A worker's FINISH reached server e.shard: every partition of it releases what the worker's
@@ -597,10 +694,126 @@ class Simulation {
 
   void reply_arrive(Worker& w, double t) {
     if (--w.pending > 0) return;
+    if (w.joining) return joined(w, t);
     SYN_CHECK(w.computed >= w.began, fmt::format("worker {}'s replies all came before its compute ended", w.id),
               "a simulator bug (the last partition leaves at the end of the modelled backward): report the config");
     if (mode_.local_sgd) w.start.copy_(w.params);  // the shards' outer weights: the next round's start
+    if (run_.dist.elastic) w.grant = shards_[0]->grant(w.id);  // the next step's (round's) samples
+    if (mode_.local_sgd && !churn_.empty()) {  // its checkpoint at the round's end: what a crash resumes
+      w.saved_m.copy_(w.inner->exp_avg());
+      w.saved_v.copy_(w.inner->exp_avg_sq());
+      w.saved_steps = w.inner->steps();
+    }
     complete_step(w, t, parts_ ? w.stale_sum / parts_ : 0.0);
+  }
+
+  // ---- Elastic membership (sim.churn) ----------------------------------------------------------
+
+  // sim.churn's event i, at t: a crash, a preemption notice, or a new worker's launch. One that finds
+  // its worker not up (not launched, gone, or done) is not applied (counted).
+  void churn_event(size_t i, double t) {
+    const ChurnEvent& c = churn_[i];
+    Worker& w = workers_[static_cast<size_t>(c.worker)];
+    nlohmann::json rec = {{"i", i}, {"kind", churn_kind_name(c.kind)}, {"t_s", c.t_s}, {"worker", c.worker},
+                          {"delay_s", c.delay_s}, {"at_s", t}};
+    const bool up = w.alive && !w.joining && !w.done && !w.leaving;
+    rec["applied"] = c.kind == ChurnEvent::Kind::kJoin || up;
+    churn_log_.push_back(rec);
+    if (c.kind == ChurnEvent::Kind::kJoin) return launch_at(w, t);
+    if (!up) return;
+    if (c.kind == ChurnEvent::Kind::kSigterm) {
+      w.leaving = true;  // it finishes its step (its push and reply), then leaves (complete_step)
+      w.restart_delay_s = c.delay_s;
+      return;
+    }
+    // kill -9: the step in flight is lost, and local SGD's partial round with it.
+    ++lost_in_flight_;  // (a worker up is always in a step: computing, or waiting for its replies)
+    if (mode_.local_sgd) lost_partial_ += w.step % mode_.every;
+    end_process(w, t);
+    if (mode_.local_sgd) {  // it resumes its checkpoint: the inner state at its last round's end
+      w.inner->exp_avg().copy_(w.saved_m);
+      w.inner->exp_avg_sq().copy_(w.saved_v);
+      w.inner->set_steps(w.saved_steps);
+    }
+    queue_.push(t + ps_.worker_timeout_s, event(Event::kExpire));  // the shards count it out when silent that long
+    launch_at(w, t + c.delay_s);
+  }
+  void end_process(Worker& w, double t) {
+    w.alive = false;
+    w.joining = w.leaving = false;
+    w.pending = 0;
+    ++w.incarnation;
+    w.lifetime += t - w.launched;
+    flush(w);
+  }
+  void launch_at(Worker& w, double t) {
+    Event e = event(Event::kLaunch, w.id);
+    queue_.push(t, std::move(e));
+  }
+  // The worker's process starts; it joins after its start-up (sim.start_s).
+  void launch(Worker& w, double t) {
+    SYN_CHECK(!w.alive, fmt::format("worker {} launched while its process is up", w.id), "a simulator bug: report the config");
+    w.alive = true;
+    w.launched = t;
+    ++launches_;
+    Event e = event(Event::kJoin, w.id);
+    e.incarnation = w.incarnation;
+    queue_.push(t + sim_.start_s, std::move(e));
+  }
+  // INIT join = 1 on every part (the clock each would start it at), then join = 2 at the largest; a
+  // part's reply comes at once or (BSP) with the round it is counted from (reply()).
+  void join(Worker& w, double t) {
+    int64_t clock = 0, pushed = -1;
+    for (ParameterShard* s : shards_) clock = std::max(clock, s->join_clock(w.id)), pushed = std::max(pushed, s->pushed_clock(w.id));
+    w.joining = true;
+    w.join_clock = clock;
+    w.pending = parts_;
+    w.stale_sum = 0;
+    w.round = std::numeric_limits<int64_t>::max();
+    std::fill(w.join_owed.begin(), w.join_owed.end(), 1);
+    for (int k = 0; k < parts_; ++k) {
+      std::vector<int> released;
+      const bool now = shards_[static_cast<size_t>(k)]->join(w.id, clock, samples_per_push(), t, &released, pushed);
+      reply(k, released, t);
+      if (now) reply(k, {w.id}, t);
+    }
+  }
+  // Every part answered the join: the worker steps from the clock it joined at (local SGD: a round
+  // boundary), on the shards' values, with the samples the first part granted it.
+  void joined(Worker& w, double t) {
+    w.joining = false;
+    w.step = mode_.local_sgd ? w.join_clock * mode_.every : w.join_clock;
+    if (mode_.local_sgd) w.start.copy_(w.params);
+    w.grant = shards_[0]->grant(w.id);
+    ++joins_;
+    w.log += nlohmann::json({{"joined_at_step", w.step}, {"time_s", t}, {"incarnation", w.incarnation}}).dump() + "\n";
+    if (w.step >= w.steps) return finish_worker(w, t);  // the job's clocks passed its budget while it was away
+    begin(w, t);
+  }
+  // The shards count out the workers silent for ps.worker_timeout_s (a crashed one); the live ones
+  // are seen (their heartbeats). Replies this releases go out.
+  void expire(double t) {
+    for (const Worker& w : workers_)
+      if (w.alive && !w.done)
+        for (auto& srv : servers_) srv->seen(w.id, t);
+    std::map<int, std::vector<int>> released;  // part -> workers
+    for (auto& srv : servers_)
+      for (const auto& [shard, worker] : srv->expire(t)) released[part_of(shard)].push_back(worker);
+    for (const auto& [part, workers] : released) reply(part, workers, t);
+  }
+  int part_of(const ParameterShard* shard) const {
+    const auto it = std::find(shards_.begin(), shards_.end(), shard);
+    SYN_CHECK(it != shards_.end(), "a released partition the simulation does not hold", "a simulator bug");
+    return static_cast<int>(it - shards_.begin());
+  }
+  // The worker is done with the job (its budget, or the servers' rounds reached it): FINISH to every
+  // server, it leaves their count.
+  void finish_worker(Worker& w, double t) {
+    w.done = true;
+    flush(w);
+    for (int k = 0; k < k_; ++k)  // FINISH: it leaves the shards' BSP/SSP count
+      queue_.push(net_.send(w.id, server_endpoint(k), kHeaderBytes, t), event(Event::kFinishArrive, w.id, k));
+    w.lifetime += t - w.launched;
   }
 
   void complete_step(Worker& w, double t, double staleness) {
@@ -614,6 +827,7 @@ class Simulation {
                         {"compute_s", w.modelled}, {"modelled_s", w.modelled}, {"wait_s", t - w.computed},
                         {"overrun", false}, {"unix_s", t}};
     if (mode_.local_sgd) m["round"] = w.step / mode_.every;
+    if (run_.dist.elastic) m["data_position"] = w.step_data;
     w.wire = 0;
     w.log += m.dump() + "\n";
     ++result_.worker_steps;
@@ -636,11 +850,46 @@ class Simulation {
       }
     }
     if (w.log.size() > kFlushBytes) flush(w);
+    if (!last && w.leaving) return leave(w, t);
     if (!last) return begin(w, t);
-    w.done = true;
-    flush(w);
-    for (int k = 0; k < k_; ++k)  // FINISH: it leaves the shards' BSP/SSP count
-      queue_.push(net_.send(w.id, n_ + k, kHeaderBytes, t), event(Event::kFinishArrive, w.id, k));
+    finish_worker(w, t);
+  }
+  // A preempted worker's step is done: it leaves (FINISH; local SGD: its partial round dropped, its
+  // inner state checkpointed as it is) and is started again the event's delay later.
+  void leave(Worker& w, double t) {
+    if (mode_.local_sgd) {
+      lost_partial_ += w.step % mode_.every;
+      w.saved_m.copy_(w.inner->exp_avg());
+      w.saved_v.copy_(w.inner->exp_avg_sq());
+      w.saved_steps = w.inner->steps();
+    }
+    for (int k = 0; k < k_; ++k)
+      queue_.push(net_.send(w.id, server_endpoint(k), kHeaderBytes, t), event(Event::kFinishArrive, w.id, k));
+    end_process(w, t);
+    launch_at(w, t + w.restart_delay_s);
+  }
+
+  // An elastic job's membership account (sim.json "membership"), the quantities experiments/churn.py
+  // reports for an emulated run: goodput = useful samples (the pushes part 0 applied, each a grant's
+  // samples: not duplicates, not dropped) / the samples the present workers could have computed in
+  // their processes' lifetimes (launch to exit or crash) at the modelled step time.
+  nlohmann::json membership_json() const {
+    double present_s = 0;
+    for (const Worker& w : workers_) present_s += w.lifetime;
+    const ParameterShard& first = *shards_[0];
+    const int64_t applied = pushes_to_first_part_ - first.duplicates() - first.dropped();
+    const int64_t step_samples = run_.train.batch_size * run_.train.grad_accum;
+    const double present_samples = present_s / run_.emulate.step_time_s * static_cast<double>(step_samples);
+    const double useful = static_cast<double>(applied * samples_per_push());
+    int64_t applied_events = 0;
+    for (const nlohmann::json& r : churn_log_) applied_events += r["applied"].get<bool>() ? 1 : 0;
+    return {{"events", churn_log_}, {"events_applied", applied_events}, {"launches", launches_}, {"joins", joins_},
+            {"start_s", sim_.start_s}, {"worker_timeout_s", ps_.worker_timeout_s},
+            {"pushes_to_first_part", pushes_to_first_part_}, {"duplicates", first.duplicates()}, {"dropped", first.dropped()},
+            {"useful_samples", useful}, {"present_s", present_s}, {"present_samples", present_samples},
+            {"goodput", present_samples > 0 ? useful / present_samples : 0.0},
+            {"lost_steps", {{"in_flight", lost_in_flight_}, {"partial_rounds", lost_partial_}}},
+            {"data_cursor", first.data_cursor()}};
   }
 
   void flush(Worker& w) {
@@ -656,15 +905,15 @@ class Simulation {
     for (int k = 0; k < k_; ++k) {
       write_file_atomic((fs::path(out_) / "logs" / fmt::format("server{}.log", k)).string(),
                         fmt::format("[server {}] stats {}\n", k, servers_[static_cast<size_t>(k)]->stats_json(0, queue_.now(), -1)));
-      if (!sim_.colocate_servers) server_bytes += net_.sent(n_ + k);  // (colocated: counted on its node's link below)
+      if (!sim_.colocate_servers) server_bytes += net_.sent(server_endpoint(k));  // (colocated: counted on its node's link below)
     }
-    for (int r = 0; r < n_; ++r) worker_bytes += net_.sent(r);
+    for (int r = 0; r < m_; ++r) worker_bytes += net_.sent(r);
     if (mode_.ring) worker_bytes = ring_wire_bytes() * static_cast<double>(result_.worker_steps) /
                                    static_cast<double>(mode_.every);  // the ring's traffic is modelled, not sent
     const double per = result_.worker_steps ? 1.0 / static_cast<double>(result_.worker_steps) : 0.0;
     result_.tokens = result_.worker_steps * run_.train.batch_size * run_.train.grad_accum * run_.model.block_size;
     result_.bytes_sent = worker_bytes + server_bytes;
-    const nlohmann::json j = {
+    nlohmann::json j = {
         {"workers", n_}, {"servers", k_}, {"params", p_}, {"simulated_s", result_.sim_s}, {"worker_steps", result_.worker_steps},
         {"events", result_.events}, {"real_s", result_.real_s}, {"gradient_s", result_.gradient_s}, {"eval_s", result_.eval_s},
         {"update_s", result_.update_s},
@@ -676,6 +925,7 @@ class Simulation {
         {"target_loss", sim_.target_loss}, {"target_reached_s", result_.target_s},
         {"bytes_sent_by_workers", worker_bytes}, {"bytes_sent_by_servers", server_bytes},
         {"memory_estimate_bytes", sim_memory_estimate(run_, ps_, sim_)}, {"peak_rss_bytes", peak_rss_bytes()}};
+    if (run_.dist.elastic && k_) j["membership"] = membership_json();
     write_file_atomic((fs::path(out_) / "sim.json").string(), j.dump(2) + "\n");
   }
 
@@ -685,7 +935,9 @@ class Simulation {
   std::string out_;
   bool verbose_;
   Mode mode_;
+  std::vector<ChurnEvent> churn_;  // sim.churn, by time
   int n_, k_;
+  int m_;  // worker slots: the first n_ workers, then sim.churn's joiners (endpoints 0..m_-1; shard k is m_ + k)
   NetworkModel net_;
   EventQueue<Event> queue_;
   std::shared_ptr<Tokenizer> tokenizer_;
@@ -719,6 +971,12 @@ class Simulation {
   bool push_in_backward_ = false;        // ps with ps_push_in_backward and emulate.overlap: pushes leave in backward
   at::Tensor batch_x_, batch_y_;  // one micro-batch's ids [batch, context], reused by every gradient and evaluation
   SimResult result_;
+  // Elastic membership (sim.churn): what happened, and what it cost.
+  nlohmann::json churn_log_ = nlohmann::json::array();  // per sim.churn event: when, and whether it found its worker up
+  int64_t launches_ = 0, joins_ = 0;       // processes launched after the start; joins completed after it
+  int64_t lost_in_flight_ = 0;             // steps in flight at a crash
+  int64_t lost_partial_ = 0;               // local SGD: inner steps of partial rounds dropped (crash or preemption)
+  int64_t pushes_to_first_part_ = 0;       // pushes that reached part 0 (each a step's or a round's samples)
 };
 
 }  // namespace
@@ -811,6 +1069,16 @@ void validate_simulation(const RunConfig& run_in, const PsConfig& ps, const SimC
             "dist.outer=delayed_nesterov with a ring", "a ring applies one outer step per round: use nesterov or average");
   SYN_CHECK(run.emulate.latency_ms == 0, fmt::format("emulate.latency_ms={} in the simulator", run.emulate.latency_ms),
             "the simulator's links take their latency from --sim.latency_us (one way, every message): set that instead");
+  SYN_CHECK(!(m.ring && run.dist.elastic), "dist.elastic with a ring in the simulator",
+            "the simulator models elastic membership on parameter servers only; an elastic ring runs on the emulated cluster "
+            "(experiments/churn.py)");
+  const std::vector<ChurnEvent> churn = parse_churn_schedule(sim.churn, sim.workers);
+  SYN_CHECK(churn.empty() || run.dist.elastic, "sim.churn without dist.elastic",
+            "membership events need an elastic job: add --dist.elastic=true (and --dist.mode=ps)");
+  SYN_CHECK(churn.empty() || ps.worker_timeout_s > 0, "sim.churn with ps.worker_timeout_s=0",
+            "a crashed worker is counted out after ps.worker_timeout_s: set it > 0");
+  SYN_CHECK(sim.workers + churn_joins(churn) <= ParameterShard::kMaxWorkers,
+            fmt::format("{} workers and {} joins", sim.workers, churn_joins(churn)), "at most 4096 workers in all");
   if (!m.ring) {
     parse_consistency(ps.consistency);
     parse_mitigation(ps.mitigation);
