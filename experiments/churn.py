@@ -1180,7 +1180,15 @@ def write_report(s, out):
          f"ps_async_local_sgd: {' '.join(async_local_sgd_flags(st.get('async_outer_lr', 0.35)))}). Events: Poisson, {st['events_per_min']:g} per "
          f"minute of wall time, from {st['events_start_s']:g} s to {st['horizon_frac']:g} x the modelled length, at most "
          f"{st['max_events']} per run, delays {st['delay'][0]:g}-{st['delay'][1]:g} s; seeds "
-         f"{', '.join(map(str, s['seeds']))}.", "", "## Definitions", ""] + definitions(s)
+         f"{', '.join(map(str, s['seeds']))}.", ""]
+    if st.get("backend") == "sim":
+        L += [f"**Backend: syncopate-sim** (virtual time, experiments/churn_sim.py), not processes: the same schedules, "
+              f"flags and shard rules, real gradients, modelled compute and links ({st['sim_link_gbit']:g} Gbit/s), a "
+              f"process's start-up modelled as {st['sim_start_s']:g} s, deterministic. Not measured here: host CPU, steps "
+              "over their modelled time, hangs (the simulator fails a run that deadlocks), worker checkpoints (a crashed "
+              "local SGD node resumes its inner state as of its last pushed round), messages lost with a crashed process.",
+              ""]
+    L += ["## Definitions", ""] + definitions(s)
     L += ["", "## Reliability (every run with events)", ""] + reliability(runs)
     L += ["", "## Schedules (the same for every configuration of a seed)", ""]
     for seed, evs in s["schedules"].items():
@@ -1387,6 +1395,15 @@ def parse_args(argv):
                    help="per configuration and seed, also a run without events whose step budget (and schedule) ends "
                         "where it has applied about the churn run's samples: the final-loss gap at equal applied samples")
     r.add_argument("--corpus", default="system", help="data.corpus (default: the Python standard library)")
+    r.add_argument("--backend", choices=("emulated", "sim"), default="emulated",
+                   help="emulated: processes on loopback in wall time; sim: syncopate-sim's virtual-time cluster "
+                        "(experiments/churn_sim.py: elastic parameter-server configurations only, deterministic)")
+    r.add_argument("--sim-start-s", type=float, default=1.0,
+                   help="--backend sim: modelled seconds from a worker's launch to its first step (sim.start_s; the "
+                        "emulated runs' launch-to-first-step, docs/PERFORMANCE.md)")
+    r.add_argument("--sim-link-gbit", type=float, default=10.0,
+                   help="--backend sim: every worker's and shard's link, Gbit/s (loopback carries more; the tiny model's "
+                        "messages take well under a millisecond either way)")
     r.add_argument("--cache-dir", default=os.path.join(ROOT, "data", "cache"))
     p = sub.add_parser("report", help="rewrite DIR/churn.md (and the plot) from DIR/churn.json")
     p.add_argument("dir")
@@ -1415,6 +1432,10 @@ def parse_args(argv):
         if a.losses_at_round_boundaries and [n for n in names if not CONFIGS.get(n, {}).get("local_sgd")]:
             ap.error("--losses-at-round-boundaries applies to local SGD configurations only (ring_diloco_elastic, "
                      "ps_diloco_elastic, ps_async_local_sgd): drop the others from --configs")
+        ring = [n for n in names if CONFIGS.get(n, {}).get("kind") == "ring" or n in NOT_BUILT]
+        if a.backend == "sim" and ring:
+            ap.error(f"--backend sim models elastic parameter servers only: drop {', '.join(ring)} from --configs (the "
+                     "ring runs on the emulated cluster)")
         if a.equal_samples and a.no_reference:
             ap.error("--equal-samples needs the references (it scales their budget): drop --no-reference")
     return a
@@ -1461,6 +1482,9 @@ def run_fresh(a, name, seed, events, kind):
     OUT/runs/<name>/<kind>/seed<seed>/, made from nothing: what an earlier run left there is removed."""
     out = os.path.join(a.out, "runs", name, kind, f"seed{seed}")
     shutil.rmtree(out, ignore_errors=True)
+    if getattr(a, "backend", "emulated") == "sim":
+        import churn_sim  # noqa: E402 (it imports this module)
+        return churn_sim.execute(a, name, seed, events, out)
     return Run(a, name, seed, events, out).execute()
 
 
@@ -1488,7 +1512,7 @@ def main(argv=None):
             json.dump(s, f, indent=1, default=str)
         print(write_report(s, a.dir))
         return 0
-    for b in ("syncopate-worker", "syncopate-server"):
+    for b in ("syncopate-sim",) if a.backend == "sim" else ("syncopate-worker", "syncopate-server"):
         if not os.path.exists(os.path.join(BIN, b)):
             print(f"churn: {BIN}/{b} is not built (scripts/build.sh)", file=sys.stderr)
             return 2
@@ -1518,7 +1542,9 @@ def main(argv=None):
                       "events_start_s": a.events_start_s, "horizon_frac": a.horizon_frac, "delay": list(a.delay),
                       "recover_s": a.recover_s, "corpus": a.corpus, "servers": SERVERS, "sync_every": a.sync_every,
                       "async_outer_lr": a.async_outer_lr, "eval_every": a.eval_every, "target_loss": a.target_loss,
-                      "losses_at_round_boundaries": a.losses_at_round_boundaries},
+                      "losses_at_round_boundaries": a.losses_at_round_boundaries, "backend": a.backend,
+                      "sim_start_s": a.sim_start_s if a.backend == "sim" else None,
+                      "sim_link_gbit": a.sim_link_gbit if a.backend == "sim" else None},
          "seeds": seeds, "configs": runnable, "schedules": schedules}
     try:
         for name, sd, churn in plan:
