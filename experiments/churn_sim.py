@@ -136,3 +136,127 @@ def execute(a, name, seed, events, out):
             "status": "complete" if complete else "failed", "failure": failure, "events": recs, "hangs": [],
             "incarnations": [], "server_stats": stats, "metrics": metrics, "elapsed_s": elapsed, "t_train0_unix": None,
             "command": cmd}
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration and validation against the emulated cluster
+
+TIME_TOL, LOSS_TOL = 0.05, 0.03  # the method issue's tolerances (experiments/validate_sim.py)
+
+
+def start_up(emu):
+    """The emulated references' start-up: launch to first step of each node that started the job (median,
+    and every value), from an emulated churn.json (sim.start_s's one calibrated number)."""
+    vals = []
+    for r in emu["runs"]:
+        if not r["churn"] and r["status"] == "complete" and r.get("incarnations"):
+            vals += churn.node_phases(r)[0]
+    vals.sort()
+    if not vals:
+        raise SystemExit("churn_sim: the emulated study has no complete reference with its processes' records")
+    return {"median": vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2,
+            "min": vals[0], "max": vals[-1], "n": len(vals)}
+
+
+def by_seed(s, name, churned, metric):
+    return {str(r["seed"]): r["metrics"].get(metric) for r in s["runs"]
+            if r["config"] == name and bool(r["churn"]) == churned and r["status"] == "complete"}
+
+
+def validate(emu, sim):
+    """Per configuration of both studies: the figures and contrasts of PLAN.md, each checked by
+    validate_sim's rule (the whole 95% interval of per-seed simulator - emulation differences within
+    the tolerance)."""
+    from validate_sim import check_contrast, check_figure  # noqa: E402
+    out = {}
+    for name in [c for c in emu["configs"] if c in sim["configs"]]:
+        checks = {}
+        for churned, label in ((True, "churn"), (False, "reference")):
+            checks[f"goodput, {label}"] = check_figure(by_seed(emu, name, churned, "goodput"),
+                                                        by_seed(sim, name, churned, "goodput"), "time", TIME_TOL)
+            checks[f"final val loss, {label}"] = check_figure(by_seed(emu, name, churned, "final_val_loss"),
+                                                               by_seed(sim, name, churned, "final_val_loss"), "loss",
+                                                               LOSS_TOL)
+        checks["goodput, churn / reference"] = check_contrast(
+            by_seed(emu, name, True, "goodput"), by_seed(emu, name, False, "goodput"),
+            by_seed(sim, name, True, "goodput"), by_seed(sim, name, False, "goodput"), "time", TIME_TOL)
+        checks["final-loss gap, churn - reference"] = check_contrast(
+            by_seed(emu, name, True, "final_val_loss"), by_seed(emu, name, False, "final_val_loss"),
+            by_seed(sim, name, True, "final_val_loss"), by_seed(sim, name, False, "final_val_loss"), "loss", LOSS_TOL)
+        out[name] = checks
+    return out
+
+
+def validation_report(emu, sim, checks, emu_dir, sim_dir):
+    L = ["# The simulator's churn backend against the emulated cluster", "",
+         f"Emulated: `{emu['command']}` ({emu_dir}, {emu['machine_time_s']:.0f} s). Simulated: `{sim['command']}` "
+         f"({sim_dir}, {sim['machine_time_s']:.0f} s), sim.start_s {sim['settings'].get('sim_start_s')}.", "",
+         f"Rule (validate_sim.check_figure): per seed simulator - emulation (relative for goodput, nats for losses); "
+         f"pass when the whole 95% interval of their mean lies within +-{TIME_TOL:.0%} (goodput) or +-{LOSS_TOL} nats "
+         "(losses); contrasts compare each side's churn run with its own reference first.", "",
+         "| configuration | figure | mean difference | 95% interval | n | verdict |", "|---|---|---|---|---|---|"]
+    for name, cs in checks.items():
+        for fig, c in cs.items():
+            pct = c["kind"] == "time"
+            f = (lambda x: f"{x:+.2%}") if pct else (lambda x: f"{x:+.4f}")
+            ci = c["ci95"]
+            L.append(f"| {name} | {fig} | {'-' if c['mean'] is None else f(c['mean'])} | "
+                     f"{'-' if ci[0] is None else f'[{f(ci[0])}, {f(ci[1])}]'} | {c['n']} | {c['verdict']}"
+                     f"{': ' + c['why'] if c.get('why') else ''} |")
+    L += ["", "Per seed (emulated / simulated):", "",
+          "| configuration | seed | goodput churn | goodput reference | loss churn | loss reference | gap emulated | gap simulated |",
+          "|---|---|---|---|---|---|---|---|"]
+    for name in checks:
+        e = {k: by_seed(emu, name, ch, m) for k, ch, m in (("gc", True, "goodput"), ("gr", False, "goodput"),
+                                                            ("lc", True, "final_val_loss"), ("lr", False, "final_val_loss"))}
+        s = {k: by_seed(sim, name, ch, m) for k, ch, m in (("gc", True, "goodput"), ("gr", False, "goodput"),
+                                                            ("lc", True, "final_val_loss"), ("lr", False, "final_val_loss"))}
+        for sd in sorted(set(e["lc"]) | set(s["lc"]), key=int):
+            def pair(k, fmt):
+                a, b = e[k].get(sd), s[k].get(sd)
+                return f"{'-' if a is None else format(a, fmt)} / {'-' if b is None else format(b, fmt)}"
+            def gap(d):
+                a, b = d["lc"].get(sd), d["lr"].get(sd)
+                return "-" if a is None or b is None else f"{a / b - 1:+.2%}"
+            L.append(f"| {name} | {sd} | {pair('gc', '.3f')} | {pair('gr', '.3f')} | {pair('lc', '.4f')} | "
+                     f"{pair('lr', '.4f')} | {gap(e)} | {gap(s)} |")
+    return "\n".join(L) + "\n"
+
+
+def main(argv=None):
+    import argparse
+    import sys
+    ap = argparse.ArgumentParser(description="Calibrate and validate churn.py's simulator backend against the "
+                                             "emulated cluster (the two studies' churn.json).")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("calibrate", help="print sim.start_s from an emulated study's references")
+    c.add_argument("emu")
+    v = sub.add_parser("validate", help="check a simulated study against an emulated one of the same setup and seeds")
+    v.add_argument("emu")
+    v.add_argument("sim")
+    v.add_argument("--out", help="directory for validation.md and validation.json (default: the simulated study's)")
+    a = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    load = lambda d: json.load(open(os.path.join(d, "churn.json")))  # noqa: E731
+    if a.cmd == "calibrate":
+        print(json.dumps(start_up(load(a.emu))))
+        return 0
+    emu, sim = load(a.emu), load(a.sim)
+    keys = ("nodes", "steps", "step_time", "batch", "sync_every", "async_outer_lr", "events_per_min", "max_events",
+            "delay", "worker_timeout_s", "val_windows")
+    diff = [k for k in keys if emu["settings"].get(k) != sim["settings"].get(k)]
+    if diff or emu["seeds"] != sim["seeds"] or sim["settings"].get("backend") != "sim":
+        raise SystemExit(f"churn_sim: not the same setup ({', '.join(diff) or 'seeds or backend'} differ)")
+    checks = validate(emu, sim)
+    out = a.out or a.sim
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "validation.json"), "w") as f:
+        json.dump({"emulated": a.emu, "simulated": a.sim, "checks": checks, "start_up": start_up(emu)}, f, indent=1)
+    text = validation_report(emu, sim, checks, a.emu, a.sim)
+    with open(os.path.join(out, "validation.md"), "w") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
