@@ -109,7 +109,10 @@ def execute(a, name, seed, events, out):
     crashes = sum(1 for e in recs if e["applied"] and e["kind"] == "kill9")
     stats = []
     for k in range(churn.SERVERS):
-        text = open(os.path.join(out, "logs", f"server{k}.log")).read() if rc == 0 else ""
+        text = ""
+        if rc == 0:
+            with open(os.path.join(out, "logs", f"server{k}.log")) as f:
+                text = f.read()
         stats.append(json.loads(text.split("] stats ", 1)[1]) if "] stats " in text else {})
     acked = sum(1 for d in distinct.values() for x in d if x % every == 0)
     metrics = {
@@ -153,7 +156,7 @@ def start_up(emu):
             vals += churn.node_phases(r)[0]
     vals.sort()
     if not vals:
-        raise SystemExit("churn_sim: the emulated study has no complete reference with its processes' records")
+        return None
     return {"median": vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2,
             "min": vals[0], "max": vals[-1], "n": len(vals)}
 
@@ -236,9 +239,15 @@ def main(argv=None):
     v.add_argument("sim")
     v.add_argument("--out", help="directory for validation.md and validation.json (default: the simulated study's)")
     a = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    load = lambda d: json.load(open(os.path.join(d, "churn.json")))  # noqa: E731
+    def load(d):
+        with open(os.path.join(d, "churn.json")) as f:
+            return json.load(f)
     if a.cmd == "calibrate":
-        print(json.dumps(start_up(load(a.emu))))
+        su = start_up(load(a.emu))
+        if su is None:
+            raise SystemExit("churn_sim: the study has no complete reference with its processes' records (an emulated one "
+                             "is needed)")
+        print(json.dumps(su))
         return 0
     emu, sim = load(a.emu), load(a.sim)
     keys = ("nodes", "steps", "step_time", "batch", "sync_every", "async_outer_lr", "events_per_min", "max_events",
