@@ -1184,7 +1184,9 @@ def write_report(s, out):
     if st.get("backend") == "sim":
         L += [f"**Backend: syncopate-sim** (virtual time, experiments/churn_sim.py), not processes: the same schedules, "
               f"flags and shard rules, real gradients, modelled compute and links ({st['sim_link_gbit']:g} Gbit/s), a "
-              f"process's start-up modelled as {st['sim_start_s']:g} s, deterministic. Not measured here: host CPU, steps "
+              f"process's start-up modelled as {st['sim_start_s']:g} s (a restart's {st.get('sim_restart_s') or st['sim_start_s']:g} s), "
+              f"its exit {st.get('sim_exit_s') or 0:g} s after its last step, events half a poll after their times, "
+              "deterministic. An event applied is one that happened (the simulator applies it at its time). Not measured here: host CPU, steps "
               "over their modelled time, hangs (the simulator fails a run that deadlocks), worker checkpoints (a crashed "
               "local SGD node resumes its inner state as of its last pushed round), messages lost with a crashed process.",
               ""]
@@ -1401,6 +1403,10 @@ def parse_args(argv):
     r.add_argument("--sim-start-s", type=float, default=1.0,
                    help="--backend sim: modelled seconds from a worker's launch to its first step (sim.start_s; the "
                         "emulated runs' launch-to-first-step, docs/PERFORMANCE.md)")
+    r.add_argument("--sim-restart-s", type=float, default=0.0,
+                   help="--backend sim: the same for a restarted or new worker (sim.restart_s; 0 = --sim-start-s)")
+    r.add_argument("--sim-exit-s", type=float, default=0.0,
+                   help="--backend sim: a worker's last step to its process's exit (sim.exit_s)")
     r.add_argument("--sim-link-gbit", type=float, default=10.0,
                    help="--backend sim: every worker's and shard's link, Gbit/s (loopback carries more; the tiny model's "
                         "messages take well under a millisecond either way)")
@@ -1544,6 +1550,8 @@ def main(argv=None):
                       "async_outer_lr": a.async_outer_lr, "eval_every": a.eval_every, "target_loss": a.target_loss,
                       "losses_at_round_boundaries": a.losses_at_round_boundaries, "backend": a.backend,
                       "sim_start_s": a.sim_start_s if a.backend == "sim" else None,
+                      "sim_restart_s": a.sim_restart_s if a.backend == "sim" else None,
+                      "sim_exit_s": a.sim_exit_s if a.backend == "sim" else None,
                       "sim_link_gbit": a.sim_link_gbit if a.backend == "sim" else None},
          "seeds": seeds, "configs": runnable, "schedules": schedules}
     try:

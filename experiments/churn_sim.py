@@ -20,14 +20,16 @@ import time
 import churn
 
 
-def sim_schedule(events):
-    """churn.py's schedule as sim.churn's text: kind@t:node[:delay], comma-separated."""
+def sim_schedule(events, lag_s=0.0):
+    """churn.py's schedule as sim.churn's text: kind@t:node[:delay], comma-separated. lag_s: added to every
+    time (the emulation applies an event at its first poll past the time: half a poll late on average)."""
     out = []
     for e in events:
+        t = round(e["t_s"] + lag_s, 6)
         if e["kind"] == "join":
-            out.append(f"join@{e['t_s']!r}:{e['node']}")
+            out.append(f"join@{t!r}:{e['node']}")
         else:
-            out.append(f"{e['kind']}@{e['t_s']!r}:{e['node']}:{e['delay_s']!r}")
+            out.append(f"{e['kind']}@{t!r}:{e['node']}:{e['delay_s']!r}")
     return ",".join(out)
 
 
@@ -37,11 +39,16 @@ def command(a, name, seed, events, out):
     if cfg["kind"] != "ps":
         raise ValueError(f"{name}: the simulator models elastic parameter servers only; run the ring configurations "
                          "on the emulated cluster (--backend emulated)")
+    if cfg.get("local_sgd") and a.checkpoint_every != a.sync_every:
+        raise ValueError(f"{name}: --checkpoint-every {a.checkpoint_every} with --sync-every {a.sync_every}: the simulator's "
+                         "crashed node resumes its inner state as of its last round, which is its checkpoint only when "
+                         "the two are equal; give them the same value")
     cmd = [os.path.join(churn.BIN, "syncopate-sim"), "--out", out, "--quiet"] + churn.worker_flags(a, seed)
     cmd += ["--dist.mode=ps", "--dist.elastic=true", f"--ps.consistency={cfg['consistency']}",
             f"--ps.backup_workers={cfg['backup_workers']}", f"--ps.worker_timeout_s={a.worker_timeout_s!r}",
             f"--sim.workers={a.nodes}", f"--sim.servers={churn.SERVERS}", f"--sim.link_gbit={a.sim_link_gbit!r}",
-            f"--sim.start_s={a.sim_start_s!r}", f"--sim.eval_workers={a.nodes}", f"--sim.churn={sim_schedule(events)}"]
+            f"--sim.start_s={a.sim_start_s!r}", f"--sim.restart_s={a.sim_restart_s!r}", f"--sim.exit_s={a.sim_exit_s!r}",
+            f"--sim.eval_workers={a.nodes}", f"--sim.churn={sim_schedule(events, churn.POLL_S / 2)}"]
     if "staleness_bound" in cfg:
         cmd.append(f"--ps.staleness_bound={cfg['staleness_bound']}")
     if cfg.get("local_sgd"):
@@ -87,6 +94,10 @@ def execute(a, name, seed, events, out):
                       if "data_position" in m and ((st - 1) // every + 1) * every in last]
     logged = sum(len(s) for s in steps.values())
     distinct_n = sum(len(d) for d in distinct.values())
+    # Useful samples as churn.Run counts them from the logs (not the shards' own count, sim.json's): per-step
+    # modes every distinct (node, step) logged minus the shards' dropped pushes (by their share of the
+    # parameters: 2 equal shards); local SGD the rounds whose last step a node logged, H steps each, minus the
+    # dropped ones. A crashed node's push that reached the shards unlogged is not counted, as emulated.
     finals = [m for m in lines.get(0, []) if m.get("job_final") and "val_loss" in m]
     evals = [m for ls in lines.values() for m in ls if "val_loss" in m]
     target = getattr(a, "target_loss", None) if getattr(a, "eval_every", 0) else None
@@ -104,7 +115,6 @@ def execute(a, name, seed, events, out):
         recs.append(dict(e, applied=ok, why_not=None if ok else "its worker was not up (simulated)", happened=ok,
                          survived=ok and complete, t_applied_s=e["t_s"] if ok else None))
     lost = mem.get("lost_steps", {})
-    dropped = lost.get("partial_rounds", 0) + mem.get("dropped", 0) * every
     in_flight = lost.get("in_flight", 0)
     crashes = sum(1 for e in recs if e["applied"] and e["kind"] == "kill9")
     stats = []
@@ -115,13 +125,30 @@ def execute(a, name, seed, events, out):
                 text = f.read()
         stats.append(json.loads(text.split("] stats ", 1)[1]) if "] stats " in text else {})
     acked = sum(1 for d in distinct.values() for x in d if x % every == 0)
+    srv_dropped = sum(s_.get("dropped", 0) for s_ in stats) / max(1, len(stats))
+    spp = a.batch
+    if cfg.get("local_sgd"):
+        pushed_rounds = sum(1 for d in distinct.values() for st in d if st % every == 0)
+        applied_steps = every * max(0.0, pushed_rounds - srv_dropped)
+        dropped = max(0.0, distinct_n - applied_steps)
+    else:
+        dropped = srv_dropped
+        applied_steps = distinct_n - dropped
+    useful = spp * applied_steps
+    present = mem.get("present_s")
+    ideal = spp * present / a.step_time if present else None
+    last_step = {r: (d[-1] if d else None) for r, d in distinct.items()}
+    for r, ls in lines.items():  # a node that joins at the job's last boundary takes the end and steps no more
+        for m in ls:
+            if "joined_at_step" in m:
+                last_step[r] = max(last_step[r] or 0, m["joined_at_step"])
     metrics = {
-        "goodput": mem.get("goodput"), "useful_samples": mem.get("useful_samples"),
-        "present_samples": mem.get("present_samples"), "present_node_s": mem.get("present_s"),
+        "goodput": useful / ideal if ideal else None, "useful_samples": useful,
+        "present_samples": ideal, "present_node_s": present,
         "samples_per_step": a.batch, "time_to_end_s": sim.get("simulated_s"),
         "time_to_target_s": min(hits) if hits else None, "evaluations": len(evals), "target_loss": target,
-        "lost_steps": {"dropped": dropped, "recomputed": 0, "in_flight_at_crash": in_flight,
-                       "total": dropped + in_flight},
+        "lost_steps": {"dropped": dropped, "recomputed": logged - distinct_n, "in_flight_at_crash": in_flight,
+                       "total": dropped + logged - distinct_n + in_flight},
         "events_planned": len(recs), "events_applied": sum(1 for e in recs if e["applied"]),
         "events_not_possible": sum(1 for e in recs if not e["applied"]),
         "events_happened": sum(1 for e in recs if e["happened"]),
@@ -129,7 +156,8 @@ def execute(a, name, seed, events, out):
         "hangs": 0, "duplicate_data": len(positions) - len(set(positions)), "data_positions": len(positions),
         "rounds_redone": None, "final_val_loss": finals[-1]["val_loss"] if finals else None,
         "longest_stall_s": stall, "steps_logged": logged, "distinct_steps": distinct_n,
-        "node_last_step": {str(r): (d[-1] if d else None) for r, d in distinct.items()},
+        "node_last_step": {str(r): v for r, v in last_step.items()},
+        "goodput_shards": mem.get("goodput"),  # the simulator's own count: the pushes the shards applied
         "server_duplicates": mem.get("duplicates"),
         "exactly_once": churn.exactly_once(cfg, stats, acked, crashes, a.steps // every) if rc == 0 else None,
         "acknowledged_pushes": acked, "overrun_share": None, "cpu_util": None,
@@ -147,18 +175,46 @@ def execute(a, name, seed, events, out):
 TIME_TOL, LOSS_TOL = 0.05, 0.03  # the method issue's tolerances (experiments/validate_sim.py)
 
 
+def summary(vals):
+    vals = sorted(vals)
+    if not vals:
+        return None
+    mid = len(vals) // 2
+    return {"median": vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2, "min": vals[0], "max": vals[-1],
+            "n": len(vals)}
+
+
 def start_up(emu):
     """The emulated references' start-up: launch to first step of each node that started the job (median,
-    and every value), from an emulated churn.json (sim.start_s's one calibrated number)."""
+    and every value), from an emulated churn.json (sim.start_s). None: no process records (a simulated study)."""
     vals = []
     for r in emu["runs"]:
         if not r["churn"] and r["status"] == "complete" and r.get("incarnations"):
             vals += churn.node_phases(r)[0]
-    vals.sort()
-    if not vals:
-        return None
-    return {"median": vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2,
-            "min": vals[0], "max": vals[-1], "n": len(vals)}
+    return summary(vals)
+
+
+def phases(emu):
+    """From an emulated study's records: sim.start_s (the first nodes' launch to first step), sim.restart_s
+    (a restarted or new node's launch to its first step after it) and sim.exit_s (a node's last step to its
+    process's exit, nodes other than 0, whose exit waits for the job's end)."""
+    first, later, tails = [], [], []
+    for r in emu["runs"]:
+        if r["status"] != "complete":
+            continue
+        for i in r.get("incarnations", []):
+            f = os.path.join(r["dir"], f"node{i['node']}", "metrics.jsonl")
+            steps = [m for m in read_jsonl(f) if "loss" in m
+                     and m["unix_s"] >= i["start_unix"] and (i["end_unix"] is None or m["unix_s"] <= i["end_unix"])]
+            if not steps:
+                continue
+            if i["inc"] == 0 and steps[0]["step"] == 1:
+                first.append(steps[0]["unix_s"] - i["start_unix"])
+            elif i["inc"] > 0 or steps[0]["step"] > 1:
+                later.append(steps[0]["unix_s"] - i["start_unix"])
+            if i["ended_by"] == "exit" and i["end_unix"] and i["node"] != 0:
+                tails.append(i["end_unix"] - steps[-1]["unix_s"])
+    return {"start_s": summary(first), "restart_s": summary(later), "exit_s": summary(tails)}
 
 
 def by_seed(s, name, churned, metric):
@@ -243,8 +299,8 @@ def main(argv=None):
         with open(os.path.join(d, "churn.json")) as f:
             return json.load(f)
     if a.cmd == "calibrate":
-        su = start_up(load(a.emu))
-        if su is None:
+        su = phases(load(a.emu))
+        if su["start_s"] is None:
             raise SystemExit("churn_sim: the study has no complete reference with its processes' records (an emulated one "
                              "is needed)")
         print(json.dumps(su))

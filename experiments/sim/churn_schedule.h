@@ -4,12 +4,15 @@
 //   "kill9@2.5:1:1.8,join@4.1:3,sigterm@6:0:2.2"
 //     kill9@T:W:D    worker W crashes at T s (its step in flight and, in local SGD, its partial round
 //                    are lost; the shards count it out after ps.worker_timeout_s); its process is
-//                    started again D s later and joins after sim.start_s
+//                    started again D s later and joins after sim.restart_s
 //     sigterm@T:W:D  a preemption notice at T s: worker W finishes its step, leaves (FINISH; local
 //                    SGD: its partial round dropped) and is started again D s after it left
 //     join@T:W       a new worker W (the next id past sim.workers, in order) is launched at T s and
-//                    joins after sim.start_s
-// Times count from the moment the first workers start stepping (sim.start_s after launch).
+//                    joins after sim.restart_s
+//     (sim.start_s: the first workers' launch to first step; sim.restart_s: a later process's)
+// Times count from the moment every first worker has logged its first step (experiments/churn.py's clock).
+// A signal reaches a worker's process whatever it is doing: starting, joining, stepping or leaving (a
+// SIGTERM to one already leaving is not applied, nor any event to a worker that is down or done).
 #pragma once
 #include <cstdint>
 #include <string>

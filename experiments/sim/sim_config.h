@@ -50,8 +50,12 @@ struct SimConfig {
                                  // (experiments/sim/churn_schedule.h); empty = none
   double start_s = 0;            // modelled seconds from a worker process's launch to its first step (start-up, INIT and
                                  // join round trips; experiments/churn.py measures it on the emulated cluster): every
-                                 // worker launches at 0, and a restarted or joining one joins start_s after its launch;
+                                 // worker launches at 0 (a restarted or joining one: sim.restart_s after its launch);
                                  // 0 = none (the first workers step at once)
+  double restart_s = 0;          // churn: the same for a restarted or joining worker (its INIT join round trips against a
+                                 // running job); 0 = start_s
+  double exit_s = 0;             // churn: modelled seconds from a worker's last step to its process's exit (its last
+                                 // checkpoint, FINISH, teardown); worker 0's exit follows the job's last update
 
   template <class V>
   void fields(V& v) {
@@ -73,7 +77,9 @@ struct SimConfig {
     v("target_loss", target_loss, "> 0: end the run when worker 0's validation loss reaches this", 0.0, 1e6);
     v("time_limit_s", time_limit_s, "> 0: end the run when the simulated clock passes this, seconds", 0.0, 1e9);
     v("churn", churn, "membership events of an elastic ps job: kill9@T:W:D, sigterm@T:W:D, join@T:W (empty = none)");
-    v("start_s", start_s, "seconds from a worker's launch to its first step (restarts and joiners too)", 0.0, 1e6);
+    v("start_s", start_s, "seconds from a worker's launch to its first step", 0.0, 1e6);
+    v("restart_s", restart_s, "churn: seconds from a restarted or new worker's launch to its join (0 = start_s)", 0.0, 1e6);
+    v("exit_s", exit_s, "churn: seconds from a worker's last step to its process's exit", 0.0, 1e6);
     v("flush_denormal", flush_denormal, "flush denormal floats to zero (faster; not bit for bit the workers' numerics)");
   }
 

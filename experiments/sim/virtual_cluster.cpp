@@ -104,7 +104,7 @@ struct Event {
   enum Kind : uint8_t {
     kComputeDone, kPushArrive, kReplyArrive, kSyncDone, kFinishArrive, kPushRelease,
     kChurn,   // sim.churn's event number `worker`
-    kLaunch,  // churn: worker `worker`'s process starts (a restart or a joiner); it joins sim.start_s later
+    kLaunch,  // churn: worker `worker`'s process starts (a restart or a joiner); it joins sim.restart_s later
     kJoin,    // churn: worker `worker` joins the job (INIT join = 1 then 2 on every part)
     kExpire,  // churn: the shards count out the workers silent for ps.worker_timeout_s
   } kind = kComputeDone;
@@ -138,6 +138,9 @@ struct Worker {
   // Elastic membership (dist.elastic; sim.churn):
   bool alive = true;                 // its process is up (false: killed, left, or a joiner not launched yet)
   bool joining = false;              // it waits for its join's replies (INIT join = 2 on every part)
+  bool in_job = true;                // its current process joined (false while it starts)
+  bool exited = false;               // worker 0: its process's end is counted
+  double last_seen = 0;              // when the shards last received a message of its current process
   bool leaving = false;              // a SIGTERM came: it leaves at its next step boundary
   double restart_delay_s = 0;        // after it left (SIGTERM), its process is started again this much later
   std::vector<char> join_owed;       // per part: its join's reply is still to come from there
@@ -204,7 +207,7 @@ class Simulation {
       em.slowdown = is_slow ? run_.emulate.slowdown : 1.0;
       w.pacer = std::make_unique<StepPacer>(em, static_cast<uint64_t>(run_.train.seed), r);  // the emulation's draws
       w.steps = is_slow && sim_.slow_steps > 0 ? sim_.slow_steps : run_.train.steps;
-      w.alive = r < n_;  // a joiner's process is launched by its event
+      w.alive = w.in_job = r < n_;  // a joiner's process is launched by its event
       if (r < n_) job_total_tokens_ += w.steps * tokens_per_step_;
       w.path = (fs::path(out_) / fmt::format("node{}", r) / "metrics.jsonl").string();
       fs::create_directories(fs::path(w.path).parent_path());
@@ -233,10 +236,6 @@ class Simulation {
     const auto t0 = std::chrono::steady_clock::now();
     for (Worker& w : workers_)
       if (w.alive) begin(w, sim_.start_s);
-    for (size_t i = 0; i < churn_.size(); ++i) {
-      Event e = event(Event::kChurn, static_cast<int>(i));
-      queue_.push(sim_.start_s + churn_[i].t_s, std::move(e));
-    }
     int64_t total = 0;
     for (const Worker& w : workers_) total += w.steps;
     int64_t next_report = total / 10;
@@ -615,6 +614,8 @@ class Simulation {
       ready = shards_[static_cast<size_t>(e.shard)]->push(h, e.data.data_ptr<float>(), t);
     }
     if (e.shard == 0) ++pushes_to_first_part_;
+    Worker& pusher = workers_[static_cast<size_t>(e.worker)];
+    pusher.last_seen = std::max(pusher.last_seen, t);
     // The pusher's process is gone (killed after the push left): its reply goes nowhere.
     if (workers_[static_cast<size_t>(e.worker)].incarnation != e.incarnation)
       ready.erase(std::remove(ready.begin(), ready.end(), e.worker), ready.end());
@@ -716,30 +717,53 @@ class Simulation {
     Worker& w = workers_[static_cast<size_t>(c.worker)];
     nlohmann::json rec = {{"i", i}, {"kind", churn_kind_name(c.kind)}, {"t_s", c.t_s}, {"worker", c.worker},
                           {"delay_s", c.delay_s}, {"at_s", t}};
-    const bool up = w.alive && !w.joining && !w.done && !w.leaving;
-    rec["applied"] = c.kind == ChurnEvent::Kind::kJoin || up;
+    // A signal reaches any process that is up, whatever it is doing (starting, joining, stepping, leaving).
+    const bool up = w.alive && !w.done;
+    const bool applies = c.kind == ChurnEvent::Kind::kJoin || (up && !(c.kind == ChurnEvent::Kind::kSigterm && w.leaving));
+    rec["applied"] = applies;
+    if (applies && c.kind == ChurnEvent::Kind::kKill9)
+      rec["state"] = !w.in_job ? "starting" : w.joining ? "joining" : w.leaving ? "leaving" : "stepping";
     churn_log_.push_back(rec);
     if (c.kind == ChurnEvent::Kind::kJoin) return launch_at(w, t);
-    if (!up) return;
+    if (!applies) return;
     if (c.kind == ChurnEvent::Kind::kSigterm) {
-      w.leaving = true;  // it finishes its step (its push and reply), then leaves (complete_step)
+      // It finishes its step (its push and reply; one that is starting or joining, its first), then leaves.
+      w.leaving = true;
       w.restart_delay_s = c.delay_s;
       return;
     }
-    // kill -9: the step in flight is lost, and local SGD's partial round with it.
-    ++lost_in_flight_;  // (a worker up is always in a step: computing, or waiting for its replies)
-    if (mode_.local_sgd) lost_partial_ += w.step % mode_.every;
+    // kill -9: a step in flight is lost, and local SGD's partial round with it (a round already pushed,
+    // waiting for its reply, is at the shards).
+    if (w.in_job && !w.joining) {
+      ++lost_in_flight_;
+      if (mode_.local_sgd && w.pending == 0) lost_partial_ += w.step % mode_.every;
+    }
+    // The shards last heard of it at its last message or heartbeat (PsClient's, every kHeartbeatS from
+    // its launch), whichever is later.
+    const double beat = w.launched + std::floor((t - w.launched) / kHeartbeatS) * kHeartbeatS;
+    if (beat > w.last_seen && beat > w.launched)
+      for (auto& srv : servers_) srv->seen(w.id, beat);
     end_process(w, t);
     if (mode_.local_sgd) {  // it resumes its checkpoint: the inner state at its last round's end
       w.inner->exp_avg().copy_(w.saved_m);
       w.inner->exp_avg_sq().copy_(w.saved_v);
       w.inner->set_steps(w.saved_steps);
     }
-    queue_.push(t + ps_.worker_timeout_s, event(Event::kExpire));  // the shards count it out when silent that long
+    expire_soon(t);  // the shards count it out once silent for ps.worker_timeout_s
     launch_at(w, t + c.delay_s);
+  }
+  // syncopate-server checks its workers' silence every kExpireCheckS (its poll), the live ones being
+  // seen through their heartbeats; while a crashed worker may still be counted, so does the simulation.
+  static constexpr double kExpireCheckS = 0.2;
+  static constexpr double kHeartbeatS = 1.0;  // PsClient's heartbeat period
+  void expire_soon(double t) {
+    if (expire_pending_) return;
+    expire_pending_ = true;
+    queue_.push(t + kExpireCheckS, event(Event::kExpire));
   }
   void end_process(Worker& w, double t) {
     w.alive = false;
+    w.in_job = false;
     w.joining = w.leaving = false;
     w.pending = 0;
     ++w.incarnation;
@@ -758,11 +782,12 @@ class Simulation {
     ++launches_;
     Event e = event(Event::kJoin, w.id);
     e.incarnation = w.incarnation;
-    queue_.push(t + sim_.start_s, std::move(e));
+    queue_.push(t + (sim_.restart_s > 0 ? sim_.restart_s : sim_.start_s), std::move(e));
   }
   // INIT join = 1 on every part (the clock each would start it at), then join = 2 at the largest; a
   // part's reply comes at once or (BSP) with the round it is counted from (reply()).
   void join(Worker& w, double t) {
+    w.last_seen = t;
     int64_t clock = 0, pushed = -1;
     for (ParameterShard* s : shards_) clock = std::max(clock, s->join_clock(w.id)), pushed = std::max(pushed, s->pushed_clock(w.id));
     w.joining = true;
@@ -782,6 +807,7 @@ class Simulation {
   // boundary), on the shards' values, with the samples the first part granted it.
   void joined(Worker& w, double t) {
     w.joining = false;
+    w.in_job = true;
     w.step = mode_.local_sgd ? w.join_clock * mode_.every : w.join_clock;
     if (mode_.local_sgd) w.start.copy_(w.params);
     w.grant = shards_[0]->grant(w.id);
@@ -793,6 +819,7 @@ class Simulation {
   // The shards count out the workers silent for ps.worker_timeout_s (a crashed one); the live ones
   // are seen (their heartbeats). Replies this releases go out.
   void expire(double t) {
+    expire_pending_ = false;
     for (const Worker& w : workers_)
       if (w.alive && !w.done)
         for (auto& srv : servers_) srv->seen(w.id, t);
@@ -800,6 +827,8 @@ class Simulation {
     for (auto& srv : servers_)
       for (const auto& [shard, worker] : srv->expire(t)) released[part_of(shard)].push_back(worker);
     for (const auto& [part, workers] : released) reply(part, workers, t);
+    for (const Worker& w : workers_)  // a crashed worker not back yet: check again
+      if (!w.alive && !w.done && w.id < static_cast<int>(workers_.size()) && w.incarnation > 0) return expire_soon(t);
   }
   int part_of(const ParameterShard* shard) const {
     const auto it = std::find(shards_.begin(), shards_.end(), shard);
@@ -813,7 +842,13 @@ class Simulation {
     flush(w);
     for (int k = 0; k < k_; ++k)  // FINISH: it leaves the shards' BSP/SSP count
       queue_.push(net_.send(w.id, server_endpoint(k), kHeaderBytes, t), event(Event::kFinishArrive, w.id, k));
-    w.lifetime += t - w.launched;
+    // Its process exits sim.exit_s later; worker 0's only after the job's last update (it waits to score
+    // the shards' final values, as the trainer's node 0).
+    if (w.id != 0) w.lifetime += t + sim_.exit_s - w.launched;
+    for (const Worker& o : workers_)
+      if (!o.done) return;
+    Worker& w0 = workers_[0];
+    if (w0.done && !w0.exited) w0.exited = true, w0.lifetime += t + sim_.exit_s - w0.launched;
   }
 
   void complete_step(Worker& w, double t, double staleness) {
@@ -831,6 +866,10 @@ class Simulation {
     w.wire = 0;
     w.log += m.dump() + "\n";
     ++result_.worker_steps;
+    // sim.churn's clock: its times count from the moment every first worker has logged its first step
+    // (experiments/churn.py's t0).
+    if (w.id < n_ && w.step == 1 && w.incarnation == 0 && ++first_steps_ == n_)
+      for (size_t i = 0; i < churn_.size(); ++i) queue_.push(t + churn_[i].t_s, event(Event::kChurn, static_cast<int>(i)));
     // As the trainer: a per-step BSP worker behind the servers' rounds ends when they reach its budget
     // (StepSync::job_done; with backup workers its pushes left would all be dropped as late).
     const bool last = w.step >= w.steps || (!mode_.ring && !mode_.local_sgd && w.round >= w.steps);
@@ -865,8 +904,8 @@ class Simulation {
     }
     for (int k = 0; k < k_; ++k)
       queue_.push(net_.send(w.id, server_endpoint(k), kHeaderBytes, t), event(Event::kFinishArrive, w.id, k));
-    end_process(w, t);
-    launch_at(w, t + w.restart_delay_s);
+    end_process(w, t + sim_.exit_s);  // (its checkpoint and exit)
+    launch_at(w, t + sim_.exit_s + w.restart_delay_s);
   }
 
   // An elastic job's membership account (sim.json "membership"), the quantities experiments/churn.py
@@ -977,6 +1016,8 @@ class Simulation {
   int64_t lost_in_flight_ = 0;             // steps in flight at a crash
   int64_t lost_partial_ = 0;               // local SGD: inner steps of partial rounds dropped (crash or preemption)
   int64_t pushes_to_first_part_ = 0;       // pushes that reached part 0 (each a step's or a round's samples)
+  bool expire_pending_ = false;            // a silence check is scheduled
+  int first_steps_ = 0;                    // the first workers that logged their first step (sim.churn's clock starts then)
 };
 
 }  // namespace
