@@ -1185,7 +1185,7 @@ def write_report(s, out):
         L += [f"**Backend: syncopate-sim** (virtual time, experiments/churn_sim.py), not processes: the same schedules, "
               f"flags and shard rules, real gradients, modelled compute and links ({st['sim_link_gbit']:g} Gbit/s), a "
               f"process's start-up modelled as {st['sim_start_s']:g} s (a restart's {st.get('sim_restart_s') or st['sim_start_s']:g} s), "
-              f"its exit {st.get('sim_exit_s') or 0:g} s after its last step, events half a poll after their times, "
+              f"its exit {st.get('sim_exit_s') or 0:g} s after its last step, step-time jitter {st.get('sim_jitter') or 0:g}, events half a poll after their times, "
               "deterministic. An event applied is one that happened (the simulator applies it at its time). Not measured here: host CPU, steps "
               "over their modelled time, hangs (the simulator fails a run that deadlocks), worker checkpoints (a crashed "
               "local SGD node resumes its inner state as of its last pushed round), messages lost with a crashed process.",
@@ -1407,6 +1407,11 @@ def parse_args(argv):
                    help="--backend sim: the same for a restarted or new worker (sim.restart_s; 0 = --sim-start-s)")
     r.add_argument("--sim-exit-s", type=float, default=0.0,
                    help="--backend sim: a worker's last step to its process's exit (sim.exit_s)")
+    r.add_argument("--sim-jitter", type=float, default=0.0,
+                   help="--backend sim: emulate.jitter of every worker (seeded, per step): without it the simulated nodes "
+                        "step in lockstep and arrive at the shards in one fixed order, which biases delayed Nesterov "
+                        "(docs/PERFORMANCE.md, 'Churn in the simulator'); a small value gives the seed one other "
+                        "ordering, as the emulated nodes' timing noise does")
     r.add_argument("--sim-link-gbit", type=float, default=10.0,
                    help="--backend sim: every worker's and shard's link, Gbit/s (loopback carries more; the tiny model's "
                         "messages take well under a millisecond either way)")
@@ -1552,6 +1557,7 @@ def main(argv=None):
                       "sim_start_s": a.sim_start_s if a.backend == "sim" else None,
                       "sim_restart_s": a.sim_restart_s if a.backend == "sim" else None,
                       "sim_exit_s": a.sim_exit_s if a.backend == "sim" else None,
+                      "sim_jitter": a.sim_jitter if a.backend == "sim" else None,
                       "sim_link_gbit": a.sim_link_gbit if a.backend == "sim" else None},
          "seeds": seeds, "configs": runnable, "schedules": schedules}
     try:

@@ -49,6 +49,8 @@ def command(a, name, seed, events, out):
             f"--sim.workers={a.nodes}", f"--sim.servers={churn.SERVERS}", f"--sim.link_gbit={a.sim_link_gbit!r}",
             f"--sim.start_s={a.sim_start_s!r}", f"--sim.restart_s={a.sim_restart_s!r}", f"--sim.exit_s={a.sim_exit_s!r}",
             f"--sim.eval_workers={a.nodes}", f"--sim.churn={sim_schedule(events, churn.POLL_S / 2)}"]
+    if getattr(a, "sim_jitter", 0):
+        cmd.append(f"--emulate.jitter={a.sim_jitter!r}")
     if "staleness_bound" in cfg:
         cmd.append(f"--ps.staleness_bound={cfg['staleness_bound']}")
     if cfg.get("local_sgd"):
