@@ -3,6 +3,7 @@
 
     experiments/churn.py run --out DIR [--seeds 3] [--events-per-min R] [--steps S] [--nodes N] [--configs ...]
                              [--equal-samples] [--eval-every K --target-loss L]
+                             [--backend sim --sim-start-s S --sim-restart-s R --sim-exit-s E --sim-jitter J]
     experiments/churn.py report DIR          (rewrites DIR/churn.md and the plot from DIR/churn.json)
 
 For every configuration and seed it starts the servers (ps configurations) and N nodes, injects the
@@ -84,6 +85,9 @@ Per run (every definition is repeated in churn.md):
   every run), paired by seed with the same configuration without events: stats.paired, Holm over
   every comparison of the report; "resolved" only where the Holm p < 0.05, else "not resolved".
 
+--backend sim plays the parameter-server configurations in syncopate-sim's virtual time instead
+(experiments/churn_sim.py: the same schedules, flags, shard rules and report; deterministic; validated
+against this tool's emulated runs by `churn_sim.py validate`, docs/PERFORMANCE.md "Churn in the simulator").
 At the issue's scale (an event per 10 minutes of a job of hours) wall-time emulation cannot go:
 experiments/churn_model.py plays the same schedules on a timeline model whose costs it measures from
 this tool's records, and checks it against them.
