@@ -828,7 +828,7 @@ class Simulation {
       for (const auto& [shard, worker] : srv->expire(t)) released[part_of(shard)].push_back(worker);
     for (const auto& [part, workers] : released) reply(part, workers, t);
     for (const Worker& w : workers_)  // a crashed worker not back yet: check again
-      if (!w.alive && !w.done && w.id < static_cast<int>(workers_.size()) && w.incarnation > 0) return expire_soon(t);
+      if (!w.alive && !w.done && w.incarnation > 0) return expire_soon(t);
   }
   int part_of(const ParameterShard* shard) const {
     const auto it = std::find(shards_.begin(), shards_.end(), shard);
