@@ -1107,6 +1107,22 @@ def load_runs(runs_dir, name):
     return json.load(open(p))["runs"] if os.path.exists(p) else []
 
 
+def run_fields(r):
+    """One run's figures as the study tables print them (docs/study/churn_scenario_*/table.py): goodput, lost
+    steps, events happened/planned, hangs, duplicate data, exactly once, emulation health, longest stall, end
+    time, status, final loss, and the shards' own counts of their checkpoint writes and journal records."""
+    m = r["metrics"]
+    srv = r.get("server_stats") or []
+    return dict(run=r, g=m["goodput"], lost=m["lost_steps"]["total"], ev=f'{m["events_happened"]}/{m["events_planned"]}',
+                hang=m["hangs"], dup=m["duplicate_data"], eo=(m.get("exactly_once") or {}).get("ok"),
+                over=m["overrun_share"], cpu=m["cpu_util"], stall=m["longest_stall_s"], end=m["time_to_end_s"],
+                status=r["status"], fl=m["final_val_loss"],
+                snaps=[s.get("checkpoint_snapshots", 0) for s in srv],
+                syncw=[s.get("checkpoint_sync_writes", 0) for s in srv],
+                syncs=[round(s.get("checkpoint_sync_write_s", 0.0), 1) for s in srv],
+                recs=[s.get("membership_records", "-") for s in srv])
+
+
 def node_phases(r):
     """Where a run's present time went at its edges (the study tables' start-up and tail): each node's start-up,
     its launch to its first step (the nodes that started the job, logged step 1 and ran to the end), and each

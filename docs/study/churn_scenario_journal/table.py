@@ -13,7 +13,7 @@ ARMS = {"jnl_j": "J: background, shards checkpoint, journal", "jnl_c": "C: backg
         "csv_bg": "previous A: background, shards checkpoint, joins and FINISH wait for a write"}
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "experiments"))
-from churn import load_runs, node_phases as phases  # noqa: E402
+from churn import load_runs, node_phases as phases, run_fields  # noqa: E402
 
 
 def load(name):
@@ -24,14 +24,7 @@ rows = {}
 for arm in ARMS:
     for part in ("a", "b"):
         for r in load(f"{arm}_{part}"):
-            m = r["metrics"]
-            srv = r.get("server_stats") or []
-            rows[(r["config"], r["seed"], arm)] = dict(
-                run=r, g=m["goodput"], ev=f'{m["events_happened"]}/{m["events_planned"]}', hang=m["hangs"],
-                dup=m["duplicate_data"], eo=(m.get("exactly_once") or {}).get("ok"), over=m["overrun_share"],
-                cpu=m["cpu_util"], end=m["time_to_end_s"], status=r["status"], fl=m["final_val_loss"],
-                snaps=[s.get("checkpoint_snapshots", 0) for s in srv], syncw=[s.get("checkpoint_sync_writes", 0) for s in srv],
-                recs=[s.get("membership_records", "-") for s in srv])
+            rows[(r["config"], r["seed"], arm)] = run_fields(r)
 configs = ["ps_asp", "ps_async_local_sgd"]
 print("| configuration | seed | J | C | J - C | previous A | J - previous A | events J / C | end, s J / C | final loss J / C | shard writes J: background (final write at the job's end) |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")

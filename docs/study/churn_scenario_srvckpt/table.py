@@ -11,7 +11,7 @@ ARMS = {"bg": "A: background, shards checkpoint", "ctl": "C: background, shards 
         "sync": "B: synchronous, shards checkpoint"}
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "experiments"))
-from churn import load_runs, node_phases as phases  # noqa: E402
+from churn import load_runs, node_phases as phases, run_fields  # noqa: E402
 
 
 def load(name):
@@ -22,16 +22,7 @@ rows = {}
 for arm in ARMS:
     for part in ("a", "b"):
         for r in load(f"csv_{arm}_{part}"):
-            m = r["metrics"]
-            srv = r.get("server_stats") or []
-            rows[(r["config"], r["seed"], arm)] = dict(
-                g=m["goodput"], lost=m["lost_steps"]["total"], ev=f'{m["events_happened"]}/{m["events_planned"]}',
-                hang=m["hangs"], dup=m["duplicate_data"], eo=(m.get("exactly_once") or {}).get("ok"),
-                over=m["overrun_share"], cpu=m["cpu_util"], stall=m["longest_stall_s"], end=m["time_to_end_s"],
-                status=r["status"], fl=m["final_val_loss"],
-                snaps=[s.get("checkpoint_snapshots", 0) for s in srv],
-                syncw=[s.get("checkpoint_sync_writes", 0) for s in srv],
-                syncs=[round(s.get("checkpoint_sync_write_s", 0.0), 1) for s in srv])
+            rows[(r["config"], r["seed"], arm)] = run_fields(r)
 configs = ["ps_asp", "ps_async_local_sgd"]
 print("| configuration | seed | A | C | B | A - C | A - B | end, s A / C / B | shard writes A: background (on the request path) | shard writes B: on the request path (s there) |")
 print("|---|---|---|---|---|---|---|---|---|---|")
