@@ -2,6 +2,7 @@
 study needs from it: the validation curve on an evaluation-free clock, global tokens, staleness,
 the emulation's own health (overrun share, host CPU use). Depends on the core only through its
 binaries, scripts and metrics files."""
+import hashlib
 import json
 import os
 import signal
@@ -73,6 +74,23 @@ def cached_result(d, command):
     except (OSError, ValueError):
         return None
     return r if r.get("command") == command and "failed" not in r else None
+
+
+_DIGESTS = {}
+
+
+def binaries_digest(paths):
+    """sha256 over the named binaries' bytes (a run's cache key besides its command line): a rebuild
+    that changes any of them makes earlier runs stale. Cached per (path, size, mtime)."""
+    h = hashlib.sha256()
+    for p in paths:
+        st = os.stat(p)
+        key = (p, st.st_size, st.st_mtime_ns)
+        if key not in _DIGESTS:
+            with open(p, "rb") as f:
+                _DIGESTS[key] = hashlib.file_digest(f, "sha256").hexdigest()
+        h.update(f"{os.path.basename(p)}={_DIGESTS[key]};".encode())
+    return h.hexdigest()
 
 
 def read_jsonl(path):
@@ -310,6 +328,8 @@ def sim_command(cfg, em, job, seed, lr, out):
         cmd += [f"--sim.latency_us={sim_latency_us(em):.6g}"]
     if em.get("sharing"):
         cmd += [f"--sim.sharing={em['sharing']}"]
+    if em.get("colocate_servers") and not cfg.get("ring"):
+        cmd += ["--sim.colocate_servers=true"]  # shard k shares worker k mod N's link
     return cmd + worker_flags(job, seed, lr, steps, cfg.get("ring", False), sync_every(cfg) > 1,
                               em["step_time_s"] > 0) + jitter_tail_flags(em) + cfg.get("worker", [])
 
@@ -449,19 +469,30 @@ def summarize(out, nodes, ring, deferred=False):
 
 
 def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_cpu=CPU_LIMIT, trace=False,
-             backend="emulated"):
+             backend="emulated", reuse=False):
     """Runs one configuration once; returns its summary, or {"failed": reason, "log": path}.
     trace: record the run's timeline (OUT/trace.json, linked from the report). backend "sim": the
-    same run in syncopate-sim's virtual time (no host limits to hold: its time is modelled)."""
+    same run in syncopate-sim's virtual time (no host limits to hold: its time is modelled).
+    reuse: return OUT/result.json instead of running when it was made by the same command line and
+    the same binaries (byte for byte) and did not fail; the result then carries "reused": True.
+    Every finished run writes its result.json, so a later call with reuse can take it."""
     sim = backend == "sim"
     cmd = sim_command(cfg, em, job, seed, lr, out) if sim else cluster_command(cfg, em, job, seed, lr, out, trace)
-    os.makedirs(out, exist_ok=True)
     log = os.path.join(out, "cluster.log")
     binary = cmd[0] if sim else os.path.join(ROOT, "build", "bin", "syncopate-worker")
     if not os.path.exists(binary) and not os.environ.get("SYNCOPATE_WORKER"):
         return {"failed": f"{binary} is not built (scripts/build.sh)", "log": log}
+    line = " ".join(cmd)
+    bins = [b for b in ([binary] if sim else [binary, os.path.join(ROOT, "build", "bin", "syncopate-server")])
+            if os.path.exists(b)]
+    digest = binaries_digest(bins)
+    if reuse and (r := cached_result(out, line)) is not None and r.get("binaries") == digest:
+        return dict(r, reused=True)
+    if os.path.exists(os.path.join(out, "result.json")):
+        os.remove(os.path.join(out, "result.json"))  # stale: about to be made again
+    os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "command.txt"), "w") as f:
-        f.write(" ".join(cmd) + "\n")
+        f.write(line + "\n")
     t0 = time.time()
     with CpuSampler() as cpu, open(log, "w") as lf:
         rc = run_group(cmd, lf)
@@ -490,4 +521,8 @@ def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_c
     r["log"] = log
     if os.path.exists(os.path.join(out, "trace.json")):
         r["trace"] = os.path.join(out, "trace.json")
+    tmp = os.path.join(out, "result.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(dict(r, command=line, binaries=digest), f)
+    os.replace(tmp, os.path.join(out, "result.json"))
     return r

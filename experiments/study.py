@@ -50,6 +50,10 @@ def add_args(ap, out_default):
     ap.add_argument("--lr-grid", default="0.5,1,2", help="learning-rate multipliers tried per configuration")
     ap.add_argument("--tune", action=argparse.BooleanOptionalAction, default=True,
                     help="--no-tune: every configuration at --base-lr (smoke runs only; the report says NOT tuned)")
+    ap.add_argument("--lrs-from", metavar="DIR",
+                    help="each configuration's learning rate (and local SGD's outer lr) from another study's tuning "
+                    "(DIR/summary.json, tuned on seeds disjoint from this study's headline seeds); nothing is tuned here "
+                    "and the report says where the rates came from")
     ap.add_argument("--lr-extend", type=int, default=3,
                     help="times the grid may extend past an edge pick (by --lr-extend-factor); 0: never (then a grid "
                     "of one value is refused)")
@@ -103,6 +107,10 @@ def add_args(ap, out_default):
     ap.add_argument("--backend", choices=["emulated", "sim"], default="emulated",
                     help="emulated: processes on this machine (scripts/local_cluster.sh); sim: syncopate-sim's virtual "
                     "time (any node count; validated against the emulation in docs/STUDY.md)")
+    ap.add_argument("--resume", action=argparse.BooleanOptionalAction, default=None,
+                    help="take a run's OUT/runs/.../result.json instead of running it again when the same command line "
+                    "and the same binaries (byte for byte) made it; default: on for --backend sim (deterministic: the "
+                    "same result either way), off for emulated runs (each run a new measurement)")
     ap.add_argument("--latency-us", type=float, help="sim: the emulated links' own one-way latency, microseconds "
                     "(default 50); --latency-ms and a scenario's latency come on top")
     ap.add_argument("--latency-ms", type=float, help="modelled one-way propagation latency added to every message, "
@@ -393,7 +401,9 @@ def print_plan(rows, spec, m, measured, dry):
          f"{', '.join(map(str, spec['seeds']))}; " + (
              f"learning rates tuned on seed(s) {', '.join(map(str, spec['tseeds']))}, grid "
              f"{', '.join(f'{g:g}' for g in spec['grid'])} x {spec['base_lr']:g}, extending at most {spec['extend']} "
-             f"time(s) by x{spec['factor']:g} past an edge pick" if tune else "learning rates NOT tuned (--no-tune)")]
+             f"time(s) by x{spec['factor']:g} past an edge pick" if tune else
+             f"learning rates from {spec['lrs_from']}'s tuning" if spec.get("lrs_from") else
+             "learning rates NOT tuned (--no-tune)")]
     if "calibration" in per_kind:
         L.append(f"  calibration runs (--time-budget-s, one per configuration): {per_kind['calibration'][0]}")
     for kind, what in (("tuning", "tuning runs (tuning seeds)"), ("outer tuning", "outer-lr tuning runs (tuning seeds)")):
@@ -439,6 +449,37 @@ def print_plan(rows, spec, m, measured, dry):
     print("\n".join(f"[study] {x}" for x in L), flush=True)
 
 
+def lrs_from(path, configs, names, base_lr, seeds):
+    """--lrs-from DIR: {"dir", "tuning_seeds", "configurations": {name: (lr multiplier of base_lr, outer
+    multiplier of the configuration's own outer lr, or None)}} from DIR/summary.json (its absolute rates),
+    refused by name when it cannot stand for tuning here."""
+    if not path:
+        return None
+    try:
+        with open(os.path.join(path, "summary.json")) as f:
+            s = json.load(f)
+    except (OSError, ValueError) as e:
+        raise BadInput(f"--lrs-from {path}: cannot read its summary.json ({e}); give a finished study's directory")
+    if not s.get("tuned"):
+        raise BadInput(f"--lrs-from {path}: that study did not tune its learning rates; give a tuned one")
+    tseeds = s.get("tuning_seeds") or []
+    if set(tseeds) & set(seeds):
+        raise BadInput(f"--lrs-from {path}: its learning rates were tuned on seed(s) "
+                       f"{', '.join(map(str, sorted(set(tseeds) & set(seeds))))}, which are headline seeds here; "
+                       "choose other headline seeds (--first-seed)")
+    out = {}
+    for n in names:
+        c = s.get("configurations", {}).get(n)
+        if not c or c.get("lr") is None:
+            raise BadInput(f"--lrs-from {path}: it has no tuned learning rate for {n}; run {n} in a tuned study "
+                           "or leave it out (--configs)")
+        own = configs[n].get("outer_lr")
+        if own is not None and c.get("outer_lr") is None:
+            raise BadInput(f"--lrs-from {path}: {n} has no outer learning rate there; give a study that tuned it")
+        out[n] = (c["lr"] / base_lr, None if own is None else c["outer_lr"] / own)
+    return {"dir": path, "tuning_seeds": tseeds, "configurations": out}
+
+
 def run_study(configs, a, title, command, pairs=()):
     """Runs the study (see the module's docstring). pairs: (a, b) comparisons the caller's report
     discusses beyond every configuration against the baseline (e.g. asp_lr_scale against asp)."""
@@ -452,6 +493,9 @@ def run_study(configs, a, title, command, pairs=()):
     tseeds = method.tuning_seeds(getattr(a, "tuning_seeds", "1000"), seeds)
     extend = getattr(a, "lr_extend", 3)
     tune = getattr(a, "tune", True)
+    fixed = lrs_from(getattr(a, "lrs_from", None), configs, names, a.base_lr, seeds)
+    if fixed is not None:
+        tune = False
     grid = method.check_grid([float(x) for x in a.lr_grid.split(",")], extend) if tune else [1.0]
     outer_grid = method.check_grid([float(x) for x in getattr(a, "outer_lr_grid", "1").split(",")], extend,
                                    "--outer-lr-grid") if tune else [1.0]
@@ -518,7 +562,7 @@ def run_study(configs, a, title, command, pairs=()):
             measured.append("compute calibration")
     print(f"[study] {title}\n[study] emulation: {describe(em)}", flush=True)
     spec = {"configs": configs, "names": names, "seeds": seeds, "tseeds": tseeds, "grid": grid, "outer_grid": outer_grid,
-            "tune": tune, "extend": extend, "factor": getattr(a, "lr_extend_factor", 2.0),
+            "tune": tune, "lrs_from": getattr(a, "lrs_from", None), "extend": extend, "factor": getattr(a, "lr_extend_factor", 2.0),
             "time_budget_s": getattr(a, "time_budget_s", None), "calibration_steps": getattr(a, "calibration_steps", 20),
             "evals": a.evals, "em": em, "job": job, "base_lr": a.base_lr, "calibrate": getattr(a, "calibrate", True)}
     measurements = cost.Measurements(em["preset"], em["batch"], em["backend"])
@@ -571,6 +615,7 @@ def run_study(configs, a, title, command, pairs=()):
     residuals = {}  # launch_key: each finished run's seconds beyond the estimate's training and evaluations
 
     runs = {}  # (config, lr multiplier, outer multiplier, seed) -> summary
+    resume = em["backend"] == "sim" if getattr(a, "resume", None) is None else a.resume
 
     def run(name, mult, outer, seed):
         key = (name, mult, outer, seed)
@@ -581,10 +626,14 @@ def run_study(configs, a, title, command, pairs=()):
             if outer is not None:
                 cfg["worker"] = list(cfg.get("worker", [])) + [f"--dist.outer_lr={cfg['outer_lr'] * outer:.6g}"]
             r = run_once(name, cfg, em, job, seed, a.base_lr * mult, out, a.max_overrun, a.max_cpu,
-                         trace=seed == 0 and not getattr(a, "no_trace", False), backend=em["backend"])
+                         trace=seed == 0 and not getattr(a, "no_trace", False), backend=em["backend"],
+                         reuse=resume)
             r["dir"] = out
             runs[key] = r
-            if "failed" in r:
+            if r.get("reused"):
+                print(f"[study] {name} {tag} seed {seed}: reused ({out}/result.json), final val {r['final_val_loss']}",
+                      flush=True)
+            elif "failed" in r:
                 print(f"[study] {name} {tag} seed {seed}: FAILED ({r['failed']}); log {r['log']}", flush=True)
             else:
                 residuals.setdefault(cost.launch_key(em["backend"], bool(cfg.get("ring"))), []).append(cost.residual(
@@ -610,6 +659,8 @@ def run_study(configs, a, title, command, pairs=()):
             return None if any(v is None for v in vals) else sum(vals) / len(vals)
 
         best, best_outer = 1.0, outer0
+        if fixed is not None:
+            best, best_outer = fixed["configurations"][name]
         if tune:
             t = method.tune(inner_score, grid, getattr(a, "lr_extend_factor", 2.0), extend)
             tuning["lr"] = t
@@ -628,19 +679,25 @@ def run_study(configs, a, title, command, pairs=()):
                          "tuning": tuning, "runs": rs}
     summary = {"title": title, "command": command, "method": "issue25", "emulation": em, "job": job,
                "budget": {"kind": kind, "value": value}, "targets": targets, "seeds": seeds, "tuning_seeds": tseeds,
-               "tuned": tune, "lr_grid": grid, "outer_lr_grid": outer_grid, "equivalence_margin": margin, "baseline": baseline,
+               "tuned": tune, "lrs_from": fixed and {k: v for k, v in fixed.items() if k != "configurations"},
+               "lr_grid": grid, "outer_lr_grid": outer_grid, "equivalence_margin": margin, "baseline": baseline,
                "pairs": [[x, y] for x, y in extra_pairs] + [[x, y] for x, y in pairs if x in names and y in names],
                "limits": {"overrun": a.max_overrun, "cpu": a.max_cpu}, "calibration": calibrations,
                "configurations": {}}
     took = time.time() - study_t0
     done = len(runs) + len(calibrations)
+    reused = [r for r in runs.values() if r.get("reused")]
     summary["cost"] = {"runs": done, "took_s": took, "estimated_s": estimated["s"],
+                       "reused_runs": len(reused),  # taken from an earlier invocation's result.json (--resume)
+                       "reused_runs_s": sum(r.get("elapsed_s") or 0.0 for r in reused),  # what making them took then
                        "estimated_worst_s": estimated["worst_s"], "planned_runs": estimated["runs"],
                        "planned_runs_worst": estimated["worst_runs"], "basis": measurements.basis()}
     cost.record_runs(residuals)
     cost.record_study({"command": command, "runs": done, "took_s": round(took, 1),
                        "estimated_s": None if estimated["s"] is None else round(estimated["s"], 1)})
-    print(f"[study] {done} runs took {cost.minutes(took)} min (estimated before them: ~{cost.minutes(estimated['s'])} "
+    print(f"[study] {done} runs took {cost.minutes(took)} min"
+          + (f" ({len(reused)} of them reused from an earlier invocation)" if reused else "")
+          + f" (estimated before them: ~{cost.minutes(estimated['s'])} "
           f"min for {estimated['runs']}, up to ~{cost.minutes(estimated['worst_s'])} min for {estimated['worst_runs']})",
           flush=True)
     for name, v in results.items():
@@ -836,6 +893,9 @@ def write_report(summary, out):
              f"{', '.join(f'{m:g}' for m in summary['lr_grid'])} x the base lr (outer lr: "
              f"{', '.join(f'{m:g}' for m in summary.get('outer_lr_grid', []))} x the configuration's own), "
              "extended past an edge pick. " if summary.get("tuned", True) else
+             f"learning rates from another study's tuning ({summary['lrs_from']['dir']}, tuned on seeds "
+             f"{', '.join(map(str, summary['lrs_from']['tuning_seeds']))}, disjoint from these), not tuned here. "
+             if summary.get("lrs_from") else
              "learning rates NOT tuned (--no-tune): every configuration at the base lr, which favours whichever mode "
              "it happens to suit; no conclusion of this report stands for tuned configurations. ")
           + "Comparisons are paired over seeds (same initialization, data order and jitter), with 95% t intervals "
@@ -856,7 +916,10 @@ def write_report(summary, out):
     if spent and spent.get("took_s") is not None:
         L += [f"Cost: {spent['runs']} runs took {cost.minutes(spent['took_s'])} min on this machine (estimated before "
               f"them: ~{cost.minutes(spent.get('estimated_s'))} min for {spent.get('planned_runs')} runs, up to "
-              f"~{cost.minutes(spent.get('estimated_worst_s'))} min for {spent.get('planned_runs_worst')}).", ""]
+              f"~{cost.minutes(spent.get('estimated_worst_s'))} min for {spent.get('planned_runs_worst')})"
+              + (f"; {spent['reused_runs']} of the runs were reused from an earlier invocation (same command line and "
+                 f"binaries), whose making took {cost.minutes(spent.get('reused_runs_s'))} min then"
+                 if spent.get("reused_runs") else "") + ".", ""]
     secs = "simulated s" if sim else "s"
     head = f"| configuration | lr (outer) | steps/node | valid runs | val loss at budget | end, {secs} | tokens/{secs} |"
     head += "".join(f" reached {t:g} (median {secs}) |" for t in targets)

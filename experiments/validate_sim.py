@@ -223,6 +223,9 @@ def sim_emulation(emu, a, sa, efficiency):
         raise SystemExit("validate_sim: that study is a simulated one; give an emulated one")
     em["backend"], em["latency_us"], em["link_efficiency"] = "sim", a.latency_us, efficiency
     em["sharing"] = a.sharing if a.sharing != "auto" else tbf_sharing(em, sa)
+    # In network namespaces the emulated cluster runs shard k on node k mod N, sharing that node's link
+    # (scripts/local_cluster.sh --netns): the simulator places them so (sim.colocate_servers).
+    em["colocate_servers"] = bool(em.get("netns"))
     return em
 
 
@@ -371,7 +374,9 @@ def report(res, out):
          f"Emulated study: `{res['emulated']}` ({res['emulation']['nodes']} nodes). The simulator ran every configuration "
          "with the same emulation, per-node step counts, learning rates and seeds (links: sharing "
          f"{res['emulation'].get('sharing', 'fair')}, {res['emulation'].get('link_efficiency', 1.0):g} x the emulated "
-         f"rate, {res['emulation'].get('latency_us', 50):g} us latency)"
+         f"rate, {res['emulation'].get('latency_us', 50):g} us latency"
+         + ("; parameter-server shard k on node k mod N, sharing its link, as the emulation placed them"
+            if res["emulation"].get("colocate_servers") else "") + ")"
          + (f"; the link efficiency was fitted on another study, `{fit['from']}`" if fit else
             "; no parameter was fitted on these runs by this script") + ".", "",
          f"Each figure is checked seed by seed: the simulator - emulation difference (relative for times, nats for "

@@ -554,6 +554,33 @@ class Orchestration(unittest.TestCase):
         # No time in the report is negative (nor any interval of one).
         self.assertIsNone(re.search(r"\[-\d", text.split("## Comparisons")[0]), text)
 
+    def test_learning_rates_from_another_studys_tuning(self):
+        """--lrs-from: no tuning run here; every headline run at the other study's tuned rate; refused by
+        name when that study did not tune, tuned on a headline seed here, or lacks a configuration."""
+        other = mkdtemp()
+
+        def write(**kw):
+            s = {"tuned": True, "tuning_seeds": [1000],
+                 "configurations": {"ring": {"lr": 4e-3}, "asp": {"lr": 1e-3}}}
+            s.update(kw)
+            with open(os.path.join(other, "summary.json"), "w") as f:
+                json.dump(s, f)
+        write()
+        calls = []
+        s, a = self.study(calls, lrs_from=other)
+        self.assertFalse([c for c in calls if c[1] >= 1000 and c[3] != 10])  # no tuning run (calibration only)
+        self.assertEqual({(c[0], c[2]) for c in calls if c[1] < 1000}, {("ring", 4e-3), ("asp", 1e-3)})
+        self.assertEqual(s["configurations"]["ring"]["lr"], 4e-3)
+        self.assertEqual(s["lrs_from"], {"dir": other, "tuning_seeds": [1000]})
+        with open(os.path.join(a.out, "report.md")) as f:
+            self.assertIn(f"learning rates from another study's tuning ({other}, tuned on seeds 1000", f.read())
+        for kw, words in (({"tuned": False}, "did not tune"), ({"tuning_seeds": [1]}, "headline seeds here"),
+                          ({"configurations": {"ring": {"lr": 4e-3}}}, "no tuned learning rate for asp")):
+            write(**kw)
+            with self.assertRaises(SystemExit) as e:
+                self.study([], lrs_from=other)
+            self.assertIn(words, str(e.exception))
+
     def test_different_held_out_sets_are_refused(self):
         with self.assertRaises(SystemExit) as e:
             self.study([], digest=lambda name, seed: "d2" if (name, seed) == ("asp", 2) else "d1")
@@ -1298,6 +1325,54 @@ class Smoke(unittest.TestCase):
         self.assertEqual(c["valid_runs"], 0)
         self.assertIn("overran their modelled time", c["invalid"][0]["why"])
         self.assertIsNone(c["final_val_loss"]["mean"])
+
+
+class RunCache(unittest.TestCase):
+    """--resume (on by default for --backend sim): a run is taken from its result.json only when the
+    same command line and the same binaries made it and it did not fail; real syncopate-sim runs."""
+
+    def study(self, out, *extra):
+        cmd = [PY, os.path.join(ROOT, "experiments", "ab_sync_async.py"), "--backend", "sim", "--nodes", "2",
+               "--steps", "6", "--configs", "ring,asp", "--no-tune", "--seeds", "2", "--evals", "2",
+               "--val-windows", "8", "--preset", "micro", "--step-time", "0.05", "--no-calibrate", "--no-trace",
+               "--out", out, *extra]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        with open(os.path.join(out, "summary.json")) as f:
+            return r.stdout, json.load(f)
+
+    def test_a_run_is_reused_only_from_the_same_command_and_binaries(self):
+        if not os.path.exists(os.path.join(ROOT, "build", "bin", "syncopate-sim")):
+            self.fail("build/bin/syncopate-sim is not built (scripts/build.sh)")
+        out = mkdtemp()
+        _, first = self.study(out)
+        self.assertEqual(first["cost"]["reused_runs"], 0)
+        text, again = self.study(out)
+        self.assertEqual(again["cost"]["reused_runs"], 4)
+        self.assertEqual(text.count(": reused ("), 4)
+        # The same conclusions from the reused runs: the simulator is deterministic.
+        self.assertEqual([(c["metric"], c["mean_diff"]) for c in first["comparisons"]],
+                         [(c["metric"], c["mean_diff"]) for c in again["comparisons"]])
+        with open(os.path.join(out, "report.md")) as f:
+            self.assertIn("4 of the runs were reused from an earlier invocation", f.read())
+        # Another binary (as a rebuild would leave), a failed run, another command: each runs again.
+        seed0 = os.path.join(out, "runs", "asp", "lr1", "seed0", "result.json")
+        seed1 = os.path.join(out, "runs", "asp", "lr1", "seed1", "result.json")
+        ring0 = os.path.join(out, "runs", "ring", "lr1", "seed0", "result.json")
+        for path, change in ((seed0, {"binaries": "0" * 64}), (seed1, {"failed": "exit 1"}),
+                             (ring0, {"command": "syncopate-sim --other"})):
+            with open(path) as f:
+                r = json.load(f)
+            with open(path, "w") as f:
+                json.dump(dict(r, **change), f)
+        text, third = self.study(out)
+        self.assertEqual(third["cost"]["reused_runs"], 1)
+        self.assertIn("ring lr1 seed 1: reused", text)
+        with open(seed0) as f:
+            self.assertNotEqual(json.load(f)["binaries"], "0" * 64)  # made again, stamped anew
+        # --no-resume runs every one again.
+        _, fourth = self.study(out, "--no-resume")
+        self.assertEqual(fourth["cost"]["reused_runs"], 0)
 
 
 if __name__ == "__main__":
