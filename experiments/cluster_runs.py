@@ -2,6 +2,7 @@
 study needs from it: the validation curve on an evaluation-free clock, global tokens, staleness,
 the emulation's own health (overrun share, host CPU use). Depends on the core only through its
 binaries, scripts and metrics files."""
+import glob
 import hashlib
 import json
 import os
@@ -77,20 +78,49 @@ def cached_result(d, command):
 
 
 _DIGESTS = {}
+# What an emulated run executes besides the binaries (local_cluster.sh sources or runs these).
+CLUSTER_SCRIPTS = ("local_cluster.sh", "launch_node.sh", "netns.sh", "lib.sh")
+# Environment variables the launch scripts read that change a run.
+CLUSTER_ENV = ("SYNCOPATE_TBF_QUEUE_MS",)
 
 
-def binaries_digest(paths):
-    """sha256 over the named binaries' bytes (a run's cache key besides its command line): a rebuild
-    that changes any of them makes earlier runs stale. Cached per (path, size, mtime)."""
-    h = hashlib.sha256()
-    for p in paths:
+def file_digest(p):
+    """sha256 of a file's bytes, cached per (path, size, mtime)."""
+    st = os.stat(p)
+    key = (p, st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        with open(p, "rb") as f:
+            _DIGESTS[key] = hashlib.file_digest(f, "sha256").hexdigest()
+    return _DIGESTS[key]
+
+
+def run_inputs(sim):
+    """Everything besides its command line that makes a run what it is, for run_once's cache key: the
+    binaries it executes (SYNCOPATE_WORKER's where set, as local_cluster.sh does), for emulated runs the
+    launch scripts and the environment they read, the libtorch the binaries load (its package version
+    and its library's size and time: a reinstall only costs a re-run) and the data cache's files (name,
+    size, time). A run is taken back only when all of it is unchanged."""
+    bindir = os.path.join(ROOT, "build", "bin")
+    if sim:
+        files = [os.path.join(bindir, "syncopate-sim")]
+    else:
+        worker = os.environ.get("SYNCOPATE_WORKER") or os.path.join(bindir, "syncopate-worker")
+        files = [worker, os.path.join(os.path.dirname(worker), "syncopate-server")]
+        files += [os.path.join(ROOT, "scripts", x) for x in CLUSTER_SCRIPTS]
+    parts = [f"{os.path.relpath(p, ROOT)}={file_digest(p) if os.path.exists(p) else 'missing'}" for p in files]
+    if not sim:
+        parts += [f"{k}={os.environ.get(k, '')}" for k in CLUSTER_ENV]
+    torch_lib = glob.glob(os.path.join(ROOT, ".venv", "lib", "python*", "site-packages", "torch", "lib",
+                                       "libtorch_cpu.so"))
+    for p in torch_lib[:1]:
         st = os.stat(p)
-        key = (p, st.st_size, st.st_mtime_ns)
-        if key not in _DIGESTS:
-            with open(p, "rb") as f:
-                _DIGESTS[key] = hashlib.file_digest(f, "sha256").hexdigest()
-        h.update(f"{os.path.basename(p)}={_DIGESTS[key]};".encode())
-    return h.hexdigest()
+        parts.append(f"libtorch_cpu={st.st_size}:{st.st_mtime_ns}")
+    cache = os.path.join(ROOT, "data", "cache")
+    if os.path.isdir(cache):
+        for name in sorted(os.listdir(cache)):
+            st = os.stat(os.path.join(cache, name))
+            parts.append(f"data/{name}={st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256(";".join(parts).encode()).hexdigest()
 
 
 def read_jsonl(path):
@@ -473,9 +503,11 @@ def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_c
     """Runs one configuration once; returns its summary, or {"failed": reason, "log": path}.
     trace: record the run's timeline (OUT/trace.json, linked from the report). backend "sim": the
     same run in syncopate-sim's virtual time (no host limits to hold: its time is modelled).
-    reuse: return OUT/result.json instead of running when it was made by the same command line and
-    the same binaries (byte for byte) and did not fail; the result then carries "reused": True.
-    Every finished run writes its result.json, so a later call with reuse can take it."""
+    Every finished run writes OUT/run.json: its command line, the digest of what else made it
+    (run_inputs) and what only its making measured (host CPU, elapsed time). reuse: when run.json
+    names the same command line and inputs, the run is not made again: its figures are read again from
+    its files (so a change of the tooling's reading applies) and judged against today's limits; the
+    result then carries "reused": True."""
     sim = backend == "sim"
     cmd = sim_command(cfg, em, job, seed, lr, out) if sim else cluster_command(cfg, em, job, seed, lr, out, trace)
     log = os.path.join(out, "cluster.log")
@@ -483,13 +515,14 @@ def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_c
     if not os.path.exists(binary) and not os.environ.get("SYNCOPATE_WORKER"):
         return {"failed": f"{binary} is not built (scripts/build.sh)", "log": log}
     line = " ".join(cmd)
-    bins = [b for b in ([binary] if sim else [binary, os.path.join(ROOT, "build", "bin", "syncopate-server")])
-            if os.path.exists(b)]
-    digest = binaries_digest(bins)
-    if reuse and (r := cached_result(out, line)) is not None and r.get("binaries") == digest:
-        return dict(r, reused=True)
-    if os.path.exists(os.path.join(out, "result.json")):
-        os.remove(os.path.join(out, "result.json"))  # stale: about to be made again
+    inputs = run_inputs(sim)
+    made = reusable(out, line, inputs) if reuse else None
+    if made is not None:
+        r = collect(out, cfg, job, sim, made.get("cpu_util"), made.get("elapsed_s"), max_overrun, max_cpu, log)
+        if "failed" not in r:
+            return dict(r, reused=True)  # (files no longer readable: made again below)
+    if os.path.exists(os.path.join(out, RUN_RECORD)):
+        os.remove(os.path.join(out, RUN_RECORD))  # stale: about to be made again
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "command.txt"), "w") as f:
         f.write(line + "\n")
@@ -498,19 +531,54 @@ def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_c
         rc = run_group(cmd, lf)
     if rc != 0:
         return {"failed": f"exit {rc}" + refusal(log), "log": log}
+    elapsed = time.time() - t0
+    r = collect(out, cfg, job, sim, None, elapsed, max_overrun, max_cpu, log)
+    if "failed" not in r:
+        # Host CPU while the nodes trained (not while they started, scored deferred evaluations or exited).
+        cpu_util = None if sim else next((u for u in (cpu.mean(tuple(r["train_window_unix"])), cpu.mean())
+                                          if u is not None), None)  # (a run shorter than a sample: all of it)
+        judge(r, cpu_util, max_overrun, max_cpu)
+        tmp = os.path.join(out, RUN_RECORD + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump({"command": line, "inputs": inputs, "cpu_util": cpu_util, "elapsed_s": elapsed}, f)
+        os.replace(tmp, os.path.join(out, RUN_RECORD))
+    return r
+
+
+RUN_RECORD = "run.json"  # run_once's own record (hindsight.py and switch_midrun.py keep result.json)
+
+
+def reusable(out, line, inputs):
+    """OUT/run.json when it was made by this command line from these inputs, else None."""
+    try:
+        with open(os.path.join(out, RUN_RECORD)) as f:
+            made = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return made if made.get("command") == line and made.get("inputs") == inputs else None
+
+
+def collect(out, cfg, job, sim, cpu_util, elapsed, max_overrun, max_cpu, log):
+    """A finished run's figures from its files, judged against the limits."""
     try:
         r = summarize(out, job["nodes"], cfg.get("ring", False), deferred=bool(job.get("defer")))
     except (OSError, ValueError, KeyError, IndexError) as e:
         return {"failed": f"unreadable metrics: {e}", "log": log}
     r["servers"] = server_stats(out) if not cfg.get("ring") else []
     r["dropped"] = sum(s.get("dropped", 0) for s in r["servers"])
-    # Host CPU while the nodes trained (not while they started, scored deferred evaluations or exited).
-    r["cpu_util"] = None if sim else next((u for u in (cpu.mean(tuple(r["train_window_unix"])), cpu.mean())
-                                           if u is not None), None)  # (a run shorter than a sample: all of it)
-    r["elapsed_s"] = time.time() - t0
+    r["elapsed_s"] = elapsed
     if sim:
         with open(os.path.join(out, "sim.json")) as f:
             r["sim"] = json.load(f)
+    r["log"] = log
+    if os.path.exists(os.path.join(out, "trace.json")):
+        r["trace"] = os.path.join(out, "trace.json")
+    return judge(r, cpu_util, max_overrun, max_cpu)
+
+
+def judge(r, cpu_util, max_overrun, max_cpu):
+    """A run's validity against the limits (the emulation held: few overruns, the host's CPU not saturated)."""
+    r["cpu_util"] = cpu_util
     problems = []
     if r["overrun_share"] > max_overrun:
         problems.append(f"{r['overrun_share']:.0%} of steps overran their modelled time")
@@ -518,11 +586,4 @@ def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_c
         problems.append(f"host CPU at {r['cpu_util']:.0%}")
     r["valid"] = not problems
     r["invalid_because"] = "; ".join(problems)
-    r["log"] = log
-    if os.path.exists(os.path.join(out, "trace.json")):
-        r["trace"] = os.path.join(out, "trace.json")
-    tmp = os.path.join(out, "result.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(dict(r, command=line, binaries=digest), f)
-    os.replace(tmp, os.path.join(out, "result.json"))
     return r

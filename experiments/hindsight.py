@@ -302,8 +302,9 @@ def measure(scen, s, px, name, seed, a):
              "valid": full["valid"], "invalid_because": full["invalid_because"], "overrun_share": full["overrun_share"],
              "cpu_util": full["cpu_util"], "longest_wait_s": longest_wait(d, s["nodes"]),
              "curve": [[p["t"], p["val_loss"]] for p in full["curve"]], "lanes": a.lanes, "command": line}
-    with open(os.path.join(d, "result.json"), "w") as f:
+    with open(os.path.join(d, "result.json.tmp"), "w") as f:
         json.dump(r, f)
+    os.replace(os.path.join(d, "result.json.tmp"), os.path.join(d, "result.json"))  # whole or absent
     if "failed" in r:
         got = "failed: " + r["failed"]
     else:

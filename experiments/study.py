@@ -358,9 +358,12 @@ def plan_rows(spec, plans, m):
                     for s in spec["tseeds"]:
                         row("outer tuning", n, "the pick", s, steps, slow, evals,
                             f"x{f:g} or /{f:g} past the edge pick (extension {k + 1})", maybe=True)
+        lr, outer = ("the tuned pick", "the tuned pick") if spec["tune"] else ("1x", "1x")
+        if spec.get("fixed"):  # --lrs-from: the other study's rates
+            m_, o_ = spec["fixed"]["configurations"][n]
+            lr, outer = f"{m_:g}x", None if o_ is None else f"{o_:g}x"
         for s in spec["seeds"]:
-            row("headline", n, "the tuned pick" if spec["tune"] else "1x", s, steps, slow, evals,
-                ("the tuned pick" if spec["tune"] else "1x") if has_outer else None)
+            row("headline", n, lr, s, steps, slow, evals, outer if has_outer else None)
     return rows
 
 
@@ -562,7 +565,7 @@ def run_study(configs, a, title, command, pairs=()):
             measured.append("compute calibration")
     print(f"[study] {title}\n[study] emulation: {describe(em)}", flush=True)
     spec = {"configs": configs, "names": names, "seeds": seeds, "tseeds": tseeds, "grid": grid, "outer_grid": outer_grid,
-            "tune": tune, "lrs_from": getattr(a, "lrs_from", None), "extend": extend, "factor": getattr(a, "lr_extend_factor", 2.0),
+            "tune": tune, "lrs_from": getattr(a, "lrs_from", None), "fixed": fixed, "extend": extend, "factor": getattr(a, "lr_extend_factor", 2.0),
             "time_budget_s": getattr(a, "time_budget_s", None), "calibration_steps": getattr(a, "calibration_steps", 20),
             "evals": a.evals, "em": em, "job": job, "base_lr": a.base_lr, "calibrate": getattr(a, "calibrate", True)}
     measurements = cost.Measurements(em["preset"], em["batch"], em["backend"])

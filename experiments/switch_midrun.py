@@ -209,8 +209,9 @@ def measure(name, seed, a, s, em, job):
              "curve": [[p["t"], p["val_loss"]] for p in curve], "command": line}
         if name.endswith("switch"):
             r["switch"] = switch_record(d)
-    with open(os.path.join(d, "result.json"), "w") as f:
+    with open(os.path.join(d, "result.json.tmp"), "w") as f:
         json.dump(r, f)
+    os.replace(os.path.join(d, "result.json.tmp"), os.path.join(d, "result.json"))  # whole or absent
     got = r.get("failed") or (f"end {r['end_s']:.1f} s, final loss {r['final_val_loss']:.4f}"
                               + ("" if r["valid"] else f" (INVALID: {r['invalid_because']})")
                               + (f", switch {r['switch']}" if "switch" in r else ""))

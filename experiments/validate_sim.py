@@ -27,7 +27,7 @@ import sys
 
 import cost
 from ab_sync_async import CONFIGS
-from cluster_runs import ROOT, run_once, summarize
+from cluster_runs import ROOT, reusable, run_inputs, run_once, sim_command, summarize
 from method import per_seed
 from stats import fmt_ci, mean_ci95, paired
 from study import add_args, loss_at, time_to_target  # noqa: F401
@@ -41,10 +41,16 @@ def figure_kind(metric):
     return "loss" if metric in LOSS_FIGURES else "time"
 
 
-def check_figure(emu, sim, kind, tol):
+REACH_MISMATCH_FAILS = 2  # a time to target fails when this many seeds reached it on one side only
+
+
+def check_figure(emu, sim, kind, tol, reach=False):
     """emu, sim: {seed: value}. The per-seed simulator - emulation differences (relative for times:
     sim / emu - 1; nats for losses), their mean and 95% interval; verdict "pass" when the whole
-    interval lies within +-tol, "fail" otherwise (with the reason), "n/a" with fewer than 2 pairs."""
+    interval lies within +-tol, "fail" otherwise (with the reason), "n/a" with fewer than 2 pairs.
+    reach (times to a target, None where not reached): the seeds reached on each side are counted,
+    and REACH_MISMATCH_FAILS or more seeds reached on one side only fail the figure whatever the
+    paired seeds say (those seeds cannot enter the differences)."""
     diffs = {}
     for s_, e in emu.items():
         v = sim.get(s_)
@@ -58,7 +64,18 @@ def check_figure(emu, sim, kind, tol):
             diffs[s_] = v - e
     r = paired(diffs, {k: 0.0 for k in diffs})
     out = {"diffs": diffs, "mean": r["mean_diff"], "ci95": r["ci95"], "n": r["n"], "tolerance": tol, "kind": kind}
-    if r["n"] < 2:
+    one_side = []
+    if reach:
+        seeds = sorted(set(emu) | set(sim))
+        one_side = [s_ for s_ in seeds if (emu.get(s_) is None) != (sim.get(s_) is None)]
+        out["reached"] = {"emulated": sum(emu.get(s_) is not None for s_ in seeds),
+                          "simulated": sum(sim.get(s_) is not None for s_ in seeds), "seeds": len(seeds),
+                          "one_side_only": one_side}
+    if len(one_side) >= REACH_MISMATCH_FAILS:
+        rc = out["reached"]
+        out.update(verdict="fail", why=f"reached in {rc['emulated']} of {rc['seeds']} seeds emulated, "
+                   f"{rc['simulated']} simulated ({len(one_side)} on one side only)")
+    elif r["n"] < 2:
         out.update(verdict="n/a", why=f"{r['n']} paired seed(s)")
     elif -tol <= r["ci95"][0] and r["ci95"][1] <= tol:
         out.update(verdict="pass", why="")
@@ -159,22 +176,14 @@ def simulate(emu, sa, em, out, names, targets):
     res = {}
     for name in names:
         c = emu["configurations"][name]
-        cfg = dict(CONFIGS[name])
-        if c.get("plan"):
-            cfg.update(steps=c["plan"]["steps"], slow_steps=c["plan"].get("slow_steps"))
-        if c.get("outer_lr") is not None:
-            cfg["worker"] = list(cfg.get("worker", [])) + [f"--dist.outer_lr={c['outer_lr']:.6g}"]
+        cfg = sim_cfg(name, c)
         ring = cfg.get("ring", False)
         emu_runs, sim_runs = {}, {}
         for s_, d in sorted(run_dirs(emu, name, c).items()):
             emu_runs[s_] = summarize(d, job["nodes"], ring, deferred=bool(job.get("defer")))
             rd = os.path.join(out, "runs", name, f"seed{s_}")
-            if os.path.exists(os.path.join(rd, "sim.json")):  # done before (the simulator is deterministic)
-                r = summarize(rd, job["nodes"], ring, deferred=bool(job.get("defer")))
-                with open(os.path.join(rd, "sim.json")) as f:
-                    r["elapsed_s"] = json.load(f)["real_s"]
-            else:
-                r = run_once(name, cfg, em, job, int(s_), c["lr"], rd, backend="sim")
+            # Made before by the same command and binaries: taken back (the simulator is deterministic).
+            r = run_once(name, cfg, em, job, int(s_), c["lr"], rd, backend="sim", reuse=True)
             if "failed" in r:
                 raise SystemExit(f"validate_sim: {name} seed {s_} failed in the simulator ({r['failed']}); log {r['log']}")
             sim_runs[s_] = r
@@ -185,9 +194,20 @@ def simulate(emu, sa, em, out, names, targets):
     return res
 
 
+def sim_cfg(name, c):
+    """The configuration as the simulator replays it: the emulated study's steps and outer lr."""
+    cfg = dict(CONFIGS[name])
+    if c.get("plan"):
+        cfg.update(steps=c["plan"]["steps"], slow_steps=c["plan"].get("slow_steps"))
+    if c.get("outer_lr") is not None:
+        cfg["worker"] = list(cfg.get("worker", [])) + [f"--dist.outer_lr={c['outer_lr']:.6g}"]
+    return cfg
+
+
 def planned(emu, sa, em, out, names, m):
     """The simulator runs simulate() would make: [(config, seed, run dir, cached, estimated s)]."""
     job = study_job(emu, sa)
+    inputs = run_inputs(True)
     rows = []
     for name in names:
         c = emu["configurations"][name]
@@ -198,7 +218,8 @@ def planned(emu, sa, em, out, names, m):
                                 job["nodes"], max(1, job.get("evals") or 1),
                                 job.get("val_windows") or job.get("eval_batches", 4) * job["batch"], m,
                                 bool(CONFIGS[name].get("ring")))
-            rows.append((name, s_, c["lr"], p["steps"], rd, os.path.exists(os.path.join(rd, "sim.json")), est))
+            line = " ".join(sim_command(sim_cfg(name, c), em, job, int(s_), c["lr"], rd))
+            rows.append((name, s_, c["lr"], p["steps"], rd, reusable(rd, line, inputs) is not None, est))
     return rows
 
 
@@ -223,9 +244,12 @@ def sim_emulation(emu, a, sa, efficiency):
         raise SystemExit("validate_sim: that study is a simulated one; give an emulated one")
     em["backend"], em["latency_us"], em["link_efficiency"] = "sim", a.latency_us, efficiency
     em["sharing"] = a.sharing if a.sharing != "auto" else tbf_sharing(em, sa)
-    # In network namespaces the emulated cluster runs shard k on node k mod N, sharing that node's link
-    # (scripts/local_cluster.sh --netns): the simulator places them so (sim.colocate_servers).
-    em["colocate_servers"] = bool(em.get("netns"))
+    # In network namespaces (an emulation with a link rate) the emulated cluster runs shard k on node
+    # k mod N, sharing that node's link (scripts/local_cluster.sh --netns): by default the simulator
+    # places them so (sim.colocate_servers); --servers-on own gives each a link of its own, as the
+    # atlas's simulated cells do (a sensitivity reading: the emulation cannot place them so).
+    on = getattr(a, "servers_on", "auto")
+    em["colocate_servers"] = bool(em.get("link_gbit")) if on == "auto" else on == "nodes"
     return em
 
 
@@ -256,6 +280,13 @@ def main():
                     help="how a sender's simultaneous messages share its link in the simulator; auto: fifo where the "
                     "emulated link's tbf queue (rate x 50 ms + burst, scripts/netns.sh) holds a whole push to one "
                     "shard, else fair")
+    ap.add_argument("--servers-on", choices=["auto", "nodes", "own"], default="auto",
+                    help="where the simulator puts the parameter-server shards: nodes (shard k on node k mod N's "
+                    "link, as the emulation in network namespaces does), own (a link each, as the atlas's simulated "
+                    "cells); auto: nodes when the emulation had a link rate")
+    ap.add_argument("--against-emulated", metavar="DIR",
+                    help="instead of the simulator, a second emulated study with the same command (another --out): the "
+                    "emulation's own repeatability under the same rule, the noise floor a simulator check meets")
     ap.add_argument("--link-efficiency", type=float, default=1.0,
                     help="the simulator's links at this share of the emulated nominal rate (TCP's goodput on them); "
                     "with --fit-from, fitted instead")
@@ -273,6 +304,8 @@ def main():
     if a.time_tolerance <= 0 or a.loss_tolerance <= 0:
         raise SystemExit("validate_sim: tolerances must be positive")
     emu, sa = load(a.emulated)
+    if a.against_emulated:
+        return repeatability(a, emu)
     out = a.out or os.path.join(ROOT, "runs", "validate", os.path.basename(os.path.normpath(a.emulated)))
     em0 = emu["emulation"]
     measured = [] if a.dry_run else cost.ensure_measured(em0["preset"], em0["batch"],
@@ -315,7 +348,8 @@ def main():
     for name, (emu_runs, sim_runs) in runs.items():
         ve, vs = seed_values(emu_runs, targets), seed_values(sim_runs, targets)
         values[name] = (ve, vs)
-        checks = {m: check_figure(ve[m], vs[m], figure_kind(m), tols[figure_kind(m)]) for m in ve}
+        checks = {m: check_figure(ve[m], vs[m], figure_kind(m), tols[figure_kind(m)],
+                                  reach=m.startswith("time_to_target")) for m in ve}
         agree = {m: overlap(mean_ci95(list(ve[m].values())), mean_ci95(list(vs[m].values()))) for m in ve}
         result["configurations"][name] = {
             "lr": emu["configurations"][name]["lr"], "seeds": sorted(emu_runs), "checks": checks, "agree": agree,
@@ -346,6 +380,75 @@ def main():
     plots(result, out)
 
 
+def same_runs(x, y, names):
+    """The runs both studies made of `names`, as {name: [seeds]}, refused by name where a run's command
+    line (its command.txt, the run's own directory taken out) differs between them."""
+    both = {}
+    for n in names:
+        dx, dy = run_dirs(x, n, x["configurations"][n]), run_dirs(y, n, y["configurations"][n])
+        both[n] = sorted(set(dx) & set(dy))
+        for s_ in both[n]:
+            lines = []
+            for d in (dx[s_], dy[s_]):
+                try:
+                    with open(os.path.join(d, "command.txt")) as f:
+                        lines.append(f.read().strip().replace(os.path.abspath(d), "RUN").replace(d, "RUN"))
+                except OSError:
+                    lines.append(None)
+            if lines[0] is None or lines[0] != lines[1]:
+                raise SystemExit(f"validate_sim: {n} seed {s_} was not made by the same command in both studies "
+                                 f"({dx[s_]} and {dy[s_]}): a repeatability check needs the same runs twice")
+    return both
+
+
+def emulated_runs(emu, names, seeds):
+    """{name: {seed: per-run summary}} read from an emulated study's run directories (seeds: {name: [seed]})."""
+    job = study_job(emu, study_args(emu))
+    return {n: {s_: summarize(d, job["nodes"], CONFIGS[n].get("ring", False), deferred=bool(job.get("defer")))
+                for s_, d in sorted(run_dirs(emu, n, emu["configurations"][n]).items()) if s_ in seeds[n]}
+            for n in names}
+
+
+def repeatability(a, emu):
+    """--against-emulated: the same study made twice, checked by the same rule (no simulator)."""
+    other, _ = load(a.against_emulated)
+    if other["emulation"].get("backend") == "sim":
+        raise SystemExit("validate_sim: --against-emulated takes an emulated study, not a simulated one")
+    if os.path.realpath(a.against_emulated) == os.path.realpath(a.emulated):
+        raise SystemExit("validate_sim: --against-emulated is the study itself; give the same study made again")
+    out = a.out or os.path.join(ROOT, "runs", "validate", os.path.basename(os.path.normpath(a.emulated)) + "_again")
+    os.makedirs(out, exist_ok=True)
+    names = a.configs.split(",") if a.configs else [n for n in emu["configurations"] if n in other["configurations"]]
+    seeds = same_runs(emu, other, names)
+    targets = emu.get("targets") or []
+    tols = {"time": a.time_tolerance, "loss": a.loss_tolerance}
+    first, second = emulated_runs(emu, names, seeds), emulated_runs(other, names, seeds)
+    result = {"emulated": emu["_dir"], "against": other["_dir"], "command": " ".join(["python"] + sys.argv),
+              "emulation": emu["emulation"], "fit": None, "targets": targets, "tolerances": tols,
+              "configurations": {}, "contrasts": []}
+    values = {}
+    for name in names:
+        ve, vs = seed_values(first[name], targets), seed_values(second[name], targets)
+        values[name] = (ve, vs)
+        result["configurations"][name] = {
+            "lr": emu["configurations"][name]["lr"], "seeds": sorted(set(first[name]) & set(second[name])),
+            "checks": {m: check_figure(ve[m], vs[m], figure_kind(m), tols[figure_kind(m)],
+                                       reach=m.startswith("time_to_target")) for m in ve},
+            "agree": {m: overlap(mean_ci95(list(ve[m].values())), mean_ci95(list(vs[m].values()))) for m in ve},
+            "emulated": {m: mean_ci95(list(v.values())) for m, v in ve.items()},
+            "simulated": {m: mean_ci95(list(v.values())) for m, v in vs.items()}}
+    for x, y in [(n, names[0]) for n in names[1:]]:  # (contrasts against the first named configuration)
+        for m in values[x][0]:
+            k = figure_kind(m)
+            r = check_contrast(values[x][0][m], values[y][0][m], values[x][1][m], values[y][1][m], k, tols[k])
+            result["contrasts"].append(dict(r, a=x, b=y, metric=m))
+    result["verdict"] = ("fail" if any(c["verdict"] == "fail" for c in all_checks(result)) else
+                         "pass" if any(c["verdict"] == "pass" for c in all_checks(result)) else "n/a")
+    with open(os.path.join(out, "validation.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    print(report(result, out))
+
+
 def hist(runs):
     h = {}
     for r in runs.values():
@@ -369,8 +472,16 @@ def _cell(c):
 def report(res, out):
     t = res["tolerances"]
     fit = res.get("fit")
-    L = [f"# Simulator vs emulated cluster: {os.path.basename(res['emulated'])}", "",
-         f"Command: `{res['command']}`", "",
+    again = res.get("against")
+    L = [f"# Simulator vs emulated cluster: {os.path.basename(res['emulated'])}" if not again else
+         f"# The emulated cluster against itself: {os.path.basename(res['emulated'])} made twice", "",
+         f"Command: `{res['command']}`", ""]
+    if again:
+        L += [f"The same study made again (`{again}`; the same command apart from --out): the column "
+              "\"simulated\" below is that second emulated study, and \"sim - emu\" is second - first. This is the "
+              "emulation's own repeatability under the simulator check's rule: the noise floor any simulator "
+              "check of these figures meets.", ""]
+    L += [
          f"Emulated study: `{res['emulated']}` ({res['emulation']['nodes']} nodes). The simulator ran every configuration "
          "with the same emulation, per-node step counts, learning rates and seeds (links: sharing "
          f"{res['emulation'].get('sharing', 'fair')}, {res['emulation'].get('link_efficiency', 1.0):g} x the emulated "
@@ -378,15 +489,22 @@ def report(res, out):
          + ("; parameter-server shard k on node k mod N, sharing its link, as the emulation placed them"
             if res["emulation"].get("colocate_servers") else "") + ")"
          + (f"; the link efficiency was fitted on another study, `{fit['from']}`" if fit else
-            "; no parameter was fitted on these runs by this script") + ".", "",
+            "; no parameter was fitted on these runs by this script") + "." if not again else
+         f"Emulated study: `{res['emulated']}` ({res['emulation']['nodes']} nodes).", "",
          f"Each figure is checked seed by seed: the simulator - emulation difference (relative for times, nats for "
          f"losses), its mean and 95% interval over the seeds; **pass** when the whole interval lies within "
          f"+-{100 * t['time']:g}% (times) or +-{t['loss']:g} nats (losses), otherwise **fail**. Contrasts between "
          "configurations (the pairs the study's report compares) are checked the same way: ratios a / b for times "
          "(their relative difference), differences a - b for losses. Time to target: the seeds where both backends "
-         "reached it. The last column is the old check (the two backends' 95% intervals overlap), secondary.", "",
+         f"reached it; a target reached on one side only in {REACH_MISMATCH_FAILS} or more seeds fails. A fail says "
+         "why: the mean outside the tolerance (the backends disagree), or only the interval wider than it (the "
+         "seeds' spread leaves it open: not shown either way). The last column is the old check (the two "
+         "backends' 95% intervals overlap), secondary.", "",
          f"**Verdict: {res['verdict'].upper()}** ({sum(c['verdict'] == 'pass' for c in all_checks(res))} pass, "
-         f"{sum(c['verdict'] == 'fail' for c in all_checks(res))} fail, "
+         f"{sum(c['verdict'] == 'fail' for c in all_checks(res))} fail: "
+         f"{sum(c['verdict'] == 'fail' and 'outside' in c['why'] for c in all_checks(res))} with the mean outside, "
+         f"{sum(c['verdict'] == 'fail' and 'wider' in c['why'] for c in all_checks(res))} with only the interval "
+         f"wider, {sum(c['verdict'] == 'fail' and 'reached' in c['why'] for c in all_checks(res))} on reach; "
          f"{sum(c['verdict'] == 'n/a' for c in all_checks(res))} n/a).", "",
          "| configuration | figure | emulated | simulated | sim - emu (mean) | 95% interval | n | verdict | intervals overlap |",
          "|---|---|---|---|---|---|---|---|---|"]

@@ -362,6 +362,36 @@ class SimValidation(unittest.TestCase):
         self.assertAlmostEqual(r["mean"], 0.05)
         self.assertEqual(r["verdict"], "fail")
 
+    def test_a_target_reached_on_one_side_only_fails(self):
+        # Seeds 1 and 2 reached the target in the simulator only: they cannot be paired, and the figure fails.
+        r = validate_sim.check_figure({"0": 5.0, "1": None, "2": None}, {"0": 5.0, "1": 4.0, "2": 3.0}, "time", 0.05,
+                                      reach=True)
+        self.assertEqual(r["verdict"], "fail")
+        self.assertEqual(r["why"], "reached in 1 of 3 seeds emulated, 3 simulated (2 on one side only)")
+        self.assertEqual(r["reached"]["one_side_only"], ["1", "2"])
+        # One seed on one side only is counted, not failed by itself.
+        r = validate_sim.check_figure({"0": 5.0, "1": 6.0, "2": None}, {"0": 5.0, "1": 6.0, "2": 3.0}, "time", 0.05,
+                                      reach=True)
+        self.assertEqual((r["verdict"], r["reached"]["emulated"], r["reached"]["simulated"]), ("pass", 2, 3))
+
+    def test_the_replay_puts_the_shards_where_the_emulation_did(self):
+        emu = {"emulation": {"nodes": 4, "link_gbit": 0.06, "preset": "micro", "batch": 2, "step_time_s": 0.1,
+                             "jitter": 0.0, "slow_node": -1, "slowdown": 1.0}}
+        sa = types.SimpleNamespace(servers=None)
+        job = {"nodes": 4, "servers": 4, "steps": 10, "evals": 1, "preset": "micro", "batch": 2, "warmup": 1,
+               "eval_batches": 4}
+        for on, want in (("auto", True), ("own", False), ("nodes", True)):
+            a = types.SimpleNamespace(latency_us=50.0, sharing="auto", servers_on=on)
+            em = validate_sim.sim_emulation(emu, a, sa, 1.0)
+            self.assertEqual(em["colocate_servers"], want)
+            ps = cluster_runs.sim_command(dict(validate_sim.CONFIGS["asp"], steps=10), em, job, 0, 1e-3, "x")
+            ring = cluster_runs.sim_command(dict(validate_sim.CONFIGS["ring"], steps=10), em, job, 0, 1e-3, "x")
+            self.assertEqual("--sim.colocate_servers=true" in ps, want)
+            self.assertNotIn("--sim.colocate_servers=true", ring)  # no shards
+        loopback = {"emulation": dict(emu["emulation"], link_gbit=None)}
+        a = types.SimpleNamespace(latency_us=50.0, sharing="auto", servers_on="auto")
+        self.assertFalse(validate_sim.sim_emulation(loopback, a, sa, 1.0)["colocate_servers"])
+
     def test_the_link_efficiency_fit(self):
         eff, scored = validate_sim.fit_efficiency({0.8: [0.1, -0.1], 0.9: [0.02, -0.01], 1.0: [0.2, 0.3]})
         self.assertEqual(eff, 0.9)
@@ -400,6 +430,31 @@ class SimValidation(unittest.TestCase):
             with self.assertRaises(SystemExit) as e:
                 validate_sim.main()
             self.assertIn("fit on another study", str(e.exception))
+            # --against-emulated: the same study made twice, checked by the same rule (no simulator run).
+            _, a2 = Orchestration().study([])
+            runs = {}
+            for study_out in (a.out, a2.out):  # each run's command line names its own directory
+                for d, _, files in os.walk(os.path.join(study_out, "runs")):
+                    if os.path.basename(d).startswith("seed"):
+                        with open(os.path.join(d, "command.txt"), "w") as f:
+                            f.write(f"syncopate-worker --out {d} --train.seed={d[-1]}\n")
+                        runs[(study_out, os.path.relpath(d, study_out))] = d
+            again = mkdtemp()
+            sys.argv = ["validate_sim.py", "--emulated", a.out, "--against-emulated", a2.out, "--out", again]
+            with contextlib.redirect_stdout(io.StringIO()):
+                validate_sim.main()
+            with open(os.path.join(again, "validation.json")) as f:
+                v2 = json.load(f)
+            self.assertEqual(v2["against"], os.path.abspath(a2.out))
+            self.assertEqual(v2["configurations"]["asp"]["checks"]["tokens_per_s"]["mean"], 0.0)
+            with open(os.path.join(again, "report.md")) as f:
+                self.assertIn("made twice", f.read())
+            d = runs[(a2.out, os.path.join("runs", "asp", "lr0.5", "seed1"))]
+            with open(os.path.join(d, "command.txt"), "w") as f:
+                f.write(f"syncopate-worker --out {d} --train.seed=1 --optim.lr=1\n")
+            with self.assertRaises(SystemExit) as e:
+                validate_sim.main()
+            self.assertIn("asp seed 1 was not made by the same command in both studies", str(e.exception))
         finally:
             validate_sim.summarize, validate_sim.run_once, sys.argv = real
 
@@ -1328,8 +1383,9 @@ class Smoke(unittest.TestCase):
 
 
 class RunCache(unittest.TestCase):
-    """--resume (on by default for --backend sim): a run is taken from its result.json only when the
-    same command line and the same binaries made it and it did not fail; real syncopate-sim runs."""
+    """--resume (on by default for --backend sim): a run is taken back only when its run.json names the
+    same command line and the same inputs (binaries, libtorch, data; for emulated runs the launch
+    scripts too); its figures are then read again from its files. Real syncopate-sim runs."""
 
     def study(self, out, *extra):
         cmd = [PY, os.path.join(ROOT, "experiments", "ab_sync_async.py"), "--backend", "sim", "--nodes", "2",
@@ -1341,12 +1397,18 @@ class RunCache(unittest.TestCase):
         with open(os.path.join(out, "summary.json")) as f:
             return r.stdout, json.load(f)
 
-    def test_a_run_is_reused_only_from_the_same_command_and_binaries(self):
+    def test_a_run_is_reused_only_from_the_same_command_and_inputs(self):
         if not os.path.exists(os.path.join(ROOT, "build", "bin", "syncopate-sim")):
             self.fail("build/bin/syncopate-sim is not built (scripts/build.sh)")
         out = mkdtemp()
         _, first = self.study(out)
         self.assertEqual(first["cost"]["reused_runs"], 0)
+        seed0 = os.path.join(out, "runs", "asp", "lr1", "seed0", "run.json")
+        with open(seed0) as f:
+            made = json.load(f)
+        # The record holds what made the run, not its figures (those are read from its files again).
+        self.assertEqual(set(made), {"command", "inputs", "cpu_util", "elapsed_s"})
+        self.assertEqual(made["inputs"], cluster_runs.run_inputs(True))
         text, again = self.study(out)
         self.assertEqual(again["cost"]["reused_runs"], 4)
         self.assertEqual(text.count(": reused ("), 4)
@@ -1355,24 +1417,51 @@ class RunCache(unittest.TestCase):
                          [(c["metric"], c["mean_diff"]) for c in again["comparisons"]])
         with open(os.path.join(out, "report.md")) as f:
             self.assertIn("4 of the runs were reused from an earlier invocation", f.read())
-        # Another binary (as a rebuild would leave), a failed run, another command: each runs again.
-        seed0 = os.path.join(out, "runs", "asp", "lr1", "seed0", "result.json")
-        seed1 = os.path.join(out, "runs", "asp", "lr1", "seed1", "result.json")
-        ring0 = os.path.join(out, "runs", "ring", "lr1", "seed0", "result.json")
-        for path, change in ((seed0, {"binaries": "0" * 64}), (seed1, {"failed": "exit 1"}),
-                             (ring0, {"command": "syncopate-sim --other"})):
-            with open(path) as f:
-                r = json.load(f)
-            with open(path, "w") as f:
-                json.dump(dict(r, **change), f)
+        # Other inputs (as a rebuild would leave), another command, a record gone, metrics no longer
+        # readable: each is made again.
+        seed1 = os.path.join(out, "runs", "asp", "lr1", "seed1", "run.json")
+        ring0 = os.path.join(out, "runs", "ring", "lr1", "seed0", "run.json")
+        ring1 = os.path.join(out, "runs", "ring", "lr1", "seed1")
+        with open(seed0, "w") as f:
+            json.dump(dict(made, inputs="0" * 64), f)
+        with open(ring0) as f:
+            r0 = json.load(f)
+        with open(ring0, "w") as f:
+            json.dump(dict(r0, command="syncopate-sim --other"), f)
+        os.remove(seed1)
+        with open(os.path.join(ring1, "node0", "metrics.jsonl"), "w") as f:
+            f.write("{not json\n")
         text, third = self.study(out)
-        self.assertEqual(third["cost"]["reused_runs"], 1)
-        self.assertIn("ring lr1 seed 1: reused", text)
+        self.assertEqual(third["cost"]["reused_runs"], 0, text)
+        self.assertEqual(third["configurations"]["ring"]["valid_runs"], 2)
         with open(seed0) as f:
-            self.assertNotEqual(json.load(f)["binaries"], "0" * 64)  # made again, stamped anew
+            self.assertEqual(json.load(f)["inputs"], made["inputs"])  # made again, recorded anew
         # --no-resume runs every one again.
         _, fourth = self.study(out, "--no-resume")
         self.assertEqual(fourth["cost"]["reused_runs"], 0)
+
+    def test_emulated_inputs_include_the_launch_scripts_and_the_worker_that_runs(self):
+        base = cluster_runs.run_inputs(False)
+        self.assertNotEqual(base, cluster_runs.run_inputs(True))
+        old = os.environ.get("SYNCOPATE_TBF_QUEUE_MS")
+        os.environ["SYNCOPATE_TBF_QUEUE_MS"] = "7"
+        try:
+            self.assertNotEqual(base, cluster_runs.run_inputs(False))
+        finally:
+            if old is None:
+                del os.environ["SYNCOPATE_TBF_QUEUE_MS"]
+            else:
+                os.environ["SYNCOPATE_TBF_QUEUE_MS"] = old
+        d = mkdtemp()
+        for name in ("syncopate-worker", "syncopate-server"):
+            with open(os.path.join(d, name), "w") as f:
+                f.write("#!/bin/sh\n")
+        os.environ["SYNCOPATE_WORKER"] = os.path.join(d, "syncopate-worker")
+        try:
+            self.assertNotEqual(base, cluster_runs.run_inputs(False))
+        finally:
+            del os.environ["SYNCOPATE_WORKER"]
+        self.assertEqual(base, cluster_runs.run_inputs(False))
 
 
 if __name__ == "__main__":
