@@ -339,6 +339,9 @@ class SimValidation(unittest.TestCase):
         # A 25% error in time to target fails (the old interval-overlap check could pass it).
         r = validate_sim.check_figure(emu, {"0": 12.5, "1": 25.0, "2": 37.5}, "time", 0.05)
         self.assertEqual((r["verdict"], r["why"]), ("fail", "the mean difference is outside the tolerance"))
+        # -4.6%, -4.9%, -5.2%: the mean inside, the interval (half width 0.75%) past -5%: near the edge.
+        r = validate_sim.check_figure(emu, {"0": 9.54, "1": 19.02, "2": 28.44}, "time", 0.05)
+        self.assertEqual((r["verdict"], r["why"]), ("fail", "the interval reaches past the tolerance"))
         r = validate_sim.check_figure({"0": 3.0, "1": 3.1}, {"0": 3.01, "1": 3.11}, "loss", 0.03)  # +0.01 nats
         self.assertEqual(r["verdict"], "pass")
         self.assertEqual(validate_sim.check_figure({"0": 3.0}, {"0": 3.0}, "loss", 0.03)["verdict"], "n/a")
