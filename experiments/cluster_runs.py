@@ -6,6 +6,7 @@ import glob
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -521,9 +522,11 @@ def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_c
         r = collect(out, cfg, job, sim, made.get("cpu_util"), made.get("elapsed_s"), max_overrun, max_cpu, log)
         if "failed" not in r:
             return dict(r, reused=True)  # (files no longer readable: made again below)
-    if os.path.exists(os.path.join(out, RUN_RECORD)):
-        os.remove(os.path.join(out, RUN_RECORD))  # stale: about to be made again
-    os.makedirs(out, exist_ok=True)
+    # Made from scratch: whatever an earlier making left goes first. (A trainer finding its own final
+    # checkpoint in OUT resumes from it and trains nothing: a re-made run would be the old one.)
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
     with open(os.path.join(out, "command.txt"), "w") as f:
         f.write(line + "\n")
     t0 = time.time()

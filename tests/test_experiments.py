@@ -1434,11 +1434,15 @@ class RunCache(unittest.TestCase):
         os.remove(seed1)
         with open(os.path.join(ring1, "node0", "metrics.jsonl"), "w") as f:
             f.write("{not json\n")
+        with open(os.path.join(os.path.dirname(seed1), "left_over.txt"), "w") as f:
+            f.write("an earlier making's file\n")
         text, third = self.study(out)
         self.assertEqual(third["cost"]["reused_runs"], 0, text)
         self.assertEqual(third["configurations"]["ring"]["valid_runs"], 2)
         with open(seed0) as f:
             self.assertEqual(json.load(f)["inputs"], made["inputs"])  # made again, recorded anew
+        # A run made again starts from an empty directory (a trainer would resume from what it finds).
+        self.assertFalse(os.path.exists(os.path.join(os.path.dirname(seed1), "left_over.txt")))
         # --no-resume runs every one again.
         _, fourth = self.study(out, "--no-resume")
         self.assertEqual(fourth["cost"]["reused_runs"], 0)

@@ -38,11 +38,13 @@ def cell(c):
 
 
 val, rep, plc = load("validation.json"), load("repeat.json"), load("atlas_placement.json")
-fair = load("fair_posthoc.json")
+fair, fair_label = load("fair_posthoc.json"), "simulator (fair sharing, post hoc) - emulation"
+if fair is None:
+    fair, fair_label = load("fair.json"), "simulator (fair sharing) - emulation"
 if val is None:
     raise SystemExit(f"table.py: {D}/validation.json is missing (validate_sim.py --publish it first)")
 print("| configuration | figure | emulated mean | simulated mean | simulator - emulation | emulation again - emulation "
-      "| shards on own links - on the nodes' (simulator) | simulator (fair sharing, post hoc) - emulation |")
+      f"| shards on own links - on the nodes' (simulator) | {fair_label} |")
 print("|---|---|---|---|---|---|---|---|")
 for name, c in val["configurations"].items():
     for m, ch in c["checks"].items():
