@@ -350,8 +350,7 @@ def main():
     for name, (emu_runs, sim_runs) in runs.items():
         ve, vs = seed_values(emu_runs, targets), seed_values(sim_runs, targets)
         values[name] = (ve, vs)
-        checks = {m: check_figure(ve[m], vs[m], figure_kind(m), tols[figure_kind(m)],
-                                  reach=m.startswith("time_to_target")) for m in ve}
+        checks = figure_checks(ve, vs, tols)
         agree = {m: overlap(mean_ci95(list(ve[m].values())), mean_ci95(list(vs[m].values()))) for m in ve}
         result["configurations"][name] = {
             "lr": emu["configurations"][name]["lr"], "seeds": sorted(emu_runs), "checks": checks, "agree": agree,
@@ -369,6 +368,18 @@ def main():
             pairs.append((c["a"], c["b"]))
     if not pairs:  # an old study: every configuration against the first
         pairs = [(n, names[0]) for n in names[1:]]
+    conclude(result, values, pairs, tols, out)
+    plots(result, out)
+
+
+def figure_checks(ve, vs, tols):
+    """Every figure of one configuration checked: {metric: check_figure's result}."""
+    return {m: check_figure(ve[m], vs[m], figure_kind(m), tols[figure_kind(m)], reach=m.startswith("time_to_target"))
+            for m in ve}
+
+
+def conclude(result, values, pairs, tols, out):
+    """The contrasts of `pairs`, the overall verdict, validation.json and the report (printed)."""
     for x, y in pairs:
         for m in values[x][0]:
             k = figure_kind(m)
@@ -379,7 +390,6 @@ def main():
     with open(os.path.join(out, "validation.json"), "w") as f:
         json.dump(result, f, indent=2)
     print(report(result, out))
-    plots(result, out)
 
 
 def same_runs(x, y, names):
@@ -434,21 +444,11 @@ def repeatability(a, emu):
         values[name] = (ve, vs)
         result["configurations"][name] = {
             "lr": emu["configurations"][name]["lr"], "seeds": sorted(set(first[name]) & set(second[name])),
-            "checks": {m: check_figure(ve[m], vs[m], figure_kind(m), tols[figure_kind(m)],
-                                       reach=m.startswith("time_to_target")) for m in ve},
+            "checks": figure_checks(ve, vs, tols),
             "agree": {m: overlap(mean_ci95(list(ve[m].values())), mean_ci95(list(vs[m].values()))) for m in ve},
             "emulated": {m: mean_ci95(list(v.values())) for m, v in ve.items()},
             "simulated": {m: mean_ci95(list(v.values())) for m, v in vs.items()}}
-    for x, y in [(n, names[0]) for n in names[1:]]:  # (contrasts against the first named configuration)
-        for m in values[x][0]:
-            k = figure_kind(m)
-            r = check_contrast(values[x][0][m], values[y][0][m], values[x][1][m], values[y][1][m], k, tols[k])
-            result["contrasts"].append(dict(r, a=x, b=y, metric=m))
-    result["verdict"] = ("fail" if any(c["verdict"] == "fail" for c in all_checks(result)) else
-                         "pass" if any(c["verdict"] == "pass" for c in all_checks(result)) else "n/a")
-    with open(os.path.join(out, "validation.json"), "w") as f:
-        json.dump(result, f, indent=2)
-    print(report(result, out))
+    conclude(result, values, [(n, names[0]) for n in names[1:]], tols, out)  # (against the first named)
 
 
 def hist(runs):
