@@ -524,6 +524,10 @@ def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_c
             return dict(r, reused=True)  # (files no longer readable: made again below)
     # Made from scratch: whatever an earlier making left goes first. (A trainer finding its own final
     # checkpoint in OUT resumes from it and trains nothing: a re-made run would be the old one.)
+    real = os.path.realpath(out)
+    if real in (os.path.realpath(ROOT), os.path.realpath(os.getcwd())) or os.path.realpath(ROOT).startswith(real + os.sep):
+        raise SystemExit(f"run_once: refusing to empty {out} for a run (it holds the repository or the working "
+                         "directory); give each run a directory of its own")
     if os.path.isdir(out):
         shutil.rmtree(out)
     os.makedirs(out)
