@@ -9,13 +9,15 @@ A conclusion in STUDY.md is quoted from the tool, never retyped: a line
   - «SENTENCE» — [label](path/to/published.json)      a published claim's verdict or comparison
   - «SENTENCE» — [label](path/to/hindsight.json)      advice against hindsight (experiments/hindsight.py)
   - «SENTENCE» — [label](path/to/switch.json)         a switch mid-run (experiments/switch_midrun.py)
+  - «SENTENCE» — [label](path/to/validation.json)     a simulator check (experiments/validate_sim.py)
 
 where SENTENCE must be one of that file's sentences, character for character (numbers, intervals, Holm
 p and verdict included), and the file must still say it when its sentences are computed again from
 its data: a summary's conclusions by study.analyse from its per-seed values, an atlas's verdicts by
 atlas.winners, the published claims by published.evaluate from the cells' summaries and advice
 against hindsight by hindsight.analyse from its per-seed times, a switch mid-run by switch_midrun.analyse
-from its runs (a stale file, not rebuilt after its data changed, fails).
+from its runs, a simulator check by validate_sim.analyse from its per-seed differences (a stale file,
+not rebuilt after its data changed, fails).
 The check fails where a quoted sentence is not stated, where a cited file is missing or unreadable,
 where a « opens no well-formed quote (one line, then — [label](path.json)), where STUDY.md quotes
 nothing, and where it writes "≈" (a difference the test did not resolve is "not resolved", never
@@ -52,6 +54,9 @@ def sentences(doc, path):
         import switch_midrun
         again = switch_midrun.analyse(copy.deepcopy(doc["runs"]), copy.deepcopy(doc.get("control_runs")))
         return stored, set(again["conclusions"])
+    if doc.get("format") == "syncopate-validation/1":
+        import validate_sim
+        return stored, set(validate_sim.analyse(copy.deepcopy(doc))["conclusions"])
     if doc.get("format") == "syncopate-hindsight/1":
         import hindsight
         again = hindsight.analyse(copy.deepcopy(doc))

@@ -62,15 +62,23 @@ def check_figure(emu, sim, kind, tol, reach=False):
             diffs[s_] = v / e - 1.0
         else:
             diffs[s_] = v - e
+    reached = None
+    if reach:
+        seeds = sorted(set(emu) | set(sim))
+        reached = {"emulated": sum(emu.get(s_) is not None for s_ in seeds),
+                   "simulated": sum(sim.get(s_) is not None for s_ in seeds), "seeds": len(seeds),
+                   "one_side_only": [s_ for s_ in seeds if (emu.get(s_) is None) != (sim.get(s_) is None)]}
+    return judge_diffs(diffs, kind, tol, reached)
+
+
+def judge_diffs(diffs, kind, tol, reached=None):
+    """check_figure's verdict from the per-seed differences (and the reach counts of a time to target)."""
     r = paired(diffs, {k: 0.0 for k in diffs})
     out = {"diffs": diffs, "mean": r["mean_diff"], "ci95": r["ci95"], "n": r["n"], "tolerance": tol, "kind": kind}
     one_side = []
-    if reach:
-        seeds = sorted(set(emu) | set(sim))
-        one_side = [s_ for s_ in seeds if (emu.get(s_) is None) != (sim.get(s_) is None)]
-        out["reached"] = {"emulated": sum(emu.get(s_) is not None for s_ in seeds),
-                          "simulated": sum(sim.get(s_) is not None for s_ in seeds), "seeds": len(seeds),
-                          "one_side_only": one_side}
+    if reached is not None:
+        out["reached"] = reached
+        one_side = reached["one_side_only"]
     if len(one_side) >= REACH_MISMATCH_FAILS:
         rc = out["reached"]
         out.update(verdict="fail", why=f"reached in {rc['emulated']} of {rc['seeds']} seeds emulated, "
@@ -378,8 +386,38 @@ def figure_checks(ve, vs, tols):
             for m in ve}
 
 
+def sentence(what, ch, again=False):
+    """The tool's sentence for one check (quoted in docs/STUDY.md; experiments/check_study.py re-derives it)."""
+    side = "the second emulated making - the first" if again else "simulator - emulation"
+    if ch["mean"] is None:
+        return f"{what}: {side}: no paired seed; n/a ({ch['why']})."
+    f = (lambda x: f"{100 * x:+.1f}%") if ch["kind"] == "time" else (lambda x: f"{x:+.4f} nats")
+    tol = f"+-{100 * ch['tolerance']:g}%" if ch["kind"] == "time" else f"+-{ch['tolerance']:g} nats"
+    ci = "" if ch["ci95"][0] is None else f" [{f(ch['ci95'][0])}, {f(ch['ci95'][1])}]"
+    rc = ch.get("reached")
+    reach = f"; reached in {rc['emulated']} of {rc['seeds']} seeds emulated, {rc['simulated']} " + (
+        "made again" if again else "simulated") if rc else ""
+    return (f"{what}: {side} {f(ch['mean'])}{ci} over {ch['n']} paired seed(s), tolerance {tol}{reach}: "
+            f"{ch['verdict']}" + (f" ({ch['why']})" if ch["why"] else "") + ".")
+
+
+def analyse(res):
+    """Every check's sentence, judged again from the stored per-seed differences: {"conclusions": [...]}.
+    (check_study.py compares these with the sentences the file states.)"""
+    again = bool(res.get("against"))
+    out = []
+    for name, c in res["configurations"].items():
+        for m, ch in c["checks"].items():
+            j = judge_diffs(ch["diffs"], ch["kind"], ch["tolerance"], ch.get("reached"))
+            out.append(sentence(f"{name}, {m}", j, again))
+    for ch in res["contrasts"]:
+        j = judge_diffs(ch["diffs"], ch["kind"], ch["tolerance"], ch.get("reached"))
+        out.append(sentence(f"{ch['a']} against {ch['b']}, {ch['metric']}", j, again))
+    return {"conclusions": out}
+
+
 def conclude(result, values, pairs, tols, out):
-    """The contrasts of `pairs`, the overall verdict, validation.json and the report (printed)."""
+    """The contrasts of `pairs`, the overall verdict, the sentences, validation.json and the report (printed)."""
     for x, y in pairs:
         for m in values[x][0]:
             k = figure_kind(m)
@@ -387,6 +425,8 @@ def conclude(result, values, pairs, tols, out):
             result["contrasts"].append(dict(r, a=x, b=y, metric=m))
     result["verdict"] = ("fail" if any(c["verdict"] == "fail" for c in all_checks(result)) else
                          "pass" if any(c["verdict"] == "pass" for c in all_checks(result)) else "n/a")
+    result["format"] = "syncopate-validation/1"
+    result["conclusions"] = analyse(result)["conclusions"]
     with open(os.path.join(out, "validation.json"), "w") as f:
         json.dump(result, f, indent=2)
     print(report(result, out))

@@ -429,6 +429,16 @@ class SimValidation(unittest.TestCase):
             self.assertAlmostEqual(tps["mean"], 0.01)
             self.assertEqual(tps["verdict"], "pass")
             self.assertEqual({(c["a"], c["b"]) for c in v["contrasts"]}, {("asp", "ring")})
+            # The tool's sentences, judged again from the stored differences by check_study.
+            import check_study
+            self.assertIn("asp, tokens_per_s: simulator - emulation +1.0% [+1.0%, +1.0%] over 3 paired seed(s), "
+                          "tolerance +-5%: pass.", v["conclusions"])
+            stored, again = check_study.sentences(v, os.path.join(val, "validation.json"))
+            self.assertEqual(stored, again)
+            v["configurations"]["asp"]["checks"]["tokens_per_s"]["diffs"]["0"] = 0.5  # the data changed, not the file
+            _, again = check_study.sentences(v, os.path.join(val, "validation.json"))
+            self.assertNotIn("asp, tokens_per_s: simulator - emulation +1.0% [+1.0%, +1.0%] over 3 paired seed(s), "
+                             "tolerance +-5%: pass.", again)
             sys.argv = ["validate_sim.py", "--emulated", a.out, "--out", val, "--fit-from", a.out]
             with self.assertRaises(SystemExit) as e:
                 validate_sim.main()
