@@ -108,8 +108,9 @@ def add_args(ap, out_default):
                     help="emulated: processes on this machine (scripts/local_cluster.sh); sim: syncopate-sim's virtual "
                     "time (any node count; validated against the emulation in docs/STUDY.md)")
     ap.add_argument("--resume", action=argparse.BooleanOptionalAction, default=None,
-                    help="take a run's OUT/runs/.../result.json instead of running it again when the same command line "
-                    "and the same binaries (byte for byte) made it; default: on for --backend sim (deterministic: the "
+                    help="take a run back (OUT/runs/.../run.json; its figures read again from its files) instead of "
+                    "making it again when the same command line and inputs (binaries, libtorch, data; for emulated runs "
+                    "the launch scripts) made it; default: on for --backend sim (deterministic: the "
                     "same result either way), off for emulated runs (each run a new measurement)")
     ap.add_argument("--latency-us", type=float, help="sim: the emulated links' own one-way latency, microseconds "
                     "(default 50); --latency-ms and a scenario's latency come on top")
@@ -634,7 +635,7 @@ def run_study(configs, a, title, command, pairs=()):
             r["dir"] = out
             runs[key] = r
             if r.get("reused"):
-                print(f"[study] {name} {tag} seed {seed}: reused ({out}/result.json), final val {r['final_val_loss']}",
+                print(f"[study] {name} {tag} seed {seed}: reused ({out}/run.json), final val {r['final_val_loss']}",
                       flush=True)
             elif "failed" in r:
                 print(f"[study] {name} {tag} seed {seed}: FAILED ({r['failed']}); log {r['log']}", flush=True)
@@ -691,7 +692,7 @@ def run_study(configs, a, title, command, pairs=()):
     done = len(runs) + len(calibrations)
     reused = [r for r in runs.values() if r.get("reused")]
     summary["cost"] = {"runs": done, "took_s": took, "estimated_s": estimated["s"],
-                       "reused_runs": len(reused),  # taken from an earlier invocation's result.json (--resume)
+                       "reused_runs": len(reused),  # taken back from an earlier invocation's run.json (--resume)
                        "reused_runs_s": sum(r.get("elapsed_s") or 0.0 for r in reused),  # what making them took then
                        "estimated_worst_s": estimated["worst_s"], "planned_runs": estimated["runs"],
                        "planned_runs_worst": estimated["worst_runs"], "basis": measurements.basis()}
@@ -921,7 +922,7 @@ def write_report(summary, out):
               f"them: ~{cost.minutes(spent.get('estimated_s'))} min for {spent.get('planned_runs')} runs, up to "
               f"~{cost.minutes(spent.get('estimated_worst_s'))} min for {spent.get('planned_runs_worst')})"
               + (f"; {spent['reused_runs']} of the runs were reused from an earlier invocation (same command line and "
-                 f"binaries), whose making took {cost.minutes(spent.get('reused_runs_s'))} min then"
+                 f"inputs), whose making took {cost.minutes(spent.get('reused_runs_s'))} min then"
                  if spent.get("reused_runs") else "") + ".", ""]
     secs = "simulated s" if sim else "s"
     head = f"| configuration | lr (outer) | steps/node | valid runs | val loss at budget | end, {secs} | tokens/{secs} |"
