@@ -98,9 +98,9 @@ def file_digest(p):
 def run_inputs(sim):
     """Everything besides its command line that makes a run what it is, for run_once's cache key: the
     binaries it executes (SYNCOPATE_WORKER's where set, as local_cluster.sh does), for emulated runs the
-    launch scripts and the environment they read, the libtorch the binaries load (its package version
-    and its library's size and time: a reinstall only costs a re-run) and the data cache's files (name,
-    size, time). A run is taken back only when all of it is unchanged."""
+    launch scripts and the environment they read, the libtorch the binaries load (its library's size and
+    time, not its bytes: a reinstall only costs a re-run) and the data cache's files (name, size, time).
+    A run is taken back only when all of it is unchanged."""
     bindir = os.path.join(ROOT, "build", "bin")
     if sim:
         files = [os.path.join(bindir, "syncopate-sim")]
