@@ -22,6 +22,7 @@ import argparse
 import sys
 
 from study import add_args, run_study
+from cluster_runs import exit_on_sigterm
 
 # elastic: the configuration waits for no straggler, so with one its budget is the synchronous
 # job's wall time rather than a step count (the fast nodes do slowdown x the straggler's steps).
@@ -79,4 +80,5 @@ def main():
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     main()

@@ -49,7 +49,7 @@ import method
 from stats import median_censored
 from ab_sync_async import CONFIGS as AB_CONFIGS
 from ab_sync_async import PAIRS as AB_PAIRS
-from cluster_runs import ROOT
+from cluster_runs import ROOT, exit_on_sigterm
 from study import add_args, run_study
 
 PRESET, BATCH, STEP_S, PARAMS = "micro", 2, 0.1, 124_672
@@ -114,13 +114,16 @@ def publish(study_out, dest):
             os.replace(tmp, os.path.join(dest, name))
 
 
-def study_args(out, n, ratio, pattern, seeds, extra):
+def study_args(out, n, ratio, pattern, seeds, extra, evals=10, tuning_seeds=str(TUNING_SEED)):
+    """study.py's arguments for one cell (or reference). evals and tuning_seeds: the references and the cells of
+    sessions 29-36 ran 10 evaluations and one tuning seed (1000); later cells take atlas.py run's --evals and
+    --tuning-seeds (each cell's summary records its own)."""
     ap = argparse.ArgumentParser()
     add_args(ap, "atlas")
     p = PATTERNS[pattern]
     argv = ["--backend", "sim", "--nodes", str(n), "--preset", PRESET, "--batch", str(BATCH),
             "--step-time", str(STEP_S), "--link-gbit", f"{link_gbit(n, ratio):.6g}", "--seeds", str(seeds),
-            "--tuning-seeds", str(TUNING_SEED), "--lr-extend", "2", "--evals", "10", "--no-trace", "--no-overlap",
+            "--tuning-seeds", tuning_seeds, "--lr-extend", "2", "--evals", str(evals), "--no-trace", "--no-overlap",
             "--out", out]
     if p.get("slow_last"):
         argv += ["--slow-node", str(n - 1), "--slowdown", str(p["slowdown"])]
@@ -209,12 +212,16 @@ def cmd_run(a):
                 work = os.path.join(a.runs, "cells", cell_name(n, r, pat))
                 args = study_args(work, n, r, pat, a.seeds,
                                   ["--configs", ",".join(names), "--time-budget-s", repr(budgets[r]),
-                                   "--targets", ",".join(f"{t:g}" for t in targets)])
+                                   "--targets", ",".join(f"{t:g}" for t in targets)]
+                                  + (["--make-only", a.make_only] if a.make_only else []), a.evals, a.tuning_seeds)
                 run_study(configs_for(n), args, f"Atlas N={n} r={r:g} {pat}",
                           f"python experiments/atlas.py run --nodes {n} --ratios {r:g} --patterns {pat} "
-                          f"--configs {','.join(names)} --seeds {a.seeds} --steps {a.steps}", pairs)
+                          f"--configs {','.join(names)} --seeds {a.seeds} --steps {a.steps} --evals {a.evals} "
+                          f"--tuning-seeds {a.tuning_seeds}", pairs)
+                if a.make_only:
+                    continue  # a lane: the cell is published by the invocation without --make-only
                 publish(work, out)
-    if not a.dry_run:
+    if not a.dry_run and not a.make_only:
         cmd_build(a)
 
 
@@ -529,6 +536,17 @@ def main():
     r.add_argument("--configs", default=",".join(CONFIGS))
     r.add_argument("--seeds", type=int, default=5)
     r.add_argument("--steps", type=int, default=300, help="the reference ring's steps per node (sets the budgets)")
+    r.add_argument("--evals", type=int, default=40,
+                   help="evaluation points per run of a cell (deferred: scored on snapshots after training, so they do "
+                   "not change a run, only how finely its crossings are read; the cells of sessions 29-36 ran 10)")
+    r.add_argument("--tuning-seeds", default="1000,1001",
+                   help="seeds each cell tunes its learning rates on, the score averaged over them (disjoint from "
+                   "the headline seeds; the cells of sessions 29-36 tuned on 1000 alone)")
+    r.add_argument("--make-only", metavar="CONFIGS",
+                   help="one lane of the cells (study.py --make-only): make only these configurations' runs, publish "
+                   "nothing; run the same command without it afterwards (every run taken back) to publish the cells. "
+                   "Two lanes on two cores: --make-only ring,bsp_backup,ssp4 and --make-only "
+                   "asp_lr_scale,diloco10,async_diloco10")
     r.add_argument("--dry-run", action="store_true")
     b = sub.add_parser("build", help="atlas.json, atlas.md and atlas.png from the cells run so far")
     q = sub.add_parser("query", help="which configuration for N nodes, this ratio and straggler pattern")
@@ -553,4 +571,5 @@ def main():
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main() or 0)

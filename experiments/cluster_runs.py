@@ -2,6 +2,8 @@
 study needs from it: the validation curve on an evaluation-free clock, global tokens, staleness,
 the emulation's own health (overrun share, host CPU use). Depends on the core only through its
 binaries, scripts and metrics files."""
+import contextlib
+import fcntl
 import glob
 import hashlib
 import json
@@ -42,6 +44,15 @@ def run_group(cmd, stdout):
     finally:
         with _RUNNING_LOCK:
             _RUNNING.discard(p)
+
+
+def exit_on_sigterm():
+    """SIGTERM ends this program as Ctrl-C does: SystemExit(143) in the main thread, so that run_group gives
+    the group it is waiting on its TERM and cleanup (by default SIGTERM ends Python at once and leaves the
+    running group behind, orphaned). Called first by every script that starts runs."""
+    def _term(signum, frame):
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, _term)
 
 
 def _stop(p):
@@ -373,11 +384,12 @@ def calibrate(preset, batch, out):
            "--schedule.warmup_steps=1",
            "--train.threads=1", "--eval.every=0", "--eval.sample_tokens=0", "--eval.batches=1",
            "--checkpoint.every=0", f"--data.cache_dir={ROOT}/data/cache"]
-    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"study: the calibration run failed (exit {r.returncode}): {r.stderr.strip()[-500:]}\n"
-                         f"command: {' '.join(cmd)}\n(or pass --no-calibrate with a --step-time you trust)")
-    cs = sorted(m["compute_s"] for m in read_jsonl(os.path.join(out, "metrics.jsonl")) if "compute_s" in m)[2:]
+    with run_lock(out):  # (lanes of one study share OUT)
+        r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"study: the calibration run failed (exit {r.returncode}): {r.stderr.strip()[-500:]}\n"
+                             f"command: {' '.join(cmd)}\n(or pass --no-calibrate with a --step-time you trust)")
+        cs = sorted(m["compute_s"] for m in read_jsonl(os.path.join(out, "metrics.jsonl")) if "compute_s" in m)[2:]
     return cs[len(cs) // 2]
 
 
@@ -509,6 +521,26 @@ def run_once(name, cfg, em, job, seed, lr, out, max_overrun=OVERRUN_LIMIT, max_c
     names the same command line and inputs, the run is not made again: its figures are read again from
     its files (so a change of the tooling's reading applies) and judged against today's limits; the
     result then carries "reused": True."""
+    with run_lock(out):  # lanes of one study (study.py --make-only) may reach the same run: one makes it
+        return _run_once(name, cfg, em, job, seed, lr, out, max_overrun, max_cpu, trace, backend, reuse)
+
+
+@contextlib.contextmanager
+def run_lock(out):
+    """An exclusive lock on OUT's run, held while it is made or taken back: a second process asking for the
+    same run waits, then takes it back (reuse) or makes it again, never both at once. The lock file sits
+    beside OUT (.NAME.lock), since OUT itself is emptied; the kernel drops it with a process that dies."""
+    parent, leaf = os.path.split(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    with open(os.path.join(parent, f".{leaf}.lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _run_once(name, cfg, em, job, seed, lr, out, max_overrun, max_cpu, trace, backend, reuse):
     sim = backend == "sim"
     cmd = sim_command(cfg, em, job, seed, lr, out) if sim else cluster_command(cfg, em, job, seed, lr, out, trace)
     log = os.path.join(out, "cluster.log")

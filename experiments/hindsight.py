@@ -67,7 +67,7 @@ import time
 import advise
 import crossover
 import cluster_runs
-from cluster_runs import PS_FLAGS, ROOT, cached_result, cluster_command, read_jsonl, run_group, run_once
+from cluster_runs import PS_FLAGS, ROOT, cached_result, cluster_command, read_jsonl, run_group, run_once, exit_on_sigterm
 from method import time_to_target
 from stats import fmt_ci, kendall_tau_b, mean_ci95
 
@@ -288,8 +288,6 @@ def measure(scen, s, px, name, seed, a):
         return r
     if STOP.is_set():
         return None
-    if os.path.isdir(d):
-        shutil.rmtree(d)
     t0 = time.time()
     full = run_once(name, cfg, em, job, seed, lr, d)
     if STOP.is_set():  # interrupted: nothing of it is kept
@@ -850,4 +848,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

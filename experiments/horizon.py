@@ -21,6 +21,7 @@ import sys
 import atlas
 from ab_sync_async import CONFIGS as AB_CONFIGS
 from study import run_study
+from cluster_runs import exit_on_sigterm
 
 MARGIN = 0.02  # nats: "matches" = the paired difference within +-0.02 by TOST (about 1% of the loss here)
 
@@ -69,4 +70,5 @@ def main():
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

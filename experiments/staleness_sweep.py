@@ -16,6 +16,7 @@ import sys
 
 from study import add_args, run_study
 from plotting import pyplot
+from cluster_runs import exit_on_sigterm
 
 
 def main():
@@ -67,4 +68,5 @@ def main():
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     main()

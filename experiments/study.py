@@ -20,7 +20,7 @@ import cost
 import method
 import scenario as scen
 from cluster_runs import (CPU_LIMIT, OVERRUN_LIMIT, PRESETS, ROOT, STUDY_DEFAULTS, TRAINER_FLAGS, calibrate,
-                          read_jsonl, run_once, server_stats, sim_latency_us, summarize, sync_every)
+                          read_jsonl, run_lock, run_once, server_stats, sim_latency_us, summarize, sync_every)
 from method import BadInput, time_to_target  # noqa: F401  (time_to_target: validate_sim, crossover)
 from stats import fmt_ci, mean_ci95
 from plotting import pyplot
@@ -95,6 +95,12 @@ def add_args(ap, out_default):
     ap.add_argument("--netns", action="store_true", help="each node in its own network namespace (root)")
     ap.add_argument("--link-gbit", type=float, help="the emulated link rate with --netns, Gbit/s")
     ap.add_argument("--configs", help="comma-separated subset of the configurations")
+    ap.add_argument("--make-only", metavar="CONFIGS",
+                    help="a lane of a study split across processes: calibrate every configuration of --configs (the "
+                    "budget's step counts and the evaluation spacing depend on all of them), then make only these "
+                    "configurations' tuning and headline runs and stop without a summary; a later invocation without "
+                    "it takes every run back (--resume) and writes the study. Lanes sharing OUT never make one run "
+                    "twice at once (run_once locks each run's directory)")
     ap.add_argument("--tensorboard", action="store_true", help="also export every run to OUT/tensorboard/")
     ap.add_argument("--no-trace", action="store_true",
                     help="record no timelines (by default seed 0 of each configuration writes OUT/runs/.../trace.json)")
@@ -261,9 +267,10 @@ def check_held_out(job, out):
            "--train.steps=1", "--schedule.warmup_steps=0", "--train.threads=1", "--eval.every=1",
            "--eval.sample_tokens=0", "--checkpoint.every=0",
            f"--data.cache_dir={ROOT}/data/cache"] + [f.format(job["val_windows"]) for f in TRAINER_FLAGS["val_windows"]]
-    t0 = time.time()
-    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wall = time.time() - t0
+    with run_lock(d):  # (lanes of one study share OUT: one preflight at a time)
+        t0 = time.time()
+        r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        wall = time.time() - t0
     if r.returncode != 0:
         msg = r.stderr.strip().splitlines()
         raise BadInput(f"--val-windows {job['val_windows']}: the trainer refused the held-out set: "
@@ -334,7 +341,7 @@ def plan_rows(spec, plans, m):
             h = sync_every(configs[n])
             row("calibration", n, "1x", spec["tseeds"][0], spec["calibration_steps"] if h == 1 else 2 * h, None, 1)
     f = spec["factor"]
-    for n in spec["names"]:
+    for n in spec.get("make_only") or spec["names"]:  # (a lane makes its configurations' runs only)
         p = plans.get(n)
         steps, slow = (p["steps"], p.get("slow_steps")) if p else (None, None)
         evals = max(1, spec["evals"])
@@ -415,14 +422,16 @@ def print_plan(rows, spec, m, measured, dry):
             n, worst = per_kind[kind]
             L.append(f"  {what}: {n}" + (f", up to {worst} if every grid extends past an edge pick (worst case)"
                                           if worst > n else ""))
-    L.append(f"  headline runs ({len(spec['seeds'])} seed(s) x {len(names)} configuration(s)): "
+    L.append(f"  headline runs ({len(spec['seeds'])} seed(s) x {len(spec.get('make_only') or names)} configuration(s)): "
              f"{per_kind.get('headline', [0])[0]}")
     L.append(f"  total: {tot['runs']} runs, up to {tot['worst_runs']} (worst case), one at a time")
     ms = measurement_runs(spec, measured, dry)
     if ms:
         L.append(f"  {'measured first' if not dry else 'before them, short measurement runs'}: {', '.join(ms)}")
     per = []
-    for n in names:
+    if spec.get("make_only"):
+        L.append(f"  this lane (--make-only): {', '.join(spec['make_only'])}'s runs, every configuration's calibration")
+    for n in spec.get("make_only") or names:
         h = [r["s"] for r in rows if r["config"] == n and r["kind"] == "headline"]
         hf = [r.get("floor_s") for r in rows if r["config"] == n and r["kind"] == "headline"]
         per.append(f"{n} ~{cost.minutes(h[0])}" if h and h[0] is not None else
@@ -491,6 +500,10 @@ def run_study(configs, a, title, command, pairs=()):
     unknown = [n for n in names if n not in configs]
     if unknown:
         raise BadInput(f"unknown configuration(s) {', '.join(unknown)}; choose from {', '.join(configs)}")
+    make_only = getattr(a, "make_only", None) and a.make_only.split(",")
+    if make_only and [n for n in make_only if n not in names]:
+        raise BadInput(f"--make-only {a.make_only}: {', '.join(n for n in make_only if n not in names)} not among this "
+                       f"study's configurations ({', '.join(names)}); a lane makes a part of the study's own runs")
     # Bad input, named before any run.
     first = getattr(a, "first_seed", 0) or 0
     seeds = list(range(first, first + a.seeds))
@@ -568,7 +581,8 @@ def run_study(configs, a, title, command, pairs=()):
     spec = {"configs": configs, "names": names, "seeds": seeds, "tseeds": tseeds, "grid": grid, "outer_grid": outer_grid,
             "tune": tune, "lrs_from": getattr(a, "lrs_from", None), "fixed": fixed, "extend": extend, "factor": getattr(a, "lr_extend_factor", 2.0),
             "time_budget_s": getattr(a, "time_budget_s", None), "calibration_steps": getattr(a, "calibration_steps", 20),
-            "evals": a.evals, "em": em, "job": job, "base_lr": a.base_lr, "calibrate": getattr(a, "calibrate", True)}
+            "evals": a.evals, "em": em, "job": job, "base_lr": a.base_lr, "calibrate": getattr(a, "calibrate", True),
+            "make_only": make_only}
     measurements = cost.Measurements(em["preset"], em["batch"], em["backend"])
     rows = plan_rows(spec, plans0, measurements)
     print_plan(rows, spec, measurements, measured, dry)
@@ -580,6 +594,7 @@ def run_study(configs, a, title, command, pairs=()):
     def usable(r):
         return "failed" not in r and r["valid"]
 
+    resume = em["backend"] == "sim" if getattr(a, "resume", None) is None else a.resume
     # Budgets: every configuration's steps (its schedule ends at the budget), decided before any tuning.
     plans, calibrations = {}, {}
     if getattr(a, "time_budget_s", None):
@@ -592,7 +607,7 @@ def run_study(configs, a, title, command, pairs=()):
             steps, skip = (a.calibration_steps, 3) if h == 1 else (2 * h, h - 1)
             cfg = dict(configs[n], steps=steps, slow_steps=None)
             r = run_once(n, cfg, em, dict(cal_job, steps=steps), tseeds[0], a.base_lr, d, 1.0, 1.0,
-                         backend=em["backend"])
+                         backend=em["backend"], reuse=resume)
             if "failed" in r:
                 raise BadInput(f"the calibration run of {n} failed ({r['failed']}); log {r['log']}")
             times = method.node_step_times([read_jsonl(os.path.join(d, f"node{i}", "metrics.jsonl"))
@@ -619,7 +634,6 @@ def run_study(configs, a, title, command, pairs=()):
     residuals = {}  # launch_key: each finished run's seconds beyond the estimate's training and evaluations
 
     runs = {}  # (config, lr multiplier, outer multiplier, seed) -> summary
-    resume = em["backend"] == "sim" if getattr(a, "resume", None) is None else a.resume
 
     def run(name, mult, outer, seed):
         key = (name, mult, outer, seed)
@@ -652,6 +666,8 @@ def run_study(configs, a, title, command, pairs=()):
 
     results = {}
     for name in names:
+        if make_only and name not in make_only:
+            continue  # another lane's
         cfg = configs[name]
         tuning = {}
         has_outer = cfg.get("outer_lr") is not None
@@ -681,6 +697,12 @@ def run_study(configs, a, title, command, pairs=()):
         results[name] = {"lr_multiplier": best, "lr": a.base_lr * best, "outer_multiplier": best_outer,
                          "outer_lr": cfg["outer_lr"] * best_outer if has_outer else None,
                          "tuning": tuning, "runs": rs}
+    if make_only:
+        made = sum(1 for r in runs.values() if not r.get("reused"))
+        print(f"[study] lane done: {', '.join(make_only)}: {len(runs)} runs ({made} made, {len(runs) - made} taken "
+              f"back), {time.time() - study_t0:.0f} s; no summary written (run the study without --make-only: every "
+              "run is taken back)", flush=True)
+        return None
     summary = {"title": title, "command": command, "method": "issue25", "emulation": em, "job": job,
                "budget": {"kind": kind, "value": value}, "targets": targets, "seeds": seeds, "tuning_seeds": tseeds,
                "tuned": tune, "lrs_from": fixed and {k: v for k, v in fixed.items() if k != "configurations"},

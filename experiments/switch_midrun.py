@@ -48,7 +48,7 @@ import time
 import advise
 import crossover
 import hindsight
-from cluster_runs import cached_result, read_jsonl, run_once
+from cluster_runs import cached_result, read_jsonl, run_once, exit_on_sigterm
 from method import time_to_target
 from stats import fmt_ci, holm, mean_ci95
 from stats import paired as stats_paired
@@ -175,9 +175,7 @@ def measure(name, seed, a, s, em, job):
         return r
     if a.report_only or hindsight.STOP.is_set():
         return None
-    if os.path.isdir(d):
-        shutil.rmtree(d)
-    env = {}
+    env = {}  # (run_once empties d before it makes the run)
     if name.endswith("switch"):  # per-node shards at hand for a parameter-server pick, on the nodes' namespace addresses
         with socket.socket() as sk:
             sk.bind(("127.0.0.1", 0))
@@ -459,4 +457,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

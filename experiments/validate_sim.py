@@ -27,7 +27,7 @@ import sys
 
 import cost
 from ab_sync_async import CONFIGS
-from cluster_runs import ROOT, reusable, run_inputs, run_once, sim_command, summarize
+from cluster_runs import ROOT, reusable, run_inputs, run_once, sim_command, summarize, exit_on_sigterm
 from method import per_seed
 from stats import fmt_ci, mean_ci95, paired
 from study import add_args, loss_at, time_to_target  # noqa: F401
@@ -613,4 +613,5 @@ def plots(res, out):
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     main()

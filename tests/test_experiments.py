@@ -8,9 +8,11 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import types
 import unittest
 
@@ -1479,6 +1481,95 @@ class RunCache(unittest.TestCase):
         finally:
             del os.environ["SYNCOPATE_WORKER"]
         self.assertEqual(base, cluster_runs.run_inputs(False))
+
+
+class StudyLanes(unittest.TestCase):
+    """study.py --make-only: one study made by lanes in separate processes (sharing OUT, each run locked while
+    it is made), then written by an invocation that takes every run back; and SIGTERM ends a study with the
+    run it was waiting on. Real syncopate-sim runs."""
+
+    ARGS = ["--backend", "sim", "--nodes", "2", "--configs", "ring,asp", "--no-tune", "--seeds", "2", "--evals", "2",
+            "--val-windows", "8", "--preset", "micro", "--step-time", "0.05", "--no-calibrate", "--no-trace"]
+
+    def command(self, out, *extra):
+        return [PY, os.path.join(ROOT, "experiments", "ab_sync_async.py"), *self.ARGS, "--out", out, *extra]
+
+    def setUp(self):
+        if not os.path.exists(os.path.join(ROOT, "build", "bin", "syncopate-sim")):
+            self.fail("build/bin/syncopate-sim is not built (scripts/build.sh)")
+
+    def test_lanes_make_each_run_once_and_the_study_equals_one_made_in_one_go(self):
+        budget = ["--time-budget-s", "1.5", "--calibration-steps", "6"]  # calibrations too: every lane needs them
+        whole = mkdtemp()
+        r = subprocess.run(self.command(whole, *budget), capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        out = mkdtemp()
+        # Two lanes at once, both asking for the ring's runs: the lock lets one make each, the other takes it back.
+        lanes = [subprocess.Popen(self.command(out, *budget, "--make-only", m), stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True) for m in ("ring,asp", "ring")]
+        logs = [p.communicate(timeout=300)[0] for p in lanes]
+        for p, log in zip(lanes, logs):
+            self.assertEqual(p.returncode, 0, log[-2000:])
+            self.assertIn("lane done", log)
+        self.assertFalse(os.path.exists(os.path.join(out, "summary.json")), "a lane writes no summary")
+        made = sum(len(re.findall(r"seed \d+: final val", log)) for log in logs)
+        self.assertEqual(made, 4, "every run (2 configurations x 2 seeds) made exactly once across the lanes")
+        self.assertEqual(sum(log.count(": reused (") for log in logs), 2, "the ring's 2 runs taken back by the lane "
+                         "that came second to them")
+        r = subprocess.run(self.command(out, *budget), capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        with open(os.path.join(out, "summary.json")) as f:
+            lanes_s = json.load(f)
+        with open(os.path.join(whole, "summary.json")) as f:
+            whole_s = json.load(f)
+        self.assertEqual(lanes_s["cost"]["reused_runs"], 4)
+        self.assertEqual([(c["metric"], c["mean_diff"]) for c in whole_s["comparisons"]],
+                         [(c["metric"], c["mean_diff"]) for c in lanes_s["comparisons"]])
+        self.assertEqual({n: c["plan"] for n, c in whole_s["configurations"].items()},
+                         {n: c["plan"] for n, c in lanes_s["configurations"].items()})
+        self.assertEqual({n: c["curves"] for n, c in whole_s["configurations"].items()},
+                         {n: c["curves"] for n, c in lanes_s["configurations"].items()})
+
+    def test_a_lane_of_another_studys_configurations_is_refused(self):
+        r = subprocess.run(self.command(mkdtemp(), "--steps", "4", "--make-only", "ssp4"), capture_output=True,
+                           text=True, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--make-only ssp4: ssp4 not among this study's configurations", r.stdout + r.stderr)
+
+    def test_sigterm_ends_the_study_and_the_run_it_waits_on(self):
+        out = mkdtemp()
+        p = subprocess.Popen(self.command(out, "--steps", "20000"), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            deadline = time.time() + 120
+            while time.time() < deadline and not running(out):
+                time.sleep(0.2)
+            self.assertTrue(running(out), "the study's first run did not start")
+            p.send_signal(signal.SIGTERM)
+            self.assertEqual(p.wait(timeout=60), 143)
+            deadline = time.time() + 20
+            while time.time() < deadline and running(out):
+                time.sleep(0.2)
+            self.assertEqual(running(out), [], "a run outlived its study")
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            for pid in running(out):
+                os.kill(pid, signal.SIGKILL)
+
+
+def running(out):
+    """Pids of syncopate-sim processes writing under OUT."""
+    pids = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"syncopate-sim") and any(out.encode() in x for x in argv):
+            pids.append(int(d))
+    return pids
 
 
 if __name__ == "__main__":
