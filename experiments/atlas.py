@@ -193,6 +193,10 @@ def cmd_run(a):
                     print(f"[atlas] N={n} r={r:g} {pat}: {', '.join(names)} x {a.seeds} seeds"
                           + (" (kept)" if kept else ""))
             continue
+        if a.make_only and not all(load(os.path.join(ref_dir(a.out, n, r), "summary.json")) for r in
+                                   set(a.ratios) | {TARGETS_RATIO}):
+            raise SystemExit(f"atlas: --make-only needs N={n}'s references published first (a reference is one "
+                             "configuration, made by one process): run the same command without --make-only")
         targets, budgets = held_to(a, n, refs)
         print(f"[atlas] N={n}: targets {targets} (reference ring at {TARGET_FRACTIONS} of {a.steps} steps); "
               f"budgets {budgets} s", flush=True)
@@ -362,11 +366,14 @@ def winners(out):
                                 "budget_s": budget, "summary": os.path.relpath(os.path.join(d, "summary.json"), out)})
         late = budget_not_held(s, budget) if budget else []
         drift = reference_drift(s, budget) if pat == "none" else None
+        # How the cell was measured (cells differ: sessions 29-36 ran 10 evaluations and tuned on one seed): a
+        # verdict is read with its cell's evaluation spacing and tuning, never pooled across the two kinds.
+        protocol = {"evals": s.get("job", {}).get("evals"), "tuning_seeds": s.get("tuning_seeds")}
         for i, t in enumerate(targets):
             key = method.target_key(t)
             row = {"nodes": n, "ratio": r, "pattern": pat, "target": t,
                    "stage": TARGET_NAMES[i] if len(targets) == len(TARGET_NAMES) else key, "budget_s": budget,
-                   "budget_not_held": late,
+                   "budget_not_held": late, "protocol": protocol,
                    **winner_at(s, key, budget, [k for k in CONFIGS if k in s["configurations"]])}
             if drift is not None and i < len(drift):
                 row["ring_at_share_of_budget"] = drift[i]
@@ -452,13 +459,15 @@ def cell_sentence(w):
 
 def render(table):
     L = ["# The crossover atlas (experiments/atlas.py build)", "",
-         "| N | ratio | stragglers | target | winner | median s | runner-up | x runner-up | x ring |",
-         "|---|---|---|---|---|---|---|---|---|"]
+         "| N | ratio | stragglers | target | winner | median s | runner-up | x runner-up | x ring | evals, tuning seeds |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
     for w in table:
         fx = (lambda v: "-" if v is None else f"{v:.2f}")
+        pr = w.get("protocol") or {}
         L.append(f"| {w['nodes']} | {w['ratio']:g} | {w['pattern']} | {w['stage']} {w['target']:g} | {verdict(w)} | "
                  f"{fx(w.get('median_s'))} | {w.get('runner_up') or '-'} | {fx(w.get('runner_up_ratio'))} | "
-                 f"{fx(w.get('vs_ring_ratio'))} |")
+                 f"{fx(w.get('vs_ring_ratio'))} | {pr.get('evals', '-')}, "
+                 f"{'/'.join(map(str, pr.get('tuning_seeds') or [])) or '-'} |")
     return "\n".join(L) + "\n"
 
 

@@ -31,7 +31,7 @@ import os
 import sys
 
 import cost
-from cluster_runs import ROOT, run_simulator
+from cluster_runs import ROOT, exit_on_sigterm, run_simulator
 from stats import fmt_ci, holm, mean_ci95
 from stats import paired as stats_paired
 from study import time_to_target
@@ -326,4 +326,5 @@ def plots(res, out):
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     main()

@@ -530,6 +530,9 @@ def run_study(configs, a, title, command, pairs=()):
         raise BadInput(f"--baseline {baseline}: not among this study's configurations ({', '.join(names)})")
     extra_pairs = parse_pairs(getattr(a, "compare", None), names)
     em = emulation(a)
+    if make_only and not (em["backend"] == "sim" and getattr(a, "resume", None) is not False):
+        raise BadInput("--make-only: lanes share their runs through the run cache, so they need --backend sim with "
+                       "--resume (emulated runs are each a new measurement, and lanes would load each other's host)")
     for n in names:
         if configs[n].get("backup", 0) >= em["nodes"]:
             raise BadInput(f"{n} uses {configs[n]['backup']} backup workers but there are only "

@@ -1535,6 +1535,11 @@ class StudyLanes(unittest.TestCase):
                            text=True, timeout=120)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("--make-only ssp4: ssp4 not among this study's configurations", r.stdout + r.stderr)
+        # Lanes share runs through the cache: without it (--no-resume, or emulated runs) they are refused.
+        r = subprocess.run(self.command(mkdtemp(), "--steps", "4", "--make-only", "ring", "--no-resume"),
+                           capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--make-only: lanes share their runs through the run cache", r.stdout + r.stderr)
 
     def test_sigterm_ends_the_study_and_the_run_it_waits_on(self):
         out = mkdtemp()
