@@ -17,6 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "experiments"))
 
 import atlas  # noqa: E402
+import eval_spacing  # noqa: E402
 import check_study  # noqa: E402
 import published  # noqa: E402
 
@@ -252,6 +253,43 @@ class CheckStudy(unittest.TestCase):
         r = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "check_study.py")], capture_output=True,
                            text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+
+class EvalSpacing(unittest.TestCase):
+    """experiments/eval_spacing.py: a cell re-read at a sparser evaluation spacing."""
+
+    CELL = os.path.join(ROOT, "docs", "study", "atlas", "cells", "N64", "r1_none")
+
+    def load(self):
+        with open(os.path.join(self.CELL, "summary.json")) as f:
+            return json.load(f)
+
+    def test_every_evaluation_kept_gives_the_published_sentences(self):
+        with open(os.path.join(ROOT, "docs", "study", "atlas", "atlas.json")) as f:
+            published = [w["sentence"] for w in json.load(f)["winners"] if (w["nodes"], w["ratio"], w["pattern"]) ==
+                         (64, 1.0, "none")]
+        rows = eval_spacing.verdicts(eval_spacing.thinned(self.load(), 1), "N64/r1_none")
+        self.assertEqual([w["sentence"] for w in rows], published)
+
+    def test_a_sparser_reading_keeps_every_kth_point_and_the_final_one(self):
+        s = self.load()
+        t = eval_spacing.thinned(s, 2)
+        for name, c in s["configurations"].items():
+            for seed, cv in c["curves"].items():
+                kept = t["configurations"][name]["curves"][seed]
+                final = [p for p in cv if p.get("job_final")] or cv[-1:]  # (a ring's last multiple is its end)
+                body = [p for p in cv if p not in final]
+                self.assertEqual(kept[:-1], body[1::2])
+                self.assertEqual(kept[-1], cv[-1])
+        self.assertEqual(t["job"]["evals"], s["job"]["evals"] // 2)
+        # The times are read from the kept points: a crossing can only move later or stay (convex curves aside,
+        # a sparser grid never finds a target earlier than the evaluation that first showed it).
+        for name, c in s["configurations"].items():
+            for a, b in zip(c["per_seed"], t["configurations"][name]["per_seed"]):
+                for k, v in a["time_to_target_s"].items():
+                    w = b["time_to_target_s"][k]
+                    if v is not None and w is not None:
+                        self.assertGreaterEqual(w, b["time_to_target_bracket_s"][k][0])
 
 
 if __name__ == "__main__":
