@@ -49,7 +49,8 @@ def run_group(cmd, stdout):
 def exit_on_sigterm():
     """SIGTERM ends this program as Ctrl-C does: SystemExit(143) in the main thread, so that run_group gives
     the group it is waiting on its TERM and cleanup (by default SIGTERM ends Python at once and leaves the
-    running group behind, orphaned). Called first by every script that starts runs."""
+    running group behind, orphaned). Called first by every script that starts runs and has no SIGTERM handler of
+    its own (hindsight.py and switch_midrun.py stop their lanes themselves)."""
     def _term(signum, frame):
         raise SystemExit(128 + signum)
     signal.signal(signal.SIGTERM, _term)

@@ -4,8 +4,8 @@ resolves comes from how often its runs were evaluated.
 
 Evaluations are deferred (scored on snapshots after training), so a cell evaluated every E global tokens
 holds the curve of the same runs evaluated every K x E: per run keep every K-th evaluation (node 0 evaluates
-at the first step past each multiple of E, one per multiple) and the final one, recompute every seed's time to each target and its evaluation bracket from those points, and
-state the cell's winners (atlas.winners) both ways. The cells of sessions 29-36 ran 10 evaluations, the
+at the first step past each multiple of E, one per multiple) and the final one, recompute every seed's time
+to each target and its evaluation bracket from those points, and state the cell's winners (atlas.winners) both ways. The cells of sessions 29-36 ran 10 evaluations, the
 later ones 40: `--every 4` on a later cell says what it would have said at the older spacing.
 
   python experiments/eval_spacing.py docs/study/atlas/cells/N64/r0.1_heavy --every 4 [--json OUT.json]
@@ -74,9 +74,10 @@ def main():
     except (OSError, ValueError) as e:
         raise SystemExit(f"eval_spacing: cannot read {path} ({e}): give a published cell's directory")
     cell = os.path.join(*os.path.normpath(a.cell).split(os.sep)[-2:])
-    rows = {"as_run": verdicts(s, cell), f"every_{a.every}": verdicts(thinned(s, a.every), cell)}
+    readings = {"as_run": s, f"every_{a.every}": thinned(s, a.every)}
+    rows = {k: verdicts(v, cell) for k, v in readings.items()}
     points = {k: sorted({len(cv) for c in v["configurations"].values() for cv in c["curves"].values()})
-              for k, v in (("as_run", s), (f"every_{a.every}", thinned(s, a.every)))}
+              for k, v in readings.items()}
     for k, rs in rows.items():
         print(f"== {k} (evaluation points per run: {points[k][0]}-{points[k][-1]})")
         for w in rs:

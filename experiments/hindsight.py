@@ -67,7 +67,7 @@ import time
 import advise
 import crossover
 import cluster_runs
-from cluster_runs import PS_FLAGS, ROOT, cached_result, cluster_command, read_jsonl, run_group, run_once, exit_on_sigterm
+from cluster_runs import PS_FLAGS, ROOT, cached_result, cluster_command, read_jsonl, run_group, run_once
 from method import time_to_target
 from stats import fmt_ci, kendall_tau_b, mean_ci95
 
@@ -848,5 +848,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    exit_on_sigterm()
     sys.exit(main())

@@ -501,8 +501,9 @@ def run_study(configs, a, title, command, pairs=()):
     if unknown:
         raise BadInput(f"unknown configuration(s) {', '.join(unknown)}; choose from {', '.join(configs)}")
     make_only = getattr(a, "make_only", None) and a.make_only.split(",")
-    if make_only and [n for n in make_only if n not in names]:
-        raise BadInput(f"--make-only {a.make_only}: {', '.join(n for n in make_only if n not in names)} not among this "
+    foreign = [n for n in make_only or [] if n not in names]
+    if foreign:
+        raise BadInput(f"--make-only {a.make_only}: {', '.join(foreign)} not among this "
                        f"study's configurations ({', '.join(names)}); a lane makes a part of the study's own runs")
     # Bad input, named before any run.
     first = getattr(a, "first_seed", 0) or 0

@@ -48,7 +48,7 @@ import time
 import advise
 import crossover
 import hindsight
-from cluster_runs import cached_result, read_jsonl, run_once, exit_on_sigterm
+from cluster_runs import cached_result, read_jsonl, run_once
 from method import time_to_target
 from stats import fmt_ci, holm, mean_ci95
 from stats import paired as stats_paired
@@ -457,5 +457,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    exit_on_sigterm()
     sys.exit(main())
