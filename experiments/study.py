@@ -748,7 +748,7 @@ def run_study(configs, a, title, command, pairs=()):
             "failed": [{"seed": s, "why": r["failed"], "log": r["log"]} for s, r in v["runs"].items() if "failed" in r],
             "invalid": [{"seed": s, "why": r["invalid_because"], "log": r["log"]}
                         for s, r in v["runs"].items() if "failed" not in r and not r["valid"]],
-            "per_seed": [dict(method.per_seed(s, r, targets), run_dir=r["dir"]) for s, r in ok.items()],
+            "per_seed": [dict(method.per_seed(s, r, targets, summary["budget"]), run_dir=r["dir"]) for s, r in ok.items()],
             "bytes": mean_ci95([r.get("bytes", 0) for r in ok.values()]),
             "bytes_received": mean_ci95([r.get("bytes_received", 0) for r in ok.values()]),
             "staleness": {"mean": mean_ci95([r["staleness_mean"] for r in ok.values()])["mean"],
@@ -853,15 +853,15 @@ def rebuild(out, from_runs=False, targets=None):
             for s in c["per_seed"]:
                 r = summarize(s["run_dir"], nodes, ring=not server_stats(s["run_dir"]),
                               deferred=bool(summary.get("job", {}).get("defer")))
-                s.update(method.per_seed(s["seed"], r, summary.get("targets") or []))
+                s.update(method.per_seed(s["seed"], r, summary.get("targets") or [], summary.get("budget")))
                 c["curves"][str(s["seed"])] = r["curve"]
-        else:
+        else:  # from the kept curves: every value per_seed reads off a curve
             for s in c["per_seed"]:
                 cv = c["curves"].get(str(s["seed"]), [])
-                s["time_to_target_s"] = {method.target_key(t): time_to_target(cv, t)
-                                         for t in summary.get("targets") or []}
-                s["time_to_target_bracket_s"] = {method.target_key(t): method.target_bracket(cv, t)
-                                                 for t in summary.get("targets") or []}
+                v = method.per_seed(s["seed"], {"curve": cv, "final_val_loss": s.get("final_val_loss")},
+                                    summary.get("targets") or [], summary.get("budget"))
+                for key in ("val_loss_at_budget", "at_budget_s", "end_s", "time_to_target_s", "time_to_target_bracket_s"):
+                    s[key] = v[key]
     analyse(summary)
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
@@ -914,6 +914,14 @@ def write_report(summary, out):
     if not any(e for e in ho.get("eval_of", {}).values()):
         L += ["**Note:** the evaluation records do not say which weights were evaluated (no eval_of): an old trainer's "
               "records, which evaluated node 0's own replica.", ""]
+    late = [f"{n} seed {p['seed']} (ended {p['end_s']:.1f} s, read at {p['at_budget_s']:.1f} s)"
+            for n, c in cfgs.items() for p in c["per_seed"]
+            if p.get("at_budget_s") is not None and p.get("end_s") is not None and p["end_s"] > p["at_budget_s"]]
+    if late and b["kind"] == "time":
+        L += [f"**Note:** {len(late)} run(s) overran the {b['value']:g} s budget by more than "
+              f"{method.BUDGET_SLACK:.0%} (their modelled steps took longer than the calibration's): their loss at the "
+              "budget is the last evaluation within it, where the schedule had not ended yet, and their times to a "
+              "target are censored at the budget: " + ", ".join(late[:8]) + (" ..." if len(late) > 8 else "") + ".", ""]
     overlap = job.get("overlap_note") or ("on for every mode (local SGD: nothing to overlap)" if job.get("overlap")
                                           else "off" if job.get("overlap") is False else "not set")
     L += [f"Overlap: {overlap}. "

@@ -194,6 +194,28 @@ class Method(unittest.TestCase):
         self.assertEqual(cluster_runs.sync_every({"worker": ["--dist.sync_every=50", "--x=1"]}), 50)
         self.assertEqual(cluster_runs.sync_every({"cluster": []}), 1)
 
+    def test_the_loss_at_a_wall_budget_is_the_model_held_when_it_runs_out(self):
+        # Evaluations at 10, 20, 30 s and the end; budget 30 s.
+        curve = [{"t": 10.0, "val_loss": 3.0}, {"t": 20.0, "val_loss": 2.8}, {"t": 30.0, "val_loss": 2.6}]
+        budget = {"kind": "time", "value": 30.0}
+        held = method.per_seed(0, {"curve": curve + [{"t": 30.2, "val_loss": 2.5}], "final_val_loss": 2.5},
+                               [2.55], budget)  # ended 0.7% past: within BUDGET_SLACK, read at its end
+        self.assertEqual((held["val_loss_at_budget"], held["at_budget_s"], held["end_s"]), (2.5, 30.2, 30.2))
+        # A crossing is a time, held to the budget itself (as the atlas censors): 30.1 s is past it.
+        self.assertIsNone(held["time_to_target_s"]["2.55"])
+        over = method.per_seed(0, {"curve": curve + [{"t": 45.0, "val_loss": 2.2}], "final_val_loss": 2.2},
+                               [2.7, 2.4], budget)  # overran by half: read at 30 s, the 2.4 crossing censored
+        self.assertEqual((over["val_loss_at_budget"], over["at_budget_s"], over["end_s"]), (2.6, 30.0, 45.0))
+        self.assertAlmostEqual(over["time_to_target_s"]["2.7"], 25.0)
+        self.assertIsNone(over["time_to_target_s"]["2.4"])  # crossed at 37.5 s, past the budget
+        self.assertIsNone(over["time_to_target_bracket_s"]["2.4"])
+        late = method.per_seed(0, {"curve": [{"t": 31.0, "val_loss": 2.0}], "final_val_loss": 2.0}, [], budget)
+        self.assertIsNone(late["val_loss_at_budget"])  # no evaluation within the budget: no value, not the end's
+        tokens = method.per_seed(0, {"curve": curve + [{"t": 45.0, "val_loss": 2.2}], "final_val_loss": 2.2},
+                                 [2.4], {"kind": "tokens", "value": 1e6})  # a token budget ends every schedule
+        self.assertEqual((tokens["val_loss_at_budget"], tokens["end_s"]), (2.2, 45.0))
+        self.assertAlmostEqual(tokens["time_to_target_s"]["2.4"], 37.5)
+
     def test_overlap_flags_follow_the_mode(self):
         import cluster_runs
         job = {"preset": "tiny", "batch": 8, "steps": 10, "evals": 2, "warmup": 1, "eval_batches": 4,
@@ -938,6 +960,35 @@ class ReportWording(unittest.TestCase):
         with open(os.path.join(out, "summary.json")) as f:
             self.assertEqual(json.load(f)["configurations"]["ring"]["per_seed"][0]["time_to_target_bracket_s"],
                              {"3.6": [4.0, 8.0]})
+
+    def test_a_run_past_its_wall_budget_is_read_at_the_budget_and_named(self):
+        # The ring's evaluations are at 4, 8, ... 20 s (+0.1 s per seed); with a 15 s budget each run overran
+        # it and is read at its 12 s point (3.3), not its end (3.1); ASP ends by 8.6 s and is read at its end.
+        s = self.summary("time")
+        s["budget"]["value"] = 15.0
+        out = mkdtemp()
+        for c in s["configurations"].values():
+            for ps in c["per_seed"]:
+                ps["run_dir"] = out
+        with open(os.path.join(out, "summary.json"), "w") as f:
+            json.dump(s, f)
+        real = study.plots
+        study.plots = lambda summary, out: None
+        try:
+            text = study.rebuild(out)
+        finally:
+            study.plots = real
+        with open(os.path.join(out, "summary.json")) as f:
+            cfgs = json.load(f)["configurations"]
+        ring = cfgs["ring"]["per_seed"]
+        self.assertEqual([p["val_loss_at_budget"] for p in ring], [3.3, 3.3, 3.3])
+        self.assertEqual([p["end_s"] for p in ring], [20.0, 20.1, 20.2])
+        self.assertEqual([p["final_val_loss"] for p in ring], [3.1, 3.1, 3.1])
+        self.assertEqual([p["val_loss_at_budget"] for p in cfgs["asp"]["per_seed"]],
+                         [p["final_val_loss"] for p in cfgs["asp"]["per_seed"]])
+        self.assertIn("**Note:** 3 run(s) overran the 15 s budget by more than 1%", text)
+        self.assertIn("ring seed 0 (ended 20.0 s, read at 12.0 s)", text)
+        self.assertNotIn("asp seed", text.split("**Note:** 3 run(s)")[1].split("\n")[0])
 
 
 class Scenarios(unittest.TestCase):
