@@ -24,6 +24,7 @@ CPU_LIMIT = 0.90      # default: a run whose host CPU use averaged above this is
 _RUNNING = set()          # the process groups run_group started that have not ended (their leaders' Popen)
 _RUNNING_LOCK = threading.Lock()
 STOP_WAIT_S = 60.0        # how long a stopped group may take for its own cleanup (namespaces, servers) before SIGKILL
+_SETPRIV = shutil.which("setpriv")  # util-linux: sets a run's parent-death signal (run_group)
 
 
 def run_group(cmd, stdout):
@@ -32,7 +33,11 @@ def run_group(cmd, stdout):
     SystemExit), or terminate_running() is called from another, the group gets SIGTERM and up to
     STOP_WAIT_S for its own cleanup (local_cluster.sh ends its nodes, servers and namespaces on
     TERM), then SIGKILL; the exception goes on. subprocess.run would SIGKILL the leader alone after
-    0.25 s, cutting that cleanup short and leaving the group's other processes running."""
+    0.25 s, cutting that cleanup short and leaving the group's other processes running. Where this
+    process dies without a chance to stop it (SIGKILL), the group's leader gets SIGTERM from the kernel
+    (its parent-death signal, set by util-linux setpriv before it execs cmd), so it cleans up alike."""
+    if _SETPRIV:
+        cmd = [_SETPRIV, "--pdeathsig", "TERM", "--", *cmd]
     p = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     with _RUNNING_LOCK:
         _RUNNING.add(p)

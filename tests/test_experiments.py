@@ -1613,6 +1613,28 @@ class StudyLanes(unittest.TestCase):
             for pid in running(out):
                 os.kill(pid, signal.SIGKILL)
 
+    def test_a_killed_study_takes_its_run_with_it(self):
+        # SIGKILL leaves the study no handler: the run's parent-death signal (cluster_runs.run_group) ends it.
+        out = mkdtemp()
+        p = subprocess.Popen(self.command(out, "--steps", "20000"), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            deadline = time.time() + 120
+            while time.time() < deadline and not running(out):
+                time.sleep(0.2)
+            self.assertTrue(running(out), "the study's first run did not start")
+            p.kill()
+            p.wait(timeout=30)
+            deadline = time.time() + 20
+            while time.time() < deadline and running(out):
+                time.sleep(0.2)
+            self.assertEqual(running(out), [], "a run outlived its killed study")
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            for pid in running(out):
+                os.kill(pid, signal.SIGKILL)
+
 
 def running(out):
     """Pids of syncopate-sim processes writing under OUT."""
