@@ -329,17 +329,22 @@ def plan_rows(spec, plans, m):
     backend, nodes, windows = em["backend"], em["nodes"], eval_windows(job)
     rows = []
 
-    def row(kind, name, lr, seed, steps, slow_steps, evals, outer=None, maybe=False):
+    def row(kind, name, lr, seed, steps, slow_steps, evals, outer=None, maybe=False, where=None):
         sync = not configs[name].get("elastic")
         est, floor = (None, 0.0) if steps is None else cost.run_s(backend, em, steps, slow_steps, sync, nodes, evals,
                                                                    windows, m, bool(configs[name].get("ring")))
+        # A run whose directory already holds a finished run (--resume takes it back if its command line and
+        # inputs match; the others, whose lr is decided by the tuning, cannot be looked up before it).
+        cached = bool(where and spec.get("cache_dir") and not maybe
+                      and os.path.exists(os.path.join(spec["cache_dir"], *where, "run.json")))
         rows.append({"kind": kind, "config": name, "lr": lr, "outer": outer, "seed": seed, "steps": steps,
-                     "slow_steps": slow_steps, "maybe": maybe, "s": est, "floor_s": floor})
+                     "slow_steps": slow_steps, "maybe": maybe, "s": est, "floor_s": floor, "cached": cached})
 
     if spec["time_budget_s"]:
         for n in spec["names"]:
             h = sync_every(configs[n])
-            row("calibration", n, "1x", spec["tseeds"][0], spec["calibration_steps"] if h == 1 else 2 * h, None, 1)
+            row("calibration", n, "1x", spec["tseeds"][0], spec["calibration_steps"] if h == 1 else 2 * h, None, 1,
+                where=("calibration", n))
     f = spec["factor"]
     for n in spec.get("make_only") or spec["names"]:  # (a lane makes its configurations' runs only)
         p = plans.get(n)
@@ -350,7 +355,8 @@ def plan_rows(spec, plans, m):
             first, more = tuning_values(spec["grid"], f, spec["extend"])
             for mult in first:
                 for s in spec["tseeds"]:
-                    row("tuning", n, f"{mult:g}x", s, steps, slow, evals, "1x" if has_outer else None)
+                    row("tuning", n, f"{mult:g}x", s, steps, slow, evals, "1x" if has_outer else None,
+                        where=("runs", n, f"lr{mult:g}" + ("_outer1" if has_outer else ""), f"seed{s}"))
             for k in range(more):
                 for s in spec["tseeds"]:
                     row("tuning", n, f"x{f:g} or /{f:g} past the edge pick (extension {k + 1})", s, steps, slow, evals,
@@ -367,21 +373,28 @@ def plan_rows(spec, plans, m):
                         row("outer tuning", n, "the pick", s, steps, slow, evals,
                             f"x{f:g} or /{f:g} past the edge pick (extension {k + 1})", maybe=True)
         lr, outer = ("the tuned pick", "the tuned pick") if spec["tune"] else ("1x", "1x")
+        known = None if spec["tune"] else (1.0, 1.0 if has_outer else None)  # the multipliers, where not tuned here
         if spec.get("fixed"):  # --lrs-from: the other study's rates
             m_, o_ = spec["fixed"]["configurations"][n]
             lr, outer = f"{m_:g}x", None if o_ is None else f"{o_:g}x"
+            known = (m_, o_)
         for s in spec["seeds"]:
-            row("headline", n, lr, s, steps, slow, evals, outer if has_outer else None)
+            row("headline", n, lr, s, steps, slow, evals, outer if has_outer else None,
+                where=known and ("runs", n, f"lr{known[0]:g}" + (f"_outer{known[1]:g}" if known[1] is not None else ""),
+                                 f"seed{s}"))
     return rows
 
 
 def plan_totals(rows):
-    """Runs and seconds: {"runs", "s"} without the grid extensions, {"worst_runs", "worst_s"} with all."""
+    """Runs and seconds: {"runs", "s"} without the grid extensions, {"worst_runs", "worst_s"} with all; the
+    runs found in the run cache ("cached": their count) count as runs but not as seconds."""
     def total(rs):
-        return None if any(r["s"] is None for r in rs) else sum(r["s"] for r in rs)
+        return None if any(r["s"] is None for r in rs if not r.get("cached")) else sum(
+            r["s"] for r in rs if not r.get("cached"))
     sure = [r for r in rows if not r["maybe"]]
     return {"runs": len(sure), "s": total(sure), "worst_runs": len(rows), "worst_s": total(rows),
-            "floor_s": sum(r.get("floor_s") or 0.0 for r in sure)}
+            "floor_s": sum(r.get("floor_s") or 0.0 for r in sure if not r.get("cached")),
+            "cached": sum(1 for r in rows if r.get("cached"))}
 
 
 def measurement_runs(spec, measured, dry):
@@ -424,7 +437,9 @@ def print_plan(rows, spec, m, measured, dry):
                                           if worst > n else ""))
     L.append(f"  headline runs ({len(spec['seeds'])} seed(s) x {len(spec.get('make_only') or names)} configuration(s)): "
              f"{per_kind.get('headline', [0])[0]}")
-    L.append(f"  total: {tot['runs']} runs, up to {tot['worst_runs']} (worst case), one at a time")
+    L.append(f"  total: {tot['runs']} runs, up to {tot['worst_runs']} (worst case), one at a time"
+             + (f"; {tot['cached']} of them found finished in {spec['cache_dir']} (taken back if their inputs match: "
+                "not counted in the minutes below)" if tot["cached"] else ""))
     ms = measurement_runs(spec, measured, dry)
     if ms:
         L.append(f"  {'measured first' if not dry else 'before them, short measurement runs'}: {', '.join(ms)}")
@@ -454,7 +469,8 @@ def print_plan(rows, spec, m, measured, dry):
             steps = "steps: from the calibration" if r["steps"] is None else (
                 f"{approx}{r['steps']} steps/node" + (f" (straggler {approx}{r['slow_steps']})" if r.get("slow_steps")
                                                       else ""))
-            L.append(f"  {r['kind']}{' (only if the pick is on an edge)' if r['maybe'] else ''}: {r['config']}, "
+            L.append(f"  {r['kind']}{' (only if the pick is on an edge)' if r['maybe'] else ''}"
+                     f"{' (found finished)' if r.get('cached') else ''}: {r['config']}, "
                      f"lr {r['lr']}" + (f", outer lr {r['outer']}" if r["outer"] else "") + f", seed {r['seed']}, "
                      f"{steps}, " + (f"~{cost.minutes(r['s'])} min" if r["s"] is not None else
                                  f"at least ~{cost.minutes(r['floor_s'])} min" if r.get("floor_s") else "minutes unknown"))
@@ -586,7 +602,10 @@ def run_study(configs, a, title, command, pairs=()):
             "tune": tune, "lrs_from": getattr(a, "lrs_from", None), "fixed": fixed, "extend": extend, "factor": getattr(a, "lr_extend_factor", 2.0),
             "time_budget_s": getattr(a, "time_budget_s", None), "calibration_steps": getattr(a, "calibration_steps", 20),
             "evals": a.evals, "em": em, "job": job, "base_lr": a.base_lr, "calibrate": getattr(a, "calibrate", True),
-            "make_only": make_only}
+            "make_only": make_only,
+            # --resume's cache (the plan does not count the runs found in it)
+            "cache_dir": a.out if (em["backend"] == "sim" if getattr(a, "resume", None) is None else a.resume)
+            else None}
     measurements = cost.Measurements(em["preset"], em["batch"], em["backend"])
     rows = plan_rows(spec, plans0, measurements)
     print_plan(rows, spec, measurements, measured, dry)
@@ -598,7 +617,7 @@ def run_study(configs, a, title, command, pairs=()):
     def usable(r):
         return "failed" not in r and r["valid"]
 
-    resume = em["backend"] == "sim" if getattr(a, "resume", None) is None else a.resume
+    resume = spec["cache_dir"] is not None
     # Budgets: every configuration's steps (its schedule ends at the budget), decided before any tuning.
     plans, calibrations = {}, {}
     if getattr(a, "time_budget_s", None):
@@ -721,6 +740,7 @@ def run_study(configs, a, title, command, pairs=()):
                        "reused_runs": len(reused),  # taken back from an earlier invocation's run.json (--resume)
                        "reused_runs_s": sum(r.get("elapsed_s") or 0.0 for r in reused),  # what making them took then
                        "estimated_worst_s": estimated["worst_s"], "planned_runs": estimated["runs"],
+                       "planned_cached": estimated["cached"],  # of planned_runs, found finished (not in estimated_s)
                        "planned_runs_worst": estimated["worst_runs"], "basis": measurements.basis()}
     cost.record_runs(residuals)
     cost.record_study({"command": command, "runs": done, "took_s": round(took, 1),
@@ -953,7 +973,9 @@ def write_report(summary, out):
     spent = summary.get("cost")
     if spent and spent.get("took_s") is not None:
         L += [f"Cost: {spent['runs']} runs took {cost.minutes(spent['took_s'])} min on this machine (estimated before "
-              f"them: ~{cost.minutes(spent.get('estimated_s'))} min for {spent.get('planned_runs')} runs, up to "
+              f"them: ~{cost.minutes(spent.get('estimated_s'))} min for {spent.get('planned_runs')} runs"
+              + (f" of which {spent['planned_cached']} were found finished and not counted"
+                 if spent.get("planned_cached") else "") + ", up to "
               f"~{cost.minutes(spent.get('estimated_worst_s'))} min for {spent.get('planned_runs_worst')})"
               + (f"; {spent['reused_runs']} of the runs were reused from an earlier invocation (same command line and "
                  f"inputs), whose making took {cost.minutes(spent.get('reused_runs_s'))} min then"

@@ -1581,6 +1581,26 @@ class StudyLanes(unittest.TestCase):
         self.assertEqual({n: c["curves"] for n, c in whole_s["configurations"].items()},
                          {n: c["curves"] for n, c in lanes_s["configurations"].items()})
 
+    def test_the_plan_does_not_count_the_runs_it_will_take_back(self):
+        out = mkdtemp()
+        fresh = subprocess.run(self.command(out, "--steps", "4", "--dry-run"), capture_output=True, text=True,
+                               timeout=120)
+        self.assertEqual(fresh.returncode, 0, fresh.stderr[-2000:])
+        self.assertNotIn("found finished", fresh.stdout)
+        r = subprocess.run(self.command(out, "--steps", "4"), capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        again = subprocess.run(self.command(out, "--steps", "4", "--dry-run"), capture_output=True, text=True,
+                               timeout=120)
+        self.assertEqual(again.returncode, 0, again.stderr[-2000:])
+        self.assertIn(f"total: 4 runs, up to 4 (worst case), one at a time; 4 of them found finished in {out}",
+                      again.stdout)
+        self.assertEqual(again.stdout.count("(found finished): "), 4)
+        # Another seed is not in the cache: counted.
+        more = subprocess.run(self.command(out, "--steps", "4", "--dry-run", "--seeds", "3"), capture_output=True,
+                              text=True, timeout=120)
+        self.assertIn("total: 6 runs, up to 6 (worst case), one at a time; 4 of them found finished", more.stdout)
+        self.assertIn("headline: asp, lr 1x, seed 2, 4 steps/node", more.stdout)
+
     def test_a_lane_of_another_studys_configurations_is_refused(self):
         r = subprocess.run(self.command(mkdtemp(), "--steps", "4", "--make-only", "ssp4"), capture_output=True,
                            text=True, timeout=120)
