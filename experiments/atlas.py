@@ -243,7 +243,7 @@ def seed_times(summary, cfg, key, budget):
     out = {}
     for sd in seeds:
         t = (by.get(sd, {}).get("time_to_target_s") or {}).get(key)
-        out[sd] = t if t is not None and t <= budget * (1 + 1e-9) else None
+        out[sd] = t if t is not None and t <= budget * (1 + method.BUDGET_TOLERANCE) else None
     return out
 
 
@@ -368,7 +368,8 @@ def winners(out):
         drift = reference_drift(s, budget) if pat == "none" else None
         # How the cell was measured (cells differ: sessions 29-36 ran 10 evaluations and tuned on one seed): a
         # verdict is read with its cell's evaluation spacing and tuning, never pooled across the two kinds.
-        protocol = {"evals": s.get("job", {}).get("evals"), "tuning_seeds": s.get("tuning_seeds")}
+        protocol = {"evals": s.get("job", {}).get("evals"), "tuning_seeds": s.get("tuning_seeds"),
+                    "tuning_score": s.get("tuning_score", "final")}
         for i, t in enumerate(targets):
             key = method.target_key(t)
             row = {"nodes": n, "ratio": r, "pattern": pat, "target": t,
@@ -459,15 +460,16 @@ def cell_sentence(w):
 
 def render(table):
     L = ["# The crossover atlas (experiments/atlas.py build)", "",
-         "| N | ratio | stragglers | target | winner | median s | runner-up | x runner-up | x ring | evals, tuning seeds |",
-         "|---|---|---|---|---|---|---|---|---|---|"]
+         "| N | ratio | stragglers | target | winner | median s | runner-up | x runner-up | x ring | evals, tuning seeds, "
+         "tuned on |", "|---|---|---|---|---|---|---|---|---|---|"]
     for w in table:
         fx = (lambda v: "-" if v is None else f"{v:.2f}")
         pr = w.get("protocol") or {}
         L.append(f"| {w['nodes']} | {w['ratio']:g} | {w['pattern']} | {w['stage']} {w['target']:g} | {verdict(w)} | "
                  f"{fx(w.get('median_s'))} | {w.get('runner_up') or '-'} | {fx(w.get('runner_up_ratio'))} | "
                  f"{fx(w.get('vs_ring_ratio'))} | {pr.get('evals', '-')}, "
-                 f"{'/'.join(map(str, pr.get('tuning_seeds') or [])) or '-'} |")
+                 f"{'/'.join(map(str, pr.get('tuning_seeds') or [])) or '-'}, "
+                 f"{'loss at budget' if pr.get('tuning_score') == 'val_loss_at_budget' else 'end-of-run loss'} |")
     return "\n".join(L) + "\n"
 
 

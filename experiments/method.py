@@ -348,22 +348,20 @@ def target_key(t):
     return f"{t:g}"
 
 
-# A wall budget's evaluations up to this share of the budget past it are read as at the budget: the
-# modelled step times vary by about that much around their calibration, so a schedule fitted to end at
-# the budget ends within it or just past it. (The atlas calls a run's budget not held at 10%.) A time to
-# target is a time, not a read-off of discrete evaluations, and is held to the budget itself.
-BUDGET_SLACK = 0.01
+# A wall budget holds to the second: the loss at it is the last evaluation at or before it, a time to target
+# counts only at or before it (the same cutoff for both; the float tolerance only absorbs rounding).
+BUDGET_TOLERANCE = 1e-9
 
 
 def at_budget(curve, budget):
     """The curve point a job with this budget ships: with a wall budget ({"kind": "time", "value": s}),
-    the last evaluation at or before the budget (BUDGET_SLACK past it counting as at it), None where
-    none is; otherwise (a token budget, which every run's schedule ends at exactly, or none) the last."""
+    the last evaluation at or before the budget, None where none is (the report names such runs);
+    otherwise (a token budget, which every run's schedule ends at exactly, or none) the last."""
     if not curve:
         return None
     if not budget or budget.get("kind") != "time":
         return curve[-1]
-    inside = [p for p in curve if p["t"] <= budget["value"] * (1 + BUDGET_SLACK)]
+    inside = [p for p in curve if p["t"] <= budget["value"] * (1 + BUDGET_TOLERANCE)]
     return inside[-1] if inside else None
 
 
@@ -371,7 +369,7 @@ def within_budget(t, budget):
     """A time to target with a wall budget censored (None) past the budget, as the atlas reads it."""
     if t is None or not budget or budget.get("kind") != "time":
         return t
-    return t if t <= budget["value"] * (1 + 1e-9) else None
+    return t if t <= budget["value"] * (1 + BUDGET_TOLERANCE) else None
 
 
 def per_seed(seed, run, targets, budget=None):

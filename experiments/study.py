@@ -657,6 +657,7 @@ def run_study(configs, a, title, command, pairs=()):
     residuals = {}  # launch_key: each finished run's seconds beyond the estimate's training and evaluations
 
     runs = {}  # (config, lr multiplier, outer multiplier, seed) -> summary
+    budget = {"kind": kind, "value": value}
 
     def run(name, mult, outer, seed):
         key = (name, mult, outer, seed)
@@ -696,10 +697,14 @@ def run_study(configs, a, title, command, pairs=()):
         has_outer = cfg.get("outer_lr") is not None
         outer0 = 1.0 if has_outer else None
 
+        def score(rs):
+            """A learning rate's score: the tuning seeds' mean loss at the budget (method.at_budget: what the
+            headline runs are compared on), None where a run failed or has none."""
+            pts = [method.at_budget(r["curve"], budget) if usable(r) else None for r in rs]
+            return None if any(p is None for p in pts) else sum(p["val_loss"] for p in pts) / len(pts)
+
         def inner_score(m, name=name, outer0=outer0):
-            vals = [run(name, m, outer0, s) for s in tseeds]
-            vals = [r["curve"][-1]["val_loss"] if usable(r) and r["curve"] else None for r in vals]
-            return None if any(v is None for v in vals) else sum(vals) / len(vals)
+            return score([run(name, m, outer0, s) for s in tseeds])
 
         best, best_outer = 1.0, outer0
         if fixed is not None:
@@ -710,9 +715,7 @@ def run_study(configs, a, title, command, pairs=()):
             best = t["pick"] if t["pick"] is not None else 1.0
         if tune and has_outer and tuning["lr"]["pick"] is not None:
             def outer_score(o, name=name, best=best):
-                vals = [run(name, best, o, s) for s in tseeds]
-                vals = [r["curve"][-1]["val_loss"] if usable(r) and r["curve"] else None for r in vals]
-                return None if any(v is None for v in vals) else sum(vals) / len(vals)
+                return score([run(name, best, o, s) for s in tseeds])
             to = method.tune(outer_score, outer_grid, getattr(a, "lr_extend_factor", 2.0), extend)
             tuning["outer_lr"] = to
             best_outer = to["pick"] if to["pick"] is not None else outer0
@@ -727,7 +730,9 @@ def run_study(configs, a, title, command, pairs=()):
               "run is taken back)", flush=True)
         return None
     summary = {"title": title, "command": command, "method": "issue25", "emulation": em, "job": job,
-               "budget": {"kind": kind, "value": value}, "targets": targets, "seeds": seeds, "tuning_seeds": tseeds,
+               "budget": budget, "targets": targets,
+               # What each lr was scored on (sessions before 38: "final", the end-of-run loss, also past a wall budget)
+               "tuning_score": "val_loss_at_budget", "seeds": seeds, "tuning_seeds": tseeds,
                "tuned": tune, "lrs_from": fixed and {k: v for k, v in fixed.items() if k != "configurations"},
                "lr_grid": grid, "outer_lr_grid": outer_grid, "equivalence_margin": margin, "baseline": baseline,
                "pairs": [[x, y] for x, y in extra_pairs] + [[x, y] for x, y in pairs if x in names and y in names],
@@ -934,20 +939,30 @@ def write_report(summary, out):
     if not any(e for e in ho.get("eval_of", {}).values()):
         L += ["**Note:** the evaluation records do not say which weights were evaluated (no eval_of): an old trainer's "
               "records, which evaluated node 0's own replica.", ""]
-    late = [f"{n} seed {p['seed']} (ended {p['end_s']:.1f} s, read at {p['at_budget_s']:.1f} s)"
-            for n, c in cfgs.items() for p in c["per_seed"]
-            if p.get("at_budget_s") is not None and p.get("end_s") is not None and p["end_s"] > p["at_budget_s"]]
-    if late and b["kind"] == "time":
-        L += [f"**Note:** {len(late)} run(s) overran the {b['value']:g} s budget by more than "
-              f"{method.BUDGET_SLACK:.0%} (their modelled steps took longer than the calibration's): their loss at the "
-              "budget is the last evaluation within it, where the schedule had not ended yet, and their times to a "
-              "target are censored at the budget: " + ", ".join(late[:8]) + (" ..." if len(late) > 8 else "") + ".", ""]
+    if b["kind"] == "time":
+        # Every run past its wall budget, the earliest read first: "read at" is the evaluation its loss at the
+        # budget comes from; a run with none inside the budget has no loss at it and leaves the loss comparisons.
+        runs = [(n, p) for n, c in cfgs.items() for p in c["per_seed"] if p.get("end_s") is not None]
+        late = sorted([(n, p) for n, p in runs if p.get("at_budget_s") is not None and p["end_s"] > p["at_budget_s"]],
+                      key=lambda x: x[1]["at_budget_s"])
+        none = [f"{n} seed {p['seed']} (ended {p['end_s']:.1f} s)" for n, p in runs if p.get("at_budget_s") is None]
+        if late:
+            L += [f"**Note:** {len(late)} run(s) ended past the {b['value']:g} s budget (their modelled steps took "
+                  "longer than the calibration's): their loss at the budget is the last evaluation at or before it, "
+                  "where the schedule had not ended, and their times to a target are censored at the budget: "
+                  + ", ".join(f"{n} seed {p['seed']} (ended {p['end_s']:.1f} s, read at {p['at_budget_s']:.1f} s)"
+                              for n, p in late) + ".", ""]
+        if none:
+            L += [f"**Note:** {len(none)} run(s) have no evaluation at or before the budget, so no loss at it; they are "
+                  "left out of every loss comparison: " + ", ".join(none) + ".", ""]
     overlap = job.get("overlap_note") or ("on for every mode (local SGD: nothing to overlap)" if job.get("overlap")
                                           else "off" if job.get("overlap") is False else "not set")
     L += [f"Overlap: {overlap}. "
           f"Targets (declared before the runs): {', '.join(f'{t:g}' for t in targets) if targets else 'none declared'}. "
           f"Seeds: {len(summary['seeds'])} headline ({', '.join(map(str, summary['seeds']))}); "
-          + (f"learning rates tuned on seeds {', '.join(map(str, summary['tuning_seeds']))} (disjoint), grid "
+          + (f"learning rates tuned on seeds {', '.join(map(str, summary['tuning_seeds']))} (disjoint; scored on their "
+             + ("loss at the budget" if summary.get("tuning_score") == "val_loss_at_budget" else "end-of-run loss")
+             + "), grid "
              f"{', '.join(f'{m:g}' for m in summary['lr_grid'])} x the base lr (outer lr: "
              f"{', '.join(f'{m:g}' for m in summary.get('outer_lr_grid', []))} x the configuration's own), "
              "extended past an edge pick. " if summary.get("tuned", True) else
@@ -1025,7 +1040,9 @@ def write_report(summary, out):
                  f"{interval} | {method._fmt(c['p'], 3)} | "
                  f"{method._fmt(c.get('p_holm'), 3)} | {c['n']}{out_n} | {verdict} |")
     L += ["", "## Conclusions", ""] + [f"- {x}" for x in summary["conclusions"]]
-    L += ["", "## Learning-rate tuning (mean final validation loss over the tuning seeds)", ""]
+    L += ["", "## Learning-rate tuning (mean " + ("validation loss at the budget" if summary.get("tuning_score") ==
+                                               "val_loss_at_budget" else "final validation loss")
+          + " over the tuning seeds)", ""]
     for k, c in cfgs.items():
         for what, t in c.get("tuning", {}).items():
             cells = ", ".join(f"{m}x: {'failed' if x is None else format(x, '.4f')}" for m, x in t["scores"].items())
