@@ -1674,6 +1674,43 @@ class StudyLanes(unittest.TestCase):
                 os.kill(pid, signal.SIGKILL)
 
 
+class TuningAtTheBudget(unittest.TestCase):
+    """Under a wall budget each learning rate is scored on its tuning runs' loss at the budget (what the
+    headline runs are compared on), not on their end-of-run loss: heavy-tailed jitter makes the runs
+    overrun their fitted schedules, so the two differ. Real syncopate-sim runs."""
+
+    def test_each_lr_is_scored_on_the_loss_at_the_budget(self):
+        if not os.path.exists(os.path.join(ROOT, "build", "bin", "syncopate-sim")):
+            self.fail("build/bin/syncopate-sim is not built (scripts/build.sh)")
+        import cluster_runs
+        out = mkdtemp()
+        cmd = [PY, os.path.join(ROOT, "experiments", "ab_sync_async.py"), "--backend", "sim", "--nodes", "2",
+               "--configs", "ring", "--preset", "micro", "--batch", "2", "--step-time", "0.05", "--jitter", "1.5",
+               "--jitter-tail", "1.3", "--time-budget-s", "10", "--calibration-steps", "6", "--lr-grid", "1,2",
+               "--lr-extend", "0", "--tuning-seeds", "20,21", "--seeds", "2", "--evals", "4", "--val-windows", "8",
+               "--no-calibrate", "--no-trace", "--out", out]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+        with open(os.path.join(out, "summary.json")) as f:
+            s = json.load(f)
+        self.assertEqual(s["tuning_score"], "val_loss_at_budget")
+        scores = s["configurations"]["ring"]["tuning"]["lr"]["scores"]
+        self.assertEqual(sorted(scores), ["1", "2"])
+        past = 0
+        for m, score in scores.items():
+            ends, at = [], []
+            for seed in (20, 21):
+                cv = cluster_runs.summarize(os.path.join(out, "runs", "ring", f"lr{m}", f"seed{seed}"), 2, ring=True,
+                                            deferred=True)["curve"]
+                ends.append(cv[-1]["val_loss"])
+                at.append(method.at_budget(cv, s["budget"])["val_loss"])
+                past += cv[-1]["t"] > s["budget"]["value"]
+            self.assertAlmostEqual(score, sum(at) / 2, places=12)
+            if ends != at:
+                self.assertNotAlmostEqual(score, sum(ends) / 2, places=6)
+        self.assertGreater(past, 0, "no tuning run overran the budget: this test would not tell the two scores apart")
+
+
 def running(out):
     """Pids of syncopate-sim processes writing under OUT."""
     pids = []
