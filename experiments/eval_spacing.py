@@ -20,7 +20,6 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import atlas  # noqa: E402
 import method  # noqa: E402
-from study import time_to_target  # noqa: E402
 
 
 def sparser(curve, every):
@@ -35,16 +34,15 @@ def sparser(curve, every):
 
 def thinned(summary, every):
     """A copy of a cell's summary whose curves are evaluated `every` times as far apart, with every seed's
-    times to target and brackets recomputed from them."""
+    values read off a curve (method.per_seed: times to target and brackets, the loss at the budget)
+    recomputed from them."""
     s = copy.deepcopy(summary)
     spacing = s["job"]["every_tokens"] * every
     for c in s["configurations"].values():
         for p in c["per_seed"]:
             cv = sparser(c["curves"].get(str(p["seed"]), []), every)
             c["curves"][str(p["seed"])] = cv
-            p["time_to_target_s"] = {method.target_key(t): time_to_target(cv, t) for t in s.get("targets") or []}
-            p["time_to_target_bracket_s"] = {method.target_key(t): method.target_bracket(cv, t)
-                                             for t in s.get("targets") or []}
+            method.reread(p, cv, s.get("targets") or [], s.get("budget"))
     s["job"] = dict(s["job"], every_tokens=spacing, evals=max(1, s["job"]["evals"] // every))
     return s
 

@@ -394,6 +394,15 @@ def per_seed(seed, run, targets, budget=None):
             "eval_of": run.get("eval_of")}
 
 
+def reread(p, curve, targets, budget):
+    """Updates one seed's per_seed values `p` with every value per_seed reads off a curve (the loss at the
+    budget and its point, the end, times to target and their brackets), from `curve`: a report rebuilt from
+    the kept curves, or the curves thinned (eval_spacing.py)."""
+    v = per_seed(p["seed"], {"curve": curve, "final_val_loss": p.get("final_val_loss")}, targets, budget)
+    for key in ("val_loss_at_budget", "at_budget_s", "end_s", "time_to_target_s", "time_to_target_bracket_s"):
+        p[key] = v[key]
+
+
 def target_table(seeds, targets):
     """Per target: how many seeds reached it and the median time with the others censored."""
     return {target_key(t): median_censored([s["time_to_target_s"].get(target_key(t)) for s in seeds])

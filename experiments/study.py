@@ -882,11 +882,7 @@ def rebuild(out, from_runs=False, targets=None):
                 c["curves"][str(s["seed"])] = r["curve"]
         else:  # from the kept curves: every value per_seed reads off a curve
             for s in c["per_seed"]:
-                cv = c["curves"].get(str(s["seed"]), [])
-                v = method.per_seed(s["seed"], {"curve": cv, "final_val_loss": s.get("final_val_loss")},
-                                    summary.get("targets") or [], summary.get("budget"))
-                for key in ("val_loss_at_budget", "at_budget_s", "end_s", "time_to_target_s", "time_to_target_bracket_s"):
-                    s[key] = v[key]
+                method.reread(s, c["curves"].get(str(s["seed"]), []), summary.get("targets") or [], summary.get("budget"))
     analyse(summary)
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)

@@ -152,7 +152,10 @@ def overlap(a, b):
 
 
 def seed_values(runs, targets):
-    """{metric: {seed: value}} from per-run summaries (either backend, treated alike)."""
+    """{metric: {seed: value}} from per-run summaries (either backend, treated alike). No budget is passed
+    to per_seed: the replay runs the emulated runs' own step counts, so both sides are read at the end of
+    the same schedule (val_loss_at_budget here: the end-of-run loss; the time budget's cutoff would compare
+    the simulator's clock with the emulation's budget instead of with the emulation)."""
     ps = {s_: per_seed(s_, r, targets) for s_, r in runs.items()}
     vals = {m: {s_: p.get(m) for s_, p in ps.items()} for m in TIME_FIGURES + LOSS_FIGURES}
     for t in targets:
