@@ -112,20 +112,27 @@ def file_digest(p):
     return _DIGESTS[key]
 
 
+_FIRST_INPUTS = {}  # run_inputs at this program's first run, per backend (_run_once refuses a change)
+
+
+def input_files(sim):
+    """The binaries (and for emulated runs the launch scripts) a run executes."""
+    bindir = os.path.join(ROOT, "build", "bin")
+    if sim:
+        return [os.path.join(bindir, "syncopate-sim")]
+    worker = os.environ.get("SYNCOPATE_WORKER") or os.path.join(bindir, "syncopate-worker")
+    return ([worker, os.path.join(os.path.dirname(worker), "syncopate-server")]
+            + [os.path.join(ROOT, "scripts", x) for x in CLUSTER_SCRIPTS])
+
+
 def run_inputs(sim):
     """Everything besides its command line that makes a run what it is, for run_once's cache key: the
     binaries it executes (SYNCOPATE_WORKER's where set, as local_cluster.sh does), for emulated runs the
     launch scripts and the environment they read, the libtorch the binaries load (its library's size and
     time, not its bytes: a reinstall only costs a re-run) and the data cache's files (name, size, time).
     A run is taken back only when all of it is unchanged."""
-    bindir = os.path.join(ROOT, "build", "bin")
-    if sim:
-        files = [os.path.join(bindir, "syncopate-sim")]
-    else:
-        worker = os.environ.get("SYNCOPATE_WORKER") or os.path.join(bindir, "syncopate-worker")
-        files = [worker, os.path.join(os.path.dirname(worker), "syncopate-server")]
-        files += [os.path.join(ROOT, "scripts", x) for x in CLUSTER_SCRIPTS]
-    parts = [f"{os.path.relpath(p, ROOT)}={file_digest(p) if os.path.exists(p) else 'missing'}" for p in files]
+    parts = [f"{os.path.relpath(p, ROOT)}={file_digest(p) if os.path.exists(p) else 'missing'}"
+             for p in input_files(sim)]
     if not sim:
         parts += [f"{k}={os.environ.get(k, '')}" for k in CLUSTER_ENV]
     torch_lib = glob.glob(os.path.join(ROOT, ".venv", "lib", "python*", "site-packages", "torch", "lib",
@@ -555,6 +562,15 @@ def _run_once(name, cfg, em, job, seed, lr, out, max_overrun, max_cpu, trace, ba
         return {"failed": f"{binary} is not built (scripts/build.sh)", "log": log}
     line = " ".join(cmd)
     inputs = run_inputs(sim)
+    first = _FIRST_INPUTS.setdefault(sim, inputs)
+    if inputs != first:
+        # A rebuild (or a data or libtorch change) while this program runs: its runs would come from two builds,
+        # which no summary may mix (and a later --resume would take back only those of the last one).
+        raise SystemExit(f"study: the inputs of {'the simulator' if sim else 'the emulated cluster'}'s runs changed "
+                         f"while this program ran ({', '.join(os.path.relpath(p, ROOT) for p in input_files(sim))}, "
+                         "libtorch or data/cache): its earlier runs came from the build before. Do not rebuild while a "
+                         "study runs (a test target rebuilds every binary); run the study again: --resume takes back the "
+                         "runs whose inputs match the current build and makes the others")
     made = reusable(out, line, inputs) if reuse else None
     if made is not None:
         r = collect(out, cfg, job, sim, made.get("cpu_util"), made.get("elapsed_s"), max_overrun, max_cpu, log)

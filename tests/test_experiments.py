@@ -1528,6 +1528,32 @@ class RunCache(unittest.TestCase):
         _, fourth = self.study(out, "--no-resume")
         self.assertEqual(fourth["cost"]["reused_runs"], 0)
 
+    def test_a_study_stops_when_its_binary_changes_under_it(self):
+        # A rebuild between two runs of one program: the second run is refused by name instead of mixing builds.
+        out = mkdtemp()
+        _, s = self.study(os.path.join(out, "study"))  # a study's own emulation and job, for run_once below
+        real = cluster_runs.run_inputs
+        calls = []
+
+        def inputs(sim):
+            calls.append(sim)
+            return real(sim) if len(calls) == 1 else "0" * 64  # the binary rebuilt after the first run
+        cluster_runs.run_inputs = inputs
+        cluster_runs._FIRST_INPUTS.clear()
+        try:
+            em, job, ring = s["emulation"], s["job"], {"ring": True, "cluster": [], "steps": 6, "slow_steps": None}
+            r = cluster_runs.run_once("ring", ring, em, job, 0, 2e-3, os.path.join(out, "a"), backend="sim")
+            self.assertNotIn("failed", r)
+            with self.assertRaises(SystemExit) as e:
+                cluster_runs.run_once("ring", ring, em, job, 1, 2e-3, os.path.join(out, "b"), backend="sim")
+            self.assertIn("the inputs of the simulator's runs changed while this program ran (build/bin/syncopate-sim",
+                          str(e.exception))
+            self.assertIn("Do not rebuild while a study runs", str(e.exception))
+            self.assertFalse(os.path.exists(os.path.join(out, "b")), "nothing made from the new build")
+        finally:
+            cluster_runs.run_inputs = real
+            cluster_runs._FIRST_INPUTS.clear()
+
     def test_emulated_inputs_include_the_launch_scripts_and_the_worker_that_runs(self):
         base = cluster_runs.run_inputs(False)
         self.assertNotEqual(base, cluster_runs.run_inputs(True))
