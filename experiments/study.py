@@ -917,7 +917,8 @@ def write_report(summary, out):
                      "emulated seconds on the training clock (evaluation off it)") + ".", "",
          f"Budget: {budget}; every run's learning-rate schedule (warmup "
          + (f"{job['warmup_frac']:g} of its steps" if job.get("warmup_frac") else f"{job.get('warmup')} steps")
-         + ", decay to the end) ends at the budget, so no figure compares an annealed run with one at peak lr."
+         + ", decay to the end) ends at the budget where the calibrated step times hold, so no figure compares an "
+         "annealed run with one at peak lr (runs that ended past the budget are listed below, if any)."
          + caveat, "",
          "Evaluation: " + (f"{job['val_windows']} held-out windows" if job.get("val_windows") else "the old per-seed "
                            "held-out batches (no --val-windows)")
