@@ -1656,7 +1656,9 @@ class StudyLanes(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("--make-only: lanes share their runs through the run cache", r.stdout + r.stderr)
 
-    def test_sigterm_ends_the_study_and_the_run_it_waits_on(self):
+    def stop_a_running_study(self, stop):
+        """Starts a long study, waits for its first run, calls stop(study process), then asserts that no
+        run outlives it (everything the study started is ended in the end, whatever the assertions say)."""
         out = mkdtemp()
         p = subprocess.Popen(self.command(out, "--steps", "20000"), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
@@ -1665,8 +1667,7 @@ class StudyLanes(unittest.TestCase):
             while time.time() < deadline and not running(out):
                 time.sleep(0.2)
             self.assertTrue(running(out), "the study's first run did not start")
-            p.send_signal(signal.SIGTERM)
-            self.assertEqual(p.wait(timeout=60), 143)
+            stop(p)
             deadline = time.time() + 20
             while time.time() < deadline and running(out):
                 time.sleep(0.2)
@@ -1677,27 +1678,18 @@ class StudyLanes(unittest.TestCase):
             for pid in running(out):
                 os.kill(pid, signal.SIGKILL)
 
+    def test_sigterm_ends_the_study_and_the_run_it_waits_on(self):
+        def term(p):
+            p.send_signal(signal.SIGTERM)
+            self.assertEqual(p.wait(timeout=60), 143)
+        self.stop_a_running_study(term)
+
     def test_a_killed_study_takes_its_run_with_it(self):
         # SIGKILL leaves the study no handler: the run's parent-death signal (cluster_runs.run_group) ends it.
-        out = mkdtemp()
-        p = subprocess.Popen(self.command(out, "--steps", "20000"), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
-        try:
-            deadline = time.time() + 120
-            while time.time() < deadline and not running(out):
-                time.sleep(0.2)
-            self.assertTrue(running(out), "the study's first run did not start")
+        def kill(p):
             p.kill()
             p.wait(timeout=30)
-            deadline = time.time() + 20
-            while time.time() < deadline and running(out):
-                time.sleep(0.2)
-            self.assertEqual(running(out), [], "a run outlived its killed study")
-        finally:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-            for pid in running(out):
-                os.kill(pid, signal.SIGKILL)
+        self.stop_a_running_study(kill)
 
 
 class TuningAtTheBudget(unittest.TestCase):
