@@ -113,13 +113,39 @@ def file_digest(p):
 
 
 _FIRST_INPUTS = {}  # run_inputs at this program's first run, per backend (_run_once refuses a change)
+SIM_BUILT = os.path.join(ROOT, "build", "bin", "syncopate-sim")  # what scripts/build.sh makes
+SIM_PINS = os.path.join(ROOT, "runs", ".bin")  # sim_binary's copies, one folder per build (by its digest)
+_PINNED = []  # this program's copy, once made
+
+
+def sim_binary():
+    """The simulator this program runs, the same file for its whole life: at its first call, a copy of
+    SIM_BUILT in SIM_PINS/<its sha256's first 16 hex digits>/ (made once per build, kept). A rebuild
+    while a study runs then changes build/bin, not the study's runs: they all come from one build, and
+    the path in every run's command line names that build. A later program pins the build it finds."""
+    if not _PINNED:
+        if not os.path.exists(SIM_BUILT):
+            return SIM_BUILT  # (run_once reports it missing)
+        os.makedirs(SIM_PINS, exist_ok=True)
+        tmp = os.path.join(SIM_PINS, f".copy.{os.getpid()}")
+        shutil.copy2(SIM_BUILT, tmp)  # first, then named by the copy's own bytes (a rebuild during the copy is harmless)
+        with open(tmp, "rb") as f:
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+        pin = os.path.join(SIM_PINS, digest[:16], "syncopate-sim")
+        os.makedirs(os.path.dirname(pin), exist_ok=True)
+        if os.path.exists(pin):
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, pin)  # atomic: a concurrent lane finds the whole file or none
+        _PINNED.append(pin)
+    return _PINNED[0]
 
 
 def input_files(sim):
     """The binaries (and for emulated runs the launch scripts) a run executes."""
     bindir = os.path.join(ROOT, "build", "bin")
     if sim:
-        return [os.path.join(bindir, "syncopate-sim")]
+        return [sim_binary()]
     worker = os.environ.get("SYNCOPATE_WORKER") or os.path.join(bindir, "syncopate-worker")
     return ([worker, os.path.join(os.path.dirname(worker), "syncopate-server")]
             + [os.path.join(ROOT, "scripts", x) for x in CLUSTER_SCRIPTS])
@@ -360,7 +386,7 @@ def sim_command(cfg, em, job, seed, lr, out):
     """syncopate-sim arguments of the run cluster_command describes: the same workers, servers,
     modelled compute, straggler, links and worker flags, in virtual time."""
     nodes = job["nodes"]
-    cmd = [os.path.join(ROOT, "build", "bin", "syncopate-sim"), "--out", out, "--quiet", f"--sim.workers={nodes}",
+    cmd = [sim_binary(), "--out", out, "--quiet", f"--sim.workers={nodes}",
            f"--dist.mode={'ring' if cfg.get('ring') else 'ps'}"]
     if not cfg.get("ring"):
         cmd += [f"--sim.servers={job['servers']}"]
@@ -566,11 +592,12 @@ def _run_once(name, cfg, em, job, seed, lr, out, max_overrun, max_cpu, trace, ba
     if inputs != first:
         # A rebuild (or a data or libtorch change) while this program runs: its runs would come from two builds,
         # which no summary may mix (and a later --resume would take back only those of the last one).
+        # (The simulator itself is pinned, sim_binary: for it only libtorch or the data can change.)
         raise SystemExit(f"study: the inputs of {'the simulator' if sim else 'the emulated cluster'}'s runs changed "
                          f"while this program ran ({', '.join(os.path.relpath(p, ROOT) for p in input_files(sim))}, "
-                         "libtorch or data/cache): its earlier runs came from the build before. Do not rebuild while a "
-                         "study runs (a test target rebuilds every binary); run the study again: --resume takes back the "
-                         "runs whose inputs match the current build and makes the others")
+                         "libtorch or data/cache): its earlier runs came from the inputs before. Do not rebuild, reinstall "
+                         "or re-tokenize while a study runs (a test target rebuilds every binary); run the study again: "
+                         "--resume takes back the runs whose inputs match the current ones and makes the others")
     made = reusable(out, line, inputs) if reuse else None
     if made is not None:
         r = collect(out, cfg, job, sim, made.get("cpu_util"), made.get("elapsed_s"), max_overrun, max_cpu, log)

@@ -31,7 +31,7 @@ import os
 import sys
 
 import cost
-from cluster_runs import ROOT, exit_on_sigterm, run_simulator
+from cluster_runs import ROOT, exit_on_sigterm, run_simulator, sim_binary
 from stats import fmt_ci, holm, mean_ci95
 from stats import paired as stats_paired
 from study import time_to_target
@@ -56,7 +56,7 @@ def link_gbit(ratio):
 def command(name, n, ratio, slowdown, seed, out, a, limit_s):
     flags, lr = CONFIGS[name]
     k = min(n, 16)
-    cmd = [os.path.join(ROOT, "build", "bin", "syncopate-sim"), "--out", out, "--quiet", f"--sim.workers={n}",
+    cmd = [sim_binary(), "--out", out, "--quiet", f"--sim.workers={n}",
            f"--sim.servers={k}", f"--sim.link_gbit={link_gbit(ratio):.6g}",
            f"--sim.server_link_gbit={link_gbit(ratio) * n / k:.6g}", f"--sim.target_loss={a.target}",
            f"--model.preset={PRESET}", f"--train.batch_size={BATCH}", f"--train.steps={a.steps}", "--train.threads=1",

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -1528,8 +1529,9 @@ class RunCache(unittest.TestCase):
         _, fourth = self.study(out, "--no-resume")
         self.assertEqual(fourth["cost"]["reused_runs"], 0)
 
-    def test_a_study_stops_when_its_binary_changes_under_it(self):
-        # A rebuild between two runs of one program: the second run is refused by name instead of mixing builds.
+    def test_a_study_stops_when_its_inputs_change_under_it(self):
+        # Its inputs (libtorch, the data: the simulator is pinned) changed between two runs of one program: the
+        # second run is refused by name instead of mixing them.
         out = mkdtemp()
         _, s = self.study(os.path.join(out, "study"))  # a study's own emulation and job, for run_once below
         real = cluster_runs.run_inputs
@@ -1546,12 +1548,45 @@ class RunCache(unittest.TestCase):
             self.assertNotIn("failed", r)
             with self.assertRaises(SystemExit) as e:
                 cluster_runs.run_once("ring", ring, em, job, 1, 2e-3, os.path.join(out, "b"), backend="sim")
-            self.assertIn("the inputs of the simulator's runs changed while this program ran (build/bin/syncopate-sim",
+            self.assertIn("the inputs of the simulator's runs changed while this program ran (runs/.bin/",
                           str(e.exception))
-            self.assertIn("Do not rebuild while a study runs", str(e.exception))
+            self.assertIn("Do not rebuild, reinstall or re-tokenize while a study runs", str(e.exception))
             self.assertFalse(os.path.exists(os.path.join(out, "b")), "nothing made from the new build")
         finally:
             cluster_runs.run_inputs = real
+            cluster_runs._FIRST_INPUTS.clear()
+
+    def test_a_rebuild_during_a_study_does_not_reach_its_runs(self):
+        # The program pins the simulator it found at its first run; a rebuild afterwards (here: the built file's
+        # bytes changed) neither stops it nor mixes builds: both runs execute the same pinned copy, and a later
+        # program pins the new build under another name.
+        out = mkdtemp()
+        _, s = self.study(os.path.join(out, "study"))
+        built, pins = cluster_runs.SIM_BUILT, cluster_runs.SIM_PINS
+        cluster_runs.SIM_BUILT = os.path.join(out, "syncopate-sim")
+        cluster_runs.SIM_PINS = os.path.join(out, "pins")
+        shutil.copy2(built, cluster_runs.SIM_BUILT)
+        cluster_runs._PINNED.clear()
+        cluster_runs._FIRST_INPUTS.clear()
+        try:
+            em, job, ring = s["emulation"], s["job"], {"ring": True, "cluster": [], "steps": 6, "slow_steps": None}
+            r = cluster_runs.run_once("ring", ring, em, job, 0, 2e-3, os.path.join(out, "a"), backend="sim")
+            self.assertNotIn("failed", r)
+            with open(cluster_runs.SIM_BUILT, "ab") as f:
+                f.write(b"rebuilt")  # an ELF with trailing bytes still runs: a different build of the same program
+            r = cluster_runs.run_once("ring", ring, em, job, 1, 2e-3, os.path.join(out, "b"), backend="sim")
+            self.assertNotIn("failed", r)
+            cmds = [open(os.path.join(out, x, "command.txt")).read().split()[0] for x in ("a", "b")]
+            self.assertEqual(cmds[0], cmds[1])
+            self.assertTrue(cmds[0].startswith(cluster_runs.SIM_PINS + os.sep), cmds[0])
+            self.assertNotEqual(cluster_runs.file_digest(cmds[0]), cluster_runs.file_digest(cluster_runs.SIM_BUILT))
+            cluster_runs._PINNED.clear()  # a new program
+            self.assertNotEqual(cluster_runs.sim_binary(), cmds[0])
+            self.assertEqual(cluster_runs.file_digest(cluster_runs.sim_binary()),
+                             cluster_runs.file_digest(cluster_runs.SIM_BUILT))
+        finally:
+            cluster_runs.SIM_BUILT, cluster_runs.SIM_PINS = built, pins
+            cluster_runs._PINNED.clear()
             cluster_runs._FIRST_INPUTS.clear()
 
     def test_emulated_inputs_include_the_launch_scripts_and_the_worker_that_runs(self):
