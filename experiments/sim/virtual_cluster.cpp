@@ -40,6 +40,7 @@
 #include "worker/sync/bucket_reducer.h"
 #include "worker/sync/gradient_sync.h"
 #include "worker/train/dropout_seed.h"
+#include "worker/train/held_out_loss.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/step_pacer.h"
 
@@ -446,17 +447,11 @@ class Simulation {
     torch::NoGradGuard no_grad;
     if (!params.is_same(flat_->params)) flat_->params.copy_(params);
     model_->eval();
-    const int64_t b = run_.train.batch_size, n = held_out_->windows();
-    double sum = 0;
-    for (int64_t first = 0; first < n; first += b) {
-      const int64_t count = std::min(b, n - first);
-      at::Tensor x = count == b ? batch_x_ : batch_x_.narrow(0, 0, count), y = count == b ? batch_y_ : batch_y_.narrow(0, 0, count);
-      held_out_->fill(first, count, x.data_ptr<int64_t>(), y.data_ptr<int64_t>());
-      sum += model_->loss(x, y).item<double>() * static_cast<double>(count);
-    }
+    const double v = held_out_loss(*held_out_, eval_windows_per_forward(run_.train.batch_size, run_.model.block_size),
+                                   [&](const at::Tensor& x, const at::Tensor& y) { return model_->loss(x, y).item<double>(); });
     model_->train();
     result_.eval_s += seconds_since(t0);
-    return sum / static_cast<double>(n);
+    return v;
   }
   // The weights the job would ship at this moment (as the trainer's GradientSync::shipped): the ring's
   // one set of weights, ring local SGD's outer weights (the round's start), or the shards' current values.
@@ -1008,7 +1003,7 @@ class Simulation {
   bool node_clip_ = false;  // ring: dist.clip_scope=node (each worker's gradient clipped, not the mean)
   std::vector<int64_t> overlap_bounds_;  // ring with overlap: the buckets' ascending bounds (empty: no overlap)
   bool push_in_backward_ = false;        // ps with ps_push_in_backward and emulate.overlap: pushes leave in backward
-  at::Tensor batch_x_, batch_y_;  // one micro-batch's ids [batch, context], reused by every gradient and evaluation
+  at::Tensor batch_x_, batch_y_;  // one micro-batch's ids [batch, context], reused by every gradient
   SimResult result_;
   // Elastic membership (sim.churn): what happened, and what it cost.
   nlohmann::json churn_log_ = nlohmann::json::array();  // per sim.churn event: when, and whether it found its worker up
@@ -1064,8 +1059,12 @@ double sim_memory_estimate(const RunConfig& run, const PsConfig& ps, const SimCo
   const double C = static_cast<double>(run.model.n_embd), L = static_cast<double>(run.model.n_layer);
   // Activations kept for backward (about 34 values per token per width per layer, plus the logits
   // and their gradient), and the process itself.
-  const double activations = 4.0 * b * T * (34.0 * C * L + 3.0 * static_cast<double>(run.model.padded_vocab()));
-  double bytes = 512.0 * (1 << 20) + activations + 6.0 * p4;  // LibTorch and data (measured ~0.4 GiB), model, gradient, AdamW, sum
+  const double V = static_cast<double>(run.model.padded_vocab());
+  const double activations = 4.0 * b * T * (34.0 * C * L + 3.0 * V);
+  // An evaluation's forward pass (held_out_loss), no activations kept: the logits and their softmax.
+  const double eval = 4.0 * static_cast<double>(eval_windows_per_forward(run.train.batch_size, run.model.block_size)) *
+                      T * (4.0 * C + 3.0 * V);
+  double bytes = 512.0 * (1 << 20) + std::max(activations, eval) + 6.0 * p4;  // LibTorch and data (measured ~0.4 GiB), model, gradient, AdamW, sum
   double per_worker = 4096 + std::min<double>(kFlushBytes, 400.0 * static_cast<double>(run.train.steps));
   if (!m.ring) per_worker += 2.0 * p4;              // its copy of the parameters, its push in flight
   if (m.local_sgd) per_worker += (m.ring ? 3.0 : 4.0) * p4;  // its weights, AdamW moments (and round start)

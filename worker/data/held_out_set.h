@@ -18,6 +18,7 @@ class HeldOutSet {
   HeldOutSet(const TokenStream& val, int64_t context, int64_t windows, uint64_t seed, int64_t vocab_limit);
 
   int64_t windows() const { return windows_; }
+  int64_t context() const { return context_; }
   int64_t tokens() const { return windows_ * context_; }  // predicted tokens per evaluation
   const std::string& digest() const { return digest_; }   // 16 hex digits
   // Fills x, y ([count, context], row-major) with windows first..first+count-1 of the set.

@@ -26,6 +26,7 @@
 #include "common/crash_point.h"
 #include "common/stop_signal.h"
 #include "worker/train/determinism.h"
+#include "worker/train/held_out_loss.h"
 #include "worker/train/precision.h"
 #include "common/flat_adamw.h"
 #include "common/log.h"
@@ -250,18 +251,13 @@ struct Trainer::Impl {
   double evaluate() {
     torch::NoGradGuard no_grad;
     model->eval();
-    const int64_t n = held_out->windows(), b = cfg.train.batch_size, T = cfg.model.block_size;
-    const auto opt = torch::TensorOptions().dtype(torch::kLong);
-    double sum = 0;
-    for (int64_t first = 0; first < n; first += b) {
-      const int64_t count = std::min(b, n - first);
-      auto x = torch::empty({count, T}, opt), y = torch::empty({count, T}, opt);
-      held_out->fill(first, count, x.data_ptr<int64_t>(), y.data_ptr<int64_t>());
-      AutocastGuard ac(bf16);
-      sum += model->loss(x.to(device), y.to(device)).item<double>() * static_cast<double>(count);
-    }
+    const double v = held_out_loss(*held_out, eval_windows_per_forward(cfg.train.batch_size, cfg.model.block_size),
+                                   [&](const at::Tensor& x, const at::Tensor& y) {
+                                     AutocastGuard ac(bf16);
+                                     return model->loss(x.to(device), y.to(device)).item<double>();
+                                   });
     model->train();
-    return sum / static_cast<double>(n);
+    return v;
   }
   // The loss of `weights` (a flat vector like flat->params, on any device): swapped into the model
   // for the evaluation, the model's own weights restored after.
