@@ -1,6 +1,6 @@
 // held_out_loss (worker/train/held_out_loss.h): the validation loss scored many windows per forward
 // pass equals the readable reference, one window at a time, for every grouping (one that does not
-// divide the set included), and eval_windows_per_forward's rule.
+// divide the set included).
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -49,11 +49,4 @@ TEST(HeldOutLoss, ManyWindowsPerForwardEqualTheOneWindowReference) {
   }
   EXPECT_GT(reference, 4.0);  // an untrained model over 257 tokens: about ln 257 = 5.5, not a degenerate 0
   EXPECT_THROW(held_out_loss(set, 0, loss), std::exception);
-}
-
-TEST(HeldOutLoss, WindowsPerForwardHoldAboutFourThousandTokensAndAtLeastTheBatch) {
-  EXPECT_EQ(eval_windows_per_forward(2, 64), 64);     // micro: 4096 / 64
-  EXPECT_EQ(eval_windows_per_forward(8, 128), 32);    // tiny
-  EXPECT_EQ(eval_windows_per_forward(12, 1024), 12);  // GPT-2: 4 windows would fit, the batch is more
-  EXPECT_EQ(eval_windows_per_forward(0, 1 << 20), 1);
 }

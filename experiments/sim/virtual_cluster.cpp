@@ -447,7 +447,7 @@ class Simulation {
     torch::NoGradGuard no_grad;
     if (!params.is_same(flat_->params)) flat_->params.copy_(params);
     model_->eval();
-    const double v = held_out_loss(*held_out_, eval_windows_per_forward(run_.train.batch_size, run_.model.block_size),
+    const double v = held_out_loss(*held_out_, run_.train.batch_size,
                                    [&](const at::Tensor& x, const at::Tensor& y) { return model_->loss(x, y).item<double>(); });
     model_->train();
     result_.eval_s += seconds_since(t0);
@@ -1059,12 +1059,8 @@ double sim_memory_estimate(const RunConfig& run, const PsConfig& ps, const SimCo
   const double C = static_cast<double>(run.model.n_embd), L = static_cast<double>(run.model.n_layer);
   // Activations kept for backward (about 34 values per token per width per layer, plus the logits
   // and their gradient), and the process itself.
-  const double V = static_cast<double>(run.model.padded_vocab());
-  const double activations = 4.0 * b * T * (34.0 * C * L + 3.0 * V);
-  // An evaluation's forward pass (held_out_loss), no activations kept: the logits and their softmax.
-  const double eval = 4.0 * static_cast<double>(eval_windows_per_forward(run.train.batch_size, run.model.block_size)) *
-                      T * (4.0 * C + 3.0 * V);
-  double bytes = 512.0 * (1 << 20) + std::max(activations, eval) + 6.0 * p4;  // LibTorch and data (measured ~0.4 GiB), model, gradient, AdamW, sum
+  const double activations = 4.0 * b * T * (34.0 * C * L + 3.0 * static_cast<double>(run.model.padded_vocab()));
+  double bytes = 512.0 * (1 << 20) + activations + 6.0 * p4;  // LibTorch and data (measured ~0.4 GiB), model, gradient, AdamW, sum
   double per_worker = 4096 + std::min<double>(kFlushBytes, 400.0 * static_cast<double>(run.train.steps));
   if (!m.ring) per_worker += 2.0 * p4;              // its copy of the parameters, its push in flight
   if (m.local_sgd) per_worker += (m.ring ? 3.0 : 4.0) * p4;  // its weights, AdamW moments (and round start)

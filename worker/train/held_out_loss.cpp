@@ -9,12 +9,8 @@
 
 namespace syncopate {
 
-int64_t eval_windows_per_forward(int64_t batch_size, int64_t block_size) {
-  return std::max<int64_t>({int64_t{1}, batch_size, kEvalTokensPerForward / std::max<int64_t>(1, block_size)});
-}
-
 double held_out_loss(const HeldOutSet& set, int64_t per_forward, const WindowsLoss& loss) {
-  SYN_CHECK(per_forward >= 1, "held_out_loss: per_forward < 1", "pass eval_windows_per_forward(...)");
+  SYN_CHECK(per_forward >= 1, "held_out_loss: per_forward < 1", "pass the training batch size (train.batch_size >= 1)");
   const int64_t n = set.windows(), T = set.context();
   const int64_t b = std::min(per_forward, n);
   at::Tensor xs = at::empty({b, T}, at::kLong), ys = at::empty({b, T}, at::kLong);

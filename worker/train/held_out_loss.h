@@ -4,9 +4,9 @@
 //
 // Every window has the same context, so the mean over the set is the count-weighted mean of the
 // forward passes' own means: per_forward changes only the rounding (about 1e-7 relative), not the
-// value. A forward pass of many windows costs the same arithmetic with far fewer dispatches (the
-// `micro` model's 512-window evaluation: 8 passes of 64 windows instead of 256 of the training
-// batch's 2), docs/PERFORMANCE.md.
+// value. Both pass the training batch (whose forward pass the run holds memory for anyway): 64
+// windows per pass of the `micro` model were measured no faster on the CPU (docs/PERFORMANCE.md,
+// "Evaluation in larger forward passes"), so the runs' values stay those of earlier builds.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -16,14 +16,6 @@
 namespace syncopate {
 
 class HeldOutSet;
-
-// Tokens per forward pass of an evaluation (no gradients kept: the logits, [tokens, vocab] floats,
-// dominate its memory: 0.8 GB for the GPT-2 vocabulary).
-constexpr int64_t kEvalTokensPerForward = 4096;
-
-// Windows per forward pass for a context of block_size tokens: kEvalTokensPerForward of them, and at
-// least the training batch (whose forward pass the run holds memory for anyway).
-int64_t eval_windows_per_forward(int64_t batch_size, int64_t block_size);
 
 // loss(x, y): the mean loss per token of the windows x, y ([count, context] int64 ids on the CPU).
 using WindowsLoss = std::function<double(const at::Tensor& x, const at::Tensor& y)>;

@@ -251,7 +251,7 @@ struct Trainer::Impl {
   double evaluate() {
     torch::NoGradGuard no_grad;
     model->eval();
-    const double v = held_out_loss(*held_out, eval_windows_per_forward(cfg.train.batch_size, cfg.model.block_size),
+    const double v = held_out_loss(*held_out, cfg.train.batch_size,
                                    [&](const at::Tensor& x, const at::Tensor& y) {
                                      AutocastGuard ac(bf16);
                                      return model->loss(x.to(device), y.to(device)).item<double>();
