@@ -57,6 +57,25 @@ TEST(LrSchedule, WarmupThenCosineToFloor) {
   for (int i = 11; i < 100; ++i) EXPECT_LE(lr_at(s, peak, i, 100), lr_at(s, peak, i - 1, 100));
 }
 
+// The schedule by a share of it (syncopate-sim's sim.time_schedule: elapsed / budget): the same
+// warmup and cosine, min_lr from the end on; at a step grid it is the step schedule whose warmup is
+// warmup_frac of the run (a 1001-step run: step k at progress k / 1000).
+TEST(LrSchedule, ByProgressHasTheStepScheduleShape) {
+  ScheduleConfig s;
+  s.warmup_frac = 0.05;
+  s.warmup_start_lr = 3e-5;
+  s.min_lr = 1e-6;
+  const double peak = 6e-4;
+  EXPECT_DOUBLE_EQ(lr_at_progress(s, peak, 0.0), 3e-5);
+  EXPECT_DOUBLE_EQ(lr_at_progress(s, peak, 0.025), 3e-5 + (peak - 3e-5) * 0.5);
+  EXPECT_DOUBLE_EQ(lr_at_progress(s, peak, 0.05), peak);
+  EXPECT_NEAR(lr_at_progress(s, peak, 0.525), (peak + 1e-6) / 2, 1e-12);  // half-way through the decay
+  EXPECT_DOUBLE_EQ(lr_at_progress(s, peak, 1.0), 1e-6);
+  EXPECT_DOUBLE_EQ(lr_at_progress(s, peak, 1.7), 1e-6);  // past the budget: the floor
+  for (int k = 0; k <= 1000; ++k)
+    EXPECT_NEAR(lr_at_progress(s, peak, k / 1000.0), lr_at(s, peak, k, 1001), 1e-15) << k;
+}
+
 // Warmup as a share of the run: runs of 100 and 1000 steps warm up over 5 and 50 steps, each
 // ending its cosine at its own last step.
 TEST(LrSchedule, WarmupFractionScalesWithTheRun) {

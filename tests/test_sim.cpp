@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "experiments/sim/event_queue.h"
@@ -17,6 +18,7 @@
 #include "test_helpers.h"
 #include "worker/sync/bucket_reducer.h"
 #include "worker/sync/gradient_sync.h"
+#include "worker/train/lr_schedule.h"
 #include "worker/train/trainer.h"
 
 using namespace syncopate;
@@ -598,6 +600,56 @@ TEST(Simulator, BinaryRunsFromFlags) {
   r = test::run_command(bin + " --sim.workers=0 2>&1");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("sim.workers"), std::string::npos) << r.output;
+}
+
+// sim.time_schedule: the learning rate follows the simulated clock to the budget, whatever the step
+// times (heavy-tailed jitter here), every configuration's shipped weights are scored at exactly the
+// budget, and train.steps only caps the run.
+TEST(Simulator, TimeScheduleEndsEveryRunAtTheBudget) {
+  for (const std::string mode : {"ring", "ps"}) {
+    test::TempDir d;
+    SimJob j = sim_job(d, mode, 4);
+    j.run.train.steps = 400;  // a cap far past what the budget holds
+    j.run.emulate.jitter = 0.3;
+    j.run.emulate.jitter_tail = 1.5;
+    j.run.schedule.warmup_frac = 0.1;
+    j.run.schedule.min_lr = 1e-5;
+    j.run.optim.lr = 1e-3;
+    j.sim.servers = 2;
+    j.sim.time_limit_s = 3.0;
+    j.sim.time_schedule = true;
+    run_simulation(j.run, j.ps, j.sim, d.str("out"), false);
+    const double limit = j.sim.time_limit_s;
+    for (int w = 0; w < 4; ++w) {
+      const auto steps = steps_of(d.str(fmt::format("out/node{}/metrics.jsonl", w)));
+      ASSERT_GT(steps.size(), 5u) << mode << " worker " << w;
+      EXPECT_LT(steps.size(), 400u) << mode;  // the budget ended it, not the cap
+      for (const auto& m : steps) {
+        const double began = m["time_s"].get<double>() - m["step_s"].get<double>();
+        EXPECT_LE(m["time_s"].get<double>(), limit) << mode;
+        EXPECT_NEAR(m["lr"].get<double>(), lr_at_progress(j.run.schedule, 1e-3, began / limit), 1e-12) << mode << " step " << m["step"];
+      }
+      // The last step began in the schedule's second half (by steps, a run whose steps took longer than
+      // planned would still be near its peak rate here).
+      EXPECT_LT(steps.back()["lr"].get<double>(), lr_at_progress(j.run.schedule, 1e-3, 0.5)) << mode << " worker " << w;
+    }
+    std::vector<nlohmann::json> at_limit;
+    for (auto& m : test::read_jsonl(d.str("out/node0/metrics.jsonl")))
+      if (m.contains("at_limit")) at_limit.push_back(m);
+    ASSERT_EQ(at_limit.size(), 1u) << mode;
+    EXPECT_DOUBLE_EQ(at_limit[0]["time_s"].get<double>(), limit);
+    EXPECT_EQ(at_limit[0]["eval_of"], mode == "ring" ? "replica" : "servers");
+    EXPECT_TRUE(std::isfinite(at_limit[0]["val_loss"].get<double>()));
+  }
+  test::TempDir d;
+  SimJob j = sim_job(d, "ring", 2);
+  j.sim.time_schedule = true;
+  EXPECT_NE(test::error_of([&] { run_simulation(j.run, j.ps, j.sim, d.str("a"), false); }).find("sim.time_limit_s"),
+            std::string::npos);
+  j.sim.time_limit_s = 1;
+  j.run.schedule.warmup_frac = 0;
+  EXPECT_NE(test::error_of([&] { run_simulation(j.run, j.ps, j.sim, d.str("b"), false); }).find("schedule.warmup_frac"),
+            std::string::npos);
 }
 
 // sim.target_loss: the run ends when worker 0's validation loss reaches it, and says when.

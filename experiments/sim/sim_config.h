@@ -41,6 +41,11 @@ struct SimConfig {
   double target_loss = 0;        // > 0: the run ends once worker 0's validation loss is at or below this (time to
                                  // target in sim.json; studies stop paying for gradients past it); 0 = run every step
   double time_limit_s = 0;       // > 0: the run ends when the simulated clock passes this, seconds; 0 = no limit
+  bool time_schedule = false;    // the learning-rate schedule runs by the simulated clock, not by train.steps: warmup
+                                 // over schedule.warmup_frac of sim.time_limit_s, cosine decay to schedule.min_lr at
+                                 // the limit (each step's rate from the moment it began), so that every run's schedule
+                                 // ends at an equal wall budget however its step times fall; the job's shipped weights
+                                 // are scored at exactly the limit. train.steps only caps the steps. Off = by steps
   bool flush_denormal = false;   // flush denormal floats to zero (x86 FTZ/DAZ). Many small asynchronous updates take
                                  // the model where softmax tails underflow into denormals, which made gradients ~1.8x
                                  // slower (docs/PERFORMANCE.md); flushing them is faster but no longer bit for bit
@@ -76,6 +81,7 @@ struct SimConfig {
     v("memory_gb", memory_gb, "refuse runs estimated above this many GiB (0 = 80% of available)", 0.0, 1e6);
     v("target_loss", target_loss, "> 0: end the run when worker 0's validation loss reaches this", 0.0, 1e6);
     v("time_limit_s", time_limit_s, "> 0: end the run when the simulated clock passes this, seconds", 0.0, 1e9);
+    v("time_schedule", time_schedule, "the lr schedule by the simulated clock over sim.time_limit_s (train.steps a cap)");
     v("churn", churn, "membership events of an elastic ps job: kill9@T:W:D, sigterm@T:W:D, join@T:W (empty = none)");
     v("start_s", start_s, "seconds from a worker's launch to its first step", 0.0, 1e6);
     v("restart_s", restart_s, "churn: seconds from a restarted or new worker's launch to its join (0 = start_s)", 0.0, 1e6);

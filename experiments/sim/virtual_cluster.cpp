@@ -233,6 +233,13 @@ class Simulation {
     if (!mode_.ring) init_shards();
   }
 
+  // The learning rate of w's current step: by its step and budget, or (sim.time_schedule) by the
+  // moment the step began on the simulated clock, the schedule ending at sim.time_limit_s.
+  double lr_of(const Worker& w) const {
+    if (sim_.time_schedule) return lr_at_progress(run_.schedule, run_.optim.lr, w.began / sim_.time_limit_s);
+    return lr_at(run_.schedule, run_.optim.lr, w.step, w.steps);
+  }
+
   SimResult run() {
     const auto t0 = std::chrono::steady_clock::now();
     for (Worker& w : workers_)
@@ -244,6 +251,7 @@ class Simulation {
       auto [t, e] = queue_.pop();
       if (sim_.time_limit_s > 0 && t > sim_.time_limit_s) {  // the budget in simulated time is spent
         stopped_ = true;
+        if (sim_.time_schedule) evaluate_at_limit();
         break;
       }
       ++result_.events;
@@ -382,7 +390,7 @@ class Simulation {
   // start (nothing changes them before its replies come: it waits for them), computed now; no
   // clipping (the trainer refuses ps_push_in_backward with optim.grad_clip).
   void release_in_backward(Worker& w, double t) {
-    w.lr = lr_at(run_.schedule, run_.optim.lr, w.step, w.steps);
+    w.lr = lr_of(w);
     w.loss = gradient(w, w.params);
     w.grad_norm = clip_grad_norm(flat_->grads, 0.0);
     w.pending = parts_;
@@ -462,6 +470,20 @@ class Simulation {
     if (mode_.ring) return {mode_.local_sgd ? start_ : flat_->params, mode_.local_sgd ? "outer" : "replica"};
     return {mode_.local_sgd ? w.start : w.params, "servers"};
   }
+  // sim.time_schedule: the run's end at the budget scores what the job would ship at that moment (the
+  // ring's weights, ring local SGD's outer weights, or the shards' values), logged by worker 0 at
+  // exactly sim.time_limit_s ("at_limit"): every configuration read at the budget itself, not at its
+  // own last evaluation point before it.
+  void evaluate_at_limit() {
+    Worker& w0 = workers_[0];
+    if (mode_.ring) {
+      const auto [weights, of] = shipped(w0);
+      evaluate_into_log(w0, sim_.time_limit_s, weights, of, {{"at_limit", true}});
+    } else {
+      evaluate_into_log(w0, sim_.time_limit_s, servers_values(), "servers",
+                        {{"global_tokens", job_tokens_now()}, {"at_limit", true}});
+    }
+  }
   // The shards' current values (GradientSync::final_weights: node 0's pull at the job's end).
   at::Tensor servers_values() {
     if (!servers_view_.defined()) servers_view_ = at::empty_like(flat_->params);
@@ -486,7 +508,7 @@ class Simulation {
 
   void compute_done(Worker& w, double t) {
     w.computed = t;
-    w.lr = lr_at(run_.schedule, run_.optim.lr, w.step, w.steps);
+    w.lr = lr_of(w);
     const double clip = run_.optim.grad_clip;
     if (mode_.ring && !mode_.local_sgd) {  // every worker on the one set of weights; the ring sums
       w.loss = gradient(w, flat_->params);
@@ -1049,6 +1071,8 @@ void SimConfig::validate() const {
   SYN_CHECK(!colocate_servers || server_link_gbit == 0,
             fmt::format("sim.colocate_servers=true with sim.server_link_gbit={}", server_link_gbit),
             "shards on the workers' nodes use the nodes' links (sim.link_gbit): drop sim.server_link_gbit");
+  SYN_CHECK(!time_schedule || time_limit_s > 0, "sim.time_schedule=true without sim.time_limit_s",
+            "a schedule by the clock ends at the budget: set --sim.time_limit_s to it (simulated seconds)");
 }
 
 double sim_memory_estimate(const RunConfig& run, const PsConfig& ps, const SimConfig& sim) {
@@ -1096,6 +1120,8 @@ void validate_simulation(const RunConfig& run_in, const PsConfig& ps, const SimC
             "dist.ps_push_in_backward without emulate.overlap in the simulator",
             "the simulator releases each push at the modelled moment backward produces it: set --emulate.overlap=true");
 
+  SYN_CHECK(!sim.time_schedule || run.schedule.warmup_frac > 0, "sim.time_schedule=true with schedule.warmup_frac=0",
+            "a schedule by the clock warms up over a share of the budget: set --schedule.warmup_frac (e.g. 0.05)");
   SYN_CHECK(run.train.device != "cuda", "train.device=cuda in the simulator",
             "the simulator computes gradients on the CPU, one worker at a time: use --train.device=cpu or auto");
   SYN_CHECK(!(m.ring && sim.slow_steps > 0), "sim.slow_steps with a ring",

@@ -19,4 +19,11 @@ double lr_at(const ScheduleConfig& c, double peak, int64_t step, int64_t total) 
   return c.min_lr + (peak - c.min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
+double lr_at_progress(const ScheduleConfig& c, double peak, double progress) {
+  const double w = c.warmup_frac;
+  if (progress < w) return c.warmup_start_lr + (peak - c.warmup_start_lr) * std::max(0.0, progress) / w;
+  const double decay = std::min(1.0, (progress - w) / std::max(1e-12, 1.0 - w));
+  return c.min_lr + (peak - c.min_lr) * 0.5 * (1.0 + std::cos(M_PI * decay));
+}
+
 }  // namespace syncopate

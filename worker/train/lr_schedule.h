@@ -28,4 +28,11 @@ double lr_at(const ScheduleConfig& c, double peak_lr, int64_t step, int64_t tota
 // The warmup in steps of a run of total_steps: warmup_steps, or round(warmup_frac * total), at least 1.
 int64_t warmup_steps_of(const ScheduleConfig& c, int64_t total_steps);
 
+// The same shape over a share of the schedule instead of its steps (a schedule by the clock:
+// progress = elapsed seconds / the budget's): linear warmup over the first warmup_frac, then cosine
+// decay to min_lr at progress 1, min_lr past it. warmup_frac must be > 0 (warmup_steps has no meaning here).
+//   progress <  w:  start + (peak - start) * progress / w
+//   progress >= w:  min + (peak - min) * (1 + cos(pi * min(1, (progress - w) / (1 - w)))) / 2
+double lr_at_progress(const ScheduleConfig& c, double peak_lr, double progress);
+
 }  // namespace syncopate
