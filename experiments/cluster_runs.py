@@ -7,6 +7,7 @@ import fcntl
 import glob
 import hashlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -382,6 +383,12 @@ def sim_latency_us(em):
     return (SIM_BASE_LATENCY_US if base is None else base) + 1e3 * (em.get("latency_ms") or 0.0)
 
 
+# study.py --schedule-by time: a run's train.steps is this many times its planned (calibrated) steps, a
+# cap the budget ends it before (a run whose steps came 3x faster than calibrated would reach it first:
+# its report then lists it as ended before the budget).
+TIME_SCHEDULE_CAP = 3
+
+
 def sim_command(cfg, em, job, seed, lr, out):
     """syncopate-sim arguments of the run cluster_command describes: the same workers, servers,
     modelled compute, straggler, links and worker flags, in virtual time."""
@@ -396,6 +403,12 @@ def sim_command(cfg, em, job, seed, lr, out):
                 raise SystemExit(f"study: the simulator has no equivalent of local_cluster.sh {flags[i]}")
             cmd.append(f"--{PS_FLAGS[flags[i]]}={flags[i + 1]}")
     steps, slow_steps = budget(cfg, em, job)
+    limit = job.get("time_schedule_s")
+    if limit:
+        # The schedule by the simulated clock ends every run at the budget, each worker where its clock
+        # passes it: the planned steps only cap the run (TIME_SCHEDULE_CAP x them), and a straggler needs
+        # no step budget of its own.
+        steps, slow_steps = int(math.ceil(steps * TIME_SCHEDULE_CAP)), None
     if em["step_time_s"] <= 0:
         raise SystemExit("study: --backend sim needs a modelled step time (--step-time or a scenario)")
     cmd += [f"--emulate.step_time_s={em['step_time_s']!r}", f"--emulate.jitter={em['jitter']!r}"]
@@ -411,6 +424,8 @@ def sim_command(cfg, em, job, seed, lr, out):
         cmd += [f"--sim.sharing={em['sharing']}"]
     if em.get("colocate_servers") and not cfg.get("ring"):
         cmd += ["--sim.colocate_servers=true"]  # shard k shares worker k mod N's link
+    if limit:
+        cmd += [f"--sim.time_limit_s={limit!r}", "--sim.time_schedule=true"]
     return cmd + worker_flags(job, seed, lr, steps, cfg.get("ring", False), sync_every(cfg) > 1,
                               em["step_time_s"] > 0) + jitter_tail_flags(em) + cfg.get("worker", [])
 

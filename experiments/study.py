@@ -19,8 +19,8 @@ import time
 import cost
 import method
 import scenario as scen
-from cluster_runs import (CPU_LIMIT, OVERRUN_LIMIT, PRESETS, ROOT, STUDY_DEFAULTS, TRAINER_FLAGS, calibrate,
-                          read_jsonl, run_lock, run_once, server_stats, sim_latency_us, summarize, sync_every)
+from cluster_runs import (CPU_LIMIT, OVERRUN_LIMIT, PRESETS, ROOT, STUDY_DEFAULTS, TIME_SCHEDULE_CAP, TRAINER_FLAGS,
+                          calibrate, read_jsonl, run_lock, run_once, server_stats, sim_latency_us, summarize, sync_every)
 from method import BadInput, time_to_target  # noqa: F401  (time_to_target: validate_sim, crossover)
 from stats import fmt_ci, mean_ci95
 from plotting import pyplot
@@ -39,6 +39,11 @@ def add_args(ap, out_default):
                     help="equal wall-time budget, emulated seconds: a calibration run per configuration measures each "
                     "node's step time (communication included); each node's steps = budget / its step time")
     ap.add_argument("--calibration-steps", type=int, default=20, help="steps of each --time-budget-s calibration run")
+    ap.add_argument("--schedule-by", choices=("steps", "time"), default="steps",
+                    help="with --time-budget-s: steps = each run's schedule spans the steps its calibration run says "
+                         "fit the budget (it ends past the budget where the step times do not hold, e.g. heavy-tailed "
+                         "jitter); time = --backend sim only: the schedule runs by the simulated clock and ends at the "
+                         "budget in every run, the shipped weights scored there (syncopate-sim's sim.time_schedule)")
     ap.add_argument("--evals", type=int, default=10,
                     help="evaluation points per run, asked at the same global token counts in every configuration "
                     "(node 0's count; asynchronous modes land elsewhere: the report states the points observed)")
@@ -563,6 +568,12 @@ def run_study(configs, a, title, command, pairs=()):
            "defer": getattr(a, "defer", None), "overlap": getattr(a, "overlap", None),
            "warmup_frac": getattr(a, "warmup_frac", None) or None,
            "sizes": em.get("sizes")}
+    if getattr(a, "schedule_by", "steps") == "time":
+        if not getattr(a, "time_budget_s", None) or em["backend"] != "sim" or not job["warmup_frac"]:
+            raise BadInput("--schedule-by time needs --time-budget-s, --backend sim and --warmup-frac > 0 (a schedule "
+                           "by the simulated clock ends at the wall budget and warms up over a share of it; the "
+                           "trainer's schedule is by steps)")
+        job["time_schedule_s"] = a.time_budget_s
     if em["backend"] == "sim" and job["overlap"]:
         # syncopate-sim models the overlap (emulate.overlap) but it is not yet validated against the
         # emulation (experiments/validate_sim.py on a study run with --overlap): a simulated study runs
@@ -622,7 +633,7 @@ def run_study(configs, a, title, command, pairs=()):
     plans, calibrations = {}, {}
     if getattr(a, "time_budget_s", None):
         kind, value = "time", a.time_budget_s
-        cal_job = dict(job, steps=a.calibration_steps, every_tokens=None, evals=1)
+        cal_job = dict(job, steps=a.calibration_steps, every_tokens=None, evals=1, time_schedule_s=None)
         for n in names:
             d = os.path.join(a.out, "calibration", n)
             # Local SGD: two rounds, timed over the second (H steps with their one synchronization).
@@ -915,10 +926,15 @@ def write_report(summary, out):
     L = [f"# {summary['title']}", "", f"Command: `{summary['command']}`", "", f"Emulation: {describe(em)}.", "",
          "Time: " + ("simulated seconds (syncopate-sim's virtual clock)" if em.get("backend") == "sim" else
                      "emulated seconds on the training clock (evaluation off it)") + ".", "",
-         f"Budget: {budget}; every run's learning-rate schedule (warmup "
-         + (f"{job['warmup_frac']:g} of its steps" if job.get("warmup_frac") else f"{job.get('warmup')} steps")
-         + ", decay to the end) ends at the budget where the calibrated step times hold, so no figure compares an "
-         "annealed run with one at peak lr (runs that ended past the budget are listed below, if any)."
+         f"Budget: {budget}; "
+         + (f"every run's learning-rate schedule ran by the simulated clock (warmup over {job['warmup_frac']:g} of the "
+            f"budget, cosine decay to its floor at the budget; sim.time_schedule) and every run ended at the budget, its "
+            f"shipped weights scored there; the calibrated steps x {TIME_SCHEDULE_CAP} only capped it (runs that ended "
+            "before the budget are listed below, if any)." if job.get("time_schedule_s") else
+            "every run's learning-rate schedule (warmup "
+            + (f"{job['warmup_frac']:g} of its steps" if job.get("warmup_frac") else f"{job.get('warmup')} steps")
+            + ", decay to the end) ends at the budget where the calibrated step times hold, so no figure compares an "
+            "annealed run with one at peak lr (runs that ended past the budget are listed below, if any).")
          + caveat, "",
          "Evaluation: " + (f"{job['val_windows']} held-out windows" if job.get("val_windows") else "the old per-seed "
                            "held-out batches (no --val-windows)")

@@ -3,6 +3,7 @@ derivation, time to target, refusals of impossible emulations, and smoke runs of
 scripts (real processes on loopback, tiny settings) that check every file they must write and that
 a configuration failing inside a study is reported while the others complete."""
 import contextlib
+import glob
 import io
 import json
 import math
@@ -1762,6 +1763,54 @@ class TuningAtTheBudget(unittest.TestCase):
             if ends != at:
                 self.assertNotAlmostEqual(score, sum(ends) / 2, places=6)
         self.assertGreater(past, 0, "no tuning run overran the budget: this test would not tell the two scores apart")
+
+
+class ScheduleByTime(unittest.TestCase):
+    """--schedule-by time (syncopate-sim's sim.time_schedule): under heavy-tailed jitter, where a schedule of
+    calibrated steps overruns the budget, every run's schedule ends at the budget and its loss at the budget is
+    scored there. Real syncopate-sim runs: the same study by steps and by time."""
+
+    def study(self, by):
+        out = mkdtemp()
+        cmd = [PY, os.path.join(ROOT, "experiments", "ab_sync_async.py"), "--backend", "sim", "--nodes", "2",
+               "--configs", "ring,asp", "--preset", "micro", "--batch", "2", "--step-time", "0.05", "--jitter", "1.5",
+               "--jitter-tail", "1.3", "--time-budget-s", "10", "--calibration-steps", "6", "--lr-grid", "1,2",
+               "--lr-extend", "0", "--tuning-seeds", "20", "--seeds", "2", "--evals", "4", "--val-windows", "8",
+               "--no-calibrate", "--no-trace", "--schedule-by", by, "--out", out]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+        with open(os.path.join(out, "summary.json")) as f:
+            return out, json.load(f)
+
+    def test_every_run_ends_at_the_budget_by_the_clock_not_by_steps(self):
+        if not os.path.exists(os.path.join(ROOT, "build", "bin", "syncopate-sim")):
+            self.fail("build/bin/syncopate-sim is not built (scripts/build.sh)")
+        _, steps = self.study("steps")
+        ends = [p["end_s"] for c in steps["configurations"].values() for p in c["per_seed"]]
+        self.assertTrue(any(abs(e - 10) > 0.5 for e in ends), f"no run by steps missed the budget: {ends}")
+        out, timed = self.study("time")
+        for name, c in timed["configurations"].items():
+            for p in c["per_seed"]:
+                self.assertEqual(p["end_s"], 10, (name, p["seed"]))
+                self.assertEqual(p["at_budget_s"], 10, (name, p["seed"]))  # the shipped weights scored at the budget
+                [path] = glob.glob(os.path.join(out, "runs", name, "lr*", f"seed{p['seed']}", "command.txt"))
+                with open(path) as f:
+                    line = f.read()
+                self.assertIn("--sim.time_schedule=true", line)
+                self.assertIn("--sim.time_limit_s=10", line)
+                planned = timed["configurations"][name]["plan"]["steps"]
+                self.assertIn(f"--train.steps={planned * 3} ", line)
+        with open(os.path.join(out, "report.md")) as f:
+            report = f.read()
+        self.assertIn("ran by the simulated clock", report)
+        self.assertNotIn("ended past the", report)
+        self.assertEqual(timed["job"]["time_schedule_s"], 10)
+        # Refused by name where no clock schedules: the emulated cluster's trainer.
+        r = subprocess.run([PY, os.path.join(ROOT, "experiments", "ab_sync_async.py"), "--nodes", "2", "--configs", "ring",
+                            "--time-budget-s", "10", "--schedule-by", "time", "--dry-run", "--out", mkdtemp()],
+                           capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--schedule-by time needs --time-budget-s, --backend sim", r.stdout + r.stderr)
 
 
 def running(out):
