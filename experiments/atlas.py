@@ -216,12 +216,13 @@ def cmd_run(a):
                 work = os.path.join(a.runs, "cells", cell_name(n, r, pat))
                 args = study_args(work, n, r, pat, a.seeds,
                                   ["--configs", ",".join(names), "--time-budget-s", repr(budgets[r]),
-                                   "--targets", ",".join(f"{t:g}" for t in targets)]
+                                   "--targets", ",".join(f"{t:g}" for t in targets), "--schedule-by", a.schedule_by]
                                   + (["--make-only", a.make_only] if a.make_only else []), a.evals, a.tuning_seeds)
                 run_study(configs_for(n), args, f"Atlas N={n} r={r:g} {pat}",
                           f"python experiments/atlas.py run --nodes {n} --ratios {r:g} --patterns {pat} "
                           f"--configs {','.join(names)} --seeds {a.seeds} --steps {a.steps} --evals {a.evals} "
-                          f"--tuning-seeds {a.tuning_seeds}", pairs)
+                          f"--tuning-seeds {a.tuning_seeds}" + (" --schedule-by time" if a.schedule_by == "time" else ""),
+                          pairs)
                 if a.make_only:
                     continue  # a lane: the cell is published by the invocation without --make-only
                 publish(work, out)
@@ -369,7 +370,8 @@ def winners(out):
         # How the cell was measured (cells differ: sessions 29-36 ran 10 evaluations and tuned on one seed): a
         # verdict is read with its cell's evaluation spacing and tuning, never pooled across the two kinds.
         protocol = {"evals": s.get("job", {}).get("evals"), "tuning_seeds": s.get("tuning_seeds"),
-                    "tuning_score": s.get("tuning_score", "final")}
+                    "tuning_score": s.get("tuning_score", "final"),
+                    "schedule": "time" if s.get("job", {}).get("time_schedule_s") else "steps"}
         for i, t in enumerate(targets):
             key = method.target_key(t)
             row = {"nodes": n, "ratio": r, "pattern": pat, "target": t,
@@ -461,7 +463,7 @@ def cell_sentence(w):
 def render(table):
     L = ["# The crossover atlas (experiments/atlas.py build)", "",
          "| N | ratio | stragglers | target | winner | median s | runner-up | x runner-up | x ring | evals, tuning seeds, "
-         "tuned on |", "|---|---|---|---|---|---|---|---|---|---|"]
+         "tuned on, schedule by |", "|---|---|---|---|---|---|---|---|---|---|"]
     for w in table:
         fx = (lambda v: "-" if v is None else f"{v:.2f}")
         pr = w.get("protocol") or {}
@@ -469,7 +471,8 @@ def render(table):
                  f"{fx(w.get('median_s'))} | {w.get('runner_up') or '-'} | {fx(w.get('runner_up_ratio'))} | "
                  f"{fx(w.get('vs_ring_ratio'))} | {pr.get('evals', '-')}, "
                  f"{'/'.join(map(str, pr.get('tuning_seeds') or [])) or '-'}, "
-                 f"{'loss at budget' if pr.get('tuning_score') == 'val_loss_at_budget' else 'end-of-run loss'} |")
+                 f"{'loss at budget' if pr.get('tuning_score') == 'val_loss_at_budget' else 'end-of-run loss'}, "
+                 f"{'the clock' if pr.get('schedule') == 'time' else 'steps'} |")
     return "\n".join(L) + "\n"
 
 
@@ -553,6 +556,10 @@ def main():
     r.add_argument("--tuning-seeds", default="1000,1001",
                    help="seeds each cell tunes its learning rates on, the score averaged over them (disjoint from "
                    "the headline seeds; the cells of sessions 29-36 tuned on 1000 alone)")
+    r.add_argument("--schedule-by", choices=("steps", "time"), default="steps",
+                   help="study.py --schedule-by: steps (the cells before session 39: a schedule of the calibrated steps, "
+                   "which overruns the budget under heavy-tailed jitter) or time (the schedule by the simulated clock "
+                   "ends at the budget in every run)")
     r.add_argument("--make-only", metavar="CONFIGS",
                    help="one lane of the cells (study.py --make-only): make only these configurations' runs, publish "
                    "nothing; run the same command without it afterwards (every run taken back) to publish the cells. "
