@@ -210,6 +210,11 @@ def cmd_run(a):
                         raise SystemExit(f"atlas: the kept cell {out} was held to budget {kept['budget']['value']} s and "
                                          f"targets {kept.get('targets')}, the reference now gives {budgets[r]} s and "
                                          f"{targets}: remove the cell to run it again")
+                    kept_by = "time" if kept.get("job", {}).get("time_schedule_s") else "steps"
+                    if kept_by != a.schedule_by:
+                        raise SystemExit(f"atlas: the kept cell {out} was scheduled by {kept_by}, this run asks for "
+                                         f"--schedule-by {a.schedule_by}: remove the cell to run it again (or publish to "
+                                         "another --out), so that one atlas does not hold both without saying so")
                     print(f"[atlas] N={n} r={r:g} {pat}: kept", flush=True)
                     continue
                 pairs = [(x, y) for x, y in AB_PAIRS if x in names and y in names]
@@ -333,10 +338,13 @@ def winner_at(summary, key, budget, names=None):
 
 
 def budget_not_held(summary, budget, share=0.1):
-    """Runs whose last evaluation is more than `share` of the budget away from it (their fitted
-    schedule did not end at the budget: the calibrated step time did not hold)."""
+    """Runs whose schedule did not end at the budget: by steps, those whose last evaluation is more than
+    `share` of the budget away from it (the calibrated step time did not hold); by the clock
+    (--schedule-by time), those not scored at the budget (they reached their step cap first)."""
+    by_clock = bool(summary.get("job", {}).get("time_schedule_s"))
     return [f"{k} seed {p['seed']} ended at {p['end_s']:.1f} s" for k, c in summary["configurations"].items()
-            for p in c.get("per_seed", []) if p.get("end_s") is not None and abs(p["end_s"] - budget) > share * budget]
+            for p in c.get("per_seed", []) if p.get("end_s") is not None and
+            (not p.get("at_limit") if by_clock else abs(p["end_s"] - budget) > share * budget)]
 
 
 def reference_drift(summary, budget):

@@ -123,7 +123,15 @@ def sim_binary():
     """The simulator this program runs, the same file for its whole life: at its first call, a copy of
     SIM_BUILT in SIM_PINS/<its sha256's first 16 hex digits>/ (made once per build, kept). A rebuild
     while a study runs then changes build/bin, not the study's runs: they all come from one build, and
-    the path in every run's command line names that build. A later program pins the build it finds."""
+    the path in every run's command line names that build. A later program pins the build it finds, or
+    the file SYNCOPATE_SIM names (e.g. the pin under which a study's lanes ran, to publish it from their
+    runs after a rebuild)."""
+    if not _PINNED and os.environ.get("SYNCOPATE_SIM"):
+        pin = os.path.abspath(os.environ["SYNCOPATE_SIM"])
+        if not os.path.isfile(pin):
+            raise SystemExit(f"study: SYNCOPATE_SIM={pin} is not a file (give a built syncopate-sim, e.g. one under "
+                             f"{os.path.relpath(SIM_PINS, ROOT)}/)")
+        _PINNED.append(pin)
     if not _PINNED:
         if not os.path.exists(SIM_BUILT):
             return SIM_BUILT  # (run_once reports it missing)
@@ -244,9 +252,10 @@ STUDY_DEFAULTS = {"val_windows": 512, "defer": True, "overlap": True, "warmup_fr
 EVAL_FIELDS = ("eval_of", "val_tokens", "val_set", "global_tokens")
 # Flags of an evaluation record a curve point keeps (absent where they do not apply): while_waiting,
 # node 0 scoring the servers' values while it waits for a straggler at the job's end; job_final, the
-# job's final weights. Both are ordinary points of the curve, in time order (a while_waiting record
+# job's final weights; at_limit, syncopate-sim's score of the shipped weights at exactly the wall budget
+# (sim.time_schedule). All are ordinary points of the curve, in time order (a while_waiting record
 # shares its step with the job_final one: both are points).
-POINT_FLAGS = ("while_waiting", "job_final", "job_final_partial")
+POINT_FLAGS = ("while_waiting", "job_final", "job_final_partial", "at_limit")
 # Model shapes the tooling needs before any run (model/gpt_config.cpp): vocabulary and block size.
 PRESETS = {"micro": {"vocab": 257, "block": 64}, "tiny": {"vocab": 257, "block": 128},
            "small": {"vocab": 257, "block": 256}, "gpt2": {"vocab": 50257, "block": 1024},

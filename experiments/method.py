@@ -385,6 +385,8 @@ def per_seed(seed, run, targets, budget=None):
             "val_loss_at_budget": point["val_loss"] if point else None,
             "at_budget_s": point["t"] if point else None,
             "end_s": curve[-1]["t"] if curve else None,
+            # sim.time_schedule: the run was scored at its budget (it did not end at its step cap first)
+            "at_limit": any(pt.get("at_limit", False) for pt in curve),
             "tokens": run.get("tokens"),
             "time_to_target_s": times,
             "time_to_target_bracket_s": {target_key(t): target_bracket(curve, t) if times[target_key(t)] is not None
@@ -399,7 +401,7 @@ def reread(p, curve, targets, budget):
     budget and its point, the end, times to target and their brackets), from `curve`: a report rebuilt from
     the kept curves, or the curves thinned (eval_spacing.py)."""
     v = per_seed(p["seed"], {"curve": curve, "final_val_loss": p.get("final_val_loss")}, targets, budget)
-    for key in ("val_loss_at_budget", "at_budget_s", "end_s", "time_to_target_s", "time_to_target_bracket_s"):
+    for key in ("val_loss_at_budget", "at_budget_s", "end_s", "at_limit", "time_to_target_s", "time_to_target_bracket_s"):
         p[key] = v[key]
 
 

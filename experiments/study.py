@@ -865,7 +865,12 @@ def conclusions(summary):
     if b.get("kind") == "time":  # the fitted schedules should end at the budget: say where one did not
         for k, c in cfgs.items():
             for ps in c["per_seed"]:
-                if ps.get("end_s") is not None and abs(ps["end_s"] - b["value"]) > 0.1 * b["value"]:
+                if summary.get("job", {}).get("time_schedule_s"):
+                    if not ps.get("at_limit"):  # its schedule by the clock had not ended
+                        lines.append(f"{k} seed {ps['seed']}: ended at {ps['end_s']:.1f} s, before the {b['value']:g} s "
+                                     f"budget, at its step cap ({TIME_SCHEDULE_CAP}x the planned steps): its schedule by "
+                                     "the clock had not ended.")
+                elif ps.get("end_s") is not None and abs(ps["end_s"] - b["value"]) > 0.1 * b["value"]:
                     lines.append(f"{k} seed {ps['seed']}: its last evaluation is at {ps['end_s']:.1f} s, more than 10% "
                                  f"from the {b['value']:g} s budget (the calibrated step time did not hold).")
     lines += [method.sentence(c) for c in summary.get("comparisons", [])]
@@ -928,9 +933,9 @@ def write_report(summary, out):
                      "emulated seconds on the training clock (evaluation off it)") + ".", "",
          f"Budget: {budget}; "
          + (f"every run's learning-rate schedule ran by the simulated clock (warmup over {job['warmup_frac']:g} of the "
-            f"budget, cosine decay to its floor at the budget; sim.time_schedule) and every run ended at the budget, its "
-            f"shipped weights scored there; the calibrated steps x {TIME_SCHEDULE_CAP} only capped it (runs that ended "
-            "before the budget are listed below, if any)." if job.get("time_schedule_s") else
+            f"budget, cosine decay to its floor at the budget; sim.time_schedule), so that a run ends at the budget, its "
+            f"shipped weights scored there; the calibrated steps x {TIME_SCHEDULE_CAP} only capped it (a run that reached "
+            "its cap before the budget is listed below, if any)." if job.get("time_schedule_s") else
             "every run's learning-rate schedule (warmup "
             + (f"{job['warmup_frac']:g} of its steps" if job.get("warmup_frac") else f"{job.get('warmup')} steps")
             + ", decay to the end) ends at the budget where the calibrated step times hold, so no figure compares an "

@@ -966,6 +966,29 @@ class ReportWording(unittest.TestCase):
             self.assertEqual(json.load(f)["configurations"]["ring"]["per_seed"][0]["time_to_target_bracket_s"],
                              {"3.6": [4.0, 8.0]})
 
+    def test_a_run_scheduled_by_the_clock_that_reached_its_step_cap_is_named(self):
+        # --schedule-by time: the ring's runs were scored at the 20 s budget (at_limit), ASP's ended at their step cap
+        # before it (no at_limit point): named in the report and in the atlas's budget_not_held, the ring's not.
+        import atlas
+        s = self.summary("time")
+        s["job"]["time_schedule_s"] = 20.0
+        for c in s["configurations"].values():
+            for cv in c["curves"].values():
+                if c["elastic"] is False:
+                    cv[-1]["t"], cv[-1]["at_limit"] = 20.0, True
+            c["per_seed"] = [dict(method.per_seed(int(k), {"curve": cv, "final_val_loss": cv[-1]["val_loss"]}, [3.6],
+                                                  s["budget"])) for k, cv in c["curves"].items()]
+        self.assertEqual([p["at_limit"] for p in s["configurations"]["ring"]["per_seed"]], [True] * 3)
+        self.assertEqual([p["at_limit"] for p in s["configurations"]["asp"]["per_seed"]], [False] * 3)
+        study.analyse(s)
+        text = study.write_report(s, mkdtemp())
+        self.assertIn("ran by the simulated clock", text)
+        self.assertIn("asp seed 0: ended at 7.1 s, before the 20 s budget, at its step cap (3x the planned steps)", text)
+        self.assertNotIn("ring seed 0: ended", text)
+        self.assertNotIn("the calibrated step time did not hold", text)
+        late = atlas.budget_not_held(s, 20.0)
+        self.assertEqual(sorted(x.split(" seed")[0] for x in late), ["asp"] * 3)
+
     def test_a_run_past_its_wall_budget_is_read_at_the_budget_and_named(self):
         # The ring's evaluations are at 4, 8, ... 20 s (+0.1 s per seed); with a 15 s budget each run overran
         # it and is read at its 12 s point (3.3), not its end (3.1); ASP ends by 8.6 s and is read at its end.
@@ -1793,6 +1816,7 @@ class ScheduleByTime(unittest.TestCase):
             for p in c["per_seed"]:
                 self.assertEqual(p["end_s"], 10, (name, p["seed"]))
                 self.assertEqual(p["at_budget_s"], 10, (name, p["seed"]))  # the shipped weights scored at the budget
+                self.assertTrue(p["at_limit"], (name, p["seed"]))
                 [path] = glob.glob(os.path.join(out, "runs", name, "lr*", f"seed{p['seed']}", "command.txt"))
                 with open(path) as f:
                     line = f.read()

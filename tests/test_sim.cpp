@@ -604,46 +604,71 @@ TEST(Simulator, BinaryRunsFromFlags) {
 
 // sim.time_schedule: the learning rate follows the simulated clock to the budget, whatever the step
 // times (heavy-tailed jitter here), every configuration's shipped weights are scored at exactly the
-// budget, and train.steps only caps the run.
+// budget, and train.steps only caps the run: in every mode the studies compare (the ring, BSP with a
+// backup worker, SSP, ASP, DiLoCo through the ring, async local SGD through the shards).
 TEST(Simulator, TimeScheduleEndsEveryRunAtTheBudget) {
-  for (const std::string mode : {"ring", "ps"}) {
+  struct Case {
+    std::string name, mode, consistency;
+    int64_t backup = 0, sync_every = 1;
+    std::string outer = "nesterov", eval_of = "servers";
+  };
+  const std::vector<Case> cases = {{"ring", "ring", "", 0, 1, "nesterov", "replica"},
+                                   {"bsp_backup", "ps", "bsp", 1},
+                                   {"ssp", "ps", "ssp"},
+                                   {"asp", "ps", "asp"},
+                                   {"diloco", "ring", "", 0, 3, "nesterov", "outer"},
+                                   {"async_local_sgd", "ps", "asp", 0, 3, "delayed_nesterov"}};
+  for (const Case& c : cases) {
     test::TempDir d;
-    SimJob j = sim_job(d, mode, 4);
-    j.run.train.steps = 400;  // a cap far past what the budget holds
+    SimJob j = sim_job(d, c.mode, 4);
+    j.run.train.steps = 399;  // a cap far past what the budget holds (whole rounds of 3)
     j.run.emulate.jitter = 0.3;
     j.run.emulate.jitter_tail = 1.5;
     j.run.schedule.warmup_frac = 0.1;
     j.run.schedule.min_lr = 1e-5;
     j.run.optim.lr = 1e-3;
+    j.run.dist.sync_every = c.sync_every;
+    j.run.dist.outer = c.outer;
+    if (c.mode == "ps") j.ps.consistency = c.consistency, j.ps.backup_workers = c.backup;
     j.sim.servers = 2;
     j.sim.time_limit_s = 3.0;
     j.sim.time_schedule = true;
-    run_simulation(j.run, j.ps, j.sim, d.str("out"), false);
+    const SimResult r = run_simulation(j.run, j.ps, j.sim, d.str("out"), false);
+    EXPECT_EQ(r.ended_by, "time_limit") << c.name;
     const double limit = j.sim.time_limit_s;
     for (int w = 0; w < 4; ++w) {
       const auto steps = steps_of(d.str(fmt::format("out/node{}/metrics.jsonl", w)));
-      ASSERT_GT(steps.size(), 5u) << mode << " worker " << w;
-      EXPECT_LT(steps.size(), 400u) << mode;  // the budget ended it, not the cap
+      ASSERT_GT(steps.size(), 5u) << c.name << " worker " << w;
+      EXPECT_LT(steps.size(), 399u) << c.name;  // the budget ended it, not the cap
       for (const auto& m : steps) {
         const double began = m["time_s"].get<double>() - m["step_s"].get<double>();
-        EXPECT_LE(m["time_s"].get<double>(), limit) << mode;
-        EXPECT_NEAR(m["lr"].get<double>(), lr_at_progress(j.run.schedule, 1e-3, began / limit), 1e-12) << mode << " step " << m["step"];
+        EXPECT_LE(m["time_s"].get<double>(), limit) << c.name;
+        EXPECT_NEAR(m["lr"].get<double>(), lr_at_progress(j.run.schedule, 1e-3, began / limit), 1e-12)
+            << c.name << " step " << m["step"];
       }
       // The last step began in the schedule's second half (by steps, a run whose steps took longer than
       // planned would still be near its peak rate here).
-      EXPECT_LT(steps.back()["lr"].get<double>(), lr_at_progress(j.run.schedule, 1e-3, 0.5)) << mode << " worker " << w;
+      EXPECT_LT(steps.back()["lr"].get<double>(), lr_at_progress(j.run.schedule, 1e-3, 0.5)) << c.name << " worker " << w;
     }
     std::vector<nlohmann::json> at_limit;
     for (auto& m : test::read_jsonl(d.str("out/node0/metrics.jsonl")))
       if (m.contains("at_limit")) at_limit.push_back(m);
-    ASSERT_EQ(at_limit.size(), 1u) << mode;
+    ASSERT_EQ(at_limit.size(), 1u) << c.name;
     EXPECT_DOUBLE_EQ(at_limit[0]["time_s"].get<double>(), limit);
-    EXPECT_EQ(at_limit[0]["eval_of"], mode == "ring" ? "replica" : "servers");
+    EXPECT_EQ(at_limit[0]["eval_of"], c.eval_of) << c.name;
     EXPECT_TRUE(std::isfinite(at_limit[0]["val_loss"].get<double>()));
+    EXPECT_EQ(nlohmann::json::parse(slurp(d.str("out/sim.json")))["ended_by"], "time_limit");
   }
+  // A cap the budget does not reach: the steps end the run, with no score at the budget (the studies list it).
   test::TempDir d;
   SimJob j = sim_job(d, "ring", 2);
+  j.run.schedule.warmup_frac = 0.1;
+  j.sim.time_limit_s = 100;
   j.sim.time_schedule = true;
+  const SimResult capped = run_simulation(j.run, j.ps, j.sim, d.str("capped"), false);
+  EXPECT_EQ(capped.ended_by, "steps");
+  for (auto& m : test::read_jsonl(d.str("capped/node0/metrics.jsonl"))) EXPECT_FALSE(m.contains("at_limit"));
+  j.sim.time_limit_s = 0;
   EXPECT_NE(test::error_of([&] { run_simulation(j.run, j.ps, j.sim, d.str("a"), false); }).find("sim.time_limit_s"),
             std::string::npos);
   j.sim.time_limit_s = 1;

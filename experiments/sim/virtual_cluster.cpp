@@ -251,6 +251,7 @@ class Simulation {
       auto [t, e] = queue_.pop();
       if (sim_.time_limit_s > 0 && t > sim_.time_limit_s) {  // the budget in simulated time is spent
         stopped_ = true;
+        result_.ended_by = "time_limit";
         if (sim_.time_schedule) evaluate_at_limit();
         break;
       }
@@ -502,6 +503,7 @@ class Simulation {
     w.log += m.dump() + "\n";
     if (w.id == 0 && sim_.target_loss > 0 && vl <= sim_.target_loss && result_.target_s < 0) {
       result_.target_s = t;  // time to target: the run has told what it was for
+      result_.ended_by = "target";
       stopped_ = true;
     }
   }
@@ -978,7 +980,7 @@ class Simulation {
         {"overhead_share", result_.real_s > 0
                                ? (result_.real_s - result_.gradient_s - result_.eval_s - result_.update_s) / result_.real_s
                                : 0.0},
-        {"target_loss", sim_.target_loss}, {"target_reached_s", result_.target_s},
+        {"target_loss", sim_.target_loss}, {"target_reached_s", result_.target_s}, {"ended_by", result_.ended_by},
         {"bytes_sent_by_workers", worker_bytes}, {"bytes_sent_by_servers", server_bytes},
         {"memory_estimate_bytes", sim_memory_estimate(run_, ps_, sim_)}, {"peak_rss_bytes", peak_rss_bytes()}};
     if (run_.dist.elastic && k_) j["membership"] = membership_json();

@@ -39,6 +39,8 @@ struct SimResult {
   double final_val_loss = std::numeric_limits<double>::quiet_NaN();  // worker 0's last evaluation (NaN: none)
   std::string final_eval_of; // which weights it scored (eval_of: replica, outer, servers)
   double bytes_sent = 0;     // bytes the workers and the shards sent (the ring's: modelled)
+  std::string ended_by = "steps";  // what ended the run: "steps" (every worker's train.steps), "time_limit"
+                                   // (sim.time_limit_s passed) or "target" (sim.target_loss reached)
 };
 
 // Estimated peak memory of a run, bytes: the model and its optimizer once, what each worker must
