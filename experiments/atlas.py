@@ -114,6 +114,15 @@ def publish(study_out, dest):
             os.replace(tmp, os.path.join(dest, name))
 
 
+def check_schedule(kept, out, schedule_by):
+    """Refuses to keep a cell made by the other schedule (--schedule-by) than this run asks for: a rerun
+    would otherwise pass it off as its own."""
+    kept_by = "time" if kept.get("job", {}).get("time_schedule_s") else "steps"
+    if kept_by != schedule_by:
+        raise SystemExit(f"atlas: the kept cell {out} was scheduled by {kept_by}, this run asks for --schedule-by "
+                         f"{schedule_by}: remove the cell to run it again, or ask for --schedule-by {kept_by}")
+
+
 def study_args(out, n, ratio, pattern, seeds, extra, evals=10, tuning_seeds=str(TUNING_SEED)):
     """study.py's arguments for one cell (or reference). evals and tuning_seeds: the references and the cells of
     sessions 29-36 ran 10 evaluations and one tuning seed (1000); later cells take atlas.py run's --evals and
@@ -189,9 +198,11 @@ def cmd_run(a):
         if a.dry_run:
             for r in a.ratios:
                 for pat in a.patterns:
-                    kept = load(os.path.join(cell_dir(a.out, n, r, pat), "summary.json")) is not None
+                    kept = load(os.path.join(cell_dir(a.out, n, r, pat), "summary.json"))
+                    if kept is not None:
+                        check_schedule(kept, cell_dir(a.out, n, r, pat), a.schedule_by)
                     print(f"[atlas] N={n} r={r:g} {pat}: {', '.join(names)} x {a.seeds} seeds"
-                          + (" (kept)" if kept else ""))
+                          + (" (kept)" if kept is not None else ""))
             continue
         if a.make_only and not all(load(os.path.join(ref_dir(a.out, n, r), "summary.json")) for r in
                                    set(a.ratios) | {TARGETS_RATIO}):
@@ -210,11 +221,7 @@ def cmd_run(a):
                         raise SystemExit(f"atlas: the kept cell {out} was held to budget {kept['budget']['value']} s and "
                                          f"targets {kept.get('targets')}, the reference now gives {budgets[r]} s and "
                                          f"{targets}: remove the cell to run it again")
-                    kept_by = "time" if kept.get("job", {}).get("time_schedule_s") else "steps"
-                    if kept_by != a.schedule_by:
-                        raise SystemExit(f"atlas: the kept cell {out} was scheduled by {kept_by}, this run asks for "
-                                         f"--schedule-by {a.schedule_by}: remove the cell to run it again (or publish to "
-                                         "another --out), so that one atlas does not hold both without saying so")
+                    check_schedule(kept, out, a.schedule_by)
                     print(f"[atlas] N={n} r={r:g} {pat}: kept", flush=True)
                     continue
                 pairs = [(x, y) for x, y in AB_PAIRS if x in names and y in names]

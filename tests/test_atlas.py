@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -296,6 +297,22 @@ class EvalSpacing(unittest.TestCase):
                         widened += (w[1] - w[0]) > (v[1] - v[0])
         self.assertGreater(widened, 0, "no bracket was recomputed from the sparser points")
 
+
+
+class KeptCells(unittest.TestCase):
+    def test_a_kept_cell_of_the_other_schedule_is_refused_by_name(self):
+        d = tempfile.mkdtemp()
+        shutil.copytree(os.path.join(ROOT, "docs", "study", "atlas", "references"), os.path.join(d, "references"))
+        cell = os.path.join(d, "cells", "N8", "r0.1_none")
+        shutil.copytree(os.path.join(ROOT, "docs", "study", "atlas", "cells", "N8", "r0.1_none"), cell)
+        cmd = [sys.executable, os.path.join(ROOT, "experiments", "atlas.py"), "run", "--nodes", "8", "--ratios", "0.1",
+               "--patterns", "none", "--out", d, "--runs", os.path.join(d, "runs"), "--dry-run"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)  # made by steps, asked by steps: kept
+        self.assertIn("(kept)", r.stdout)
+        r = subprocess.run(cmd + ["--schedule-by", "time"], capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("was scheduled by steps, this run asks for --schedule-by time", r.stderr)
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
