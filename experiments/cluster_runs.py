@@ -115,7 +115,9 @@ def file_digest(p):
 
 _FIRST_INPUTS = {}  # run_inputs at this program's first run, per backend (_run_once refuses a change)
 SIM_BUILT = os.path.join(ROOT, "build", "bin", "syncopate-sim")  # what scripts/build.sh makes
-SIM_PINS = os.path.join(ROOT, "runs", ".bin")  # sim_binary's copies, one folder per build (by its digest)
+# sim_binary's copies, one folder per build (by its digest): beside the build they come from (scripts and
+# tests leave the tree outside build/ as they found it; a fresh build/ starts without them)
+SIM_PINS = os.path.join(ROOT, "build", "sim-pins")
 _PINNED = []  # this program's copy, once made
 
 
@@ -137,15 +139,17 @@ def sim_binary():
             return SIM_BUILT  # (run_once reports it missing)
         os.makedirs(SIM_PINS, exist_ok=True)
         tmp = os.path.join(SIM_PINS, f".copy.{os.getpid()}")
-        shutil.copy2(SIM_BUILT, tmp)  # first, then named by the copy's own bytes (a rebuild during the copy is harmless)
-        with open(tmp, "rb") as f:
-            digest = hashlib.file_digest(f, "sha256").hexdigest()
-        pin = os.path.join(SIM_PINS, digest[:16], "syncopate-sim")
-        os.makedirs(os.path.dirname(pin), exist_ok=True)
-        if os.path.exists(pin):
-            os.unlink(tmp)
-        else:
-            os.replace(tmp, pin)  # atomic: a concurrent lane finds the whole file or none
+        try:
+            shutil.copy2(SIM_BUILT, tmp)  # first, then named by the copy's own bytes (a rebuild during the copy is harmless)
+            with open(tmp, "rb") as f:
+                digest = hashlib.file_digest(f, "sha256").hexdigest()
+            pin = os.path.join(SIM_PINS, digest[:16], "syncopate-sim")
+            os.makedirs(os.path.dirname(pin), exist_ok=True)
+            if not os.path.exists(pin):
+                os.replace(tmp, pin)  # atomic: a concurrent lane finds the whole file or none
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
         _PINNED.append(pin)
     return _PINNED[0]
 

@@ -1572,7 +1572,7 @@ class RunCache(unittest.TestCase):
             self.assertNotIn("failed", r)
             with self.assertRaises(SystemExit) as e:
                 cluster_runs.run_once("ring", ring, em, job, 1, 2e-3, os.path.join(out, "b"), backend="sim")
-            self.assertIn("the inputs of the simulator's runs changed while this program ran (runs/.bin/",
+            self.assertIn("the inputs of the simulator's runs changed while this program ran (build/sim-pins/",
                           str(e.exception))
             self.assertIn("Do not rebuild, reinstall or re-tokenize while a study runs", str(e.exception))
             self.assertFalse(os.path.exists(os.path.join(out, "b")), "nothing made from the new build")
