@@ -114,10 +114,15 @@ def publish(study_out, dest):
             os.replace(tmp, os.path.join(dest, name))
 
 
+def schedule_of(summary):
+    """How a cell's runs were scheduled (study.py --schedule-by): "time" or "steps"."""
+    return "time" if summary.get("job", {}).get("time_schedule_s") else "steps"
+
+
 def check_schedule(kept, out, schedule_by):
     """Refuses to keep a cell made by the other schedule (--schedule-by) than this run asks for: a rerun
     would otherwise pass it off as its own."""
-    kept_by = "time" if kept.get("job", {}).get("time_schedule_s") else "steps"
+    kept_by = schedule_of(kept)
     if kept_by != schedule_by:
         raise SystemExit(f"atlas: the kept cell {out} was scheduled by {kept_by}, this run asks for --schedule-by "
                          f"{schedule_by}: remove the cell to run it again, or ask for --schedule-by {kept_by}")
@@ -348,7 +353,7 @@ def budget_not_held(summary, budget, share=0.1):
     """Runs whose schedule did not end at the budget: by steps, those whose last evaluation is more than
     `share` of the budget away from it (the calibrated step time did not hold); by the clock
     (--schedule-by time), those not scored at the budget (they reached their step cap first)."""
-    by_clock = bool(summary.get("job", {}).get("time_schedule_s"))
+    by_clock = schedule_of(summary) == "time"
     return [f"{k} seed {p['seed']} ended at {p['end_s']:.1f} s" for k, c in summary["configurations"].items()
             for p in c.get("per_seed", []) if p.get("end_s") is not None and
             (not p.get("at_limit") if by_clock else abs(p["end_s"] - budget) > share * budget)]
@@ -386,7 +391,7 @@ def winners(out):
         # verdict is read with its cell's evaluation spacing and tuning, never pooled across the two kinds.
         protocol = {"evals": s.get("job", {}).get("evals"), "tuning_seeds": s.get("tuning_seeds"),
                     "tuning_score": s.get("tuning_score", "final"),
-                    "schedule": "time" if s.get("job", {}).get("time_schedule_s") else "steps"}
+                    "schedule": schedule_of(s)}
         for i, t in enumerate(targets):
             key = method.target_key(t)
             row = {"nodes": n, "ratio": r, "pattern": pat, "target": t,

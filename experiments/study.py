@@ -935,8 +935,9 @@ def write_report(summary, out):
          + (f"every run's learning-rate schedule ran by the simulated clock (warmup over {job['warmup_frac']:g} of the "
             f"budget, cosine decay to its floor at the budget; sim.time_schedule, a simulator-only schedule, not "
             f"validated against the emulated cluster), so that a run ends at the budget, its shipped weights scored there "
-            f"(local SGD: the outer weights, without the inner steps of its unfinished last round); the calibrated steps x {TIME_SCHEDULE_CAP} only capped it (a run that reached "
-            "its cap before the budget is listed below, if any)." if job.get("time_schedule_s") else
+            f"(local SGD: the outer weights, without the inner steps of its unfinished last round); the calibrated "
+            f"steps x {TIME_SCHEDULE_CAP} only capped it (a run that reached its cap before the budget is listed below, "
+            "if any)." if job.get("time_schedule_s") else
             "every run's learning-rate schedule (warmup "
             + (f"{job['warmup_frac']:g} of its steps" if job.get("warmup_frac") else f"{job.get('warmup')} steps")
             + ", decay to the end) ends at the budget where the calibrated step times hold, so no figure compares an "
