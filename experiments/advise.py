@@ -13,8 +13,10 @@ Reads the probe.json that syncopate-probe measured on the user's cluster and:
    The ratio r = (time to move the model's bytes twice over B) / T, as crossover.py defines it.
 2. Replays the cluster in syncopate-sim as crossover.py does: the micro model, a modelled 0.1 s
    step, the link rate that keeps r, the latency dilated by 0.1 / T, the stragglers and jitter as
-   measured, K = min(N, 16) servers whose links together carry the workers' (K x B_server = N x B);
-   with --server-placement nodes, the K servers on nodes 0..K-1 sharing those nodes' links instead
+   measured, K servers (--servers K; else the shard count the probe's BSP round trips went to, the
+   job's layout; else min(N, 16), said in the assumptions) whose links together carry the workers'
+   (K x B_server = N x B); with --server-placement nodes, the K servers on nodes 0..K-1 sharing those
+   nodes' links instead
    (as scripts/local_cluster.sh --netns and launch_node.sh start them; sim.colocate_servers).
    Candidates: ring, bsp_backup, ssp4, asp_lr_scale, diloco10 (crossover.CONFIGS, same learning
    rates), diloco50 (ring, H = 50, Nesterov) and async_local_sgd (ps, ASP, H = 10, delayed
@@ -313,15 +315,27 @@ def exchange_rounds(probe, pattern, n, src, warnings):
     return out
 
 
+def server_count(cl, a):
+    """(K, where K came from): the job's shard count. --servers K where given; else the shards the
+    probe's parameter-server round trips went to (the job's layout, as the user started it); else
+    min(N, MAX_SERVERS), which is an assumption the advice states."""
+    if getattr(a, "servers", None):
+        return a.servers, getattr(a, "servers_from", None) or "--servers"
+    ps = cl["exchanges"].get("ps")
+    if ps and ps.get("servers", 0) > 0:
+        return ps["servers"], "probe"
+    return min(cl["nodes"], MAX_SERVERS), "default"
+
+
 def proxy(cl, a):
     """The simulated stand-in of the cluster `cl` (see the module's docstring)."""
     n = cl["nodes"]
-    k = min(n, MAX_SERVERS)
+    k, k_from = server_count(cl, a)
     link = crossover.link_gbit(cl["ratio"]) if cl["ratio"] > 0 else crossover.link_gbit(1e-4)
     # The stragglers go to the highest-numbered workers (as crossover places them): worker 0 evaluates
     # the model, and which rank is slow changes no mode's schedule otherwise.
     slow = list(range(n - len(cl["slow_workers"]), n))
-    return {"preset": PRESET, "step_s": STEP_S, "batch": BATCH, "link_gbit": link, "servers": k,
+    return {"preset": PRESET, "step_s": STEP_S, "batch": BATCH, "link_gbit": link, "servers": k, "servers_from": k_from,
             "server_link_gbit": link * n / k, "latency_us": cl["latency_ms"] * 1e3 * STEP_S / cl["step_s"],
             "slow_workers": slow, "slowdown": cl["slowdown"] if slow else 1.0, "jitter": cl["jitter"],
             "server_placement": a.server_placement, "target_loss": a.target_loss, "seeds": a.seeds, "steps": a.steps,
@@ -558,8 +572,9 @@ def bytes_per_step(name, cl):
     return per / sync_every(name)
 
 
-def validation(cl, names):
-    """Whether the cluster lies inside what the simulator was validated on (docs/STUDY.md)."""
+def validation(cl, names, servers=None):
+    """Whether the cluster lies inside what the simulator was validated on (docs/STUDY.md); `servers`,
+    the advised shard count (the validated studies ran one shard per node: fewer is outside)."""
     notes, ns, rs, ss, js = [], [], [], [], []
     try:
         for sc_name, n in VALIDATED_STUDIES:
@@ -581,6 +596,10 @@ def validation(cl, names):
     if cl["slowdown"] > rng["slowdown"][1] * 1.05:
         inside = False
         notes.append(f"straggler factor {cl['slowdown']:.2f}x is beyond the validated {rng['slowdown'][1]:g}x")
+    if servers is not None and servers < cl["nodes"] and any(is_ps(x) for x in names):
+        inside = False
+        notes.append(f"K = {servers} shard(s) for {cl['nodes']} nodes: the validated studies ran one shard per node, "
+                     "so fewer shards than nodes (their links carrying several nodes' pushes) are outside it")
     if cl["jitter"] > max(js) * 1.05:
         notes.append(f"jitter {cl['jitter']:.3g} is beyond the validated {max(js):g} (not counted in 'inside')")
     if inside:
@@ -703,7 +722,7 @@ def advise(cl, px, names, results, a, probe_path):
                 "carry over) is not counted, and the time limit is still the ring's whole run x --limit"]
                                                          if a.from_step else []),
             "from_step": a.from_step, "from_fraction": a.from_fraction,
-            "validated": validation(cl, names),
+            "validated": validation(cl, names, px["servers"]),
             "candidates": cands,
             "recommended": {"name": w, "worker_flags": wc["worker_flags"], "server_flags": wc["server_flags"],
                             "resolved": resolved, "why": why, "not_resolved_from": j.get("tied", [])
@@ -766,11 +785,28 @@ def calibration_assumptions(cl, px, names):
             text += (" (BSP's pattern, every node at once; SSP's and ASP's pushes spread out and were not timed: "
                      "they get the same share, which made their times pessimistic by up to 2x on slow links in "
                      "the advice-against-hindsight check, docs/STUDY.md)")
-            if ex["servers"] != px["servers"]:
-                text += (f"; the probe's round trips went to {ex['servers']} shard(s), the candidates use "
-                         f"{px['servers']}")
         A.append(text)
     return A
+
+
+SERVERS_FROM = {"--servers": "--servers", "first": "the advice the run started from", "probe": "the shards the probe's round trips went to",
+                "default": f"min(N, {MAX_SERVERS}): the probe timed no parameter-server round trips, so the job's "
+                           "shard count is not known; give --servers K (or probe with the job's servers)"}
+
+
+def server_assumption(cl, px):
+    """Where the parameter servers are taken to be, and how many."""
+    k = px["servers"]
+    where = (f"on nodes 0..{min(k, cl['nodes']) - 1} (shard k on node k mod N), sharing those nodes' links"
+             if px.get("server_placement") == "nodes" else
+             f"on hosts of their own at {px['server_link_gbit'] / px['link_gbit']:.3g} x the nodes' link each, so that "
+             "their links together carry the workers' (K x B_server = N x B)")
+    text = f"servers: K = {k} shard(s) ({SERVERS_FROM[px.get('servers_from', 'default')]}), {where}"
+    ex = cl["exchanges"].get("ps")
+    if ex and ex["servers"] != k:
+        text += (f"; the probe's round trips went to {ex['servers']} shard(s), the candidates use {k}: the "
+                 "parameter servers' share of the link rate was measured on another layout than the one advised")
+    return text
 
 
 def assumptions(cl, px, names):
@@ -779,9 +815,8 @@ def assumptions(cl, px, names):
              f"parameters, {BATCH} sequences per worker-step) learns in place of the job's {cl['params']}-parameter "
              f"model, and predicted seconds on the cluster = proxy seconds x T / {STEP_S:g} = x {px['time_scale']:.4g}")
     A.append(f"communication/compute ratio r = (2 x params x wire_bytes x 8 / link) / T = {cl['ratio']:.3g} "
-             f"(the slowest ring link, {cl['link_gbit']:.3g} Gbit/s, for every link; servers: K = {px['servers']} "
-             "shards whose links together carry the workers' (K x B_server = N x B))"
-             if cl["link_gbit"] else "one node: no link")
+             f"(the slowest ring link, {cl['link_gbit']:.3g} Gbit/s, for every link)" if cl["link_gbit"] else "one node: no link")
+    A.append(server_assumption(cl, px))
     A.append(f"latency: {cl['latency_ms'] * 1e3:.3g} us one way (median RTT / 2), dilated to {px['latency_us']:.3g} us "
              "in the proxy")
     A.append(f"jitter {cl['jitter']:.3g} = the median over nodes of mean / min - 1, modelled as exponential")
@@ -895,6 +930,9 @@ def parse_args(argv):
     ap.add_argument("--no-servers", action="store_true",
                     help="the job has no parameter servers to start (scripts/launch_node.sh without SYNCOPATE_SERVERS): "
                          "leave the parameter-server candidates out of --configs")
+    ap.add_argument("--servers", type=int, default=None, metavar="K",
+                    help="the job's parameter-server shards (default: the shard count the probe's BSP round trips "
+                         "went to, else min(N, 16), stated as an assumption; with --from-run, the first advice's)")
     ap.add_argument("--server-placement", choices=("dedicated", "nodes"), default="dedicated",
                     help="where the parameter servers run: dedicated hosts whose links together carry the workers' "
                          "(default), or nodes 0..K-1 sharing their links (scripts/local_cluster.sh --netns, "
@@ -938,9 +976,11 @@ def parse_args(argv):
                   f"--from-fraction {at['step'] / at['steps']:.3g} ranks the rest of it (with a target loss it has "
                   "not reached)", flush=True)
         first_px = a.first.get("proxy") or {}
-        for k, key in (("target_loss", "target_loss"), ("seeds", "seeds"), ("steps", "steps")):
+        for k, key in (("target_loss", "target_loss"), ("seeds", "seeds"), ("steps", "steps"), ("servers", "servers")):
             if getattr(a, k) is None and first_px.get(key) is not None:
                 setattr(a, k, first_px[key])
+                if k == "servers":
+                    a.servers_from = "first"
     a.target_loss = 3.0 if a.target_loss is None else a.target_loss
     a.seeds = 3 if a.seeds is None else a.seeds
     a.steps = 150 if a.steps is None else a.steps
@@ -951,6 +991,8 @@ def parse_args(argv):
     if unknown or not names:
         ap.exit(2, f"advise: unknown configuration(s) {', '.join(unknown) or '(none given)'}; choose from "
                    f"{', '.join(CANDIDATES)}\n")
+    if a.servers is not None and not 1 <= a.servers <= 4096:
+        ap.exit(2, f"advise: --servers {a.servers} is not in 1..4096: give the job's parameter-server shard count\n")
     if a.seeds < 1 or a.steps < 1 or a.eval_every < 1 or a.limit <= 0 or a.target_loss <= 0:
         ap.exit(2, "advise: --seeds, --steps and --eval-every must be >= 1, --limit and --target-loss > 0\n")
     a.from_fraction = 0.0 if a.from_fraction is None else a.from_fraction

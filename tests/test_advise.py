@@ -149,6 +149,11 @@ class Calibration(unittest.TestCase):
     def test_validated_range(self):
         inside = advise.validation(advise.calibrate(make_probe(n=4, ratio=1.0, slow=(3, 3.0), jitter=0.2)), ["ring"])
         self.assertTrue(inside["inside"], inside["notes"])
+        few = advise.validation(advise.calibrate(make_probe(n=4, ratio=1.0)), ["ring", "bsp_backup"], servers=2)
+        self.assertFalse(few["inside"])
+        self.assertTrue(any("K = 2 shard(s) for 4 nodes" in x for x in few["notes"]), few["notes"])
+        self.assertTrue(advise.validation(advise.calibrate(make_probe(n=4, ratio=1.0)), ["ring"], servers=2)["inside"])
+        self.assertTrue(advise.validation(advise.calibrate(make_probe(n=4, ratio=1.0)), ["bsp_backup"], servers=4)["inside"])
         out = advise.validation(advise.calibrate(make_probe(n=64, ratio=10.0)), ["ring"])
         self.assertFalse(out["inside"])
         self.assertTrue(any("N = 64" in x for x in out["notes"]) and any("r = 10" in x for x in out["notes"]),
@@ -577,6 +582,40 @@ class ExchangeCalibration(unittest.TestCase):
         self.assertTrue(any("x the link rate" in x for x in doc["assumptions"]))
         self.assertFalse(os.path.exists(os.path.join(out2, "runs")))
         self.assertFalse(os.path.exists(os.path.join(out2, "advice.json")))
+
+    def test_the_shard_count_is_the_jobs(self):
+        """K is --servers where given, else the shards the probe's round trips went to (the job's
+        layout), else min(N, 16) stated as unknown; every parameter-server run and the exchange the
+        goodput is solved on take it, and the dedicated hosts' links keep K x B_server = N x B."""
+        def px_of(probe, *args):
+            return advise.proxy(advise.calibrate(probe), advise.parse_args(["x.json", *args]))
+        probed = with_rounds(make_probe(n=6), "ps", [1.0] * 6, servers=2)
+        px = px_of(probed)
+        self.assertEqual((px["servers"], px["servers_from"]), (2, "probe"))
+        self.assertAlmostEqual(px["server_link_gbit"], px["link_gbit"] * 6 / 2)
+        cl = advise.calibrate(probed)
+        for name in ("bsp_backup", "asp_lr_scale", "async_local_sgd"):
+            self.assertIn("--sim.servers=2", advise.sim_command(name, 0, px, cl, "o", 0.0))
+        self.assertIn("--sim.servers=2", advise.exchange_command(px, cl, "o", "ps"))
+        text = " ".join(advise.assumptions(cl, px, advise.CANDIDATES))
+        self.assertIn("servers: K = 2 shard(s) (the shards the probe's round trips went to), on hosts of their own "
+                      "at 3 x the nodes' link each", text)
+        self.assertNotIn("the candidates use", text)  # the probe's shards are the candidates'
+        px = px_of(probed, "--servers", "3")  # the user's count wins, and the mismatch is said
+        self.assertEqual((px["servers"], px["servers_from"]), (3, "--servers"))
+        text = " ".join(advise.assumptions(cl, px, advise.CANDIDATES))
+        self.assertIn("the probe's round trips went to 2 shard(s), the candidates use 3", text)
+        px = px_of(make_probe(n=6), "--server-placement", "nodes")  # no servers timed: the default, said so
+        self.assertEqual((px["servers"], px["servers_from"]), (6, "default"))
+        text = " ".join(advise.assumptions(advise.calibrate(make_probe(n=6)), px, advise.CANDIDATES))
+        self.assertIn("K = 6 shard(s) (min(N, 16): the probe timed no parameter-server round trips", text)
+        self.assertIn("give --servers K", text)
+        self.assertIn("on nodes 0..5 (shard k on node k mod N), sharing those nodes' links", text)
+        path = write_probe(probed)
+        for bad in ("0", "5000"):
+            rc, _, err = main_in_process([path, "--servers", bad, "--dry-run"])
+            self.assertEqual(rc, 2)
+            self.assertIn(f"--servers {bad} is not in 1..4096", err)
 
     def test_dry_run_and_the_ablation_say_what_they_do(self):
         path = write_probe(with_rounds(make_probe(n=4), "ps", [1.0] * 4))

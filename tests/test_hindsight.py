@@ -173,6 +173,25 @@ class Flags(unittest.TestCase):
         self.assertEqual(hindsight.probe_dir("/o", "mixed6"), "/o/mixed6/probe_ps")
         self.assertEqual(hindsight.probe_dir("/o", "mixed6", False), "/o/mixed6/probe")
         self.assertFalse(hindsight.parse_args(["--no-probe-servers"]).probe_servers)
+
+    def test_a_held_out_scenario_probes_and_runs_its_own_shard_count(self):
+        """shard2_8 has 2 shards for 8 nodes: its probe starts 2 (the advisor takes K from the probe,
+        and the runs take the advice's K); without servers in the probe the advisor is told K; the
+        default scenario list stays the published seven."""
+        s = hindsight.SCENARIOS["shard2_8"]
+        cmd = hindsight.probe_command(s, "/o/shard2_8/probe_ps")
+        self.assertEqual(cmd[cmd.index("--servers") + 1], "2")
+        self.assertIn("2 shard(s)", hindsight.describe(s))
+        self.assertNotIn("shard", hindsight.describe(hindsight.SCENARIOS["mixed6"]))
+        self.assertEqual(hindsight.parse_args([]).scenarios.split(","), hindsight.PUBLISHED)
+        self.assertEqual(len(hindsight.PUBLISHED), 7)
+        self.assertFalse(set(hindsight.HELD_OUT) & set(hindsight.PUBLISHED))
+        self.assertNotIn("--servers", hindsight.advise_command("p.json", "d", 3.0, hindsight.parse_args([])))
+        cmd = hindsight.advise_command("p.json", "d", 3.0, hindsight.parse_args([]), shards=2)
+        self.assertEqual(cmd[cmd.index("--servers") + 1], "2")
+        _, job = hindsight.measured_setup(s, {"servers": 2, "preset": "micro", "batch": 2, "steps": 150,
+                                              "eval_every": 5, "eval_batches": 32})
+        self.assertEqual(job["servers"], 2)
         cmd = hindsight.advise_command("p.json", "d", 3.0, hindsight.parse_args(["--no-exchange-calibration"]))
         self.assertIn("--no-exchange-calibration", cmd)
         self.assertNotIn("--no-exchange-calibration", hindsight.advise_command("p.json", "d", 3.0,
