@@ -97,7 +97,7 @@ PUBLISHED = list(SCENARIOS)  # the seven of sessions 22-26 (no longer held out: 
 # shards on nodes 0..K-1, as scripts/local_cluster.sh --netns and launch_node.sh place them; the
 # default is min(N, 16)), with the link rate, jitter, a slow node and latency varied alongside.
 HELD_OUT = {
-    "shard1_5": dict(nodes=5, step_s=0.1, link_gbit=0.2, slowdown=1.0, jitter=0.2, latency_ms=0.0, servers=1),    # r 0.4
+    "shard2_4": dict(nodes=4, step_s=0.1, link_gbit=0.2, slowdown=2.0, jitter=0.3, latency_ms=0.0, servers=2),    # r 0.4
     "shard2_8": dict(nodes=8, step_s=0.1, link_gbit=0.1, slowdown=2.5, jitter=0.15, latency_ms=2.0, servers=2),   # r 0.8
     "shard3_6": dict(nodes=6, step_s=0.1, link_gbit=0.05, slowdown=1.0, jitter=0.4, latency_ms=0.0, servers=3),   # r 1.6
 }
@@ -198,7 +198,11 @@ def advise_command(probe_path, d, target, a, shards=None):
 def run_advisor(name, probe_path, target, out, a):
     """The advisor's advice.json for the scenario and target (its simulated runs are cached by advise.py)."""
     d = advise_dir(out, name, target)
-    shards = None if a.probe_servers or not SCENARIOS[name].get("servers") else shard_count(SCENARIOS[name])
+    sc = SCENARIOS[name]
+    if getattr(a, "advisor_servers", "probe") == "one-per-node":  # the ablation: K as before session 40
+        shards = min(sc["nodes"], advise.MAX_SERVERS)
+    else:
+        shards = None if a.probe_servers or not sc.get("servers") else shard_count(sc)
     cmd = advise_command(probe_path, d, target, a, shards)
     print(f"[hindsight] {name}: advising for {tkey(target)}", flush=True)
     os.makedirs(d, exist_ok=True)
@@ -539,7 +543,9 @@ def measured_record(path, name, a, names, px):
         except (OSError, ValueError, KeyError) as e:
             raise SystemExit(f"hindsight: --measured-from {path}: cannot read the record's advice {beside} ({e}), "
                              "which says what job its runs were: give a published record (hindsight.py --publish)")
-        why += [f"{k} {was.get(k)} (here {px.get(k)})" for k in JOB_KEYS if was.get(k) != px.get(k)]
+        # The shard-count ablation advises on one shard per node against runs made with the scenario's K.
+        keys = [k for k in JOB_KEYS if not (k == "servers" and getattr(a, "advisor_servers", "probe") == "one-per-node")]
+        why += [f"{k} {was.get(k)} (here {px.get(k)})" for k in keys if was.get(k) != px.get(k)]
     if why:
         raise SystemExit(f"hindsight: --measured-from {path}: {name} was measured with other " + "; ".join(why)
                          + ": judge an advice against runs made as it would make them")
@@ -590,6 +596,8 @@ def scenario_record(name, s, advs, out, a, same=None, measured=None):
         meas = {tkey(t): m["targets"][tkey(t)]["measured"] for t in a.targets}
         invalid, failed, stalls = m["invalid_runs"], m["failed_runs"], m["stalls"]
         extra = {"measured_from": os.path.relpath(os.path.abspath(a.measured_from), ROOT)}
+        if a.advisor_servers != "probe":
+            extra["advisor_servers"] = a.advisor_servers
     else:
         meas, invalid, failed, stalls = measured_runs(name, s, first, out, a, names)
     targets = {}
@@ -739,6 +747,10 @@ def parse_args(argv):
                     help="judge the advice against the measurements of an earlier hindsight.json (the same "
                          "candidates, seeds, targets and steps; refused otherwise) instead of emulated runs: no "
                          "run is started; the record says where its measurements came from")
+    ap.add_argument("--advisor-servers", choices=("probe", "one-per-node"), default="probe",
+                    help="the shard count the advisor models: the probe's (default: the job's), or one-per-node, "
+                         "min(N, 16), what it took before session 40 (the ablation; only with --measured-from, "
+                         "whose runs keep the scenario's shards)")
     ap.add_argument("--dry-run", action="store_true", help="print the scenarios and runs; start nothing")
     ap.add_argument("--report-only", action="store_true", help="analyse what is cached; run nothing")
     ap.add_argument("--publish", help="copy the study's record under this directory")
@@ -763,6 +775,9 @@ def parse_args(argv):
                  "the hindsight runs must be seeds the advice has not seen")
     if a.lanes < 1:
         ap.error("--lanes must be 1 or more")
+    if a.advisor_servers != "probe" and not a.measured_from:
+        ap.error("--advisor-servers one-per-node judges an advice made on another shard count than the runs': give "
+                 "--measured-from RECORD (runs made with the scenario's shards) and another --advice-out")
     a.argv = argv
     return a
 
@@ -842,6 +857,12 @@ def main(argv=None):
                 advs = {t: run_advisor(n, path, t, a.advice_out, a) for t in a.targets}
                 for t, adv in advs.items():
                     print(f"[hindsight] {n}: advised {adv['recommended']['name']} for {tkey(t)}", flush=True)
+                    want = (min(s["nodes"], advise.MAX_SERVERS) if a.advisor_servers == "one-per-node"
+                            else shard_count(s))
+                    if adv["proxy"]["servers"] != want:  # e.g. a probe whose round trips missed a node
+                        raise SystemExit(f"hindsight: the advice for {n} at {tkey(t)} models {adv['proxy']['servers']} "
+                                         f"shard(s), the scenario's runs use {want}: see its assumptions in "
+                                         f"{advise_dir(a.advice_out, n, t)}/advice.json and probe again")
                 px = advs[a.targets[0]]["proxy"]
                 measured = None
                 if a.measured_from:  # refused before the same-seed simulations where the record does not match

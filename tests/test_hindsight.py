@@ -192,6 +192,11 @@ class Flags(unittest.TestCase):
         _, job = hindsight.measured_setup(s, {"servers": 2, "preset": "micro", "batch": 2, "steps": 150,
                                               "eval_every": 5, "eval_batches": 32})
         self.assertEqual(job["servers"], 2)
+        # The ablation: the advisor on one shard per node, judged only against runs already made.
+        with self.assertRaises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+            hindsight.parse_args(["--advisor-servers", "one-per-node"])
+        a = hindsight.parse_args(["--advisor-servers", "one-per-node", "--measured-from", "r.json"])
+        self.assertEqual(a.advisor_servers, "one-per-node")
         cmd = hindsight.advise_command("p.json", "d", 3.0, hindsight.parse_args(["--no-exchange-calibration"]))
         self.assertIn("--no-exchange-calibration", cmd)
         self.assertNotIn("--no-exchange-calibration", hindsight.advise_command("p.json", "d", 3.0,
