@@ -710,7 +710,7 @@ def advise(cl, px, names, results, a, probe_path):
                                            "latency_ms", "ratio", "params", "wire_bytes", "node_slowdowns",
                                            "measured_nodes", "measured_links", "complete", "exchanges")},
             "proxy": {k: px[k] for k in ("preset", "step_s", "link_gbit", "latency_us", "target_loss", "seeds", "steps",
-                                         "batch", "servers", "server_link_gbit", "slow_workers", "slowdown", "jitter",
+                                         "batch", "servers", "servers_from", "server_link_gbit", "slow_workers", "slowdown", "jitter",
                                          "eval_every", "eval_batches", "limit", "time_scale", "server_placement",
                                          "goodput", "calibration")},
             "assumptions": assumptions(cl, px, names) + ([

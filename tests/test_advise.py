@@ -375,8 +375,10 @@ class KnownAnswers(unittest.TestCase):
             for key in ("nodes", "step_s", "slow_workers", "slowdown", "jitter", "link_gbit", "latency_ms", "ratio",
                         "params"):
                 self.assertIn(key, adv["cluster"])
-            for key in ("preset", "step_s", "link_gbit", "latency_us", "target_loss", "seeds", "steps"):
+            for key in ("preset", "step_s", "link_gbit", "latency_us", "target_loss", "seeds", "steps", "servers",
+                        "servers_from"):
                 self.assertIn(key, adv["proxy"])
+            self.assertEqual((adv["proxy"]["servers"], adv["proxy"]["servers_from"]), (4, "default"))  # no servers probed
             self.assertEqual((adv["proxy"]["preset"], adv["proxy"]["seeds"], adv["proxy"]["steps"]), ("micro", 2, 100))
             self.assertIsInstance(adv["validated"]["inside"], bool)
             self.assertEqual({c["name"] for c in adv["candidates"]}, set(advise.CANDIDATES))
