@@ -789,9 +789,13 @@ def calibration_assumptions(cl, px, names):
     return A
 
 
-SERVERS_FROM = {"--servers": "--servers", "first": "the advice the run started from", "probe": "the shards the probe's round trips went to",
+SERVERS_FROM = {"--servers": "--servers", "first": "the advice the run started from",
+                "probe": "the shards the probe's round trips went to",
                 "default": f"min(N, {MAX_SERVERS}): the probe timed no parameter-server round trips, so the job's "
                            "shard count is not known; give --servers K (or probe with the job's servers)"}
+
+SERVERS_SHORT = {"--servers": "--servers", "first": "the first advice's", "probe": "as probed",
+                 "default": "min(N, 16): not probed"}
 
 
 def server_assumption(cl, px):
@@ -872,8 +876,9 @@ def describe(cl, px):
             f"{cl['latency_ms'] * 1e3:.3g} us one way, ratio r = {cl['ratio']:.3g}" if cl["link_gbit"] else "")
          + f", {cl['params']} parameters x {cl['wire_bytes']} wire bytes",
          f"proxy: {px['preset']} model, modelled step {px['step_s']:g} s, link {px['link_gbit']:.4g} Gbit/s, "
-         + (f"{px['servers']} servers on nodes 0..{px['servers'] - 1} sharing their links"
-            if px.get("server_placement") == "nodes" else f"{px['servers']} servers at {px['server_link_gbit']:.4g} Gbit/s")
+         + f"{px['servers']} servers ({SERVERS_SHORT[px.get('servers_from', 'default')]}) "
+         + (f"on nodes 0..{px['servers'] - 1} sharing their links"
+            if px.get("server_placement") == "nodes" else f"at {px['server_link_gbit']:.4g} Gbit/s")
          + f", latency {px['latency_us']:.3g} us"
          + (f", workers {','.join(map(str, px['slow_workers']))} at {px['slowdown']:.2f}x" if px["slow_workers"] else "")
          + f", jitter {px['jitter']:.3g}; target loss {px['target_loss']:g}, {px['steps']} steps at most, "

@@ -110,6 +110,12 @@ def shard_count(s):
     return s.get("servers") or min(s["nodes"], advise.MAX_SERVERS)
 
 
+def advised_shards(s, a):
+    """The shard count the advice must model: the scenario's, or with --advisor-servers one-per-node
+    (the ablation) min(N, 16), what the advisor took before session 40."""
+    return min(s["nodes"], advise.MAX_SERVERS) if a.advisor_servers == "one-per-node" else shard_count(s)
+
+
 def describe(s):
     slow = f", node {s['nodes'] - 1} {s['slowdown']:g}x slower" if s["slowdown"] > 1 else ""
     lat = f", {s['latency_ms']:g} ms one way" if s["latency_ms"] else ""
@@ -199,10 +205,9 @@ def run_advisor(name, probe_path, target, out, a):
     """The advisor's advice.json for the scenario and target (its simulated runs are cached by advise.py)."""
     d = advise_dir(out, name, target)
     sc = SCENARIOS[name]
-    if getattr(a, "advisor_servers", "probe") == "one-per-node":  # the ablation: K as before session 40
-        shards = min(sc["nodes"], advise.MAX_SERVERS)
-    else:
-        shards = None if a.probe_servers or not sc.get("servers") else shard_count(sc)
+    # The advisor takes K from a probe that timed the servers; told otherwise (no servers probed, or the ablation).
+    told = a.advisor_servers == "one-per-node" or (not a.probe_servers and sc.get("servers"))
+    shards = advised_shards(sc, a) if told else None
     cmd = advise_command(probe_path, d, target, a, shards)
     print(f"[hindsight] {name}: advising for {tkey(target)}", flush=True)
     os.makedirs(d, exist_ok=True)
@@ -544,7 +549,7 @@ def measured_record(path, name, a, names, px):
             raise SystemExit(f"hindsight: --measured-from {path}: cannot read the record's advice {beside} ({e}), "
                              "which says what job its runs were: give a published record (hindsight.py --publish)")
         # The shard-count ablation advises on one shard per node against runs made with the scenario's K.
-        keys = [k for k in JOB_KEYS if not (k == "servers" and getattr(a, "advisor_servers", "probe") == "one-per-node")]
+        keys = [k for k in JOB_KEYS if not (k == "servers" and a.advisor_servers == "one-per-node")]
         why += [f"{k} {was.get(k)} (here {px.get(k)})" for k in keys if was.get(k) != px.get(k)]
     if why:
         raise SystemExit(f"hindsight: --measured-from {path}: {name} was measured with other " + "; ".join(why)
@@ -857,8 +862,7 @@ def main(argv=None):
                 advs = {t: run_advisor(n, path, t, a.advice_out, a) for t in a.targets}
                 for t, adv in advs.items():
                     print(f"[hindsight] {n}: advised {adv['recommended']['name']} for {tkey(t)}", flush=True)
-                    want = (min(s["nodes"], advise.MAX_SERVERS) if a.advisor_servers == "one-per-node"
-                            else shard_count(s))
+                    want = advised_shards(s, a)
                     if adv["proxy"]["servers"] != want:  # e.g. a probe whose round trips missed a node
                         raise SystemExit(f"hindsight: the advice for {n} at {tkey(t)} models {adv['proxy']['servers']} "
                                          f"shard(s), the scenario's runs use {want}: see its assumptions in "

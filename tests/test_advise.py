@@ -240,7 +240,7 @@ class Calibration(unittest.TestCase):
                 f.write('{"step": 61, "loss"')  # a line cut by a crash
         with open(os.path.join(run, "node0", "advice.applied.json"), "w") as f:
             json.dump({"probe": probe, "recommended": {"name": "ring"},
-                       "proxy": {"target_loss": 3.1, "seeds": 2, "steps": 100}}, f)
+                       "proxy": {"target_loss": 3.1, "seeds": 2, "steps": 100, "servers": 2}}, f)
         out = os.path.join(mkdtemp(), "o")
         rc, text, err = main_in_process(["--from-run", run, "--dry-run", "--out", out])
         self.assertEqual(rc, 0, err)
@@ -248,6 +248,7 @@ class Calibration(unittest.TestCase):
         self.assertIn("stragglers 2 at 2.90x", text)
         self.assertIn("target loss 3.1, 100 steps at most, 2 seed(s)", text)
         self.assertIn("links, exchange rounds and job as probed in " + probe, text)
+        self.assertIn("2 servers (the first advice's) at", text)  # the job's shards stay its own
         # Where the run stands (its newest whole step, 60, of its train.steps, 120), and how to rank its rest.
         self.assertIn("the run stands at step 60 of 120: whole runs are ranked; --from-fraction 0.5 ranks the rest", text)
         # The calibration of the same probe as probed: no straggler.
