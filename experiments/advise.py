@@ -319,8 +319,8 @@ def server_count(cl, a):
     """(K, where K came from): the job's shard count. --servers K where given; else the shards the
     probe's parameter-server round trips went to (the job's layout, as the user started it); else
     min(N, MAX_SERVERS), which is an assumption the advice states."""
-    if getattr(a, "servers", None):
-        return a.servers, getattr(a, "servers_from", None) or "--servers"
+    if a.servers:
+        return a.servers, a.servers_from
     ps = cl["exchanges"].get("ps")
     if ps and ps.get("servers", 0) > 0:
         return ps["servers"], "probe"
@@ -789,13 +789,13 @@ def calibration_assumptions(cl, px, names):
     return A
 
 
-SERVERS_FROM = {"--servers": "--servers", "first": "the advice the run started from",
-                "probe": "the shards the probe's round trips went to",
-                "default": f"min(N, {MAX_SERVERS}): the probe timed no parameter-server round trips, so the job's "
-                           "shard count is not known; give --servers K (or probe with the job's servers)"}
-
-SERVERS_SHORT = {"--servers": "--servers", "first": "the first advice's", "probe": "as probed",
-                 "default": "min(N, 16): not probed"}
+# Where the advised shard count came from (proxy.servers_from): (the dry run's word, the assumption's words).
+SERVERS_FROM = {"--servers": ("--servers", "--servers"),
+                "first": ("the first advice's", "the advice the run started from"),
+                "probe": ("as probed", "the shards the probe's round trips went to"),
+                "default": (f"min(N, {MAX_SERVERS}): not probed",
+                            f"min(N, {MAX_SERVERS}): the probe timed no parameter-server round trips, so the job's "
+                            "shard count is not known; give --servers K (or probe with the job's servers)")}
 
 
 def server_assumption(cl, px):
@@ -805,7 +805,7 @@ def server_assumption(cl, px):
              if px.get("server_placement") == "nodes" else
              f"on hosts of their own at {px['server_link_gbit'] / px['link_gbit']:.3g} x the nodes' link each, so that "
              "their links together carry the workers' (K x B_server = N x B)")
-    text = f"servers: K = {k} shard(s) ({SERVERS_FROM[px.get('servers_from', 'default')]}), {where}"
+    text = f"servers: K = {k} shard(s) ({SERVERS_FROM[px.get('servers_from', 'default')][1]}), {where}"
     ex = cl["exchanges"].get("ps")
     if ex and ex["servers"] != k:
         text += (f"; the probe's round trips went to {ex['servers']} shard(s), the candidates use {k}: the "
@@ -876,7 +876,7 @@ def describe(cl, px):
             f"{cl['latency_ms'] * 1e3:.3g} us one way, ratio r = {cl['ratio']:.3g}" if cl["link_gbit"] else "")
          + f", {cl['params']} parameters x {cl['wire_bytes']} wire bytes",
          f"proxy: {px['preset']} model, modelled step {px['step_s']:g} s, link {px['link_gbit']:.4g} Gbit/s, "
-         + f"{px['servers']} servers ({SERVERS_SHORT[px.get('servers_from', 'default')]}) "
+         + f"{px['servers']} servers ({SERVERS_FROM[px.get('servers_from', 'default')][0]}) "
          + (f"on nodes 0..{px['servers'] - 1} sharing their links"
             if px.get("server_placement") == "nodes" else f"at {px['server_link_gbit']:.4g} Gbit/s")
          + f", latency {px['latency_us']:.3g} us"
@@ -961,6 +961,7 @@ def parse_args(argv):
     if bool(a.probe) == bool(a.from_run):
         ap.exit(2, "advise: give a probe.json, or --from-run RUN (not both)\n")
     a.first = None  # --from-run: the advice the run started from
+    a.servers_from = "--servers"  # where a.servers came from (SERVERS_FROM): "first" when --from-run supplies it
     if a.from_run:
         try:
             probe, a.first, notes = run_probe.probe_from_run(a.from_run, window=a.window)

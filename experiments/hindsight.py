@@ -105,15 +105,20 @@ SCENARIOS.update(HELD_OUT)
 STOP = threading.Event()  # set on Ctrl-C / SIGTERM: no new run starts, no interrupted run is kept
 
 
+def one_per_node(s):
+    """The advisor's default shard count, min(N, 16): what it took for every job before session 40."""
+    return min(s["nodes"], advise.MAX_SERVERS)
+
+
 def shard_count(s):
-    """The scenario's parameter-server shards: its own count, else the advisor's default min(N, 16)."""
-    return s.get("servers") or min(s["nodes"], advise.MAX_SERVERS)
+    """The scenario's parameter-server shards: its own count, else the advisor's default."""
+    return s.get("servers") or one_per_node(s)
 
 
 def advised_shards(s, a):
     """The shard count the advice must model: the scenario's, or with --advisor-servers one-per-node
     (the ablation) min(N, 16), what the advisor took before session 40."""
-    return min(s["nodes"], advise.MAX_SERVERS) if a.advisor_servers == "one-per-node" else shard_count(s)
+    return one_per_node(s) if a.advisor_servers == "one-per-node" else shard_count(s)
 
 
 def describe(s):
