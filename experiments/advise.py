@@ -15,9 +15,11 @@ Reads the probe.json that syncopate-probe measured on the user's cluster and:
    step, the link rate that keeps r, the latency dilated by 0.1 / T, the stragglers and jitter as
    measured, K servers (--servers K; else the shard count the probe's BSP round trips went to, the
    job's layout; else min(N, 16), said in the assumptions) whose links together carry the workers'
-   (K x B_server = N x B); with --server-placement nodes, the K servers on nodes 0..K-1 sharing those
-   nodes' links instead
-   (as scripts/local_cluster.sh --netns and launch_node.sh start them; sim.colocate_servers).
+   (K x B_server = N x B); or the K servers on nodes 0..K-1 sharing those nodes' links instead
+   (as scripts/local_cluster.sh --netns and launch_node.sh start them; sim.colocate_servers): where
+   the probe found every shard at a node's address (each node's "address" against
+   ps.endpoint_addresses), or with --server-placement nodes; --server-placement dedicated forces the
+   first, which is also taken where the probe does not tell (said in the assumptions).
    Candidates: ring, bsp_backup, ssp4, asp_lr_scale, diloco10 (crossover.CONFIGS, same learning
    rates), diloco50 (ring, H = 50, Nesterov) and async_local_sgd (ps, ASP, H = 10, delayed
    Nesterov); seeds 0..S-1; each run stops at the target loss or at --limit x the ring's time
@@ -271,7 +273,8 @@ def calibrate(probe, src="probe.json"):
             warnings.append(f"the probe is {age_h / 24:.1f} days old; a cluster's load and links change: probe again "
                             "if in doubt")
     ex = {pat: exchange_rounds(probe, pat, n, src, warnings) for pat in EXCHANGES}
-    return {"nodes": n, "step_s": T, "node_slowdowns": {str(k): slowdowns[k] for k in sorted(ids)}, "exchanges": ex,
+    placed = probed_placement(probe, nodes, ids, src)
+    return {"placement": placed, "nodes": n, "step_s": T, "node_slowdowns": {str(k): slowdowns[k] for k in sorted(ids)}, "exchanges": ex,
             "slow_workers": slow, "slowdown": factor, "jitter": jitter, "link_gbit": link,
             "latency_ms": latency_us / 1e3, "ratio": ratio, "params": params, "wire_bytes": wire,
             "measured_nodes": len(nodes), "measured_links": len(links), "complete": complete,
@@ -280,6 +283,68 @@ def calibrate(probe, src="probe.json"):
 
 
 EXCHANGES = {"ring": "ring_exchange", "ps": "ps"}  # pattern -> the probe's section of its rounds
+
+
+def _address(value, field, src):
+    if value is not None and not (isinstance(value, str) and value):
+        raise ProbeError(f"{src}: {field} = {value!r} must be an address string or null")
+    return value
+
+
+def probed_placement(probe, nodes, ids, src):
+    """Where the job's shards run, from the addresses the probe recorded (syncopate-probe: each node's
+    "address", the one its peers reach it at, and ps.endpoint_addresses, each shard's): {"placement":
+    "nodes" (every shard at a node's address: it shares that node's link), "dedicated" (none is), or
+    None (not known: the probe recorded no addresses, the nodes share one address as on loopback, a
+    shard's host did not resolve, or some shards are on nodes and some are not), "shard_nodes": the node
+    of each shard (None: a host of its own or not known), "why": a sentence}."""
+    ps = probe.get("ps")
+    if not isinstance(ps, dict) or "endpoint_addresses" not in ps:
+        return {"placement": None, "shard_nodes": [], "why": "the probe recorded no shard addresses (no parameter-server "
+                "round trips, or a probe from before syncopate-probe recorded them)"}
+    shards = ps["endpoint_addresses"]
+    if not isinstance(shards, list):
+        raise ProbeError(f"{src}: ps.endpoint_addresses must be a list (one address or null per shard)")
+    shards = [_address(x, f"ps.endpoint_addresses[{k}]", src) for k, x in enumerate(shards)]
+    addr = {node_id: _address(nd.get("address"), f"nodes[{i}].address", src)
+            for i, (node_id, nd) in enumerate(zip(ids, nodes))}
+    if any(v is None for v in addr.values()):
+        return {"placement": None, "shard_nodes": [None] * len(shards),
+                "why": "the probe recorded no address for node(s) " + ", ".join(str(k) for k, v in addr.items() if v is None)}
+    if len(set(addr.values())) < len(addr):
+        return {"placement": None, "shard_nodes": [None] * len(shards), "why": "nodes share an address (one host, as on "
+                "loopback): which shard shares which node's link is not known"}
+    at = {v: k for k, v in addr.items()}
+    on = [at.get(x) for x in shards]
+    unresolved = [k for k, x in enumerate(shards) if x is None]
+    if unresolved:
+        return {"placement": None, "shard_nodes": on, "why": "shard(s) " + ", ".join(map(str, unresolved)) +
+                " have hosts the probe could not resolve"}
+    if all(x is not None for x in on):
+        return {"placement": "nodes", "shard_nodes": on, "why": "every shard runs at a node's address (" +
+                ", ".join(f"shard {k} on node {x}" for k, x in enumerate(on)) + ")"}
+    if all(x is None for x in on):
+        return {"placement": "dedicated", "shard_nodes": on, "why": "no shard runs at a node's address"}
+    return {"placement": None, "shard_nodes": on, "why": "some shards run at nodes' addresses (" +
+            ", ".join(f"shard {k} on node {x}" for k, x in enumerate(on) if x is not None) + "), the others not: the "
+            "simulator models all on nodes or all on hosts of their own"}
+
+
+PLACEMENT_FROM = {  # where the servers' placement came from: (the dry run's label, the assumption's words)
+    "--server-placement": ("--server-placement", "given by --server-placement"),
+    "first": ("the first advice's", "the first advice's, which the run started from"),
+    "probe": ("as probed", "where the probe found them"),
+    "default": ("not probed: dedicated", "not known from the probe, so dedicated hosts are assumed; give "
+                "--server-placement nodes if the shards run on the job's nodes")}
+
+
+def server_placement(cl, a):
+    """(placement, where it came from): --server-placement where given (or the first advice's with
+    --from-run), else the probe's (probed_placement), else dedicated hosts, said in the assumptions."""
+    if a.server_placement:
+        return a.server_placement, a.placement_from
+    p = (cl.get("placement") or {}).get("placement")
+    return (p, "probe") if p else ("dedicated", "default")
 
 
 def exchange_rounds(probe, pattern, n, src, warnings):
@@ -331,6 +396,7 @@ def proxy(cl, a):
     """The simulated stand-in of the cluster `cl` (see the module's docstring)."""
     n = cl["nodes"]
     k, k_from = server_count(cl, a)
+    placement, placement_from = server_placement(cl, a)
     link = crossover.link_gbit(cl["ratio"]) if cl["ratio"] > 0 else crossover.link_gbit(1e-4)
     # The stragglers go to the highest-numbered workers (as crossover places them): worker 0 evaluates
     # the model, and which rank is slow changes no mode's schedule otherwise.
@@ -338,7 +404,7 @@ def proxy(cl, a):
     return {"preset": PRESET, "step_s": STEP_S, "batch": BATCH, "link_gbit": link, "servers": k, "servers_from": k_from,
             "server_link_gbit": link * n / k, "latency_us": cl["latency_ms"] * 1e3 * STEP_S / cl["step_s"],
             "slow_workers": slow, "slowdown": cl["slowdown"] if slow else 1.0, "jitter": cl["jitter"],
-            "server_placement": a.server_placement, "target_loss": a.target_loss, "seeds": a.seeds, "steps": a.steps,
+            "server_placement": placement, "placement_from": placement_from, "target_loss": a.target_loss, "seeds": a.seeds, "steps": a.steps,
             "eval_every": a.eval_every, "eval_batches": EVAL_BATCHES, "limit": a.limit, "time_scale": cl["step_s"] / STEP_S}
 
 
@@ -712,7 +778,7 @@ def advise(cl, px, names, results, a, probe_path):
             "proxy": {k: px[k] for k in ("preset", "step_s", "link_gbit", "latency_us", "target_loss", "seeds", "steps",
                                          "batch", "servers", "servers_from", "server_link_gbit", "slow_workers", "slowdown", "jitter",
                                          "eval_every", "eval_batches", "limit", "time_scale", "server_placement",
-                                         "goodput", "calibration")},
+                                         "placement_from", "goodput", "calibration")},
             "assumptions": assumptions(cl, px, names) + ([
                 f"the rest of a run: from step {a.from_step} of the proxy's {px['steps']} (fraction "
                 f"{a.from_fraction:.3g} of the job's steps done); each candidate's predicted time is from the time "
@@ -805,7 +871,17 @@ def server_assumption(cl, px):
              if px.get("server_placement") == "nodes" else
              f"on hosts of their own at {px['server_link_gbit'] / px['link_gbit']:.3g} x the nodes' link each, so that "
              "their links together carry the workers' (K x B_server = N x B)")
-    text = f"servers: K = {k} shard(s) ({SERVERS_FROM[px.get('servers_from', 'default')][1]}), {where}"
+    text = (f"servers: K = {k} shard(s) ({SERVERS_FROM[px.get('servers_from', 'default')][1]}), {where} (placement "
+            f"{PLACEMENT_FROM[px.get('placement_from', '--server-placement')][1]}")
+    placed = cl.get("placement") or {}
+    if placed.get("why"):
+        text += f"; the probe: {placed['why']}"
+    text += ")"
+    on = placed.get("shard_nodes") or []
+    if px.get("server_placement") == "nodes" and all(x is not None for x in on) and on != [
+            j % cl["nodes"] for j in range(len(on))]:
+        text += ("; the simulator puts shard k on node k mod N, not on the nodes the probe found: which nodes "
+                 "carry a shard is modelled only as how many")
     ex = cl["exchanges"].get("ps")
     if ex and ex["servers"] != k:
         text += (f"; the probe's round trips went to {ex['servers']} shard(s), the candidates use {k}: the "
@@ -879,6 +955,7 @@ def describe(cl, px):
          + f"{px['servers']} servers ({SERVERS_FROM[px.get('servers_from', 'default')][0]}) "
          + (f"on nodes 0..{px['servers'] - 1} sharing their links"
             if px.get("server_placement") == "nodes" else f"at {px['server_link_gbit']:.4g} Gbit/s")
+         + f" ({PLACEMENT_FROM[px.get('placement_from', '--server-placement')][0]})"
          + f", latency {px['latency_us']:.3g} us"
          + (f", workers {','.join(map(str, px['slow_workers']))} at {px['slowdown']:.2f}x" if px["slow_workers"] else "")
          + f", jitter {px['jitter']:.3g}; target loss {px['target_loss']:g}, {px['steps']} steps at most, "
@@ -938,10 +1015,11 @@ def parse_args(argv):
     ap.add_argument("--servers", type=int, default=None, metavar="K",
                     help="the job's parameter-server shards (default: the shard count the probe's BSP round trips "
                          "went to, else min(N, 16), stated as an assumption; with --from-run, the first advice's)")
-    ap.add_argument("--server-placement", choices=("dedicated", "nodes"), default="dedicated",
-                    help="where the parameter servers run: dedicated hosts whose links together carry the workers' "
-                         "(default), or nodes 0..K-1 sharing their links (scripts/local_cluster.sh --netns, "
-                         "launch_node.sh)")
+    ap.add_argument("--server-placement", choices=("dedicated", "nodes"), default=None,
+                    help="where the parameter servers run: dedicated hosts whose links together carry the workers', "
+                         "or nodes 0..K-1 sharing their links (scripts/local_cluster.sh --netns, launch_node.sh); "
+                         "default: where the probe found the shards (their addresses against the nodes'), else "
+                         "dedicated, stated as an assumption; with --from-run, the first advice's")
     ap.add_argument("--no-exchange-calibration", action="store_true",
                     help="every message at the links' measured bulk goodput, even where the probe timed the ring's "
                          "all-reduce or the parameter servers' round trips at the model's size (the ablation of that "
@@ -962,6 +1040,7 @@ def parse_args(argv):
         ap.exit(2, "advise: give a probe.json, or --from-run RUN (not both)\n")
     a.first = None  # --from-run: the advice the run started from
     a.servers_from = "--servers"  # where a.servers came from (SERVERS_FROM): "first" when --from-run supplies it
+    a.placement_from = "--server-placement"  # likewise a.server_placement (PLACEMENT_FROM)
     if a.from_run:
         try:
             probe, a.first, notes = run_probe.probe_from_run(a.from_run, window=a.window)
@@ -982,11 +1061,14 @@ def parse_args(argv):
                   f"--from-fraction {at['step'] / at['steps']:.3g} ranks the rest of it (with a target loss it has "
                   "not reached)", flush=True)
         first_px = a.first.get("proxy") or {}
-        for k, key in (("target_loss", "target_loss"), ("seeds", "seeds"), ("steps", "steps"), ("servers", "servers")):
+        for k, key in (("target_loss", "target_loss"), ("seeds", "seeds"), ("steps", "steps"), ("servers", "servers"),
+                       ("server_placement", "server_placement")):
             if getattr(a, k) is None and first_px.get(key) is not None:
                 setattr(a, k, first_px[key])
                 if k == "servers":
                     a.servers_from = "first"
+                if k == "server_placement":
+                    a.placement_from = "first"
     a.target_loss = 3.0 if a.target_loss is None else a.target_loss
     a.seeds = 3 if a.seeds is None else a.seeds
     a.steps = 150 if a.steps is None else a.steps

@@ -201,7 +201,8 @@ def advise_command(probe_path, d, target, a, shards=None):
     takes K from a probe that did)."""
     return [sys.executable, os.path.join(ROOT, "experiments", "advise.py"), probe_path, "--out", d,
             "--seeds", str(a.advice_seeds), "--steps", str(a.steps), "--target-loss", tkey(target),
-            "--limit", str(ADVISE_LIMIT), "--server-placement", a.server_placement] + \
+            "--limit", str(ADVISE_LIMIT)] + \
+        (["--server-placement", a.server_placement] if a.server_placement != "probe" else []) + \
         (["--no-exchange-calibration"] if a.no_exchange_calibration else []) + \
         (["--servers", str(shards)] if shards else [])
 
@@ -742,10 +743,12 @@ def parse_args(argv):
                     help="the advice (and the report) under DIR instead of OUT; the probes and the emulated runs "
                          "stay OUT's: the same measurements judged against another advice, e.g. with more "
                          "--advice-seeds (default: OUT)")
-    ap.add_argument("--server-placement", choices=("dedicated", "nodes"), default="dedicated",
-                    help="the advisor's model of where the servers run (advise.py --server-placement): dedicated "
-                         "hosts (default: the published advice), or the nodes' own links, where this study's emulated "
-                         "cluster starts them (shard k on node k mod N); use another --advice-out for it")
+    ap.add_argument("--server-placement", choices=("probe", "dedicated", "nodes"), default="probe",
+                    help="the advisor's model of where the servers run: where the probe found them (default: the "
+                         "advisor's own; a probe from before session 41 recorded no addresses, and the advisor then "
+                         "takes dedicated hosts), or advise.py --server-placement dedicated (hosts of their own) or "
+                         "nodes (the nodes' own links, where this study's emulated cluster starts them, shard k on "
+                         "node k mod N); use another --advice-out for a forced one")
     ap.add_argument("--probe-servers", action=argparse.BooleanOptionalAction, default=True,
                     help="probe with the runs' parameter servers, timing their BSP round trips (OUT/<scenario>/probe_ps; "
                          "default); --no-probe-servers: the probe without them (OUT/<scenario>/probe, the records "

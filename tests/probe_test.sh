@@ -25,6 +25,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
 BIN=${SYNCOPATE_BIN:-$ROOT/build/bin}
 PY=${SYNCOPATE_PYTHON:-python3}
+export PROBE_TEST_EXPERIMENTS=$ROOT/experiments  # the assertions read a probe as the advisor does
 TMP=$(mktemp -d)
 cleanup() { end_spawned; rm -rf "$TMP"; }
 trap cleanup EXIT
@@ -83,6 +84,8 @@ SYNCOPATE_WORKER=$BIN/syncopate-worker "$ROOT/scripts/local_cluster.sh" --probe 
   > "$TMP/ps.log" 2>&1 ||
   { echo "FAIL: local_cluster.sh --probe --servers exited non-zero"; tail -n 30 "$TMP/ps.log"; exit 1; }
 grep -q "parameter-server round trips" "$TMP/ps.log" || { echo "FAIL: no round-trip table printed"; fail=1; }
+grep -q "shard 1: tcp://127.0.0.1:[0-9]* at the address of nodes 0, 1, 2 (one host)" "$TMP/ps.log" ||
+  { echo "FAIL: where the shards run is not printed"; fail=1; }
 check "loopback with servers: every node's BSP round trips of the model's size" "$TMP/ps/probe.json" '
 assert p["complete"] is True and p["missing"] == [], p["missing"]
 for l in p["links"]:
@@ -98,6 +101,13 @@ for n in ps["nodes"]:
     assert len(n["round_s"]["samples"]) == 5 and 0 < n["round_s"]["min"] <= n["round_s"]["median"] < 5, n
     assert n["bytes_pushed"] >= 4 * P and n["bytes_received"] >= 4 * P, (n, P)   # f32 both ways, headers on top
     assert n["bytes_pushed"] < 4 * P + 65536, (n, P)
+# Where the shards run: every node and shard at 127.0.0.1 (one host), so the advisor cannot tell which
+# node link a shard shares, and says so.
+import os; sys.path.insert(0, os.environ["PROBE_TEST_EXPERIMENTS"]); import advise
+assert [n["address"] for n in p["nodes"]] == ["127.0.0.1"] * 3, p["nodes"]
+assert ps["endpoint_addresses"] == ["127.0.0.1"] * 2, ps
+placed = advise.calibrate(p)["placement"]
+assert placed["placement"] is None and "nodes share an address" in placed["why"], placed
 '
 SYNCOPATE_WORKER=$BIN/syncopate-worker "$ROOT/scripts/local_cluster.sh" --probe --nodes 2 --out "$TMP/psasp" \
   --servers 1 -- "${ARGS[@]}" > "$TMP/psasp.log" 2>&1 && { echo "FAIL: --probe --servers under asp accepted"; fail=1; } ||
@@ -198,6 +208,14 @@ for l in p["links"]:
     assert abs(l["goodput_gbit"] / 0.2 - 1) <= 0.10, l
     assert len(l["repeats_gbit"]) == 3 and l["goodput_gbit"] == max(l["repeats_gbit"]), l
 print("  goodput Gbit/s:", [round(l["goodput_gbit"], 4) for l in p["links"]])
+# Each node at the address of its namespace, shard k at that of node k (local_cluster.sh --netns): the
+# advisor finds the shards on nodes 0 and 1, sharing their links.
+import os; sys.path.insert(0, os.environ["PROBE_TEST_EXPERIMENTS"]); import advise
+addrs = [n["address"] for n in sorted(p["nodes"], key=lambda n: n["node"])]
+assert len(set(addrs)) == 3 and all(a.startswith("10.") for a in addrs), addrs
+assert p["ps"]["endpoint_addresses"] == addrs[:2], (p["ps"]["endpoint_addresses"], addrs)
+placed = advise.calibrate(p)["placement"]
+assert placed["placement"] == "nodes" and placed["shard_nodes"] == [0, 1], placed
 # The parameter-server rounds cannot beat the links. Shard k runs on node k (local_cluster.sh --netns), so
 # node 2 hosts none: its round pushes the whole gradient (4 P bytes) up its own link and, after the BSP
 # release, takes the whole model back down it, each at 0.2 Gbit/s less what its tbf lets through at once

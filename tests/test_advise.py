@@ -240,7 +240,8 @@ class Calibration(unittest.TestCase):
                 f.write('{"step": 61, "loss"')  # a line cut by a crash
         with open(os.path.join(run, "node0", "advice.applied.json"), "w") as f:
             json.dump({"probe": probe, "recommended": {"name": "ring"},
-                       "proxy": {"target_loss": 3.1, "seeds": 2, "steps": 100, "servers": 2}}, f)
+                       "proxy": {"target_loss": 3.1, "seeds": 2, "steps": 100, "servers": 2,
+                                 "server_placement": "nodes"}}, f)
         out = os.path.join(mkdtemp(), "o")
         rc, text, err = main_in_process(["--from-run", run, "--dry-run", "--out", out])
         self.assertEqual(rc, 0, err)
@@ -248,7 +249,8 @@ class Calibration(unittest.TestCase):
         self.assertIn("stragglers 2 at 2.90x", text)
         self.assertIn("target loss 3.1, 100 steps at most, 2 seed(s)", text)
         self.assertIn("links, exchange rounds and job as probed in " + probe, text)
-        self.assertIn("2 servers (the first advice's) at", text)  # the job's shards stay its own
+        # The job's shards stay its own: their count and where they run (the run's nodes carry no addresses).
+        self.assertIn("2 servers (the first advice's) on nodes 0..1 sharing their links (the first advice's)", text)
         # Where the run stands (its newest whole step, 60, of its train.steps, 120), and how to rank its rest.
         self.assertIn("the run stands at step 60 of 120: whole runs are ranked; --from-fraction 0.5 ranks the rest", text)
         # The calibration of the same probe as probed: no straggler.
@@ -619,6 +621,58 @@ class ExchangeCalibration(unittest.TestCase):
             rc, _, err = main_in_process([path, "--servers", bad, "--dry-run"])
             self.assertEqual(rc, 2)
             self.assertIn(f"--servers {bad} is not in 1..4096", err)
+
+    def test_the_placement_is_where_the_probe_found_the_shards(self):
+        """Where the shards run comes from the addresses the probe recorded (each node's, each shard's):
+        all at nodes' addresses -> on the nodes, sharing their links; none -> dedicated hosts; not known
+        (no addresses, one shared address as on loopback, a mix, an unresolved host) -> dedicated, said
+        so; --server-placement overrides; a malformed address is refused by name."""
+        def placed(nodes, shards, *args):
+            p = with_rounds(make_probe(n=4), "ps", [1.0] * 4, servers=len(shards))
+            for nd, x in zip(p["nodes"], nodes):
+                nd["address"] = x
+            p["ps"]["endpoint_addresses"] = shards
+            cl = advise.calibrate(p)
+            px = advise.proxy(cl, advise.parse_args(["x.json", *args]))
+            return px, cl, " ".join(advise.assumptions(cl, px, advise.CANDIDATES))
+        nodes = [f"10.77.0.{i + 1}" for i in range(4)]
+        px, cl, text = placed(nodes, ["10.77.0.1", "10.77.0.2"])
+        self.assertEqual((px["server_placement"], px["placement_from"]), ("nodes", "probe"))
+        self.assertEqual(cl["placement"]["shard_nodes"], [0, 1])
+        self.assertIn("--sim.colocate_servers=true", advise.sim_command("asp_lr_scale", 0, px, cl, "o", 0.0))
+        self.assertIn("(placement where the probe found them; the probe: every shard runs at a node's address "
+                      "(shard 0 on node 0, shard 1 on node 1))", text)
+        self.assertNotIn("k mod N, not on the nodes the probe found", text)
+        px, cl, text = placed(nodes, ["10.77.0.3", "10.77.0.4"])  # on nodes, but not the ones the simulator takes
+        self.assertEqual(px["server_placement"], "nodes")
+        self.assertIn("the simulator puts shard k on node k mod N, not on the nodes the probe found", text)
+        px, cl, text = placed(nodes, ["10.9.0.1", "10.9.0.2"])
+        self.assertEqual((px["server_placement"], px["placement_from"]), ("dedicated", "probe"))
+        self.assertNotIn("--sim.colocate_servers=true", advise.sim_command("asp_lr_scale", 0, px, cl, "o", 0.0))
+        for nodes_, shards, why in ((["127.0.0.1"] * 4, ["127.0.0.1"], "nodes share an address"),
+                                    (nodes, ["10.77.0.1", "10.9.0.2"], "some shards run at nodes' addresses"),
+                                    (nodes, ["10.77.0.1", None], "have hosts the probe could not resolve"),
+                                    ([None] * 4, ["10.77.0.1"], "no address for node(s) 0, 1, 2, 3")):
+            px, cl, text = placed(nodes_, shards)
+            self.assertEqual((px["server_placement"], px["placement_from"]), ("dedicated", "default"), why)
+            self.assertIn(why, text)
+            self.assertIn("give --server-placement nodes if the shards run on the job's nodes", text)
+        px, cl, text = placed(nodes, ["10.77.0.1", "10.77.0.2"], "--server-placement", "dedicated")
+        self.assertEqual((px["server_placement"], px["placement_from"]), ("dedicated", "--server-placement"))
+        p = make_probe(n=4)  # no shards probed: not known
+        px = advise.proxy(advise.calibrate(p), advise.parse_args(["x.json"]))
+        self.assertEqual((px["server_placement"], px["placement_from"]), ("dedicated", "default"))
+        for bad, field in (([5], "ps.endpoint_addresses[0]"), ("10.0.0.1", "ps.endpoint_addresses must be a list")):
+            q = with_rounds(make_probe(n=4), "ps", [1.0] * 4, servers=1)
+            q["ps"]["endpoint_addresses"] = bad
+            with self.assertRaises(advise.ProbeError) as e:
+                advise.calibrate(q)
+            self.assertIn(field, str(e.exception))
+        q["ps"]["endpoint_addresses"] = ["10.0.0.1"]
+        q["nodes"][2]["address"] = 17
+        with self.assertRaises(advise.ProbeError) as e:
+            advise.calibrate(q)
+        self.assertIn("nodes[2].address = 17 must be an address string or null", str(e.exception))
 
     def test_dry_run_and_the_ablation_say_what_they_do(self):
         path = write_probe(with_rounds(make_probe(n=4), "ps", [1.0] * 4))

@@ -201,6 +201,11 @@ class Flags(unittest.TestCase):
         self.assertIn("--no-exchange-calibration", cmd)
         self.assertNotIn("--no-exchange-calibration", hindsight.advise_command("p.json", "d", 3.0,
                                                                                hindsight.parse_args([])))
+        # Where the shards run: the advisor's own reading of the probe unless forced.
+        self.assertNotIn("--server-placement", hindsight.advise_command("p.json", "d", 3.0, hindsight.parse_args([])))
+        for forced in ("dedicated", "nodes"):
+            cmd = hindsight.advise_command("p.json", "d", 3.0, hindsight.parse_args(["--server-placement", forced]))
+            self.assertEqual(cmd[cmd.index("--server-placement") + 1], forced)
 
     def test_measurements_taken_from_an_earlier_record_must_match_its_runs(self):
         names = ["ring", "bsp_backup"]

@@ -25,12 +25,14 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 
 #include "common/atomic_file.h"
 #include "common/check.h"
 #include "common/command_line.h"
+#include "common/comm/host_address.h"
 #include "common/comm/job_token.h"
 #include "common/comm/link_probe.h"
 #include "common/comm/rendezvous.h"
@@ -148,6 +150,19 @@ void print_table(const json& p) {
                                n["round_s"]["median"].get<double>(), n["round_s"]["p10"].get<double>(),
                                n["round_s"]["p90"].get<double>(), fmt_bytes(n[bytes].get<double>()));
   }
+  // Where each shard runs: a node's address (sharing its link), or a host of its own.
+  if (p.contains("ps") && p["ps"].contains("endpoint_addresses"))
+    for (size_t k = 0; k < p["ps"]["endpoints"].size(); ++k) {
+      const json& a = p["ps"]["endpoint_addresses"][k];
+      std::vector<int64_t> at;
+      for (const auto& n : p["nodes"])
+        if (!a.is_null() && n.value("address", json()) == a) at.push_back(n["node"].get<int64_t>());
+      const std::string where = a.is_null()   ? "its host does not resolve here"
+                                : at.empty()   ? "a host of its own (no node's address)"
+                                : at.size() == 1 ? fmt::format("node {}'s address", at[0])
+                                                 : fmt::format("the address of nodes {} (one host)", fmt::join(at, ", "));
+      std::cout << fmt::format("shard {}: {} at {}\n", k, p["ps"]["endpoints"][k].get<std::string>(), where);
+    }
   for (const auto& m : p["missing"])
     std::cout << fmt::format("missing: {}: {}\n", m["what"].get<std::string>(), m["why"].get<std::string>());
 }
@@ -238,8 +253,17 @@ int main(int argc, char** argv) {
                   {"wire_bytes", cfg.dist.wire == "f32" ? 4 : cfg.dist.wire == "int8" ? 1 : 2},
                   {"emulated_step_s", cfg.emulate.step_time_s},
                   {"emulated_latency_ms", cfg.emulate.latency_ms}};
+    // The address the job's peers see this node at (node 0: MASTER_ADDR; the others: where they send
+    // from to reach it, as the rendezvous sees them): the advisor finds which shards share a node's link.
+    json address = nullptr;
+    try {
+      address = rank == 0 ? numeric_address(d.master_addr) : local_address_towards(d.master_addr);
+    } catch (const Error& e) {
+      log::warn("[probe] node {}: its address is not recorded: {}", rank, e.what());
+    }
     const json mine = {{"node", rank},
                        {"host", host_name()},
+                       {"address", address},
                        {"measured_unix_s", unix_s()},
                        {"step_s", summary(s.step_s)},
                        {"compute_s", summary(s.compute_s)},
@@ -343,8 +367,18 @@ int main(int argc, char** argv) {
       });
     if (!cfg.dist.servers.empty()) {
       const std::vector<std::string> endpoints = PsClient::parse_endpoints(cfg.dist.servers);
+      // Each shard's numeric address (null where its host does not resolve here), held against the nodes'.
+      json addresses = json::array();
+      for (const auto& e : endpoints) {
+        try {
+          addresses.push_back(numeric_address(endpoint_host(e)));
+        } catch (const Error&) {
+          addresses.push_back(nullptr);
+        }
+      }
       exchange("ps", "the parameter-server round trips",
-               {{"servers", endpoints.size()}, {"endpoints", endpoints}, {"rounds", probe.ps_rounds}}, [&] {
+               {{"servers", endpoints.size()}, {"endpoints", endpoints}, {"endpoint_addresses", addresses},
+                {"rounds", probe.ps_rounds}}, [&] {
                  // The job's connection options, not its membership: the probe is no member of a training job
                  // (its digest is never taken for a training job's shards).
                  const PsClientOptions o = ps_connection_options(d, ro.token, "probe " + cfg.model_fingerprint());

@@ -1,0 +1,48 @@
+#include "common/comm/host_address.h"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/udp.hpp>
+#include <fmt/format.h>
+
+#include "common/check.h"
+
+namespace asio = boost::asio;
+
+namespace syncopate {
+
+std::string numeric_address(const std::string& host) {
+  boost::system::error_code ec;
+  const auto addr = asio::ip::make_address(host, ec);
+  if (!ec) return addr.to_string();
+  asio::io_context io;
+  asio::ip::tcp::resolver resolver(io);
+  const auto found = resolver.resolve(asio::ip::tcp::v4(), host, "", ec);
+  SYN_CHECK(!ec && !found.empty(), fmt::format("'{}' is neither an IP address nor a host name that resolves to one", host),
+            "use a numeric address such as 10.0.0.1, or a name this host resolves (getent hosts NAME)");
+  return found.begin()->endpoint().address().to_string();
+}
+
+std::string local_address_towards(const std::string& host) {
+  asio::io_context io;
+  asio::ip::udp::socket s(io);
+  boost::system::error_code ec;
+  const asio::ip::udp::endpoint to(asio::ip::make_address(numeric_address(host)), 9);  // (discard; nothing is sent)
+  s.open(to.protocol(), ec);
+  if (!ec) s.connect(to, ec);
+  SYN_CHECK(!ec, fmt::format("no route from this host to {} ({})", host, ec.message()),
+            "check MASTER_ADDR and this host's routes (ip route get ADDRESS)");
+  return s.local_endpoint().address().to_string();
+}
+
+std::string endpoint_host(const std::string& endpoint) {
+  const size_t scheme = endpoint.find("://");
+  const size_t begin = scheme == std::string::npos ? 0 : scheme + 3;
+  const size_t colon = endpoint.rfind(':');
+  if (colon == std::string::npos || colon < begin) return endpoint.substr(begin);
+  std::string h = endpoint.substr(begin, colon - begin);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  return h;
+}
+
+}  // namespace syncopate
