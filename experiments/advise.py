@@ -774,7 +774,7 @@ def advise(cl, px, names, results, a, probe_path):
             "command": "python experiments/advise.py " + " ".join(shlex.quote(x) for x in a.argv),
             "cluster": {k: cl[k] for k in ("nodes", "step_s", "slow_workers", "slowdown", "jitter", "link_gbit",
                                            "latency_ms", "ratio", "params", "wire_bytes", "node_slowdowns",
-                                           "measured_nodes", "measured_links", "complete", "exchanges")},
+                                           "measured_nodes", "measured_links", "complete", "exchanges", "placement")},
             "proxy": {k: px[k] for k in ("preset", "step_s", "link_gbit", "latency_us", "target_loss", "seeds", "steps",
                                          "batch", "servers", "servers_from", "server_link_gbit", "slow_workers", "slowdown", "jitter",
                                          "eval_every", "eval_batches", "limit", "time_scale", "server_placement",

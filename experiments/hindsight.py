@@ -121,6 +121,22 @@ def advised_shards(s, a):
     return one_per_node(s) if a.advisor_servers == "one-per-node" else shard_count(s)
 
 
+def advice_mismatch(s, adv, a):
+    """What makes an advice model another cluster than the scenario's runs, or None: another shard count
+    (e.g. a probe whose round trips missed a node falls back to K = N), or, with the placement left to
+    the probe, shards the probe recorded addresses for but the advice does not place on the nodes, where
+    the emulated cluster runs them (e.g. a node whose address went unrecorded). A probe from before
+    session 41 recorded no addresses: its advice takes dedicated hosts, as the records made with it did."""
+    want = advised_shards(s, a)
+    if adv["proxy"]["servers"] != want:
+        return f"models {adv['proxy']['servers']} shard(s), the scenario's runs use {want}"
+    placed = adv["cluster"].get("placement") or {}
+    if a.server_placement == "probe" and placed.get("shard_nodes") and adv["proxy"]["server_placement"] != "nodes":
+        return (f"models the shards on {adv['proxy']['server_placement']} hosts, the scenario's runs start them on "
+                f"nodes 0..{want - 1} (the probe: {placed.get('why')})")
+    return None
+
+
 def describe(s):
     slow = f", node {s['nodes'] - 1} {s['slowdown']:g}x slower" if s["slowdown"] > 1 else ""
     lat = f", {s['latency_ms']:g} ms one way" if s["latency_ms"] else ""
@@ -870,10 +886,9 @@ def main(argv=None):
                 advs = {t: run_advisor(n, path, t, a.advice_out, a) for t in a.targets}
                 for t, adv in advs.items():
                     print(f"[hindsight] {n}: advised {adv['recommended']['name']} for {tkey(t)}", flush=True)
-                    want = advised_shards(s, a)
-                    if adv["proxy"]["servers"] != want:  # e.g. a probe whose round trips missed a node
-                        raise SystemExit(f"hindsight: the advice for {n} at {tkey(t)} models {adv['proxy']['servers']} "
-                                         f"shard(s), the scenario's runs use {want}: see its assumptions in "
+                    wrong = advice_mismatch(s, adv, a)
+                    if wrong:
+                        raise SystemExit(f"hindsight: the advice for {n} at {tkey(t)} {wrong}: see its assumptions in "
                                          f"{advise_dir(a.advice_out, n, t)}/advice.json and probe again")
                 px = advs[a.targets[0]]["proxy"]
                 measured = None

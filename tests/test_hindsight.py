@@ -207,6 +207,28 @@ class Flags(unittest.TestCase):
             cmd = hindsight.advise_command("p.json", "d", 3.0, hindsight.parse_args(["--server-placement", forced]))
             self.assertEqual(cmd[cmd.index("--server-placement") + 1], forced)
 
+    def test_an_advice_of_another_cluster_than_the_runs_stops_the_study(self):
+        """The guard between the advice and the runs: the shard count, and (placement left to the probe)
+        shards the probe found on no node although the runs start them on nodes."""
+        s = hindsight.SCENARIOS["shard2_4"]
+        a = hindsight.parse_args([])
+        on_nodes = {"placement": "nodes", "shard_nodes": [0, 1], "why": "every shard runs at a node's address"}
+        adv = {"proxy": {"servers": 2, "server_placement": "nodes"}, "cluster": {"placement": on_nodes}}
+        self.assertIsNone(hindsight.advice_mismatch(s, adv, a))
+        adv["proxy"]["servers"] = 4  # e.g. a probe whose round trips missed a node
+        self.assertIn("models 4 shard(s), the scenario's runs use 2", hindsight.advice_mismatch(s, adv, a))
+        adv["proxy"].update(servers=2, server_placement="dedicated")
+        adv["cluster"]["placement"] = {"placement": None, "shard_nodes": [None, None],
+                                       "why": "the probe recorded no address for node(s) 3"}
+        self.assertIn("the scenario's runs start them on nodes 0..1 (the probe: the probe recorded no address for "
+                      "node(s) 3)", hindsight.advice_mismatch(s, adv, a))
+        # Forced, or a probe from before addresses were recorded (its records took dedicated hosts): no stop.
+        self.assertIsNone(hindsight.advice_mismatch(s, adv, hindsight.parse_args(["--server-placement", "dedicated"])))
+        adv["cluster"]["placement"] = {"placement": None, "shard_nodes": [], "why": "no shard addresses"}
+        self.assertIsNone(hindsight.advice_mismatch(s, adv, a))
+        del adv["cluster"]["placement"]
+        self.assertIsNone(hindsight.advice_mismatch(s, adv, a))
+
     def test_measurements_taken_from_an_earlier_record_must_match_its_runs(self):
         names = ["ring", "bsp_backup"]
         meas = {"3": {"ring": {"100": [5.0, 9.0], "101": [6.0, 9.5]}, "bsp_backup": {"100": [4.0, 8.0], "101": [None, 8.5]}},
