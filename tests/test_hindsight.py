@@ -213,7 +213,8 @@ class Flags(unittest.TestCase):
         s = hindsight.SCENARIOS["shard2_4"]
         a = hindsight.parse_args([])
         on_nodes = {"placement": "nodes", "shard_nodes": [0, 1], "why": "every shard runs at a node's address"}
-        adv = {"proxy": {"servers": 2, "server_placement": "nodes"}, "cluster": {"placement": on_nodes}}
+        adv = {"proxy": {"servers": 2, "server_placement": "nodes", "placement_from": "probe"},
+               "cluster": {"placement": on_nodes}}
         self.assertIsNone(hindsight.advice_mismatch(s, adv, a))
         adv["proxy"]["servers"] = 4  # e.g. a probe whose round trips missed a node
         self.assertIn("models 4 shard(s), the scenario's runs use 2", hindsight.advice_mismatch(s, adv, a))
@@ -228,6 +229,16 @@ class Flags(unittest.TestCase):
         self.assertIsNone(hindsight.advice_mismatch(s, adv, a))
         del adv["cluster"]["placement"]
         self.assertIsNone(hindsight.advice_mismatch(s, adv, a))
+        # A scenario declared with probed_placement (session 41) must have the probe's nodes 0..K-1.
+        s41 = hindsight.SCENARIOS["shard4_7"]
+        adv = {"proxy": {"servers": 4, "server_placement": "dedicated", "placement_from": "default"},
+               "cluster": {"placement": {"placement": None, "shard_nodes": [], "why": "no shard addresses"}}}
+        self.assertIn("start them on nodes 0..3", hindsight.advice_mismatch(s41, adv, a))
+        adv["proxy"].update(server_placement="nodes", placement_from="probe")
+        adv["cluster"]["placement"] = {"placement": "nodes", "shard_nodes": [3, 4, 5, 6], "why": "every shard ..."}
+        self.assertIn("start them on nodes 0..3", hindsight.advice_mismatch(s41, adv, a))
+        adv["cluster"]["placement"]["shard_nodes"] = [0, 1, 2, 3]
+        self.assertIsNone(hindsight.advice_mismatch(s41, adv, a))
 
     def test_measurements_taken_from_an_earlier_record_must_match_its_runs(self):
         names = ["ring", "bsp_backup"]
