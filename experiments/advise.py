@@ -1061,14 +1061,12 @@ def parse_args(argv):
                   f"--from-fraction {at['step'] / at['steps']:.3g} ranks the rest of it (with a target loss it has "
                   "not reached)", flush=True)
         first_px = a.first.get("proxy") or {}
-        for k, key in (("target_loss", "target_loss"), ("seeds", "seeds"), ("steps", "steps"), ("servers", "servers"),
-                       ("server_placement", "server_placement")):
-            if getattr(a, k) is None and first_px.get(key) is not None:
-                setattr(a, k, first_px[key])
-                if k == "servers":
-                    a.servers_from = "first"
-                if k == "server_placement":
-                    a.placement_from = "first"
+        origin = {"servers": "servers_from", "server_placement": "placement_from"}  # where each came from
+        for k in ("target_loss", "seeds", "steps", "servers", "server_placement"):
+            if getattr(a, k) is None and first_px.get(k) is not None:
+                setattr(a, k, first_px[k])
+                if k in origin:
+                    setattr(a, origin[k], "first")
     a.target_loss = 3.0 if a.target_loss is None else a.target_loss
     a.seeds = 3 if a.seeds is None else a.seeds
     a.steps = 150 if a.steps is None else a.steps

@@ -11,14 +11,16 @@ namespace asio = boost::asio;
 
 namespace syncopate {
 
-std::string numeric_address(const std::string& host) {
+std::string numeric_address(const std::string& host, const std::string& what) {
   boost::system::error_code ec;
   const auto addr = asio::ip::make_address(host, ec);
   if (!ec) return addr.to_string();
   asio::io_context io;
   asio::ip::tcp::resolver resolver(io);
   const auto found = resolver.resolve(asio::ip::tcp::v4(), host, "", ec);
-  SYN_CHECK(!ec && !found.empty(), fmt::format("'{}' is neither an IP address nor a host name that resolves to one", host),
+  SYN_CHECK(!ec && !found.empty(),
+            fmt::format("'{}' is neither an IP address nor a host name that resolves to one{}", host,
+                        what.empty() ? "" : " (" + what + ")"),
             "use a numeric address such as 10.0.0.1, or a name this host resolves (getent hosts NAME)");
   return found.begin()->endpoint().address().to_string();
 }

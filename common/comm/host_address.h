@@ -5,9 +5,9 @@
 
 namespace syncopate {
 
-// A numeric IPv4 address as it is, or the first IPv4 address a host name resolves to. Throws
-// syncopate::Error naming `host` when it is neither.
-std::string numeric_address(const std::string& host);
+// A numeric address as it is, or the first IPv4 address a host name resolves to. Throws
+// syncopate::Error naming `host` (and `what` it was for, where given) when it is neither.
+std::string numeric_address(const std::string& host, const std::string& what = "");
 
 // The local address this host sends from to reach `host` (the routing table's choice; a UDP
 // socket is connected, nothing is sent): the address peers of a job see this node at, as the

@@ -14,6 +14,7 @@
 #include <boost/asio/write.hpp>
 
 #include "common/check.h"
+#include "common/comm/host_address.h"
 
 namespace syncopate {
 void set_socket_timeouts(asio::ip::tcp::socket& s, double timeout_s) {
@@ -91,23 +92,15 @@ void TcpConnection::recv(void* data, size_t n) { transfer(static_cast<char*>(dat
 namespace {
 // A numeric address as it is, or a host name's IPv4 address (Slurm's node list and MASTER_ADDR
 // often name hosts); a name that resolves to nothing is an error naming it and `what` it was for.
-asio::ip::address address_of(asio::io_context& io, const std::string& host, const std::string& what) {
-  boost::system::error_code ec;
-  auto addr = asio::ip::make_address(host, ec);
-  if (!ec) return addr;
-  asio::ip::tcp::resolver resolver(io);
-  auto found = resolver.resolve(asio::ip::tcp::v4(), host, "", ec);
-  SYN_CHECK(!ec && !found.empty(),
-            fmt::format("'{}' is neither an IP address nor a host name that resolves to one ({})", host, what),
-            "use a numeric address such as 10.0.0.1, or a name this host resolves (getent hosts NAME)");
-  return found.begin()->endpoint().address();
+asio::ip::address address_of(const std::string& host, const std::string& what) {
+  return asio::ip::make_address(numeric_address(host, what));
 }
 }  // namespace
 
 TcpListener::TcpListener(asio::io_context& io, const std::string& host, uint16_t port) : acceptor_(io) {
   where_ = fmt::format("{}:{}", host, port);
   boost::system::error_code ec;
-  const auto addr = address_of(io, host, "to listen on");
+  const auto addr = address_of(host, "to listen on");
   if (addr.to_string() != host) where_ = fmt::format("{} ({}):{}", host, addr.to_string(), port);
   asio::ip::tcp::endpoint ep(addr, port);
   acceptor_.open(ep.protocol());
@@ -180,7 +173,7 @@ asio::ip::tcp::socket tcp_connect(asio::io_context& io, const std::string& host,
                                   const std::string& what) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   boost::system::error_code ec;
-  const auto addr = address_of(io, host, what);
+  const auto addr = address_of(host, what);
   for (;;) {
     asio::ip::tcp::socket s(io);
     connect_before(s, {addr, port}, deadline, ec);
