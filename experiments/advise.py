@@ -282,7 +282,32 @@ def calibrate(probe, src="probe.json"):
             "assumptions": assumptions, "warnings": warnings}
 
 
-EXCHANGES = {"ring": "ring_exchange", "ps": "ps"}  # pattern -> the probe's section of its rounds
+# pattern -> the probe's section of its rounds: the ring's all-reduce, the BSP round trip to the job's
+# shards (every node at once), the round trip to ASP shards in the job's layout with the nodes' pushes
+# spread over a step (syncopate-probe's spread rounds, where the shards run on the job's nodes).
+EXCHANGES = {"ring": "ring_exchange", "ps": "ps", "ps_spread": "ps_spread"}
+
+
+def is_async_ps(name):
+    """A parameter-server candidate whose pushes are not held in BSP's lockstep (SSP, ASP, asynchronous
+    local SGD): they arrive spread out."""
+    return is_ps(name) and "--ps.consistency=bsp" not in CANDIDATES[name][0]
+
+
+def exchange_pattern(name, cl):
+    """The probe's exchange whose share of the link rate the candidate's messages get: the ring's for the
+    ring and DiLoCo; the spread rounds' for an asynchronous parameter-server candidate where the probe
+    timed them, else (and for BSP) the BSP round trips'."""
+    if not is_ps(name):
+        return "ring"
+    return "ps_spread" if is_async_ps(name) and cl["exchanges"].get("ps_spread") else "ps"
+
+
+def patterns_used(cl, names):
+    """The exchange patterns the candidates `names` take their share from (exchange_pattern), in EXCHANGES'
+    order; "ps" also where the probe timed no rounds at all (the assumption says so)."""
+    used = {exchange_pattern(x, cl) for x in names}
+    return [p for p in EXCHANGES if p in used]
 
 
 def _address(value, field, src):
@@ -358,6 +383,8 @@ def exchange_rounds(probe, pattern, n, src, warnings):
     if sec is None:
         return None
     sec = _object(sec, key, src)
+    if "skipped" in sec and "nodes" not in sec:  # (the spread rounds, where the shards are not on the nodes)
+        return None
     recs = sec.get("nodes")
     if not isinstance(recs, list):
         raise ProbeError(f"{src}: {key}.nodes must be a list of the nodes' rounds")
@@ -375,7 +402,7 @@ def exchange_rounds(probe, pattern, n, src, warnings):
         return None
     out = {"round_s": statistics.median(medians), "nodes": len(recs),
            "gap_s": _number(sec.get("gap_s", 0), f"{key}.gap_s", src, positive=False)}
-    if pattern == "ps":
+    if pattern != "ring":
         out["servers"] = _number(sec.get("servers", 0), f"{key}.servers", src, integer=True)
     return out
 
@@ -423,11 +450,13 @@ def exchange_command(px, cl, out, pattern, goodput=1.0):
     modelled step apart as the probe's (no jitter, no straggler), every worker at once: the ring's
     all-reduce, or BSP rounds on the links and servers every parameter-server candidate gets; every
     transfer at `goodput` x the rate."""
-    if pattern == "ps":
+    if pattern != "ring":
         on_nodes = px.get("server_placement", "dedicated") == "nodes"
-        mode = ["--dist.mode=ps", "--ps.consistency=bsp", f"--sim.servers={px['servers']}",
+        mode = ["--dist.mode=ps", "--ps.consistency=" + ("bsp" if pattern == "ps" else "asp"), f"--sim.servers={px['servers']}",
                 "--sim.colocate_servers=true" if on_nodes else f"--sim.server_link_gbit={px['server_link_gbit']:.6g}",
                 f"--sim.ps_goodput={goodput:.6g}"]
+        if pattern == "ps_spread":  # worker r begins r / N of a step after worker 0, as the probe's nodes did
+            mode.append(f"--sim.spread_start_s={exchange_gap(cl, px, pattern):.6g}")
     else:
         mode = ["--dist.mode=ring", f"--sim.ring_goodput={goodput:.6g}"]
     return [sim_binary(), "--out", out, "--quiet", f"--sim.workers={cl['nodes']}", f"--sim.link_gbit={px['link_gbit']:.6g}",
@@ -441,9 +470,10 @@ def simulated_round(cl, px, out, pattern, goodput):
     """The simulated exchange's round at `goodput`, proxy seconds: its time per round less the modelled
     step. Cached under OUT/calibration/<pattern>_g<goodput>/ (made again when its command changes)."""
     d = os.path.join(out, "calibration", f"{pattern}_g{goodput:g}")
+    gap, n = exchange_gap(cl, px, pattern), cl["nodes"]
+    late = gap * (n - 1) / n if pattern == "ps_spread" else 0.0  # the last worker's later start
     r, _ = simulated(d, exchange_command(px, cl, d, pattern, goodput), f"advise: the simulated {pattern} exchange",
-                     lambda sim, _e, _s: {"round_s": sim["simulated_s"] / (sim["worker_steps"] / cl["nodes"])
-                                          - exchange_gap(cl, px, pattern)})
+                     lambda sim, _e, _s: {"round_s": (sim["simulated_s"] - late) / (sim["worker_steps"] / n) - gap})
     return r["round_s"]
 
 
@@ -514,7 +544,7 @@ def sim_command(name, seed, px, cl, out, limit_s):
         cmd += ["--sim.slow_workers=" + ",".join(map(str, px["slow_workers"])), f"--emulate.slowdown={px['slowdown']:.6g}"]
     if limit_s:
         cmd += [f"--sim.time_limit_s={limit_s:.6g}"]
-    g = (px.get("goodput") or {}).get("ps" if is_ps(name) else "ring")
+    g = (px.get("goodput") or {}).get(exchange_pattern(name, cl))
     if g is not None:
         cmd += [f"--sim.{'ps' if is_ps(name) else 'ring'}_goodput={g['goodput']:.4g}"]
     return cmd + sim_flags(name, n)
@@ -811,13 +841,15 @@ def interval_stats(s, scale):
 
 
 EXCHANGE_WHAT = {"ring": ("the ring's all-reduce", "ring all-reduces"),
-                 "ps": ("parameter-server messages", "BSP round trips to the servers")}
+                 "ps": ("parameter-server messages", "BSP round trips to the servers"),
+                 "ps_spread": ("the asynchronous candidates' parameter-server messages",
+                               "round trips to ASP shards with the pushes spread out")}
 
 
 def calibration_assumptions(cl, px, names):
     """What the advice takes of the probe's exchange rounds, per pattern its candidates use."""
     A = []
-    patterns = [p for p in EXCHANGES if any(is_ps(x) == (p == "ps") for x in names)]
+    patterns = patterns_used(cl, names)
     if px.get("calibration") == "off":
         return [f"the probe's exchange rounds are not used (--no-exchange-calibration): "
                 f"{' and '.join(EXCHANGE_WHAT[p][0] for p in patterns)} at the links' measured bulk goodput"]
@@ -834,8 +866,9 @@ def calibration_assumptions(cl, px, names):
                          "links' measured bulk goodput")
             continue
         t = px["time_scale"]
-        text = (f"{what} get {g['goodput']:.3g} x the link rate: the probe's {rounds} of the model's size, every node "
-                f"at once, {ex['gap_s']:.3g} s apart, took {ex['round_s']:.4g} s (the median over {ex['nodes']} nodes), "
+        text = (f"{what} get {g['goodput']:.3g} x the link rate: the probe's {rounds} of the model's size, "
+                + ("node r starting r/N of a gap after node 0" if p == "ps_spread" else "every node at once")
+                + f", {ex['gap_s']:.3g} s apart, took {ex['round_s']:.4g} s (the median over {ex['nodes']} nodes), "
                 f"against the simulator's {g['modelled_round_s'] * t:.4g} s at the links' rate ({g['fixed_s'] * t:.3g} s "
                 "of it latency and other costs that do not scale with the rate)")
         if g["clamped"]:
@@ -847,10 +880,11 @@ def calibration_assumptions(cl, px, names):
                      "limiter's burst after the pause, or a link faster than its bulk transfer showed)")
         elif g["goodput"] < 1:
             text += "; below 1: losses, retransmissions, incast or the servers' own time slowed the exchange"
-        if p == "ps":
-            text += (" (BSP's pattern, every node at once; SSP's and ASP's pushes spread out and were not timed: "
-                     "they get the same share, which made their times pessimistic by up to 2x on slow links in "
-                     "the advice-against-hindsight check, docs/STUDY.md)")
+        if p == "ps" and any(is_async_ps(x) for x in names) and "ps_spread" not in patterns:
+            text += (" (BSP's pattern, every node at once; SSP's and ASP's pushes spread out and were not timed (the "
+                     "probe times them only where the shards run on the job's nodes): they get the same share, which "
+                     "made their times pessimistic by up to 2x on slow links in the advice-against-hindsight check, "
+                     "docs/STUDY.md)")
         A.append(text)
     return A
 
@@ -1138,7 +1172,7 @@ def main(argv=None):
             print(f"advise: {sim_binary()} is missing; build it first (scripts/build.sh)", file=sys.stderr)
             return 2
     px["goodput"] = {p: None for p in EXCHANGES}
-    measured = [p for p in EXCHANGES if cl["exchanges"].get(p) and any(is_ps(x) == (p == "ps") for x in order)]
+    measured = [p for p in patterns_used(cl, order) if cl["exchanges"].get(p)]
     if a.no_exchange_calibration:
         px["calibration"] = "off"
         print("[advise] --no-exchange-calibration: every message at the links' measured bulk goodput", flush=True)

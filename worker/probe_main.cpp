@@ -9,7 +9,10 @@
 //   4. the job's exchange at the model's size, every node at once, rounds one base step apart
 //      (worker/sync/exchange_probe.h): a ring all-reduce (probe.ring_rounds), and with dist.servers
 //      (the job's shards, started under BSP) a push to the shards and their reply (probe.ps_rounds):
-//      what the ring and BSP pay per step, burst, incast and TCP's losses included;
+//      what the ring and BSP pay per step, burst, incast and TCP's losses included; and where every
+//      shard is at a node's address (each node records its own), the same round trip to the probe's
+//      own ASP shards in that layout (worker/sync/probe_shards.h) with the nodes' pushes spread over a
+//      step (probe.spread_rounds): what an asynchronous mode pays per push, without BSP's incast;
 //   5. node 0 gathers every node's record and writes probe.json (atomically) and a table.
 // A node that never joins or dies: node 0 writes what it has, with "complete": false and "missing"
 // naming each node and link it lacks and why, and exits 1.
@@ -19,6 +22,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <iostream>
 #include <string>
 #include <tuple>
@@ -45,6 +49,7 @@
 #include "worker/sync/dist_config.h"
 #include "worker/sync/gradient_sync.h"
 #include "worker/sync/exchange_probe.h"
+#include "worker/sync/probe_shards.h"
 #include "worker/train/run_config.h"
 #include "worker/train/step_probe.h"
 
@@ -64,6 +69,9 @@ struct ProbeConfig {
                             // step apart (2 more untimed first); 0 = none
   int64_t ps_rounds = 10;   // with dist.servers: timed BSP round trips of the model's size to the servers, every
                             // node at once, one base step apart (2 more untimed first)
+  int64_t spread_rounds = 10;  // with dist.servers all at the nodes' addresses: timed round trips of the model's size
+                               // to the probe's own ASP shards in the job's layout, node r starting r/N of a base step
+                               // after node 0, rounds one base step apart (2 more untimed first); 0 = none
 
   template <class V>
   void fields(V& v) {
@@ -77,6 +85,8 @@ struct ProbeConfig {
       int64_t{100000});
     v("ps_rounds", ps_rounds, "with dist.servers: timed parameter-server round trips of the model's size, every node "
       "at once", int64_t{1}, int64_t{100000});
+    v("spread_rounds", spread_rounds, "with dist.servers on the job's nodes: timed round trips to the probe's own ASP "
+      "shards, the nodes' pushes spread over a step (0 = none)", int64_t{0}, int64_t{100000});
   }
 };
 
@@ -137,14 +147,17 @@ void print_table(const json& p) {
                              l["rtt_us"]["p90"].get<double>(), l["goodput_gbit"].get<double>(),
                              fmt_bytes(l["bytes"].get<double>()));
   // Each node's exchange rounds: the ring's all-reduce, the parameter servers' round trip.
-  for (const auto& [key, title, bytes] : {std::tuple{"ring_exchange", std::string("ring all-reduce rounds"), "bytes_sent"},
-                                          std::tuple{"ps", std::string("parameter-server round trips"), "bytes_pushed"}}) {
-    if (!p.contains(key) || p[key]["nodes"].empty()) continue;
+  for (const auto& [key, title, bytes, when] :
+       {std::tuple{"ring_exchange", std::string("ring all-reduce rounds"), "bytes_sent", "every node at once"},
+        std::tuple{"ps", std::string("parameter-server round trips"), "bytes_pushed", "every node at once"},
+        std::tuple{"ps_spread", std::string("parameter-server round trips to ASP shards"), "bytes_pushed",
+                   "the nodes' pushes spread over a step"}}) {
+    if (!p.contains(key) || !p[key].contains("nodes") || p[key]["nodes"].empty()) continue;
     const std::string what = p[key].contains("servers")
                                  ? fmt::format("{}, {} shard(s)", title, p[key]["servers"].get<int64_t>())
                                  : title;
-    std::cout << fmt::format("{:>5} {:>14} {:>21} {:>12}   ({}, every node at once)\n", "node", "round s",
-                             "p10 .. p90", "sent", what);
+    std::cout << fmt::format("{:>5} {:>14} {:>21} {:>12}   ({}, {})\n", "node", "round s", "p10 .. p90", "sent", what,
+                             when);
     for (const auto& n : p[key]["nodes"])
       std::cout << fmt::format("{:>5} {:>14.4f} {:>10.4f} .. {:<8.4f} {:>12}\n", n["node"].get<int64_t>(),
                                n["round_s"]["median"].get<double>(), n["round_s"]["p10"].get<double>(),
@@ -213,7 +226,9 @@ int main(int argc, char** argv) {
     // Complete means every node's record and every ring link's, whatever the bookkeeping said.
     if (doc["nodes"].size() != static_cast<size_t>(world) || doc["links"].size() != static_cast<size_t>(world > 1 ? world : 0) ||
         (doc.contains("ps") && doc["ps"]["nodes"].size() != static_cast<size_t>(world)) ||
-        (doc.contains("ring_exchange") && doc["ring_exchange"]["nodes"].size() != static_cast<size_t>(world)))
+        (doc.contains("ring_exchange") && doc["ring_exchange"]["nodes"].size() != static_cast<size_t>(world)) ||
+        (doc.contains("ps_spread") && doc["ps_spread"].contains("nodes") &&
+         doc["ps_spread"]["nodes"].size() != static_cast<size_t>(world)))
       doc["complete"] = false;
     write_file_atomic(out, doc.dump(1) + "\n");
     print_table(doc);
@@ -285,7 +300,8 @@ int main(int argc, char** argv) {
     RendezvousOptions ro = rendezvous_options(
         d, job_token_or_insecure_default("[probe]"),
         fmt::format("probe {} {} {} {} {} rounds {} {} servers {}", cfg.model_fingerprint(), probe.pings, probe.seconds,
-                    probe.max_mb, probe.repeats, probe.ring_rounds, probe.ps_rounds, cfg.dist.servers));
+                    probe.max_mb, probe.repeats, probe.ring_rounds, probe.ps_rounds, cfg.dist.servers) +
+            fmt::format(" spread {}", probe.spread_rounds));
     ro.latency_s = cfg.emulate.latency_ms / 1e3;
     Ring ring;
     try {
@@ -387,6 +403,42 @@ int main(int argc, char** argv) {
                  return json{{"round_s", summary(r.round_s)}, {"parts", r.parts}, {"bytes_pushed", r.bytes_sent},
                              {"bytes_received", r.bytes_received}};
                });
+      // The same round trips with the pushes spread out, as an asynchronous job's arrive: to the probe's
+      // own ASP shards, each run by the first node at the job's shard's address (so on that node's link).
+      std::vector<int> hosted;
+      bool on_nodes = probe.spread_rounds > 0 && !address.is_null();
+      for (size_t k = 0; k < addresses.size() && on_nodes; ++k) {
+        int host = -1;
+        for (const auto& n : doc["nodes"])
+          if (!addresses[k].is_null() && n.value("address", json()) == addresses[k] &&
+              (host < 0 || n["node"].get<int>() < host))
+            host = n["node"].get<int>();
+        on_nodes = host >= 0;
+        if (host == rank) hosted.push_back(static_cast<int>(k));
+      }
+      if (probe.spread_rounds > 0 && !on_nodes) {
+        doc["ps_spread"] = {{"skipped", "the job's shards are not all at nodes' addresses (or an address is not "
+                                        "known): the probe starts its shards only on the job's nodes"}};
+      } else if (on_nodes) {
+        const std::string enc = d.ps_encrypt == "off" ? "off" : "auto";
+        ProbeShards shards(hosted, address.get<std::string>(), ro.token, enc, cfg.emulate.latency_ms);
+        std::vector<std::string> spread(endpoints.size());
+        json mine_eps = json::object();
+        for (const auto& [k, e] : shards.endpoints()) mine_eps[std::to_string(k)] = e;
+        for (const auto& g : ring_all_gather(rank, world, *ring.next, *ring.prev, mine_eps.dump()))
+          for (const auto& [k, e] : json::parse(g).items()) spread.at(std::stoul(k)) = e.get<std::string>();
+        exchange("ps_spread", "the parameter-server spread rounds",
+                 {{"servers", spread.size()}, {"endpoints", spread}, {"rounds", probe.spread_rounds},
+                  {"consistency", "asp"}, {"offset", "node r starts r/N of gap_s after node 0"}}, [&] {
+                   PsClientOptions o = ps_connection_options(d, ro.token, "probe spread " + cfg.model_fingerprint());
+                   o.curve_server_key = ps_client_server_key(ro.token, enc);
+                   const ExchangeProbe r = probe_ps_spread_rounds(spread, ro.token, rank, world, o, s.params,
+                                                                  static_cast<int>(probe.spread_rounds), 2, gap,
+                                                                  gap * rank / world);
+                   return json{{"round_s", summary(r.round_s)}, {"parts", r.parts}, {"bytes_pushed", r.bytes_sent},
+                               {"bytes_received", r.bytes_received}};
+                 });
+      }  // (the shards stop here: every node's rounds were gathered, so every node is done with them)
     }
     write();
   } catch (const std::exception& e) {

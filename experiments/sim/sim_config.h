@@ -57,6 +57,9 @@ struct SimConfig {
                                  // join round trips; experiments/churn.py measures it on the emulated cluster): every
                                  // worker launches at 0 (a restarted or joining one: sim.restart_s after its launch);
                                  // 0 = none (the first workers step at once)
+  double spread_start_s = 0;     // worker r's first step begins r / workers x this many seconds after sim.start_s, so
+                                 // that their pushes arrive spread out (the advisor's replay of syncopate-probe's spread
+                                 // rounds); 0 = every worker begins together
   double restart_s = 0;          // churn: the same for a restarted or joining worker (its INIT join round trips against a
                                  // running job); 0 = start_s
   double exit_s = 0;             // churn: modelled seconds from a worker's last step to its process's exit (its last
@@ -84,6 +87,7 @@ struct SimConfig {
     v("time_schedule", time_schedule, "the lr schedule by the simulated clock over sim.time_limit_s (train.steps a cap)");
     v("churn", churn, "membership events of an elastic ps job: kill9@T:W:D, sigterm@T:W:D, join@T:W (empty = none)");
     v("start_s", start_s, "seconds from a worker's launch to its first step", 0.0, 1e6);
+    v("spread_start_s", spread_start_s, "worker r begins r / workers x this after start_s (0 = together)", 0.0, 1e6);
     v("restart_s", restart_s, "churn: seconds from a restarted or new worker's launch to its join (0 = start_s)", 0.0, 1e6);
     v("exit_s", exit_s, "churn: seconds from a worker's last step to its process's exit", 0.0, 1e6);
     v("flush_denormal", flush_denormal, "flush denormal floats to zero (faster; not bit for bit the workers' numerics)");

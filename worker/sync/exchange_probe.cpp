@@ -46,8 +46,13 @@ ExchangeProbe probe_ring_rounds(int rank, int world, Connection& next, Connectio
   return r;
 }
 
-ExchangeProbe probe_ps_rounds(const std::vector<std::string>& endpoints, const std::string& token, int rank, int world,
-                              PsClientOptions options, int64_t params, int rounds, int warmup, double gap_s) {
+namespace {
+
+// The parameter servers' rounds: under BSP (bsp) every node at once, or under ASP with this node
+// offset_s behind the others.
+ExchangeProbe ps_rounds(const std::vector<std::string>& endpoints, const std::string& token, int rank, int world,
+                        PsClientOptions options, int64_t params, int rounds, int warmup, double gap_s, bool bsp,
+                        double offset_s) {
   SYN_CHECK(params > 0, "probe_ps_rounds: no parameters", "a caller bug");
   PsClient client(endpoints, token, rank, world, options);
   at::Tensor values = torch::zeros({params}, torch::kFloat32);
@@ -58,16 +63,21 @@ ExchangeProbe probe_ps_rounds(const std::vector<std::string>& endpoints, const s
   int64_t clock = 0;
   PsClientCounters before = client.counters();
   try {
+    if (offset_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(offset_s));
     r.round_s = time_rounds(rounds, warmup, gap_s, [&](int i) {
       if (i == warmup) before = client.counters();
       push_pull(client, grads, values, clock, 0.0);
       ++clock;
-      // Under SSP and ASP a reply carries no job round: the rounds would be timed without BSP's
-      // lockstep, which is not the exchange the advisor calibrates.
-      SYN_CHECK(client.job_round() >= 0,
-                "the parameter servers do not run BSP: their round trips are not the exchange the probe times",
-                "start the probe's servers with --ps.consistency=bsp and no backup workers "
-                "(scripts/local_cluster.sh --probe --servers K --consistency bsp)");
+      // Under SSP and ASP a reply carries no job round (the BSP rounds would be timed without BSP's
+      // lockstep, which is not the exchange the advisor calibrates); under BSP it does (the spread
+      // rounds would wait for the last node's push).
+      if (bsp)
+        SYN_CHECK(client.job_round() >= 0,
+                  "the parameter servers do not run BSP: their round trips are not the exchange the probe times",
+                  "start the probe's servers with --ps.consistency=bsp and no backup workers "
+                  "(scripts/local_cluster.sh --probe --servers K --consistency bsp)");
+      else
+        SYN_CHECK(client.job_round() < 0, "the probe's spread rounds went to shards that run BSP", "a caller bug");
     });
   } catch (...) {
     // Leave, so that the other nodes' rounds stop waiting for this one; the failure is what is reported.
@@ -83,6 +93,19 @@ ExchangeProbe probe_ps_rounds(const std::vector<std::string>& endpoints, const s
   r.bytes_received = (after.bytes_received - before.bytes_received) / rounds;
   client.finish(clock);
   return r;
+}
+
+}  // namespace
+
+ExchangeProbe probe_ps_rounds(const std::vector<std::string>& endpoints, const std::string& token, int rank, int world,
+                              PsClientOptions options, int64_t params, int rounds, int warmup, double gap_s) {
+  return ps_rounds(endpoints, token, rank, world, std::move(options), params, rounds, warmup, gap_s, true, 0.0);
+}
+
+ExchangeProbe probe_ps_spread_rounds(const std::vector<std::string>& endpoints, const std::string& token, int rank,
+                                     int world, PsClientOptions options, int64_t params, int rounds, int warmup,
+                                     double gap_s, double offset_s) {
+  return ps_rounds(endpoints, token, rank, world, std::move(options), params, rounds, warmup, gap_s, false, offset_s);
 }
 
 }  // namespace syncopate

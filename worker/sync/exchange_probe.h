@@ -12,6 +12,10 @@
 //    BSP with backup workers and synchronous local SGD on the servers pay per step. The gradient is
 //    zero and so are the values: the shards' state never changes. The shards are the probe's after
 //    it (their layout is registered under the probe's digest): start the job's servers afresh.
+//  - the parameter servers, pushes spread out: the same round trip to shards that run ASP (the
+//    probe's own, on the nodes where the job's shards run), node r starting r/world of a gap after
+//    node 0, so the pushes arrive one after another as an asynchronous job's do once its nodes'
+//    phases have spread: what ASP, SSP and asynchronous local SGD pay per push, without BSP's incast.
 // Both move the job's wire format (dist.wire; the ring's all-reduce in float32 where it is int8, which
 // the ring does not carry; the servers' replies in float32, as in a job), as the advisor's ratio counts
 // the job's bytes.
@@ -46,5 +50,11 @@ ExchangeProbe probe_ring_rounds(int rank, int world, Connection& next, Connectio
 // that the shards do not run BSP (the rounds would not be a BSP exchange).
 ExchangeProbe probe_ps_rounds(const std::vector<std::string>& endpoints, const std::string& token, int rank, int world,
                               PsClientOptions options, int64_t params, int rounds, int warmup, double gap_s);
+
+// The same against shards that run ASP (refused by name where a reply carries a BSP round), this node's
+// first round offset_s seconds after the others' common start (rank / world x gap_s spreads them).
+ExchangeProbe probe_ps_spread_rounds(const std::vector<std::string>& endpoints, const std::string& token, int rank,
+                                     int world, PsClientOptions options, int64_t params, int rounds, int warmup,
+                                     double gap_s, double offset_s);
 
 }  // namespace syncopate
