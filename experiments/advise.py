@@ -30,6 +30,9 @@ Reads the probe.json that syncopate-probe measured on the user's cluster and:
    the link rate that makes the simulated exchange take the measured round (--sim.ring_goodput for
    ring and DiLoCo, --sim.ps_goodput for the parameter-server candidates; solved from two simulated
    exchanges cached under OUT/calibration/, clamped to [0.001, 4] and said so);
+   Where it also timed spread rounds (ps_spread: the round trip to ASP shards on the job's nodes,
+   node r starting r/N of a step after node 0), the asynchronous parameter-server candidates (SSP,
+   ASP, asynchronous local SGD) get that pattern's share instead (--no-spread-calibration: BSP's);
    --no-exchange-calibration models every message at the bulk goodput B instead, and
    --calibration-only writes OUT/calibration.json and stops there.
 3. Ranks them by mean time to target (95% interval over seeds) and names the winner; another is
@@ -1058,6 +1061,10 @@ def parse_args(argv):
                     help="every message at the links' measured bulk goodput, even where the probe timed the ring's "
                          "all-reduce or the parameter servers' round trips at the model's size (the ablation of that "
                          "calibration)")
+    ap.add_argument("--no-spread-calibration", action="store_true",
+                    help="the asynchronous parameter-server candidates (SSP, ASP, asynchronous local SGD) take the "
+                         "BSP round trips' share of the link rate even where the probe timed spread rounds to ASP "
+                         "shards (the ablation of that pattern; the advice before session 42)")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "advise"),
                     help="writes advice.json, advice.toml and runs/<config>/seed<k>/ here")
     ap.add_argument("--dry-run", action="store_true",
@@ -1136,6 +1143,10 @@ def main(argv=None):
     a = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         cl = calibrate(load_probe(a.probe), a.probe)
+        if a.no_spread_calibration and cl["exchanges"].get("ps_spread"):
+            cl["exchanges"]["ps_spread"] = None
+            cl["assumptions"].append("the probe's spread rounds to ASP shards are not used (--no-spread-calibration): "
+                                     "the asynchronous parameter-server candidates take the BSP rounds' share")
     except ProbeError as e:
         print(f"advise: {e}", file=sys.stderr)
         return 2
@@ -1188,7 +1199,7 @@ def main(argv=None):
             g = px["goodput"][p] = exchange_goodput(cl, px, a.out, p)
             print(f"[advise] {EXCHANGE_WHAT[p][1]}: measured {cl['exchanges'][p]['round_s']:.4g} s, the simulator's "
                   f"{g['modelled_round_s'] * px['time_scale']:.4g} s at the links' rate: {EXCHANGE_WHAT[p][0]} get "
-                  f"{g['goodput']:.3g} x the link rate (--sim.{p}_goodput)" + (" (clamped)" if g["clamped"] else ""),
+                  f"{g['goodput']:.3g} x the link rate (--sim.{'ring' if p == 'ring' else 'ps'}_goodput)" + (" (clamped)" if g["clamped"] else ""),
                   flush=True)
             if g["clamped"]:
                 print(f"[advise] warning: the measured {EXCHANGE_WHAT[p][1]} lie outside what a goodput in "

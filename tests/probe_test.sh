@@ -86,6 +86,8 @@ SYNCOPATE_WORKER=$BIN/syncopate-worker "$ROOT/scripts/local_cluster.sh" --probe 
 grep -q "parameter-server round trips" "$TMP/ps.log" || { echo "FAIL: no round-trip table printed"; fail=1; }
 grep -q "shard 1: tcp://127.0.0.1:[0-9]* at the address of nodes 0, 1, 2 (one host)" "$TMP/ps.log" ||
   { echo "FAIL: where the shards run is not printed"; fail=1; }
+grep -q "spread rounds to ASP shards not timed: nodes share the address" "$TMP/ps.log" ||
+  { echo "FAIL: why the spread rounds were skipped is not printed"; fail=1; }
 check "loopback with servers: every node's BSP round trips of the model's size" "$TMP/ps/probe.json" '
 assert p["complete"] is True and p["missing"] == [], p["missing"]
 for l in p["links"]:
@@ -108,6 +110,9 @@ assert [n["address"] for n in p["nodes"]] == ["127.0.0.1"] * 3, p["nodes"]
 assert ps["endpoint_addresses"] == ["127.0.0.1"] * 2, ps
 placed = advise.calibrate(p)["placement"]
 assert placed["placement"] is None and "nodes share an address" in placed["why"], placed
+# Nor which node would host the probe's own ASP shards: the spread rounds are skipped, and say why.
+assert "nodes" not in p["ps_spread"] and "nodes share the address 127.0.0.1" in p["ps_spread"]["skipped"], p["ps_spread"]
+assert advise.calibrate(p)["exchanges"]["ps_spread"] is None
 '
 SYNCOPATE_WORKER=$BIN/syncopate-worker "$ROOT/scripts/local_cluster.sh" --probe --nodes 2 --out "$TMP/psasp" \
   --servers 1 -- "${ARGS[@]}" > "$TMP/psasp.log" 2>&1 && { echo "FAIL: --probe --servers under asp accepted"; fail=1; } ||
@@ -200,7 +205,7 @@ unset SYNCOPATE_TOKEN MASTER_ADDR NNODES MASTER_PORT
 if [ "$(id -u)" = 0 ] && command -v ip > /dev/null; then
   SYNCOPATE_WORKER=$BIN/syncopate-worker "$ROOT/scripts/local_cluster.sh" --probe --nodes 3 --out "$TMP/ns" --netns \
     --link-gbit 0.2 --servers 2 --consistency bsp --encrypt off -- "${ARGS[@]}" --probe.seconds=1 --probe.max_mb=64 \
-    --probe.ps_rounds=5 > "$TMP/ns.log" 2>&1 ||
+    --probe.ps_rounds=5 --probe.spread_rounds=5 > "$TMP/ns.log" 2>&1 ||
     { echo "FAIL: local_cluster.sh --probe --netns exited non-zero"; tail -n 30 "$TMP/ns.log"; exit 1; }
   check "netns: every link's goodput within 10% of the 0.2 Gbit/s tbf rate" "$TMP/ns/probe.json" '
 assert p["complete"] is True
@@ -235,6 +240,20 @@ print("  ring round s (min):", [round(n["round_s"]["min"], 4) for n in p["ring_e
       "floor", round(ring_floor, 4))
 print("  ps round s (min, median):", [(round(r["min"], 4), round(r["median"], 4)) for _, r in sorted(rounds.items())],
       "node 2 floor", round(floor, 4))
+# The spread rounds: the probe'"'"'s own ASP shards at the job'"'"'s shards'"'"' addresses (nodes 0 and 1), every
+# node'"'"'s round trips timed; node 2 hosts none, so its round still carries the model up and down its link.
+sp = p["ps_spread"]
+assert "skipped" not in sp and sp["consistency"] == "asp" and sp["servers"] == 2 and sp["rounds"] == 5, sp
+assert [e.split("//")[1].rsplit(":", 1)[0] for e in sp["endpoints"]] == addrs[:2], (sp["endpoints"], addrs)
+assert all(e not in p["ps"]["endpoints"] for e in sp["endpoints"]), sp["endpoints"]   # their own shards
+assert sorted(n["node"] for n in sp["nodes"]) == [0, 1, 2], sp["nodes"]
+for n in sp["nodes"]:
+    assert len(n["round_s"]["samples"]) == 5 and n["bytes_pushed"] >= 4 * P and n["bytes_received"] >= 4 * P, n
+spread = {n["node"]: n["round_s"] for n in sp["nodes"]}
+assert spread[2]["min"] >= 0.9 * floor, (spread[2], floor)
+cl = advise.calibrate(p)
+assert cl["exchanges"]["ps_spread"]["servers"] == 2 and advise.exchange_pattern("asp_lr_scale", cl) == "ps_spread"
+print("  spread round s (min, median):", [(round(r["min"], 4), round(r["median"], 4)) for _, r in sorted(spread.items())])
 '
 else
   echo "network namespaces: not root, skipped"

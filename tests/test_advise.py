@@ -493,7 +493,7 @@ def with_rounds(p, key, round_s, servers=4, gap_s=None):
               "nodes": [{"node": i, "round_s": {"samples": [r], "min": r, "p10": r, "median": r, "p90": r, "max": r,
                                                 "mean": r}, "measured_unix_s": time.time()}
                         for i, r in enumerate(round_s)]}
-    if key == "ps":
+    if key in ("ps", "ps_spread"):
         p[key].update(servers=servers, endpoints=[f"tcp://h{k}:1" for k in range(servers)])
     return p
 
@@ -511,7 +511,8 @@ class ExchangeCalibration(unittest.TestCase):
         self.assertAlmostEqual(ex["ps"].pop("round_s"), 0.65)
         self.assertEqual(ex["ps"], {"servers": 4, "nodes": 4, "gap_s": 0.3})
         self.assertAlmostEqual(ex["ring"]["round_s"], 0.25)
-        self.assertEqual(advise.calibrate(make_probe(n=4))["exchanges"], {"ring": None, "ps": None})  # none timed
+        self.assertEqual(advise.calibrate(make_probe(n=4))["exchanges"],
+                         {"ring": None, "ps": None, "ps_spread": None})  # none timed
         p = with_rounds(make_probe(n=4), "ps", [0.5, 0.6])        # two nodes of four: not the job's exchange
         cl = advise.calibrate(p)
         self.assertIsNone(cl["exchanges"]["ps"])
@@ -587,6 +588,88 @@ class ExchangeCalibration(unittest.TestCase):
         self.assertTrue(any("x the link rate" in x for x in doc["assumptions"]))
         self.assertFalse(os.path.exists(os.path.join(out2, "runs")))
         self.assertFalse(os.path.exists(os.path.join(out2, "advice.json")))
+
+    def test_the_asynchronous_candidates_take_the_spread_rounds(self):
+        """Where the probe timed round trips to ASP shards with the pushes spread out (ps_spread), SSP, ASP
+        and asynchronous local SGD take their share of the link rate from those, BSP + backup from the BSP
+        rounds, the ring and DiLoCo from the ring's; where it did not (none, or skipped with a reason),
+        every parameter-server candidate takes the BSP rounds' share, and the assumptions say so."""
+        probe = with_rounds(with_rounds(make_probe(n=4), "ps", [1.0] * 4, servers=2), "ring_exchange", [1.0] * 4)
+        cl = advise.calibrate(probe)
+        want = {"ring": "ring", "diloco10": "ring", "diloco50": "ring", "bsp_backup": "ps", "asp_lr_scale": "ps",
+                "ssp4": "ps", "async_local_sgd": "ps"}
+        self.assertEqual({x: advise.exchange_pattern(x, cl) for x in want}, want)
+        self.assertEqual(advise.patterns_used(cl, list(want)), ["ring", "ps"])
+        probe["ps_spread"] = {"skipped": "nodes share the address 127.0.0.1 (one host)"}
+        cl = advise.calibrate(probe)
+        self.assertIsNone(cl["exchanges"]["ps_spread"])
+        self.assertEqual(advise.exchange_pattern("asp_lr_scale", cl), "ps")
+        spread = with_rounds(probe, "ps_spread", [0.4, 0.5, 0.6, 9.0], servers=2)
+        cl = advise.calibrate(spread)
+        self.assertAlmostEqual(cl["exchanges"]["ps_spread"].pop("round_s"), 0.55)
+        self.assertEqual(cl["exchanges"]["ps_spread"], {"servers": 2, "nodes": 4, "gap_s": 0.3})
+        want.update(asp_lr_scale="ps_spread", ssp4="ps_spread", async_local_sgd="ps_spread")
+        self.assertEqual({x: advise.exchange_pattern(x, cl) for x in want}, want)
+        self.assertEqual(advise.patterns_used(cl, list(want)), ["ring", "ps", "ps_spread"])
+        self.assertEqual(advise.patterns_used(cl, ["bsp_backup"]), ["ps"])
+        px = advise.proxy(cl, advise.parse_args(["x.json"]))
+        cmd = advise.exchange_command(px, cl, "o", "ps_spread")
+        self.assertIn("--ps.consistency=asp", cmd)
+        self.assertIn(f"--sim.spread_start_s={advise.exchange_gap(cl, px, 'ps_spread'):.6g}", cmd)
+        bsp = advise.exchange_command(px, cl, "o", "ps")
+        self.assertIn("--ps.consistency=bsp", bsp)
+        self.assertFalse([f for f in bsp if "spread_start_s" in f])
+        # Each candidate gets its own pattern's share, and the assumptions name both rounds.
+        px["calibration"] = "applied"
+        px["goodput"] = {"ring": None,
+                         "ps": {"goodput": 0.5, "modelled_round_s": 1.0, "fixed_s": 0.1, "measured_round_s": 1.8,
+                                "clamped": False, "pattern": "ps"},
+                         "ps_spread": {"goodput": 0.9, "modelled_round_s": 1.0, "fixed_s": 0.1,
+                                       "measured_round_s": 1.1, "clamped": False, "pattern": "ps_spread"}}
+        self.assertIn("--sim.ps_goodput=0.5", advise.sim_command("bsp_backup", 0, px, cl, "o", 0))
+        for name in ("asp_lr_scale", "ssp4", "async_local_sgd"):
+            self.assertIn("--sim.ps_goodput=0.9", advise.sim_command(name, 0, px, cl, "o", 0))
+        text = " ".join(advise.assumptions(cl, px, advise.CANDIDATES))
+        self.assertIn("the asynchronous candidates' parameter-server messages get 0.9 x the link rate", text)
+        self.assertIn("node r starting r/N of a gap after node 0", text)
+        self.assertIn("parameter-server messages get 0.5 x the link rate", text)
+        self.assertNotIn("were not timed", text)
+        cl = advise.calibrate(probe)  # skipped: the BSP share for all, and the caveat
+        px["goodput"] = {"ring": None, "ps": px["goodput"]["ps"], "ps_spread": None}
+        self.assertIn("--sim.ps_goodput=0.5", advise.sim_command("asp_lr_scale", 0, px, cl, "o", 0))
+        self.assertIn("SSP's and ASP's pushes spread out and were not timed", " ".join(advise.assumptions(cl, px, advise.CANDIDATES)))
+        # --no-spread-calibration: the BSP rounds' share for every parameter-server candidate (the ablation).
+        path = write_probe(spread)
+        rc, out, err = main_in_process([path, "--dry-run", "--out", os.path.join(mkdtemp(), "o")])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("the probe timed round trips to ASP shards with the pushes spread out (0.55 s)", out)
+        rc, out, err = main_in_process([path, "--dry-run", "--no-spread-calibration", "--out", os.path.join(mkdtemp(), "o")])
+        self.assertEqual(rc, 0, err)
+        self.assertNotIn("pushes spread out (", out)
+        self.assertIn("the probe timed BSP round trips to the servers (1 s)", out)
+        bad = with_rounds(make_probe(n=4), "ps_spread", [0.5] * 4)
+        bad["ps_spread"]["nodes"] = {}
+        with self.assertRaises(advise.ProbeError) as cm:
+            advise.calibrate(bad)
+        self.assertIn("ps_spread.nodes must be a list", str(cm.exception))
+
+    @unittest.skipUnless(os.path.exists(os.path.join(BIN, "syncopate-sim")), f"syncopate-sim is not built under {BIN}")
+    def test_the_spread_goodput_reproduces_the_measured_round(self):
+        """The spread rounds solved as the BSP ones: the simulated ASP exchange with its spread start at the
+        solved share takes the measured round (within 1%), the last worker's later start not counted."""
+        out = mkdtemp()
+        probe = with_rounds(make_probe(n=4), "ps_spread", [1.0] * 4, servers=2)
+        cl = advise.calibrate(probe)
+        px = advise.proxy(cl, advise.parse_args(["x.json"]))
+        t = px["time_scale"]
+        g1 = advise.exchange_goodput(cl, px, out, "ps_spread")
+        transfer = g1["modelled_round_s"] - g1["fixed_s"]
+        self.assertGreater(transfer, 0)
+        want = g1["fixed_s"] + 2 * transfer
+        cl = advise.calibrate(with_rounds(probe, "ps_spread", [want * t] * 4, servers=2))
+        g = advise.exchange_goodput(cl, px, out, "ps_spread")
+        self.assertAlmostEqual(g["goodput"], 0.5, places=6)
+        self.assertAlmostEqual(advise.simulated_round(cl, px, mkdtemp(), "ps_spread", 0.5) / want, 1.0, delta=0.01)
 
     def test_the_shard_count_is_the_jobs(self):
         """K is --servers where given, else the shards the probe's round trips went to (the job's

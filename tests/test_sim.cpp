@@ -278,6 +278,36 @@ TEST(Simulator, StepTimesFollowTheComputeAndLinkModels) {
     EXPECT_NEAR(m["step_s"].get<double>(), 0.1 + ring_allreduce_s(4, 4 * p, 2 * B, lat), 1e-9);
 }
 
+// sim.spread_start_s (the advisor's replay of syncopate-probe's spread rounds): worker r begins r / N of
+// it after the others, so under ASP the pushes reach the shard one after another. Spread by more than a
+// round trip, none queues behind another: every worker's first step is compute + push + reply, ending
+// r / N x spread_start_s later than worker 0's; together (0, the default), the last push waits behind
+// the other three at the shard's downlink.
+TEST(Simulator, SpreadStartsPushesOneAfterAnother) {
+  test::TempDir d;
+  SimJob j = sim_job(d, "ps", 4);
+  j.ps.consistency = "asp";
+  j.sim.link_gbit = 0.1;
+  j.sim.servers = 1;
+  j.run.train.steps = 2;
+  run_simulation(j.run, j.ps, j.sim, d.str("together"), false);
+  const auto p = nlohmann::json::parse(slurp(d.str("together/sim.json")))["params"].get<double>();
+  const double B = 0.1e9 / 8, lat = 50e-6, msg = 4 * p + 128;
+  const double alone = 0.1 + 2 * (lat + msg / B);  // compute, the push, the reply: nothing queued
+  double latest = 0;
+  for (int r = 0; r < 4; ++r)
+    latest = std::max(latest, steps_of(d.str("together/node" + std::to_string(r) + "/metrics.jsonl"))[0]["time_s"].get<double>());
+  EXPECT_GT(latest, alone + 2 * msg / B);  // queued behind at least two others' pushes
+  const double spread = 8 * (lat + msg / B);  // a quarter of it (2 transfers) apart: more than one round trip
+  j.sim.spread_start_s = spread;
+  run_simulation(j.run, j.ps, j.sim, d.str("spread"), false);
+  for (int r = 0; r < 4; ++r) {
+    const auto first = steps_of(d.str("spread/node" + std::to_string(r) + "/metrics.jsonl"))[0];
+    EXPECT_NEAR(first["step_s"].get<double>(), alone, 1e-9) << "worker " << r;
+    EXPECT_NEAR(first["time_s"].get<double>(), spread * r / 4 + alone, 1e-9) << "worker " << r;
+  }
+}
+
 // emulate.overlap with the ring (dist.overlap, the job's clipping scope): the buckets the trainer
 // makes, each all-reduced once every worker's modelled backward has produced it and the previous
 // bucket's ring is done. Checked against that rule written out here from bucket_bounds (no jitter:

@@ -176,6 +176,8 @@ void print_table(const json& p) {
                                                  : fmt::format("the address of nodes {} (one host)", fmt::join(at, ", "));
       std::cout << fmt::format("shard {}: {} at {}\n", k, p["ps"]["endpoints"][k].get<std::string>(), where);
     }
+  if (p.contains("ps_spread") && p["ps_spread"].contains("skipped"))
+    std::cout << fmt::format("spread rounds to ASP shards not timed: {}\n", p["ps_spread"]["skipped"].get<std::string>());
   for (const auto& m : p["missing"])
     std::cout << fmt::format("missing: {}: {}\n", m["what"].get<std::string>(), m["why"].get<std::string>());
 }
@@ -404,22 +406,29 @@ int main(int argc, char** argv) {
                              {"bytes_received", r.bytes_received}};
                });
       // The same round trips with the pushes spread out, as an asynchronous job's arrive: to the probe's
-      // own ASP shards, each run by the first node at the job's shard's address (so on that node's link).
+      // own ASP shards, each run by the node at the job's shard's address (so on that node's link). Only
+      // where that node is unambiguous: every node at an address of its own, every shard at one of them.
       std::vector<int> hosted;
-      bool on_nodes = probe.spread_rounds > 0 && !address.is_null();
-      for (size_t k = 0; k < addresses.size() && on_nodes; ++k) {
-        int host = -1;
-        for (const auto& n : doc["nodes"])
-          if (!addresses[k].is_null() && n.value("address", json()) == addresses[k] &&
-              (host < 0 || n["node"].get<int>() < host))
-            host = n["node"].get<int>();
-        on_nodes = host >= 0;
-        if (host == rank) hosted.push_back(static_cast<int>(k));
+      std::string why_not;
+      std::map<std::string, int> node_at;
+      for (const auto& n : doc["nodes"]) {
+        const json a = n.value("address", json());
+        if (!a.is_string()) why_not = fmt::format("node {} recorded no address", n["node"].get<int>());
+        else if (!node_at.emplace(a.get<std::string>(), n["node"].get<int>()).second)
+          why_not = fmt::format("nodes share the address {} (one host): which node's link a shard shares is unknown",
+                                a.get<std::string>());
       }
-      if (probe.spread_rounds > 0 && !on_nodes) {
-        doc["ps_spread"] = {{"skipped", "the job's shards are not all at nodes' addresses (or an address is not "
-                                        "known): the probe starts its shards only on the job's nodes"}};
-      } else if (on_nodes) {
+      for (size_t k = 0; k < addresses.size() && why_not.empty(); ++k) {
+        const auto host = addresses[k].is_string() ? node_at.find(addresses[k].get<std::string>()) : node_at.end();
+        if (host == node_at.end())
+          why_not = fmt::format("shard {} ({}) is not at a node's address: the probe starts its shards only on the "
+                                "job's nodes", k, endpoints[k]);
+        else if (host->second == rank)
+          hosted.push_back(static_cast<int>(k));
+      }
+      if (probe.spread_rounds > 0 && !why_not.empty()) {
+        doc["ps_spread"] = {{"skipped", why_not}};
+      } else if (probe.spread_rounds > 0) {
         const std::string enc = d.ps_encrypt == "off" ? "off" : "auto";
         ProbeShards shards(hosted, address.get<std::string>(), ro.token, enc, cfg.emulate.latency_ms);
         std::vector<std::string> spread(endpoints.size());

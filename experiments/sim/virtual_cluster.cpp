@@ -942,7 +942,7 @@ class Simulation {
     int64_t applied_events = 0;
     for (const nlohmann::json& r : churn_log_) applied_events += r["applied"].get<bool>() ? 1 : 0;
     return {{"events", churn_log_}, {"events_applied", applied_events}, {"launches", launches_}, {"joins", joins_},
-            {"start_s", sim_.start_s}, {"spread_start_s", sim_.spread_start_s}, {"worker_timeout_s", ps_.worker_timeout_s},
+            {"start_s", sim_.start_s}, {"worker_timeout_s", ps_.worker_timeout_s},
             {"pushes_to_first_part", pushes_to_first_part_}, {"duplicates", first.duplicates()}, {"dropped", first.dropped()},
             {"useful_samples", useful}, {"present_s", present_s}, {"present_samples", present_samples},
             {"goodput", present_samples > 0 ? useful / present_samples : 0.0},
