@@ -110,7 +110,7 @@ assert [n["address"] for n in p["nodes"]] == ["127.0.0.1"] * 3, p["nodes"]
 assert ps["endpoint_addresses"] == ["127.0.0.1"] * 2, ps
 placed = advise.calibrate(p)["placement"]
 assert placed["placement"] is None and "nodes share an address" in placed["why"], placed
-# Nor which node would host the probe's own ASP shards: the spread rounds are skipped, and say why.
+# Nor which node would host the probe ASP shards: the spread rounds are skipped, and say why.
 assert "nodes" not in p["ps_spread"] and "nodes share the address 127.0.0.1" in p["ps_spread"]["skipped"], p["ps_spread"]
 assert advise.calibrate(p)["exchanges"]["ps_spread"] is None
 '

@@ -434,8 +434,10 @@ int main(int argc, char** argv) {
         std::vector<std::string> spread(endpoints.size());
         json mine_eps = json::object();
         for (const auto& [k, e] : shards.endpoints()) mine_eps[std::to_string(k)] = e;
-        for (const auto& g : ring_all_gather(rank, world, *ring.next, *ring.prev, mine_eps.dump()))
-          for (const auto& [k, e] : json::parse(g).items()) spread.at(std::stoul(k)) = e.get<std::string>();
+        for (const auto& g : ring_all_gather(rank, world, *ring.next, *ring.prev, mine_eps.dump())) {
+          const json theirs = json::parse(g);  // (named: items() of a temporary would dangle in the loop)
+          for (const auto& [k, e] : theirs.items()) spread.at(std::stoul(k)) = e.get<std::string>();
+        }
         exchange("ps_spread", "the parameter-server spread rounds",
                  {{"servers", spread.size()}, {"endpoints", spread}, {"rounds", probe.spread_rounds},
                   {"consistency", "asp"}, {"offset", "node r starts r/N of gap_s after node 0"}}, [&] {
