@@ -281,13 +281,20 @@ def same_seed_dir(out, name):
     return os.path.join(out, name, "simulated_same_seeds")
 
 
+def advised_cluster(adv):
+    """What the advisor's sim_command needs of the cluster an advice modelled: its node count, and the
+    exchanges the probe timed (which share of the link rate each candidate takes: the asynchronous ones
+    the spread rounds' where the advice had them; an advice from before them, BSP's)."""
+    return {"nodes": adv["cluster"]["nodes"], "exchanges": adv["cluster"].get("exchanges") or {}}
+
+
 def simulate_same_seeds(name, adv, targets, a, cached_only=False):
     """The advisor's simulated runs again, on the hindsight runs' own seeds, to the lowest target (so
     the curve passes every target): {candidate: {seed: [{"t": cluster seconds, "val_loss"}, ...]}}.
     What is left between these and the measured runs is the simulator's and the calibration's error
     alone; the rest of the advice's error is the seeds' (its own runs use seeds 0..A-1)."""
     px = dict(adv["proxy"], target_loss=min(targets))
-    cl = {"nodes": adv["cluster"]["nodes"]}
+    cl = advised_cluster(adv)
     d = same_seed_dir(a.advice_out, name)
     curves = {}
     for c in adv["candidates"]:

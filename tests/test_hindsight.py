@@ -207,6 +207,18 @@ class Flags(unittest.TestCase):
             cmd = hindsight.advise_command("p.json", "d", 3.0, hindsight.parse_args(["--server-placement", forced]))
             self.assertEqual(cmd[cmd.index("--server-placement") + 1], forced)
 
+    def test_the_same_seed_runs_give_each_candidate_the_advices_share(self):
+        """The same-seed simulations rebuild the advised cluster with the probe's exchanges, so an
+        asynchronous candidate takes the spread rounds' share where the advice had one (it crashed on
+        the missing key), and BSP's in an advice from before the spread rounds."""
+        spread = {"cluster": {"nodes": 4, "exchanges": {"ring": None, "ps": {"round_s": 1.0},
+                                                         "ps_spread": {"round_s": 0.5}}}}
+        cl = hindsight.advised_cluster(spread)
+        self.assertEqual([hindsight.advise.exchange_pattern(x, cl) for x in ("asp_lr_scale", "ssp4", "bsp_backup", "ring")],
+                         ["ps_spread", "ps_spread", "ps", "ring"])
+        for old in ({"cluster": {"nodes": 4}}, {"cluster": {"nodes": 4, "exchanges": {"ring": None, "ps": None}}}):
+            self.assertEqual(hindsight.advise.exchange_pattern("asp_lr_scale", hindsight.advised_cluster(old)), "ps")
+
     def test_an_advice_of_another_cluster_than_the_runs_stops_the_study(self):
         """The guard between the advice and the runs: the shard count, and (placement left to the probe)
         shards the probe found on no node although the runs start them on nodes."""
