@@ -31,8 +31,10 @@ Reads the probe.json that syncopate-probe measured on the user's cluster and:
    ring and DiLoCo, --sim.ps_goodput for the parameter-server candidates; solved from two simulated
    exchanges cached under OUT/calibration/, clamped to [0.001, 4] and said so);
    Where it also timed spread rounds (ps_spread: the round trip to ASP shards on the job's nodes,
-   node r starting r/N of a step after node 0), the asynchronous parameter-server candidates (SSP,
-   ASP, asynchronous local SGD) get that pattern's share instead (--no-spread-calibration: BSP's);
+   node r starting r/N of a step after node 0), --spread-calibration asp gives that pattern's share
+   to ASP and asynchronous local SGD, async to SSP as well; the default, none, keeps BSP's share for
+   every parameter-server candidate (session 42's development check: the spread share brought ASP
+   closer and SSP farther, docs/STUDY.md; not yet tested on held-out clusters);
    --no-exchange-calibration models every message at the bulk goodput B instead, and
    --calibration-only writes OUT/calibration.json and stops there.
 3. Ranks them by mean time to target (95% interval over seeds) and names the winner; another is
@@ -297,13 +299,40 @@ def is_async_ps(name):
     return is_ps(name) and "--ps.consistency=bsp" not in CANDIDATES[name][0]
 
 
+SPREAD_FOR = {"asp": "ASP and asynchronous local SGD", "async": "SSP, ASP and asynchronous local SGD"}
+
+
+def takes_spread(name, spread_for):
+    """Whether the candidate takes the spread rounds' share under --spread-calibration `spread_for`
+    ("asp": pushes that never wait for another node; "async": SSP's too)."""
+    ssp = "--ps.consistency=ssp" in CANDIDATES[name][0]
+    return is_async_ps(name) and (spread_for == "async" or (spread_for == "asp" and not ssp))
+
+
 def exchange_pattern(name, cl):
     """The probe's exchange whose share of the link rate the candidate's messages get: the ring's for the
-    ring and DiLoCo; the spread rounds' for an asynchronous parameter-server candidate where the probe
-    timed them, else (and for BSP) the BSP round trips'."""
+    ring and DiLoCo; the spread rounds' where the probe timed them and --spread-calibration gives them to
+    this candidate (use_spread_rounds records which, as ps_spread.for); else the BSP round trips'."""
     if not is_ps(name):
         return "ring"
-    return "ps_spread" if is_async_ps(name) and cl["exchanges"].get("ps_spread") else "ps"
+    sp = cl["exchanges"].get("ps_spread")
+    return "ps_spread" if sp and takes_spread(name, sp.get("for")) else "ps"
+
+
+def use_spread_rounds(cl, spread_for):
+    """--spread-calibration: which candidates take the probe's spread rounds (ps_spread.for), or none
+    (the section dropped, the BSP rounds' share for every parameter-server candidate, said so)."""
+    sp = cl["exchanges"].get("ps_spread")
+    if not sp:
+        return
+    if spread_for == "none":
+        cl["exchanges"]["ps_spread"] = None
+        cl["assumptions"].append(
+            "the probe's spread rounds to ASP shards are not used (--spread-calibration none, the default): every "
+            "parameter-server candidate takes the BSP rounds' share (session 42's development check: the spread share "
+            "brought ASP's predictions closer and SSP's farther, docs/STUDY.md; not yet tested on held-out clusters)")
+    else:
+        sp["for"] = spread_for
 
 
 def patterns_used(cl, names):
@@ -849,15 +878,21 @@ EXCHANGE_WHAT = {"ring": ("the ring's all-reduce", "ring all-reduces"),
                                "round trips to ASP shards with the pushes spread out")}
 
 
+def exchange_what(p, cl):
+    """EXCHANGE_WHAT[p][0], the spread rounds' naming the candidates --spread-calibration gave them to."""
+    sp = cl["exchanges"].get("ps_spread") if p == "ps_spread" else None
+    return f"the parameter-server messages of {SPREAD_FOR[sp['for']]}" if sp and sp.get("for") else EXCHANGE_WHAT[p][0]
+
+
 def calibration_assumptions(cl, px, names):
     """What the advice takes of the probe's exchange rounds, per pattern its candidates use."""
     A = []
     patterns = patterns_used(cl, names)
     if px.get("calibration") == "off":
         return [f"the probe's exchange rounds are not used (--no-exchange-calibration): "
-                f"{' and '.join(EXCHANGE_WHAT[p][0] for p in patterns)} at the links' measured bulk goodput"]
+                f"{' and '.join(exchange_what(p, cl) for p in patterns)} at the links' measured bulk goodput"]
     for p in patterns:
-        what, rounds = EXCHANGE_WHAT[p]
+        what, rounds = exchange_what(p, cl), EXCHANGE_WHAT[p][1]
         ex, g = cl["exchanges"].get(p), (px.get("goodput") or {}).get(p)
         if g is None:
             if ex is None:
@@ -883,11 +918,11 @@ def calibration_assumptions(cl, px, names):
                      "limiter's burst after the pause, or a link faster than its bulk transfer showed)")
         elif g["goodput"] < 1:
             text += "; below 1: losses, retransmissions, incast or the servers' own time slowed the exchange"
-        if p == "ps" and any(is_async_ps(x) for x in names) and "ps_spread" not in patterns:
-            text += (" (BSP's pattern, every node at once; SSP's and ASP's pushes spread out and were not timed (the "
-                     "probe times them only where the shards run on the job's nodes): they get the same share, which "
-                     "made their times pessimistic by up to 2x on slow links in the advice-against-hindsight check, "
-                     "docs/STUDY.md)")
+        if p == "ps" and any(is_async_ps(x) and exchange_pattern(x, cl) == "ps" for x in names):
+            text += (" (BSP's pattern, every node at once; the asynchronous candidates' pushes spread out: where the "
+                     "spread rounds were not timed (the probe times them only where the shards run on the job's nodes) "
+                     "or not given to them (--spread-calibration), they get the same share, which made their times "
+                     "pessimistic by up to 2x on slow links in the advice-against-hindsight check, docs/STUDY.md)")
         A.append(text)
     return A
 
@@ -1061,10 +1096,12 @@ def parse_args(argv):
                     help="every message at the links' measured bulk goodput, even where the probe timed the ring's "
                          "all-reduce or the parameter servers' round trips at the model's size (the ablation of that "
                          "calibration)")
-    ap.add_argument("--no-spread-calibration", action="store_true",
-                    help="the asynchronous parameter-server candidates (SSP, ASP, asynchronous local SGD) take the "
-                         "BSP round trips' share of the link rate even where the probe timed spread rounds to ASP "
-                         "shards (the ablation of that pattern; the advice before session 42)")
+    ap.add_argument("--spread-calibration", choices=("none", "asp", "async"), default="none",
+                    help="where the probe timed spread rounds to ASP shards: none (default): every parameter-server "
+                         "candidate takes the BSP round trips' share; asp: ASP and asynchronous local SGD take the "
+                         "spread rounds' share; async: SSP too (docs/STUDY.md, session 42)")
+    ap.add_argument("--no-spread-calibration", dest="spread_calibration", action="store_const", const="none",
+                    help="the same as --spread-calibration none (the name session 42's records ran with)")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "advise"),
                     help="writes advice.json, advice.toml and runs/<config>/seed<k>/ here")
     ap.add_argument("--dry-run", action="store_true",
@@ -1143,10 +1180,7 @@ def main(argv=None):
     a = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         cl = calibrate(load_probe(a.probe), a.probe)
-        if a.no_spread_calibration and cl["exchanges"].get("ps_spread"):
-            cl["exchanges"]["ps_spread"] = None
-            cl["assumptions"].append("the probe's spread rounds to ASP shards are not used (--no-spread-calibration): "
-                                     "the asynchronous parameter-server candidates take the BSP rounds' share")
+        use_spread_rounds(cl, a.spread_calibration)
     except ProbeError as e:
         print(f"advise: {e}", file=sys.stderr)
         return 2
@@ -1198,7 +1232,7 @@ def main(argv=None):
         for p in measured:
             g = px["goodput"][p] = exchange_goodput(cl, px, a.out, p)
             print(f"[advise] {EXCHANGE_WHAT[p][1]}: measured {cl['exchanges'][p]['round_s']:.4g} s, the simulator's "
-                  f"{g['modelled_round_s'] * px['time_scale']:.4g} s at the links' rate: {EXCHANGE_WHAT[p][0]} get "
+                  f"{g['modelled_round_s'] * px['time_scale']:.4g} s at the links' rate: {exchange_what(p, cl)} get "
                   f"{g['goodput']:.3g} x the link rate (--sim.{'ring' if p == 'ring' else 'ps'}_goodput)" + (" (clamped)" if g["clamped"] else ""),
                   flush=True)
             if g["clamped"]:

@@ -4,7 +4,7 @@ have picked, and how close are its predicted times to the measured ones?
   python experiments/hindsight.py [--scenarios fast4,slowlink4,...] [--targets 3.0,2.75] [--seeds 3]
         [--first-seed 100] [--advice-seeds 3] [--steps 150] [--lanes 1] [--out runs/hindsight]
         [--dry-run] [--report-only] [--publish docs/study/hindsight] [--advice-out DIR]
-        [--no-probe-servers] [--no-exchange-calibration] [--no-spread-calibration] [--measured-from RECORD]
+        [--no-probe-servers] [--no-exchange-calibration] [--spread-calibration none|asp|async] [--measured-from RECORD]
 
 For every scenario (an emulated cluster: N nodes in network namespaces, a tbf-limited link per
 node, a modelled step with jitter, optionally one slow node and a one-way latency), in order:
@@ -239,7 +239,7 @@ def advise_command(probe_path, d, target, a, shards=None):
             "--limit", str(ADVISE_LIMIT)] + \
         (["--server-placement", a.server_placement] if a.server_placement != "probe" else []) + \
         (["--no-exchange-calibration"] if a.no_exchange_calibration else []) + \
-        (["--no-spread-calibration"] if a.no_spread_calibration else []) + \
+        (["--spread-calibration", a.spread_calibration] if a.spread_calibration else []) + \
         (["--servers", str(shards)] if shards else [])
 
 
@@ -799,9 +799,10 @@ def parse_args(argv):
     ap.add_argument("--no-exchange-calibration", action="store_true",
                     help="pass --no-exchange-calibration to the advisor: every message at the links' bulk goodput "
                          "even where the probe timed the exchanges at the model's size (the ablation)")
-    ap.add_argument("--no-spread-calibration", action="store_true",
-                    help="pass --no-spread-calibration to the advisor: the asynchronous parameter-server candidates "
-                         "take the BSP round trips' share even where the probe timed spread rounds (the ablation)")
+    ap.add_argument("--spread-calibration", choices=("none", "asp", "async"), default=None,
+                    help="pass --spread-calibration to the advisor (its default where not given: none)")
+    ap.add_argument("--no-spread-calibration", dest="spread_calibration", action="store_const", const="none",
+                    help="the same as --spread-calibration none (the name session 42's records ran with)")
     ap.add_argument("--measured-from", metavar="RECORD",
                     help="judge the advice against the measurements of an earlier hindsight.json (the same "
                          "candidates, seeds, targets and steps; refused otherwise) instead of emulated runs: no "

@@ -252,6 +252,7 @@ for n in sp["nodes"]:
 spread = {n["node"]: n["round_s"] for n in sp["nodes"]}
 assert spread[2]["min"] >= 0.9 * floor, (spread[2], floor)
 cl = advise.calibrate(p)
+advise.use_spread_rounds(cl, "asp")   # (--spread-calibration asp; the default, none, leaves them unused)
 assert cl["exchanges"]["ps_spread"]["servers"] == 2 and advise.exchange_pattern("asp_lr_scale", cl) == "ps_spread"
 print("  spread round s (min, median):", [(round(r["min"], 4), round(r["median"], 4)) for _, r in sorted(spread.items())])
 '

@@ -591,10 +591,12 @@ class ExchangeCalibration(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(out2, "advice.json")))
 
     def test_the_asynchronous_candidates_take_the_spread_rounds(self):
-        """Where the probe timed round trips to ASP shards with the pushes spread out (ps_spread), SSP, ASP
-        and asynchronous local SGD take their share of the link rate from those, BSP + backup from the BSP
-        rounds, the ring and DiLoCo from the ring's; where it did not (none, or skipped with a reason),
-        every parameter-server candidate takes the BSP rounds' share, and the assumptions say so."""
+        """Where the probe timed round trips to ASP shards with the pushes spread out (ps_spread),
+        --spread-calibration async gives their share of the link rate to SSP, ASP and asynchronous local
+        SGD, asp to ASP and asynchronous local SGD only; BSP + backup takes the BSP rounds', the ring and
+        DiLoCo the ring's. Where the probe did not time them (none, or skipped with a reason), or with
+        --spread-calibration none (the default), every parameter-server candidate takes the BSP rounds'
+        share, and the assumptions say so."""
         probe = with_rounds(with_rounds(make_probe(n=4), "ps", [1.0] * 4, servers=2), "ring_exchange", [1.0] * 4)
         cl = advise.calibrate(probe)
         want = {"ring": "ring", "diloco10": "ring", "diloco50": "ring", "bsp_backup": "ps", "asp_lr_scale": "ps",
@@ -610,6 +612,16 @@ class ExchangeCalibration(unittest.TestCase):
         got = dict(cl["exchanges"]["ps_spread"])
         self.assertAlmostEqual(got.pop("round_s"), 0.55)
         self.assertEqual(got, {"servers": 2, "nodes": 4, "gap_s": 0.3})
+        self.assertEqual(advise.exchange_pattern("asp_lr_scale", cl), "ps")  # measured, not yet given to anyone
+        none = copy.deepcopy(cl)
+        advise.use_spread_rounds(none, "none")
+        self.assertIsNone(none["exchanges"]["ps_spread"])
+        self.assertIn("--spread-calibration none, the default", " ".join(none["assumptions"]))
+        asp = copy.deepcopy(cl)
+        advise.use_spread_rounds(asp, "asp")
+        self.assertEqual({x: advise.exchange_pattern(x, asp) for x in want},
+                         dict(want, asp_lr_scale="ps_spread", async_local_sgd="ps_spread"))
+        advise.use_spread_rounds(cl, "async")
         want.update(asp_lr_scale="ps_spread", ssp4="ps_spread", async_local_sgd="ps_spread")
         self.assertEqual({x: advise.exchange_pattern(x, cl) for x in want}, want)
         self.assertEqual(advise.patterns_used(cl, list(want)), ["ring", "ps", "ps_spread"])
@@ -632,23 +644,30 @@ class ExchangeCalibration(unittest.TestCase):
         for name in ("asp_lr_scale", "ssp4", "async_local_sgd"):
             self.assertIn("--sim.ps_goodput=0.9", advise.sim_command(name, 0, px, cl, "o", 0))
         text = " ".join(advise.assumptions(cl, px, advise.CANDIDATES))
-        self.assertIn("the asynchronous candidates' parameter-server messages get 0.9 x the link rate", text)
+        self.assertIn("the parameter-server messages of SSP, ASP and asynchronous local SGD get 0.9 x the link rate",
+                      text)
         self.assertIn("node r starting r/N of a gap after node 0", text)
         self.assertIn("parameter-server messages get 0.5 x the link rate", text)
         self.assertNotIn("were not timed", text)
+        text = " ".join(advise.assumptions(asp, px, advise.CANDIDATES))  # asp: SSP on the BSP share, said so
+        self.assertIn("the parameter-server messages of ASP and asynchronous local SGD get 0.9 x", text)
+        self.assertIn("or not given to them (--spread-calibration)", text)
         cl = advise.calibrate(probe)  # skipped: the BSP share for all, and the caveat
         px["goodput"] = {"ring": None, "ps": px["goodput"]["ps"], "ps_spread": None}
         self.assertIn("--sim.ps_goodput=0.5", advise.sim_command("asp_lr_scale", 0, px, cl, "o", 0))
-        self.assertIn("SSP's and ASP's pushes spread out and were not timed", " ".join(advise.assumptions(cl, px, advise.CANDIDATES)))
-        # --no-spread-calibration: the BSP rounds' share for every parameter-server candidate (the ablation).
+        self.assertIn("where the spread rounds were not timed", " ".join(advise.assumptions(cl, px, advise.CANDIDATES)))
+        # The command line: the default (none) and its old name use the BSP share; asp and async the spread one.
         path = write_probe(spread)
-        rc, out, err = main_in_process([path, "--dry-run", "--out", os.path.join(mkdtemp(), "o")])
-        self.assertEqual(rc, 0, err)
-        self.assertIn("the probe timed round trips to ASP shards with the pushes spread out (0.55 s)", out)
-        rc, out, err = main_in_process([path, "--dry-run", "--no-spread-calibration", "--out", os.path.join(mkdtemp(), "o")])
-        self.assertEqual(rc, 0, err)
-        self.assertNotIn("pushes spread out (", out)
-        self.assertIn("the probe timed BSP round trips to the servers (1 s)", out)
+        for args in ([], ["--no-spread-calibration"], ["--spread-calibration", "none"]):
+            rc, out, err = main_in_process([path, "--dry-run", *args, "--out", os.path.join(mkdtemp(), "o")])
+            self.assertEqual(rc, 0, err)
+            self.assertNotIn("pushes spread out (", out)
+            self.assertIn("the probe timed BSP round trips to the servers (1 s)", out)
+        for choice in ("asp", "async"):
+            rc, out, err = main_in_process([path, "--dry-run", "--spread-calibration", choice, "--out",
+                                            os.path.join(mkdtemp(), "o")])
+            self.assertEqual(rc, 0, err)
+            self.assertIn("the probe timed round trips to ASP shards with the pushes spread out (0.55 s)", out)
         bad = with_rounds(make_probe(n=4), "ps_spread", [0.5] * 4)
         bad["ps_spread"]["nodes"] = {}
         with self.assertRaises(advise.ProbeError) as cm:
@@ -662,6 +681,7 @@ class ExchangeCalibration(unittest.TestCase):
         out = mkdtemp()
         probe = with_rounds(make_probe(n=4), "ps_spread", [1.0] * 4, servers=2)
         cl = advise.calibrate(probe)
+        advise.use_spread_rounds(cl, "async")
         px = advise.proxy(cl, advise.parse_args(["x.json"]))
         t = px["time_scale"]
         g1 = advise.exchange_goodput(cl, px, out, "ps_spread")

@@ -211,11 +211,12 @@ class Flags(unittest.TestCase):
         """The same-seed simulations rebuild the advised cluster with the probe's exchanges, so an
         asynchronous candidate takes the spread rounds' share where the advice had one (it crashed on
         the missing key), and BSP's in an advice from before the spread rounds."""
-        spread = {"cluster": {"nodes": 4, "exchanges": {"ring": None, "ps": {"round_s": 1.0},
-                                                         "ps_spread": {"round_s": 0.5}}}}
-        cl = hindsight.advised_cluster(spread)
-        self.assertEqual([hindsight.advise.exchange_pattern(x, cl) for x in ("asp_lr_scale", "ssp4", "bsp_backup", "ring")],
-                         ["ps_spread", "ps_spread", "ps", "ring"])
+        for given, ssp in (("async", "ps_spread"), ("asp", "ps")):
+            spread = {"cluster": {"nodes": 4, "exchanges": {"ring": None, "ps": {"round_s": 1.0},
+                                                             "ps_spread": {"round_s": 0.5, "for": given}}}}
+            cl = hindsight.advised_cluster(spread)
+            self.assertEqual([hindsight.advise.exchange_pattern(x, cl) for x in ("asp_lr_scale", "ssp4", "bsp_backup", "ring")],
+                             ["ps_spread", ssp, "ps", "ring"])
         for old in ({"cluster": {"nodes": 4}}, {"cluster": {"nodes": 4, "exchanges": {"ring": None, "ps": None}}}):
             self.assertEqual(hindsight.advise.exchange_pattern("asp_lr_scale", hindsight.advised_cluster(old)), "ps")
 
