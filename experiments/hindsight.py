@@ -115,6 +115,24 @@ HELD_OUT_41 = {
                     probed_placement=True),    # r 2.7
 }
 SCENARIOS.update(HELD_OUT_41)
+# Session 42's held-out test of --spread-calibration asp (docs/STUDY.md, the spread rounds): clusters where
+# ASP is a contender and the probe's spread rounds do spread (links fast enough that a round trip is not
+# much longer than a step), the shards on nodes 0..K-1; the slow node, where there is one, is node N-1.
+HELD_OUT_42 = {
+    "spread6_3": dict(nodes=6, step_s=0.1, link_gbit=0.15, slowdown=1.0, jitter=0.2, latency_ms=0.0, servers=3,
+                      probed_placement=True),
+    "spread5_2s": dict(nodes=5, step_s=0.1, link_gbit=0.1, slowdown=2.0, jitter=0.1, latency_ms=0.0, servers=2,
+                       probed_placement=True),
+    "spread8_4": dict(nodes=8, step_s=0.1, link_gbit=0.2, slowdown=1.0, jitter=0.3, latency_ms=0.0, servers=4,
+                      probed_placement=True),
+    "spread4_2l": dict(nodes=4, step_s=0.1, link_gbit=0.1, slowdown=1.0, jitter=0.15, latency_ms=2.0, servers=2,
+                       probed_placement=True),
+    "spread7_3s": dict(nodes=7, step_s=0.1, link_gbit=0.12, slowdown=1.5, jitter=0.2, latency_ms=0.0, servers=3,
+                       probed_placement=True),
+    "spread6_2": dict(nodes=6, step_s=0.1, link_gbit=0.25, slowdown=1.0, jitter=0.05, latency_ms=0.0, servers=2,
+                      probed_placement=True),
+}
+SCENARIOS.update(HELD_OUT_42)
 STOP = threading.Event()  # set on Ctrl-C / SIGTERM: no new run starts, no interrupted run is kept
 
 
@@ -145,6 +163,10 @@ def advice_mismatch(s, adv, a):
     want = advised_shards(s, a)
     if adv["proxy"]["servers"] != want:
         return f"models {adv['proxy']['servers']} shard(s), the scenario's runs use {want}"
+    spread = (adv["cluster"].get("exchanges") or {}).get("ps_spread") or {}
+    if a.spread_calibration in ("asp", "async") and s.get("probed_placement") and spread.get("for") != a.spread_calibration:
+        return (f"does not give the probe's spread rounds to {advise.SPREAD_FOR[a.spread_calibration]} (the probe timed "
+                "none, or skipped them: see ps_spread in its probe.json)")
     placed = adv["cluster"].get("placement") or {}
     if a.server_placement != "probe" or not (placed.get("shard_nodes") or s.get("probed_placement")):
         return None
@@ -231,6 +253,14 @@ def advise_dir(out, name, target):
     return os.path.join(out, name, "advise", f"t{tkey(target)}")
 
 
+def candidate_names(a):
+    """The candidates advised and emulated: --configs (the advisor adds the ring), else every one."""
+    if not a.configs:
+        return list(advise.CANDIDATES)
+    given = [x for x in a.configs.split(",") if x]
+    return ["ring"] + [x for x in given if x != "ring"]
+
+
 def advise_command(probe_path, d, target, a, shards=None):
     """The advisor's command. shards: its --servers, for a probe that timed no servers (the advisor
     takes K from a probe that did)."""
@@ -240,6 +270,7 @@ def advise_command(probe_path, d, target, a, shards=None):
         (["--server-placement", a.server_placement] if a.server_placement != "probe" else []) + \
         (["--no-exchange-calibration"] if a.no_exchange_calibration else []) + \
         (["--spread-calibration", a.spread_calibration] if a.spread_calibration else []) + \
+        (["--configs", a.configs] if a.configs else []) + \
         (["--servers", str(shards)] if shards else [])
 
 
@@ -771,7 +802,7 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenarios", default=",".join(PUBLISHED),
                     help="comma-separated, in order (default: the seven published since session 22; the held-out "
-                         "set of session 40: " + ",".join(HELD_OUT) + "; of session 41: " + ",".join(HELD_OUT_41) + ")")
+                         "set of session 40: " + ",".join(HELD_OUT) + "; of session 41: " + ",".join(HELD_OUT_41) + "; of session 42: " + ",".join(HELD_OUT_42) + ")")
     ap.add_argument("--targets", default="3.0,2.75", help="target validation losses, declared before the runs")
     ap.add_argument("--seeds", type=int, default=3, help="hindsight seeds per candidate (default 3)")
     ap.add_argument("--first-seed", type=int, default=100, help="the first hindsight seed (the advisor's are 0..A-1)")
@@ -799,6 +830,9 @@ def parse_args(argv):
     ap.add_argument("--no-exchange-calibration", action="store_true",
                     help="pass --no-exchange-calibration to the advisor: every message at the links' bulk goodput "
                          "even where the probe timed the exchanges at the model's size (the ablation)")
+    ap.add_argument("--configs", default=None,
+                    help="the advisor's --configs (comma-separated candidates; the ring always runs), so only those "
+                         "are advised and emulated; default: every candidate")
     ap.add_argument("--spread-calibration", choices=("none", "asp", "async"), default=None,
                     help="pass --spread-calibration to the advisor (its default where not given: none)")
     ap.add_argument("--no-spread-calibration", dest="spread_calibration", action="store_const", const="none",
@@ -893,7 +927,7 @@ def main(argv=None):
             s = SCENARIOS[n]
             print(f"{n}: {describe(s)}\n  probe: {' '.join(probe_command(s, probe_dir(a.out, n, a.probe_servers), a.probe_servers))}")
             print(f"  advise at {', '.join(map(tkey, a.targets))}: seeds 0..{a.advice_seeds - 1}, {a.steps} steps; then "
-                  f"{len(advise.CANDIDATES)} candidates x seeds {a.first_seed}..{a.first_seed + a.seeds - 1} emulated")
+                  f"{len(candidate_names(a))} candidates x seeds {a.first_seed}..{a.first_seed + a.seeds - 1} emulated")
         return 0
     os.makedirs(a.out, exist_ok=True)
     signal.signal(signal.SIGTERM, _sigterm)

@@ -252,6 +252,27 @@ class Flags(unittest.TestCase):
         self.assertIn("start them on nodes 0..3", hindsight.advice_mismatch(s41, adv, a))
         adv["cluster"]["placement"]["shard_nodes"] = [0, 1, 2, 3]
         self.assertIsNone(hindsight.advice_mismatch(s41, adv, a))
+        # --spread-calibration asp (session 42's held-out test): the advice must give the spread rounds to ASP.
+        asp = hindsight.parse_args(["--spread-calibration", "asp"])
+        self.assertIn("does not give the probe's spread rounds to ASP and asynchronous local SGD",
+                      hindsight.advice_mismatch(s41, adv, asp))
+        adv["cluster"]["exchanges"] = {"ps_spread": {"round_s": 0.1, "for": "asp"}}
+        self.assertIsNone(hindsight.advice_mismatch(s41, adv, asp))
+        self.assertIn("spread rounds", hindsight.advice_mismatch(s41, adv, hindsight.parse_args(["--spread-calibration",
+                                                                                                  "async"])))
+        self.assertIsNone(hindsight.advice_mismatch(s41, adv, a))  # the default asks nothing of them
+
+    def test_configs_reach_the_advisor_and_name_the_candidates(self):
+        a = hindsight.parse_args(["--configs", "asp_lr_scale", "--spread-calibration", "asp"])
+        cmd = hindsight.advise_command("p.json", "d", 3.0, a)
+        self.assertEqual(cmd[cmd.index("--configs") + 1], "asp_lr_scale")
+        self.assertEqual(cmd[cmd.index("--spread-calibration") + 1], "asp")
+        self.assertEqual(hindsight.candidate_names(a), ["ring", "asp_lr_scale"])
+        plain = hindsight.parse_args([])
+        self.assertNotIn("--configs", hindsight.advise_command("p.json", "d", 3.0, plain))
+        self.assertNotIn("--spread-calibration", hindsight.advise_command("p.json", "d", 3.0, plain))
+        self.assertEqual(hindsight.candidate_names(plain), list(hindsight.advise.CANDIDATES))
+        self.assertEqual(hindsight.parse_args(["--no-spread-calibration"]).spread_calibration, "none")
 
     def test_measurements_taken_from_an_earlier_record_must_match_its_runs(self):
         names = ["ring", "bsp_backup"]
