@@ -120,17 +120,17 @@ SCENARIOS.update(HELD_OUT_41)
 # much longer than a step), the shards on nodes 0..K-1; the slow node, where there is one, is node N-1.
 HELD_OUT_42 = {
     "spread6_3": dict(nodes=6, step_s=0.1, link_gbit=0.15, slowdown=1.0, jitter=0.2, latency_ms=0.0, servers=3,
-                      probed_placement=True),
-    "spread5_2s": dict(nodes=5, step_s=0.1, link_gbit=0.1, slowdown=2.0, jitter=0.1, latency_ms=0.0, servers=2,
-                       probed_placement=True),
+                      probed_placement=True, spread_rounds=True),
+    "spread5_2s": dict(nodes=5, step_s=0.1, link_gbit=0.2, slowdown=2.0, jitter=0.1, latency_ms=0.0, servers=2,
+                       probed_placement=True, spread_rounds=True),
     "spread8_4": dict(nodes=8, step_s=0.1, link_gbit=0.2, slowdown=1.0, jitter=0.3, latency_ms=0.0, servers=4,
-                      probed_placement=True),
-    "spread4_2l": dict(nodes=4, step_s=0.1, link_gbit=0.1, slowdown=1.0, jitter=0.15, latency_ms=2.0, servers=2,
-                       probed_placement=True),
-    "spread7_3s": dict(nodes=7, step_s=0.1, link_gbit=0.12, slowdown=1.5, jitter=0.2, latency_ms=0.0, servers=3,
-                       probed_placement=True),
+                      probed_placement=True, spread_rounds=True),
+    "spread4_2l": dict(nodes=4, step_s=0.1, link_gbit=0.15, slowdown=1.0, jitter=0.15, latency_ms=2.0, servers=2,
+                       probed_placement=True, spread_rounds=True),
+    "spread7_3s": dict(nodes=7, step_s=0.1, link_gbit=0.2, slowdown=1.5, jitter=0.2, latency_ms=0.0, servers=3,
+                       probed_placement=True, spread_rounds=True),
     "spread6_2": dict(nodes=6, step_s=0.1, link_gbit=0.25, slowdown=1.0, jitter=0.05, latency_ms=0.0, servers=2,
-                      probed_placement=True),
+                      probed_placement=True, spread_rounds=True),
 }
 SCENARIOS.update(HELD_OUT_42)
 STOP = threading.Event()  # set on Ctrl-C / SIGTERM: no new run starts, no interrupted run is kept
@@ -163,6 +163,14 @@ def advice_mismatch(s, adv, a):
     want = advised_shards(s, a)
     if adv["proxy"]["servers"] != want:
         return f"models {adv['proxy']['servers']} shard(s), the scenario's runs use {want}"
+    if s.get("spread_rounds"):  # (session 42's held-out test: every arm needs the probe's spread rounds)
+        try:
+            with open(adv["probe"]) as f:
+                timed = json.load(f).get("ps_spread") or {}
+        except (OSError, ValueError, KeyError) as e:
+            return f"has no readable probe to check its spread rounds in ({e})"
+        if not timed.get("nodes"):
+            return f"comes from a probe that did not time the spread rounds ({timed.get('skipped', 'no ps_spread')})"
     spread = (adv["cluster"].get("exchanges") or {}).get("ps_spread") or {}
     if a.spread_calibration in ("asp", "async") and s.get("probed_placement") and spread.get("for") != a.spread_calibration:
         return (f"does not give the probe's spread rounds to {advise.SPREAD_FOR[a.spread_calibration]} (the probe timed "

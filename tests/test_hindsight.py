@@ -261,6 +261,17 @@ class Flags(unittest.TestCase):
         self.assertIn("spread rounds", hindsight.advice_mismatch(s41, adv, hindsight.parse_args(["--spread-calibration",
                                                                                                   "async"])))
         self.assertIsNone(hindsight.advice_mismatch(s41, adv, a))  # the default asks nothing of them
+        # A session-42 held-out cluster (spread_rounds): every arm's probe must have timed them, so that no
+        # arm's runs are spent on a probe the other arm cannot use.
+        s42 = dict(hindsight.SCENARIOS["spread6_3"], servers=4)
+        probe = os.path.join(tempfile.mkdtemp(), "probe.json")
+        adv["probe"] = probe
+        for section, ok in (({"skipped": "nodes share the address 127.0.0.1 (one host)"}, False),
+                            ({"nodes": [{"node": 0}]}, True)):
+            with open(probe, "w") as f:
+                json.dump({"ps_spread": section}, f)
+            got = hindsight.advice_mismatch(s42, adv, a)
+            self.assertIsNone(got) if ok else self.assertIn("did not time the spread rounds (nodes share", got)
 
     def test_configs_reach_the_advisor_and_name_the_candidates(self):
         a = hindsight.parse_args(["--configs", "asp_lr_scale", "--spread-calibration", "asp"])
