@@ -479,9 +479,10 @@ def exchange_gap(cl, px, pattern):
 
 def exchange_command(px, cl, out, pattern, goodput=1.0):
     """syncopate-sim of the probe's exchange on the proxy: EXCHANGE_ROUNDS rounds of the model a
-    modelled step apart as the probe's (no jitter, no straggler), every worker at once: the ring's
-    all-reduce, or BSP rounds on the links and servers every parameter-server candidate gets; every
-    transfer at `goodput` x the rate."""
+    modelled step apart as the probe's (no jitter, no straggler): the ring's all-reduce or BSP rounds
+    on the links and servers every parameter-server candidate gets, every worker at once; or (ps_spread)
+    ASP rounds with worker r starting r / N of a step after worker 0; every transfer at `goodput` x
+    the rate."""
     if pattern != "ring":
         on_nodes = px.get("server_placement", "dedicated") == "nodes"
         mode = ["--dist.mode=ps", "--ps.consistency=" + ("bsp" if pattern == "ps" else "asp"), f"--sim.servers={px['servers']}",
