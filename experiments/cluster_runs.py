@@ -100,7 +100,7 @@ _DIGESTS = {}
 # What an emulated run executes besides the binaries (local_cluster.sh sources or runs these).
 CLUSTER_SCRIPTS = ("local_cluster.sh", "launch_node.sh", "netns.sh", "lib.sh")
 # Environment variables the launch scripts read that change a run.
-CLUSTER_ENV = ("SYNCOPATE_TBF_QUEUE_MS",)
+CLUSTER_ENV = ("SYNCOPATE_TBF_QUEUE_MS", "SYNCOPATE_TBF_BURST_MS")
 
 
 def file_digest(p):

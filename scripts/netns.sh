@@ -5,6 +5,9 @@
 #   netns_run PREFIX I CMD.. runs CMD inside host I
 # SYNCOPATE_TBF_QUEUE_MS (default 50): how long a packet may wait in a link's tbf queue before it is
 # dropped (the queue's size is this x the rate); a diagnostic knob, the studies use the default.
+# SYNCOPATE_TBF_BURST_MS (default 8): the tbf bucket, in ms of the rate (at least 16 KiB): what a link
+# that was idle passes at the veth's speed. 8 ms is a third to a half of the micro proxy's 0.5 MB model
+# at 0.15-0.25 Gbit/s, which no real NIC does (docs/STUDY.md, session 42); the studies so far use 8.
 #   netns_stats PREFIX N     prints each node's tbf counters and TCP retransmissions (before netns_down)
 #   netns_down PREFIX N      removes them (veths go with their namespaces)
 # netem is not available on these machines: latency/slowness is modelled elsewhere.
@@ -17,9 +20,14 @@ netns_up() {
     exit 2
   fi
   # GBIT may be a fraction (an emulated slow link, e.g. 0.0228): tc gets kbit/s, and a bucket of
-  # 8 ms at that rate (at least 16 KiB), so that a burst is never a large share of a message.
+  # SYNCOPATE_TBF_BURST_MS at that rate (at least 16 KiB).
+  local burst_ms=${SYNCOPATE_TBF_BURST_MS:-8}
+  case $burst_ms in
+    ''|*[!0-9.]*|*.*.*) echo "$(basename "$0"): SYNCOPATE_TBF_BURST_MS=$burst_ms is not a number of ms (e.g. 1 or 0.5)" >&2
+                        exit 2;;
+  esac
   rate="$(awk -v g="$gbit" 'BEGIN { r = int(g * 1000000 + 0.5); if (r < 8) r = 8; print r "kbit" }')"
-  burst="$(awk -v g="$gbit" 'BEGIN { b = int(g * 1e9 / 8 * 0.008); if (b < 16384) b = 16384; print b }')"
+  burst="$(awk -v g="$gbit" -v ms="$burst_ms" 'BEGIN { b = int(g * 1e9 / 8 * ms / 1000); if (b < 16384) b = 16384; print b }')"
   ip netns add "${p}br"
   ip -n "${p}br" link add br0 type bridge
   ip -n "${p}br" link set br0 up

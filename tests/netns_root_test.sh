@@ -31,5 +31,11 @@ rc=$?
 [ $rc != 0 ] || { echo "FAIL: a study with --netns as a user did not refuse"; fail=1; }
 grep -q "needs root" "$TMP/ab.out" || { echo "FAIL: the study does not say namespaces need root"; tail -5 "$TMP/ab.out"; fail=1; }
 ls "$TMP/ab"/*/ 2>/dev/null | grep -q . && { echo "FAIL: the study started runs before the root check"; ls -R "$TMP/ab" | head; fail=1; }
+# A malformed SYNCOPATE_TBF_BURST_MS is refused by name (as root) before any namespace exists.
+out=$(SYNCOPATE_TBF_BURST_MS=8ms bash -c 'source "$1/scripts/netns.sh"; netns_up synbt 2 1' _ "$ROOT" 2>&1)
+rc=$?
+[ $rc = 2 ] && grep -q "SYNCOPATE_TBF_BURST_MS=8ms is not a number of ms" <<< "$out" ||
+  { echo "FAIL: a bad SYNCOPATE_TBF_BURST_MS was not refused by name (rc $rc): $out"; fail=1; }
+ip netns list | grep -q '^synbt' && { echo "FAIL: a namespace was made before the refusal"; fail=1; ip netns del synbtbr 2>/dev/null; }
 [ $fail = 0 ] && echo "netns root check: PASS"
 exit $fail

@@ -1616,15 +1616,16 @@ class RunCache(unittest.TestCase):
     def test_emulated_inputs_include_the_launch_scripts_and_the_worker_that_runs(self):
         base = cluster_runs.run_inputs(False)
         self.assertNotEqual(base, cluster_runs.run_inputs(True))
-        old = os.environ.get("SYNCOPATE_TBF_QUEUE_MS")
-        os.environ["SYNCOPATE_TBF_QUEUE_MS"] = "7"
-        try:
-            self.assertNotEqual(base, cluster_runs.run_inputs(False))
-        finally:
-            if old is None:
-                del os.environ["SYNCOPATE_TBF_QUEUE_MS"]
-            else:
-                os.environ["SYNCOPATE_TBF_QUEUE_MS"] = old
+        for var in ("SYNCOPATE_TBF_QUEUE_MS", "SYNCOPATE_TBF_BURST_MS"):  # each changes the links
+            old = os.environ.get(var)
+            os.environ[var] = "7"
+            try:
+                self.assertNotEqual(base, cluster_runs.run_inputs(False), var)
+            finally:
+                if old is None:
+                    del os.environ[var]
+                else:
+                    os.environ[var] = old
         d = mkdtemp()
         for name in ("syncopate-worker", "syncopate-server"):
             with open(os.path.join(d, name), "w") as f:
