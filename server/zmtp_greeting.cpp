@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/comm/host_address.h"
+
 namespace syncopate {
 namespace {
 
@@ -40,12 +42,8 @@ bool wait_for(int fd, short events, Clock::time_point deadline) {
 }  // namespace
 
 std::optional<std::string> zmtp_mechanism(const std::string& endpoint, double timeout_s) {
-  std::string hp = endpoint.rfind("tcp://", 0) == 0 ? endpoint.substr(6) : endpoint;
-  const auto colon = hp.rfind(':');
-  if (colon == std::string::npos) return std::nullopt;
-  std::string host = hp.substr(0, colon);
-  const std::string port = hp.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const std::string host = endpoint_host(endpoint), port = endpoint_port(endpoint);
+  if (port.empty()) return std::nullopt;
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;

@@ -1,5 +1,7 @@
 #include "common/comm/host_address.h"
 
+#include <utility>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/udp.hpp>
@@ -37,14 +39,29 @@ std::string local_address_towards(const std::string& host) {
   return s.local_endpoint().address().to_string();
 }
 
-std::string endpoint_host(const std::string& endpoint) {
+namespace {
+
+// Where the host begins (after "SCHEME://") and the colon before the port (npos where there is none).
+std::pair<size_t, size_t> host_and_port_at(const std::string& endpoint) {
   const size_t scheme = endpoint.find("://");
   const size_t begin = scheme == std::string::npos ? 0 : scheme + 3;
   const size_t colon = endpoint.rfind(':');
-  if (colon == std::string::npos || colon < begin) return endpoint.substr(begin);
+  return {begin, colon == std::string::npos || colon < begin ? std::string::npos : colon};
+}
+
+}  // namespace
+
+std::string endpoint_host(const std::string& endpoint) {
+  const auto [begin, colon] = host_and_port_at(endpoint);
+  if (colon == std::string::npos) return endpoint.substr(begin);
   std::string h = endpoint.substr(begin, colon - begin);
   if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
   return h;
+}
+
+std::string endpoint_port(const std::string& endpoint) {
+  const size_t colon = host_and_port_at(endpoint).second;
+  return colon == std::string::npos ? "" : endpoint.substr(colon + 1);
 }
 
 }  // namespace syncopate

@@ -14,7 +14,10 @@ std::string numeric_address(const std::string& host, const std::string& what = "
 // rendezvous's TCP connection to node 0 would show it. Throws syncopate::Error naming `host`.
 std::string local_address_towards(const std::string& host);
 
-// The host of a "tcp://HOST:PORT" endpoint (a ZeroMQ address), "" when it has none.
+// The host of a "tcp://HOST:PORT" endpoint (a ZeroMQ address; brackets of an IPv6 host dropped), ""
+// when it has none.
 std::string endpoint_host(const std::string& endpoint);
+// Its port ("" when it has none).
+std::string endpoint_port(const std::string& endpoint);
 
 }  // namespace syncopate
