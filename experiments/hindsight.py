@@ -118,19 +118,19 @@ SCENARIOS.update(HELD_OUT_41)
 # Session 42's held-out test of --spread-calibration asp (docs/STUDY.md, the spread rounds): clusters where
 # ASP is a contender and the probe's spread rounds do spread (links fast enough that a round trip is not
 # much longer than a step), the shards on nodes 0..K-1; the slow node, where there is one, is node N-1.
+def _spread_cluster(nodes, link_gbit, jitter, servers, slowdown=1.0, latency_ms=0.0):
+    """A HELD_OUT_42 cluster: 0.1 s steps, the shards placed from the probe, its spread rounds required."""
+    return dict(nodes=nodes, step_s=0.1, link_gbit=link_gbit, slowdown=slowdown, jitter=jitter, latency_ms=latency_ms,
+                servers=servers, probed_placement=True, spread_rounds=True)
+
+
 HELD_OUT_42 = {
-    "spread6_3": dict(nodes=6, step_s=0.1, link_gbit=0.15, slowdown=1.0, jitter=0.2, latency_ms=0.0, servers=3,
-                      probed_placement=True, spread_rounds=True),
-    "spread5_2s": dict(nodes=5, step_s=0.1, link_gbit=0.2, slowdown=2.0, jitter=0.1, latency_ms=0.0, servers=2,
-                       probed_placement=True, spread_rounds=True),
-    "spread8_4": dict(nodes=8, step_s=0.1, link_gbit=0.2, slowdown=1.0, jitter=0.3, latency_ms=0.0, servers=4,
-                      probed_placement=True, spread_rounds=True),
-    "spread4_2l": dict(nodes=4, step_s=0.1, link_gbit=0.15, slowdown=1.0, jitter=0.15, latency_ms=2.0, servers=2,
-                       probed_placement=True, spread_rounds=True),
-    "spread7_3s": dict(nodes=7, step_s=0.1, link_gbit=0.2, slowdown=1.5, jitter=0.2, latency_ms=0.0, servers=3,
-                       probed_placement=True, spread_rounds=True),
-    "spread6_2": dict(nodes=6, step_s=0.1, link_gbit=0.25, slowdown=1.0, jitter=0.05, latency_ms=0.0, servers=2,
-                      probed_placement=True, spread_rounds=True),
+    "spread6_3": _spread_cluster(6, 0.15, 0.2, 3),
+    "spread5_2s": _spread_cluster(5, 0.2, 0.1, 2, slowdown=2.0),
+    "spread8_4": _spread_cluster(8, 0.2, 0.3, 4),
+    "spread4_2l": _spread_cluster(4, 0.15, 0.15, 2, latency_ms=2.0),
+    "spread7_3s": _spread_cluster(7, 0.2, 0.2, 3, slowdown=1.5),
+    "spread6_2": _spread_cluster(6, 0.25, 0.05, 2),
 }
 SCENARIOS.update(HELD_OUT_42)
 STOP = threading.Event()  # set on Ctrl-C / SIGTERM: no new run starts, no interrupted run is kept
