@@ -335,6 +335,11 @@ def use_spread_rounds(cl, spread_for):
         sp["for"] = spread_for
 
 
+def candidate_order(names):
+    """The candidates run, in order: the ring first (it always runs: it sets the time limit), then `names`."""
+    return ["ring"] + [x for x in names if x != "ring"]
+
+
 def patterns_used(cl, names):
     """The exchange patterns the candidates `names` take their share from (exchange_pattern), in EXCHANGES'
     order; "ps" also where the probe timed no rounds at all (the assumption says so)."""
@@ -1208,7 +1213,7 @@ def main(argv=None):
               f"step) needs a proxy link of {px['link_gbit']:.3g} Gbit/s, outside the simulator's 1e-6..1e5; check "
               "the probe's goodput_gbit and step_s", file=sys.stderr)
         return 2
-    order = ["ring"] + [x for x in a.names if x != "ring"]
+    order = candidate_order(a.names)
     for line in describe(cl, px):
         print(f"[advise] {line}", flush=True)
     if not os.path.exists(sim_binary()):

@@ -265,8 +265,7 @@ def candidate_names(a):
     """The candidates advised and emulated: --configs (the advisor adds the ring), else every one."""
     if not a.configs:
         return list(advise.CANDIDATES)
-    given = [x for x in a.configs.split(",") if x]
-    return ["ring"] + [x for x in given if x != "ring"]
+    return advise.candidate_order([x for x in a.configs.split(",") if x])
 
 
 def advise_command(probe_path, d, target, a, shards=None):
