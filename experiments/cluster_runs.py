@@ -354,7 +354,8 @@ def run_simulator(cmd, out, failed):
 
 def cluster_command(cfg, em, job, seed, lr, out, trace=False):
     """local_cluster.sh arguments of one run. cfg: {"cluster": [...], "ring": bool}; em: the
-    emulation (step_time_s, slow_node, slowdown, jitter, link_gbit, netns); job: model, batch, steps."""
+    emulation (step_time_s, slow_node, slowdown, jitter, link_gbit, link_burst_ms, latency_ms); job: model,
+    batch, steps."""
     cmd = [os.path.join(ROOT, "scripts", "local_cluster.sh"), "--nodes", str(job["nodes"]), "--out", out]
     if not cfg.get("ring"):
         # Like for like: the ring's links are authenticated, not encrypted, so the parameter-server
@@ -369,6 +370,8 @@ def cluster_command(cfg, em, job, seed, lr, out, trace=False):
                 cmd += ["--slow-steps", str(slow_steps)]
     if em.get("link_gbit"):
         cmd += ["--netns", "--link-gbit", f"{em['link_gbit']:.6g}"]
+        if em.get("link_burst_ms"):  # the links' tbf bucket in ms of the rate (absent: netns.sh's default)
+            cmd += ["--link-burst-ms", f"{em['link_burst_ms']:.6g}"]
     if em.get("latency_ms"):
         cmd += ["--latency-ms", f"{em['latency_ms']:.6g}"]
     if trace:

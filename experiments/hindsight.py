@@ -133,6 +133,21 @@ HELD_OUT_42 = {
     "spread6_2": _spread_cluster(6, 0.25, 0.05, 2),
 }
 SCENARIOS.update(HELD_OUT_42)
+# Session 43 (docs/STUDY.md): the advisor's bars on links whose tbf bucket is 1 ms of the rate (`burst_ms`;
+# the earlier sets ran with netns.sh's 8 ms, which let an idle link pass a third to a half of the proxy's
+# model at the veth's speed). Declared before any run of them; every candidate is emulated.
+def _faithful_cluster(nodes, link_gbit, jitter, servers, slowdown=1.0, latency_ms=0.0):
+    """A HELD_OUT_43 cluster: a _spread_cluster whose links' bucket is 1 ms of their rate."""
+    return dict(_spread_cluster(nodes, link_gbit, jitter, servers, slowdown, latency_ms), burst_ms=1.0)
+
+
+HELD_OUT_43 = {  # (helper-16's review moved each off a near-copy of an earlier cluster or a known-trivial pick)
+    "b1_ring5": _faithful_cluster(5, 0.15, 0.1, 3),                 # r 0.53
+    "b1_strag6": _faithful_cluster(6, 0.12, 0.15, 3, slowdown=1.6),  # r 0.67
+    "b1_slow8": _faithful_cluster(8, 0.065, 0.15, 4),                # r 1.23
+    "b1_jit4": _faithful_cluster(4, 0.3, 0.3, 2),                    # r 0.27
+}
+SCENARIOS.update(HELD_OUT_43)
 STOP = threading.Event()  # set on Ctrl-C / SIGTERM: no new run starts, no interrupted run is kept
 
 
@@ -190,15 +205,19 @@ def describe(s):
     slow = f", node {s['nodes'] - 1} {s['slowdown']:g}x slower" if s["slowdown"] > 1 else ""
     lat = f", {s['latency_ms']:g} ms one way" if s["latency_ms"] else ""
     shards = f", {s['servers']} shard(s)" if s.get("servers") else ""
-    return (f"N = {s['nodes']}, {s['link_gbit']:g} Gbit/s links, {s['step_s']:g} s steps with jitter "
+    bucket = f", a {s['burst_ms']:g} ms link bucket" if s.get("burst_ms") else ""
+    return (f"N = {s['nodes']}, {s['link_gbit']:g} Gbit/s links{bucket}, {s['step_s']:g} s steps with jitter "
             f"{s['jitter']:g}{slow}{lat}{shards}")
 
 
 def emulation(s):
     """The cluster_runs emulation of a scenario (slow node: the last one; node 0 evaluates)."""
     slow = s["slowdown"] > 1
-    return {"step_time_s": s["step_s"], "jitter": s["jitter"], "slow_node": s["nodes"] - 1 if slow else -1,
-            "slowdown": s["slowdown"] if slow else 1.0, "link_gbit": s["link_gbit"], "latency_ms": s["latency_ms"]}
+    em = {"step_time_s": s["step_s"], "jitter": s["jitter"], "slow_node": s["nodes"] - 1 if slow else -1,
+          "slowdown": s["slowdown"] if slow else 1.0, "link_gbit": s["link_gbit"], "latency_ms": s["latency_ms"]}
+    if s.get("burst_ms"):  # the links' tbf bucket (ms of the rate); absent: netns.sh's default, 8 ms
+        em["link_burst_ms"] = s["burst_ms"]
+    return em
 
 
 def probe_dir(out, name, servers=True):
@@ -219,6 +238,8 @@ def probe_command(s, out, servers=True):
         cmd += ["--slow-node", str(em["slow_node"]), "--slowdown", repr(s["slowdown"])]
     if s["latency_ms"]:
         cmd += ["--latency-ms", f"{s['latency_ms']:g}"]
+    if em.get("link_burst_ms"):
+        cmd += ["--link-burst-ms", f"{em['link_burst_ms']:g}"]
     return cmd + ["--", f"--model.preset={advise.PRESET}", f"--train.batch_size={advise.BATCH}", "--train.threads=1"]
 
 
@@ -809,7 +830,8 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenarios", default=",".join(PUBLISHED),
                     help="comma-separated, in order (default: the seven published since session 22; the held-out "
-                         "set of session 40: " + ",".join(HELD_OUT) + "; of session 41: " + ",".join(HELD_OUT_41) + "; of session 42: " + ",".join(HELD_OUT_42) + ")")
+                         "set of session 40: " + ",".join(HELD_OUT) + "; of session 41: " + ",".join(HELD_OUT_41) + "; of session 42: " + ",".join(HELD_OUT_42)
+                         + "; of session 43 (1 ms link buckets): " + ",".join(HELD_OUT_43) + ")")
     ap.add_argument("--targets", default="3.0,2.75", help="target validation losses, declared before the runs")
     ap.add_argument("--seeds", type=int, default=3, help="hindsight seeds per candidate (default 3)")
     ap.add_argument("--first-seed", type=int, default=100, help="the first hindsight seed (the advisor's are 0..A-1)")

@@ -9,7 +9,8 @@
 #                            [--consistency bsp|ssp|asp] [--staleness-bound S] [--mitigation M]
 #                            [--backup-workers B] [--step-time S [--slow-node I --slowdown F [--slow-steps N]]
 #                            [--jitter X]] [--encrypt auto|off]
-#                            [--netns --link-gbit G] [--latency-ms L] [--trace] [--probe] -- <worker args>
+#                            [--netns --link-gbit G [--link-burst-ms B]] [--latency-ms L] [--trace] [--probe]
+#                            -- <worker args>
 #
 # --servers K starts K syncopate-server shards (each on a free port it reports in
 # OUT/logs/server<k>.endpoint; on node 0's host, or with --netns shard k on host k mod N) and runs
@@ -39,6 +40,9 @@
 #
 # --netns gives every node its own network namespace (10.77.0.<i+1>/24) and a G Gbit/s
 # rate-limited link (tbf qdisc on both ends of its veth) through a bridge namespace; needs root.
+# --link-burst-ms B sets that tbf's bucket to B ms of the rate (SYNCOPATE_TBF_BURST_MS, scripts/netns.sh;
+# default 8): what an idle link passes at the veth's speed. 1 is closer to a real NIC, which never
+# passes a part of a message above its line rate (docs/STUDY.md, sessions 42-43).
 # At the end OUT/logs/netstats.txt holds each link's tbf counters (bytes, drops) and each node's TCP
 # retransmissions: what the emulated links did beyond bytes over rate.
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0;; esac  # the header above, nothing started
@@ -46,7 +50,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
 NODES=2 OUT="" PORT="" NETNS=0 GBIT=1 RESTARTS=0 SERVERS=0 CONSISTENCY=asp BOUND=2 MITIGATION=none BACKUP=0
-SLOW=-1 SLOWDOWN=2 SLOW_STEPS=0 STEP_TIME=0 JITTER=0 ENCRYPT=auto TRACE=0 LATENCY=0 PROBE=0 WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
+SLOW=-1 SLOWDOWN=2 SLOW_STEPS=0 STEP_TIME=0 JITTER=0 ENCRYPT=auto TRACE=0 LATENCY=0 BURST="" PROBE=0 WORKER="${SYNCOPATE_WORKER:-$ROOT/build/bin/syncopate-worker}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) NODES=$2; shift 2;;
@@ -69,6 +73,7 @@ while [ $# -gt 0 ]; do
     --probe) PROBE=1; shift;;
     --link-gbit) GBIT=$2; shift 2;;
     --latency-ms) LATENCY=$2; shift 2;;
+    --link-burst-ms) BURST=$2; shift 2;;
     --) shift; break;;
     *) echo "local_cluster.sh: unknown option $1 (see the header of this script)" >&2; exit 2;;
   esac
@@ -80,6 +85,10 @@ if [ "$SLOW" -ge 0 ] && [ "$STEP_TIME" = 0 ]; then
 fi
 if [ "$PROBE" = 1 ] && [ "$SERVERS" != 0 ] && { [ "$CONSISTENCY" != bsp ] || [ "$BACKUP" != 0 ]; }; then
   echo "local_cluster.sh: --probe with --servers times BSP round trips (every node at once): give --consistency bsp and no --backup-workers" >&2; exit 2
+fi
+if [ -n "$BURST" ]; then
+  [ "$NETNS" = 1 ] || { echo "local_cluster.sh: --link-burst-ms sets the emulated links' tbf bucket: give --netns --link-gbit G too" >&2; exit 2; }
+  export SYNCOPATE_TBF_BURST_MS=$BURST  # netns.sh checks it (a number of ms) before creating anything
 fi
 export SYNCOPATE_WORKER=$WORKER
 mkdir -p "$OUT/logs"

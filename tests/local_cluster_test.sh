@@ -99,17 +99,24 @@ interrupt loopback INT group
 if [ "$(id -u)" = 0 ] && ip netns add "sctest$$" 2>/dev/null; then
   ip netns del "sctest$$"
   before=$(ip netns list | wc -l)
-  interrupt netns TERM script --netns --link-gbit 1
+  interrupt netns TERM script --netns --link-gbit 1 --link-burst-ms 1
   after=$(ip netns list | wc -l)
   [ "$before" = "$after" ] || { echo "FAIL: namespaces left: $(ip netns list)"; fail=1; }
   # Before the namespaces went, the links' counters and TCP's retransmissions were written (netns_stats).
-  for w in "node 0 uplink: qdisc tbf" "node 1 downlink: qdisc tbf" "node 0 tcp: TcpOutSegs="; do
+  # --link-burst-ms 1 at 1 Gbit/s: a bucket of 1 ms of the rate on both ends of every link.
+  for w in "node 0 uplink: qdisc tbf" "node 1 downlink: qdisc tbf" "node 0 tcp: TcpOutSegs=" \
+           "node 0 uplink: qdisc tbf [^ ]* root refcnt [0-9]* rate 1Gbit burst 125000b" "node 1 downlink: qdisc tbf [^ ]* root refcnt [0-9]* rate 1Gbit burst 125000b"; do
     grep -q "$w" "$TMP/netns/logs/netstats.txt" 2>/dev/null ||
       { echo "FAIL: netstats.txt lacks '$w':"; cat "$TMP/netns/logs/netstats.txt" 2>&1; fail=1; }
   done
 else
   echo "NOTE: not root or no network namespaces here: the netns interrupt check did not run"
 fi
+# --link-burst-ms without --netns names what it needs, before anything starts.
+rc=0; "$ROOT/scripts/local_cluster.sh" --nodes 2 --link-burst-ms 1 --out "$TMP/burst" -- "${ARGS[@]}" > "$TMP/burst.out" 2>&1 || rc=$?
+[ $rc = 2 ] && grep -q "link-burst-ms .*give --netns --link-gbit" "$TMP/burst.out" ||
+  { echo "FAIL: --link-burst-ms without --netns was not refused by name (rc $rc)"; cat "$TMP/burst.out"; fail=1; }
+[ -d "$TMP/burst/node0" ] && { echo "FAIL: a node started before the refusal"; fail=1; }
 # The parameter-server benchmark too: interrupted in namespace mode, it leaves no server behind
 # (its processes carry SYNCOPATE_TOKEN=bench-<its PID> in their environment).
 left_by() {  # PIDs of processes whose environment holds SYNCOPATE_TOKEN=$1

@@ -207,6 +207,25 @@ class Flags(unittest.TestCase):
             cmd = hindsight.advise_command("p.json", "d", 3.0, hindsight.parse_args(["--server-placement", forced]))
             self.assertEqual(cmd[cmd.index("--server-placement") + 1], forced)
 
+    def test_a_scenarios_link_bucket_reaches_its_probe_and_its_runs(self):
+        """burst_ms (session 43's clusters): --link-burst-ms on the probe's and every run's command line (so
+        a cached run or probe of another bucket is not taken back), named in the description; a scenario
+        without it leaves netns.sh's default (the published records' commands unchanged)."""
+        px = {"servers": 3, "preset": "micro", "batch": 2, "steps": 150, "eval_every": 5, "eval_batches": 32}
+        s = hindsight.SCENARIOS["b1_ring5"]
+        cmd = hindsight.probe_command(s, "/o/b1_ring5/probe_ps")
+        self.assertEqual(cmd[cmd.index("--link-burst-ms") + 1], "1")
+        self.assertLess(cmd.index("--link-burst-ms"), cmd.index("--"))
+        for name in ("ring", "asp_lr_scale", "diloco10"):
+            line = hindsight.run_spec("/o", "b1_ring5", s, px, name, 400)[-1].split()
+            self.assertEqual(line[line.index("--link-burst-ms") + 1], "1", name)
+        self.assertIn("a 1 ms link bucket", hindsight.describe(s))
+        old = hindsight.SCENARIOS["spread6_2"]
+        self.assertNotIn("--link-burst-ms", hindsight.probe_command(old, "/o/spread6_2/probe_ps"))
+        self.assertNotIn("--link-burst-ms", hindsight.run_spec("/o", "spread6_2", old, px, "ring", 300)[-1])
+        self.assertNotIn("bucket", hindsight.describe(old))
+        self.assertTrue(all(v.get("burst_ms") == 1.0 for v in hindsight.HELD_OUT_43.values()))
+
     def test_the_same_seed_runs_give_each_candidate_the_advices_share(self):
         """The same-seed simulations rebuild the advised cluster with the probe's exchanges, so an
         asynchronous candidate takes the spread rounds' share where the advice had one (it crashed on
