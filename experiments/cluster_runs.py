@@ -491,6 +491,28 @@ def server_stats(out):
     return stats
 
 
+def link_stats(out):
+    """What the emulated links did beyond bytes over rate, summed over the nodes from OUT/logs/netstats.txt
+    (scripts/netns.sh netns_stats): packets the tbf limiters dropped (both ends of every link), TCP's
+    segments sent and retransmitted and its retransmission timeouts. None for a run without namespaces."""
+    try:
+        with open(os.path.join(out, "logs", "netstats.txt")) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    got = {"tbf_dropped": 0, "tcp_out_segs": 0, "tcp_retrans_segs": 0, "tcp_timeouts": 0}
+    names = {"TcpOutSegs": "tcp_out_segs", "TcpRetransSegs": "tcp_retrans_segs", "TcpExtTCPTimeouts": "tcp_timeouts"}
+    for line in lines:
+        if "link: qdisc tbf" in line and "(dropped " in line:
+            got["tbf_dropped"] += int(line.split("(dropped ", 1)[1].split(",", 1)[0])
+        elif " tcp: " in line:
+            for kv in line.split(" tcp: ", 1)[1].split():
+                k, _, v = kv.partition("=")
+                if k in names and v.isdigit():
+                    got[names[k]] += int(v)
+    return got
+
+
 def eval_records(metrics):
     """The evaluation records of a run: node 0's, in the order written. (Every node may evaluate the
     shipped weights, eval_of "servers"/"outer", at its own moments; node 0's are the study's, and at
@@ -685,6 +707,8 @@ def collect(out, cfg, job, sim, cpu_util, elapsed, max_overrun, max_cpu, log):
         return {"failed": f"unreadable metrics: {e}", "log": log}
     r["servers"] = server_stats(out) if not cfg.get("ring") else []
     r["dropped"] = sum(s.get("dropped", 0) for s in r["servers"])
+    if not sim:
+        r["links"] = link_stats(out)
     r["elapsed_s"] = elapsed
     if sim:
         with open(os.path.join(out, "sim.json")) as f:

@@ -437,7 +437,7 @@ def measure(scen, s, px, name, seed, a):
     else:
         r = {"config": name, "seed": seed, "end_s": full["wall_s"], "final_val_loss": full["final_val_loss"],
              "valid": full["valid"], "invalid_because": full["invalid_because"], "overrun_share": full["overrun_share"],
-             "cpu_util": full["cpu_util"], "longest_wait_s": longest_wait(d, s["nodes"]),
+             "cpu_util": full["cpu_util"], "longest_wait_s": longest_wait(d, s["nodes"]), "links": full.get("links"),
              "curve": [[p["t"], p["val_loss"]] for p in full["curve"]], "lanes": a.lanes, "command": line}
     with open(os.path.join(d, "result.json.tmp"), "w") as f:
         json.dump(r, f)

@@ -743,6 +743,25 @@ class Summarize(unittest.TestCase):
         self.assertEqual(cluster_runs.summarize(out, 2, ring=False)["tokens"], 400)
 
 
+class LinkStats(unittest.TestCase):
+    """cluster_runs.link_stats on netstats.txt as scripts/netns.sh netns_stats writes it (the lines of a
+    real run): drops summed over both ends of every link, TCP's counters over the nodes."""
+
+    def test_sums_the_links_and_nodes(self):
+        out = mkdtemp()
+        os.makedirs(os.path.join(out, "logs"))
+        with open(os.path.join(out, "logs", "netstats.txt"), "w") as f:
+            for i, (up, down, retrans, rto) in enumerate([(0, 3, 7, 1), (2, 0, 5, 0)]):
+                for end, d in (("uplink", up), ("downlink", down)):
+                    f.write(f"node {i} {end}: qdisc tbf 8005: root refcnt 3 rate 1Gbit burst 125000b lat 50ms Sent 90 "
+                            f"bytes 1 pkt (dropped {d}, overlimits 4 requeues 0) backlog 0b 0p requeues 0 \n")
+                f.write(f"node {i} tcp: TcpOutSegs=100 TcpRetransSegs={retrans} TcpExtTCPTimeouts={rto} "
+                        f"TcpExtTCPLossProbes=9 \n")
+        self.assertEqual(cluster_runs.link_stats(out), {"tbf_dropped": 5, "tcp_out_segs": 200, "tcp_retrans_segs": 12,
+                                                        "tcp_timeouts": 1})
+        self.assertIsNone(cluster_runs.link_stats(mkdtemp()))  # loopback: no namespaces, no counters
+
+
 class WaitingAndFinalPoints(unittest.TestCase):
     """Records with while_waiting (node 0 scoring the servers while it waits for a straggler) and
     job_final (the job's final weights) are ordinary points of the curve, in time order: none is
