@@ -22,8 +22,8 @@
 
 #include <chrono>
 #include <functional>
-#include <map>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -408,24 +408,12 @@ int main(int argc, char** argv) {
       // The same round trips with the pushes spread out, as an asynchronous job's arrive: to the probe's
       // own ASP shards, each run by the node at the job's shard's address (so on that node's link). Only
       // where that node is unambiguous: every node at an address of its own, every shard at one of them.
-      std::vector<int> hosted;
-      std::string why_not;
-      std::map<std::string, int> node_at;
-      for (const auto& n : doc["nodes"]) {
-        const json a = n.value("address", json());
-        if (!a.is_string()) why_not = fmt::format("node {} recorded no address", n["node"].get<int>());
-        else if (!node_at.emplace(a.get<std::string>(), n["node"].get<int>()).second)
-          why_not = fmt::format("nodes share the address {} (one host): which node's link a shard shares is unknown",
-                                a.get<std::string>());
-      }
-      for (size_t k = 0; k < addresses.size() && why_not.empty(); ++k) {
-        const auto host = addresses[k].is_string() ? node_at.find(addresses[k].get<std::string>()) : node_at.end();
-        if (host == node_at.end())
-          why_not = fmt::format("shard {} ({}) is not at a node's address: the probe starts its shards only on the "
-                                "job's nodes", k, endpoints[k]);
-        else if (host->second == rank)
-          hosted.push_back(static_cast<int>(k));
-      }
+      std::vector<std::optional<std::string>> node_addresses(world), shard_addresses;
+      for (const auto& n : doc["nodes"])
+        if (const json a = n.value("address", json()); a.is_string())
+          node_addresses.at(n["node"].get<size_t>()) = a.get<std::string>();
+      for (const auto& a : addresses) shard_addresses.push_back(a.is_string() ? std::optional(a.get<std::string>()) : std::nullopt);
+      const auto [hosted, why_not] = spread_layout(node_addresses, shard_addresses, endpoints, rank);
       if (probe.spread_rounds > 0 && !why_not.empty()) {
         doc["ps_spread"] = {{"skipped", why_not}};
       } else if (probe.spread_rounds > 0) {

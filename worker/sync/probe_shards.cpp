@@ -11,6 +11,29 @@
 
 namespace syncopate {
 
+SpreadLayout spread_layout(const std::vector<std::optional<std::string>>& nodes,
+                           const std::vector<std::optional<std::string>>& shards,
+                           const std::vector<std::string>& endpoints, int rank) {
+  SpreadLayout l;
+  std::map<std::string, int> node_at;
+  for (size_t r = 0; r < nodes.size() && l.why_not.empty(); ++r) {
+    if (!nodes[r]) l.why_not = fmt::format("node {} recorded no address", r);
+    else if (!node_at.emplace(*nodes[r], static_cast<int>(r)).second)
+      l.why_not = fmt::format("nodes share the address {} (one host): which node's link a shard shares is unknown",
+                              *nodes[r]);
+  }
+  for (size_t k = 0; k < shards.size() && l.why_not.empty(); ++k) {
+    const auto host = shards[k] ? node_at.find(*shards[k]) : node_at.end();
+    if (host == node_at.end())
+      l.why_not = fmt::format("shard {} ({}) is not at a node's address: the probe starts its shards only on the "
+                              "job's nodes", k, k < endpoints.size() ? endpoints[k] : std::string("?"));
+    else if (host->second == rank)
+      l.hosted.push_back(static_cast<int>(k));
+  }
+  if (!l.why_not.empty()) l.hosted.clear();
+  return l;
+}
+
 ProbeShards::ProbeShards(const std::vector<int>& shards, const std::string& host, const std::string& token,
                          const std::string& encrypt, double latency_ms) {
   try {

@@ -7,11 +7,26 @@
 #pragma once
 #include <atomic>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 namespace syncopate {
+
+// Where the spread rounds' shards run: this node's share of the job's layout, or why the rounds cannot
+// be timed (then `why_not` says so and `hosted` is empty). A shard runs on the node at its address, so
+// every node must be at an address of its own and every shard at one of them.
+struct SpreadLayout {
+  std::vector<int> hosted;  // the job's shard indices at this node's address, ascending
+  std::string why_not;      // empty: the layout is known
+};
+// nodes: each node's recorded address by rank (nullopt: none recorded); shards: each shard's resolved
+// address (nullopt: it did not resolve); endpoints: the shards' endpoints as the job names them (for the
+// message); rank: this node.
+SpreadLayout spread_layout(const std::vector<std::optional<std::string>>& nodes,
+                           const std::vector<std::optional<std::string>>& shards,
+                           const std::vector<std::string>& endpoints, int rank);
 
 class ProbeShards {
  public:
