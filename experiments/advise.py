@@ -34,7 +34,7 @@ Reads the probe.json that syncopate-probe measured on the user's cluster and:
    node r starting r/N of a step after node 0), --spread-calibration asp gives that pattern's share
    to ASP and asynchronous local SGD, async to SSP as well; the default, none, keeps BSP's share for
    every parameter-server candidate (session 42's development check: the spread share brought ASP
-   closer and SSP farther, docs/STUDY.md; not yet tested on held-out clusters);
+   closer and SSP farther, docs/STUDY.md; on six held-out clusters, session 42, not resolved);
    --no-exchange-calibration models every message at the bulk goodput B instead, and
    --calibration-only writes OUT/calibration.json and stops there.
 3. Ranks them by mean time to target (95% interval over seeds) and names the winner; another is
@@ -330,7 +330,7 @@ def use_spread_rounds(cl, spread_for):
         cl["assumptions"].append(
             "the probe's spread rounds to ASP shards are not used (--spread-calibration none, the default): every "
             "parameter-server candidate takes the BSP rounds' share (session 42's development check: the spread share "
-            "brought ASP's predictions closer and SSP's farther, docs/STUDY.md; not yet tested on held-out clusters)")
+            "brought ASP's predictions closer and SSP's farther, docs/STUDY.md; on six held-out clusters, session 42, not resolved)")
     else:
         sp["for"] = spread_for
 
