@@ -707,12 +707,12 @@ def collect(out, cfg, job, sim, cpu_util, elapsed, max_overrun, max_cpu, log):
         return {"failed": f"unreadable metrics: {e}", "log": log}
     r["servers"] = server_stats(out) if not cfg.get("ring") else []
     r["dropped"] = sum(s.get("dropped", 0) for s in r["servers"])
-    if not sim:
-        r["links"] = link_stats(out)
     r["elapsed_s"] = elapsed
     if sim:
         with open(os.path.join(out, "sim.json")) as f:
             r["sim"] = json.load(f)
+    else:
+        r["links"] = link_stats(out)
     r["log"] = log
     if os.path.exists(os.path.join(out, "trace.json")):
         r["trace"] = os.path.join(out, "trace.json")

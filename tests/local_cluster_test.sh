@@ -104,8 +104,8 @@ if [ "$(id -u)" = 0 ] && ip netns add "sctest$$" 2>/dev/null; then
   [ "$before" = "$after" ] || { echo "FAIL: namespaces left: $(ip netns list)"; fail=1; }
   # Before the namespaces went, the links' counters and TCP's retransmissions were written (netns_stats).
   # --link-burst-ms 1 at 1 Gbit/s: a bucket of 1 ms of the rate on both ends of every link.
-  for w in "node 0 uplink: qdisc tbf" "node 1 downlink: qdisc tbf" "node 0 tcp: TcpOutSegs=" \
-           "node 0 uplink: qdisc tbf [^ ]* root refcnt [0-9]* rate 1Gbit burst 125000b" "node 1 downlink: qdisc tbf [^ ]* root refcnt [0-9]* rate 1Gbit burst 125000b"; do
+  for w in "node 0 uplink: qdisc tbf [^ ]* root refcnt [0-9]* rate 1Gbit burst 125000b" "node 0 tcp: TcpOutSegs=" \
+           "node 1 downlink: qdisc tbf [^ ]* root refcnt [0-9]* rate 1Gbit burst 125000b"; do
     grep -q "$w" "$TMP/netns/logs/netstats.txt" 2>/dev/null ||
       { echo "FAIL: netstats.txt lacks '$w':"; cat "$TMP/netns/logs/netstats.txt" 2>&1; fail=1; }
   done

@@ -386,13 +386,15 @@ int main(int argc, char** argv) {
     if (!cfg.dist.servers.empty()) {
       const std::vector<std::string> endpoints = PsClient::parse_endpoints(cfg.dist.servers);
       // Each shard's numeric address (null where its host does not resolve here), held against the nodes'.
+      std::vector<std::optional<std::string>> shard_addresses;
       json addresses = json::array();
       for (const auto& e : endpoints) {
         try {
-          addresses.push_back(numeric_address(endpoint_host(e)));
+          shard_addresses.push_back(numeric_address(endpoint_host(e)));
         } catch (const Error&) {
-          addresses.push_back(nullptr);
+          shard_addresses.push_back(std::nullopt);
         }
+        addresses.push_back(shard_addresses.back() ? json(*shard_addresses.back()) : json(nullptr));
       }
       exchange("ps", "the parameter-server round trips",
                {{"servers", endpoints.size()}, {"endpoints", endpoints}, {"endpoint_addresses", addresses},
@@ -408,11 +410,10 @@ int main(int argc, char** argv) {
       // The same round trips with the pushes spread out, as an asynchronous job's arrive: to the probe's
       // own ASP shards, each run by the node at the job's shard's address (so on that node's link). Only
       // where that node is unambiguous: every node at an address of its own, every shard at one of them.
-      std::vector<std::optional<std::string>> node_addresses(world), shard_addresses;
+      std::vector<std::optional<std::string>> node_addresses(world);
       for (const auto& n : doc["nodes"])
         if (const json a = n.value("address", json()); a.is_string())
           node_addresses.at(n["node"].get<size_t>()) = a.get<std::string>();
-      for (const auto& a : addresses) shard_addresses.push_back(a.is_string() ? std::optional(a.get<std::string>()) : std::nullopt);
       const auto [hosted, why_not] = spread_layout(node_addresses, shard_addresses, endpoints, rank);
       if (probe.spread_rounds > 0 && !why_not.empty()) {
         doc["ps_spread"] = {{"skipped", why_not}};
