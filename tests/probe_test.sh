@@ -249,12 +249,21 @@ assert all(e not in p["ps"]["endpoints"] for e in sp["endpoints"]), sp["endpoint
 assert sorted(n["node"] for n in sp["nodes"]) == [0, 1, 2], sp["nodes"]
 for n in sp["nodes"]:
     assert len(n["round_s"]["samples"]) == 5 and n["bytes_pushed"] >= 4 * P and n["bytes_received"] >= 4 * P, n
+# Under ASP a shard replies as soon as its own part is in, so the reply of one shard may come down node 2'"'"'s
+# link while its push to the other still goes up (which TCP connection finishes first is TCP'"'"'s choice): BSP'"'"'s
+# floor (the whole model up, then the whole model down) does not bound these rounds, and an assertion on it
+# failed once in three runs (0.0195 s against 0.9 x 0.0239 s). What does: the whole gradient up, then at
+# least the last part'"'"'s reply down (4 P / parts bytes; near-equal parts) after it, each less what a bucket
+# passes at once.
 spread = {n["node"]: n["round_s"] for n in sp["nodes"]}
-assert spread[2]["min"] >= 0.9 * floor, (spread[2], floor)
+parts2 = [n["parts"] for n in sp["nodes"] if n["node"] == 2][0]
+spread_floor = (max(0.0, 4 * P - burst) + max(0.0, 4 * P / parts2 - burst)) / rate
+assert spread[2]["min"] >= 0.9 * spread_floor, (spread[2], spread_floor)
 cl = advise.calibrate(p)
 advise.use_spread_rounds(cl, "asp")   # (--spread-calibration asp; the default, none, leaves them unused)
 assert cl["exchanges"]["ps_spread"]["servers"] == 2 and advise.exchange_pattern("asp_lr_scale", cl) == "ps_spread"
-print("  spread round s (min, median):", [(round(r["min"], 4), round(r["median"], 4)) for _, r in sorted(spread.items())])
+print("  spread round s (min, median):", [(round(r["min"], 4), round(r["median"], 4)) for _, r in sorted(spread.items())],
+      "node 2 floor", round(spread_floor, 4))
 '
 else
   echo "network namespaces: not root, skipped"
