@@ -148,6 +148,16 @@ HELD_OUT_43 = {  # (helper-16's review moved each off a near-copy of an earlier 
     "b1_jit4": _faithful_cluster(4, 0.3, 0.3, 2),                    # r 0.27
 }
 SCENARIOS.update(HELD_OUT_43)
+# Session 44 (docs/STUDY.md): a set chosen so that every fixed policy is expected to lose somewhere by more than
+# 10% (a 2x straggler, fast homogeneous links, a slow link onto two shards), from the parameters and earlier
+# baselines only: no advice, simulation or emulation of these clusters before they were declared (helper-18
+# moved the link of i_flat8 off spread6_2's, the slow cluster off slow2_4 / mixed6's, and the straggler to 2x).
+HELD_OUT_44 = {
+    "i_strag7": _faithful_cluster(7, 0.4, 0.05, 2, slowdown=2.0),   # r 0.20
+    "i_flat8": _faithful_cluster(8, 0.6, 0.05, 4),                  # r 0.13
+    "i_slow7": _faithful_cluster(7, 0.06, 0.1, 2),                  # r 1.33
+}
+SCENARIOS.update(HELD_OUT_44)
 STOP = threading.Event()  # set on Ctrl-C / SIGTERM: no new run starts, no interrupted run is kept
 
 
@@ -831,7 +841,8 @@ def parse_args(argv):
     ap.add_argument("--scenarios", default=",".join(PUBLISHED),
                     help="comma-separated, in order (default: the seven published since session 22; the held-out "
                          "set of session 40: " + ",".join(HELD_OUT) + "; of session 41: " + ",".join(HELD_OUT_41) + "; of session 42: " + ",".join(HELD_OUT_42)
-                         + "; of session 43 (1 ms link buckets): " + ",".join(HELD_OUT_43) + ")")
+                         + "; of session 43 (1 ms link buckets): " + ",".join(HELD_OUT_43)
+                         + "; of session 44 (chosen so that no fixed policy passes): " + ",".join(HELD_OUT_44) + ")")
     ap.add_argument("--targets", default="3.0,2.75", help="target validation losses, declared before the runs")
     ap.add_argument("--seeds", type=int, default=3, help="hindsight seeds per candidate (default 3)")
     ap.add_argument("--first-seed", type=int, default=100, help="the first hindsight seed (the advisor's are 0..A-1)")

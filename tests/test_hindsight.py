@@ -225,6 +225,14 @@ class Flags(unittest.TestCase):
         self.assertNotIn("--link-burst-ms", hindsight.run_spec("/o", "spread6_2", old, px, "ring", 300)[-1])
         self.assertNotIn("bucket", hindsight.describe(old))
         self.assertTrue(all(v.get("burst_ms") == 1.0 for v in hindsight.HELD_OUT_43.values()))
+        # session 44's set: faithful links, the shards placed from the probe, the straggler inside the advisor's range
+        self.assertEqual(sorted(hindsight.HELD_OUT_44), ["i_flat8", "i_slow7", "i_strag7"])
+        for name, v in hindsight.HELD_OUT_44.items():
+            self.assertEqual(v.get("burst_ms"), 1.0, name)
+            self.assertIs(hindsight.SCENARIOS[name], v, name)
+            self.assertLess(v["servers"], v["nodes"], name)
+            self.assertLessEqual(v["slowdown"], 3.0, name)
+            self.assertTrue(v["probed_placement"] and v["spread_rounds"], name)
 
     def test_the_same_seed_runs_give_each_candidate_the_advices_share(self):
         """The same-seed simulations rebuild the advised cluster with the probe's exchanges, so an
