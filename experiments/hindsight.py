@@ -842,7 +842,7 @@ def parse_args(argv):
                     help="comma-separated, in order (default: the seven published since session 22; the held-out "
                          "set of session 40: " + ",".join(HELD_OUT) + "; of session 41: " + ",".join(HELD_OUT_41) + "; of session 42: " + ",".join(HELD_OUT_42)
                          + "; of session 43 (1 ms link buckets): " + ",".join(HELD_OUT_43)
-                         + "; of session 44 (chosen so that no fixed policy passes): " + ",".join(HELD_OUT_44) + ")")
+                         + "; of session 44 (chosen so that every fixed policy is expected to lose somewhere): " + ",".join(HELD_OUT_44) + ")")
     ap.add_argument("--targets", default="3.0,2.75", help="target validation losses, declared before the runs")
     ap.add_argument("--seeds", type=int, default=3, help="hindsight seeds per candidate (default 3)")
     ap.add_argument("--first-seed", type=int, default=100, help="the first hindsight seed (the advisor's are 0..A-1)")

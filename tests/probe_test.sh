@@ -256,7 +256,7 @@ for n in sp["nodes"]:
 # least the last part'"'"'s reply down (4 P / parts bytes; near-equal parts) after it, each less what a bucket
 # passes at once.
 spread = {n["node"]: n["round_s"] for n in sp["nodes"]}
-parts2 = [n["parts"] for n in sp["nodes"] if n["node"] == 2][0]
+parts2 = {n["node"]: n["parts"] for n in sp["nodes"]}[2]
 spread_floor = (max(0.0, 4 * P - burst) + max(0.0, 4 * P / parts2 - burst)) / rate
 assert spread[2]["min"] >= 0.9 * spread_floor, (spread[2], spread_floor)
 cl = advise.calibrate(p)
