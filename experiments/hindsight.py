@@ -259,18 +259,28 @@ def _logged(cmd, log):
         return run_group(cmd, f)
 
 
+def cached_probe(name, s, out, servers=True):
+    """probe_dir(...)/probe.json where OUT holds a probe made by the scenario's current command, else None."""
+    d = probe_dir(out, name, servers)
+    path = os.path.join(d, "probe.json")
+    try:
+        with open(os.path.join(d, "command.txt")) as f:
+            if f.read().strip() == " ".join(probe_command(s, d, servers)) and os.path.exists(path):
+                return path
+    except OSError:
+        pass
+    return None
+
+
 def probe(name, s, out, servers=True):
     """probe_dir(...)/probe.json, measured again only when the probe's command changed."""
+    kept = cached_probe(name, s, out, servers)
+    if kept:
+        return kept
     d = probe_dir(out, name, servers)
     cmd = probe_command(s, d, servers)
     line = " ".join(cmd)
     path = os.path.join(d, "probe.json")
-    try:
-        with open(os.path.join(d, "command.txt")) as f:
-            if f.read().strip() == line and os.path.exists(path):
-                return path
-    except OSError:
-        pass
     if os.path.isdir(d):
         shutil.rmtree(d)
     os.makedirs(os.path.dirname(d), exist_ok=True)
@@ -675,6 +685,23 @@ def measured_record(path, name, a, names, px):
     return scen
 
 
+def record_probe(name, s, a):
+    """--measured-from: the probe an advice judged against an earlier record is made from, never a new
+    probe (the record's runs are not re-made, so nothing would time the cluster beside them): OUT's own
+    probe of the scenario's current command where an earlier hindsight run made one there, else the
+    record's published probe (DIR/<scenario>/probe.json beside hindsight.json); refused by name where
+    neither exists."""
+    kept = cached_probe(name, s, a.out, a.probe_servers)
+    if kept:
+        return kept
+    beside = os.path.join(os.path.dirname(os.path.abspath(a.measured_from)), name, "probe.json")
+    if os.path.exists(beside):
+        return beside
+    raise SystemExit(f"hindsight: --measured-from {a.measured_from}: no probe of {name} beside the record ({beside}) "
+                     f"nor in --out {a.out}: give a published record (hindsight.py --publish copies each scenario's "
+                     "probe) or the --out its study probed into")
+
+
 def measured_runs(name, s, first, out, a, names):
     """The scenario's emulated runs, read from their result.json: per target {candidate: {seed:
     [time to target from the stored curve or None, the run's end]}}, invalid and failed runs, stalls."""
@@ -880,7 +907,9 @@ def parse_args(argv):
     ap.add_argument("--measured-from", metavar="RECORD",
                     help="judge the advice against the measurements of an earlier hindsight.json (the same "
                          "candidates, seeds, targets and steps; refused otherwise) instead of emulated runs: no "
-                         "run is started; the record says where its measurements came from")
+                         "run and no probe is started (the advice is made from OUT's probe of the scenario's current command, else from "
+                         "the record's published DIR/<scenario>/probe.json; refused where neither exists); the record says "
+                         "where its measurements came from")
     ap.add_argument("--advisor-servers", choices=("probe", "one-per-node"), default="probe",
                     help="the shard count the advisor models: the probe's (default: the job's), or one-per-node, "
                          "min(N, 16), what it took before session 40 (the ablation; only with --measured-from, "
@@ -987,7 +1016,7 @@ def main(argv=None):
                 continue
             else:
                 # The probe and the advice alone (no lane running): the probe's timings are what it measures.
-                path = probe(n, s, a.out, a.probe_servers)
+                path = record_probe(n, s, a) if a.measured_from else probe(n, s, a.out, a.probe_servers)
                 advs = {t: run_advisor(n, path, t, a.advice_out, a) for t in a.targets}
                 for t, adv in advs.items():
                     print(f"[hindsight] {n}: advised {adv['recommended']['name']} for {tkey(t)}", flush=True)

@@ -356,6 +356,39 @@ class Flags(unittest.TestCase):
                 hindsight.measured_record(path, "fast4", a, names, px)
             self.assertIn("a scenario", str(e.exception))
 
+    def test_measurements_from_a_record_take_its_probe_and_never_probe_again(self):
+        s = hindsight.SCENARIOS["fast4"]
+        with tempfile.TemporaryDirectory() as d:
+            rec_dir, out = os.path.join(d, "published"), os.path.join(d, "out")
+            os.makedirs(os.path.join(rec_dir, "fast4"))
+            record = os.path.join(rec_dir, "hindsight.json")
+            a = hindsight.parse_args(["--measured-from", record, "--out", out])
+            started = []
+            orig = hindsight._logged
+            hindsight._logged = lambda cmd, log: started.append(cmd) or 1
+            try:
+                with self.assertRaises(SystemExit) as e:   # neither the record nor OUT holds a probe of it
+                    hindsight.record_probe("fast4", s, a)
+                self.assertIn("no probe of fast4 beside the record", str(e.exception))
+                beside = os.path.join(rec_dir, "fast4", "probe.json")
+                with open(beside, "w") as f:
+                    f.write("{}")
+                self.assertEqual(hindsight.record_probe("fast4", s, a), beside)
+                # OUT's own probe of the scenario's current command is taken before the record's
+                pd = hindsight.probe_dir(a.out, "fast4", a.probe_servers)
+                os.makedirs(pd)
+                with open(os.path.join(pd, "probe.json"), "w") as f:
+                    f.write("{}")
+                with open(os.path.join(pd, "command.txt"), "w") as f:
+                    f.write("an older probe command\n")
+                self.assertEqual(hindsight.record_probe("fast4", s, a), beside)   # made by another command: not it
+                with open(os.path.join(pd, "command.txt"), "w") as f:
+                    f.write(" ".join(hindsight.probe_command(s, pd, a.probe_servers)) + "\n")
+                self.assertEqual(hindsight.record_probe("fast4", s, a), os.path.join(pd, "probe.json"))
+            finally:
+                hindsight._logged = orig
+            self.assertEqual(started, [])   # no probe was started on the way
+
     def test_refusals_name_the_problem(self):
         for argv, words in ((["--scenarios", "nope"], "unknown scenario"), (["--first-seed", "1"], "overlaps"),
                             (["--seeds", "1"], "2 or more"), (["--targets", "3,x"], "comma-separated"),
