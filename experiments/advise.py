@@ -800,6 +800,81 @@ def run_line(name, cl, wf, sf, advice_path):
     return " ".join(p if "<" in p or p.startswith("SYNCOPATE_TOKEN_FILE=~") else shlex.quote(p) for p in parts)
 
 
+def pick(results, names, j=None):
+    """The advice's pick from the runs' results ({name: [result per seed]}): crossover.judge's winner
+    (the lowest mean time among the candidates that reached the target in every seed); where none
+    did, the best by seeds reached, then mean time, then mean final loss (not a finding)."""
+    j = j or crossover.judge({k: results[k] for k in names})
+    if j["winner"] is not None:
+        return j["winner"]
+
+    def mean(v):
+        v = [x for x in v if x is not None]
+        return sum(v) / len(v) if v else math.inf
+
+    def key(k):
+        s = j["stats"][k]
+        return (-s["reached"], s["mean"] if s["mean"] is not None else math.inf,
+                mean([r["final_val_loss"] for r in results[k]]))
+    return min(names, key=key)
+
+
+def leave_one_out(results, names):
+    """{seed: the pick without that seed's runs} (each seed's runs of every candidate left out in
+    turn; needs 3 seeds or more, since a pick needs 2)."""
+    seeds = [r["seed"] for r in results[names[0]]]
+    if len(seeds) < 3:
+        return {}
+    return {sd: pick({k: [r for r in results[k] if r["seed"] != sd] for k in names}, names) for sd in seeds}
+
+
+def outer_rounds_at_target(out, name, seeds, target):
+    """Local SGD (H > 1): {seed: the outer rounds done when the seed's run first scored at or below
+    `target`, or None where it never did}, read from node 0's evaluations in the advisor's run
+    directories. The weights a local SGD job ships change only at an outer round, so its time to target
+    is one of a few round times and which one a seed hits can split the seeds (session 44's i_slow7:
+    diloco50 reached 3.0 at the first round in 3 of 6 advice seeds, at the second in 3). None for H = 1."""
+    h = sync_every(name)
+    if h <= 1:
+        return None
+    got = {}
+    for sd in seeds:
+        try:
+            evals = [m for m in cluster_runs.read_jsonl(os.path.join(run_dir(out, name, sd), "node0", "metrics.jsonl"))
+                     if "val_loss" in m]
+        except (OSError, ValueError):  # no curve kept: the round is not known
+            return None
+        hit = next((m for m in evals if m["val_loss"] <= target), None)
+        got[str(sd)] = None if hit is None else int(hit["step"]) // h
+    return got
+
+
+def seed_split(rounds):
+    """'round 1 in 3 seeds, round 2 in 3' where a local SGD candidate's seeds reached the target at
+    different outer rounds (or some never did), else None."""
+    if not rounds:
+        return None
+    counts = {}
+    for v in rounds.values():
+        counts[v] = counts.get(v, 0) + 1
+    if len(counts) < 2:
+        return None
+    return ", ".join(f"{'never' if k is None else f'round {k}'} in {c} seed{'s' if c > 1 else ''}"
+                     for k, c in sorted(counts.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)))
+
+
+def stability_text(st):
+    if not st:
+        return None
+    if st["stable"]:
+        return (f"the pick holds with any one of its {st['seeds']} seeds left out"
+                + (f" ({st['seeds_added']} seed(s) added by --stability-seeds)" if st["seeds_added"] else ""))
+    flips = sorted({p for p in st["leave_one_out"].values() if p != st["pick"]})
+    return (f"seed-decided: leaving one of its {st['seeds']} seeds out changes the pick to {', '.join(flips)}"
+            + (f" even after {st['seeds_added']} added seed(s)" if st["seeds_added"] else
+               "; --stability-seeds K adds seeds until it holds"))
+
+
 def advise(cl, px, names, results, a, probe_path):
     """advice.json's content from the runs' results ({name: [result per seed]})."""
     j = crossover.judge({k: results[k] for k in names})
@@ -813,10 +888,14 @@ def advise(cl, px, names, results, a, probe_path):
                       "sync_every": sync_every(name), "worker_flags": worker_flags(name, n),
                       "server_flags": server_flags(name, n), "lr_in_proxy": CANDIDATES[name][1],
                       "resolved_behind_winner": name in j.get("behind", []),
+                      "per_seed_s": {str(r["seed"]): (r["time_to_target_s"] * scale if r["time_to_target_s"] is not None
+                                                      else None) for r in results[name]},
+                      "outer_rounds_at_target": outer_rounds_at_target(
+                          a.out, name, [r["seed"] for r in results[name]], px["target_loss"]) if not a.from_step else None,
                       "final_val_loss_mean": (lambda v: sum(v) / len(v) if v else None)(
                           [r["final_val_loss"] for r in results[name] if r["final_val_loss"] is not None])})
-    w = j["winner"]
-    if w is not None:
+    w = pick(results, names, j)
+    if j["winner"] is not None:
         ws = j["stats"][w]
         tied, behind = j.get("tied", []), j.get("behind", [])
         why = (f"lowest mean predicted time {rest_phrase(a)}to target {fmt_ci(interval_stats(ws, scale), 3)} s on this cluster "
@@ -829,14 +908,17 @@ def advise(cl, px, names, results, a, probe_path):
                     + "more seeds (--seeds) may separate them")
         resolved = j["resolved"]
     else:
-        # No candidate reached the target in every seed: the best by seeds reached, then time, then loss.
-        def key(c):
-            return (-c["reached"], c["proxy_s"]["mean"] if c["proxy_s"]["mean"] is not None else math.inf,
-                    c["final_val_loss_mean"] if c["final_val_loss_mean"] is not None else math.inf)
-        w = min(cands, key=key)["name"]
         resolved = False
         why = (f"no candidate reached the target loss {px['target_loss']:g} in every seed; {w} is the best by seeds "
                "reached, then time, then final loss: not a finding. Raise --target-loss or --steps and run again")
+    st = getattr(a, "stability", None)
+    if st:
+        why += "; " + stability_text(st)
+    split = [f"{c['name']} ({seed_split(c['outer_rounds_at_target'])})" for c in cands
+             if seed_split(c["outer_rounds_at_target"])]
+    if split:
+        why += ("; the seeds of " + "; ".join(split) + " reached the target at different outer rounds: its time to "
+                "target is decided by which round a run's seed reaches it at, not by the cluster alone")
     wc = next(c for c in cands if c["name"] == w)
     return {"format": ADVICE_FORMAT, "probe": os.path.abspath(probe_path), "created_unix_s": time.time(),
             "command": "python experiments/advise.py " + " ".join(shlex.quote(x) for x in a.argv),
@@ -857,6 +939,7 @@ def advise(cl, px, names, results, a, probe_path):
                                                          if a.from_step else []),
             "from_step": a.from_step, "from_fraction": a.from_fraction,
             "validated": validation(cl, names, px["servers"]),
+            "stability": st,
             "candidates": cands,
             "recommended": {"name": w, "worker_flags": wc["worker_flags"], "server_flags": wc["server_flags"],
                             "resolved": resolved, "why": why, "not_resolved_from": j.get("tied", [])
@@ -1054,6 +1137,8 @@ def table(adv):
             verdict = f"not resolved from {w}"
         if c["reached"] < c["seeds"]:
             verdict += f"; missed the target in {c['seeds'] - c['reached']} seed(s)"
+        if seed_split(c.get("outer_rounds_at_target")):
+            verdict += f"; reached at {seed_split(c['outer_rounds_at_target'])}"
         rows.append((c["name"], fmt_interval(c["predicted_s"]), f"{c['reached']}/{c['seeds']}",
                      fmt_bytes(c["bytes_per_step"]), verdict))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
@@ -1082,6 +1167,9 @@ def parse_args(argv):
     ap.add_argument("--target-loss", type=float, default=None,
                     help="validation loss of the proxy model to reach (default 3.0; see the note above on 3.2)")
     ap.add_argument("--seeds", type=int, default=None, help="seeds per candidate (0..S-1; default 3)")
+    ap.add_argument("--stability-seeds", type=int, default=0, metavar="K",
+                    help="where the pick changes with one seed left out (seed-decided), add seeds S, S+1, ... of "
+                         "every candidate until it holds, at most K (default 0: report it, add none)")
     ap.add_argument("--steps", type=int, default=None, help="steps per worker at most (the schedule's length; default 150)")
     ap.add_argument("--eval-every", type=int, default=5, help="steps of worker 0 between evaluations")
     ap.add_argument("--limit", type=float, default=3.0, help="time limit of a run: this x the ring's time")
@@ -1163,6 +1251,8 @@ def parse_args(argv):
                    f"{', '.join(CANDIDATES)}\n")
     if a.servers is not None and not 1 <= a.servers <= 4096:
         ap.exit(2, f"advise: --servers {a.servers} is not in 1..4096: give the job's parameter-server shard count\n")
+    if a.stability_seeds < 0:
+        ap.exit(2, f"advise: --stability-seeds {a.stability_seeds} is negative: give how many seeds may be added\n")
     if a.seeds < 1 or a.steps < 1 or a.eval_every < 1 or a.limit <= 0 or a.target_loss <= 0:
         ap.exit(2, "advise: --seeds, --steps and --eval-every must be >= 1, --limit and --target-loss > 0\n")
     a.from_fraction = 0.0 if a.from_fraction is None else a.from_fraction
@@ -1272,15 +1362,42 @@ def main(argv=None):
         print("[advise] dry run: nothing started, nothing written (drop --dry-run to run)", flush=True)
         return 0
     os.makedirs(a.out, exist_ok=True)
-    results = {name: [] for name in order}
-    for seed in range(a.seeds):
+    whole = {name: [] for name in order}
+
+    def add_seed(seed):
         ring = run("ring", seed, px, cl, a.out)
-        results["ring"].append(ring)
+        whole["ring"].append(ring)
         limit = a.limit * (ring["time_to_target_s"] or ring["simulated_s"])
         for name in order[1:]:
-            results[name].append(run(name, seed, px, cl, a.out, limit))
+            whole[name].append(run(name, seed, px, cl, a.out, limit))
+
+    def ranked():
+        return rest_of_run(whole, a.out, a.from_step) if a.from_step else (whole, [])
+
+    for seed in range(a.seeds):
+        add_seed(seed)
+    # Does the pick hold with any one seed left out? Where it does not (a seed-decided pick), add
+    # seeds of every candidate, one at a time, up to --stability-seeds.
+    added = 0
+    while True:
+        results, early = ranked()
+        now = pick(results, a.names)
+        loo = leave_one_out(results, a.names)
+        stable = all(p == now for p in loo.values())
+        if stable or added >= a.stability_seeds or early:
+            break
+        print(f"[advise] seed-decided: without one seed the pick {now} becomes "
+              f"{', '.join(sorted({p for p in loo.values() if p != now}))}; adding seed {a.seeds + added} "
+              f"(--stability-seeds {a.stability_seeds})", flush=True)
+        add_seed(a.seeds + added)
+        added += 1
+    px["seeds"] = a.seeds + added
+    a.stability = {"pick": now, "seeds": a.seeds + added, "seeds_added": added, "max_added": a.stability_seeds,
+                   "leave_one_out": {str(sd): p for sd, p in loo.items()}, "stable": stable,
+                   "rule": "the pick with each seed's runs of every candidate left out in turn; a pick that changes "
+                           "is seed-decided, and --stability-seeds K adds seeds (every candidate) until it holds or K "
+                           "are added"}
     if a.from_step:
-        results, early = rest_of_run(results, a.out, a.from_step)
         early = [f"{n} seed {sd}" for n, sd in early if n in a.names]
         if early:
             print(f"advise: the rest of a run from step {a.from_step} of {a.steps} cannot be ranked at the target loss "

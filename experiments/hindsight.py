@@ -319,6 +319,7 @@ def advise_command(probe_path, d, target, a, shards=None):
         (["--no-exchange-calibration"] if a.no_exchange_calibration else []) + \
         (["--spread-calibration", a.spread_calibration] if a.spread_calibration else []) + \
         (["--configs", a.configs] if a.configs else []) + \
+        (["--stability-seeds", str(a.advice_stability_seeds)] if a.advice_stability_seeds else []) + \
         (["--servers", str(shards)] if shards else [])
 
 
@@ -874,6 +875,9 @@ def parse_args(argv):
     ap.add_argument("--seeds", type=int, default=3, help="hindsight seeds per candidate (default 3)")
     ap.add_argument("--first-seed", type=int, default=100, help="the first hindsight seed (the advisor's are 0..A-1)")
     ap.add_argument("--advice-seeds", type=int, default=3, help="the advisor's --seeds (default 3)")
+    ap.add_argument("--advice-stability-seeds", type=int, default=0, metavar="K",
+                    help="the advisor's --stability-seeds: where its pick changes with one advice seed left out, it "
+                         "adds seeds A, A+1, ... (at most K) until the pick holds (default 0: none added)")
     ap.add_argument("--steps", type=int, default=150, help="the advisor's --steps, and every run's")
     ap.add_argument("--lanes", type=int, default=1,
                     help="emulated runs at once (each in its own namespaces). Measured on 2 cores: 3 lanes made BSP runs "
@@ -933,8 +937,11 @@ def parse_args(argv):
         ap.error("--targets: distinct positive losses")
     if a.seeds < 2 or a.advice_seeds < 2:
         ap.error("--seeds and --advice-seeds must be 2 or more (paired intervals need two seeds)")
-    if a.first_seed < a.advice_seeds:
-        ap.error(f"--first-seed {a.first_seed} overlaps the advisor's seeds 0..{a.advice_seeds - 1}: "
+    if a.advice_stability_seeds < 0:
+        ap.error("--advice-stability-seeds must be 0 or more")
+    if a.first_seed < a.advice_seeds + a.advice_stability_seeds:
+        ap.error(f"--first-seed {a.first_seed} overlaps the advisor's seeds 0.."
+                 f"{a.advice_seeds + a.advice_stability_seeds - 1} (--advice-seeds plus --advice-stability-seeds): "
                  "the hindsight runs must be seeds the advice has not seen")
     if a.lanes < 1:
         ap.error("--lanes must be 1 or more")

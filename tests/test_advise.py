@@ -325,6 +325,87 @@ LOCAL_SGD = {"diloco10", "diloco50", "async_local_sgd"}
 
 
 @unittest.skipUnless(HAVE_BINARIES, f"the binaries are not built under {BIN} (scripts/build.sh)")
+def result(name, seed, t, loss=2.9):
+    return {"config": name, "seed": seed, "time_to_target_s": t, "simulated_s": t or 30.0, "final_val_loss": loss,
+            "worker_steps": 1, "real_s": 0.0, "limit_s": 0.0}
+
+
+class Stability(unittest.TestCase):
+    """The seed-decided pick (session 44's i_slow7: DiLoCo's seeds split between its first and second
+    outer round, the mean between the modes): leave-one-seed-out, and --stability-seeds adding seeds."""
+    # ring at 10 s in every seed; diloco10 8, 8, 16 (a late round in seed 2), then 7, 7; the rest behind.
+    TIMES = {"ring": [10.0] * 5, "diloco10": [8.0, 8.0, 16.0, 7.0, 7.0]}
+
+    def fake(self, started):
+        def run(name, seed, px, cl, out, limit_s=0.0):
+            started.append((name, seed))
+            return result(name, seed, self.TIMES.get(name, [20.0] * 5)[seed])
+        return run
+
+    def test_leave_one_out_names_the_seed_that_decides(self):
+        names = ["ring", "diloco10", "asp_lr_scale"]
+        res = {k: [result(k, sd, self.TIMES.get(k, [20.0] * 5)[sd]) for sd in range(3)] for k in names}
+        self.assertEqual(advise.pick(res, names), "ring")   # means 10 against 10.67
+        self.assertEqual(advise.leave_one_out(res, names), {0: "ring", 1: "ring", 2: "diloco10"})
+        two = {k: v[:2] for k, v in res.items()}
+        self.assertEqual(advise.leave_one_out(two, names), {})   # a pick needs two seeds
+        # No candidate reached it in every seed: the fallback (seeds reached, then time) is the pick
+        miss = {"ring": [result("ring", 0, None), result("ring", 1, 9.0)],
+                "diloco10": [result("diloco10", 0, None, 2.8), result("diloco10", 1, 12.0)]}
+        self.assertEqual(advise.pick(miss, ["ring", "diloco10"]), "ring")
+
+    def test_seed_decided_picks_get_seeds_until_they_hold(self):
+        path = write_probe(make_probe(n=4, ratio=10.0))
+        saved = advise.run
+        for k, want_pick, want_seeds, stable in ((0, "ring", 3, False), (1, "diloco10", 4, False),
+                                                  (3, "diloco10", 5, True)):
+            started = []
+            advise.run = self.fake(started)
+            out = mkdtemp()
+            try:
+                rc, text, err = main_in_process([path, "--out", out, "--seeds", "3", "--steps", "100",
+                                                 "--configs", "ring,diloco10,asp_lr_scale", "--no-exchange-calibration",
+                                                 "--stability-seeds", str(k)])
+            finally:
+                advise.run = saved
+            self.assertEqual(rc, 0, err)
+            with open(os.path.join(out, "advice.json")) as f:
+                adv = json.load(f)
+            st = adv["stability"]
+            self.assertEqual((adv["recommended"]["name"], st["seeds"], st["stable"]), (want_pick, want_seeds, stable),
+                             text)
+            self.assertEqual(adv["proxy"]["seeds"], want_seeds)   # what hindsight reads the advice's runs by
+            self.assertEqual(sorted({sd for _, sd in started}), list(range(want_seeds)))   # every candidate, every seed
+            self.assertEqual(len(started), 3 * want_seeds)
+            if stable:
+                self.assertIn("the pick holds with any one of its 5 seeds left out (2 seed(s) added", adv["recommended"]["why"])
+            else:
+                self.assertIn("seed-decided: leaving one of its", adv["recommended"]["why"])
+            if k == 0:
+                self.assertEqual(st["leave_one_out"], {"0": "ring", "1": "ring", "2": "diloco10"})
+                self.assertIn("--stability-seeds K adds seeds", adv["recommended"]["why"])
+        rc, _, err = main_in_process([path, "--stability-seeds", "-1"])
+        self.assertEqual(rc, 2)
+        self.assertIn("--stability-seeds -1 is negative", err)
+
+    def test_outer_rounds_at_target_are_read_from_node_0s_evaluations(self):
+        out = mkdtemp()
+        curves = {0: [(10, 3.2), (20, 2.95)], 1: [(10, 3.1), (20, 3.05), (30, 3.01), (40, 2.9)], 2: [(10, 3.3)]}
+        for sd, pts in curves.items():
+            d = os.path.join(advise.run_dir(out, "diloco10", sd), "node0")
+            os.makedirs(d)
+            with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+                f.write(json.dumps({"step": 5, "loss": 3.5}) + "\n")   # a training line: not an evaluation
+                for step, v in pts:
+                    f.write(json.dumps({"step": step, "time_s": step * 0.1, "val_loss": v}) + "\n")
+        got = advise.outer_rounds_at_target(out, "diloco10", [0, 1, 2], 3.0)
+        self.assertEqual(got, {"0": 2, "1": 4, "2": None})
+        self.assertEqual(advise.seed_split(got), "round 2 in 1 seed, round 4 in 1 seed, never in 1 seed")
+        self.assertIsNone(advise.seed_split({"0": 1, "1": 1}))
+        self.assertIsNone(advise.outer_rounds_at_target(out, "ring", [0], 3.0))    # H = 1: no rounds
+        self.assertIsNone(advise.outer_rounds_at_target(out, "diloco10", [7], 3.0))   # no curve kept
+
+
 class KnownAnswers(unittest.TestCase):
     """End to end with the real simulator. Each probe is advised once (setUpClass); the tests read it."""
     PROBES = {"fast": dict(ratio=0.1, jitter=0.02), "straggler": dict(ratio=0.1, slow=(3, 3.0), jitter=0.2),

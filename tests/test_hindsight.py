@@ -310,6 +310,9 @@ class Flags(unittest.TestCase):
         self.assertNotIn("--configs", hindsight.advise_command("p.json", "d", 3.0, plain))
         self.assertNotIn("--spread-calibration", hindsight.advise_command("p.json", "d", 3.0, plain))
         self.assertEqual(hindsight.candidate_names(plain), list(hindsight.advise.CANDIDATES))
+        self.assertNotIn("--stability-seeds", hindsight.advise_command("p.json", "d", 3.0, plain))
+        st = hindsight.advise_command("p.json", "d", 3.0, hindsight.parse_args(["--advice-stability-seeds", "3"]))
+        self.assertEqual(st[st.index("--stability-seeds") + 1], "3")
         self.assertEqual(hindsight.parse_args(["--no-spread-calibration"]).spread_calibration, "none")
 
     def test_measurements_taken_from_an_earlier_record_must_match_its_runs(self):
@@ -392,7 +395,9 @@ class Flags(unittest.TestCase):
     def test_refusals_name_the_problem(self):
         for argv, words in ((["--scenarios", "nope"], "unknown scenario"), (["--first-seed", "1"], "overlaps"),
                             (["--seeds", "1"], "2 or more"), (["--targets", "3,x"], "comma-separated"),
-                            (["--targets", "3,3"], "distinct")):
+                            (["--targets", "3,3"], "distinct"),
+                            (["--first-seed", "5", "--advice-stability-seeds", "3"], "overlaps the advisor's seeds 0..5"),
+                            (["--advice-stability-seeds", "-1"], "0 or more")):
             err = io.StringIO()
             with self.assertRaises(SystemExit), contextlib.redirect_stderr(err):
                 hindsight.parse_args(argv)
