@@ -821,11 +821,20 @@ def pick(results, names, j=None):
 
 def leave_one_out(results, names):
     """{seed: the pick without that seed's runs} (each seed's runs of every candidate left out in
-    turn; needs 3 seeds or more, since a pick needs 2)."""
-    seeds = [r["seed"] for r in results[names[0]]]
+    turn), or {} where that is not tested: fewer than 3 seeds common to every candidate (a pick
+    needs 2), or no candidate reached the target in every seed (the fallback pick is not a finding).
+    Which candidates may win is decided once, on every seed: a candidate that missed the target in
+    one seed cannot win with that seed left out, since the seed's miss stays in the data and no
+    added seed takes it away (the pick would read as seed-decided for a reason seeds cannot fix)."""
+    seeds = sorted(set.intersection(*[{r["seed"] for r in results[k]} for k in names]))
     if len(seeds) < 3:
         return {}
-    return {sd: pick({k: [r for r in results[k] if r["seed"] != sd] for k in names}, names) for sd in seeds}
+    j = crossover.judge({k: results[k] for k in names})
+    eligible = [k for k in names if j["stats"][k]["reached"] == j["stats"][k]["seeds"]
+                and j["stats"][k]["mean"] is not None]
+    if not eligible:
+        return {}
+    return {sd: pick({k: [r for r in results[k] if r["seed"] != sd] for k in eligible}, eligible) for sd in seeds}
 
 
 def outer_rounds_at_target(out, name, seeds, target):
@@ -849,30 +858,48 @@ def outer_rounds_at_target(out, name, seeds, target):
     return got
 
 
+SPLIT_RATIO = 1.5   # seeds' outer rounds at the target this far apart (latest / earliest) are a split
+
+
 def seed_split(rounds):
     """'round 1 in 3 seeds, round 2 in 3' where a local SGD candidate's seeds reached the target at
-    different outer rounds (or some never did), else None."""
+    outer rounds SPLIT_RATIO or more apart (a time to target the mean over seeds hides: diloco50 at
+    round 1 or 2 is twice the time), or some seed never did; else None. Rounds closer than that
+    (diloco10 at 7, 8 or 10) are the seeds' ordinary spread, which the interval already shows."""
     if not rounds:
         return None
     counts = {}
     for v in rounds.values():
         counts[v] = counts.get(v, 0) + 1
-    if len(counts) < 2:
+    reached = [v for v in counts if v is not None]
+    # Round 0 (scored before the first outer round) against any later round is a split too.
+    if len(counts) < 2 or (None not in counts and min(reached) > 0 and max(reached) < SPLIT_RATIO * min(reached)):
         return None
     return ", ".join(f"{'never' if k is None else f'round {k}'} in {c} seed{'s' if c > 1 else ''}"
                      for k, c in sorted(counts.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)))
 
 
-def stability_text(st):
+def stability_text(st, resolved=True):
+    """The why's sentence on the leave-one-seed-out check. A pick that holds is one whose order of
+    means is not one seed's doing; that is not a resolution (an unresolved pick says so), and where
+    seeds were added until it held, the stop depended on the data, so its intervals and tests are
+    read as optimistic."""
     if not st:
         return None
+    if st["stable"] is None:
+        return "not tested for a seed-decided pick (" + st["untested"] + ")"
+    sequential = ("; its intervals and tests come after seeds added until the pick held, a stop that "
+                  "depended on the data, so read them as optimistic" if st["seeds_added"] else "")
     if st["stable"]:
-        return (f"the pick holds with any one of its {st['seeds']} seeds left out"
-                + (f" ({st['seeds_added']} seed(s) added by --stability-seeds)" if st["seeds_added"] else ""))
+        return ((f"the pick holds with any one of its {st['seeds']} seeds left out" if resolved else
+                 f"the order of the means holds with any one of its {st['seeds']} seeds left out, which is not a "
+                 "resolution")
+                + (f" ({st['seeds_added']} seed(s) added by --stability-seeds)" if st["seeds_added"] else "")
+                + sequential)
     flips = sorted({p for p in st["leave_one_out"].values() if p != st["pick"]})
     return (f"seed-decided: leaving one of its {st['seeds']} seeds out changes the pick to {', '.join(flips)}"
             + (f" even after {st['seeds_added']} added seed(s)" if st["seeds_added"] else
-               "; --stability-seeds K adds seeds until it holds"))
+               "; --stability-seeds K adds seeds until it holds") + sequential)
 
 
 def advise(cl, px, names, results, a, probe_path):
@@ -913,7 +940,7 @@ def advise(cl, px, names, results, a, probe_path):
                "reached, then time, then final loss: not a finding. Raise --target-loss or --steps and run again")
     st = getattr(a, "stability", None)
     if st:
-        why += "; " + stability_text(st)
+        why += "; " + stability_text(st, resolved)
     split = [f"{c['name']} ({seed_split(c['outer_rounds_at_target'])})" for c in cands
              if seed_split(c["outer_rounds_at_target"])]
     if split:
@@ -928,7 +955,8 @@ def advise(cl, px, names, results, a, probe_path):
             "proxy": {k: px[k] for k in ("preset", "step_s", "link_gbit", "latency_us", "target_loss", "seeds", "steps",
                                          "batch", "servers", "servers_from", "server_link_gbit", "slow_workers", "slowdown", "jitter",
                                          "eval_every", "eval_batches", "limit", "time_scale", "server_placement",
-                                         "placement_from", "goodput", "calibration")},
+                                         "placement_from", "goodput", "calibration")}
+                      | ({"base_seeds": px["base_seeds"]} if "base_seeds" in px else {}),
             "assumptions": assumptions(cl, px, names) + ([
                 f"the rest of a run: from step {a.from_step} of the proxy's {px['steps']} (fraction "
                 f"{a.from_fraction:.3g} of the job's steps done); each candidate's predicted time is from the time "
@@ -1235,8 +1263,11 @@ def parse_args(argv):
         first_px = a.first.get("proxy") or {}
         origin = {"servers": "servers_from", "server_placement": "placement_from"}  # where each came from
         for k in ("target_loss", "seeds", "steps", "servers", "server_placement"):
-            if getattr(a, k) is None and first_px.get(k) is not None:
-                setattr(a, k, first_px[k])
+            # seeds: the first advice's own, before any --stability-seeds added to it (else a re-advice
+            # would start from those and add more)
+            v = first_px.get("base_seeds", first_px.get(k)) if k == "seeds" else first_px.get(k)
+            if getattr(a, k) is None and v is not None:
+                setattr(a, k, v)
                 if k in origin:
                     setattr(a, origin[k], "first")
     a.target_loss = 3.0 if a.target_loss is None else a.target_loss
@@ -1351,7 +1382,10 @@ def main(argv=None):
     est = None if any(r[3] is None for r in todo) else sum(r[3] for r in todo)
     print(f"[advise] plan: {len(rows)} simulated runs ({len(order)} candidates x {a.seeds} seeds"
           + ("" if "ring" in a.names else "; the ring for the time limit only") + f"), {len(rows) - len(todo)} "
-          f"cached, {len(todo)} to run, one at a time; estimated at most "
+          f"cached, {len(todo)} to run, one at a time"
+          + (f", and {len(order)} more per added seed where the pick is seed-decided (--stability-seeds "
+             f"{a.stability_seeds}: at most {len(order) * a.stability_seeds} more)" if a.stability_seeds else "")
+          + "; estimated at most "
           + (f"~{cost.minutes(est)} min" if est is not None else "(not available: " + "; ".join(
               b for b in m.basis() if "NOT" in b) + ")"), flush=True)
     if a.dry_run:
@@ -1383,17 +1417,23 @@ def main(argv=None):
         results, early = ranked()
         now = pick(results, a.names)
         loo = leave_one_out(results, a.names)
-        stable = all(p == now for p in loo.values())
-        if stable or added >= a.stability_seeds or early:
+        reached_all = crossover.judge({k: results[k] for k in a.names})["winner"] is not None
+        stable = all(p == now for p in loo.values()) if loo else None
+        untested = (None if loo else "no candidate reached the target in every seed" if not reached_all
+                    else "fewer than 3 seeds: a pick without one of them needs 2")
+        few = stable is None and reached_all   # too few seeds: --stability-seeds adds them
+        if stable or (stable is None and not few) or added >= a.stability_seeds or any(n in a.names for n, _ in early):
             break
-        print(f"[advise] seed-decided: without one seed the pick {now} becomes "
-              f"{', '.join(sorted({p for p in loo.values() if p != now}))}; adding seed {a.seeds + added} "
-              f"(--stability-seeds {a.stability_seeds})", flush=True)
+        print(f"[advise] " + (f"seed-decided: without one seed the pick {now} becomes "
+                               f"{', '.join(sorted({p for p in loo.values() if p != now}))}" if loo else
+                               "fewer than 3 seeds to test the pick with one left out")
+              + f"; adding seed {a.seeds + added} (--stability-seeds {a.stability_seeds})", flush=True)
         add_seed(a.seeds + added)
         added += 1
     px["seeds"] = a.seeds + added
+    px["base_seeds"] = a.seeds   # what a re-advice (--from-run) starts from, before its own added seeds
     a.stability = {"pick": now, "seeds": a.seeds + added, "seeds_added": added, "max_added": a.stability_seeds,
-                   "leave_one_out": {str(sd): p for sd, p in loo.items()}, "stable": stable,
+                   "leave_one_out": {str(sd): p for sd, p in loo.items()}, "stable": stable, "untested": untested,
                    "rule": "the pick with each seed's runs of every candidate left out in turn; a pick that changes "
                            "is seed-decided, and --stability-seeds K adds seeds (every candidate) until it holds or K "
                            "are added"}

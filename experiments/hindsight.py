@@ -755,7 +755,12 @@ def scenario_record(name, s, advs, out, a, same=None, measured=None):
     for t, adv in advs.items():
         targets[tkey(t)] = {"advised": adv["recommended"]["name"], "advice_resolved": adv["recommended"]["resolved"],
                             "predicted": predicted_per_seed(advise_dir(a.advice_out, name, t), adv),
-                            "measured": meas[tkey(t)]}
+                            "measured": meas[tkey(t)],
+                            # seeds 0..n-1: more than advice_seeds where --advice-stability-seeds added some
+                            "advice_seeds_used": adv["proxy"]["seeds"]}
+        if adv.get("stability"):   # the advisor's leave-one-seed-out check (advise.py --stability-seeds)
+            targets[tkey(t)]["advice_stability"] = {k: adv["stability"].get(k) for k in
+                                                    ("stable", "seeds", "seeds_added", "leave_one_out")}
         if same is not None:
             targets[tkey(t)]["simulated_same_seeds"] = {
                 k: {sd: [time_to_target(cv, t), cv[-1]["t"] if cv else None] for sd, cv in v.items()}
@@ -763,7 +768,7 @@ def scenario_record(name, s, advs, out, a, same=None, measured=None):
     return {"name": name, "scenario": s, "describe": describe(s), "calibrated": first["cluster"],
             "validated_inside": bool(first["validated"].get("inside")), "invalid_runs": invalid,
             "failed_runs": failed, "stalls": stalls, "hindsight_seeds": list(range(a.first_seed, a.first_seed + a.seeds)),
-            "advice_seeds": list(range(first["proxy"]["seeds"])), "targets": targets, **extra}
+            "advice_seeds": list(range(first["proxy"].get("base_seeds", first["proxy"]["seeds"]))), "targets": targets, **extra}
 
 
 def report(doc, out):
@@ -787,8 +792,16 @@ def report(doc, out):
                   f"simulator's validated range: {'inside' if sc['validated_inside'] else 'outside'}."
                   + (f" Stalls: {'; '.join(sc['stalls'])}." if sc["stalls"] else ""), ""]
         for t, c in sc["targets"].items():
+            st = c.get("advice_stability")
             lines += [f"Target {t}: advised {c['advised']}" + ("" if c["advice_resolved"] else " (not resolved)")
-                      + (f", best in hindsight {c.get('best')}" if c.get("best") else ""), "",
+                      + (f", best in hindsight {c.get('best')}" if c.get("best") else "")
+                      + (f" (advised / best {c['regret']:.3f})" if c.get("regret") is not None else "")
+                      + ("" if not st else "; the advice " + (
+                          "was not tested for a seed-decided pick" if st["stable"] is None else
+                          f"held with any one of its {st['seeds']} seeds left out" if st["stable"] else
+                          f"was seed-decided at {st['seeds']} seeds (without seed " + ", seed ".join(
+                              f"{sd}: {p}" for sd, p in st["leave_one_out"].items() if p != c["advised"]) + ")")
+                      + (f", {st['seeds_added']} seed(s) added" if st["seeds_added"] else "")), "",
                       "| configuration | predicted s (reached) | measured s [95%] (reached) | error | simulator on the runs' seeds |",
                       "|---|---|---|---|---|"]
             for k in c["measured"]:

@@ -70,6 +70,27 @@ class Analysis(unittest.TestCase):
                             "always the ring was in 0, the best fixed policy (asp) in 1" in x for x in d["conclusions"]),
                         d["conclusions"])
 
+    def test_the_report_says_whether_each_advice_was_seed_decided(self):
+        def sc(name, st):
+            x = scenario(name, "asp", measured={"ring": [10.0, 11.0, 12.0], "asp": [5.0, 5.5, 6.0]},
+                         predicted={"ring": [12.0, 12.0, 12.0], "asp": [5.5, 5.5, 5.5]})
+            x["hindsight_seeds"] = [100, 101, 102]
+            x["calibrated"] = {"nodes": 4, "step_s": 0.1, "link_gbit": 1.0, "ratio": 1.0, "slowdown": 1.0, "jitter": 0.0}
+            x["targets"]["3"]["advice_stability"] = st
+            return x
+        d = doc(sc("held", {"stable": True, "seeds": 5, "seeds_added": 2, "leave_one_out": {}}),
+                sc("split", {"stable": False, "seeds": 3, "seeds_added": 0,
+                             "leave_one_out": {"0": "asp", "1": "ring", "2": "asp"}}),
+                sc("untested", {"stable": None, "seeds": 2, "seeds_added": 0, "leave_one_out": {}}))
+        out = tempfile.mkdtemp()
+        hindsight.report(d, out)
+        with open(os.path.join(out, "report.md")) as f:
+            text = f.read()
+        self.assertIn("advised asp, best in hindsight asp (advised / best 1.000); the advice held with any one of its "
+                      "5 seeds left out, 2 seed(s) added", text)
+        self.assertIn("the advice was seed-decided at 3 seeds (without seed 1: ring)", text)
+        self.assertIn("the advice was not tested for a seed-decided pick", text)
+
     def test_an_advised_pick_one_third_slower_and_resolved_behind_is_outside(self):
         sc = scenario("b", "ring", measured={"ring": [13.0, 13.4, 12.9, 13.2], "asp": [10.0, 10.1, 9.9, 10.2]},
                       predicted={"ring": [9.0] * 4, "asp": [10.0] * 4})
