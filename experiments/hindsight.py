@@ -158,6 +158,17 @@ HELD_OUT_44 = {
     "i_slow7": _faithful_cluster(7, 0.06, 0.1, 2),                  # r 1.33
 }
 SCENARIOS.update(HELD_OUT_44)
+# Session 47 (docs/STUDY.md "Seed-decided picks, held out"): the advisor's --stability-seeds against its
+# default on the same emulated runs. Slow links, where the ring and DiLoCo H = 50 cross and the one
+# miss of session 44 was (the only crossover where a seed-decided pick has cost more than 1.10x), at
+# new combinations of N, K, link, jitter, a mild straggler and latency (the nearest earlier clusters are
+# named in STUDY.md); declared before any advice, simulation or emulation of them (helper-22 reviewed).
+HELD_OUT_47 = {
+    "h_slow6": _faithful_cluster(6, 0.07, 0.05, 2),                          # r ~1.1
+    "h_slow5s": _faithful_cluster(5, 0.05, 0.3, 2, slowdown=1.4),            # r ~1.6
+    "h_slow8l": _faithful_cluster(8, 0.09, 0.1, 4, latency_ms=2.0),          # r ~0.9
+}
+SCENARIOS.update(HELD_OUT_47)
 STOP = threading.Event()  # set on Ctrl-C / SIGTERM: no new run starts, no interrupted run is kept
 
 
@@ -883,7 +894,8 @@ def parse_args(argv):
                     help="comma-separated, in order (default: the seven published since session 22; the held-out "
                          "set of session 40: " + ",".join(HELD_OUT) + "; of session 41: " + ",".join(HELD_OUT_41) + "; of session 42: " + ",".join(HELD_OUT_42)
                          + "; of session 43 (1 ms link buckets): " + ",".join(HELD_OUT_43)
-                         + "; of session 44 (chosen so that every fixed policy is expected to lose somewhere): " + ",".join(HELD_OUT_44) + ")")
+                         + "; of session 44 (chosen so that every fixed policy is expected to lose somewhere): " + ",".join(HELD_OUT_44)
+                         + "; of session 47 (near the crossovers, for --advice-stability-seeds): " + ",".join(HELD_OUT_47) + ")")
     ap.add_argument("--targets", default="3.0,2.75", help="target validation losses, declared before the runs")
     ap.add_argument("--seeds", type=int, default=3, help="hindsight seeds per candidate (default 3)")
     ap.add_argument("--first-seed", type=int, default=100, help="the first hindsight seed (the advisor's are 0..A-1)")

@@ -255,6 +255,14 @@ class Flags(unittest.TestCase):
             self.assertLessEqual(v["slowdown"], 3.0, name)
             self.assertTrue(v["probed_placement"] and v["spread_rounds"], name)
 
+        # session 47's: the same kind, every cluster new
+        self.assertEqual(sorted(hindsight.HELD_OUT_47), ["h_slow5s", "h_slow6", "h_slow8l"])
+        for name, v in hindsight.HELD_OUT_47.items():
+            self.assertEqual(v.get("burst_ms"), 1.0, name)
+            self.assertLess(v["servers"], v["nodes"], name)
+            self.assertTrue(v["probed_placement"] and v["spread_rounds"], name)
+            self.assertFalse([k for k, w in hindsight.SCENARIOS.items() if k != name and w == v], name)
+
     def test_the_same_seed_runs_give_each_candidate_the_advices_share(self):
         """The same-seed simulations rebuild the advised cluster with the probe's exchanges, so an
         asynchronous candidate takes the spread rounds' share where the advice had one (it crashed on
