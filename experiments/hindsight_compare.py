@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Two advice records judged against the same measurements (experiments/hindsight.py --advice-out),
-side by side: per target and scenario, what each advised, and per configuration the simulator's
-error on the runs' own seeds (same_seed_error) and the prediction's (relative_error), A -> B.
+side by side: per target and scenario, what each advised and how far behind the best it was when
+run (advised / best), whether the advice was seed-decided (advise.py --stability-seeds), and per
+configuration the simulator's error on the runs' own seeds (same_seed_error) and the prediction's
+(relative_error), A -> B. A cell whose pick differs is marked robust (the two picks' measured mean
+times 1.15x or more apart, a miss against a reach, or resolved apart, paired and Holm-corrected) or
+marginal; per target, each record's cells within 1.10x and its summed advised / best.
 
   python experiments/hindsight_compare.py A/hindsight.json B/hindsight.json [--configs bsp_backup,ssp4]
 
@@ -11,8 +15,14 @@ error for, so A and B are compared on the same pairs.
 """
 import argparse
 import json
+import os
 import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hindsight  # noqa: E402
+
+ROBUST = 1.15   # a changed pick whose measured times are this far apart is a robust change
 
 
 def load(path):
@@ -29,6 +39,16 @@ def load(path):
 def cells(doc):
     """{(scenario, target): cell} of the valid scenarios."""
     return {(s["name"], t): c for s in doc["scenarios"] for t, c in s["targets"].items() if c.get("valid", True)}
+
+
+def change(c, x, y):
+    """How the picks x and y (different) compare on cell c's measured runs: {ratio, resolved, robust}."""
+    if x not in c["measured"] or y not in c["measured"]:
+        return {"ratio": None, "resolved": False, "robust": None}   # a pick that was not run: not judged
+    mx, my = (hindsight._full_mean(c["measured"][k]) for k in (x, y))
+    ratio = None if mx is None or my is None else max(mx, my) / min(mx, my)
+    resolved = bool(hindsight._judge({k: c["measured"][k] for k in (x, y)}).get("resolved"))
+    return {"ratio": ratio, "resolved": resolved, "robust": ratio is None or ratio >= ROBUST or resolved}
 
 
 def compare(a, b, configs=None):
@@ -54,11 +74,17 @@ def compare(a, b, configs=None):
                 same[0].append(abs(errs[k][0])), same[1].append(abs(errs[k][1]))
                 if errs[k][2] is not None and errs[k][3] is not None:
                     pred[0].append(abs(errs[k][2])), pred[1].append(abs(errs[k][3]))
+            stab = tuple((c.get("advice_stability") or {}).get("stable") for c in (x, y))
             rows.append({"scenario": name, "advised": (x["advised"], y["advised"]), "best": x.get("best"),
-                         "within": (x.get("within"), y.get("within")), "errors": errs})
+                         "within": (x.get("within"), y.get("within")), "regret": (x.get("regret"), y.get("regret")),
+                         "stable": stab, "errors": errs,
+                         "change": change(x, x["advised"], y["advised"]) if x["advised"] != y["advised"] else None})
         med = lambda v: statistics.median(v) if v else None
+        both = [r["regret"] for r in rows if None not in r["regret"]]
         out[t] = {"rows": rows, "same_seed": (med(same[0]), med(same[1]), len(same[0])),
-                  "predicted": (med(pred[0]), med(pred[1]), len(pred[0]))}
+                  "predicted": (med(pred[0]), med(pred[1]), len(pred[0])),
+                  "within": tuple(sum(1 for r in rows if r["within"][i]) for i in (0, 1)),
+                  "regret_sum": (sum(r[0] for r in both), sum(r[1] for r in both), len(both))}
     return out
 
 
@@ -78,8 +104,17 @@ def main(argv=None):
         print(f"target {t}")
         for row in r["rows"]:
             errs = ", ".join(f"{k} {pct(e[0])} -> {pct(e[1])}" for k, e in row["errors"].items())
-            print(f"  {row['scenario']}: advised {row['advised'][0]} -> {row['advised'][1]} (best {row['best']}); "
-                  f"same-seed error {errs}")
+            picks = " -> ".join(f"{p}" + (f" ({g:.3f}x)" if g is not None else " (missed)")
+                                for p, g in zip(row["advised"], row["regret"]))
+            stab = "; seed-decided: " + " -> ".join({True: "held", False: "yes", None: "-"}[v] for v in row["stable"]) \
+                if any(v is not None for v in row["stable"]) else ""
+            ch = row["change"]
+            chg = "" if not ch or ch["robust"] is None else ("; a robust change" if ch["robust"] else "; a marginal change") + (
+                f" ({ch['ratio']:.3f}x apart" if ch["ratio"] is not None else " (a miss against a reach") + (
+                ", resolved)" if ch["resolved"] else ", not resolved)")
+            print(f"  {row['scenario']}: advised {picks} (best {row['best']}){stab}{chg}; same-seed error {errs}")
+        print(f"  within 1.10x: {r['within'][0]} -> {r['within'][1]} of {len(r['rows'])}; advised / best summed over "
+              f"{r['regret_sum'][2]} cells: {r['regret_sum'][0]:.3f} -> {r['regret_sum'][1]:.3f}")
         for what, (x, y, n) in (("same-seed", r["same_seed"]), ("predicted", r["predicted"])):
             if n:
                 print(f"  median |{what} error| over {n} pairs: {100 * x:.1f}% -> {100 * y:.1f}%")

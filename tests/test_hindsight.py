@@ -454,6 +454,33 @@ class Compare(unittest.TestCase):
         for got, want in zip(only["same_seed"], (0.20, 0.30, 1)):
             self.assertAlmostEqual(got, want)
 
+    def test_a_changed_pick_is_marked_robust_or_marginal_on_the_measured_runs(self):
+        near = {"ring": {"100": [10.0, 30.0], "101": [11.0, 30.0], "102": [12.0, 30.0]},
+                "bsp_backup": {"100": [10.5, 30.0], "101": [11.2, 30.0], "102": [12.1, 30.0]},
+                "diloco50": {"100": [14.0, 30.0], "101": [15.0, 30.0], "102": [16.0, 30.0]}}
+        a, b, c = (self.record(k, {}, measured=near) for k in ("ring", "bsp_backup", "diloco50"))
+        for rec, regret in ((a, 1.0), (b, 1.0133), (c, 1.3636)):
+            rec["scenarios"][0]["targets"]["3"]["regret"] = regret
+        r = hindsight_compare.compare(a, b)["3"]["rows"][0]
+        self.assertFalse(r["change"]["robust"])              # 1.01x apart, not resolved
+        self.assertAlmostEqual(r["change"]["ratio"], 33.8 / 33.0)
+        r = hindsight_compare.compare(a, c)["3"]
+        self.assertTrue(r["rows"][0]["change"]["robust"])    # 1.36x apart
+        self.assertEqual(r["regret_sum"][2], 1)
+        self.assertAlmostEqual(r["regret_sum"][1], 1.3636)
+        self.assertIsNone(hindsight_compare.compare(a, a)["3"]["rows"][0]["change"])
+        rc = hindsight_compare.main  # the printed line names the change
+        import contextlib
+        import io
+        d = tempfile.mkdtemp()
+        for name, rec in (("a", a), ("c", c)):
+            with open(os.path.join(d, name + ".json"), "w") as f:
+                json.dump(rec, f)
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            self.assertEqual(rc([os.path.join(d, "a.json"), os.path.join(d, "c.json")]), 0)
+        self.assertIn("advised ring (1.000x) -> diloco50 (1.364x) (best ring); a robust change (1.364x apart", buf.getvalue())
+
     def test_records_of_other_measurements_are_refused(self):
         a = self.record("ring", {"ring": 0.1})
         b = self.record("ring", {"ring": 0.1}, measured={"ring": {"100": [1.5, 2.0]}})
