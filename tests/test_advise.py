@@ -361,23 +361,27 @@ class Stability(unittest.TestCase):
                 "diloco10": [result("diloco10", 0, None, 2.8), result("diloco10", 1, 12.0)]}
         self.assertEqual(advise.pick(miss, ["ring", "diloco10"]), "ring")
 
+    def advise_faked(self, path, seeds, k, started):
+        """advice.json and the printed text of an advice on the fake runs, --seeds and --stability-seeds k."""
+        saved = advise.run
+        advise.run = self.fake(started)
+        out = mkdtemp()
+        try:
+            rc, text, err = main_in_process([path, "--out", out, "--seeds", str(seeds), "--steps", "100",
+                                             "--configs", "ring,diloco10,asp_lr_scale", "--no-exchange-calibration",
+                                             "--stability-seeds", str(k)])
+        finally:
+            advise.run = saved
+        self.assertEqual(rc, 0, err)
+        with open(os.path.join(out, "advice.json")) as f:
+            return json.load(f), text
+
     def test_seed_decided_picks_get_seeds_until_they_hold(self):
         path = write_probe(make_probe(n=4, ratio=10.0))
-        saved = advise.run
         for k, want_pick, want_seeds, stable in ((0, "ring", 3, False), (1, "diloco10", 4, False),
                                                   (3, "diloco10", 5, True)):
             started = []
-            advise.run = self.fake(started)
-            out = mkdtemp()
-            try:
-                rc, text, err = main_in_process([path, "--out", out, "--seeds", "3", "--steps", "100",
-                                                 "--configs", "ring,diloco10,asp_lr_scale", "--no-exchange-calibration",
-                                                 "--stability-seeds", str(k)])
-            finally:
-                advise.run = saved
-            self.assertEqual(rc, 0, err)
-            with open(os.path.join(out, "advice.json")) as f:
-                adv = json.load(f)
+            adv, text = self.advise_faked(path, 3, k, started)
             st = adv["stability"]
             self.assertEqual((adv["recommended"]["name"], st["seeds"], st["stable"]), (want_pick, want_seeds, stable),
                              text)
@@ -396,17 +400,7 @@ class Stability(unittest.TestCase):
                 self.assertIn("--stability-seeds K adds seeds", adv["recommended"]["why"])
         # two seeds: not tested where no seed may be added; with one allowed, it is added and tested
         for k, want_seeds, stable in ((0, 2, None), (1, 3, False)):
-            advise.run = self.fake([])
-            out = mkdtemp()
-            try:
-                rc, text, err = main_in_process([path, "--out", out, "--seeds", "2", "--steps", "100",
-                                                 "--configs", "ring,diloco10,asp_lr_scale", "--no-exchange-calibration",
-                                                 "--stability-seeds", str(k)])
-            finally:
-                advise.run = saved
-            self.assertEqual(rc, 0, err)
-            with open(os.path.join(out, "advice.json")) as f:
-                adv = json.load(f)
+            adv, text = self.advise_faked(path, 2, k, [])
             self.assertEqual((adv["stability"]["seeds"], adv["stability"]["stable"]), (want_seeds, stable), text)
             self.assertEqual(adv["proxy"]["base_seeds"], 2)   # what a re-advice starts from
             if stable is None:
