@@ -1421,8 +1421,11 @@ def main(argv=None):
         stable = all(p == now for p in loo.values()) if loo else None
         untested = (None if loo else "no candidate reached the target in every seed" if not reached_all
                     else "fewer than 3 seeds: a pick without one of them needs 2")
-        few = stable is None and reached_all   # too few seeds: --stability-seeds adds them
-        if stable or (stable is None and not few) or added >= a.stability_seeds or any(n in a.names for n, _ in early):
+        # Stop where the pick holds, where it cannot be tested (no candidate reached the target in every
+        # seed: more seeds do not change that), at K added, or where the rest of a run is already past it;
+        # fewer than 3 seeds is untested too, and added seeds make it testable.
+        untestable = stable is None and not reached_all
+        if stable or untestable or added >= a.stability_seeds or any(n in a.names for n, _ in early):
             break
         print(f"[advise] " + (f"seed-decided: without one seed the pick {now} becomes "
                                f"{', '.join(sorted({p for p in loo.values() if p != now}))}" if loo else

@@ -782,6 +782,20 @@ def scenario_record(name, s, advs, out, a, same=None, measured=None):
             "advice_seeds": list(range(first["proxy"].get("base_seeds", first["proxy"]["seeds"]))), "targets": targets, **extra}
 
 
+def stability_phrase(st, advised):
+    """The report's words on a cell's advice stability (advise.py's leave-one-seed-out check), or ""."""
+    if not st:
+        return ""
+    if st["stable"] is None:
+        said = "was not tested for a seed-decided pick"
+    elif st["stable"]:
+        said = f"held with any one of its {st['seeds']} seeds left out"
+    else:
+        flips = ", seed ".join(f"{sd}: {p}" for sd, p in st["leave_one_out"].items() if p != advised)
+        said = f"was seed-decided at {st['seeds']} seeds (without seed {flips})"
+    return "; the advice " + said + (f", {st['seeds_added']} seed(s) added" if st["seeds_added"] else "")
+
+
 def report(doc, out):
     lines = ["# Advice against hindsight", "", f"Command: `{doc['command']}`", "",
              "Each scenario: probed, advised from the probe (simulator, seeds 0..A-1, one advice per target), then every "
@@ -803,16 +817,10 @@ def report(doc, out):
                   f"simulator's validated range: {'inside' if sc['validated_inside'] else 'outside'}."
                   + (f" Stalls: {'; '.join(sc['stalls'])}." if sc["stalls"] else ""), ""]
         for t, c in sc["targets"].items():
-            st = c.get("advice_stability")
             lines += [f"Target {t}: advised {c['advised']}" + ("" if c["advice_resolved"] else " (not resolved)")
                       + (f", best in hindsight {c.get('best')}" if c.get("best") else "")
                       + (f" (advised / best {c['regret']:.3f})" if c.get("regret") is not None else "")
-                      + ("" if not st else "; the advice " + (
-                          "was not tested for a seed-decided pick" if st["stable"] is None else
-                          f"held with any one of its {st['seeds']} seeds left out" if st["stable"] else
-                          f"was seed-decided at {st['seeds']} seeds (without seed " + ", seed ".join(
-                              f"{sd}: {p}" for sd, p in st["leave_one_out"].items() if p != c["advised"]) + ")")
-                      + (f", {st['seeds_added']} seed(s) added" if st["seeds_added"] else "")), "",
+                      + stability_phrase(c.get("advice_stability"), c["advised"]), "",
                       "| configuration | predicted s (reached) | measured s [95%] (reached) | error | simulator on the runs' seeds |",
                       "|---|---|---|---|---|"]
             for k in c["measured"]:

@@ -51,6 +51,15 @@ def change(c, x, y):
     return {"ratio": ratio, "resolved": resolved, "robust": ratio is None or ratio >= ROBUST or resolved}
 
 
+def change_text(ch):
+    """'; a robust change (1.262x apart, not resolved)' for a changed pick that was judged, else ""."""
+    if not ch or ch["robust"] is None:
+        return ""
+    apart = f"{ch['ratio']:.3f}x apart" if ch["ratio"] is not None else "a miss against a reach"
+    return (f"; a {'robust' if ch['robust'] else 'marginal'} change ({apart}, "
+            + ("resolved)" if ch["resolved"] else "not resolved)"))
+
+
 def compare(a, b, configs=None):
     """Rows and medians of B against A; SystemExit when their measurements differ."""
     ca, cb = cells(a), cells(b)
@@ -108,11 +117,8 @@ def main(argv=None):
                                 for p, g in zip(row["advised"], row["regret"]))
             stab = "; seed-decided: " + " -> ".join({True: "held", False: "yes", None: "-"}[v] for v in row["stable"]) \
                 if any(v is not None for v in row["stable"]) else ""
-            ch = row["change"]
-            chg = "" if not ch or ch["robust"] is None else ("; a robust change" if ch["robust"] else "; a marginal change") + (
-                f" ({ch['ratio']:.3f}x apart" if ch["ratio"] is not None else " (a miss against a reach") + (
-                ", resolved)" if ch["resolved"] else ", not resolved)")
-            print(f"  {row['scenario']}: advised {picks} (best {row['best']}){stab}{chg}; same-seed error {errs}")
+            print(f"  {row['scenario']}: advised {picks} (best {row['best']}){stab}{change_text(row['change'])}; "
+                  f"same-seed error {errs}")
         print(f"  within 1.10x: {r['within'][0]} -> {r['within'][1]} of {len(r['rows'])}; advised / best summed over "
               f"{r['regret_sum'][2]} cells: {r['regret_sum'][0]:.3f} -> {r['regret_sum'][1]:.3f}")
         for what, (x, y, n) in (("same-seed", r["same_seed"]), ("predicted", r["predicted"])):
