@@ -278,6 +278,34 @@ TEST(Simulator, StepTimesFollowTheComputeAndLinkModels) {
     EXPECT_NEAR(m["step_s"].get<double>(), 0.1 + ring_allreduce_s(4, 4 * p, 2 * B, lat), 1e-9);
 }
 
+// sim.worker_slowdowns (the advisor's replay of every probed node's speed): worker r's modelled step is
+// its factor x emulate.step_time_s, each worker its own; "1,1,1,3" is exactly sim.slow_workers=3 with
+// emulate.slowdown=3, the jitter's draws included.
+TEST(Simulator, WorkerSlowdownsGiveEachWorkerItsOwnStep) {
+  test::TempDir d;
+  SimJob j = sim_job(d, "ps", 4);
+  j.ps.consistency = "asp";
+  j.sim.worker_slowdowns = "1,1.2,0.9,1.4";
+  run_simulation(j.run, j.ps, j.sim, d.str("each"), false);
+  const double factor[] = {1, 1.2, 0.9, 1.4};
+  for (int r = 0; r < 4; ++r)
+    for (const auto& m : steps_of(d.str("each/node" + std::to_string(r) + "/metrics.jsonl")))
+      EXPECT_NEAR(m["modelled_s"].get<double>(), 0.1 * factor[r], 1e-12) << r;
+
+  j.run.emulate.jitter = 0.3;
+  j.sim.worker_slowdowns = "1,1,1,3";
+  run_simulation(j.run, j.ps, j.sim, d.str("list"), false);
+  SimJob k = j;
+  k.sim.worker_slowdowns = "";
+  k.sim.slow_workers = "3";
+  k.run.emulate.slowdown = 3;
+  run_simulation(k.run, k.ps, k.sim, d.str("one_factor"), false);
+  for (int r = 0; r < 4; ++r) {
+    const std::string f = "/node" + std::to_string(r) + "/metrics.jsonl";
+    EXPECT_EQ(slurp(d.str("list") + f), slurp(d.str("one_factor") + f)) << f;
+  }
+}
+
 // sim.spread_start_s (the advisor's replay of syncopate-probe's spread rounds): worker r begins r / N of
 // it after the others, so under ASP the pushes reach the shard one after another. Spread by more than a
 // round trip, none queues behind another: every worker's first step is compute + push + reply, ending
@@ -574,6 +602,20 @@ TEST(Simulator, RefusesBadInputByName) {
   j.run.dist.mode = "ring";
   j.sim.slow_steps = 2;
   EXPECT_NE(err(j).find("sim.slow_steps with a ring"), std::string::npos);
+  j = ok;
+  j.sim.worker_slowdowns = "1,1,2";
+  EXPECT_NE(err(j).find("3 factor(s) for sim.workers=4"), std::string::npos) << err(j);
+  j.sim.worker_slowdowns = "1,1,x,1";
+  EXPECT_NE(err(j).find("sim.worker_slowdowns entry 2 'x'"), std::string::npos) << err(j);
+  j.sim.worker_slowdowns = "1,1,0,1";
+  EXPECT_NE(err(j).find("entry 2 '0'"), std::string::npos) << err(j);
+  j.sim.worker_slowdowns = "1,1,1,2";
+  EXPECT_EQ(err(j), "");
+  j.sim.slow_workers = "3";
+  EXPECT_NE(err(j).find("not both"), std::string::npos) << err(j);
+  j.sim.slow_workers = "";
+  j.run.emulate.slowdown = 2;
+  EXPECT_NE(err(j).find("leave emulate.slowdown at 1"), std::string::npos) << err(j);
   j = ok;
   j.run.dist.wire = "bf16";
   EXPECT_NE(err(j).find("dist.wire=bf16"), std::string::npos);

@@ -33,6 +33,10 @@ struct SimConfig {
   std::string slow_workers;      // comma-separated indices of workers whose modelled step is emulate.slowdown x
                                  // longer (e.g. "7" or "0,5"); empty = none
   double slow_share = 0;         // also slow: the highest-numbered ceil(slow_share x workers) workers; 0 = none
+  std::string worker_slowdowns;  // one factor per worker, comma-separated (e.g. "1,1,1.02,1.37"): worker r's modelled
+                                 // step is its factor x emulate.step_time_s (a probe's measured node speeds, each
+                                 // node as it is, rather than one factor for the stragglers); empty = none. Excludes
+                                 // sim.slow_workers, sim.slow_share and emulate.slowdown
   int64_t slow_steps = 0;        // > 0: the slow workers stop after this many steps (the others run train.steps;
                                  // an "elastic" budget, as scripts/local_cluster.sh --slow-steps)
   int64_t eval_workers = 1;      // workers 0..eval_workers-1 evaluate (validation loss) at eval.every; the rest
@@ -79,6 +83,7 @@ struct SimConfig {
       std::vector<std::string>{"fair", "fifo"});
     v("slow_workers", slow_workers, "comma-separated indices of stragglers (emulate.slowdown x slower)");
     v("slow_share", slow_share, "share of workers (the highest-numbered) that straggle", 0.0, 1.0);
+    v("worker_slowdowns", worker_slowdowns, "one step-time factor per worker, comma-separated (empty = none)");
     v("slow_steps", slow_steps, "> 0: stragglers stop after this many steps (elastic budget)", int64_t{0}, int64_t{1} << 40);
     v("eval_workers", eval_workers, "workers that evaluate validation loss (0..N-1)", int64_t{1}, int64_t{4096});
     v("memory_gb", memory_gb, "refuse runs estimated above this many GiB (0 = 80% of available)", 0.0, 1e6);
@@ -95,6 +100,8 @@ struct SimConfig {
 
   // The slow workers' indices (sorted, unique); throws syncopate::Error naming a bad entry.
   std::vector<int> slow_set() const;
+  // sim.worker_slowdowns parsed: one factor per worker, or empty; throws syncopate::Error naming a bad entry.
+  std::vector<double> slowdown_list() const;
   int64_t shard_count() const { return servers > 0 ? servers : (workers < 16 ? workers : 16); }
   double server_gbit() const { return server_link_gbit > 0 ? server_link_gbit : link_gbit; }
   // Cross-field checks; throws syncopate::Error with the field's name and how to fix it.

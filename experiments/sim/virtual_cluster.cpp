@@ -199,13 +199,17 @@ class Simulation {
     const auto fp32 = at::TensorOptions().dtype(at::kFloat);
 
     const std::vector<int> slow = sim_.slow_set();
+    const std::vector<double> factors = sim_.slowdown_list();
     workers_.resize(static_cast<size_t>(m_));
     for (int r = 0; r < m_; ++r) {
       Worker& w = workers_[static_cast<size_t>(r)];
       w.id = r;
       const bool is_slow = std::binary_search(slow.begin(), slow.end(), r);
       EmulateConfig em = run_.emulate;
-      em.slowdown = is_slow ? run_.emulate.slowdown : 1.0;
+      // sim.worker_slowdowns names the first N workers; a joiner (churn) steps at the base step.
+      em.slowdown = !factors.empty() ? (r < static_cast<int>(factors.size()) ? factors[static_cast<size_t>(r)] : 1.0)
+                    : is_slow       ? run_.emulate.slowdown
+                                    : 1.0;
       w.pacer = std::make_unique<StepPacer>(em, static_cast<uint64_t>(run_.train.seed), r);  // the emulation's draws
       w.steps = is_slow && sim_.slow_steps > 0 ? sim_.slow_steps : run_.train.steps;
       w.alive = w.in_job = r < n_;  // a joiner's process is launched by its event
@@ -1064,8 +1068,36 @@ std::vector<int> SimConfig::slow_set() const {
   return {s.begin(), s.end()};
 }
 
+std::vector<double> SimConfig::slowdown_list() const {
+  std::vector<double> out;
+  if (worker_slowdowns.empty()) return out;
+  std::stringstream ss(worker_slowdowns);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    SYN_CHECK(used == item.size() && !item.empty() && std::isfinite(v) && v >= 0.01 && v <= 1000,
+              fmt::format("sim.worker_slowdowns entry {} '{}' is not a step-time factor in [0.01, 1000]", out.size(), item),
+              "give one factor per worker separated by commas, e.g. --sim.worker_slowdowns=1,1,1,1.4");
+    out.push_back(v);
+  }
+  SYN_CHECK(static_cast<int64_t>(out.size()) == workers,
+            fmt::format("sim.worker_slowdowns has {} factor(s) for sim.workers={}", out.size(), workers),
+            "give exactly one factor per worker (1 for a node at the base step)");
+  return out;
+}
+
 void SimConfig::validate() const {
   slow_set();
+  slowdown_list();
+  SYN_CHECK(worker_slowdowns.empty() || (slow_workers.empty() && slow_share == 0),
+            "sim.worker_slowdowns with sim.slow_workers or sim.slow_share",
+            "give every worker's factor in sim.worker_slowdowns, or the stragglers in sim.slow_workers, not both");
   SYN_CHECK(eval_workers <= workers, fmt::format("sim.eval_workers={} but sim.workers={}", eval_workers, workers),
             "evaluate on at most every worker (1 = worker 0 only, what the studies read)");
   SYN_CHECK(servers <= workers * 64, fmt::format("sim.servers={} for {} workers", servers, workers),
@@ -1126,6 +1158,9 @@ void validate_simulation(const RunConfig& run_in, const PsConfig& ps, const SimC
             "a schedule by the clock warms up over a share of the budget: set --schedule.warmup_frac (e.g. 0.05)");
   SYN_CHECK(run.train.device != "cuda", "train.device=cuda in the simulator",
             "the simulator computes gradients on the CPU, one worker at a time: use --train.device=cpu or auto");
+  SYN_CHECK(sim.worker_slowdowns.empty() || run.emulate.slowdown == 1.0,
+            fmt::format("sim.worker_slowdowns with emulate.slowdown={}", run.emulate.slowdown),
+            "each worker's factor is in sim.worker_slowdowns: leave emulate.slowdown at 1");
   SYN_CHECK(!(m.ring && sim.slow_steps > 0), "sim.slow_steps with a ring",
             "a ring steps together, so every worker runs train.steps; an elastic budget is for modes that wait for "
             "no straggler (ps asp, bsp with backup workers)");
