@@ -83,6 +83,15 @@ FORMAT = "syncopate-probe/1"
 ADVICE_FORMAT = "syncopate-advice/1"
 PRESET, BATCH, STEP_S, EVAL_BATCHES = crossover.PRESET, crossover.BATCH, crossover.STEP_S, crossover.EVAL_BATCHES
 STRAGGLER_AT = 1.5  # a node whose fastest step is this many times the cluster's base step is a straggler
+# How the probe's step times become the simulated nodes' compute (--compute-model):
+#   stragglers (the default): nodes at STRAGGLER_AT or more are stragglers, the largest factor for all of
+#     them, every other node at the base step; jitter = the median over nodes of mean / min - 1;
+#   per-node: every node at its own measured factor (min / T, whatever its size: a 1.4x node is not
+#     modelled at the base step); jitter = the pooled estimate, each node's (mean - min) / min x n / (n - 1)
+#     (the exponential's unbiased estimate from n samples) weighted by its samples. Session 47's h_slow5s
+#     (docs/STUDY.md) showed the first's optimism: a 1.4x node and jitter 0.3 calibrated as no straggler
+#     and jitter 0.225, every candidate's same-seed simulation 9-29% fast.
+COMPUTE_MODELS = ("stragglers", "per-node")
 MAX_SERVERS = 16
 # name: (syncopate-sim flags, learning rate); crossover's five, then the two local-SGD variants added here.
 CANDIDATES = dict(crossover.CONFIGS)
@@ -145,7 +154,20 @@ def _object(value, field, src):
     return value
 
 
-def calibrate(probe, src="probe.json"):
+def pooled_jitter(base, means, counts):
+    """The jitter of step = base x (1 + X), X exponential: each node's (mean - min) / min, scaled by
+    n / (n - 1) (the sample minimum sits 1/n of the mean excess above the base), weighted by its n
+    samples. A node that gave only min and mean counts as one sample, unscaled."""
+    num = den = 0.0
+    for k, lo in base.items():
+        n = max(counts.get(k, 0), 1)
+        excess = (means[k] - lo) / lo
+        num += n * (excess * n / (n - 1) if n > 1 else excess)
+        den += n
+    return max(0.0, num / den)
+
+
+def calibrate(probe, src="probe.json", compute_model="stragglers"):
     """The cluster the probe measured (see the module's docstring), with "assumptions" (what the
     advice takes as given) and "warnings" (an incomplete probe). ProbeError names a bad field."""
     assumptions, warnings = [], []
@@ -187,7 +209,7 @@ def calibrate(probe, src="probe.json"):
                            "uses the nodes and links that were measured; an unmeasured node is taken as running at "
                            "the base step without jitter beyond the others', an unmeasured link as no slower than the "
                            "slowest measured one")
-    ids, base, means = [], {}, {}
+    ids, base, means, counts = [], {}, {}, {}
     for i, nd in enumerate(nodes):
         where = f"nodes[{i}]"
         nd = _object(nd, where, src)
@@ -218,20 +240,28 @@ def calibrate(probe, src="probe.json"):
             raise ProbeError(f"{src}: {where}.step_s.mean = {mean} is below its min = {lo}")
         ids.append(node_id)
         base[node_id], means[node_id] = lo, mean
+        counts[node_id] = len(samples)
     T = statistics.median(base.values())
     slowdowns = {k: v / T for k, v in base.items()}
     slow = sorted(k for k, s in slowdowns.items() if s >= STRAGGLER_AT)
     factor = max((slowdowns[k] for k in slow), default=1.0)
-    jitter = max(0.0, statistics.median(means[k] / base[k] - 1 for k in ids))
-    if len(slow) > 1 and min(slowdowns[k] for k in slow) < factor * 0.95:
-        assumptions.append("stragglers " + ", ".join(f"node {k} {slowdowns[k]:.2f}x" for k in slow) + ": the simulator "
-                           f"takes one slowdown factor for all of them, the largest ({factor:.2f}x), so the "
-                           "stragglers are modelled as at least as slow as they are (pessimistic for the "
-                           "synchronous modes)")
-    mild = [k for k in ids if 1.1 <= slowdowns[k] < STRAGGLER_AT]
-    if mild:
-        assumptions.append("nodes " + ", ".join(f"{k} ({slowdowns[k]:.2f}x)" for k in mild) + f" are slower than the "
-                           f"base step but below the straggler threshold {STRAGGLER_AT}x: modelled at the base step")
+    if compute_model == "per-node":
+        factor = max(slowdowns.values())
+        jitter = pooled_jitter(base, means, counts)
+        assumptions.append("every node at its own measured factor (min / T; --compute-model per-node): "
+                           + ", ".join(f"node {k} {slowdowns[k]:.3f}x" for k in sorted(ids)))
+    else:
+        jitter = max(0.0, statistics.median(means[k] / base[k] - 1 for k in ids))
+        if len(slow) > 1 and min(slowdowns[k] for k in slow) < factor * 0.95:
+            assumptions.append("stragglers " + ", ".join(f"node {k} {slowdowns[k]:.2f}x" for k in slow) + ": the "
+                               f"simulator takes one slowdown factor for all of them, the largest ({factor:.2f}x), so "
+                               "the stragglers are modelled as at least as slow as they are (pessimistic for the "
+                               "synchronous modes)")
+        mild = [k for k in ids if 1.1 <= slowdowns[k] < STRAGGLER_AT]
+        if mild:
+            assumptions.append("nodes " + ", ".join(f"{k} ({slowdowns[k]:.2f}x)" for k in mild) + " are slower than "
+                               f"the base step but below the straggler threshold {STRAGGLER_AT}x: modelled at the base "
+                               "step (--compute-model per-node models each node as measured)")
 
     links = probe.get("links") or []
     if not isinstance(links, list):
@@ -279,7 +309,8 @@ def calibrate(probe, src="probe.json"):
                             "if in doubt")
     ex = {pat: exchange_rounds(probe, pat, n, src, warnings) for pat in EXCHANGES}
     placed = probed_placement(probe, nodes, ids, src)
-    return {"placement": placed, "nodes": n, "step_s": T, "node_slowdowns": {str(k): slowdowns[k] for k in sorted(ids)}, "exchanges": ex,
+    return {"placement": placed, "nodes": n, "step_s": T, "node_slowdowns": {str(k): slowdowns[k] for k in sorted(ids)},
+            "compute_model": compute_model, "exchanges": ex,
             "slow_workers": slow, "slowdown": factor, "jitter": jitter, "link_gbit": link,
             "latency_ms": latency_us / 1e3, "ratio": ratio, "params": params, "wire_bytes": wire,
             "measured_nodes": len(nodes), "measured_links": len(links), "complete": complete,
@@ -465,7 +496,12 @@ def proxy(cl, a):
     # The stragglers go to the highest-numbered workers (as crossover places them): worker 0 evaluates
     # the model, and which rank is slow changes no mode's schedule otherwise.
     slow = list(range(n - len(cl["slow_workers"]), n))
-    return {"preset": PRESET, "step_s": STEP_S, "batch": BATCH, "link_gbit": link, "servers": k, "servers_from": k_from,
+    # --compute-model per-node: every node's factor, the fastest on worker 0 and the slowest last (the
+    # same convention); none of them a one-factor straggler.
+    each = sorted(cl["node_slowdowns"].values()) if cl.get("compute_model") == "per-node" else []
+    if each:
+        slow = []
+    return {"compute_model": cl.get("compute_model", "stragglers"), "worker_slowdowns": each, "preset": PRESET, "step_s": STEP_S, "batch": BATCH, "link_gbit": link, "servers": k, "servers_from": k_from,
             "server_link_gbit": link * n / k, "latency_us": cl["latency_ms"] * 1e3 * STEP_S / cl["step_s"],
             "slow_workers": slow, "slowdown": cl["slowdown"] if slow else 1.0, "jitter": cl["jitter"],
             "server_placement": placement, "placement_from": placement_from, "target_loss": a.target_loss, "seeds": a.seeds, "steps": a.steps,
@@ -580,6 +616,8 @@ def sim_command(name, seed, px, cl, out, limit_s):
            f"--data.cache_dir={ROOT}/data/cache"]
     if px["slow_workers"]:
         cmd += ["--sim.slow_workers=" + ",".join(map(str, px["slow_workers"])), f"--emulate.slowdown={px['slowdown']:.6g}"]
+    if px.get("worker_slowdowns"):
+        cmd += ["--sim.worker_slowdowns=" + ",".join(f"{x:.4g}" for x in px["worker_slowdowns"])]
     if limit_s:
         cmd += [f"--sim.time_limit_s={limit_s:.6g}"]
     g = (px.get("goodput") or {}).get(exchange_pattern(name, cl))
@@ -955,7 +993,8 @@ def advise(cl, px, names, results, a, probe_path):
             "proxy": {k: px[k] for k in ("preset", "step_s", "link_gbit", "latency_us", "target_loss", "seeds", "steps",
                                          "batch", "servers", "servers_from", "server_link_gbit", "slow_workers", "slowdown", "jitter",
                                          "eval_every", "eval_batches", "limit", "time_scale", "server_placement",
-                                         "placement_from", "goodput", "calibration")}
+                                         "placement_from", "goodput", "calibration", "compute_model",
+                                         "worker_slowdowns")}
                       | ({"base_seeds": px["base_seeds"]} if "base_seeds" in px else {}),
             "assumptions": assumptions(cl, px, names) + ([
                 f"the rest of a run: from step {a.from_step} of the proxy's {px['steps']} (fraction "
@@ -1088,8 +1127,15 @@ def assumptions(cl, px, names):
     A.append(server_assumption(cl, px))
     A.append(f"latency: {cl['latency_ms'] * 1e3:.3g} us one way (median RTT / 2), dilated to {px['latency_us']:.3g} us "
              "in the proxy")
-    A.append(f"jitter {cl['jitter']:.3g} = the median over nodes of mean / min - 1, modelled as exponential")
-    if cl["slow_workers"]:
+    if px.get("worker_slowdowns"):
+        A.append(f"jitter {cl['jitter']:.3g} = the nodes' pooled (mean - min) / min x n / (n - 1), modelled as "
+                 "exponential (--compute-model per-node)")
+        A.append("every node at its own measured factor; in the proxy the factors go to the workers in increasing "
+                 "order (" + ", ".join(f"{x:.3g}" for x in px["worker_slowdowns"]) + "; worker 0, which evaluates, "
+                 "the fastest), so a proxy worker's rank is not its node's")
+    else:
+        A.append(f"jitter {cl['jitter']:.3g} = the median over nodes of mean / min - 1, modelled as exponential")
+    if cl["slow_workers"] and not px.get("worker_slowdowns"):
         A.append(f"stragglers: node(s) {', '.join(map(str, cl['slow_workers']))} at {cl['slowdown']:.2f}x (one factor, "
                  "the largest, for every straggler); in the proxy they are workers "
                  f"{', '.join(map(str, px['slow_workers']))} (the highest ranks: worker 0 evaluates)")
@@ -1132,11 +1178,20 @@ def fmt_interval(i):
     return f"{i['mean']:.3g} [{i['lo']:.3g}, {i['hi']:.3g}]"
 
 
+def compute_phrase(cl):
+    """The calibrated nodes' speeds, as the cluster line says them."""
+    if cl.get("compute_model") == "per-node":
+        f = cl["node_slowdowns"].values()
+        return f"nodes at {min(f):.3g}-{max(f):.3g}x (each as measured)"
+    if cl["slow_workers"]:
+        return f"stragglers {', '.join(map(str, cl['slow_workers']))} at {cl['slowdown']:.2f}x"
+    return "no straggler"
+
+
 def describe(cl, px):
     L = [f"cluster: N = {cl['nodes']} nodes ({cl['measured_nodes']} measured), base step T = {cl['step_s']:.4g} s, "
          f"jitter {cl['jitter']:.3g}, "
-         + (f"stragglers {', '.join(map(str, cl['slow_workers']))} at {cl['slowdown']:.2f}x" if cl["slow_workers"]
-            else "no straggler")
+         + compute_phrase(cl)
          + (f", link {cl['link_gbit']:.4g} Gbit/s (slowest of {cl['measured_links']}), latency "
             f"{cl['latency_ms'] * 1e3:.3g} us one way, ratio r = {cl['ratio']:.3g}" if cl["link_gbit"] else "")
          + f", {cl['params']} parameters x {cl['wire_bytes']} wire bytes",
@@ -1147,6 +1202,8 @@ def describe(cl, px):
          + f" ({PLACEMENT_FROM[px.get('placement_from', '--server-placement')][0]})"
          + f", latency {px['latency_us']:.3g} us"
          + (f", workers {','.join(map(str, px['slow_workers']))} at {px['slowdown']:.2f}x" if px["slow_workers"] else "")
+         + (", workers at " + ",".join(f"{x:.3g}" for x in px["worker_slowdowns"]) + "x (per node)"
+            if px.get("worker_slowdowns") else "")
          + f", jitter {px['jitter']:.3g}; target loss {px['target_loss']:g}, {px['steps']} steps at most, "
          f"{px['seeds']} seed(s), limit {px['limit']:g} x the ring's time; proxy s x {px['time_scale']:.4g} = cluster s"]
     return L
@@ -1214,6 +1271,11 @@ def parse_args(argv):
                          "or nodes 0..K-1 sharing their links (scripts/local_cluster.sh --netns, launch_node.sh); "
                          "default: where the probe found the shards (their addresses against the nodes'), else "
                          "dedicated, stated as an assumption; with --from-run, the first advice's")
+    ap.add_argument("--compute-model", choices=COMPUTE_MODELS, default=None,
+                    help="how the probe's step times become the simulated nodes: stragglers (default): nodes at "
+                         f"{STRAGGLER_AT}x the base step or more at the largest factor, the rest at the base step, "
+                         "jitter the nodes' median; per-node: every node at its own factor, jitter pooled over the "
+                         "nodes' samples (docs/STUDY.md, session 48); with --from-run, the first advice's")
     ap.add_argument("--no-exchange-calibration", action="store_true",
                     help="every message at the links' measured bulk goodput, even where the probe timed the ring's "
                          "all-reduce or the parameter servers' round trips at the model's size (the ablation of that "
@@ -1262,7 +1324,7 @@ def parse_args(argv):
                   "not reached)", flush=True)
         first_px = a.first.get("proxy") or {}
         origin = {"servers": "servers_from", "server_placement": "placement_from"}  # where each came from
-        for k in ("target_loss", "seeds", "steps", "servers", "server_placement"):
+        for k in ("target_loss", "seeds", "steps", "servers", "server_placement", "compute_model"):
             # seeds: the first advice's own, before any --stability-seeds added to it (else a re-advice
             # would start from those and add more)
             v = first_px.get("base_seeds", first_px.get(k)) if k == "seeds" else first_px.get(k)
@@ -1271,6 +1333,7 @@ def parse_args(argv):
                 if k in origin:
                     setattr(a, origin[k], "first")
     a.target_loss = 3.0 if a.target_loss is None else a.target_loss
+    a.compute_model = "stragglers" if a.compute_model is None else a.compute_model
     a.seeds = 3 if a.seeds is None else a.seeds
     a.steps = 150 if a.steps is None else a.steps
     names = [x for x in a.configs.split(",") if x]
@@ -1306,7 +1369,7 @@ def parse_args(argv):
 def main(argv=None):
     a = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        cl = calibrate(load_probe(a.probe), a.probe)
+        cl = calibrate(load_probe(a.probe), a.probe, a.compute_model)
         use_spread_rounds(cl, a.spread_calibration)
     except ProbeError as e:
         print(f"advise: {e}", file=sys.stderr)

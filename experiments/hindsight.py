@@ -331,6 +331,7 @@ def advise_command(probe_path, d, target, a, shards=None):
         (["--spread-calibration", a.spread_calibration] if a.spread_calibration else []) + \
         (["--configs", a.configs] if a.configs else []) + \
         (["--stability-seeds", str(a.advice_stability_seeds)] if a.advice_stability_seeds else []) + \
+        (["--compute-model", a.advice_compute_model] if a.advice_compute_model != "stragglers" else []) + \
         (["--servers", str(shards)] if shards else [])
 
 
@@ -911,6 +912,9 @@ def parse_args(argv):
     ap.add_argument("--advice-stability-seeds", type=int, default=0, metavar="K",
                     help="the advisor's --stability-seeds: where its pick changes with one advice seed left out, it "
                          "adds seeds A, A+1, ... (at most K) until the pick holds (default 0: none added)")
+    ap.add_argument("--advice-compute-model", choices=advise.COMPUTE_MODELS, default="stragglers",
+                    help="the advisor's --compute-model: how the probe's step times become the simulated nodes "
+                         "(default stragglers; per-node: every node at its own factor, the jitter pooled)")
     ap.add_argument("--steps", type=int, default=150, help="the advisor's --steps, and every run's")
     ap.add_argument("--lanes", type=int, default=1,
                     help="emulated runs at once (each in its own namespaces). Measured on 2 cores: 3 lanes made BSP runs "

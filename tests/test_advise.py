@@ -8,6 +8,7 @@ import contextlib
 import copy
 import io
 import json
+import statistics
 import os
 import subprocess
 import sys
@@ -131,6 +132,40 @@ class Calibration(unittest.TestCase):
         self.assertTrue(any("the largest (4.00x)" in x for x in cl["assumptions"]), cl["assumptions"])
         px = advise.proxy(cl, advise.parse_args(["x.json"]))
         self.assertEqual(px["slow_workers"], [6, 7])  # worker 0 evaluates: the stragglers go last
+
+    def test_per_node_models_every_node_as_measured_and_pools_the_jitter(self):
+        # --compute-model per-node: a 1.4x node (below the straggler threshold) keeps its factor, and the
+        # jitter is the pooled (mean - min) / min x n / (n - 1) over every node's samples.
+        p = make_probe(n=4)
+        mins, extra, n = [0.30, 0.31, 0.42, 0.30], [0.20, 0.30, 0.25, 0.10], [20, 20, 20, 10]
+        for nd, lo, x, k in zip(p["nodes"], mins, extra, n):
+            nd["step_s"].update(min=lo, mean=lo * (1 + x), samples=[lo] * k)
+        legacy = advise.calibrate(p)
+        self.assertEqual((legacy["slow_workers"], legacy["slowdown"]), ([], 1.0))
+        self.assertTrue(any("below the straggler threshold" in x for x in legacy["assumptions"]))
+        self.assertAlmostEqual(legacy["jitter"], statistics.median(extra))
+        cl = advise.calibrate(p, compute_model="per-node")
+        pooled = sum(x * k / (k - 1) * k for x, k in zip(extra, n)) / sum(n)
+        self.assertAlmostEqual(cl["jitter"], pooled)
+        self.assertAlmostEqual(cl["slowdown"], 0.42 / 0.305)  # T = median(0.30, 0.30, 0.31, 0.42)
+        px = advise.proxy(cl, advise.parse_args(["x.json", "--compute-model", "per-node"]))
+        self.assertEqual(px["slow_workers"], [])
+        want = sorted(m / 0.305 for m in mins)
+        for got, w in zip(px["worker_slowdowns"], want):
+            self.assertAlmostEqual(got, w)
+        cmd = advise.sim_command("ring", 0, px, cl, "/tmp/x", 0.0)
+        self.assertIn("--sim.worker_slowdowns=" + ",".join(f"{x:.4g}" for x in want), cmd)
+        self.assertFalse([f for f in cmd if f.startswith(("--sim.slow_workers", "--emulate.slowdown"))])
+        self.assertIn(f"--emulate.jitter={pooled:.6g}", cmd)
+        self.assertIn("each as measured", " ".join(advise.describe(cl, px)))
+        self.assertTrue(any("in increasing order" in x for x in advise.assumptions(cl, px, ["ring"])))
+        # The simulator takes the command (syncopate-sim validates the list against the workers).
+        d = mkdtemp()
+        run = subprocess.run([*advise.sim_command("ring", 0, dict(px, steps=5, target_loss=0.0), cl, d, 0.0)],
+                             capture_output=True, text=True, timeout=300)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        m = [json.loads(x) for x in open(os.path.join(d, "node3", "metrics.jsonl")) if '"modelled_s"' in x]
+        self.assertTrue(all(r["modelled_s"] >= 0.1 * want[3] for r in m), m[:2])
 
     def test_bytes_per_step_and_flags(self):
         cl = advise.calibrate(make_probe(n=4, wire=2))
