@@ -87,11 +87,13 @@ STRAGGLER_AT = 1.5  # a node whose fastest step is this many times the cluster's
 #   stragglers (the default): nodes at STRAGGLER_AT or more are stragglers, the largest factor for all of
 #     them, every other node at the base step; jitter = the median over nodes of mean / min - 1;
 #   per-node: every node at its own measured factor (min / T, whatever its size: a 1.4x node is not
-#     modelled at the base step); jitter = the pooled estimate, each node's (mean - min) / min x n / (n - 1)
-#     (the exponential's unbiased estimate from n samples) weighted by its samples. Session 47's h_slow5s
-#     (docs/STUDY.md) showed the first's optimism: a 1.4x node and jitter 0.3 calibrated as no straggler
-#     and jitter 0.225, every candidate's same-seed simulation 9-29% fast.
-COMPUTE_MODELS = ("stragglers", "per-node")
+#     modelled at the base step), node r on the proxy's worker r (an unmeasured node at 1); jitter = the
+#     pooled estimate, each node's (mean - min) / min x n / (n - 1) (the exponential's unbiased estimate
+#     from n samples) weighted by its samples. Session 47's h_slow5s (docs/STUDY.md) showed the first's
+#     optimism: a 1.4x node and jitter 0.3 calibrated as no straggler and jitter 0.225, every
+#     candidate's same-seed simulation 9-29% fast;
+#   per-node-factors: the ablation of the two: every node at its own factor, the jitter the median's.
+COMPUTE_MODELS = ("stragglers", "per-node", "per-node-factors")
 MAX_SERVERS = 16
 # name: (syncopate-sim flags, learning rate); crossover's five, then the two local-SGD variants added here.
 CANDIDATES = dict(crossover.CONFIGS)
@@ -157,7 +159,8 @@ def _object(value, field, src):
 def pooled_jitter(base, means, counts):
     """The jitter of step = base x (1 + X), X exponential: each node's (mean - min) / min, scaled by
     n / (n - 1) (the sample minimum sits 1/n of the mean excess above the base), weighted by its n
-    samples. A node that gave only min and mean counts as one sample, unscaled."""
+    samples. A node that gave only min and mean (no samples) counts as one sample, unscaled; the probe
+    gives 20 per node."""
     num = den = 0.0
     for k, lo in base.items():
         n = max(counts.get(k, 0), 1)
@@ -245,13 +248,21 @@ def calibrate(probe, src="probe.json", compute_model="stragglers"):
     slowdowns = {k: v / T for k, v in base.items()}
     slow = sorted(k for k, s in slowdowns.items() if s >= STRAGGLER_AT)
     factor = max((slowdowns[k] for k in slow), default=1.0)
-    if compute_model == "per-node":
+    median_jitter = max(0.0, statistics.median(means[k] / base[k] - 1 for k in ids))
+    if compute_model in ("per-node", "per-node-factors"):
         factor = max(slowdowns.values())
-        jitter = pooled_jitter(base, means, counts)
-        assumptions.append("every node at its own measured factor (min / T; --compute-model per-node): "
+        jitter = pooled_jitter(base, means, counts) if compute_model == "per-node" else median_jitter
+        assumptions.append(f"every node at its own measured factor (min / T; --compute-model {compute_model}): "
                            + ", ".join(f"node {k} {slowdowns[k]:.3f}x" for k in sorted(ids)))
+        noisy = [k for k in ids if counts[k] > 1 and
+                 (means[k] - base[k]) / base[k] > jitter * (1 + 3 / math.sqrt(counts[k]))]
+        if noisy and compute_model == "per-node":
+            assumptions.append("node(s) " + ", ".join(f"{k} ({(means[k] - base[k]) / base[k]:.3g})" for k in noisy)
+                               + f" jitter more than 3 standard errors above the pooled {jitter:.3g}: the simulator "
+                               "takes one jitter for every node, so the synchronous modes' waits for them are "
+                               "modelled short (optimistic)")
     else:
-        jitter = max(0.0, statistics.median(means[k] / base[k] - 1 for k in ids))
+        jitter = median_jitter
         if len(slow) > 1 and min(slowdowns[k] for k in slow) < factor * 0.95:
             assumptions.append("stragglers " + ", ".join(f"node {k} {slowdowns[k]:.2f}x" for k in slow) + ": the "
                                f"simulator takes one slowdown factor for all of them, the largest ({factor:.2f}x), so "
@@ -496,12 +507,15 @@ def proxy(cl, a):
     # The stragglers go to the highest-numbered workers (as crossover places them): worker 0 evaluates
     # the model, and which rank is slow changes no mode's schedule otherwise.
     slow = list(range(n - len(cl["slow_workers"]), n))
-    # --compute-model per-node: every node's factor, the fastest on worker 0 and the slowest last (the
-    # same convention); none of them a one-factor straggler.
-    each = sorted(cl["node_slowdowns"].values()) if cl.get("compute_model") == "per-node" else []
+    # --compute-model per-node: node r's factor on worker r (its rank in the job, so worker 0 evaluates
+    # as node 0 does, a shard's node keeps its shard, and a same-seed replay keeps each node's jitter
+    # draws); an unmeasured node at the base step. None of them a one-factor straggler.
+    each = ([cl["node_slowdowns"].get(str(r), 1.0) for r in range(n)]
+            if cl.get("compute_model") in ("per-node", "per-node-factors") else [])
     if each:
         slow = []
-    return {"compute_model": cl.get("compute_model", "stragglers"), "worker_slowdowns": each, "preset": PRESET, "step_s": STEP_S, "batch": BATCH, "link_gbit": link, "servers": k, "servers_from": k_from,
+    return {"compute_model": cl.get("compute_model", "stragglers"), "worker_slowdowns": each,
+            "preset": PRESET, "step_s": STEP_S, "batch": BATCH, "link_gbit": link, "servers": k, "servers_from": k_from,
             "server_link_gbit": link * n / k, "latency_us": cl["latency_ms"] * 1e3 * STEP_S / cl["step_s"],
             "slow_workers": slow, "slowdown": cl["slowdown"] if slow else 1.0, "jitter": cl["jitter"],
             "server_placement": placement, "placement_from": placement_from, "target_loss": a.target_loss, "seeds": a.seeds, "steps": a.steps,
@@ -1127,14 +1141,14 @@ def assumptions(cl, px, names):
     A.append(server_assumption(cl, px))
     A.append(f"latency: {cl['latency_ms'] * 1e3:.3g} us one way (median RTT / 2), dilated to {px['latency_us']:.3g} us "
              "in the proxy")
-    if px.get("worker_slowdowns"):
+    if px.get("compute_model") == "per-node":
         A.append(f"jitter {cl['jitter']:.3g} = the nodes' pooled (mean - min) / min x n / (n - 1), modelled as "
                  "exponential (--compute-model per-node)")
-        A.append("every node at its own measured factor; in the proxy the factors go to the workers in increasing "
-                 "order (" + ", ".join(f"{x:.3g}" for x in px["worker_slowdowns"]) + "; worker 0, which evaluates, "
-                 "the fastest), so a proxy worker's rank is not its node's")
     else:
         A.append(f"jitter {cl['jitter']:.3g} = the median over nodes of mean / min - 1, modelled as exponential")
+    if px.get("worker_slowdowns"):
+        A.append("every node at its own measured factor, node r on the proxy's worker r ("
+                 + ", ".join(f"{x:.3g}" for x in px["worker_slowdowns"]) + "; an unmeasured node at 1)")
     if cl["slow_workers"] and not px.get("worker_slowdowns"):
         A.append(f"stragglers: node(s) {', '.join(map(str, cl['slow_workers']))} at {cl['slowdown']:.2f}x (one factor, "
                  "the largest, for every straggler); in the proxy they are workers "
@@ -1180,7 +1194,7 @@ def fmt_interval(i):
 
 def compute_phrase(cl):
     """The calibrated nodes' speeds, as the cluster line says them."""
-    if cl.get("compute_model") == "per-node":
+    if cl.get("compute_model") in ("per-node", "per-node-factors"):
         f = cl["node_slowdowns"].values()
         return f"nodes at {min(f):.3g}-{max(f):.3g}x (each as measured)"
     if cl["slow_workers"]:
@@ -1275,7 +1289,8 @@ def parse_args(argv):
                     help="how the probe's step times become the simulated nodes: stragglers (default): nodes at "
                          f"{STRAGGLER_AT}x the base step or more at the largest factor, the rest at the base step, "
                          "jitter the nodes' median; per-node: every node at its own factor, jitter pooled over the "
-                         "nodes' samples (docs/STUDY.md, session 48); with --from-run, the first advice's")
+                         "nodes' samples; per-node-factors: the ablation, every node at its own factor and the "
+                         "median jitter (docs/STUDY.md, session 48); with --from-run, the first advice's")
     ap.add_argument("--no-exchange-calibration", action="store_true",
                     help="every message at the links' measured bulk goodput, even where the probe timed the ring's "
                          "all-reduce or the parameter servers' round trips at the model's size (the ablation of that "

@@ -169,6 +169,17 @@ HELD_OUT_47 = {
     "h_slow8l": _faithful_cluster(8, 0.09, 0.1, 4, latency_ms=2.0),          # r ~0.9
 }
 SCENARIOS.update(HELD_OUT_47)
+# Session 48 (docs/STUDY.md "Every node as measured, held out"): the advisor's --compute-model per-node
+# against its default on the same emulated runs. Each cluster has one mild straggler (1.25-1.4x, below
+# the default's 1.5x threshold, which models it at the base step) beside jitter 0.2-0.3, at link rates
+# where the ring and the straggler-tolerant modes (BSP with a backup, ASP) are near each other; declared
+# before any advice, simulation or emulation of them (helper-24 reviewed).
+HELD_OUT_48 = {
+    "m_mild7": _faithful_cluster(7, 0.4, 0.2, 2, slowdown=1.25),                  # r ~0.2
+    "m_mild8": _faithful_cluster(8, 0.25, 0.3, 4, slowdown=1.4),                  # r ~0.32
+    "m_mild5l": _faithful_cluster(5, 0.12, 0.25, 2, slowdown=1.3, latency_ms=1.0),  # r ~0.67
+}
+SCENARIOS.update(HELD_OUT_48)
 STOP = threading.Event()  # set on Ctrl-C / SIGTERM: no new run starts, no interrupted run is kept
 
 
@@ -904,7 +915,8 @@ def parse_args(argv):
                          "set of session 40: " + ",".join(HELD_OUT) + "; of session 41: " + ",".join(HELD_OUT_41) + "; of session 42: " + ",".join(HELD_OUT_42)
                          + "; of session 43 (1 ms link buckets): " + ",".join(HELD_OUT_43)
                          + "; of session 44 (chosen so that every fixed policy is expected to lose somewhere): " + ",".join(HELD_OUT_44)
-                         + "; of session 47 (near the crossovers, for --advice-stability-seeds): " + ",".join(HELD_OUT_47) + ")")
+                         + "; of session 47 (near the crossovers, for --advice-stability-seeds): " + ",".join(HELD_OUT_47)
+                         + "; of session 48 (mild stragglers, for --advice-compute-model): " + ",".join(HELD_OUT_48) + ")")
     ap.add_argument("--targets", default="3.0,2.75", help="target validation losses, declared before the runs")
     ap.add_argument("--seeds", type=int, default=3, help="hindsight seeds per candidate (default 3)")
     ap.add_argument("--first-seed", type=int, default=100, help="the first hindsight seed (the advisor's are 0..A-1)")

@@ -11,7 +11,8 @@ marginal; per target, each record's cells within 1.10x and its summed advised / 
 
 Both records must hold the same measured times (the same emulated runs); otherwise the comparison
 is refused by name. The medians are over the (scenario, configuration) pairs both records have an
-error for, so A and B are compared on the same pairs.
+error for, so A and B are compared on the same pairs; the paired line is the median of |B's same-seed
+error| - |A's| over those pairs (in points) and how many are smaller in B.
 """
 import argparse
 import json
@@ -90,7 +91,9 @@ def compare(a, b, configs=None):
                          "change": change(x, x["advised"], y["advised"]) if x["advised"] != y["advised"] else None})
         med = lambda v: statistics.median(v) if v else None
         both = [r["regret"] for r in rows if None not in r["regret"]]
+        paired = [y - x for x, y in zip(*same)]   # |B's error| - |A's|, per (scenario, configuration)
         out[t] = {"rows": rows, "same_seed": (med(same[0]), med(same[1]), len(same[0])),
+                  "same_seed_paired": (med(paired), sum(1 for d in paired if d < 0), len(paired)),
                   "predicted": (med(pred[0]), med(pred[1]), len(pred[0])),
                   "within": tuple(sum(1 for r in rows if r["within"][i]) for i in (0, 1)),
                   "regret_sum": (sum(r[0] for r in both), sum(r[1] for r in both), len(both))}
@@ -124,6 +127,10 @@ def main(argv=None):
         for what, (x, y, n) in (("same-seed", r["same_seed"]), ("predicted", r["predicted"])):
             if n:
                 print(f"  median |{what} error| over {n} pairs: {100 * x:.1f}% -> {100 * y:.1f}%")
+        d, better, n = r["same_seed_paired"]
+        if n:
+            print(f"  paired |same-seed error| B - A: median {100 * d:+.1f} points over {n} pairs, smaller in B "
+                  f"in {better}")
     return 0
 
 

@@ -150,7 +150,7 @@ class Calibration(unittest.TestCase):
         self.assertAlmostEqual(cl["slowdown"], 0.42 / 0.305)  # T = median(0.30, 0.30, 0.31, 0.42)
         px = advise.proxy(cl, advise.parse_args(["x.json", "--compute-model", "per-node"]))
         self.assertEqual(px["slow_workers"], [])
-        want = sorted(m / 0.305 for m in mins)
+        want = [m / 0.305 for m in mins]  # node r on worker r: the same-seed jitter draws, worker 0 evaluates
         for got, w in zip(px["worker_slowdowns"], want):
             self.assertAlmostEqual(got, w)
         cmd = advise.sim_command("ring", 0, px, cl, "/tmp/x", 0.0)
@@ -158,13 +158,31 @@ class Calibration(unittest.TestCase):
         self.assertFalse([f for f in cmd if f.startswith(("--sim.slow_workers", "--emulate.slowdown"))])
         self.assertIn(f"--emulate.jitter={pooled:.6g}", cmd)
         self.assertIn("each as measured", " ".join(advise.describe(cl, px)))
-        self.assertTrue(any("in increasing order" in x for x in advise.assumptions(cl, px, ["ring"])))
+        self.assertTrue(any("node r on the proxy's worker r" in x for x in advise.assumptions(cl, px, ["ring"])))
+        # The ablation: the factors per node, the median's jitter.
+        fac = advise.calibrate(p, compute_model="per-node-factors")
+        self.assertAlmostEqual(fac["jitter"], legacy["jitter"])
+        self.assertEqual(advise.proxy(fac, advise.parse_args(["x.json"]))["worker_slowdowns"], px["worker_slowdowns"])
+        # A node far noisier than the pooled jitter is said to be modelled short.
+        q = copy.deepcopy(p)
+        q["nodes"][3]["step_s"].update(mean=0.30 * 2.0)
+        self.assertTrue(any("3 standard errors" in x and "3 (1)" in x
+                            for x in advise.calibrate(q, compute_model="per-node")["assumptions"]))
+        # An incomplete probe: the unmeasured node steps at the base (the simulator wants every worker's factor).
+        r = copy.deepcopy(p)
+        del r["nodes"][2]
+        r["complete"], r["missing"] = False, [{"node": 2, "why": "unreachable"}]
+        inc = advise.calibrate(r, compute_model="per-node")
+        self.assertEqual(inc["nodes"], 4)
+        self.assertEqual(len(advise.proxy(inc, advise.parse_args(["x.json"]))["worker_slowdowns"]), 4)
+        self.assertEqual(advise.proxy(inc, advise.parse_args(["x.json"]))["worker_slowdowns"][2], 1.0)
         # The simulator takes the command (syncopate-sim validates the list against the workers).
         d = mkdtemp()
         run = subprocess.run([*advise.sim_command("ring", 0, dict(px, steps=5, target_loss=0.0), cl, d, 0.0)],
                              capture_output=True, text=True, timeout=300)
         self.assertEqual(run.returncode, 0, run.stderr[-2000:])
-        m = [json.loads(x) for x in open(os.path.join(d, "node3", "metrics.jsonl")) if '"modelled_s"' in x]
+        with open(os.path.join(d, "node3", "metrics.jsonl")) as f:
+            m = [json.loads(x) for x in f if '"modelled_s"' in x]
         self.assertTrue(all(r["modelled_s"] >= 0.1 * want[3] for r in m), m[:2])
 
     def test_bytes_per_step_and_flags(self):

@@ -156,6 +156,9 @@ class Flags(unittest.TestCase):
         cmd = hindsight.advise_command("p.json", "d", 2.75, hindsight.parse_args([]))
         self.assertIn("--limit", cmd)
         self.assertEqual(cmd[cmd.index("--target-loss") + 1], "2.75")
+        self.assertNotIn("--compute-model", cmd)   # the advisor's default
+        cmd = hindsight.advise_command("p.json", "d", 3.0, hindsight.parse_args(["--advice-compute-model", "per-node"]))
+        self.assertEqual(cmd[cmd.index("--compute-model") + 1], "per-node")
 
     def test_another_advice_is_kept_apart_from_the_measurements(self):
         a = hindsight.parse_args(["--out", "/m"])
@@ -261,6 +264,14 @@ class Flags(unittest.TestCase):
             self.assertEqual(v.get("burst_ms"), 1.0, name)
             self.assertLess(v["servers"], v["nodes"], name)
             self.assertTrue(v["probed_placement"] and v["spread_rounds"], name)
+            self.assertFalse([k for k, w in hindsight.SCENARIOS.items() if k != name and w == v], name)
+
+        # session 48's: one mild straggler each, below the default's straggler threshold
+        self.assertEqual(sorted(hindsight.HELD_OUT_48), ["m_mild5l", "m_mild7", "m_mild8"])
+        for name, v in hindsight.HELD_OUT_48.items():
+            self.assertEqual(v.get("burst_ms"), 1.0, name)
+            self.assertLess(v["servers"], v["nodes"], name)
+            self.assertTrue(1.1 <= v["slowdown"] < hindsight.advise.STRAGGLER_AT, name)
             self.assertFalse([k for k, w in hindsight.SCENARIOS.items() if k != name and w == v], name)
 
     def test_the_same_seed_runs_give_each_candidate_the_advices_share(self):
@@ -453,6 +464,10 @@ class Compare(unittest.TestCase):
         only = hindsight_compare.compare(a, b, {"bsp_backup"})["3"]
         for got, want in zip(only["same_seed"], (0.20, 0.30, 1)):
             self.assertAlmostEqual(got, want)
+        # Paired: |B| - |A| per pair (ring -0.05, bsp_backup +0.10): median +0.025, smaller in B in 1 of 2.
+        for got, want in zip(r["same_seed_paired"], (0.025, 1, 2)):
+            self.assertAlmostEqual(got, want)
+        self.assertEqual(only["same_seed_paired"][1:], (0, 1))
 
     def test_a_changed_pick_is_marked_robust_or_marginal_on_the_measured_runs(self):
         near = {"ring": {"100": [10.0, 30.0], "101": [11.0, 30.0], "102": [12.0, 30.0]},
